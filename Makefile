@@ -1,0 +1,39 @@
+# stackflow's one dev entry point. `make demo` and `make test` are the README's two commands.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+PY := .venv/bin/python
+
+.PHONY: help setup up down status env demo test test-unit lint typecheck bench
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-10s %s\n", $$1, $$2}'
+
+setup: ## install everything (Debian packages, venv, Temporal CLI, kube control plane, OpenTofu)
+	@scripts/setup.sh
+
+up: setup ## start Temporal dev server, Redis, etcd, kube-apiserver, kube-controller-manager, worker
+	@scripts/services.sh up
+
+down: ## stop every service started by `make up`
+	@scripts/services.sh down
+
+status: ## report each service: healthy, unhealthy or stopped
+	@scripts/services.sh status
+
+env: ## print export lines: eval "$$(make -s env)"
+	@scripts/services.sh env
+
+demo: up ## apply examples/ through a real ApplyWorkflow and print the release
+	@scripts/demo.sh
+
+test: up ## run the whole test suite against the real services
+	@eval "$$(scripts/services.sh env)" && $(PY) -m pytest -q tests
+
+test-unit: setup ## only the tests that need no service
+	@$(PY) -m pytest -q tests/unit tests/engine
+
+lint: ## ruff + mypy
+	@.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy stackflow workflows activities runtimes cli worker.py
+
+bench: up ## run the benchmarks under benchmarks/
+	@eval "$$(scripts/services.sh env)" && for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b; done

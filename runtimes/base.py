@@ -1,0 +1,116 @@
+"""The runtime interface: the only code that touches infrastructure implements it.
+
+A runtime turns a resource's desired attributes into a live object and back. The engine
+never knows how; it only calls these five methods and reacts to the typed errors below
+(which activities map onto Temporal's retry semantics).
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Attributes = dict[str, Any]
+
+
+class RuntimeFailure(Exception):
+    """Base of runtime failures; ``retryable`` tells the executor whether to try again."""
+
+    retryable: ClassVar[bool] = False
+    kind: ClassVar[str] = "RuntimeError"
+
+    def __init__(self, message: str, *, resource_id: str | None = None) -> None:
+        super().__init__(message)
+        self.resource_id = resource_id
+
+
+class NotFound(RuntimeFailure):
+    """The object does not exist (``read`` returns None instead of raising it)."""
+
+    kind = "NotFound"
+
+
+class InvalidInput(RuntimeFailure):
+    """The desired attributes can never succeed as written: fix the spec."""
+
+    kind = "InvalidInput"
+
+
+class Conflict(RuntimeFailure):
+    """Someone else owns or manages the object; retrying will not help."""
+
+    kind = "Conflict"
+
+
+class Unavailable(RuntimeFailure):
+    """The infrastructure cannot be reached right now; retrying may help."""
+
+    retryable = True
+    kind = "Unavailable"
+
+
+class RuntimeOptions(BaseModel):
+    """Per-run options passed to every runtime call."""
+
+    model_config = ConfigDict(frozen=True)
+
+    project: str
+    workspace: str
+    force: bool = False
+    adopt: bool = False
+    timeout_seconds: float = Field(default=300.0, gt=0)
+    context: Mapping[str, Any] = Field(default_factory=dict)
+
+
+class ResourceRequest(BaseModel):
+    """What a runtime is asked to act on: one resource of the spec, references resolved."""
+
+    id: str
+    type: str
+    attributes: Attributes = Field(default_factory=dict)
+    extensions: Attributes = Field(default_factory=dict)
+    prior_state: Attributes | None = None
+    """The attributes the last release recorded (e.g. Terraform state kept by stackflow)."""
+
+
+class PreviewResult(BaseModel):
+    """What the object would become, plus paths whose values must never be shown."""
+
+    would_be: Attributes
+    sensitive_paths: list[str] = Field(default_factory=list)
+    replace: bool = False
+
+
+class Runtime(abc.ABC):
+    """Async interface every infrastructure implements."""
+
+    type_name: ClassVar[str]
+
+    @abc.abstractmethod
+    async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
+        """Return the live object, or None when it does not exist."""
+
+    async def preview(self, resource: ResourceRequest, options: RuntimeOptions) -> PreviewResult:
+        """Return what the object would become if applied; defaults to the desired attributes."""
+        return PreviewResult(would_be=dict(resource.attributes))
+
+    @abc.abstractmethod
+    async def apply(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
+        """Make the object match the desired attributes; return its live state. Idempotent."""
+
+    @abc.abstractmethod
+    async def delete(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
+        """Delete the object and wait until it is gone; deleting a missing object succeeds."""
+
+    async def wait_ready(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
+        """Wait until the object is ready (rolled out, bound, ...); default: already ready."""
+        live = await self.read(resource, options)
+        if live is None:
+            raise NotFound(f"{resource.id} does not exist", resource_id=resource.id)
+        return live
+
+    async def close(self) -> None:  # noqa: B027 - optional hook
+        """Release clients and connections."""

@@ -1,0 +1,55 @@
+"""Maps a resource ``type`` to the runtime that manages it.
+
+A new infrastructure plugs in by registering a factory here (or through
+``register``) without touching the engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from runtimes.base import InvalidInput, Runtime
+
+RuntimeFactory = Callable[[], Runtime]
+
+
+class RuntimeRegistry:
+    """Lazily builds one runtime instance per type and hands it out."""
+
+    def __init__(self) -> None:
+        self._factories: dict[str, RuntimeFactory] = {}
+        self._instances: dict[str, Runtime] = {}
+
+    def register(self, type_name: str, factory: RuntimeFactory) -> None:
+        self._factories[type_name] = factory
+        self._instances.pop(type_name, None)
+
+    def types(self) -> list[str]:
+        return sorted(self._factories)
+
+    def get(self, type_name: str) -> Runtime:
+        if type_name not in self._instances:
+            factory = self._factories.get(type_name)
+            if factory is None:
+                known = ", ".join(self.types()) or "none"
+                raise InvalidInput(f"no runtime for resource type {type_name!r} (known: {known})")
+            self._instances[type_name] = factory()
+        return self._instances[type_name]
+
+    async def close(self) -> None:
+        for runtime in self._instances.values():
+            await runtime.close()
+        self._instances.clear()
+
+
+def default_registry() -> RuntimeRegistry:
+    """The runtimes stackflow ships with; imported lazily so a missing client costs nothing."""
+    registry = RuntimeRegistry()
+
+    def onprem() -> Runtime:
+        from runtimes.onprem import OnPremRuntime
+
+        return OnPremRuntime()
+
+    registry.register("OnPrem", onprem)
+    return registry

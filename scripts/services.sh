@@ -1,0 +1,204 @@
+#!/usr/bin/env bash
+# Starts, stops and reports stackflow's dev services on loopback: etcd + kube-apiserver +
+# kube-controller-manager (an envtest-style control plane), the Temporal dev server (with
+# Web UI), Redis, and a stackflow worker. Every service gets a pid file, a log file and a
+# health check under the run dir; one that does not become healthy is stopped again and
+# its log is printed. Usage: services.sh up|down|status|env [service...]
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+SERVICES=(redis temporal etcd kube-apiserver kube-controller-manager worker)
+
+pidfile() { echo "$RUN_DIR/pids/$1.pid"; }
+logfile() { echo "$RUN_DIR/logs/$1.log"; }
+is_running() { local f; f="$(pidfile "$1")"; [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null; }
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# ---- health checks -------------------------------------------------------------------------
+health_redis() { [ "$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null)" = "PONG" ]; }
+health_temporal() {
+  temporal operator cluster health --address "127.0.0.1:$TEMPORAL_PORT" 2>/dev/null | grep -q SERVING &&
+    temporal operator search-attribute list --address "127.0.0.1:$TEMPORAL_PORT" 2>/dev/null | grep -q StackflowPhase
+}
+health_etcd() { curl -fsS "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null | grep -q '"health":"true"'; }
+health_kube-apiserver() {
+  curl -fsS --cacert "$KUBE_DIR/ca.crt" -H "Authorization: Bearer $(cat "$KUBE_DIR/admin.token")" \
+    "https://127.0.0.1:$KUBE_API_PORT/readyz" 2>/dev/null | grep -q '^ok$'
+}
+health_kube-controller-manager() { curl -fsSk "https://127.0.0.1:$KUBE_CM_PORT/healthz" 2>/dev/null | grep -q '^ok$'; }
+health_worker() { grep -q "stackflow worker ready" "$(logfile worker)" 2>/dev/null; }
+
+# ---- kube certificates & kubeconfig ------------------------------------------------------------
+kube_pki() {
+  [ -f "$KUBE_DIR/kubeconfig" ] && return
+  mkdir -p "$KUBE_DIR"
+  local d="$KUBE_DIR"
+  openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=stackflow-dev-ca" \
+    -keyout "$d/ca.key" -out "$d/ca.crt" 2>/dev/null
+  openssl req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" \
+    -keyout "$d/apiserver.key" -out "$d/apiserver.csr" 2>/dev/null
+  printf 'subjectAltName=IP:127.0.0.1,IP:10.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc\n' > "$d/san.ext"
+  openssl x509 -req -in "$d/apiserver.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial \
+    -days 3650 -extfile "$d/san.ext" -out "$d/apiserver.crt" 2>/dev/null
+  openssl genrsa -out "$d/sa.key" 2048 2>/dev/null
+  openssl rsa -in "$d/sa.key" -pubout -out "$d/sa.pub" 2>/dev/null
+  head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$d/admin.token"
+  printf '%s,stackflow-admin,stackflow-admin,"system:masters"\n' "$(cat "$d/admin.token")" > "$d/tokens.csv"
+  cat > "$d/kubeconfig.tmp" <<KCFG
+apiVersion: v1
+kind: Config
+clusters:
+- name: stackflow-dev
+  cluster:
+    server: https://127.0.0.1:$KUBE_API_PORT
+    certificate-authority-data: $(base64 -w0 < "$d/ca.crt")
+users:
+- name: stackflow-admin
+  user:
+    token: $(cat "$d/admin.token")
+contexts:
+- name: stackflow-dev
+  context: {cluster: stackflow-dev, user: stackflow-admin}
+current-context: stackflow-dev
+KCFG
+  mv "$d/kubeconfig.tmp" "$d/kubeconfig"
+}
+
+# ---- commands of each service ------------------------------------------------------------------
+cmd_redis() {
+  mkdir -p "$RUN_DIR/redis"
+  echo redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save "''" --appendonly no --dir "$RUN_DIR/redis"
+}
+cmd_temporal() {
+  mkdir -p "$RUN_DIR/temporal"
+  echo temporal server start-dev --ip 127.0.0.1 --port "$TEMPORAL_PORT" --ui-ip 127.0.0.1 \
+    --ui-port "$TEMPORAL_UI_PORT" --db-filename "$RUN_DIR/temporal/temporal.db" --log-level warn \
+    --search-attribute StackflowProject=Keyword --search-attribute StackflowWorkspace=Keyword \
+    --search-attribute StackflowPhase=Keyword
+}
+cmd_etcd() {
+  echo etcd --name stackflow-dev --data-dir "$RUN_DIR/etcd" \
+    --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+    --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster "stackflow-dev=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync --log-level warn
+}
+cmd_kube-apiserver() {
+  kube_pki
+  local d="$KUBE_DIR"
+  echo kube-apiserver --etcd-servers "http://127.0.0.1:$ETCD_PORT" --bind-address 127.0.0.1 \
+    --advertise-address 127.0.0.1 --secure-port "$KUBE_API_PORT" \
+    --tls-cert-file "$d/apiserver.crt" --tls-private-key-file "$d/apiserver.key" \
+    --client-ca-file "$d/ca.crt" --token-auth-file "$d/tokens.csv" \
+    --service-account-issuer https://kubernetes.default.svc.cluster.local \
+    --service-account-key-file "$d/sa.pub" --service-account-signing-key-file "$d/sa.key" \
+    --service-cluster-ip-range 10.0.0.0/24 --authorization-mode RBAC --allow-privileged=true \
+    --cert-dir "$d/certs" --v 1
+}
+cmd_kube-controller-manager() {
+  local d="$KUBE_DIR"
+  echo kube-controller-manager --kubeconfig "$d/kubeconfig" --authentication-kubeconfig "$d/kubeconfig" \
+    --authorization-kubeconfig "$d/kubeconfig" --bind-address 127.0.0.1 --secure-port "$KUBE_CM_PORT" \
+    --service-account-private-key-file "$d/sa.key" --root-ca-file "$d/ca.crt" \
+    --cluster-signing-cert-file "$d/ca.crt" --cluster-signing-key-file "$d/ca.key" \
+    --leader-elect=false --use-service-account-credentials=false --cert-dir "$d/cm-certs" --v 1
+}
+cmd_worker() {
+  echo env $(env_exports | sed 's/^export //') "$VENV/bin/python" "$REPO_ROOT/worker.py"
+}
+port_of() {
+  case "$1" in
+    redis) echo "$REDIS_PORT" ;; temporal) echo "$TEMPORAL_PORT" ;; etcd) echo "$ETCD_PORT" ;;
+    kube-apiserver) echo "$KUBE_API_PORT" ;; kube-controller-manager) echo "$KUBE_CM_PORT" ;; *) echo "" ;;
+  esac
+}
+timeout_of() { case "$1" in kube-apiserver) echo 120 ;; temporal) echo 90 ;; *) echo 60 ;; esac; }
+
+start_one() {
+  local name="$1" log pid cmd port t0=$SECONDS limit
+  log="$(logfile "$name")"; limit="$(timeout_of "$name")"
+  mkdir -p "$RUN_DIR/pids" "$RUN_DIR/logs"
+  if is_running "$name"; then
+    if "health_$name"; then ok "$name already running (pid $(cat "$(pidfile "$name")"))"; return; fi
+    warn "$name is running but unhealthy: restarting it"; stop_one "$name"
+  fi
+  port="$(port_of "$name")"
+  if [ -n "$port" ] && port_open "$port"; then
+    die "$name: port 127.0.0.1:$port is taken by another process (not started by this checkout); stop it or set STACKFLOW_*_PORT"
+  fi
+  cmd="$("cmd_$name")"
+  command -v "${cmd%% *}" >/dev/null 2>&1 || [ "${cmd%% *}" = env ] || die "$name: '${cmd%% *}' not found; run 'make setup' first"
+  : > "$log"
+  # shellcheck disable=SC2086
+  (cd "$RUN_DIR" && eval "exec setsid $cmd" >>"$log" 2>&1 </dev/null) &
+  pid=$!
+  echo "$pid" > "$(pidfile "$name")"
+  until "health_$name"; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      rm -f "$(pidfile "$name")"
+      tail -n 25 "$log" >&2
+      die "$name exited during start-up; log: $log"
+    fi
+    if [ $((SECONDS - t0)) -ge "$limit" ]; then
+      stop_one "$name"
+      tail -n 25 "$log" >&2
+      die "$name not healthy after ${limit}s; stopped it again; log: $log"
+    fi
+    sleep 0.5
+  done
+  ok "$name up in $((SECONDS - t0))s (pid $pid, log $log)"
+}
+
+stop_one() {
+  local name="$1" f pid i
+  f="$(pidfile "$name")"
+  [ -f "$f" ] || return 0
+  pid="$(cat "$f")"
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    for i in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    kill -KILL "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$f"
+}
+
+env_exports() {
+  cat <<ENV
+export TEMPORAL_ADDRESS=127.0.0.1:$TEMPORAL_PORT
+export TEMPORAL_NAMESPACE=default
+export STACKFLOW_TASK_QUEUE=${STACKFLOW_TASK_QUEUE:-stackflow}
+export STACKFLOW_TEMPORAL_UI=http://127.0.0.1:$TEMPORAL_UI_PORT
+export REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
+export KUBECONFIG=$KUBECONFIG_PATH
+export STACKFLOW_TF_BIN=$TOOLS_BIN/tofu
+export TF_CLI_CONFIG_FILE=$TF_CLI_CONFIG
+export STACKFLOW_HOME=${STACKFLOW_HOME:-$RUN_DIR/home}
+export PATH=$TOOLS_BIN:$VENV/bin:\$PATH
+ENV
+}
+
+selected() { if [ $# -gt 0 ]; then printf '%s\n' "$@"; else printf '%s\n' "${SERVICES[@]}"; fi; }
+
+main() {
+  local action="${1:-status}"; shift || true
+  case "$action" in
+    up)
+      step "starting services (run dir $RUN_DIR)"
+      for s in $(selected "$@"); do start_one "$s"; done
+      step "services up: Temporal UI http://127.0.0.1:$TEMPORAL_UI_PORT — eval \"\$(make -s env)\" to use them" ;;
+    down)
+      step "stopping services"
+      local list; list="$(selected "$@" | tac)"
+      for s in $list; do if is_running "$s"; then stop_one "$s"; ok "$s stopped"; else rm -f "$(pidfile "$s")"; fi; done ;;
+    status)
+      local rc=0
+      for s in $(selected "$@"); do
+        if is_running "$s" && "health_$s"; then printf '%-26s %shealthy%s  pid %s  log %s\n' "$s" "$_G" "$_N" "$(cat "$(pidfile "$s")")" "$(logfile "$s")"
+        elif is_running "$s"; then printf '%-26s %sunhealthy%s pid %s  log %s\n' "$s" "$_Y" "$_N" "$(cat "$(pidfile "$s")")" "$(logfile "$s")"; rc=1
+        else printf '%-26s %sstopped%s\n' "$s" "$_R" "$_N"; rc=1; fi
+      done
+      return $rc ;;
+    env) env_exports ;;
+    *) die "unknown action '$action' (use up, down, status or env)" ;;
+  esac
+}
+
+main "$@"

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# Installs everything stackflow's dev loop needs, from package registries only:
+# Debian packages, the locked Python venv, and Go-built tools (Temporal CLI, Kubernetes
+# control plane, OpenTofu). Idempotent: each step is skipped when its stamp matches.
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+APT_PACKAGES=(redis-server etcd-server docker-compose openssl ca-certificates)
+
+setup_apt() {
+  step "Debian packages: ${APT_PACKAGES[*]}"
+  local missing=()
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then ok "already installed"; return; fi
+  local sudo=""; [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  ok "installed ${missing[*]}"
+}
+
+setup_python() {
+  step "Python venv (.venv) from uv.lock"
+  if ! command -v uv >/dev/null 2>&1; then
+    python3 -m pip install --quiet --disable-pip-version-check "uv==0.13.8" 2>&1 | grep -v "Running pip as the 'root' user" || true
+  fi
+  (cd "$REPO_ROOT" && uv sync --frozen --quiet)
+  ok "$("$VENV/bin/python" --version), $(wc -l < "$REPO_ROOT/uv.lock") lock lines"
+}
+
+# go_tool NAME STAMP_VALUE BINARIES... -- COMMAND...: runs COMMAND unless the stamp matches
+# and every binary exists; times the build and keeps its log.
+go_tool() {
+  local name="$1" value="$2"; shift 2
+  local bins=()
+  while [ "$1" != "--" ]; do bins+=("$1"); shift; done; shift
+  local all=1
+  for b in "${bins[@]}"; do [ -x "$TOOLS_BIN/$b" ] || all=0; done
+  if [ $all -eq 1 ] && stamp_ok "$name" "$value"; then ok "$name cached (${bins[*]})"; return; fi
+  mkdir -p "$TOOLS_BIN" "$STACKFLOW_CACHE/logs"
+  local log="$STACKFLOW_CACHE/logs/build-$name.log" t0=$SECONDS
+  printf '    building %s (log: %s)…\n' "$name" "$log"
+  if ! "$@" >"$log" 2>&1; then tail -n 20 "$log" >&2; die "building $name failed; full log: $log"; fi
+  stamp_set "$name" "$value"
+  ok "$name built in $((SECONDS - t0))s"
+}
+
+gomod_hash() { cat "$REPO_ROOT/tools/gomod/$1/go.mod" "$REPO_ROOT/tools/gomod/$1/go.sum" | sha256sum | cut -c1-16; }
+
+setup_go_tools() {
+  command -v go >/dev/null 2>&1 || die "go is not installed: it builds the Temporal CLI, Kubernetes and OpenTofu"
+  step "Go-built tools in $TOOLS_BIN (first build takes a while on 2 cores)"
+  export GOFLAGS="-trimpath" CGO_ENABLED=0
+  go_tool temporal "$TEMPORAL_CLI_VERSION" temporal -- \
+    env GOBIN="$TOOLS_BIN" go install -ldflags "-s -w" "github.com/temporalio/cli/cmd/temporal@$TEMPORAL_CLI_VERSION"
+  local v=k8s.io/component-base/version minor
+  minor="${KUBERNETES_VERSION#v1.}"; minor="${minor%%.*}"
+  go_tool kubernetes "$KUBERNETES_VERSION-$(gomod_hash kubernetes)" kube-apiserver kube-controller-manager kube-scheduler -- \
+    bash -c "cd '$REPO_ROOT/tools/gomod/kubernetes' && go build -ldflags '-s -w -X $v.gitVersion=$KUBERNETES_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor' -o '$TOOLS_BIN/' k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler"
+  go_tool opentofu "$OPENTOFU_VERSION-$(gomod_hash opentofu)" tofu -- \
+    bash -c "cd '$REPO_ROOT/tools/gomod/opentofu' && go build -ldflags '-s -w -X github.com/opentofu/opentofu/version.dev=no' -o '$TOOLS_BIN/' github.com/opentofu/opentofu/cmd/tofu"
+}
+
+setup_terraform_config() {
+  step "OpenTofu offline CLI config ($TF_CLI_CONFIG)"
+  mkdir -p "$TF_MIRROR_DIR" "$TF_PLUGIN_CACHE_DIR"
+  cat > "$TF_CLI_CONFIG.tmp" <<CFG
+# Written by stackflow's scripts/setup.sh: providers come only from the local mirror.
+plugin_cache_dir = "$TF_PLUGIN_CACHE_DIR"
+disable_checkpoint = true
+provider_installation {
+  filesystem_mirror {
+    path    = "$TF_MIRROR_DIR"
+    include = ["*/*/*"]
+  }
+  direct {
+    exclude = ["*/*/*"]
+  }
+}
+CFG
+  mv "$TF_CLI_CONFIG.tmp" "$TF_CLI_CONFIG"
+  ok "mirror $TF_MIRROR_DIR"
+}
+
+main() {
+  local t0=$SECONDS
+  setup_apt
+  setup_python
+  setup_go_tools
+  setup_terraform_config
+  step "setup done in $((SECONDS - t0))s"
+}
+
+main "$@"

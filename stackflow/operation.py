@@ -1,0 +1,149 @@
+"""Models at the Temporal boundary: workflow inputs, activity inputs/results, status.
+
+These are the only types that travel through workflow history, so they stay small:
+activities keep full live state in the release store and return summaries.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+TASK_QUEUE_DEFAULT = "stackflow"
+BATCH_SIZE_DEFAULT = 800
+"""Nodes one workflow run walks itself; larger graphs go to one child workflow per batch."""
+
+
+def workflow_id_for(project: str, workspace: str) -> str:
+    """The default id: one operation per stack at a time."""
+    return f"stackflow/{project}/{workspace}"
+
+
+class OperationInput(BaseModel):
+    """Input of PreviewWorkflow, ApplyWorkflow and DestroyWorkflow."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    workspace: str = Field(default="default", min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    spec: dict[str, Any] | None = None
+    """A Kusion v1 Spec inline (small specs, the Temporal CLI)."""
+    spec_ref: str | None = None
+    """A spec stored first by the client (``sha256:<hex>``): big specs never enter history."""
+    auto_approve: bool = False
+    max_concurrency: int = Field(default=8, ge=1, le=500)
+    ignore_fields: list[str] = Field(default_factory=list)
+    watch: bool = False
+    fail_fast: bool = False
+    force: bool = False
+    adopt: bool = False
+    approval_timeout_seconds: float = Field(default=3600.0, gt=0)
+    batch_size: int = Field(default=BATCH_SIZE_DEFAULT, ge=1, le=1500)
+    operator: str = "temporal"
+    """Who started the run (recorded in the release); the CLI sets the user name."""
+
+    @model_validator(mode="after")
+    def _one_spec_source(self) -> OperationInput:
+        if self.spec is not None and self.spec_ref is not None:
+            raise ValueError("give either spec or spec_ref, not both")
+        return self
+
+
+class ApprovalInput(BaseModel):
+    """Argument of the ``approve`` / ``reject`` workflow Updates."""
+
+    by: str = "unknown"
+    reason: str | None = None
+
+
+class NodeStatus(StrEnum):
+    pending = "pending"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    skipped = "skipped"
+
+
+class NodeResult(BaseModel):
+    """What one resource activity returns: a summary, never the live object."""
+
+    id: str
+    action: str
+    status: NodeStatus
+    digest: str | None = None
+    error: str | None = None
+
+
+class ChangeBrief(BaseModel):
+    """One line of a preview as the workflow keeps it."""
+
+    id: str
+    type: str
+    action: str
+    drift: bool = False
+
+
+class PlannedNode(BaseModel):
+    id: str
+    type: str
+    deps: list[str] = Field(default_factory=list)
+
+
+class OperationPlan(BaseModel):
+    """The compact graph an activity derives from the spec (or, for destroy, the state)."""
+
+    spec_ref: str | None
+    revision: int | None = None
+    nodes: list[PlannedNode]
+    """Topological order."""
+
+
+class StatusView(BaseModel):
+    """Result of the ``status`` query."""
+
+    phase: str
+    revision: int | None = None
+    total: int = 0
+    done: int = 0
+    failed: int = 0
+    running: list[str] = Field(default_factory=list)
+    changes: dict[str, Any] = Field(default_factory=dict)
+    error: str | None = None
+
+
+class OperationResult(BaseModel):
+    """What an operation workflow returns (and the CLI prints)."""
+
+    project: str
+    workspace: str
+    operation: str
+    revision: int | None
+    phase: str
+    changes: dict[str, Any]
+    results: list[NodeResult] = Field(default_factory=list)
+    error: str | None = None
+
+
+class BatchInput(BaseModel):
+    """Input of the child workflow that walks one batch of a large graph."""
+
+    project: str
+    workspace: str
+    revision: int
+    spec_ref: str | None
+    operation: str
+    """``apply`` or ``delete`` (nodes are walked in reverse for delete)."""
+    nodes: list[PlannedNode]
+    blocked: list[str] = Field(default_factory=list)
+    """Dependencies outside this batch that failed or were skipped."""
+    max_concurrency: int = 8
+    fail_fast: bool = False
+    watch: bool = False
+    force: bool = False
+    adopt: bool = False
+
+
+class BatchResult(BaseModel):
+    results: list[NodeResult]

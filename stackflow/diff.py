@@ -1,0 +1,228 @@
+"""Three-way diff for preview: desired (spec or runtime's would-be object) vs live vs prior.
+
+Only the fields the spec manages are compared: live is projected onto the shape of desired.
+Secret values are masked here, once, so nothing downstream ever sees them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from enum import StrEnum
+from typing import Any
+
+from deepdiff import DeepDiff
+from pydantic import BaseModel, computed_field
+
+from stackflow.paths import (
+    PathError,
+    Segment,
+    format_path,
+    get_path,
+    matches_prefix,
+    parse_path,
+    pattern_below,
+)
+
+SENSITIVE_MARKER = "(sensitive value)"
+
+
+class Action(StrEnum):
+    Create = "Create"
+    Update = "Update"
+    Delete = "Delete"
+    UnChanged = "UnChanged"
+
+
+class FieldChange(BaseModel):
+    path: str
+    old: Any = None
+    new: Any = None
+
+
+class Change(BaseModel):
+    id: str
+    type: str
+    action: Action
+    drift: bool = False
+    diff: list[FieldChange] = []
+
+
+class Preview(BaseModel):
+    changes: list[Change] = []
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def summary(self) -> dict[str, int]:
+        counts = {action.value: 0 for action in Action}
+        for change in self.changes:
+            counts[change.action.value] += 1
+        return counts
+
+    def to_json(self) -> dict[str, Any]:
+        """The stable JSON form: ``{"changes": [...], "summary": {...}}``."""
+        return {
+            "changes": [change.model_dump(mode="json") for change in self.changes],
+            "summary": self.summary,
+        }
+
+    @property
+    def has_changes(self) -> bool:
+        return any(c.action is not Action.UnChanged for c in self.changes)
+
+
+def sensitive_paths_for(resource_type: str, attributes: Mapping[str, Any] | None) -> list[str]:
+    """Default sensitive paths: a Kubernetes Secret's ``data`` and ``stringData``."""
+    if resource_type == "Kubernetes" and attributes and attributes.get("kind") == "Secret":
+        return ["data", "stringData"]
+    return []
+
+
+def project(live: Any, desired: Any) -> Any:
+    """``live`` reduced to the dict keys present in ``desired``, recursively."""
+    if isinstance(live, Mapping) and isinstance(desired, Mapping):
+        return {k: project(live[k], v) for k, v in desired.items() if k in live}
+    if isinstance(live, list) and isinstance(desired, list):
+        n = len(desired)
+        return [project(item, desired[i]) if i < n else item for i, item in enumerate(live)]
+    return live
+
+
+def prune(value: Any, patterns: Sequence[Sequence[Segment]], at: tuple[Segment, ...] = ()) -> Any:
+    """A copy of ``value`` without the fields matched by ``patterns``."""
+    if not patterns:
+        return value
+    if isinstance(value, Mapping):
+        out = {}
+        for k, v in value.items():
+            here = (*at, k)
+            if not any(matches_prefix(p, here) for p in patterns):
+                out[k] = prune(v, patterns, here)
+        return out
+    if isinstance(value, list):
+        items = []
+        for i, v in enumerate(value):
+            here = (*at, i)
+            if not any(matches_prefix(p, here) for p in patterns):
+                items.append(prune(v, patterns, here))
+        return items
+    return value
+
+
+def _leaves(value: Any, at: tuple[Segment, ...]) -> Iterator[tuple[tuple[Segment, ...], Any]]:
+    """(path, value) of every leaf; empty containers are leaves."""
+    if isinstance(value, Mapping) and value:
+        for k, v in value.items():
+            yield from _leaves(v, (*at, k))
+    elif isinstance(value, list) and value:
+        for i, v in enumerate(value):
+            yield from _leaves(v, (*at, i))
+    else:
+        yield at, value
+
+
+def _mask(value: Any, rest: Sequence[Segment]) -> Any:
+    """``value`` with the part matched by the relative pattern ``rest`` masked."""
+    if not rest:
+        return SENSITIVE_MARKER if value is not None else None
+    head, tail = rest[0], rest[1:]
+    if isinstance(value, Mapping):
+        return {k: _mask(v, tail) if head in ("*", k) else v for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask(v, tail) if head in ("*", i) else v for i, v in enumerate(value)]
+    return value
+
+
+def _masked(path: tuple[Segment, ...], value: Any, patterns: Sequence[Sequence[Segment]]) -> Any:
+    for pattern in patterns:
+        if matches_prefix(pattern, path):
+            return _mask(value, ())
+        below = pattern_below(pattern, path)
+        if below is not None:
+            value = _mask(value, below)
+    return value
+
+
+class _Absent:
+    """A field missing on one side; compares equal only to itself."""
+
+
+def _value_at(value: Any, path: Sequence[Segment]) -> Any:
+    try:
+        return get_path(value, path)
+    except PathError:
+        return _Absent
+
+
+def _is_absent(value: Any) -> bool:
+    return type(value).__name__ == "NotPresent"
+
+
+def _field_changes(old: Any, new: Any) -> list[tuple[tuple[Segment, ...], Any, Any]]:
+    """Leaf-level (path, old, new) differences, via deepdiff; a missing field shows as None."""
+    if old == new:  # fast path: most resources are unchanged
+        return []
+    tree = DeepDiff(old, new, view="tree", verbose_level=2)
+    out: list[tuple[tuple[Segment, ...], Any, Any]] = []
+    for report in tree.values():
+        for level in report:
+            path = tuple(level.path(output_format="list"))
+            if _is_absent(level.t1):
+                out.extend((p, None, v) for p, v in _leaves(level.t2, path))
+            elif _is_absent(level.t2):
+                out.extend((p, v, None) for p, v in _leaves(level.t1, path))
+            else:
+                out.append((path, level.t1, level.t2))
+    out.sort(key=lambda item: format_path(item[0]))
+    return out
+
+
+def diff_resource(
+    resource_id: str,
+    resource_type: str,
+    desired: Mapping[str, Any] | None,
+    live: Mapping[str, Any] | None,
+    prior: Mapping[str, Any] | None,
+    *,
+    ignore_fields: Sequence[str] = (),
+    sensitive_paths: Sequence[str] = (),
+) -> Change:
+    """The change that brings ``live`` to ``desired``, with drift judged against ``prior``.
+
+    - desired None: Delete if the resource is in prior state or still live, else UnChanged.
+    - live None: Create (drift if prior says it existed: someone deleted it).
+    - otherwise Update if live (projected onto desired) differs from desired, else UnChanged;
+      drift if a differing field was not changed by the spec since prior.
+    """
+    ignore = [parse_path(p) for p in ignore_fields]
+    secret = [parse_path(p) for p in sensitive_paths]
+    drift = False
+    if desired is None:
+        if prior is None and live is None:
+            return Change(id=resource_id, type=resource_type, action=Action.UnChanged)
+        old = prune(live if live is not None else prior, ignore)
+        action = Action.Delete
+        raw = [(p, v, None) for p, v in _leaves(old, ())]
+    elif live is None:
+        action = Action.Create
+        drift = prior is not None
+        raw = [(p, None, v) for p, v in _leaves(prune(desired, ignore), ())]
+    else:
+        want = prune(desired, ignore)
+        have = prune(project(live, desired), ignore)
+        raw = _field_changes(have, want)
+        action = Action.Update if raw else Action.UnChanged
+        if raw and prior is not None:
+            # A field differs from desired although the spec left it as it was in prior:
+            # so live moved away from prior behind our back.
+            before = prune(project(prior, desired), ignore)
+            drift = any(_value_at(want, path) == _value_at(before, path) for path, _, _ in raw)
+    diff = [
+        FieldChange(
+            path=format_path(path),
+            old=_masked(path, old_value, secret),
+            new=_masked(path, new_value, secret),
+        )
+        for path, old_value, new_value in raw
+        if path or old_value or new_value  # an empty object created/deleted has no fields
+    ]
+    return Change(id=resource_id, type=resource_type, action=action, drift=drift, diff=diff)

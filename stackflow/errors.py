@@ -1,0 +1,52 @@
+"""Typed errors of the engine. Each carries the CLI exit code it maps to.
+
+Exit codes: 0 ok, 1 operation failed, 2 bad input, 3 stack locked.
+"""
+
+from __future__ import annotations
+
+
+class StackflowError(Exception):
+    """Base of every error the engine raises on purpose; the message is one line for the user."""
+
+    exit_code: int = 1
+
+
+class SpecError(StackflowError):
+    """The input (a spec, a release file, a path) is invalid."""
+
+    exit_code = 2
+
+
+class GraphError(SpecError):
+    """The resources do not form a valid DAG (duplicate/unknown ids, cycles)."""
+
+
+class KusionFormatError(SpecError):
+    """A Kusion release or metadata file cannot be read."""
+
+
+class StoreError(StackflowError):
+    """The state store failed or refused an operation."""
+
+
+class NotFoundError(StoreError):
+    """The record does not exist."""
+
+
+class ConflictError(StoreError):
+    """The record exists already, or its version moved on (compare-and-swap failed)."""
+
+
+class OwnerConflictError(ConflictError):
+    """The record belongs to another owner."""
+
+
+class PhaseConflictError(ConflictError):
+    """The record's phase forbids the operation (e.g. it is tearing down)."""
+
+
+class StackLockedError(StackflowError):
+    """The latest release of the stack is still in progress."""
+
+    exit_code = 3

@@ -1,0 +1,67 @@
+"""Rich rendering of a preview: a table with a summary line, and per-resource field diffs."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from stackflow.diff import Action, Preview
+
+_STYLE = {
+    Action.Create: "green",
+    Action.Update: "yellow",
+    Action.Delete: "red",
+    Action.UnChanged: "dim",
+}
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "<none>"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, ensure_ascii=False)
+
+
+def summary_line(preview: Preview) -> str:
+    s = preview.summary
+    return (
+        f"Plan: {s['Create']} to create, {s['Update']} to update, "
+        f"{s['Delete']} to delete, {s['UnChanged']} unchanged"
+    )
+
+
+def render_preview(preview: Preview, console: Console, detail: bool = False) -> None:
+    """Print the change table, then (with ``detail``) each changed resource's field diff."""
+    table = Table(show_header=True, header_style="bold")
+    table.add_column("ID", overflow="fold")
+    table.add_column("Type")
+    table.add_column("Action")
+    for change in preview.changes:
+        action = Text(change.action.value, style=_STYLE[change.action])
+        if change.drift:
+            action.append(" (drift)", style="magenta")
+        table.add_row(change.id, change.type, action)
+    console.print(table)
+    console.print(summary_line(preview), highlight=False)
+    if not detail:
+        return
+    for change in preview.changes:
+        if change.action is Action.UnChanged or not change.diff:
+            continue
+        console.print()
+        header = Text(f"{change.action.value} ", style=f"bold {_STYLE[change.action]}")
+        header.append(change.id, style="bold")
+        if change.drift:
+            header.append(" (drift: live differs from the last applied state)", style="magenta")
+        console.print(header)
+        for field in change.diff:
+            line = Text(f"  {field.path}: ")
+            line.append(_show(field.old), style="red")
+            line.append(" -> ")
+            line.append(_show(field.new), style="green")
+            console.print(line, soft_wrap=True)

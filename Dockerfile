@@ -1,0 +1,52 @@
+# stackflow worker image (used by the stackflow-worker service in docker-compose.yml).
+#
+#   docker build -t stackflow-worker:0.1.0 .
+#
+# The image carries Python, the locked dependencies and the stackflow sources.
+# It ships no terraform/tofu binary: extend it (FROM stackflow-worker) and set
+# STACKFLOW_TF_BIN if your stacks use the terraform runtime.
+FROM python:3.11.13-slim-bookworm
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    UV_PROJECT_ENVIRONMENT=/app/.venv \
+    UV_PYTHON=/usr/local/bin/python3.11 \
+    UV_PYTHON_DOWNLOADS=never \
+    UV_COMPILE_BYTECODE=1 \
+    UV_LINK_MODE=copy \
+    UV_NO_CACHE=1
+
+# uv is pinned to the version that wrote uv.lock.
+RUN pip install --no-cache-dir "uv==0.13.8"
+
+WORKDIR /app
+
+# Dependencies first, so editing the sources does not re-install them.
+COPY pyproject.toml uv.lock README.md ./
+RUN uv sync --frozen --no-dev --no-install-project
+
+COPY stackflow/ stackflow/
+COPY workflows/ workflows/
+COPY activities/ activities/
+COPY runtimes/ runtimes/
+COPY cli/ cli/
+COPY worker.py ./
+RUN uv sync --frozen --no-dev
+
+# Unprivileged runtime user. /data/stackflow is created here with the right
+# owner so a fresh named volume mounted over it inherits that ownership.
+RUN groupadd --system --gid 10001 stackflow \
+    && useradd --system --uid 10001 --gid stackflow --create-home \
+        --home-dir /home/stackflow --shell /usr/sbin/nologin stackflow \
+    && mkdir -p /data/stackflow \
+    && chown stackflow:stackflow /data/stackflow
+
+ENV PATH="/app/.venv/bin:${PATH}" \
+    STACKFLOW_HOME=/data/stackflow
+
+USER stackflow:stackflow
+VOLUME ["/data/stackflow"]
+
+# worker.py is expected to shut down gracefully on SIGTERM; compose allows it 60s.
+STOPSIGNAL SIGTERM
+CMD ["/app/.venv/bin/python", "worker.py"]

@@ -50,3 +50,9 @@ class StackLockedError(StackflowError):
     """The latest release of the stack is still in progress."""
 
     exit_code = 3
+
+
+class InvalidNameError(StoreError):
+    """A type, namespace or id is not a safe name (they become file paths)."""
+
+    exit_code = 2

@@ -88,7 +88,10 @@ class ChangeBrief(BaseModel):
 class PlannedNode(BaseModel):
     id: str
     type: str
+    action: str = "Apply"
+    """Create, Update or Delete once the preview decided; what the node's activity does."""
     deps: list[str] = Field(default_factory=list)
+    """Nodes that must succeed first (for deletes: the dependents of the original graph)."""
 
 
 class OperationPlan(BaseModel):
@@ -96,8 +99,56 @@ class OperationPlan(BaseModel):
 
     spec_ref: str | None
     revision: int | None = None
-    nodes: list[PlannedNode]
-    """Topological order."""
+    nodes: list[PlannedNode] = Field(default_factory=list)
+    """Resources of the spec, in topological order."""
+    deletions: list[PlannedNode] = Field(default_factory=list)
+    """Resources of the prior state no longer in the spec, dependents first."""
+
+
+class PrepareInput(BaseModel):
+    """Input of the ``prepare_operation`` activity."""
+
+    operation: str
+    """``preview``, ``apply`` or ``destroy``."""
+    request: OperationInput
+    workflow_id: str
+    run_id: str
+
+
+class PreviewBatchInput(BaseModel):
+    project: str
+    workspace: str
+    spec_ref: str | None
+    revision: int | None
+    ids: list[str] = Field(default_factory=list)
+    delete_ids: list[str] = Field(default_factory=list)
+    ignore_fields: list[str] = Field(default_factory=list)
+    force: bool = False
+    adopt: bool = False
+
+
+class PhaseInput(BaseModel):
+    project: str
+    workspace: str
+    revision: int
+    phase: str
+    error: str | None = None
+    changes: dict[str, Any] | None = None
+    approval: dict[str, Any] | None = None
+
+
+class NodeInput(BaseModel):
+    """Input of ``apply_resource`` / ``delete_resource``: names the node, carries no state."""
+
+    project: str
+    workspace: str
+    revision: int
+    spec_ref: str | None
+    resource_id: str
+    action: str
+    watch: bool = False
+    force: bool = False
+    adopt: bool = False
 
 
 class StatusView(BaseModel):

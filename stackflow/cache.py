@@ -1,0 +1,134 @@
+"""Redis read-through cache of prior state (the state of the latest succeeded release).
+
+Keys carry the revision: ``stackflow:prior:<project>/<workspace>:<revision>`` is a hash of
+resource id → resource JSON, plus a completeness marker. The revision always comes from
+storage (a cheap metadata read), so a cached entry can never stand for a newer release.
+Redis is never the source of truth: when it is down or flushed, reads go to storage with a
+single warning per cache object.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import redis
+
+from stackflow.release import Release, ReleaseStore
+from stackflow.spec import Resource
+
+log = logging.getLogger(__name__)
+
+_COMPLETE = "\x00complete"  # a field no resource id can be (ids are non-empty text)
+_TTL_SECONDS = 7 * 24 * 3600
+_RETRY_AFTER_SECONDS = 5.0
+
+
+class PriorStateCache:
+    def __init__(
+        self,
+        redis_url: str | None,
+        releases: ReleaseStore,
+        *,
+        socket_timeout: float = 0.5,
+        key_prefix: str = "stackflow:prior",
+    ) -> None:
+        self.releases = releases
+        self.key_prefix = key_prefix
+        self._client: redis.Redis | None = (
+            redis.Redis.from_url(
+                redis_url,
+                socket_timeout=socket_timeout,
+                socket_connect_timeout=socket_timeout,
+                decode_responses=True,
+            )
+            if redis_url
+            else None
+        )
+        self._warned = False
+        self._down_until = 0.0
+
+    # ---- public ---------------------------------------------------------------------------
+
+    def prior(self, project: str, workspace: str) -> dict[str, Resource]:
+        """State of the latest succeeded release, by resource id ({} if none)."""
+        revision = self.releases.latest_succeeded_revision(project, workspace)
+        if revision is None:
+            return {}
+        key = self._key(project, workspace, revision)
+        cached = self._call(lambda c: c.hgetall(key))
+        if cached and _COMPLETE in cached:
+            return {
+                rid: Resource.model_validate_json(raw)
+                for rid, raw in cached.items()
+                if rid != _COMPLETE
+            }
+        return self._fill(project, workspace, revision).state.by_id()
+
+    def prior_resource(self, project: str, workspace: str, resource_id: str) -> Resource | None:
+        """One resource of the prior state, or None if it is not in it."""
+        revision = self.releases.latest_succeeded_revision(project, workspace)
+        if revision is None:
+            return None
+        key = self._key(project, workspace, revision)
+        found = self._call(lambda c: c.hmget(key, [resource_id, _COMPLETE]))
+        if found is not None:
+            raw, complete = found
+            if raw is not None:
+                return Resource.model_validate_json(raw)
+            if complete is not None:
+                return None
+        return self._fill(project, workspace, revision).state.by_id().get(resource_id)
+
+    def remember(self, release: Release) -> None:
+        """A release succeeded: cache its state and drop older revisions of the stack."""
+        self._store(release)
+        pattern = f"{self.key_prefix}:{release.project}/{release.workspace}:*"
+        current = self._key(release.project, release.workspace, release.revision)
+
+        def drop_older(client: redis.Redis) -> None:
+            for key in client.scan_iter(match=pattern, count=100):
+                if key != current:
+                    client.delete(key)
+
+        self._call(drop_older)
+
+    # ---- internals ------------------------------------------------------------------------
+
+    def _key(self, project: str, workspace: str, revision: int) -> str:
+        return f"{self.key_prefix}:{project}/{workspace}:{revision}"
+
+    def _fill(self, project: str, workspace: str, revision: int) -> Release:
+        release = self.releases.get(project, workspace, revision)
+        self._store(release)
+        return release
+
+    def _store(self, release: Release) -> None:
+        key = self._key(release.project, release.workspace, release.revision)
+        mapping: dict[Any, Any] = {
+            r.id: r.model_dump_json(by_alias=True) for r in release.state.resources
+        }
+        mapping[_COMPLETE] = "1"
+
+        def write(client: redis.Redis) -> None:
+            pipe = client.pipeline(transaction=True)
+            pipe.delete(key)
+            pipe.hset(key, mapping=mapping)
+            pipe.expire(key, _TTL_SECONDS)
+            pipe.execute()
+
+        self._call(write)
+
+    def _call(self, fn: Any) -> Any:
+        """Run ``fn(client)``; None when disabled or Redis fails (warned once)."""
+        if self._client is None or time.monotonic() < self._down_until:
+            return None
+        try:
+            return fn(self._client)
+        except (redis.RedisError, OSError) as err:
+            self._down_until = time.monotonic() + _RETRY_AFTER_SECONDS
+            if not self._warned:
+                self._warned = True
+                log.warning("redis unavailable, reading prior state from storage: %s", err)
+            return None

@@ -1,0 +1,171 @@
+"""Commands that need no Temporal: validate, graph, release list/show/unlock/import."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from cli.app import app, release_app
+from cli.output import OutputFormat, OutputOption, emit, stdout_console
+from stackflow.config import default_release_store
+from stackflow.errors import NotFoundError
+from stackflow.graph import Graph, build_graph
+from stackflow.kusion import import_kusion_releases
+from stackflow.release import Release
+from stackflow.spec import load_spec
+
+SpecFile = Annotated[
+    str, typer.Option("--file", "-f", help="Spec file (YAML or JSON); '-' reads stdin.")
+]
+Project = Annotated[str, typer.Option("--project", "-p", help="Project name.")]
+Workspace = Annotated[str, typer.Option("--workspace", "-w", help="Workspace name.")]
+
+
+class GraphFormat(StrEnum):
+    table = "table"
+    json = "json"
+    dot = "dot"
+
+
+@app.command()
+def validate(file: SpecFile) -> None:
+    """Check a spec: shape, id conventions, dependencies, references, cycles."""
+    spec = load_spec(file)
+    layers = build_graph(spec).layers()
+    typer.echo(f"valid: {_count(len(spec.resources), 'resource')}, {_count(len(layers), 'layer')}")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def graph_json(graph: Graph) -> dict[str, Any]:
+    return {"layers": graph.layers(), "edges": [list(edge) for edge in graph.edges]}
+
+
+def graph_dot(graph: Graph) -> str:
+    def q(text: str) -> str:
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    lines = ["digraph stackflow {", "  rankdir=LR;"]
+    lines += [f"  {q(rid)};" for rid in graph.ids]
+    lines += [f"  {q(dep)} -> {q(rid)};" for dep, rid in graph.edges]
+    lines.append("}")
+    return "\n".join(lines)
+
+
+@app.command()
+def graph(
+    file: SpecFile,
+    output: Annotated[
+        GraphFormat, typer.Option("--output", "-o", help="table, json or dot (Graphviz).")
+    ] = GraphFormat.table,
+) -> None:
+    """Show the dependency graph: layers in apply order (edges: dependency -> dependent)."""
+    g = build_graph(load_spec(file))
+    if output is GraphFormat.dot:
+        typer.echo(graph_dot(g))
+        return
+
+    def table(console: Console) -> None:
+        for number, layer in enumerate(g.layers(), 1):
+            console.print(f"[bold]Layer {number}[/bold]")
+            for rid in layer:
+                deps = g.dependencies(rid)
+                after = f"  [dim](after {', '.join(deps)})[/dim]" if deps else ""
+                console.print(f"  {rid}{after}", highlight=False, soft_wrap=True)
+
+    emit(OutputFormat(output.value), lambda: graph_json(g), table)
+
+
+def _release_summary(r: Release) -> dict[str, Any]:
+    return {
+        "revision": r.revision,
+        "operation": r.operation.value,
+        "phase": r.phase.value,
+        "resources": len(r.state.resources),
+        "created_at": r.created_at.isoformat(),
+        "modified_at": r.modified_at.isoformat(),
+        "error": r.error,
+    }
+
+
+@release_app.command("list")
+def release_list(
+    project: Project, workspace: Workspace, output: OutputOption = OutputFormat.table
+) -> None:
+    """List the releases of a stack."""
+    releases = default_release_store().list(project, workspace)
+
+    def table(console: Console) -> None:
+        t = Table("Revision", "Operation", "Phase", "Resources", "Created", "Modified", "Error")
+        for row in map(_release_summary, releases):
+            t.add_row(*(str(row[k]) if row[k] is not None else "" for k in row))
+        console.print(t)
+
+    emit(output, lambda: [_release_summary(r) for r in releases], table)
+
+
+@release_app.command("show")
+def release_show(
+    project: Project,
+    workspace: Workspace,
+    revision: Annotated[
+        int | None, typer.Option("--revision", "-r", help="Default: the latest.")
+    ] = None,
+    output: OutputOption = OutputFormat.table,
+) -> None:
+    """Show one release (default: the latest) with its resources."""
+    store = default_release_store()
+    release = (
+        store.get(project, workspace, revision)
+        if revision is not None
+        else store.latest(project, workspace)
+    )
+    if release is None:
+        raise NotFoundError(f"stack {project}/{workspace} has no releases")
+
+    def table(console: Console) -> None:
+        for key, value in _release_summary(release).items():
+            if value is not None:
+                console.print(f"[bold]{key}:[/bold] {value}", highlight=False, soft_wrap=True)
+        t = Table("ID", "Type", title="State")
+        for resource in release.state.resources:
+            t.add_row(resource.id, resource.type.value)
+        console.print(t)
+
+    emit(output, lambda: release.model_dump(mode="json", by_alias=True), table)
+
+
+@release_app.command("unlock")
+def release_unlock(project: Project, workspace: Workspace) -> None:
+    """Mark an in-progress latest release as failed, so new operations may start."""
+    store = default_release_store()
+    before = store.latest(project, workspace)
+    after = store.unlock(project, workspace)
+    if before is not None and before.phase == after.phase:
+        typer.echo(
+            f"stack {project}/{workspace} is not locked (release {after.revision} is {after.phase})"
+        )
+    else:
+        typer.echo(f"unlocked {project}/{workspace}: release {after.revision} is now {after.phase}")
+
+
+@release_app.command("import")
+def release_import(
+    kusion_home: Annotated[
+        Path, typer.Option("--kusion-home", help="Kusion's home directory.")
+    ] = Path("~/.kusion"),
+) -> None:
+    """Import a Kusion user's release history (every project/workspace/revision)."""
+    imported = import_kusion_releases(kusion_home.expanduser(), default_release_store())
+    console = stdout_console()
+    for stack, count in imported.items():
+        console.print(f"imported {count} release(s) of {stack}", highlight=False)
+    if not imported:
+        console.print("nothing to import", highlight=False)

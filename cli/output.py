@@ -1,0 +1,52 @@
+"""Output helpers shared by commands: ``--output`` choice, JSON vs table, error lines."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+
+class OutputFormat(StrEnum):
+    table = "table"
+    json = "json"
+
+
+OutputOption = Annotated[
+    OutputFormat,
+    typer.Option("--output", "-o", help="table (for people) or json (stable, for scripts)."),
+]
+
+
+def stdout_console() -> Console:
+    return Console(file=sys.stdout)
+
+
+def stderr_console() -> Console:
+    return Console(file=sys.stderr)
+
+
+def error_line(message: str) -> None:
+    """One red line on stderr (never wrapped, no markup interpretation)."""
+    text = " ".join(message.split())
+    stderr_console().print(
+        f"Error: {text}", style="red", markup=False, highlight=False, soft_wrap=True
+    )
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False, ensure_ascii=False, default=str))
+    sys.stdout.write("\n")
+
+
+def emit(fmt: OutputFormat, data: Callable[[], Any], table: Callable[[Console], None]) -> None:
+    """Print ``data()`` as JSON, or call ``table(console)`` for the human form."""
+    if fmt is OutputFormat.json:
+        print_json(data())
+    else:
+        table(stdout_console())

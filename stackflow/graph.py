@@ -153,7 +153,8 @@ class Graph:
         return [rid for layer in self._layers for rid in layer]
 
     def reverse_topological_order(self) -> list[str]:
-        return [rid for layer in reversed(self._layers) for rid in layer]
+        """Destroy order: exactly ``topological_order()`` reversed."""
+        return self.topological_order()[::-1]
 
     def _compute_layers(self) -> list[list[str]]:
         """Kahn's algorithm by layers, O(V+E) plus sorting within layers."""

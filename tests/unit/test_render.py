@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import io
+
+from rich.console import Console
+
+from stackflow.diff import Preview, diff_resource
+from stackflow.render import render_preview, summary_line
+
+
+def make_preview() -> Preview:
+    return Preview(
+        changes=[
+            diff_resource("a", "OnPrem", {"x": 1}, None, None),
+            diff_resource("b", "OnPrem", {"x": 2}, {"x": 1}, {"x": 3}),
+            diff_resource("c", "OnPrem", {"x": 1}, {"x": 1}, None),
+        ]
+    )
+
+
+def test_table_and_summary() -> None:
+    buf = io.StringIO()
+    render_preview(make_preview(), Console(file=buf, width=120), detail=False)
+    text = buf.getvalue()
+    assert "Create" in text and "Update" in text and "UnChanged" in text
+    assert summary_line(make_preview()) in text
+    assert "x: " not in text
+
+
+def test_detail_lists_field_changes_plain_without_tty() -> None:
+    buf = io.StringIO()
+    render_preview(make_preview(), Console(file=buf, width=120), detail=True)
+    text = buf.getvalue()
+    assert "  x: <none> -> 1" in text
+    assert "  x: 1 -> 2" in text
+    assert "\x1b[" not in text  # no colour codes when not a terminal
+
+
+def test_colour_on_a_terminal() -> None:
+    buf = io.StringIO()
+    render_preview(make_preview(), Console(file=buf, width=120, force_terminal=True), detail=True)
+    assert "\x1b[" in buf.getvalue()

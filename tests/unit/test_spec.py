@@ -1,0 +1,179 @@
+"""Spec models and loading: Kusion's shape in, one-line errors out."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from stackflow.errors import GraphError, SpecError
+from stackflow.spec import (
+    MAX_RESOURCE_BYTES,
+    Resource,
+    ResourceType,
+    Spec,
+    load_spec,
+    parse_spec,
+    parse_spec_text,
+    resource_digest,
+    spec_digest,
+)
+
+SHARED = Path(__file__).resolve().parents[3] / "shared"
+KUSION = SHARED / "compat" / "kusion"
+
+
+def res(rid: str, type_: str = "OnPrem", **extra: object) -> dict[str, object]:
+    return {"id": rid, "type": type_, **extra}
+
+
+def test_kusion_field_names_round_trip() -> None:
+    data = {
+        "resources": [
+            res("v1:Namespace:ns", "Kubernetes", attributes={"kind": "Namespace"}),
+            res(
+                "apps/v1:Deployment:ns:web",
+                "Kubernetes",
+                dependsOn=["v1:Namespace:ns"],
+                extensions={"GVK": "apps/v1, Kind=Deployment"},
+            ),
+        ],
+        "secretStore": {"provider": {"aws": {"region": "eu-west-1"}}},
+        "context": {"k": "v"},
+    }
+    spec = parse_spec(data)
+    assert spec.resources[1].depends_on == ["v1:Namespace:ns"]
+    assert spec.secret_store == {"provider": {"aws": {"region": "eu-west-1"}}}
+    dumped = spec.model_dump(by_alias=True)
+    assert dumped["secretStore"] == data["secretStore"]
+    assert dumped["resources"][1]["dependsOn"] == ["v1:Namespace:ns"]
+    assert parse_spec(dumped) == spec
+
+
+def test_populate_by_name() -> None:
+    r = Resource(id="x", type=ResourceType.OnPrem, depends_on=["y"])
+    assert r.depends_on == ["y"]
+    assert Spec(resources=[r], secret_store=None).resources == [r]
+
+
+def test_kusion_plan_service_resource_loads() -> None:
+    resource = yaml.safe_load(
+        (KUSION / "runtime/kubernetes/testdata/plan_service.yaml").read_text()
+    )
+    namespace = res("v1:Namespace:code-city", "Kubernetes")
+    spec = parse_spec({"resources": [namespace, resource]})
+    assert spec.resources[1].id == "v1:Service:code-city:gocity"
+    assert spec.resources[1].attributes["spec"]["ports"][0]["port"] == 4000
+
+
+def test_kusion_release_spec_loads() -> None:
+    data = yaml.safe_load(
+        (KUSION / "release/storages/testdata/releases/test_project/test_ws/3.yaml").read_text()
+    )
+    spec = parse_spec(data["spec"])
+    assert spec.secret_store is None and spec.context == {}
+    assert spec.resources[0].extensions["GVK"].startswith("apps.kusionstack.io")
+
+
+def test_nulls_become_empty() -> None:
+    spec = parse_spec(
+        {"resources": [res("a", attributes=None, dependsOn=None, extensions=None)], "context": None}
+    )
+    assert spec.resources[0].attributes == {} and spec.resources[0].depends_on == []
+
+
+@pytest.mark.parametrize(
+    ("rid", "type_", "ok"),
+    [
+        ("apps/v1:Deployment:ns:web", "Kubernetes", True),
+        ("v1:Namespace:ns", "Kubernetes", True),  # cluster-scoped
+        ("web", "Kubernetes", False),
+        ("a:b:c:d:e", "Kubernetes", False),
+        ("hashicorp:random:random_password:pw", "Terraform", True),
+        ("random_password:pw", "Terraform", False),
+        ("anything goes / here", "OnPrem", True),
+    ],
+)
+def test_id_conventions(rid: str, type_: str, ok: bool) -> None:
+    data = {"resources": [res(rid, type_)]}
+    if ok:
+        parse_spec(data)
+    else:
+        with pytest.raises(SpecError, match=r"resources\[0\] .*: id: a "):
+            parse_spec(data)
+
+
+@pytest.mark.parametrize(
+    ("data", "pattern"),
+    [
+        ([1, 2], "a spec is a mapping with a 'resources' list, got list"),
+        (None, "got nothing"),
+        ({"resource": []}, "needs a top-level 'resources' list"),
+        ({"resources": {"a": 1}}, "resources: Input should be a valid list"),
+        ({"resources": [res("a"), {"id": 5, "type": "OnPrem"}]}, r"resources\[1\]: id: "),
+        ({"resources": [res("a", "Foo")]}, r'resources\[0\] \(id "a"\): type: unknown type "Foo"'),
+        ({"resources": [res("a", depends_on=1)]}, r'resources\[0\] \(id "a"\): depends_on'),
+        ({"resources": [res("a", bogus=1)]}, r'resources\[0\] \(id "a"\): bogus: unknown field'),
+        ({"resources": [res("a", attributes=[1])]}, r"attributes: Input should be a valid dict"),
+        ({"resources": [res("")]}, r"resources\[0\] \(id \"\"\): id: "),
+        ({"resources": [], "extra": 1}, "extra: unknown field"),
+    ],
+)
+def test_shape_errors_name_the_place(data: object, pattern: str) -> None:
+    with pytest.raises(SpecError, match=pattern) as info:
+        parse_spec(data, "spec.yaml")
+    message = str(info.value)
+    assert message.startswith("spec.yaml: ")
+    assert "\n" not in message
+
+
+def test_graph_rules_run_in_parse_spec() -> None:
+    with pytest.raises(GraphError, match=r"x\.yaml: .*duplicate"):
+        parse_spec({"resources": [res("a"), res("a")]}, "x.yaml")
+    with pytest.raises(GraphError, match="dependency cycle: a -> a"):
+        parse_spec({"resources": [res("a", dependsOn=["a"])]})
+
+
+def test_resource_size_limit() -> None:
+    big = {"resources": [res("a", attributes={"blob": "x" * (MAX_RESOURCE_BYTES + 1)})]}
+    with pytest.raises(SpecError, match=r'resources\[0\] \(id "a"\): attributes: \d+ bytes'):
+        parse_spec(big)
+    parse_spec({"resources": [res("a", attributes={"blob": "x" * 1000})]})
+
+
+def test_yaml_errors_are_one_line() -> None:
+    with pytest.raises(SpecError) as info:
+        parse_spec_text("resources: [\n  - id: a\n   type: : x", "bad.yaml")
+    assert str(info.value).startswith("bad.yaml: invalid YAML at line")
+    assert "\n" not in str(info.value)
+
+
+def test_json_text_and_timestamps_stay_strings() -> None:
+    text = json.dumps({"resources": [res("a", attributes={"when": "2024-05-10T16:48:00+08:00"})]})
+    spec = parse_spec_text(text)
+    assert spec.resources[0].attributes["when"] == "2024-05-10T16:48:00+08:00"
+    spec = parse_spec_text("resources:\n- id: a\n  type: OnPrem\n  attributes: {d: 2024-05-10}\n")
+    assert spec.resources[0].attributes["d"] == "2024-05-10"
+
+
+def test_load_spec_file_and_stdin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("resources:\n- id: a\n  type: OnPrem\n")
+    assert load_spec(path).resources[0].id == "a"
+    assert load_spec(str(path)).resources[0].id == "a"
+    monkeypatch.setattr("sys.stdin", io.StringIO('{"resources": [{"id": "b", "type": "OnPrem"}]}'))
+    assert load_spec("-").resources[0].id == "b"
+    with pytest.raises(SpecError, match=r"missing\.yaml: cannot read"):
+        load_spec(tmp_path / "missing.yaml")
+
+
+def test_digests_are_canonical() -> None:
+    a = parse_spec({"resources": [res("a", attributes={"x": 1, "y": 2})]})
+    b = parse_spec({"resources": [res("a", attributes={"y": 2, "x": 1})]})
+    c = parse_spec({"resources": [res("a", attributes={"y": 2, "x": 3})]})
+    assert spec_digest(a) == spec_digest(b) != spec_digest(c)
+    assert resource_digest(a.resources[0]) == resource_digest(b.resources[0])
+    assert len(spec_digest(a)) == 64

@@ -15,9 +15,6 @@ import redis
 from stackflow.release import ReleaseStore
 from stackflow.store import FileRecordStore, MemoryRecordStore, RecordStore
 
-SHARED = Path(__file__).resolve().parents[3] / "shared"
-KUSION_HOME = SHARED / "compat" / "kusion" / "release" / "storages" / "testdata"
-
 
 @pytest.fixture(params=["filesystem", "memory"])
 def record_store(request: pytest.FixtureRequest, tmp_path: Path) -> RecordStore:

@@ -1,0 +1,125 @@
+"""The Redis prior-state cache against a real redis-server."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+
+from stackflow.cache import PriorStateCache
+from stackflow.release import Operation, Phase, Release, ReleaseStore
+from stackflow.spec import Resource, ResourceType
+from stackflow.store import MemoryRecordStore
+
+P, W = "proj", "dev"
+
+
+def res(rid: str, **attrs: object) -> Resource:
+    return Resource(id=rid, type=ResourceType.OnPrem, attributes=dict(attrs))
+
+
+def succeed(store: ReleaseStore, *resources: Resource, phase: Phase = Phase.succeeded) -> Release:
+    release = store.create(P, W, Operation.apply, None)
+    for r in resources:
+        store.record_resource(P, W, release.revision, r)
+    return store.set_phase(P, W, release.revision, phase)
+
+
+@pytest.fixture
+def releases() -> ReleaseStore:
+    return ReleaseStore(MemoryRecordStore())
+
+
+def test_read_through_fill(
+    redis_server: Any, releases: ReleaseStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    succeed(releases, res("a", v=1), res("b", v=1))
+    cache = PriorStateCache(redis_server.url, releases)
+    assert cache.prior(P, W) == {"a": res("a", v=1), "b": res("b", v=1)}
+    key = f"stackflow:prior:{P}/{W}:1"
+    assert redis_server.client.exists(key)
+    # now served from redis: storage's full read is not used any more
+    monkeypatch.setattr(releases, "get", lambda *a: pytest.fail("storage read on a cache hit"))
+    assert cache.prior(P, W)["b"] == res("b", v=1)
+    assert cache.prior_resource(P, W, "a") == res("a", v=1)
+    assert cache.prior_resource(P, W, "zzz") is None  # known absent: the hash is complete
+
+
+def test_prior_resource_fills_on_miss(redis_server: Any, releases: ReleaseStore) -> None:
+    succeed(releases, res("a", v=1))
+    cache = PriorStateCache(redis_server.url, releases)
+    assert cache.prior_resource(P, W, "a") == res("a", v=1)
+    assert redis_server.client.hexists(f"stackflow:prior:{P}/{W}:1", "a")
+    assert cache.prior_resource(P, W, "b") is None
+
+
+def test_no_succeeded_release(redis_server: Any, releases: ReleaseStore) -> None:
+    cache = PriorStateCache(redis_server.url, releases)
+    assert cache.prior(P, W) == {} and cache.prior_resource(P, W, "a") is None
+    succeed(releases, res("a"), phase=Phase.failed)
+    assert cache.prior(P, W) == {}
+
+
+def test_replaced_on_new_succeeded_release(redis_server: Any, releases: ReleaseStore) -> None:
+    succeed(releases, res("a", v=1))
+    cache = PriorStateCache(redis_server.url, releases)
+    assert cache.prior(P, W)["a"].attributes == {"v": 1}
+    second = succeed(releases, res("a", v=2), res("b"))
+    cache.remember(second)
+    assert not redis_server.client.exists(f"stackflow:prior:{P}/{W}:1")
+    assert redis_server.client.exists(f"stackflow:prior:{P}/{W}:2")
+    assert cache.prior(P, W)["a"].attributes == {"v": 2}
+    assert cache.prior_resource(P, W, "b") == res("b")
+
+
+def test_never_a_stale_revision(redis_server: Any, releases: ReleaseStore) -> None:
+    succeed(releases, res("a", v=1))
+    cache = PriorStateCache(redis_server.url, releases)
+    other_worker = PriorStateCache(redis_server.url, releases)
+    assert cache.prior_resource(P, W, "a") == res("a", v=1)
+    succeed(releases, res("a", v=2))  # succeeded elsewhere; nobody called remember()
+    assert other_worker.prior_resource(P, W, "a") == res("a", v=2)
+    assert cache.prior(P, W)["a"] == res("a", v=2)
+    # a later failed release does not change what "prior" is
+    succeed(releases, res("a", v=3), phase=Phase.failed)
+    assert cache.prior_resource(P, W, "a") == res("a", v=2)
+
+
+def test_flushall_is_harmless(redis_server: Any, releases: ReleaseStore) -> None:
+    succeed(releases, res("a", v=1))
+    cache = PriorStateCache(redis_server.url, releases)
+    cache.prior(P, W)
+    redis_server.client.flushall()
+    assert cache.prior_resource(P, W, "a") == res("a", v=1)
+    redis_server.client.flushall()
+    assert cache.prior(P, W) == {"a": res("a", v=1)}
+
+
+def test_server_killed_mid_test(
+    redis_server: Any, releases: ReleaseStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    succeed(releases, res("a", v=1))
+    cache = PriorStateCache(redis_server.url, releases)
+    assert cache.prior(P, W)["a"] == res("a", v=1)
+    redis_server.stop()
+    caplog.set_level(logging.WARNING, logger="stackflow.cache")
+    second = succeed(releases, res("a", v=2))
+    for _ in range(3):
+        assert cache.prior(P, W)["a"] == res("a", v=2)
+        assert cache.prior_resource(P, W, "a") == res("a", v=2)
+    cache.remember(second)
+    warnings = [r for r in caplog.records if r.name == "stackflow.cache"]
+    assert len(warnings) == 1 and "redis unavailable" in warnings[0].getMessage()
+
+
+def test_unreachable_and_disabled(releases: ReleaseStore, caplog: pytest.LogCaptureFixture) -> None:
+    succeed(releases, res("a"))
+    caplog.set_level(logging.WARNING, logger="stackflow.cache")
+    nowhere = PriorStateCache("redis://127.0.0.1:1/0", releases)
+    assert nowhere.prior(P, W) == {"a": res("a")}
+    assert nowhere.prior_resource(P, W, "a") == res("a")
+    assert len([r for r in caplog.records if r.name == "stackflow.cache"]) == 1
+    disabled = PriorStateCache(None, releases)
+    assert disabled.prior_resource(P, W, "a") == res("a")
+    assert len([r for r in caplog.records if r.name == "stackflow.cache"]) == 1

@@ -103,9 +103,14 @@ def release_list(
     releases = default_release_store().list(project, workspace)
 
     def table(console: Console) -> None:
-        t = Table("Revision", "Operation", "Phase", "Resources", "Created", "Modified", "Error")
-        for row in map(_release_summary, releases):
-            t.add_row(*(str(row[k]) if row[k] is not None else "" for k in row))
+        t = Table("Revision", "Operation", "Phase", "Resources", "Modified")
+        with_errors = any(r.error for r in releases)
+        if with_errors:
+            t.add_column("Error", overflow="fold")
+        for r in releases:
+            row = [str(r.revision), r.operation.value, r.phase.value, str(len(r.state.resources))]
+            row.append(r.modified_at.strftime("%Y-%m-%d %H:%M:%S %z"))
+            t.add_row(*row, *([r.error or ""] if with_errors else []))
         console.print(t)
 
     emit(output, lambda: [_release_summary(r) for r in releases], table)

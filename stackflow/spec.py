@@ -124,7 +124,7 @@ def _describe(data: Any, loc: tuple[int | str, ...]) -> str:
         except (AttributeError, IndexError, KeyError, TypeError):
             rid = None
         if isinstance(rid, str):
-            where += f" (id {json.dumps(rid)})"
+            where += f" (id {rid!r})"
         field = ".".join(str(p) if isinstance(p, str) else f"[{p}]" for p in loc[2:])
         return f"{where}: {field.replace('.[', '[')}" if field else where
     return ".".join(str(p) for p in loc) or "<top level>"
@@ -140,7 +140,7 @@ def _validation_message(data: Any, err: ValidationError) -> str:
     loc = tuple(first["loc"])
     msg = first["msg"]
     if first["type"] == "enum" and loc[-1:] == ("type",):
-        got = json.dumps(first.get("input"))
+        got = repr(first.get("input"))
         msg = f"unknown type {got}, expected Kubernetes, Terraform or OnPrem"
     elif first["type"] == "extra_forbidden":
         msg = "unknown field"
@@ -164,7 +164,7 @@ def parse_spec(data: Any, source: str = "<input>") -> Spec:
     except ValidationError as err:
         raise SpecError(f"{source}: {_validation_message(data, err)}") from err
     for index, resource in enumerate(spec.resources):
-        where = f"{source}: resources[{index}] (id {json.dumps(resource.id)})"
+        where = f"{source}: resources[{index}] (id {resource.id!r})"
         problem = check_id_convention(resource)
         if problem:
             raise SpecError(f"{where}: id: {problem}")

@@ -7,6 +7,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -74,13 +75,14 @@ def test_torn_journal_line_is_skipped_and_healed(file_releases: ReleaseStore) ->
     assert file_releases.resource_state(P, W, 1, "b") == res("b", v=1)
 
 
-def _rewrite_forever(home: str) -> None:
+def _rewrite_forever(home: str, started: Any) -> None:
     store = ReleaseStore(FileRecordStore(home))
     i = 0
     while True:
         i += 1
         store.set_phase(P, W, 1, Phase.applying, changes={"i": i, "pad": "x" * 20000})
         store.record_resource(P, W, 1, res(f"r{i % 50}", i=i))
+        started.set()
 
 
 def test_killed_writer_leaves_release_readable(tmp_path: Path) -> None:
@@ -89,9 +91,11 @@ def test_killed_writer_leaves_release_readable(tmp_path: Path) -> None:
     big = Spec(resources=[res(f"r{i}", blob="y" * 500) for i in range(300)])
     store.create(P, W, Operation.apply, big)
     ctx = multiprocessing.get_context("fork")
-    for delay in (0.15, 0.3, 0.45):
-        child = ctx.Process(target=_rewrite_forever, args=(str(home),))
+    for delay in (0.01, 0.1, 0.2):
+        started = ctx.Event()
+        child = ctx.Process(target=_rewrite_forever, args=(str(home), started))
         child.start()
+        assert started.wait(timeout=30)
         time.sleep(delay)
         assert child.pid is not None
         os.kill(child.pid, signal.SIGKILL)

@@ -114,11 +114,11 @@ def test_id_conventions(rid: str, type_: str, ok: bool) -> None:
         ({"resource": []}, "needs a top-level 'resources' list"),
         ({"resources": {"a": 1}}, "resources: Input should be a valid list"),
         ({"resources": [res("a"), {"id": 5, "type": "OnPrem"}]}, r"resources\[1\]: id: "),
-        ({"resources": [res("a", "Foo")]}, r'resources\[0\] \(id "a"\): type: unknown type "Foo"'),
-        ({"resources": [res("a", depends_on=1)]}, r'resources\[0\] \(id "a"\): depends_on'),
-        ({"resources": [res("a", bogus=1)]}, r'resources\[0\] \(id "a"\): bogus: unknown field'),
+        ({"resources": [res("a", "Foo")]}, r"resources\[0\] \(id 'a'\): type: unknown type 'Foo'"),
+        ({"resources": [res("a", depends_on=1)]}, r"resources\[0\] \(id 'a'\): depends_on"),
+        ({"resources": [res("a", bogus=1)]}, r"resources\[0\] \(id 'a'\): bogus: unknown field"),
         ({"resources": [res("a", attributes=[1])]}, r"attributes: Input should be a valid dict"),
-        ({"resources": [res("")]}, r"resources\[0\] \(id \"\"\): id: "),
+        ({"resources": [res("")]}, r"resources\[0\] \(id ''\): id: "),
         ({"resources": [], "extra": 1}, "extra: unknown field"),
     ],
 )
@@ -139,7 +139,7 @@ def test_graph_rules_run_in_parse_spec() -> None:
 
 def test_resource_size_limit() -> None:
     big = {"resources": [res("a", attributes={"blob": "x" * (MAX_RESOURCE_BYTES + 1)})]}
-    with pytest.raises(SpecError, match=r'resources\[0\] \(id "a"\): attributes: \d+ bytes'):
+    with pytest.raises(SpecError, match=r"resources\[0\] \(id 'a'\): attributes: \d+ bytes"):
         parse_spec(big)
     parse_spec({"resources": [res("a", attributes={"blob": "x" * 1000})]})
 

@@ -79,6 +79,8 @@ def sensitive_paths_for(resource_type: str, attributes: Mapping[str, Any] | None
 
 def project(live: Any, desired: Any) -> Any:
     """``live`` reduced to the dict keys present in ``desired``, recursively."""
+    if type(desired) is dict and type(live) is dict:  # fast path for JSON-like data
+        return {k: project(live[k], v) for k, v in desired.items() if k in live}
     if isinstance(live, Mapping) and isinstance(desired, Mapping):
         return {k: project(live[k], v) for k, v in desired.items() if k in live}
     if isinstance(live, list) and isinstance(desired, list):

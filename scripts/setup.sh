@@ -52,7 +52,8 @@ setup_go_tools() {
   step "Go-built tools in $TOOLS_BIN (first build takes a while on 2 cores)"
   export GOFLAGS="-trimpath" CGO_ENABLED=0
   go_tool temporal "$TEMPORAL_CLI_VERSION" temporal -- \
-    env GOBIN="$TOOLS_BIN" go install -ldflags "-s -w" "github.com/temporalio/cli/cmd/temporal@$TEMPORAL_CLI_VERSION"
+    env GOBIN="$TOOLS_BIN" go install -ldflags "-s -w -X github.com/temporalio/cli/temporalcli.Version=${TEMPORAL_CLI_VERSION#v}" \
+    "github.com/temporalio/cli/cmd/temporal@$TEMPORAL_CLI_VERSION"
   local v=k8s.io/component-base/version minor
   minor="${KUBERNETES_VERSION#v1.}"; minor="${minor%%.*}"
   go_tool kubernetes "$KUBERNETES_VERSION-$(gomod_hash kubernetes)" kube-apiserver kube-controller-manager kube-scheduler -- \
@@ -83,11 +84,12 @@ CFG
 }
 
 main() {
-  local t0=$SECONDS
-  setup_apt
-  setup_python
-  setup_go_tools
-  setup_terraform_config
+  local t0=$SECONDS steps=("$@")
+  [ ${#steps[@]} -gt 0 ] || steps=(apt python go_tools terraform_config)
+  for s in "${steps[@]}"; do
+    declare -F "setup_${s//-/_}" >/dev/null || die "unknown setup step '$s' (apt, python, go-tools, terraform-config)"
+    "setup_${s//-/_}"
+  done
   step "setup done in $((SECONDS - t0))s"
 }
 

@@ -11,6 +11,7 @@ from enum import StrEnum
 from typing import Any
 
 from deepdiff import DeepDiff
+from deepdiff.helper import notpresent
 from pydantic import BaseModel, computed_field
 
 from stackflow.paths import (
@@ -155,22 +156,19 @@ def _value_at(value: Any, path: Sequence[Segment]) -> Any:
         return _Absent
 
 
-def _is_absent(value: Any) -> bool:
-    return type(value).__name__ == "NotPresent"
-
-
 def _field_changes(old: Any, new: Any) -> list[tuple[tuple[Segment, ...], Any, Any]]:
     """Leaf-level (path, old, new) differences, via deepdiff; a missing field shows as None."""
     if old == new:  # fast path: most resources are unchanged
         return []
-    tree = DeepDiff(old, new, view="tree", verbose_level=2)
+    # numbers compare as == does (1 == 1.0), so the fast path and deepdiff agree
+    tree = DeepDiff(old, new, view="tree", verbose_level=2, ignore_numeric_type_changes=True)
     out: list[tuple[tuple[Segment, ...], Any, Any]] = []
     for report in tree.values():
         for level in report:
             path = tuple(level.path(output_format="list"))
-            if _is_absent(level.t1):
+            if level.t1 is notpresent:
                 out.extend((p, None, v) for p, v in _leaves(level.t2, path))
-            elif _is_absent(level.t2):
+            elif level.t2 is notpresent:
                 out.extend((p, v, None) for p, v in _leaves(level.t1, path))
             else:
                 out.append((path, level.t1, level.t2))

@@ -88,6 +88,9 @@ class Release(BaseModel):
     error: str | None = None
     approval: Approval | None = None
     changes: dict[str, Any] | None = None
+    workflow_id: str | None = None
+    """The Temporal workflow that runs this release (None for imported/Kusion releases)."""
+    run_id: str | None = None
     created_at: datetime = Field(validation_alias=AliasChoices("created_at", "createTime"))
     modified_at: datetime = Field(validation_alias=AliasChoices("modified_at", "modifiedTime"))
 
@@ -182,7 +185,14 @@ class ReleaseStore:
     # ---- writes ---------------------------------------------------------------------------
 
     def create(
-        self, project: str, workspace: str, operation: Operation, spec: Spec | None
+        self,
+        project: str,
+        workspace: str,
+        operation: Operation,
+        spec: Spec | None,
+        *,
+        workflow_id: str | None = None,
+        run_id: str | None = None,
     ) -> Release:
         """Open the next revision; StackLockedError while the latest one is not final.
 
@@ -208,13 +218,13 @@ class ReleaseStore:
                 phase=Phase.generating,
                 spec=spec,
                 state=latest.state.model_copy(deep=True) if latest else State(),
+                workflow_id=workflow_id,
+                run_id=run_id,
                 created_at=stamp,
                 modified_at=stamp,
             )
             try:
                 self.store.create(self._record(release))
-            except OwnerConflictError:
-                raise
             except ConflictError:
                 continue  # someone else took this revision: look again
             return release
@@ -266,7 +276,7 @@ class ReleaseStore:
             new = self._record(release, version=record.metadata.version)
             try:
                 self.store.update(new)
-            except OwnerConflictError:
+            except (OwnerConflictError, PhaseConflictError):
                 raise
             except ConflictError:
                 continue  # raced with another writer: redo on the fresh record

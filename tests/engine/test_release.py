@@ -142,3 +142,10 @@ def test_destroy_release_has_no_spec(release_store: ReleaseStore) -> None:
     release_store.set_phase(P, W, 2, Phase.destroying)
     release_store.record_deletion(P, W, 2, "a")
     assert release_store.set_phase(P, W, 2, Phase.succeeded).state.resources == []
+
+
+def test_release_record_tearing_down_is_not_retried_forever(release_store: ReleaseStore) -> None:
+    release_store.create(P, W, Operation.apply, spec("a"))
+    release_store.store.teardown("Release", f"{P}/{W}", "1", release_store.owner)
+    with pytest.raises(PhaseConflictError, match="tearing down"):
+        release_store.set_phase(P, W, 1, Phase.failed)

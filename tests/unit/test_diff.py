@@ -201,3 +201,9 @@ def test_preview_json_is_stable() -> None:
     assert json.loads(json.dumps(out)) == out
     assert preview.has_changes
     assert Preview(changes=[]).summary == {"Create": 0, "Update": 0, "Delete": 0, "UnChanged": 0}
+
+
+def test_numbers_compare_like_json() -> None:
+    change = diff_resource("x", "OnPrem", {"a": 1, "b": 2}, {"a": 1.0, "b": 3}, None)
+    assert [(f.path, f.old, f.new) for f in change.diff] == [("b", 3, 2)]
+    assert diff_resource("x", "OnPrem", {"a": 1}, {"a": 1.0}, None).action is Action.UnChanged

@@ -1,0 +1,374 @@
+"""The activities of the operation workflows: all I/O lives here.
+
+Thin adapters: load the spec by ref, read prior state (Redis, then the store), call the
+runtime, write state. Each one is idempotent (apply is declarative, deleting a missing
+object succeeds, release writes are compare-and-swap), and returns a small summary: the
+full live state goes to the release store, never into workflow history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from temporalio import activity
+
+from activities.errors import to_application_error
+from activities.heartbeat import heartbeating
+from runtimes.base import ResourceRequest, RuntimeOptions
+from runtimes.registry import RuntimeRegistry
+from stackflow.cache import PriorStateCache
+from stackflow.diff import diff_resource, sensitive_paths_for
+from stackflow.errors import SpecError
+from stackflow.graph import Graph, build_graph, find_references, resolve_references
+from stackflow.operation import (
+    NodeInput,
+    NodeResult,
+    NodeStatus,
+    OperationPlan,
+    PhaseInput,
+    PlannedNode,
+    PrepareInput,
+    PreviewBatchInput,
+)
+from stackflow.release import Approval, Operation, Phase, Release, ReleaseStore
+from stackflow.spec import Resource, Spec, parse_spec
+from stackflow.spec_store import SpecStore
+
+PREVIEW_PARALLELISM = 16
+
+
+def _digest(attributes: Mapping[str, Any]) -> str:
+    body = json.dumps(attributes, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def _state_by_id(release: Release | None) -> dict[str, Resource]:
+    return {} if release is None else {r.id: r for r in release.state.resources}
+
+
+def _planned(graph: Graph, types: Mapping[str, str], reverse: bool = False) -> list[PlannedNode]:
+    """Nodes in walk order; for deletes, a node waits for its dependents instead."""
+    if reverse:
+        order = graph.reverse_topological_order()
+        return [PlannedNode(id=i, type=types[i], deps=graph.dependents(i)) for i in order]
+    order = graph.topological_order()
+    return [PlannedNode(id=i, type=types[i], deps=graph.dependencies(i)) for i in order]
+
+
+def deletion_plan(resources: list[Resource]) -> list[PlannedNode]:
+    """Reverse dependency order over recorded state (edges to resources not listed drop)."""
+    ids = {r.id for r in resources}
+    deps = {r.id: [d for d in r.depends_on if d in ids] for r in resources}
+    graph = Graph.from_dependencies(deps)
+    return _planned(graph, {r.id: r.type for r in resources}, reverse=True)
+
+
+class OperationActivities:
+    """Holds the shared clients; its bound methods are the registered activities."""
+
+    def __init__(
+        self,
+        registry: RuntimeRegistry,
+        releases: ReleaseStore,
+        specs: SpecStore,
+        cache: PriorStateCache,
+    ) -> None:
+        self.registry = registry
+        self.releases = releases
+        self.specs = specs
+        self.cache = cache
+
+    # ---- prepare ---------------------------------------------------------------------------
+    @activity.defn(name="prepare_operation")
+    async def prepare_operation(self, inp: PrepareInput) -> OperationPlan:
+        try:
+            return await asyncio.to_thread(self._prepare, inp)
+        except Exception as exc:
+            raise to_application_error(exc) from exc
+
+    def _load_spec(self, inp: PrepareInput) -> tuple[Spec | None, str | None]:
+        request = inp.request
+        if request.spec is not None:
+            spec = parse_spec(request.spec, source="input.spec")
+            return spec, self.specs.put(spec)
+        if request.spec_ref is not None:
+            return self.specs.get(request.spec_ref), request.spec_ref
+        return None, None
+
+    def _prepare(self, inp: PrepareInput) -> OperationPlan:
+        request = inp.request
+        spec, ref = self._load_spec(inp)
+        if inp.operation == "preview":
+            assert spec is not None
+            latest = self.releases.latest(request.project, request.workspace)
+            return self._plan(spec, ref, None, _state_by_id(latest))
+        operation = Operation.destroy if inp.operation == "destroy" else Operation.apply
+        release = self._open_release(inp, operation, spec)
+        state = _state_by_id(release)
+        if operation == Operation.destroy:
+            return OperationPlan(
+                spec_ref=None,
+                revision=release.revision,
+                deletions=deletion_plan(list(state.values())),
+            )
+        assert spec is not None
+        return self._plan(spec, ref, release.revision, state)
+
+    def _open_release(self, inp: PrepareInput, operation: Operation, spec: Spec | None) -> Release:
+        """Create release N, or find the one this very run created before a retry."""
+        request = inp.request
+        latest = self.releases.latest(request.project, request.workspace)
+        if (
+            latest is not None
+            and not latest.phase.is_final
+            and latest.run_id is not None
+            and latest.run_id == inp.run_id
+        ):
+            return latest
+        return self.releases.create(
+            request.project,
+            request.workspace,
+            operation,
+            spec,
+            workflow_id=inp.workflow_id,
+            run_id=inp.run_id,
+        )
+
+    def _plan(
+        self, spec: Spec, ref: str | None, revision: int | None, state: Mapping[str, Resource]
+    ) -> OperationPlan:
+        graph = build_graph(spec)
+        types = {r.id: str(r.type) for r in spec.resources}
+        gone = [r for r in state.values() if r.id not in types]
+        return OperationPlan(
+            spec_ref=ref,
+            revision=revision,
+            nodes=_planned(graph, types),
+            deletions=deletion_plan(gone),
+        )
+
+    # ---- preview ---------------------------------------------------------------------------
+    @activity.defn(name="preview_batch")
+    async def preview_batch(self, inp: PreviewBatchInput) -> list[dict[str, Any]]:
+        try:
+            async with heartbeating(f"preview {len(inp.ids) + len(inp.delete_ids)}"):
+                return await self._preview_batch(inp)
+        except Exception as exc:
+            raise to_application_error(exc) from exc
+
+    async def _preview_batch(self, inp: PreviewBatchInput) -> list[dict[str, Any]]:
+        prior = await asyncio.to_thread(self.cache.prior, inp.project, inp.workspace)
+        current: Mapping[str, Resource]
+        if inp.revision is not None:
+            release = await asyncio.to_thread(
+                self.releases.get, inp.project, inp.workspace, inp.revision
+            )
+            current = _state_by_id(release)
+        else:
+            current = prior
+        resources = self.specs.resources(inp.spec_ref) if inp.spec_ref else {}
+        options = RuntimeOptions(
+            project=inp.project, workspace=inp.workspace, force=inp.force, adopt=inp.adopt
+        )
+        gate = asyncio.Semaphore(PREVIEW_PARALLELISM)
+
+        async def one(resource_id: str, deleting: bool) -> dict[str, Any]:
+            async with gate:
+                if deleting:
+                    return await self._preview_delete(current[resource_id], prior, options)
+                return await self._preview_apply(
+                    resources[resource_id], resources, prior, current, options, inp.ignore_fields
+                )
+
+        jobs = [one(i, False) for i in inp.ids] + [one(i, True) for i in inp.delete_ids]
+        return list(await asyncio.gather(*jobs))
+
+    async def _preview_apply(
+        self,
+        resource: Resource,
+        spec_resources: Mapping[str, Resource],
+        prior: Mapping[str, Resource],
+        current: Mapping[str, Resource],
+        options: RuntimeOptions,
+        ignore_fields: list[str],
+    ) -> dict[str, Any]:
+        runtime = self.registry.get(str(resource.type))
+        recorded = current.get(resource.id)
+        request = ResourceRequest(
+            id=resource.id,
+            type=str(resource.type),
+            attributes=resource.attributes,
+            extensions=resource.extensions,
+            prior_state=recorded.attributes if recorded else None,
+        )
+        if find_references(resource.attributes, spec_resources.keys()):
+            # References resolve at apply time; until then the desired object is the spec.
+            would_be: dict[str, Any] = dict(resource.attributes)
+            sensitive = sensitive_paths_for(str(resource.type), resource.attributes)
+            live = await runtime.read(request, options)
+        else:
+            live = await runtime.read(request, options)
+            result = await runtime.preview(request, options)
+            would_be = result.would_be
+            sensitive = result.sensitive_paths + sensitive_paths_for(
+                str(resource.type), resource.attributes
+            )
+        before = prior.get(resource.id)
+        change = diff_resource(
+            resource.id,
+            str(resource.type),
+            would_be,
+            live,
+            before.attributes if before else None,
+            ignore_fields=ignore_fields,
+            sensitive_paths=sensitive,
+        )
+        data = change.model_dump(mode="json")
+        if recorded is None and data["action"] == "UnChanged":
+            # Matches already, but this stack has not recorded it: apply adopts it into state.
+            data["unrecorded"] = True
+        return data
+
+    async def _preview_delete(
+        self, resource: Resource, prior: Mapping[str, Resource], options: RuntimeOptions
+    ) -> dict[str, Any]:
+        runtime = self.registry.get(str(resource.type))
+        request = ResourceRequest(
+            id=resource.id,
+            type=str(resource.type),
+            attributes=resource.attributes,
+            extensions=resource.extensions,
+            prior_state=resource.attributes,
+        )
+        live = await runtime.read(request, options)
+        before = prior.get(resource.id)
+        change = diff_resource(
+            resource.id,
+            str(resource.type),
+            None,
+            live if live is not None else resource.attributes,
+            before.attributes if before else resource.attributes,
+            sensitive_paths=sensitive_paths_for(str(resource.type), resource.attributes),
+        )
+        return change.model_dump(mode="json")
+
+    # ---- phases ----------------------------------------------------------------------------
+    @activity.defn(name="set_phase")
+    async def set_phase(self, inp: PhaseInput) -> None:
+        try:
+            await asyncio.to_thread(self._set_phase, inp)
+        except Exception as exc:
+            raise to_application_error(exc) from exc
+
+    def _set_phase(self, inp: PhaseInput) -> None:
+        approval = Approval.model_validate(inp.approval) if inp.approval else None
+        release = self.releases.set_phase(
+            inp.project,
+            inp.workspace,
+            inp.revision,
+            Phase(inp.phase),
+            error=inp.error,
+            changes=inp.changes,
+            approval=approval,
+        )
+        if release.phase == Phase.succeeded:
+            self.cache.remember(release)
+
+    # ---- resources -------------------------------------------------------------------------
+    @activity.defn(name="apply_resource")
+    async def apply_resource(self, inp: NodeInput) -> NodeResult:
+        try:
+            async with heartbeating(f"apply {inp.resource_id}"):
+                return await self._apply(inp)
+        except Exception as exc:
+            raise to_application_error(exc) from exc
+
+    async def _apply(self, inp: NodeInput) -> NodeResult:
+        if inp.spec_ref is None:
+            raise SpecError(f"{inp.resource_id}: apply needs the spec (spec_ref is missing)")
+        spec_resources = self.specs.resources(inp.spec_ref)
+        resource = spec_resources.get(inp.resource_id)
+        if resource is None:
+            raise SpecError(f"{inp.resource_id}: not in spec {inp.spec_ref}")
+        release = await asyncio.to_thread(
+            self.releases.get, inp.project, inp.workspace, inp.revision
+        )
+        state = _state_by_id(release)
+        attributes = resource.attributes
+        if find_references(attributes, spec_resources.keys()):
+            live_deps = {rid: r.attributes for rid, r in state.items()}
+            attributes = resolve_references(attributes, live_deps)
+        recorded = state.get(resource.id)
+        request = ResourceRequest(
+            id=resource.id,
+            type=str(resource.type),
+            attributes=attributes,
+            extensions=resource.extensions,
+            prior_state=recorded.attributes if recorded else None,
+        )
+        options = RuntimeOptions(
+            project=inp.project, workspace=inp.workspace, force=inp.force, adopt=inp.adopt
+        )
+        runtime = self.registry.get(str(resource.type))
+        live = await runtime.apply(request, options)
+        if inp.watch:
+            live = await runtime.wait_ready(request, options)
+        applied = Resource(
+            id=resource.id,
+            type=resource.type,
+            attributes=live,
+            depends_on=list(resource.depends_on),
+            extensions=resource.extensions,
+        )
+        await asyncio.to_thread(
+            self.releases.record_resource, inp.project, inp.workspace, inp.revision, applied
+        )
+        return NodeResult(
+            id=resource.id, action=inp.action, status=NodeStatus.succeeded, digest=_digest(live)
+        )
+
+    @activity.defn(name="delete_resource")
+    async def delete_resource(self, inp: NodeInput) -> NodeResult:
+        try:
+            async with heartbeating(f"delete {inp.resource_id}"):
+                return await self._delete(inp)
+        except Exception as exc:
+            raise to_application_error(exc) from exc
+
+    async def _delete(self, inp: NodeInput) -> NodeResult:
+        release = await asyncio.to_thread(
+            self.releases.get, inp.project, inp.workspace, inp.revision
+        )
+        recorded = _state_by_id(release).get(inp.resource_id)
+        if recorded is not None:
+            request = ResourceRequest(
+                id=recorded.id,
+                type=str(recorded.type),
+                attributes=recorded.attributes,
+                extensions=recorded.extensions,
+                prior_state=recorded.attributes,
+            )
+            options = RuntimeOptions(project=inp.project, workspace=inp.workspace)
+            await self.registry.get(str(recorded.type)).delete(request, options)
+            await asyncio.to_thread(
+                self.releases.record_deletion,
+                inp.project,
+                inp.workspace,
+                inp.revision,
+                inp.resource_id,
+            )
+        # Not in state any more: an earlier attempt already deleted and recorded it.
+        return NodeResult(id=inp.resource_id, action="Delete", status=NodeStatus.succeeded)
+
+    def all(self) -> list[Any]:
+        return [
+            self.prepare_operation,
+            self.preview_batch,
+            self.set_phase,
+            self.apply_resource,
+            self.delete_resource,
+        ]

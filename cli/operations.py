@@ -1,0 +1,386 @@
+"""`stackflow preview|apply|destroy|worker`: commands that run through Temporal.
+
+Each command stores the spec (content-addressed) and starts the matching workflow with the
+stack's default workflow id, so a second concurrent run of the same stack is refused at
+once. Apply and destroy show the preview, ask for approval (or take ``--yes``), send the
+approval as a workflow Update, follow progress through the ``status`` query and print the
+resulting release.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import os
+import sys
+import urllib.parse
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError
+
+from cli.app import app
+from cli.output import OutputFormat
+from stackflow.config import stackflow_home
+from stackflow.diff import Preview
+from stackflow.errors import StackflowError, StackLockedError
+from stackflow.operation import (
+    TASK_QUEUE_DEFAULT,
+    ApprovalInput,
+    OperationInput,
+    OperationResult,
+    StatusView,
+    workflow_id_for,
+)
+from stackflow.render import render_preview
+from stackflow.spec import load_spec
+from stackflow.spec_store import SpecStore
+
+FINAL = ("succeeded", "failed")
+POLL_SECONDS = 0.25
+
+
+class OperationFailed(StackflowError):
+    exit_code = 1
+
+
+class TemporalUnavailable(StackflowError):
+    exit_code = 1
+
+
+class CannotAsk(StackflowError):
+    """Approval needed but there is no terminal to ask on: bad input (exit 2)."""
+
+    exit_code = 2
+
+
+ProjectOpt = Annotated[str, typer.Option("--project", "-p", help="Project of the stack.")]
+WorkspaceOpt = Annotated[str, typer.Option("--workspace", "-w", help="Workspace of the stack.")]
+FileOpt = Annotated[str, typer.Option("--file", "-f", help="Spec file (YAML/JSON); '-' = stdin.")]
+OutputOpt = Annotated[OutputFormat, typer.Option("--output", "-o", help="table or json.")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Approve without asking.")]
+ConcurrencyOpt = Annotated[int, typer.Option("--max-concurrency", help="Resources in flight.")]
+IgnoreOpt = Annotated[
+    list[str] | None, typer.Option("--ignore-field", help="Dotted path never diffed (repeat).")
+]
+WatchOpt = Annotated[bool, typer.Option("--watch", help="Wait until each resource is ready.")]
+FailFastOpt = Annotated[bool, typer.Option("--fail-fast", help="Stop starting nodes on failure.")]
+DetailOpt = Annotated[bool, typer.Option("--detail/--no-detail", help="Show per-field diffs.")]
+
+
+def _settings() -> tuple[str, str, str]:
+    return (
+        os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233"),
+        os.environ.get("TEMPORAL_NAMESPACE", "default"),
+        os.environ.get("STACKFLOW_TASK_QUEUE", TASK_QUEUE_DEFAULT),
+    )
+
+
+def ui_link(namespace: str, workflow_id: str, run_id: str | None) -> str:
+    base = os.environ.get("STACKFLOW_TEMPORAL_UI", "http://127.0.0.1:8233").rstrip("/")
+    wid = urllib.parse.quote(workflow_id, safe="")
+    return f"{base}/namespaces/{namespace}/workflows/{wid}" + (f"/{run_id}" if run_id else "")
+
+
+async def _connect() -> Client:
+    address, namespace, _ = _settings()
+    try:
+        return await Client.connect(
+            address, namespace=namespace, data_converter=pydantic_data_converter
+        )
+    except (RPCError, RuntimeError, OSError) as exc:
+        raise TemporalUnavailable(
+            f"cannot reach Temporal at {address} ({exc}); start it with `make up` "
+            "or set TEMPORAL_ADDRESS"
+        ) from None
+
+
+def _error_console() -> Console:
+    return Console(stderr=True)
+
+
+def _console(output: OutputFormat) -> Console:
+    # In JSON mode everything human goes to stderr so stdout stays parseable.
+    return Console(stderr=output == OutputFormat.json, soft_wrap=True)
+
+
+class Runner:
+    """One CLI operation: start, preview, approve, follow, report."""
+
+    def __init__(self, workflow: str, request: OperationInput, output: OutputFormat) -> None:
+        self.workflow = workflow
+        self.request = request
+        self.output = output
+        self.console = _console(output)
+        self.workflow_id = workflow_id_for(request.project, request.workspace)
+        if workflow == "PreviewWorkflow":
+            self.workflow_id += "/preview"
+
+    async def start(self, client: Client) -> WorkflowHandle[Any, OperationResult]:
+        _, _, queue = _settings()
+        try:
+            return await client.start_workflow(
+                self.workflow,
+                self.request,
+                id=self.workflow_id,
+                task_queue=queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                result_type=OperationResult,
+            )
+        except WorkflowAlreadyStartedError:
+            raise StackLockedError(
+                f"stack {self.request.project}/{self.request.workspace} already has an operation "
+                f"running (workflow {self.workflow_id}); wait for it or watch it at "
+                f"{ui_link(client.namespace, self.workflow_id, None)}"
+            ) from None
+
+    async def wait_for(
+        self, handle: WorkflowHandle[Any, OperationResult], phases: set[str]
+    ) -> StatusView:
+        while True:
+            try:
+                status = await handle.query("status", result_type=StatusView)
+            except RPCError:
+                status = None
+            if isinstance(status, StatusView) and (status.phase in phases or status.phase in FINAL):
+                return status
+            await asyncio.sleep(POLL_SECONDS)
+
+    async def result(self, handle: WorkflowHandle[Any, OperationResult]) -> OperationResult:
+        try:
+            return await handle.result()
+        except WorkflowFailureError as exc:
+            cause: BaseException = exc
+            while cause.__cause__ is not None:
+                cause = cause.__cause__
+            if isinstance(cause, ApplicationError) and cause.type == "StackLocked":
+                raise StackLockedError(cause.message) from None
+            if isinstance(cause, ApplicationError) and cause.type in ("SpecError", "InvalidInput"):
+                from stackflow.errors import SpecError
+
+                raise SpecError(cause.message) from None
+            message = getattr(cause, "message", None) or str(cause)
+            raise OperationFailed(f"{self.workflow} failed: {message}") from None
+
+    def show_preview(self, changes: dict[str, Any], detail: bool) -> None:
+        if self.output == OutputFormat.table:
+            render_preview(Preview.model_validate(changes), self.console, detail=detail)
+
+    async def approve(self, handle: WorkflowHandle[Any, OperationResult], yes: bool) -> None:
+        by = _user()
+        if yes:
+            decision = True
+        elif not sys.stdin.isatty():
+            await handle.execute_update(
+                "reject", ApprovalInput(by=by, reason="no terminal to ask; pass --yes")
+            )
+            raise CannotAsk(
+                "standard input is not a terminal, so stackflow cannot ask; pass --yes to approve"
+            )
+        else:
+            decision = typer.confirm(
+                f"Apply these changes to {self.request.project}/{self.request.workspace}?",
+                default=False,
+            )
+        name = "approve" if decision else "reject"
+        try:
+            await handle.execute_update(name, ApprovalInput(by=by))
+        except WorkflowUpdateFailedError as exc:
+            raise OperationFailed(f"{name} refused: {exc.cause or exc}") from None
+
+    async def follow(self, handle: WorkflowHandle[Any, OperationResult]) -> None:
+        """A progress bar of resources done/total with the running ones, until the end."""
+        if self.output == OutputFormat.json or not self.console.is_terminal:
+            await self.wait_for(handle, set())
+            return
+        with Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("{task.fields[running]}"),
+            console=self.console,
+            transient=True,
+        ) as progress:
+            task = progress.add_task(self.request.project, total=None, running="")
+            while True:
+                status = await handle.query("status", result_type=StatusView)
+                running = ", ".join(status.running[:3]) + (" …" if len(status.running) > 3 else "")
+                progress.update(
+                    task,
+                    description=status.phase,
+                    total=status.total or None,
+                    completed=status.done,
+                    running=running,
+                )
+                if status.phase in FINAL:
+                    return
+                await asyncio.sleep(POLL_SECONDS)
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "unknown"
+
+
+def _request(project: str, workspace: str, **fields: Any) -> OperationInput:
+    try:
+        return OperationInput(project=project, workspace=workspace, operator=_user(), **fields)
+    except ValueError as exc:
+        from stackflow.errors import SpecError
+
+        raise SpecError(f"invalid option: {str(exc).splitlines()[-1].strip()}") from None
+
+
+def _store_spec(path: str) -> str:
+    spec = load_spec(path)
+    return SpecStore(stackflow_home() / "specs").put(spec)
+
+
+def _report(runner: Runner, result: OperationResult, run_id: str | None) -> None:
+    _, namespace, _ = _settings()
+    link = ui_link(namespace, runner.workflow_id, run_id)
+    if runner.output == OutputFormat.json:
+        data = result.model_dump(mode="json")
+        data["release"] = _release_json(result)
+        data["ui"] = link
+        typer.echo(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        c = runner.console
+        colour = "green" if result.phase == "succeeded" else "red"
+        rev = f"release {result.revision} " if result.revision is not None else ""
+        c.print(
+            f"[bold]{result.operation}[/] {result.project}/{result.workspace}: "
+            f"{rev}[{colour}]{result.phase}[/]"
+        )
+        counts: dict[str, int] = {}
+        for r in result.results:
+            counts[r.status] = counts.get(r.status, 0) + 1
+        if counts:
+            c.print("  " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+        for r in result.results:
+            if r.status == "failed":
+                c.print(f"  [red]✗ {r.id}[/]: {r.error}")
+        if result.error:
+            c.print(f"  [red]error:[/] {result.error}")
+        c.print(f"  Temporal UI: {link}")
+    if result.phase == "failed":
+        raise typer.Exit(1)
+
+
+def _release_json(result: OperationResult) -> dict[str, Any] | None:
+    """The release as stored (when this machine shares the worker's STACKFLOW_HOME)."""
+    if result.revision is None:
+        return None
+    from stackflow.config import default_release_store
+
+    try:
+        release = default_release_store().get(result.project, result.workspace, result.revision)
+    except StackflowError:
+        return None
+    return release.model_dump(mode="json", by_alias=True)
+
+
+async def _run(
+    workflow: str, request: OperationInput, output: OutputFormat, yes: bool, detail: bool
+) -> None:
+    runner = Runner(workflow, request, output)
+    client = await _connect()
+    handle = await runner.start(client)
+    if workflow == "PreviewWorkflow":
+        result = await runner.result(handle)
+        if output == OutputFormat.json:
+            typer.echo(json.dumps(result.changes, indent=2, sort_keys=True))
+        else:
+            runner.show_preview(result.changes, detail)
+        return
+    status = await runner.wait_for(handle, {"awaitingApproval", "applying", "destroying"})
+    if status.phase not in FINAL or status.changes.get("changes"):
+        preview = await handle.query("preview", result_type=dict[str, Any])
+        runner.show_preview(preview, detail)
+    if status.phase == "awaitingApproval":
+        await runner.approve(handle, yes)
+    await runner.follow(handle)
+    result = await runner.result(handle)
+    _report(runner, result, handle.result_run_id)
+
+
+@app.command()
+def preview(
+    file: FileOpt,
+    project: ProjectOpt,
+    workspace: WorkspaceOpt = "default",
+    output: OutputOpt = OutputFormat.table,
+    ignore_field: IgnoreOpt = None,
+    detail: DetailOpt = True,
+) -> None:
+    """Show what apply would change: desired vs live vs prior (three-way diff)."""
+    request = _request(
+        project, workspace, spec_ref=_store_spec(file), ignore_fields=ignore_field or []
+    )
+    asyncio.run(_run("PreviewWorkflow", request, output, True, detail))
+
+
+@app.command()
+def apply(
+    file: FileOpt,
+    project: ProjectOpt,
+    workspace: WorkspaceOpt = "default",
+    yes: YesOpt = False,
+    output: OutputOpt = OutputFormat.table,
+    max_concurrency: ConcurrencyOpt = 8,
+    ignore_field: IgnoreOpt = None,
+    watch: WatchOpt = False,
+    fail_fast: FailFastOpt = False,
+    detail: DetailOpt = False,
+) -> None:
+    """Preview, ask, then apply the spec as a durable Temporal workflow."""
+    request = _request(
+        project,
+        workspace,
+        spec_ref=_store_spec(file),
+        max_concurrency=max_concurrency,
+        ignore_fields=ignore_field or [],
+        watch=watch,
+        fail_fast=fail_fast,
+    )
+    asyncio.run(_run("ApplyWorkflow", request, output, yes, detail))
+
+
+@app.command()
+def destroy(
+    project: ProjectOpt,
+    workspace: WorkspaceOpt = "default",
+    yes: YesOpt = False,
+    output: OutputOpt = OutputFormat.table,
+    max_concurrency: ConcurrencyOpt = 8,
+    fail_fast: FailFastOpt = False,
+) -> None:
+    """Delete everything the stack's last release holds, dependents first."""
+    request = _request(project, workspace, max_concurrency=max_concurrency, fail_fast=fail_fast)
+    asyncio.run(_run("DestroyWorkflow", request, output, yes, False))
+
+
+@app.command()
+def worker() -> None:
+    """Run a worker (same as `python worker.py`): TEMPORAL_ADDRESS, STACKFLOW_TASK_QUEUE, …"""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    import worker as worker_module
+
+    worker_module.main()

@@ -1,0 +1,108 @@
+"""The DAG walker shared by apply, destroy and batch workflows.
+
+Deterministic by construction: the ready set is a list kept in plan order, completions are
+handled in id order, and no set is iterated to decide what runs next. A node starts when all
+of its dependencies succeeded; a failed node's dependents are skipped while independent
+branches go on (``fail_fast`` stops starting new nodes instead).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from stackflow.operation import NodeResult, NodeStatus, PlannedNode
+
+RunNode = Callable[[PlannedNode], Awaitable[NodeResult]]
+
+
+class WalkProgress:
+    """Live counters the status query reads while a walk runs."""
+
+    def __init__(self) -> None:
+        self.done = 0
+        self.failed = 0
+        self.running: list[str] = []
+
+
+async def walk(
+    nodes: Sequence[PlannedNode],
+    run_node: RunNode,
+    *,
+    max_concurrency: int,
+    fail_fast: bool = False,
+    blocked: Sequence[str] = (),
+    progress: WalkProgress | None = None,
+) -> list[NodeResult]:
+    """Run every node after its dependencies; return one result per node, in plan order."""
+    progress = progress or WalkProgress()
+    order = {node.id: i for i, node in enumerate(nodes)}
+    by_id = {node.id: node for node in nodes}
+    blocked_ids = dict.fromkeys(blocked)
+    remaining: dict[str, int] = {}
+    dependents: dict[str, list[str]] = {node.id: [] for node in nodes}
+    results: dict[str, NodeResult] = {}
+
+    def skip(node_id: str, reason: str) -> None:
+        stack = [node_id]
+        while stack:
+            current = stack.pop()
+            if current in results:
+                continue
+            node = by_id[current]
+            results[current] = NodeResult(
+                id=current, action=node.action, status=NodeStatus.skipped, error=reason
+            )
+            progress.done += 1
+            stack.extend(dependents[current])
+
+    for node in nodes:
+        inside = [dep for dep in node.deps if dep in by_id]
+        remaining[node.id] = len(inside)
+        for dep in inside:
+            dependents[dep].append(node.id)
+    for node in nodes:
+        bad = [dep for dep in node.deps if dep in blocked_ids]
+        if bad:
+            skip(node.id, f"dependency {bad[0]} did not succeed")
+
+    ready = [node.id for node in nodes if remaining[node.id] == 0 and node.id not in results]
+    in_flight: dict[asyncio.Task[NodeResult], str] = {}
+    stopping = False
+
+    while ready or in_flight:
+        while ready and not stopping and len(in_flight) < max_concurrency:
+            node_id = ready.pop(0)
+            in_flight[asyncio.ensure_future(run_node(by_id[node_id]))] = node_id
+            progress.running = sorted(in_flight.values(), key=order.__getitem__)
+        if not in_flight:
+            break
+        finished, _ = await workflow.wait(list(in_flight), return_when=asyncio.FIRST_COMPLETED)
+        newly_ready: list[str] = []
+        for task in sorted(finished, key=lambda t: order[in_flight[t]]):
+            node_id = in_flight.pop(task)
+            result = task.result()
+            results[node_id] = result
+            progress.done += 1
+            if result.status == NodeStatus.succeeded:
+                for child in dependents[node_id]:
+                    remaining[child] -= 1
+                    if remaining[child] == 0 and child not in results:
+                        newly_ready.append(child)
+            else:
+                progress.failed += 1
+                for child in dependents[node_id]:
+                    skip(child, f"dependency {node_id} did not succeed")
+                if fail_fast:
+                    stopping = True
+        ready.extend(newly_ready)
+        ready.sort(key=order.__getitem__)
+        progress.running = sorted(in_flight.values(), key=order.__getitem__)
+
+    for node in nodes:
+        if node.id not in results:
+            skip(node.id, "not started: an earlier node failed and fail_fast is set")
+    return [results[node.id] for node in nodes]

@@ -39,10 +39,9 @@ def home(tmp_path: Path) -> Path:
     return tmp_path / "home"
 
 
-@pytest.fixture
-def run(home: Path) -> typer.Typer:
+@pytest.fixture(autouse=True)
+def _commands() -> None:
     load_commands()
-    return app
 
 
 def invoke(home: Path, *args: str, stdin: str | None = None) -> Result:
@@ -56,7 +55,7 @@ def spec_file(tmp_path: Path) -> Path:
     return path
 
 
-def test_validate(run: typer.Typer, home: Path, spec_file: Path) -> None:
+def test_validate(home: Path, spec_file: Path) -> None:
     result = invoke(home, "validate", "-f", str(spec_file))
     assert result.exit_code == 0 and result.stdout == "valid: 3 resources, 2 layers\n"
     result = invoke(home, "validate", "-f", "-", stdin=SPEC)
@@ -64,7 +63,7 @@ def test_validate(run: typer.Typer, home: Path, spec_file: Path) -> None:
     assert not home.exists()
 
 
-def test_graph_outputs(run: typer.Typer, home: Path, spec_file: Path) -> None:
+def test_graph_outputs(home: Path, spec_file: Path) -> None:
     result = invoke(home, "graph", "-f", str(spec_file), "--output", "json")
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout) == {
@@ -92,7 +91,7 @@ def _release_store(home: Path) -> ReleaseStore:
     return ReleaseStore(FileRecordStore(home))
 
 
-def test_release_list_show_unlock(run: typer.Typer, home: Path) -> None:
+def test_release_list_show_unlock(home: Path) -> None:
     store = _release_store(home)
     first = store.create("p", "w", Operation.apply, None)
     store.record_resource("p", "w", 1, Resource(id="a", type=ResourceType.OnPrem))
@@ -122,14 +121,14 @@ def test_release_list_show_unlock(run: typer.Typer, home: Path) -> None:
     assert again.exit_code == 0 and "not locked" in again.stdout
 
 
-def test_release_errors(run: typer.Typer, home: Path) -> None:
+def test_release_errors(home: Path) -> None:
     result = invoke(home, "release", "show", "-p", "p", "-w", "w")
     assert result.exit_code == 1 and result.stderr == "Error: stack p/w has no releases\n"
     result = invoke(home, "release", "list", "-p", "../x", "-w", "w")
     assert result.exit_code == 2 and "invalid namespace" in result.stderr
 
 
-def test_release_import(run: typer.Typer, home: Path) -> None:
+def test_release_import(home: Path) -> None:
     result = invoke(home, "release", "import", "--kusion-home", str(KUSION_HOME))
     assert result.exit_code == 0, result.stderr
     assert "imported 3 release(s) of test_project/test_ws" in result.stdout
@@ -138,7 +137,7 @@ def test_release_import(run: typer.Typer, home: Path) -> None:
     assert again.exit_code == 1 and "already has stackflow releases" in again.stderr
 
 
-def test_help_documents_exit_codes(run: typer.Typer, home: Path) -> None:
+def test_help_documents_exit_codes(home: Path) -> None:
     result = invoke(home, "--help")
     assert result.exit_code == 0
     text = " ".join(result.stdout.split())

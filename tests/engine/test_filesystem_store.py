@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from stackflow.config import default_release_store, stackflow_home
@@ -23,31 +24,25 @@ def res(rid: str, **attrs: object) -> Resource:
     return Resource(id=rid, type=ResourceType.OnPrem, attributes=dict(attrs))
 
 
-def test_layout_is_kusions(tmp_path: Path, monkeypatch: object) -> None:
-    import pytest
-
-    mp = pytest.MonkeyPatch()
-    mp.setenv("STACKFLOW_HOME", str(tmp_path / "sf"))
-    try:
-        assert stackflow_home() == tmp_path / "sf"
-        store = default_release_store()
-        assert not (tmp_path / "sf").exists()  # nothing until a write
-        store.create(P, W, Operation.apply, Spec(resources=[res("a")]))
-        store.record_resource(P, W, 1, res("a", x=1))
-        directory = tmp_path / "sf" / "releases" / P / W
-        assert (directory / "1.yaml").is_file()
-        assert (directory / "1.journal.jsonl").is_file()
-        store.set_phase(P, W, 1, Phase.succeeded)
-        assert not (directory / "1.journal.jsonl").exists()
-        data = yaml.safe_load((directory / "1.yaml").read_text())
-        assert list(data) == ["metadata", "spec"]
-        assert data["spec"]["state"]["resources"][0]["attributes"] == {"x": 1}
-        assert data["spec"]["revision"] == 1 and data["spec"]["phase"] == "succeeded"
-        assert sorted(p.name for p in directory.iterdir()) == [".lock", "1.yaml"]  # no temp files
-        mp.delenv("STACKFLOW_HOME")
-        assert stackflow_home() == Path.home() / ".stackflow"
-    finally:
-        mp.undo()
+def test_layout_is_kusions(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("STACKFLOW_HOME", str(tmp_path / "sf"))
+    assert stackflow_home() == tmp_path / "sf"
+    store = default_release_store()
+    assert not (tmp_path / "sf").exists()  # nothing until a write
+    store.create(P, W, Operation.apply, Spec(resources=[res("a")]))
+    store.record_resource(P, W, 1, res("a", x=1))
+    directory = tmp_path / "sf" / "releases" / P / W
+    assert (directory / "1.yaml").is_file()
+    assert (directory / "1.journal.jsonl").is_file()
+    store.set_phase(P, W, 1, Phase.succeeded)
+    assert not (directory / "1.journal.jsonl").exists()
+    data = yaml.safe_load((directory / "1.yaml").read_text())
+    assert list(data) == ["metadata", "spec"]
+    assert data["spec"]["state"]["resources"][0]["attributes"] == {"x": 1}
+    assert data["spec"]["revision"] == 1 and data["spec"]["phase"] == "succeeded"
+    assert sorted(p.name for p in directory.iterdir()) == [".lock", "1.yaml"]  # no temp files
+    monkeypatch.delenv("STACKFLOW_HOME")
+    assert stackflow_home() == Path.home() / ".stackflow"
 
 
 def test_metadata_read_stops_before_spec(file_releases: ReleaseStore) -> None:

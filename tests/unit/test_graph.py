@@ -147,8 +147,11 @@ def test_empty_graph() -> None:
 
 
 def test_resolve_references() -> None:
-    live = {NS: {"metadata": {"name": "ns"}}, PW: {"result": "s3cret", "list": [{"v": 1}]}}
-    value = {
+    live: dict[str, dict[str, Any]] = {
+        NS: {"metadata": {"name": "ns"}},
+        PW: {"result": "s3cret", "list": [{"v": 1}]},
+    }
+    value: dict[str, Any] = {
         "a": f"$kusion_path.{NS}.metadata.name",
         "b": [f"$kusion_path.{PW}.list[0].v", "keep"],
         "c": f"$kusion_path.{PW}",

@@ -97,7 +97,7 @@ def _release_summary(r: Release) -> dict[str, Any]:
 
 @release_app.command("list")
 def release_list(
-    project: Project, workspace: Workspace, output: OutputOption = OutputFormat.table
+    project: Project, workspace: Workspace = "default", output: OutputOption = OutputFormat.table
 ) -> None:
     """List the releases of a stack."""
     releases = default_release_store().list(project, workspace)
@@ -119,7 +119,7 @@ def release_list(
 @release_app.command("show")
 def release_show(
     project: Project,
-    workspace: Workspace,
+    workspace: Workspace = "default",
     revision: Annotated[
         int | None, typer.Option("--revision", "-r", help="Default: the latest.")
     ] = None,
@@ -148,7 +148,7 @@ def release_show(
 
 
 @release_app.command("unlock")
-def release_unlock(project: Project, workspace: Workspace) -> None:
+def release_unlock(project: Project, workspace: Workspace = "default") -> None:
     """Mark an in-progress latest release as failed, so new operations may start."""
     store = default_release_store()
     before = store.latest(project, workspace)

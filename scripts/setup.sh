@@ -83,11 +83,35 @@ CFG
   ok "mirror $TF_MIRROR_DIR"
 }
 
+# Real hashicorp providers built from Go modules (see tools/gomod/terraform-provider-*/tools.go
+# for which module version stands for which provider version), unpacked into the offline mirror
+# under both registry hosts so either source address resolves.
+TF_PROVIDERS=(random:3.6.0 null:2.1.2 local:1.4.0)
+
+setup_terraform_providers() {
+  command -v go >/dev/null 2>&1 || die "go is not installed: it builds the Terraform providers"
+  step "Terraform providers into $TF_MIRROR_DIR"
+  export GOFLAGS="-trimpath" CGO_ENABLED=0
+  local entry name version bin host dest
+  for entry in "${TF_PROVIDERS[@]}"; do
+    name="${entry%%:*}" version="${entry#*:}"
+    bin="terraform-providers/terraform-provider-${name}_v$version"
+    go_tool "terraform-provider-$name" "$version-$(gomod_hash "terraform-provider-$name")" "$bin" -- \
+      bash -c "cd '$REPO_ROOT/tools/gomod/terraform-provider-$name' && go build -ldflags '-s -w' -o '$TOOLS_BIN/$bin' github.com/terraform-providers/terraform-provider-$name"
+    for host in registry.terraform.io registry.opentofu.org; do
+      dest="$TF_MIRROR_DIR/$host/hashicorp/$name/$version/linux_amd64"
+      mkdir -p "$dest"
+      cmp -s "$TOOLS_BIN/$bin" "$dest/terraform-provider-${name}_v$version" || install -m 0755 "$TOOLS_BIN/$bin" "$dest/terraform-provider-${name}_v$version"
+    done
+  done
+  ok "${TF_PROVIDERS[*]}"
+}
+
 main() {
   local t0=$SECONDS steps=("$@")
-  [ ${#steps[@]} -gt 0 ] || steps=(apt python go_tools terraform_config)
+  [ ${#steps[@]} -gt 0 ] || steps=(apt python go_tools terraform_config terraform_providers)
   for s in "${steps[@]}"; do
-    declare -F "setup_${s//-/_}" >/dev/null || die "unknown setup step '$s' (apt, python, go-tools, terraform-config)"
+    declare -F "setup_${s//-/_}" >/dev/null || die "unknown setup step '$s' (apt, python, go-tools, terraform-config, terraform-providers)"
     "setup_${s//-/_}"
   done
   step "setup done in $((SECONDS - t0))s"

@@ -52,4 +52,11 @@ def default_registry() -> RuntimeRegistry:
         return OnPremRuntime()
 
     registry.register("OnPrem", onprem)
+
+    def kubernetes() -> Runtime:
+        from runtimes.kubernetes import KubernetesRuntime
+
+        return KubernetesRuntime()
+
+    registry.register("Kubernetes", kubernetes)
     return registry

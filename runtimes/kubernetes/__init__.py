@@ -1,0 +1,5 @@
+"""Kubernetes runtime (type ``Kubernetes``): see :mod:`runtimes.kubernetes.runtime`."""
+
+from runtimes.kubernetes.runtime import KubernetesRuntime, NotReady
+
+__all__ = ["KubernetesRuntime", "NotReady"]

@@ -1,0 +1,364 @@
+"""Kubernetes runtime: server-side apply, dry-run preview, readiness, ownership, deletion.
+
+How it behaves, in one place:
+
+- **Cluster.** ``extensions.kubeConfig`` / ``extensions.kubeContext`` of the resource, else
+  the spec context's ``kubeConfig`` / ``kubeContext`` (``RuntimeOptions.context``), else
+  ``KUBECONFIG`` (or ~/.kube/config), else the in-cluster service account. One client per
+  (kubeconfig, context), with its own discovery cache; a kind missing from the cache is
+  re-discovered, so a CRD applied earlier in the same run is found.
+- **Apply** is server-side apply with field manager ``stackflow``. A field conflict with
+  another manager fails as ``Conflict`` naming the managers and fields, unless ``force``
+  (run option or ``extensions.force``). One exception, *drift repair*: when every
+  conflicting field is one the last release recorded with the very value the spec still
+  asks for, someone changed it behind stackflow's back and stackflow takes it back
+  (forces just that apply). A field the spec newly sets or changes while another manager
+  owns it still conflicts.
+- **Preview** is the same apply with ``dryRun=All``: the server validates, defaults and
+  merges; ``would_be`` is its answer reduced to the fields of the applied manifest, so
+  defaults, status and bookkeeping never show as changes. A create whose namespace (or
+  CRD) does not exist yet - made by an earlier node of the same run - previews as the
+  manifest itself.
+- **read** returns the live object without ``status`` and server bookkeeping
+  (``managedFields``, ``resourceVersion``, ``uid``, timestamps, ``generation``); the diff
+  projects it onto ``would_be`` anyway, and what is recorded stays stable between applies.
+- **Ownership**, as Helm does it: annotations ``stackflow.io/project`` and
+  ``stackflow.io/workspace`` (plus labels, and ``app.kubernetes.io/managed-by:
+  stackflow``) on every object. Another stack's object is never applied or deleted; an
+  existing unowned object is taken over only with ``adopt`` (run option or
+  ``extensions.adopt``). The markers are part of the applied manifest, so preview shows
+  them only when they are really missing.
+- **Delete** uses foreground propagation and waits until the object is gone.
+- **Readiness** (``wait_ready``) polls the object: rollouts, Job completion, PVC bound,
+  Namespace active, CRD established, else a ``Ready`` condition; the timeout is
+  ``extensions.readinessTimeout`` or the run's ``timeout_seconds``.
+- **Errors**: unreachable server, 5xx, 429, 410 -> ``Unavailable`` (retried); 400/422 ->
+  ``InvalidInput`` with the server's message; 401/403 -> ``InvalidInput`` (credentials and
+  RBAC are fixed by people, not by retrying), except the transient 403 of a namespace
+  being terminated -> ``Unavailable``; 409 -> ``Conflict``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import time
+
+from runtimes.base import (
+    Attributes,
+    Conflict,
+    InvalidInput,
+    NotFound,
+    PreviewResult,
+    ResourceRequest,
+    Runtime,
+    RuntimeFailure,
+    RuntimeOptions,
+    Unavailable,
+)
+from runtimes.kubernetes.client import JSON, ApiError, ApiResource, KubeClient, connect
+from runtimes.kubernetes.manifest import (
+    FIELD_MANAGER,
+    ObjectRef,
+    check_id,
+    check_owner,
+    conflict_fields,
+    desired_object,
+    drift_repair,
+    normalise,
+    object_ref,
+    shaped_like,
+)
+from runtimes.kubernetes.readiness import parse_timeout, readiness
+
+APPLY_PATCH = "application/apply-patch+yaml"
+DISCOVERY_WAIT_SECONDS = 15.0
+"""How long apply waits for a kind to be served (a CRD just created is being established)."""
+
+
+class NotReady(RuntimeFailure):
+    """The object did not become ready (or go away) in time, or failed for good."""
+
+    kind = "NotReady"
+
+
+def failure(exc: ApiError, rid: str, doing: str) -> RuntimeFailure:
+    """The runtime error for a failure status of the API server."""
+    text = f"{rid}: {doing}: {exc.message}"
+    status = exc.status
+    if status in (400, 422):
+        return InvalidInput(
+            f"{rid}: {doing} rejected by the API server: {exc.message}", resource_id=rid
+        )
+    if status == 401:
+        return InvalidInput(f"{text} (check the kubeconfig credentials)", resource_id=rid)
+    if status == 403:
+        if "being terminated" in exc.message:
+            return Unavailable(text, resource_id=rid)
+        return InvalidInput(f"{text} (the kubeconfig user lacks RBAC permission)", resource_id=rid)
+    if status == 404:
+        return NotFound(text, resource_id=rid)
+    if status == 409:
+        return Conflict(text, resource_id=rid)
+    if status in (408, 410, 429) or status >= 500:
+        return Unavailable(text, resource_id=rid)
+    return InvalidInput(text, resource_id=rid)
+
+
+class KubernetesRuntime(Runtime):
+    """Any Kubernetes object, built-in or custom, by server-side apply."""
+
+    type_name = "Kubernetes"
+
+    def __init__(self) -> None:
+        self._clients: dict[tuple[str | None, str | None], KubeClient] = {}
+        self._lock = threading.Lock()
+
+    # ---- connection & discovery ----------------------------------------------------------
+    def client_for(self, resource: ResourceRequest, options: RuntimeOptions) -> KubeClient:
+        ext, ctx = resource.extensions, options.context
+        kubeconfig = ext.get("kubeConfig") or ctx.get("kubeConfig") or os.environ.get("KUBECONFIG")
+        context = ext.get("kubeContext") or ctx.get("kubeContext")
+        for name, value in (("kubeConfig", kubeconfig), ("kubeContext", context)):
+            if value is not None and not isinstance(value, str):
+                raise InvalidInput(
+                    f"{resource.id}: {name} must be a string", resource_id=resource.id
+                )
+        key = (kubeconfig or None, context or None)
+        with self._lock:
+            found = self._clients.get(key)
+            if found is None:
+                found = self._clients[key] = connect(*key)
+            return found
+
+    def _api(
+        self, client: KubeClient, resource: ResourceRequest, ref: ObjectRef, wait: float = 0.0
+    ) -> ApiResource | None:
+        deadline = time.monotonic() + wait
+        while True:
+            api = client.resource_for(ref.api_version, ref.kind)
+            if api is not None or time.monotonic() >= deadline:
+                break
+            time.sleep(0.5)
+        check_id(resource, ref, None if api is None else api.namespaced)
+        return api
+
+    @staticmethod
+    def _get(client: KubeClient, api: ApiResource, ref: ObjectRef, rid: str) -> JSON | None:
+        try:
+            return client.request("GET", api.path(ref.namespace, ref.name))
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise failure(exc, rid, f"reading {ref.describe()}") from None
+
+    # ---- read ----------------------------------------------------------------------------
+    async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
+        return await asyncio.to_thread(self._read, resource, options)
+
+    def _read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
+        client = self.client_for(resource, options)
+        ref = object_ref(resource)
+        api = self._api(client, resource, ref)
+        if api is None:
+            return None  # the kind is not served (yet): no such object can exist
+        live = self._get(client, api, ref, resource.id)
+        return None if live is None else normalise(live)
+
+    # ---- preview & apply -----------------------------------------------------------------
+    async def preview(self, resource: ResourceRequest, options: RuntimeOptions) -> PreviewResult:
+        return await asyncio.to_thread(self._preview, resource, options)
+
+    def _preview(self, resource: ResourceRequest, options: RuntimeOptions) -> PreviewResult:
+        client = self.client_for(resource, options)
+        ref = object_ref(resource)
+        desired = desired_object(resource, options)
+        sensitive = ["data"] if ref.kind == "Secret" and ref.api_version == "v1" else []
+        api = self._api(client, resource, ref)
+        if api is None:  # a custom kind whose CRD an earlier node of this run creates
+            return PreviewResult(would_be=desired, sensitive_paths=sensitive)
+        live = self._get(client, api, ref, resource.id)
+        if live is not None:
+            check_owner(resource, ref, live, options)
+        try:
+            result = self._server_side_apply(
+                client, api, ref, resource, options, desired, dry_run=True
+            )
+        except NotFound:
+            if live is None:  # its namespace is created by an earlier node of this run
+                return PreviewResult(would_be=desired, sensitive_paths=sensitive)
+            raise
+        would_be = shaped_like(normalise(result), desired)
+        return PreviewResult(would_be=would_be, sensitive_paths=sensitive)
+
+    async def apply(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
+        return await asyncio.to_thread(self._apply, resource, options)
+
+    def _apply(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
+        client = self.client_for(resource, options)
+        ref = object_ref(resource)
+        desired = desired_object(resource, options)
+        api = self._api(client, resource, ref, wait=DISCOVERY_WAIT_SECONDS)
+        if api is None:
+            raise InvalidInput(
+                f"{resource.id}: the API server does not serve kind {ref.kind} in "
+                f"{ref.api_version} (is its CustomResourceDefinition applied and established?)",
+                resource_id=resource.id,
+            )
+        live = self._get(client, api, ref, resource.id)
+        if live is not None:
+            if (live.get("metadata") or {}).get("deletionTimestamp"):
+                raise Unavailable(
+                    f"{resource.id}: {ref.describe()} is being deleted; applying once it is gone",
+                    resource_id=resource.id,
+                )
+            check_owner(resource, ref, live, options)
+        try:
+            result = self._server_side_apply(
+                client, api, ref, resource, options, desired, dry_run=False
+            )
+        except NotFound as exc:
+            raise NotFound(
+                f"{exc} (does its namespace exist? add the Namespace to the spec and make this "
+                "resource depend on it)",
+                resource_id=resource.id,
+            ) from None
+        return normalise(result)
+
+    def _server_side_apply(
+        self,
+        client: KubeClient,
+        api: ApiResource,
+        ref: ObjectRef,
+        resource: ResourceRequest,
+        options: RuntimeOptions,
+        desired: JSON,
+        *,
+        dry_run: bool,
+    ) -> JSON:
+        force = options.force or bool(resource.extensions.get("force"))
+        path = api.path(ref.namespace, ref.name)
+        doing = f"{'dry-run ' if dry_run else ''}apply of {ref.describe()}"
+
+        def patch(force: bool) -> JSON:
+            query = {"fieldManager": FIELD_MANAGER, "force": "true" if force else "false"}
+            if dry_run:
+                query["dryRun"] = "All"
+            return client.request(
+                "PATCH", path, query=query, body=desired, content_type=APPLY_PATCH
+            )
+
+        try:
+            return patch(force)
+        except ApiError as exc:
+            if exc.status != 409 or force:
+                raise failure(exc, resource.id, doing) from None
+            fields, managers = conflict_fields(exc.causes, exc.message)
+            if not drift_repair(fields, desired, resource.prior_state):
+                who = ", ".join(managers) or "another field manager"
+                raise Conflict(
+                    f"{resource.id}: {ref.describe()}: field(s) {', '.join(fields) or '?'} "
+                    f"are managed by {who}; apply with force (run option or extensions.force: "
+                    f"true) to take them over. Server: {exc.message}",
+                    resource_id=resource.id,
+                ) from None
+        try:  # drift repair: take back fields stackflow applied before
+            return patch(True)
+        except ApiError as exc:
+            raise failure(exc, resource.id, doing) from None
+
+    # ---- delete --------------------------------------------------------------------------
+    async def delete(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
+        started = await asyncio.to_thread(self._start_delete, resource, options)
+        if started is None:
+            return
+        client, api, ref, uid = started
+        deadline = time.monotonic() + options.timeout_seconds
+        delay = 0.1
+        while True:
+            live = await asyncio.to_thread(self._get, client, api, ref, resource.id)
+            if live is None or (live.get("metadata") or {}).get("uid") != uid:
+                return
+            if time.monotonic() >= deadline:
+                finalizers = (live.get("metadata") or {}).get("finalizers") or []
+                raise NotReady(
+                    f"{resource.id}: {ref.describe()} still exists {options.timeout_seconds:g}s "
+                    f"after deletion (finalizers: {', '.join(finalizers) or 'none'})",
+                    resource_id=resource.id,
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def _start_delete(
+        self, resource: ResourceRequest, options: RuntimeOptions
+    ) -> tuple[KubeClient, ApiResource, ObjectRef, str] | None:
+        client = self.client_for(resource, options)
+        ref = object_ref(resource)
+        api = self._api(client, resource, ref)
+        if api is None:
+            return None  # its kind is gone (CRD deleted), and with it every object
+        live = self._get(client, api, ref, resource.id)
+        if live is None:
+            return None
+        check_owner(resource, ref, live, options, deleting=True)
+        uid = str((live.get("metadata") or {}).get("uid") or "")
+        body: JSON = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "propagationPolicy": "Foreground",
+            "preconditions": {"uid": uid},
+        }
+        try:
+            client.request("DELETE", api.path(ref.namespace, ref.name), body=body)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            if exc.status == 409:  # the uid precondition failed: it was replaced meanwhile
+                return None
+            raise failure(exc, resource.id, f"deleting {ref.describe()}") from None
+        return client, api, ref, uid
+
+    # ---- readiness -----------------------------------------------------------------------
+    async def wait_ready(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
+        try:
+            timeout = parse_timeout(resource.extensions.get("readinessTimeout"))
+        except ValueError as exc:
+            raise InvalidInput(
+                f"{resource.id}: extensions.{exc}", resource_id=resource.id
+            ) from None
+        timeout = timeout or options.timeout_seconds
+        client = await asyncio.to_thread(self.client_for, resource, options)
+        ref = object_ref(resource)
+        api = await asyncio.to_thread(self._api, client, resource, ref)
+        if api is None:
+            raise NotFound(f"{resource.id}: kind {ref.kind} is not served", resource_id=resource.id)
+        deadline = time.monotonic() + timeout
+        delay = 0.2
+        while True:
+            live = await asyncio.to_thread(self._get, client, api, ref, resource.id)
+            if live is None:
+                raise NotFound(
+                    f"{resource.id}: {ref.describe()} does not exist", resource_id=resource.id
+                )
+            state = readiness(live)
+            if state.ready:
+                return normalise(live)
+            if state.failed:
+                raise NotReady(
+                    f"{resource.id}: {ref.describe()}: {state.message}", resource_id=resource.id
+                )
+            if time.monotonic() >= deadline:
+                raise NotReady(
+                    f"{resource.id}: {ref.describe()} not ready after {timeout:g}s: "
+                    f"{state.message}",
+                    resource_id=resource.id,
+                )
+            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 1.5, 2.0)
+
+    async def close(self) -> None:
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            client.close()

@@ -6,7 +6,7 @@
 # its log is printed. Usage: services.sh up|down|status|env [service...]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-SERVICES=(redis temporal etcd kube-apiserver kube-controller-manager worker)
+SERVICES=(redis temporal etcd kube-apiserver kube-controller-manager kube-scheduler kwok worker)
 
 pidfile() { echo "$RUN_DIR/pids/$1.pid"; }
 logfile() { echo "$RUN_DIR/logs/$1.log"; }
@@ -25,6 +25,12 @@ health_kube-apiserver() {
     "https://127.0.0.1:$KUBE_API_PORT/readyz" 2>/dev/null | grep -q '^ok$'
 }
 health_kube-controller-manager() { curl -fsSk "https://127.0.0.1:$KUBE_CM_PORT/healthz" 2>/dev/null | grep -q '^ok$'; }
+health_kube-scheduler() { curl -fsSk "https://127.0.0.1:$KUBE_SCHED_PORT/healthz" 2>/dev/null | grep -q '^ok$'; }
+# kwok is healthy once it serves /healthz and its fake node reports Ready.
+health_kwok() {
+  curl -fsS "http://127.0.0.1:$KWOK_PORT/healthz" >/dev/null 2>&1 &&
+    kube_api GET /api/v1/nodes/kwok-node-0 | grep -q '"type":"Ready","status":"True"'
+}
 health_worker() { grep -q "stackflow worker ready" "$(logfile worker)" 2>/dev/null; }
 
 # ---- kube certificates & kubeconfig ------------------------------------------------------------
@@ -101,13 +107,37 @@ cmd_kube-controller-manager() {
     --cluster-signing-cert-file "$d/ca.crt" --cluster-signing-key-file "$d/ca.key" \
     --leader-elect=false --use-service-account-credentials=false --cert-dir "$d/cm-certs" --v 1
 }
+cmd_kube-scheduler() {
+  local d="$KUBE_DIR"
+  echo kube-scheduler --kubeconfig "$d/kubeconfig" --authentication-kubeconfig "$d/kubeconfig" \
+    --authorization-kubeconfig "$d/kubeconfig" --bind-address 127.0.0.1 --secure-port "$KUBE_SCHED_PORT" \
+    --leader-elect=false --cert-dir "$d/sched-certs" --v 1
+}
+# kube_api METHOD PATH [JSON]: one request to the dev kube-apiserver as its admin.
+kube_api() {
+  curl -sS --cacert "$KUBE_DIR/ca.crt" -H "Authorization: Bearer $(cat "$KUBE_DIR/admin.token")" \
+    -H 'Content-Type: application/json' -X "$1" "https://127.0.0.1:$KUBE_API_PORT$2" ${3:+--data "$3"} 2>/dev/null | tr -d ' \n'
+}
+# kwok fakes one node (kwok-node-0, created here if missing) and the status of pods on it,
+# so Deployments roll out and Jobs complete without a kubelet. Pod IPs stay outside the
+# service range 10.0.0.0/24.
+cmd_kwok() {
+  kube_api POST /api/v1/nodes '{"apiVersion":"v1","kind":"Node","metadata":{"name":"kwok-node-0",
+    "annotations":{"kwok.x-k8s.io/node":"fake","node.alpha.kubernetes.io/ttl":"0"},
+    "labels":{"type":"kwok","kubernetes.io/hostname":"kwok-node-0","kubernetes.io/os":"linux","kubernetes.io/arch":"amd64"}},
+    "status":{"capacity":{"cpu":"32","memory":"256Gi","pods":"250"},"allocatable":{"cpu":"32","memory":"256Gi","pods":"250"}}}' >/dev/null
+  echo kwok --kubeconfig "$KUBE_DIR/kubeconfig" --config /dev/null \
+    --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
+    --server-address "127.0.0.1:$KWOK_PORT" --cidr 10.244.0.1/16 --node-ip 127.0.0.1
+}
 cmd_worker() {
   echo env $(env_exports | sed 's/^export //') "$VENV/bin/python" "$REPO_ROOT/worker.py"
 }
 port_of() {
   case "$1" in
     redis) echo "$REDIS_PORT" ;; temporal) echo "$TEMPORAL_PORT" ;; etcd) echo "$ETCD_PORT" ;;
-    kube-apiserver) echo "$KUBE_API_PORT" ;; kube-controller-manager) echo "$KUBE_CM_PORT" ;; *) echo "" ;;
+    kube-apiserver) echo "$KUBE_API_PORT" ;; kube-controller-manager) echo "$KUBE_CM_PORT" ;;
+    kube-scheduler) echo "$KUBE_SCHED_PORT" ;; kwok) echo "$KWOK_PORT" ;; *) echo "" ;;
   esac
 }
 timeout_of() { case "$1" in kube-apiserver) echo 120 ;; temporal) echo 90 ;; *) echo 60 ;; esac; }

@@ -58,6 +58,8 @@ setup_go_tools() {
   minor="${KUBERNETES_VERSION#v1.}"; minor="${minor%%.*}"
   go_tool kubernetes "$KUBERNETES_VERSION-$(gomod_hash kubernetes)" kube-apiserver kube-controller-manager kube-scheduler -- \
     bash -c "cd '$REPO_ROOT/tools/gomod/kubernetes' && go build -ldflags '-s -w -X $v.gitVersion=$KUBERNETES_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor' -o '$TOOLS_BIN/' k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler"
+  go_tool kwok "$KWOK_VERSION-$(gomod_hash kwok)" kwok -- \
+    bash -c "cd '$REPO_ROOT/tools/gomod/kwok' && go build -ldflags '-s -w' -o '$TOOLS_BIN/' sigs.k8s.io/kwok/cmd/kwok"
   go_tool opentofu "$OPENTOFU_VERSION-$(gomod_hash opentofu)" tofu -- \
     bash -c "cd '$REPO_ROOT/tools/gomod/opentofu' && go build -ldflags '-s -w -X github.com/opentofu/opentofu/version.dev=no' -o '$TOOLS_BIN/' github.com/opentofu/opentofu/cmd/tofu"
 }

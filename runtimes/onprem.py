@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import re
 import stat
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal
 
@@ -27,6 +29,7 @@ from runtimes.base import (
     ResourceRequest,
     Runtime,
     RuntimeOptions,
+    Unavailable,
 )
 
 _MODE = re.compile(r"^0?[0-7]{3,4}$")
@@ -99,7 +102,8 @@ def desired_state(attrs: OnPremAttributes) -> Attributes:
 def read_path(path: str) -> Attributes | None:
     try:
         st = os.lstat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
+        # NotADirectoryError: a parent is a regular file, so this path cannot exist.
         return None
     mode = f"{stat.S_IMODE(st.st_mode):04o}"
     if stat.S_ISDIR(st.st_mode):
@@ -136,7 +140,36 @@ def write_file_atomically(path: str, content: str, mode: int) -> None:
     _fsync_dir(directory)
 
 
+_PERMANENT_ERRNOS = {
+    errno.ENOTDIR,
+    errno.EEXIST,
+    errno.EISDIR,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EROFS,
+}
+
+
+@contextlib.contextmanager
+def _os_errors(resource_id: str, action: str) -> Iterator[None]:
+    """Filesystem errors retrying cannot fix (a parent that is a file, no permission) are a
+    Conflict; anything else (disk full, I/O error) stays retryable as Unavailable."""
+    try:
+        yield
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        message = f"{resource_id}: cannot {action}{where}: {exc.strerror or exc}"
+        if exc.errno in _PERMANENT_ERRNOS:
+            raise Conflict(message, resource_id=resource_id) from None
+        raise Unavailable(message, resource_id=resource_id) from None
+
+
 def apply_sync(resource_id: str, attrs: OnPremAttributes) -> Attributes:
+    with _os_errors(resource_id, "apply"):
+        return _apply_sync(resource_id, attrs)
+
+
+def _apply_sync(resource_id: str, attrs: OnPremAttributes) -> Attributes:
     want = desired_state(attrs)
     live = read_path(attrs.path)
     mode = int(want["mode"], 8)
@@ -162,6 +195,11 @@ def apply_sync(resource_id: str, attrs: OnPremAttributes) -> Attributes:
 
 
 def delete_sync(resource_id: str, attrs: OnPremAttributes) -> None:
+    with _os_errors(resource_id, "delete"):
+        _delete_sync(resource_id, attrs)
+
+
+def _delete_sync(resource_id: str, attrs: OnPremAttributes) -> None:
     live = read_path(attrs.path)
     if live is None:
         return

@@ -128,6 +128,7 @@ class Runner:
         self.workflow_id = workflow_id_for(request.project, request.workspace)
         if workflow == "PreviewWorkflow":
             self.workflow_id += "/preview"
+        self._outcome: asyncio.Future[OperationResult] | None = None
 
     async def start(self, client: Client) -> WorkflowHandle[Any, OperationResult]:
         _, _, queue = _settings()
@@ -148,9 +149,22 @@ class Runner:
                 f"{ui_link(client.namespace, self.workflow_id, None)}"
             ) from None
 
+    def outcome_of(
+        self, handle: WorkflowHandle[Any, OperationResult]
+    ) -> asyncio.Future[OperationResult]:
+        """The run's result, awaited in the background: polling stops when the run closes.
+
+        A run that fails before its phase moves (e.g. the stack is locked by a run under
+        another workflow id) keeps answering the status query with its last phase forever.
+        """
+        if self._outcome is None:
+            self._outcome = asyncio.ensure_future(handle.result())
+        return self._outcome
+
     async def wait_for(
         self, handle: WorkflowHandle[Any, OperationResult], phases: set[str]
     ) -> StatusView:
+        outcome = self.outcome_of(handle)
         while True:
             try:
                 status = await handle.query("status", result_type=StatusView)
@@ -158,15 +172,21 @@ class Runner:
                 status = None
             if isinstance(status, StatusView) and (status.phase in phases or status.phase in FINAL):
                 return status
-            await asyncio.sleep(POLL_SECONDS)
+            if outcome.done():
+                return status if isinstance(status, StatusView) else StatusView(phase="failed")
+            await asyncio.wait({outcome}, timeout=POLL_SECONDS)
 
     async def result(self, handle: WorkflowHandle[Any, OperationResult]) -> OperationResult:
         try:
-            return await handle.result()
+            return await self.outcome_of(handle)
         except WorkflowFailureError as exc:
-            cause: BaseException = exc
-            while cause.__cause__ is not None:
-                cause = cause.__cause__
+            # The first typed application error down the chain is the one that matters; the
+            # chain goes on to the engine exception it was made from (type = class name).
+            chain: list[BaseException] = [exc]
+            while chain[-1].__cause__ is not None:
+                chain.append(chain[-1].__cause__)
+            typed = [c for c in chain if isinstance(c, ApplicationError) and c.type]
+            cause = typed[0] if typed else chain[-1]
             if isinstance(cause, ApplicationError) and cause.type == "StackLocked":
                 raise StackLockedError(cause.message) from None
             if isinstance(cause, ApplicationError) and cause.type in ("SpecError", "InvalidInput"):
@@ -217,7 +237,8 @@ class Runner:
             transient=True,
         ) as progress:
             task = progress.add_task(self.request.project, total=None, running="")
-            while True:
+            outcome = self.outcome_of(handle)
+            while not outcome.done():
                 status = await handle.query("status", result_type=StatusView)
                 running = ", ".join(status.running[:3]) + (" …" if len(status.running) > 3 else "")
                 progress.update(
@@ -229,7 +250,7 @@ class Runner:
                 )
                 if status.phase in FINAL:
                     return
-                await asyncio.sleep(POLL_SECONDS)
+                await asyncio.wait({outcome}, timeout=POLL_SECONDS)
 
 
 def _user() -> str:
@@ -311,6 +332,11 @@ async def _run(
             runner.show_preview(result.changes, detail)
         return
     status = await runner.wait_for(handle, {"awaitingApproval", "applying", "destroying"})
+    outcome = runner.outcome_of(handle)
+    if outcome.done() and status.phase not in FINAL:
+        # The run ended before it got anywhere (e.g. stack locked): report its error.
+        _report(runner, await runner.result(handle), handle.result_run_id)
+        return
     if status.phase not in FINAL or status.changes.get("changes"):
         preview = await handle.query("preview", result_type=dict[str, Any])
         runner.show_preview(preview, detail)

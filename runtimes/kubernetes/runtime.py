@@ -28,7 +28,11 @@ How it behaves, in one place:
   existing unowned object is taken over only with ``adopt`` (run option or
   ``extensions.adopt``). The markers are part of the applied manifest, so preview shows
   them only when they are really missing.
-- **Delete** uses foreground propagation and waits until the object is gone.
+- **Delete** uses foreground propagation (dependents first) and waits until the object is
+  gone; ``extensions.deletionPropagation`` (``Background``, ``Orphan``) overrides it. Note:
+  the garbage collector learns a new custom kind only at its next discovery resync (up to
+  ~30 s), so foreground deletion of a custom resource whose CRD was created seconds before
+  waits until then.
 - **Readiness** (``wait_ready``) polls the object: rollouts, Job completion, PVC bound,
   Namespace active, CRD established, else a ``Ready`` condition; the timeout is
   ``extensions.readinessTimeout`` or the run's ``timeout_seconds``.
@@ -303,10 +307,17 @@ class KubernetesRuntime(Runtime):
             return None
         check_owner(resource, ref, live, options, deleting=True)
         uid = str((live.get("metadata") or {}).get("uid") or "")
+        propagation = resource.extensions.get("deletionPropagation") or "Foreground"
+        if propagation not in ("Foreground", "Background", "Orphan"):
+            raise InvalidInput(
+                f"{resource.id}: extensions.deletionPropagation {propagation!r}: use "
+                "Foreground, Background or Orphan",
+                resource_id=resource.id,
+            )
         body: JSON = {
             "apiVersion": "v1",
             "kind": "DeleteOptions",
-            "propagationPolicy": "Foreground",
+            "propagationPolicy": propagation,
             "preconditions": {"uid": uid},
         }
         try:

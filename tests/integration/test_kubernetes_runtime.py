@@ -1,0 +1,311 @@
+"""The Kubernetes runtime against the real kube-apiserver (+ controller-manager, scheduler, kwok).
+
+Each test works in its own namespace (and CRD group) and removes them afterwards.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client as k8s
+
+from runtimes.base import (
+    Conflict,
+    InvalidInput,
+    ResourceRequest,
+    RuntimeOptions,
+    Unavailable,
+)
+from runtimes.kubernetes import KubernetesRuntime, NotReady
+from stackflow.diff import Change, diff_resource, sensitive_paths_for
+from tests.integration.kubehelp import (
+    api_client,
+    config_map,
+    crd,
+    delete_quietly,
+    deployment,
+    job,
+    namespace,
+    request,
+    secret,
+    service,
+    suffix,
+    widget,
+)
+
+Obj = dict[str, Any]
+
+
+@pytest.fixture
+def api(kubeconfig: str) -> Iterator[k8s.ApiClient]:
+    client = api_client(kubeconfig)
+    yield client
+    client.close()  # type: ignore[no-untyped-call]
+
+
+@pytest.fixture
+async def rt(kubeconfig: str) -> AsyncIterator[KubernetesRuntime]:
+    runtime = KubernetesRuntime()
+    yield runtime
+    await runtime.close()
+
+
+@pytest.fixture
+def opts() -> RuntimeOptions:
+    return RuntimeOptions(project=f"p{suffix()}", workspace="dev", timeout_seconds=60)
+
+
+@pytest.fixture
+async def ns(rt: KubernetesRuntime, opts: RuntimeOptions, api: k8s.ApiClient) -> AsyncIterator[str]:
+    name = f"sf-{suffix()}"
+    await rt.apply(request(namespace(name)), opts)
+    yield name
+    delete_quietly(api, namespaces=[name])
+
+
+async def change(
+    rt: KubernetesRuntime, req: ResourceRequest, opts: RuntimeOptions, prior: Obj | None = None
+) -> Change:
+    """What preview would report for one resource (as the preview activity computes it)."""
+    live = await rt.read(req, opts)
+    result = await rt.preview(req, opts)
+    return diff_resource(
+        req.id,
+        req.type,
+        result.would_be,
+        live,
+        prior,
+        sensitive_paths=result.sensitive_paths + sensitive_paths_for(req.type, req.attributes),
+    )
+
+
+async def test_apply_then_preview_is_unchanged_and_one_edit_is_one_update(
+    rt: KubernetesRuntime, opts: RuntimeOptions, ns: str
+) -> None:
+    objs = [
+        config_map(ns, "settings", {"mode": "fast"}),
+        deployment(ns, "web"),
+        service(ns, "web"),
+    ]
+    for obj in objs:
+        assert (await change(rt, request(obj), opts)).action == "Create"
+    recorded = {}
+    for obj in objs:
+        started = time.monotonic()
+        recorded[obj["kind"]] = await rt.apply(request(obj), opts)
+        assert time.monotonic() - started < 5
+    for obj in objs:
+        got = await change(rt, request(obj), opts, prior=recorded[obj["kind"]])
+        assert got.action == "UnChanged", got
+    # read() leaves server bookkeeping out, but keeps defaults (references need clusterIP)
+    live = await rt.read(request(objs[2]), opts)
+    assert live is not None
+    assert "status" not in live and "managedFields" not in live["metadata"]
+    assert "resourceVersion" not in live["metadata"] and "uid" not in live["metadata"]
+    assert live["spec"]["clusterIP"].startswith("10.0.0.")
+    # ownership markers are applied, and never show up as a change
+    assert live["metadata"]["annotations"]["stackflow.io/project"] == opts.project
+    assert live["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "stackflow"
+
+    edited = deployment(ns, "web", image="nginx:1.27")
+    got = await change(rt, request(edited), opts, prior=recorded["Deployment"])
+    assert got.action == "Update" and not got.drift
+    assert [(d.path, d.old, d.new) for d in got.diff] == [
+        ("spec.template.spec.containers[0].image", "nginx:1.25", "nginx:1.27")
+    ]
+    await rt.apply(request(edited, prior=recorded["Deployment"]), opts)
+    assert (await change(rt, request(edited), opts)).action == "UnChanged"
+
+
+async def test_secret_values_never_leave_the_diff(
+    rt: KubernetesRuntime, opts: RuntimeOptions, ns: str
+) -> None:
+    value = f"hunter2-{suffix()}"
+    obj = secret(ns, "creds", {"password": value})
+    created = await change(rt, request(obj), opts)
+    assert created.action == "Create"
+    await rt.apply(request(obj), opts)
+    same = await change(rt, request(obj), opts)
+    assert same.action == "UnChanged"
+    rotated = secret(ns, "creds", {"password": value + "-rotated"})
+    updated = await change(rt, request(rotated), opts)
+    assert updated.action == "Update"
+    assert [d.path for d in updated.diff] == ["data.password"]
+    encoded = base64.b64encode(value.encode()).decode()
+    for ch in (created, same, updated):
+        text = ch.model_dump_json()
+        assert value not in text and encoded not in text, text
+
+
+async def test_crd_and_custom_resource_in_one_run(
+    rt: KubernetesRuntime, opts: RuntimeOptions, ns: str, api: k8s.ApiClient
+) -> None:
+    group = f"g{suffix()}.stackflow.test"
+    definition, item = crd(group), widget(group, ns, "w1", "blue")
+    try:
+        # before the CRD exists: the custom resource previews as its manifest
+        assert (await change(rt, request(item), opts)).action == "Create"
+        await rt.apply(request(definition), opts)
+        # no wait for Established in between: apply finds the new kind by re-discovery
+        live = await rt.apply(request(item), opts)
+        assert live["spec"] == {"color": "blue", "size": 1}  # the schema default applied
+        assert (await change(rt, request(item), opts)).action == "UnChanged"
+        assert (await change(rt, request(definition), opts)).action == "UnChanged"
+        ready = await rt.wait_ready(request(definition), opts)
+        assert ready["metadata"]["name"] == f"widgets.{group}"
+        # foreground deletion of a kind the garbage collector has not resynced yet would
+        # wait up to 30 s for it; background deletion does not need the collector
+        await rt.delete(request(item, deletionPropagation="Background"), opts)
+        assert await rt.read(request(item), opts) is None
+        await rt.delete(request(definition), opts)
+        assert await rt.read(request(item), opts) is None  # the kind is gone too
+        await rt.delete(request(item), opts)  # deleting what is gone succeeds
+    finally:
+        delete_quietly(api, crds=[definition["metadata"]["name"]])
+
+
+async def test_invalid_manifests_fail_at_preview_with_the_servers_message(
+    rt: KubernetesRuntime, opts: RuntimeOptions, ns: str
+) -> None:
+    bad = deployment(ns, "bad")
+    bad["spec"]["selector"]["matchLabels"] = {"app": "other"}
+    with pytest.raises(InvalidInput, match=r"selector.*does not match template"):
+        await rt.preview(request(bad), opts)
+    bad_name = config_map(ns, "Not_A_Name", {})
+    with pytest.raises(InvalidInput, match="RFC 1123"):
+        await rt.preview(request(bad_name), opts)
+    wrong_id = request(config_map(ns, "a", {})).model_copy(update={"id": f"v1:ConfigMap:{ns}:b"})
+    with pytest.raises(InvalidInput, match="does not match the manifest"):
+        await rt.preview(wrong_id, opts)
+    cluster_scoped = namespace(f"x{suffix()}")
+    cluster_scoped["metadata"]["namespace"] = ns
+    with pytest.raises(InvalidInput, match="cluster-scoped"):
+        await rt.preview(request(cluster_scoped), opts)
+
+
+async def test_create_in_a_namespace_made_earlier_in_the_run_previews_as_manifest(
+    rt: KubernetesRuntime, opts: RuntimeOptions, api: k8s.ApiClient
+) -> None:
+    missing = f"sf-{suffix()}"
+    obj = config_map(missing, "later", {"k": "v"})
+    result = await rt.preview(request(obj), opts)
+    assert result.would_be["data"] == {"k": "v"}
+    assert result.would_be["metadata"]["annotations"]["stackflow.io/workspace"] == "dev"
+    assert await rt.read(request(obj), opts) is None
+    with pytest.raises(Exception, match="does its namespace exist"):
+        await rt.apply(request(obj), opts)
+
+
+async def test_drift_is_detected_and_repaired_but_new_contested_fields_conflict(
+    rt: KubernetesRuntime, opts: RuntimeOptions, ns: str, api: k8s.ApiClient
+) -> None:
+    obj = deployment(ns, "web", replicas=1)
+    recorded = await rt.apply(request(obj), opts)
+    apps = k8s.AppsV1Api(api)
+    # someone scales it behind stackflow's back, as another field manager
+    apps.patch_namespaced_deployment("web", ns, {"spec": {"replicas": 3}}, field_manager="intruder")
+    got = await change(rt, request(obj, prior=recorded), opts, prior=recorded)
+    assert got.action == "Update" and got.drift
+    assert [(d.path, d.old, d.new) for d in got.diff] == [("spec.replicas", 3, 1)]
+    repaired = await rt.apply(request(obj, prior=recorded), opts)
+    assert repaired["spec"]["replicas"] == 1
+    assert apps.read_namespaced_deployment("web", ns).spec.replicas == 1
+
+    # a label another manager set, which the spec now starts to set differently: a conflict
+    apps.patch_namespaced_deployment(
+        "web", ns, {"metadata": {"labels": {"team": "blue"}}}, field_manager="intruder"
+    )
+    contested = deployment(ns, "web", replicas=1)
+    contested["metadata"]["labels"] = {"team": "red"}
+    with pytest.raises(Conflict, match=r"intruder.*|.*\.metadata\.labels\.team") as err:
+        await rt.apply(request(contested, prior=repaired), opts)
+    assert "intruder" in str(err.value) and ".metadata.labels.team" in str(err.value)
+    with pytest.raises(Conflict, match="intruder"):
+        await rt.preview(request(contested, prior=repaired), opts)
+    # unless forced
+    forced = await rt.apply(request(contested, prior=repaired, force=True), opts)
+    assert forced["metadata"]["labels"]["team"] == "red"
+
+
+async def test_ownership_conflicts_and_adoption(
+    rt: KubernetesRuntime, opts: RuntimeOptions, ns: str, api: k8s.ApiClient
+) -> None:
+    other = RuntimeOptions(project=f"q{suffix()}", workspace="prod")
+    owned = config_map(ns, "theirs", {"a": "1"})
+    await rt.apply(request(owned), other)
+    with pytest.raises(Conflict, match=f"belongs to stackflow stack {other.project}/prod"):
+        await rt.apply(request(owned), opts)
+    with pytest.raises(Conflict, match=f"{other.project}/prod"):
+        await rt.preview(request(owned), opts)
+    with pytest.raises(Conflict, match="refusing to delete"):
+        await rt.delete(request(owned), opts)
+    assert await rt.read(request(owned), opts) is not None
+
+    core = k8s.CoreV1Api(api)
+    core.create_namespaced_config_map(
+        ns,
+        k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="handmade"), data={"a": "1"}),
+        field_manager="kubectl",
+    )
+    unowned = config_map(ns, "handmade", {"a": "1"})
+    with pytest.raises(Conflict, match=r"not managed by stackflow.*adopt"):
+        await rt.apply(request(unowned), opts)
+    adopted = await rt.apply(request(unowned, adopt=True), opts)
+    assert adopted["metadata"]["annotations"]["stackflow.io/project"] == opts.project
+    assert (await change(rt, request(unowned), opts)).action == "UnChanged"  # ours now
+
+
+async def test_readiness_rollout_job_and_timeout(
+    rt: KubernetesRuntime, opts: RuntimeOptions, ns: str, api: k8s.ApiClient
+) -> None:
+    dep, once = deployment(ns, "web", replicas=2), job(ns, "once")
+    await rt.apply(request(dep), opts)
+    await rt.apply(request(once), opts)
+    await rt.wait_ready(request(dep), opts)
+    status = k8s.AppsV1Api(api).read_namespaced_deployment_status("web", ns).status
+    assert status is not None
+    assert status.available_replicas == 2 and status.updated_replicas == 2
+    pods = k8s.CoreV1Api(api).list_namespaced_pod(ns, label_selector="app=web").items
+    assert {p.spec.node_name for p in pods if p.spec} == {"kwok-node-0"}  # faked by kwok
+    assert [p.status.phase for p in pods if p.status] == ["Running", "Running"]
+    await rt.wait_ready(request(once), opts)
+    done = k8s.BatchV1Api(api).read_namespaced_job_status("once", ns).status
+    assert done is not None and done.succeeded == 1
+
+    # a new rollout that can never schedule: not ready within the resource's timeout
+    stuck = deployment(ns, "stuck")
+    stuck["spec"]["template"]["spec"]["nodeSelector"] = {"no-such": "node"}
+    await rt.apply(request(stuck), opts)
+    started = time.monotonic()
+    with pytest.raises(
+        NotReady, match=r"not ready after 1\.5s: (0 of 1 replicas updated|.*available)"
+    ):
+        await rt.wait_ready(request(stuck, readinessTimeout="1.5s"), opts)
+    assert time.monotonic() - started < 5
+
+    started = time.monotonic()
+    await rt.delete(request(dep), opts)  # foreground: returns once pods and replicasets are gone
+    assert time.monotonic() - started < 30
+    assert k8s.CoreV1Api(api).list_namespaced_pod(ns, label_selector="app=web").items == []
+
+
+async def test_unreachable_cluster_is_retryable(
+    rt: KubernetesRuntime, opts: RuntimeOptions, tmp_path: Path, kubeconfig: str
+) -> None:
+    text = Path(kubeconfig).read_text()
+    port = json.dumps(text).split("127.0.0.1:")[1].split("\\n")[0]
+    dead = tmp_path / "dead-kubeconfig"
+    dead.write_text(text.replace(f"127.0.0.1:{port}", "127.0.0.1:1"))
+    obj = config_map("default", "x", {})
+    with pytest.raises(Unavailable, match="unreachable"):
+        await rt.read(request(obj, kubeConfig=str(dead)), opts)
+    with pytest.raises(InvalidInput, match="does not exist"):
+        await rt.read(request(obj, kubeConfig=str(tmp_path / "none")), opts)
+    with pytest.raises(InvalidInput, match="context"):
+        await rt.read(request(obj, kubeContext="no-such-context"), opts)

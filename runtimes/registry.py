@@ -59,4 +59,11 @@ def default_registry() -> RuntimeRegistry:
         return KubernetesRuntime()
 
     registry.register("Kubernetes", kubernetes)
+
+    def terraform() -> Runtime:
+        from runtimes.terraform import TerraformRuntime
+
+        return TerraformRuntime()
+
+    registry.register("Terraform", terraform)
     return registry

@@ -71,11 +71,24 @@ class Preview(BaseModel):
         return any(c.action is not Action.UnChanged for c in self.changes)
 
 
+RUNTIME_KEY_PREFIX = "_stackflow_"
+"""Attributes a runtime records for itself (e.g. Terraform state): never shown."""
+RECORDED_SENSITIVE_KEY = "_stackflow_sensitive"
+"""A runtime may record here the paths of its live object that hold secrets."""
+
+
 def sensitive_paths_for(resource_type: str, attributes: Mapping[str, Any] | None) -> list[str]:
-    """Default sensitive paths: a Kubernetes Secret's ``data`` and ``stringData``."""
+    """Default sensitive paths: a Kubernetes Secret's ``data`` and ``stringData``, and for
+    recorded state, the runtime's own keys and the paths it recorded as sensitive."""
     if resource_type == "Kubernetes" and attributes and attributes.get("kind") == "Secret":
         return ["data", "stringData"]
-    return []
+    if not attributes:
+        return []
+    paths = [k for k in attributes if isinstance(k, str) and k.startswith(RUNTIME_KEY_PREFIX)]
+    recorded = attributes.get(RECORDED_SENSITIVE_KEY)
+    if isinstance(recorded, list):
+        paths.extend(p for p in recorded if isinstance(p, str))
+    return paths
 
 
 def project(live: Any, desired: Any) -> Any:

@@ -1,0 +1,189 @@
+"""Kusion-form Terraform resources and the ``main.tf.json`` stackflow writes for each one.
+
+A resource of type ``Terraform`` is written the way Kusion writes it:
+
+- id ``<provider namespace>:<provider name>:<resource type>:<name>``
+  (``hashicorp:random:random_password:pw``; the built-in ``terraform_data`` is
+  ``builtin:terraform:terraform_data:<name>``),
+- ``attributes``: the resource's arguments,
+- ``extensions.provider``: ``<host>/<namespace>/<name>/<version>``
+  (``registry.terraform.io/hashicorp/random/3.6.0``; ``terraform.io/builtin/terraform`` for the
+  built-in provider, which has no version and nothing to install),
+- ``extensions.providerMeta``: the provider block's configuration,
+- ``extensions.resourceType``: the Terraform resource type,
+- ``extensions["kusionstack.io/import-id"]``: import this existing object instead of creating it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from runtimes.base import Attributes, InvalidInput, ResourceRequest
+
+IMPORT_ID_KEY = "kusionstack.io/import-id"
+BUILTIN_SOURCE = "terraform.io/builtin/terraform"
+
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
+_VERSION = re.compile(r"^v?\d+(\.\d+)*([-+.].*)?$")
+
+
+@dataclass(frozen=True)
+class Provider:
+    """A provider requirement: ``source`` (``host/namespace/name``) and exact ``version``."""
+
+    source: str
+    version: str | None
+    local_name: str
+
+    @property
+    def builtin(self) -> bool:
+        return self.source == BUILTIN_SOURCE
+
+    @property
+    def key(self) -> str:
+        """A file-name-safe key for per-provider locks."""
+        return re.sub(r"[^A-Za-z0-9._-]", "_", f"{self.source}_{self.version or ''}")
+
+
+@dataclass(frozen=True)
+class TerraformResource:
+    """What stackflow needs to drive one resource through the CLI."""
+
+    id: str
+    provider: Provider
+    provider_meta: Attributes
+    resource_type: str
+    name: str
+    arguments: Attributes
+    import_id: str | None
+
+    @property
+    def address(self) -> str:
+        return f"{self.resource_type}.{self.name}"
+
+
+def parse_provider(resource_id: str, value: Any) -> Provider:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput(
+            f"{resource_id}: extensions.provider is required, e.g. "
+            "'registry.terraform.io/hashicorp/random/3.6.0' (or "
+            f"'{BUILTIN_SOURCE}' for terraform_data)",
+            resource_id=resource_id,
+        )
+    text = value.strip().strip("/")
+    if text == BUILTIN_SOURCE:
+        return Provider(source=BUILTIN_SOURCE, version=None, local_name="terraform")
+    parts = text.split("/")
+    version: str | None = None
+    if len(parts) >= 3 and _VERSION.match(parts[-1]):
+        version = parts[-1].removeprefix("v")
+        parts = parts[:-1]
+    if len(parts) not in (2, 3) or not all(parts):
+        raise InvalidInput(
+            f"{resource_id}: extensions.provider {value!r} is not "
+            "'[<host>/]<namespace>/<name>/<version>'",
+            resource_id=resource_id,
+        )
+    local_name = parts[-1].removeprefix("terraform-provider-")
+    if not _IDENT.match(local_name):
+        raise InvalidInput(
+            f"{resource_id}: extensions.provider {value!r}: {local_name!r} is not a valid "
+            "provider name",
+            resource_id=resource_id,
+        )
+    return Provider(source="/".join(parts), version=version, local_name=local_name)
+
+
+def _local_name(resource_id: str) -> str:
+    """The Terraform resource name: the id's last segment, made a valid identifier."""
+    name = resource_id.rsplit(":", 1)[-1]
+    name = re.sub(r"[^A-Za-z0-9_-]", "_", name) or "this"
+    if not _IDENT.match(name):
+        name = f"r_{name}"
+    return name
+
+
+def parse_resource(resource: ResourceRequest) -> TerraformResource:
+    ext = resource.extensions or {}
+    provider = parse_provider(resource.id, ext.get("provider"))
+    parts = resource.id.split(":")
+    rtype = ext.get("resourceType") or (parts[2] if len(parts) == 4 else None)
+    if not isinstance(rtype, str) or not _IDENT.match(rtype):
+        raise InvalidInput(
+            f"{resource.id}: extensions.resourceType is required (a Terraform resource type "
+            "such as 'random_password'), or an id '<namespace>:<provider>:<type>:<name>'",
+            resource_id=resource.id,
+        )
+    meta = ext.get("providerMeta") or {}
+    if not isinstance(meta, dict):
+        raise InvalidInput(
+            f"{resource.id}: extensions.providerMeta must be an object (the provider block)",
+            resource_id=resource.id,
+        )
+    if provider.builtin and meta:
+        raise InvalidInput(
+            f"{resource.id}: extensions.providerMeta: the built-in terraform provider takes "
+            "no configuration",
+            resource_id=resource.id,
+        )
+    import_id = ext.get(IMPORT_ID_KEY)
+    if import_id is not None and (not isinstance(import_id, str) or not import_id):
+        raise InvalidInput(
+            f"{resource.id}: extensions[{IMPORT_ID_KEY!r}] must be a non-empty string",
+            resource_id=resource.id,
+        )
+    return TerraformResource(
+        id=resource.id,
+        provider=provider,
+        provider_meta=dict(meta),
+        resource_type=rtype,
+        name=_local_name(resource.id),
+        arguments=dict(resource.attributes),
+        import_id=import_id,
+    )
+
+
+def escape_templates(value: Any) -> Any:
+    """Strings become literals: ``${`` and ``%{`` would otherwise be Terraform templates.
+
+    Each resource lives alone in its working directory, so an interpolation could never
+    refer to anything; a password that happens to contain ``${`` must stay a password.
+    """
+    if isinstance(value, str):
+        return value.replace("${", "$${").replace("%{", "%%{")
+    if isinstance(value, dict):
+        return {k: escape_templates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [escape_templates(v) for v in value]
+    return value
+
+
+def required_providers(res: TerraformResource) -> dict[str, Any]:
+    if res.provider.builtin:
+        return {}
+    entry: dict[str, Any] = {"source": res.provider.source}
+    if res.provider.version:
+        entry["version"] = res.provider.version
+    return {res.provider.local_name: entry}
+
+
+def render_config(
+    res: TerraformResource, *, with_resource: bool, import_existing: bool = False
+) -> dict[str, Any]:
+    """The ``main.tf.json`` document (Kusion's layout: terraform, provider, resource).
+
+    Without the resource block, the configuration still names the provider, so refresh and
+    destroy can act on the object the seeded state holds.
+    """
+    doc: dict[str, Any] = {}
+    providers = required_providers(res)
+    if providers:
+        doc["terraform"] = {"required_providers": providers}
+        doc["provider"] = {res.provider.local_name: escape_templates(res.provider_meta)}
+    if with_resource:
+        doc["resource"] = {res.resource_type: {res.name: escape_templates(res.arguments)}}
+        if import_existing and res.import_id:
+            doc["import"] = [{"to": res.address, "id": res.import_id}]
+    return doc

@@ -1,0 +1,392 @@
+"""The Terraform runtime: one working directory per resource, state kept by stackflow.
+
+- ``read``: ``apply -refresh-only`` against the seeded state, then the state's values
+  (None when the state tracks nothing, or the refresh finds the object gone).
+- ``preview``: ``plan -out`` + ``show -json``; never an apply. The planned values are the
+  would-be object, values unknown until apply read ``(known after apply)``, a planned
+  replacement sets ``replace``, sensitive values become ``sensitive_paths``.
+- ``apply``: ``apply -auto-approve``; returns the resource's attribute values at top level
+  (so ``$kusion_path.<id>.result`` resolves) plus the Terraform state under
+  :data:`STATE_KEY` and the sensitive paths under :data:`SENSITIVE_KEY`.
+- ``delete``: ``destroy`` of what the seeded state tracks; nothing tracked is success.
+
+Every command first seeds ``terraform.tfstate`` from the state stackflow recorded, so a
+fresh worker (or another machine) can read, change or destroy what an earlier one created.
+``init`` runs only when the provider requirements changed (a stamp in the working
+directory), under a lock per provider (OpenTofu 1.8's plugin cache is not safe for
+concurrent installs); everything else for independent resources runs in parallel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from python_terraform import IsFlagged
+
+from runtimes.base import (
+    Attributes,
+    Conflict,
+    InvalidInput,
+    NotFound,
+    PreviewResult,
+    ResourceRequest,
+    Runtime,
+    RuntimeOptions,
+    Unavailable,
+)
+from runtimes.terraform.cli import Cli, Result, base_env, failure, file_locks, lock_dir
+from runtimes.terraform.config import (
+    TerraformResource,
+    parse_resource,
+    render_config,
+    required_providers,
+)
+from runtimes.terraform.state import (
+    BUILTIN_SCHEMAS,
+    RESERVED_KEYS,
+    SENSITIVE_KEY,
+    STATE_KEY,
+    State,
+    choose_state,
+    compact,
+    decode_block,
+    instance,
+    marked_paths,
+    recorded_state,
+    resource_change,
+    schema_sensitive_paths,
+    state_sensitive_paths,
+    with_unknowns,
+)
+from stackflow.config import stackflow_home
+from stackflow.paths import format_path
+
+STATE_FILE = "terraform.tfstate"
+CONFIG_FILE = "main.tf.json"
+PLAN_FILE = "stackflow.tfplan"
+INIT_STAMP = ".stackflow-init"
+LOCK_FILE = ".stackflow.lock"
+LOCK_TIMEOUT = "120s"
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text) or "_"
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".stackflow-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _context_env(options: RuntimeOptions) -> dict[str, str]:
+    """Provider credentials: ``context.env`` (a map), passed to the CLI, never written."""
+    env = options.context.get("env") if options.context else None
+    if env is None:
+        return {}
+    if not isinstance(env, Mapping):
+        raise InvalidInput("context.env must be a map of environment variables")
+    return {str(k): str(v) for k, v in env.items()}
+
+
+class Workdir:
+    """A resource's working directory: a cache of config, providers and state."""
+
+    def __init__(
+        self, runtime: TerraformRuntime, res: TerraformResource, path: Path, options: RuntimeOptions
+    ) -> None:
+        self.runtime = runtime
+        self.res = res
+        self.path = path
+        self.options = options
+        self.env = base_env(_context_env(options))
+
+    # ---- files ------------------------------------------------------------------------------
+    def local_state(self) -> State | None:
+        return _read_json(self.path / STATE_FILE)
+
+    def seed(self, prior: Mapping[str, Any] | None) -> State | None:
+        """Put the state to act on in place; returns it (None: nothing is tracked)."""
+        local = self.local_state()
+        chosen = choose_state(recorded_state(prior), local)
+        if chosen is None:
+            if local is not None:
+                (self.path / STATE_FILE).unlink(missing_ok=True)
+            return None
+        if chosen is not local:
+            _write_atomically(self.path / STATE_FILE, json.dumps(chosen, indent=2))
+        return chosen
+
+    def write_config(self, *, with_resource: bool, import_existing: bool = False) -> None:
+        doc = render_config(self.res, with_resource=with_resource, import_existing=import_existing)
+        text = json.dumps(doc, indent=2, sort_keys=True)
+        path = self.path / CONFIG_FILE
+        with contextlib.suppress(FileNotFoundError):
+            if path.read_text(encoding="utf-8") == text:
+                return
+        _write_atomically(path, text)
+
+    # ---- commands ---------------------------------------------------------------------------
+    async def run(self, command: str, *args: str, **flags: Any) -> Result:
+        return await self.runtime.cli.run(
+            self.path, command, *args, env=self.env, timeout=self.options.timeout_seconds, **flags
+        )
+
+    async def ensure_init(self) -> None:
+        """``init`` when the provider requirements changed since the last one (stamp)."""
+        providers = required_providers(self.res)
+        stamp = hashlib.sha256(
+            json.dumps([providers, self.runtime.cli.binary], sort_keys=True).encode()
+        ).hexdigest()
+        stamp_path = self.path / INIT_STAMP
+        lockfile = self.path / ".terraform.lock.hcl"
+        with contextlib.suppress(FileNotFoundError):
+            if stamp_path.read_text() == stamp and (not providers or lockfile.exists()):
+                return
+        lockfile.unlink(missing_ok=True)
+        shutil.rmtree(self.path / ".terraform", ignore_errors=True)
+        if providers:
+            # init needs a configuration naming the providers; the resource block is not needed
+            self.write_config(with_resource=False)
+            async with file_locks([lock_dir() / f"{self.res.provider.key}.lock"]):
+                result = await self.run("init", input=False, no_color=IsFlagged, backend=False)
+            if result.code != 0:
+                raise failure(self.res.id, "terraform init", result, config_stage=True)
+        _write_atomically(stamp_path, stamp)
+
+    async def schema(self) -> dict[str, Any] | None:
+        """The resource type's schema block (cached per provider and version)."""
+        if self.res.provider.builtin:
+            return BUILTIN_SCHEMAS.get(self.res.resource_type)
+        key = f"{self.res.provider.source}@{self.res.provider.version}"
+        schemas = self.runtime.schemas.get(key)
+        if schemas is None:
+            result = await self.run("providers schema", json=IsFlagged)
+            schemas = {}
+            if result.code == 0:
+                with contextlib.suppress(ValueError):
+                    doc = json.loads(result.out)
+                    for provider in (doc.get("provider_schemas") or {}).values():
+                        for rtype, spec in (provider.get("resource_schemas") or {}).items():
+                            schemas[rtype] = spec.get("block") or {}
+            self.runtime.schemas[key] = schemas
+        return schemas.get(self.res.resource_type)
+
+    async def values(self, state: State) -> tuple[Attributes, list[str]] | None:
+        inst = instance(state, self.res.address) or instance(state)
+        if inst is None:
+            return None
+        block = await self.schema()
+        raw = inst.get("attributes") or {}
+        values = decode_block(raw, block) if block else dict(raw)
+        return values, state_sensitive_paths(inst, block)
+
+
+class TerraformRuntime(Runtime):
+    """Resources of type ``Terraform`` (Kusion's form), driven through the Terraform CLI."""
+
+    type_name = "Terraform"
+
+    def __init__(self, root: Path | None = None, binary: str | None = None) -> None:
+        self._root = root
+        self.cli = Cli(binary)
+        self.schemas: dict[str, dict[str, Any]] = {}
+
+    def root(self) -> Path:
+        return self._root if self._root is not None else stackflow_home() / "terraform"
+
+    def workdir_path(self, resource_id: str, options: RuntimeOptions) -> Path:
+        digest = hashlib.sha256(resource_id.encode()).hexdigest()[:8]
+        return (
+            self.root()
+            / _safe(options.project)
+            / _safe(options.workspace)
+            / f"{_safe(resource_id)}-{digest}"
+        )
+
+    @contextlib.asynccontextmanager
+    async def _workdir(
+        self, resource: ResourceRequest, options: RuntimeOptions
+    ) -> AsyncIterator[Workdir]:
+        res = parse_resource(resource)
+        path = self.workdir_path(resource.id, options)
+        path.mkdir(parents=True, exist_ok=True)
+        # one command sequence per resource at a time, across processes
+        async with file_locks([path / LOCK_FILE]):
+            yield Workdir(self, res, path, options)
+
+    # ---- read -------------------------------------------------------------------------------
+    async def _read(
+        self, resource: ResourceRequest, options: RuntimeOptions, *, keep_state: bool
+    ) -> Attributes | None:
+        async with self._workdir(resource, options) as wd:
+            state = wd.seed(resource.prior_state)
+            if instance(state) is None:
+                if wd.res.import_id:
+                    return await self._read_importable(wd)
+                return None
+            await wd.ensure_init()
+            wd.write_config(with_resource=False)
+            result = await wd.run(
+                "apply",
+                refresh_only=IsFlagged,
+                auto_approve=IsFlagged,
+                input=False,
+                json=IsFlagged,
+                lock_timeout=LOCK_TIMEOUT,
+            )
+            if result.code != 0:
+                raise failure(resource.id, "terraform refresh", result, config_stage=False)
+            state = wd.local_state()
+            found = await wd.values(state) if state else None
+            if found is None:
+                return None
+            values, sensitive = found
+            if keep_state:
+                assert state is not None
+                values[STATE_KEY] = compact(state)
+                values[SENSITIVE_KEY] = sensitive
+            return values
+
+    async def _read_importable(self, wd: Workdir) -> Attributes | None:
+        """The object an import id names, as the provider reads it (None if it is absent)."""
+        await wd.ensure_init()
+        wd.write_config(with_resource=True, import_existing=True)
+        plan = await self._plan(wd)
+        change = resource_change(plan, wd.res.address) or {}
+        before = (change.get("change") or {}).get("before")
+        return dict(before) if isinstance(before, dict) else None
+
+    async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
+        return await self._read(resource, options, keep_state=False)
+
+    async def wait_ready(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
+        live = await self._read(resource, options, keep_state=True)
+        if live is None:
+            raise NotFound(f"{resource.id} does not exist", resource_id=resource.id)
+        return live
+
+    # ---- preview ----------------------------------------------------------------------------
+    async def _plan(self, wd: Workdir) -> dict[str, Any]:
+        (wd.path / PLAN_FILE).unlink(missing_ok=True)
+        result = await wd.run(
+            "plan", input=False, json=IsFlagged, out=PLAN_FILE, lock_timeout=LOCK_TIMEOUT
+        )
+        if result.code != 0:
+            raise failure(wd.res.id, "terraform plan", result, config_stage=True)
+        shown = await wd.run("show", PLAN_FILE, json=IsFlagged, no_color=IsFlagged)
+        if shown.code != 0:
+            raise failure(wd.res.id, "terraform show", shown, config_stage=False)
+        try:
+            doc = json.loads(shown.out)
+        except ValueError:
+            raise Unavailable(
+                f"{wd.res.id}: terraform show -json printed no JSON", resource_id=wd.res.id
+            ) from None
+        return doc if isinstance(doc, dict) else {}
+
+    async def preview(self, resource: ResourceRequest, options: RuntimeOptions) -> PreviewResult:
+        async with self._workdir(resource, options) as wd:
+            state = wd.seed(resource.prior_state)
+            await wd.ensure_init()
+            wd.write_config(with_resource=True, import_existing=instance(state) is None)
+            plan = await self._plan(wd)
+            block = await wd.schema() if not wd.res.provider.builtin else None
+        change = resource_change(plan, wd.res.address)
+        if change is None:
+            raise Unavailable(
+                f"{resource.id}: the plan has no change for {wd.res.address}",
+                resource_id=resource.id,
+            )
+        body = change.get("change") or {}
+        actions = list(body.get("actions") or [])
+        after = body.get("after") if isinstance(body.get("after"), dict) else {}
+        would_be = with_unknowns(after, body.get("after_unknown"))
+        sensitive = {
+            format_path(p)
+            for key in ("after_sensitive", "before_sensitive")
+            for p in marked_paths(body.get(key))
+            if p
+        }
+        if block:
+            sensitive.update(schema_sensitive_paths(block))
+        return PreviewResult(
+            would_be=dict(would_be) if isinstance(would_be, dict) else {},
+            sensitive_paths=sorted(sensitive),
+            replace="delete" in actions and "create" in actions,
+        )
+
+    # ---- apply ------------------------------------------------------------------------------
+    async def apply(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
+        async with self._workdir(resource, options) as wd:
+            state = wd.seed(resource.prior_state)
+            await wd.ensure_init()
+            wd.write_config(with_resource=True, import_existing=instance(state) is None)
+            result = await wd.run(
+                "apply",
+                auto_approve=IsFlagged,
+                input=False,
+                json=IsFlagged,
+                lock_timeout=LOCK_TIMEOUT,
+            )
+            if result.code != 0:
+                raise failure(resource.id, "terraform apply", result, config_stage=False)
+            state = wd.local_state()
+            found = await wd.values(state) if state else None
+            if found is None or state is None:
+                raise Conflict(
+                    f"{resource.id}: terraform apply succeeded but the state tracks no "
+                    f"{wd.res.address}",
+                    resource_id=resource.id,
+                )
+            values, sensitive = found
+            values[STATE_KEY] = compact(state)
+            values[SENSITIVE_KEY] = sensitive
+            return values
+
+    # ---- delete -----------------------------------------------------------------------------
+    async def delete(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
+        prior = resource.prior_state if resource.prior_state is not None else resource.attributes
+        async with self._workdir(resource, options) as wd:
+            state = wd.seed(prior)
+            if instance(state) is None:
+                return
+            await wd.ensure_init()
+            wd.write_config(with_resource=False)
+            result = await wd.run(
+                "destroy",
+                auto_approve=IsFlagged,
+                input=False,
+                json=IsFlagged,
+                lock_timeout=LOCK_TIMEOUT,
+            )
+            if result.code != 0:
+                raise failure(resource.id, "terraform destroy", result, config_stage=False)
+
+
+def strip_reserved(attributes: Mapping[str, Any]) -> Attributes:
+    """The attributes without stackflow's reserved keys (state and sensitive paths)."""
+    return {k: v for k, v in attributes.items() if k not in RESERVED_KEYS}

@@ -126,7 +126,8 @@ def error_line(result: Result) -> str:
             text += f" ({where}{', ' + attr if attr else ''})"
         parts.append(_one_line(text))
     if not parts:
-        parts.append(_one_line(result.err or result.out or f"exit status {result.code}"))
+        text = _one_line(result.err or result.out or f"exit status {result.code}")
+        parts.append(text.removeprefix("Error: "))
     return "; ".join(dict.fromkeys(parts))
 
 

@@ -214,6 +214,7 @@ class TerraformRuntime(Runtime):
         self._root = root
         self.cli = Cli(binary)
         self.schemas: dict[str, dict[str, Any]] = {}
+        self._import_plans: dict[Path, tuple[str, dict[str, Any]]] = {}
 
     def root(self) -> Path:
         return self._root if self._root is not None else stackflow_home() / "terraform"
@@ -276,6 +277,9 @@ class TerraformRuntime(Runtime):
         await wd.ensure_init()
         wd.write_config(with_resource=True, import_existing=True)
         plan = await self._plan(wd)
+        # preview reuses this plan: a second import would read the object again, and
+        # providers that derive values on import (random_password's bcrypt_hash) differ
+        self._import_plans[wd.path] = ((wd.path / CONFIG_FILE).read_text(), plan)
         change = resource_change(plan, wd.res.address) or {}
         before = (change.get("change") or {}).get("before")
         return dict(before) if isinstance(before, dict) else None
@@ -312,8 +316,13 @@ class TerraformRuntime(Runtime):
         async with self._workdir(resource, options) as wd:
             state = wd.seed(resource.prior_state)
             await wd.ensure_init()
-            wd.write_config(with_resource=True, import_existing=instance(state) is None)
-            plan = await self._plan(wd)
+            importing = instance(state) is None and wd.res.import_id is not None
+            wd.write_config(with_resource=True, import_existing=importing)
+            cached = self._import_plans.pop(wd.path, None)
+            if importing and cached and cached[0] == (wd.path / CONFIG_FILE).read_text():
+                plan = cached[1]
+            else:
+                plan = await self._plan(wd)
             block = await wd.schema() if not wd.res.provider.builtin else None
         change = resource_change(plan, wd.res.address)
         if change is None:

@@ -1,0 +1,309 @@
+"""The Terraform runtime against the real OpenTofu binary and providers from the local mirror.
+
+Providers are the ones ``scripts/setup.sh terraform-providers`` builds from Go modules:
+hashicorp/random 3.6.0, hashicorp/null 2.1.2, hashicorp/local 1.4.0; ``terraform_data``
+is built into tofu. Every step goes through the runtime the way the activities call it:
+read + preview + the engine's three-way diff, apply, delete.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtimes.base import InvalidInput, ResourceRequest, RuntimeOptions
+from runtimes.terraform import SENSITIVE_KEY, STATE_KEY, TerraformRuntime
+from stackflow.diff import SENSITIVE_MARKER, Change, diff_resource, sensitive_paths_for
+
+BUILTIN = {"provider": "terraform.io/builtin/terraform"}
+MIRROR = Path.home() / ".cache" / "stackflow" / "terraform" / "mirror"
+
+
+def ext(provider: str, version: str, rtype: str, **more: Any) -> dict[str, Any]:
+    return {
+        "provider": f"registry.terraform.io/hashicorp/{provider}/{version}",
+        "resourceType": rtype,
+        **more,
+    }
+
+
+RANDOM = ext("random", "3.6.0", "random_password")
+NULL = ext("null", "2.1.2", "null_resource")
+LOCAL = ext("local", "1.4.0", "local_file")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def providers_installed(tf_bin: str) -> None:
+    for name, version in (("random", "3.6.0"), ("null", "2.1.2"), ("local", "1.4.0")):
+        binary = (
+            MIRROR / "registry.terraform.io" / "hashicorp" / name / version / "linux_amd64"
+        ) / f"terraform-provider-{name}_v{version}"
+        if not binary.exists():
+            pytest.fail(
+                f"{binary} is missing: run `scripts/setup.sh terraform-providers`", pytrace=False
+            )
+
+
+@pytest.fixture
+def runtime(tmp_path: Path) -> TerraformRuntime:
+    return TerraformRuntime(root=tmp_path / "tf")
+
+
+@pytest.fixture
+def options() -> RuntimeOptions:
+    return RuntimeOptions(project="tfproj", workspace="dev", timeout_seconds=120)
+
+
+def req(
+    rid: str, attrs: dict[str, Any], extensions: dict[str, Any], prior: dict[str, Any] | None = None
+) -> ResourceRequest:
+    return ResourceRequest(
+        id=rid, type="Terraform", attributes=attrs, extensions=extensions, prior_state=prior
+    )
+
+
+async def preview(
+    rt: TerraformRuntime, r: ResourceRequest, options: RuntimeOptions
+) -> tuple[Change, bool]:
+    """What the preview activity does: read, preview, three-way diff against the record."""
+    live = await rt.read(r, options)
+    result = await rt.preview(r, options)
+    sensitive = result.sensitive_paths + sensitive_paths_for("Terraform", r.attributes)
+    change = diff_resource(
+        r.id, "Terraform", result.would_be, live, r.prior_state, sensitive_paths=sensitive
+    )
+    return change, result.replace
+
+
+def paths(change: Change) -> list[str]:
+    return [f.path for f in change.diff]
+
+
+async def test_terraform_data_create_update_replace_delete(
+    runtime: TerraformRuntime, options: RuntimeOptions
+) -> None:
+    rid = "builtin:terraform:terraform_data:app"
+    r = req(rid, {"input": {"name": "app", "replicas": 1}}, BUILTIN)
+    assert await runtime.read(r, options) is None
+
+    change, replace = await preview(runtime, r, options)
+    assert change.action == "Create" and not replace
+    by_path = {f.path: f.new for f in change.diff}
+    assert by_path["input.name"] == "app" and by_path["id"] == "(known after apply)"
+
+    live = await runtime.apply(r, options)
+    first_id = live["id"]
+    assert live["output"] == {"name": "app", "replicas": 1}
+    assert json.loads(live[STATE_KEY])["resources"][0]["type"] == "terraform_data"
+
+    # preview after apply: nothing to do, and the reserved keys never show
+    r = req(rid, r.attributes, BUILTIN, live)
+    change, replace = await preview(runtime, r, options)
+    assert change.action == "UnChanged" and change.diff == [] and not replace
+    read_back = await runtime.read(r, options)
+    assert read_back is not None and STATE_KEY not in read_back
+
+    # update in place
+    r = req(rid, {"input": {"name": "app", "replicas": 3}}, BUILTIN, live)
+    change, replace = await preview(runtime, r, options)
+    assert change.action == "Update" and not replace and not change.drift
+    assert "input.replicas" in paths(change) and "id" not in paths(change)
+    live = await runtime.apply(r, options)
+    assert live["id"] == first_id and live["output"]["replicas"] == 3
+
+    # replacement
+    r = req(rid, {**r.attributes, "triggers_replace": "v2"}, BUILTIN, live)
+    change, replace = await preview(runtime, r, options)
+    assert change.action == "Update" and replace
+    assert "id" in paths(change) and "triggers_replace" in paths(change)
+    live = await runtime.apply(r, options)
+    assert live["id"] != first_id and live["triggers_replace"] == "v2"
+
+    # delete, then delete again (missing is success), read says gone
+    gone = req(rid, live, BUILTIN, live)
+    await runtime.delete(gone, options)
+    await runtime.delete(gone, options)
+    assert await runtime.read(gone, options) is None
+
+
+async def test_random_null_local_lifecycle_and_local_file_drift(
+    runtime: TerraformRuntime, options: RuntimeOptions, tmp_path: Path
+) -> None:
+    # random_password: a generated secret, masked in previews, replaced when length changes
+    pw = req("hashicorp:random:random_password:pw", {"length": 20, "special": False}, RANDOM)
+    change, _ = await preview(runtime, pw, options)
+    assert change.action == "Create"
+    pw_live = await runtime.apply(pw, options)
+    assert len(pw_live["result"]) == 20 and pw_live["result"].isalnum()
+    assert "result" in pw_live[SENSITIVE_KEY]
+    pw = req(pw.id, pw.attributes, RANDOM, pw_live)
+    change, _ = await preview(runtime, pw, options)
+    assert change.action == "UnChanged"
+    longer = req(pw.id, {"length": 24, "special": False}, RANDOM, pw_live)
+    change, replace = await preview(runtime, longer, options)
+    assert change.action == "Update" and replace
+    result_change = next(f for f in change.diff if f.path == "result")
+    assert result_change.old == SENSITIVE_MARKER and result_change.new == SENSITIVE_MARKER
+    assert pw_live["result"] not in json.dumps(change.model_dump())
+
+    # null_resource: replaced when its triggers change
+    nr = req("hashicorp:null:null_resource:hook", {"triggers": {"rev": "1"}}, NULL)
+    nr_live = await runtime.apply(nr, options)
+    nr2 = req(nr.id, {"triggers": {"rev": "2"}}, NULL, nr_live)
+    change, replace = await preview(runtime, nr2, options)
+    assert change.action == "Update" and replace
+    nr2_live = await runtime.apply(nr2, options)
+    # (null 2.1.2 seeds its id generator with the wall-clock second: ids may repeat)
+    assert nr2_live["triggers"] == {"rev": "2"}
+    assert json.loads(nr2_live[STATE_KEY])["serial"] > json.loads(nr_live[STATE_KEY])["serial"]
+
+    # local_file: create, update (a replacement for this provider), drift, delete
+    target = tmp_path / "out" / "motd.txt"
+    lf = req("hashicorp:local:local_file:motd", {"content": "one", "filename": str(target)}, LOCAL)
+    lf_live = await runtime.apply(lf, options)
+    assert target.read_text() == "one"
+    lf = req(lf.id, {"content": "two", "filename": str(target)}, LOCAL, lf_live)
+    change, replace = await preview(runtime, lf, options)
+    assert change.action == "Update" and replace and "content" in paths(change)
+    assert target.read_text() == "one"  # preview never applies
+    lf_live = await runtime.apply(lf, options)
+    assert target.read_text() == "two"
+    lf = req(lf.id, lf.attributes, LOCAL, lf_live)
+    assert (await preview(runtime, lf, options))[0].action == "UnChanged"
+
+    target.unlink()  # behind stackflow's back
+    change, _ = await preview(runtime, lf, options)
+    assert change.action == "Create" and change.drift
+    lf_live = await runtime.apply(lf, options)
+    assert target.read_text() == "two"
+
+    for r, live in ((lf, lf_live), (nr2, nr2_live), (pw, pw_live)):
+        await runtime.delete(req(r.id, live, r.extensions, live), options)
+    assert not target.exists()
+
+
+async def test_drift_from_a_separate_tofu_run_is_shown_and_repaired(
+    runtime: TerraformRuntime, options: RuntimeOptions, tf_bin: str
+) -> None:
+    rid = "builtin:terraform:terraform_data:cfg"
+    r = req(rid, {"input": {"level": "info"}}, BUILTIN)
+    live = await runtime.apply(r, options)
+    r = req(rid, r.attributes, BUILTIN, live)
+
+    # someone runs tofu by hand against the same state (the resource's working directory)
+    workdir = runtime.workdir_path(rid, options)
+    config = json.loads((workdir / "main.tf.json").read_text())
+    config["resource"]["terraform_data"]["cfg"]["input"] = {"level": "debug"}
+    (workdir / "main.tf.json").write_text(json.dumps(config))
+    subprocess.run(
+        [tf_bin, "apply", "-auto-approve", "-input=false", "-no-color"],
+        cwd=workdir,
+        check=True,
+        capture_output=True,
+    )
+
+    change, _ = await preview(runtime, r, options)
+    assert change.action == "Update" and change.drift
+    assert [(f.path, f.old, f.new) for f in change.diff if f.path == "input.level"] == [
+        ("input.level", "debug", "info")
+    ]
+    repaired = await runtime.apply(r, options)
+    assert repaired["input"] == {"level": "info"} and repaired["id"] == live["id"]
+    assert json.loads(repaired[STATE_KEY])["serial"] > json.loads(live[STATE_KEY])["serial"]
+    r = req(rid, r.attributes, BUILTIN, repaired)
+    assert (await preview(runtime, r, options))[0].action == "UnChanged"
+
+
+async def test_fresh_working_directory_works_from_the_recorded_state(
+    tmp_path: Path, options: RuntimeOptions
+) -> None:
+    first = TerraformRuntime(root=tmp_path / "machine-a")
+    td = req("builtin:terraform:terraform_data:x", {"input": "a"}, BUILTIN)
+    pw = req("hashicorp:random:random_password:db", {"length": 12}, RANDOM)
+    td_live = await first.apply(td, options)
+    pw_live = await first.apply(pw, options)
+    shutil.rmtree(tmp_path / "machine-a")
+
+    # another worker, nothing cached: reads, previews and changes from the release's state
+    second = TerraformRuntime(root=tmp_path / "machine-b")
+    td = req(td.id, td.attributes, BUILTIN, td_live)
+    pw = req(pw.id, pw.attributes, RANDOM, pw_live)
+    read_td = await second.read(td, options)
+    assert read_td is not None and read_td["id"] == td_live["id"]
+    assert (await preview(second, td, options))[0].action == "UnChanged"
+    assert (await preview(second, pw, options))[0].action == "UnChanged"
+    td2 = req(td.id, {"input": "b"}, BUILTIN, td_live)
+    td2_live = await second.apply(td2, options)
+    assert td2_live["id"] == td_live["id"] and td2_live["output"] == "b"
+    same_pw = await second.apply(pw, options)
+    assert same_pw["result"] == pw_live["result"]  # not regenerated
+
+    shutil.rmtree(tmp_path / "machine-b")
+    third = TerraformRuntime(root=tmp_path / "machine-c")
+    await third.delete(req(td.id, td2_live, BUILTIN, td2_live), options)
+    await third.delete(req(pw.id, same_pw, RANDOM, same_pw), options)
+    assert await third.read(req(td.id, td2_live, BUILTIN, td2_live), options) is None
+
+
+async def test_import_by_id(runtime: TerraformRuntime, options: RuntimeOptions) -> None:
+    importing = {**RANDOM, "kusionstack.io/import-id": "Imported-Secret-42"}
+    pw = req("hashicorp:random:random_password:legacy", {"length": 18}, importing)
+    existing = await runtime.read(pw, options)
+    assert existing is not None and existing["result"] == "Imported-Secret-42"
+    change, _ = await preview(runtime, pw, options)
+    assert change.action == "UnChanged", change
+    live = await runtime.apply(pw, options)
+    assert live["result"] == "Imported-Secret-42"
+    pw = req(pw.id, pw.attributes, importing, live)
+    assert (await preview(runtime, pw, options))[0].action == "UnChanged"
+
+    td_ext = {**BUILTIN, "kusionstack.io/import-id": "td-legacy-1"}
+    td = req("builtin:terraform:terraform_data:legacy", {}, td_ext)
+    td_live = await runtime.apply(td, options)
+    assert td_live["id"] == "td-legacy-1"
+
+
+async def test_invalid_arguments_fail_at_preview_with_the_cli_message(
+    runtime: TerraformRuntime, options: RuntimeOptions
+) -> None:
+    bad = req("hashicorp:random:random_password:typo", {"lenght": 16}, RANDOM)
+    with pytest.raises(InvalidInput) as caught:
+        await runtime.preview(bad, options)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert message.startswith("hashicorp:random:random_password:typo: terraform plan failed:")
+    assert "lenght" in message
+
+    wrong_type = req("hashicorp:random:random_password:t", {"length": "long"}, RANDOM)
+    with pytest.raises(InvalidInput, match=r"number is required|Incorrect attribute value type"):
+        await runtime.preview(wrong_type, options)
+
+    missing = req("hashicorp:random:random_password:v", {"length": 8}, ext("random", "9.9.9", "x"))
+    with pytest.raises(InvalidInput, match=r"terraform init failed: .*9\.9\.9"):
+        await runtime.preview(missing, options)
+
+    with pytest.raises(InvalidInput, match=r"extensions\.provider is required"):
+        await runtime.preview(req("a:b:c:d", {}, {}), options)
+
+
+async def test_context_env_reaches_the_cli_and_is_not_recorded(
+    runtime: TerraformRuntime, tmp_path: Path
+) -> None:
+    # credentials travel like this; TF_LOG_PATH makes the delivery observable
+    log = tmp_path / f"tf-{os.urandom(4).hex()}.log"
+    opts = RuntimeOptions(
+        project="tfproj",
+        workspace="env",
+        context={"env": {"TF_LOG": "info", "TF_LOG_PATH": str(log)}},
+    )
+    r = req("builtin:terraform:terraform_data:envcheck", {"input": "x"}, BUILTIN)
+    live = await runtime.apply(r, opts)
+    assert log.exists() and log.stat().st_size > 0
+    assert str(log) not in json.dumps(live)
+    assert str(log) not in (runtime.workdir_path(r.id, opts) / "main.tf.json").read_text()

@@ -171,8 +171,22 @@ class Workdir:
         if providers:
             # init needs a configuration naming the providers; the resource block is not needed
             self.write_config(with_resource=False)
-            async with file_locks([lock_dir() / f"{self.res.provider.key}.lock"]):
+            locks = lock_dir()
+            template = locks / f"{self.res.provider.key}.terraform.lock.hcl"
+            async with file_locks([locks / f"{self.res.provider.key}.lock"]):
+                # With a dependency lock file naming the cached package, init only links the
+                # shared cache; without one, OpenTofu 1.8 re-installs the package into the
+                # cache, briefly removing it under the feet of every other working directory.
+                if template.exists():
+                    shutil.copyfile(template, lockfile)
                 result = await self.run("init", input=False, no_color=IsFlagged, backend=False)
+                if result.code != 0 and template.exists():
+                    # the mirror's package changed since the template was taken: start over
+                    template.unlink(missing_ok=True)
+                    lockfile.unlink(missing_ok=True)
+                    result = await self.run("init", input=False, no_color=IsFlagged, backend=False)
+                if result.code == 0 and not template.exists():
+                    _write_atomically(template, lockfile.read_text())
             if result.code != 0:
                 raise failure(self.res.id, "terraform init", result, config_stage=True)
         _write_atomically(stamp_path, stamp)

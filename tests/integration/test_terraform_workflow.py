@@ -1,0 +1,198 @@
+"""Terraform resources through the real worker and CLI: mixed stacks and concurrency."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+
+from runtimes.terraform import STATE_KEY
+from stackflow.release import ReleaseStore
+from stackflow.store.filesystem import FileRecordStore
+from tests.integration.conftest import WorkerProcess, run_cli
+
+MIRROR = Path.home() / ".cache" / "stackflow" / "terraform" / "mirror"
+RANDOM = "registry.terraform.io/hashicorp/random/3.6.0"
+BUILTIN = "terraform.io/builtin/terraform"
+
+
+def _ok(proc: subprocess.CompletedProcess[str]) -> subprocess.CompletedProcess[str]:
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr}"
+    return proc
+
+
+def _json(proc: subprocess.CompletedProcess[str]) -> Any:
+    return json.loads(_ok(proc).stdout)
+
+
+def _spec(path: Path, resources: list[dict[str, Any]]) -> Path:
+    path.write_text(yaml.safe_dump({"resources": resources}, sort_keys=False))
+    return path
+
+
+def _actions(preview: dict[str, Any]) -> dict[str, str]:
+    return {c["id"]: c["action"] for c in preview["changes"]}
+
+
+def _recorded(env: dict[str, str], project: str, rid: str) -> dict[str, Any]:
+    store = ReleaseStore(FileRecordStore(Path(env["STACKFLOW_HOME"])))
+    release = store.list(project, "default")[-1]
+    return next(r.attributes for r in release.state.resources if r.id == rid)
+
+
+@pytest.fixture
+def fresh_plugin_cache(tmp_path: Path, stack_env: dict[str, str]) -> dict[str, str]:
+    """The worker gets its own, empty plugin cache (same offline mirror): inits race for real."""
+    cache = tmp_path / "plugin-cache"
+    cache.mkdir()
+    rc = tmp_path / "tofurc"
+    rc.write_text(
+        f'plugin_cache_dir = "{cache}"\n'
+        "disable_checkpoint = true\n"
+        "provider_installation {\n"
+        f'  filesystem_mirror {{\n    path = "{MIRROR}"\n    include = ["*/*/*"]\n  }}\n'
+        '  direct { exclude = ["*/*/*"] }\n'
+        "}\n"
+    )
+    stack_env["TF_CLI_CONFIG_FILE"] = str(rc)
+    return stack_env
+
+
+def test_mixed_stack_applies_in_dependency_order(
+    tmp_path: Path, stack_env: dict[str, str], worker_process: WorkerProcess, kubeconfig: str
+) -> None:
+    env = stack_env
+    project = f"tf{uuid.uuid4().hex[:8]}"
+    secret_name = f"db-{uuid.uuid4().hex[:6]}"
+    pw_id = "hashicorp:random:random_password:pw"
+    td_id = "builtin:terraform:terraform_data:greeting"
+    secret_id = f"v1:Secret:default:{secret_name}"
+    motd = tmp_path / "site" / "motd"
+    file_id = f"onprem:File:{motd}"
+    resources = [
+        {
+            "id": secret_id,
+            "type": "Kubernetes",
+            "attributes": {
+                "apiVersion": "v1",
+                "kind": "Secret",
+                "metadata": {"name": secret_name, "namespace": "default"},
+                "type": "Opaque",
+                "stringData": {"password": f"$kusion_path.{pw_id}.result"},
+            },
+        },
+        {
+            "id": pw_id,
+            "type": "Terraform",
+            "attributes": {"length": 24, "special": False},
+            "extensions": {"provider": RANDOM, "resourceType": "random_password"},
+        },
+        {
+            "id": file_id,
+            "type": "OnPrem",
+            "attributes": {
+                "kind": "File",
+                "path": str(motd),
+                "mode": "0644",
+                "content": f"$kusion_path.{td_id}.output.text",
+            },
+        },
+        {
+            "id": td_id,
+            "type": "Terraform",
+            "attributes": {"input": {"text": "hello from terraform_data"}},
+            "extensions": {"provider": BUILTIN},
+        },
+    ]
+    spec = _spec(tmp_path / "spec.yaml", resources)
+    common = ("--project", project, "--output", "json")
+
+    first = _json(run_cli(env, "preview", "-f", str(spec), *common))
+    assert set(_actions(first).values()) == {"Create"}
+    pw_change = next(c for c in first["changes"] if c["id"] == pw_id)
+    assert {"path": "result", "old": None, "new": "(sensitive value)"} in pw_change["diff"]
+
+    applied = _json(run_cli(env, "apply", "-f", str(spec), "--yes", *common))
+    assert applied["phase"] == "succeeded", applied
+    order = [r["id"] for r in applied["results"]]
+    assert order.index(pw_id) < order.index(secret_id)
+    assert order.index(td_id) < order.index(file_id)
+
+    password = _recorded(env, project, pw_id)["result"]
+    assert len(password) == 24
+    k8s_config.load_kube_config(config_file=kubeconfig)
+    core = k8s.CoreV1Api()
+    secret = core.read_namespaced_secret(secret_name, "default")
+    assert base64.b64decode(secret.data["password"]).decode() == password
+    assert motd.read_text() == "hello from terraform_data"
+    assert STATE_KEY in _recorded(env, project, td_id)
+
+    again = _json(run_cli(env, "preview", "-f", str(spec), *common))
+    assert _actions(again)[pw_id] == "UnChanged"
+    assert _actions(again)[td_id] == "UnChanged"
+    assert password not in json.dumps(again)
+    assert all(STATE_KEY not in json.dumps(c["diff"]) for c in again["changes"])
+
+    destroyed = _json(run_cli(env, "destroy", "--yes", *common))
+    assert destroyed["phase"] == "succeeded"
+    assert not motd.exists()
+    with pytest.raises(k8s.ApiException) as gone:
+        core.read_namespaced_secret(secret_name, "default")
+    assert gone.value.status == 404
+
+
+def test_twenty_independent_resources_apply_concurrently(
+    tmp_path: Path, fresh_plugin_cache: dict[str, str], worker_process: WorkerProcess
+) -> None:
+    env = fresh_plugin_cache
+    project = f"tf{uuid.uuid4().hex[:8]}"
+    resources: list[dict[str, Any]] = []
+    for i in range(10):
+        resources.append(
+            {
+                "id": f"hashicorp:random:random_password:p{i}",
+                "type": "Terraform",
+                "attributes": {"length": 10 + i},
+                "extensions": {"provider": RANDOM, "resourceType": "random_password"},
+            }
+        )
+        resources.append(
+            {
+                "id": f"builtin:terraform:terraform_data:d{i}",
+                "type": "Terraform",
+                "attributes": {"input": {"n": i}},
+                "extensions": {"provider": BUILTIN},
+            }
+        )
+    spec = _spec(tmp_path / "spec.yaml", resources)
+    common = ("--project", project, "--output", "json")
+
+    started = time.monotonic()
+    applied = _json(
+        run_cli(env, "apply", "-f", str(spec), "--yes", "--max-concurrency", "10", *common)
+    )
+    elapsed = time.monotonic() - started
+    assert applied["phase"] == "succeeded", applied
+    assert [r["status"] for r in applied["results"]] == ["succeeded"] * 20
+    for i in range(10):
+        assert len(_recorded(env, project, f"hashicorp:random:random_password:p{i}")["result"]) == (
+            10 + i
+        )
+    log = worker_process.log.read_text()
+    assert "state lock" not in log and "text file busy" not in log
+    print(f"20 resources applied in {elapsed:.1f}s (max concurrency 10, cold plugin cache)")
+
+    again = _json(run_cli(env, "preview", "-f", str(spec), *common))
+    assert set(_actions(again).values()) == {"UnChanged"}
+    destroyed = _json(run_cli(env, "destroy", "--yes", "--max-concurrency", "10", *common))
+    assert destroyed["phase"] == "succeeded"
+    assert len(destroyed["results"]) == 20

@@ -129,9 +129,10 @@ def test_mixed_stack_applies_in_dependency_order(
 
     password = _recorded(env, project, pw_id)["result"]
     assert len(password) == 24
-    k8s_config.load_kube_config(config_file=kubeconfig)
+    k8s_config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
     core = k8s.CoreV1Api()
     secret = core.read_namespaced_secret(secret_name, "default")
+    assert secret.data is not None
     assert base64.b64decode(secret.data["password"]).decode() == password
     assert motd.read_text() == "hello from terraform_data"
     assert STATE_KEY in _recorded(env, project, td_id)

@@ -18,6 +18,7 @@ from temporalio import activity
 
 from activities.errors import to_application_error
 from activities.heartbeat import heartbeating
+from activities.state import ReleaseStateReader
 from runtimes.base import ResourceRequest, RuntimeOptions
 from runtimes.registry import RuntimeRegistry
 from stackflow.cache import PriorStateCache
@@ -81,6 +82,7 @@ class OperationActivities:
         self.releases = releases
         self.specs = specs
         self.cache = cache
+        self.state = ReleaseStateReader(releases)
 
     # ---- prepare ---------------------------------------------------------------------------
     @activity.defn(name="prepare_operation")
@@ -164,10 +166,13 @@ class OperationActivities:
         prior = await asyncio.to_thread(self.cache.prior, inp.project, inp.workspace)
         current: Mapping[str, Resource]
         if inp.revision is not None:
-            release = await asyncio.to_thread(
-                self.releases.get, inp.project, inp.workspace, inp.revision
+            current = await asyncio.to_thread(
+                self.state.resources,
+                inp.project,
+                inp.workspace,
+                inp.revision,
+                [*inp.ids, *inp.delete_ids],
             )
-            current = _state_by_id(release)
         else:
             current = prior
         resources = self.specs.resources(inp.spec_ref) if inp.spec_ref else {}
@@ -185,7 +190,13 @@ class OperationActivities:
                 )
 
         jobs = [one(i, False) for i in inp.ids] + [one(i, True) for i in inp.delete_ids]
-        return list(await asyncio.gather(*jobs))
+        changes = list(await asyncio.gather(*jobs))
+        if not inp.with_diff:
+            for change in changes:
+                if change.get("diff"):
+                    change["diff"] = []
+                    change["diff_omitted"] = True
+        return changes
 
     async def _preview_apply(
         self,
@@ -294,13 +305,14 @@ class OperationActivities:
         resource = spec_resources.get(inp.resource_id)
         if resource is None:
             raise SpecError(f"{inp.resource_id}: not in spec {inp.spec_ref}")
-        release = await asyncio.to_thread(
-            self.releases.get, inp.project, inp.workspace, inp.revision
-        )
-        state = _state_by_id(release)
         attributes = resource.attributes
-        if find_references(attributes, spec_resources.keys()):
-            live_deps = {rid: r.attributes for rid, r in state.items()}
+        references = find_references(attributes, spec_resources)
+        wanted = [resource.id, *sorted({ref.resource_id for ref in references})]
+        state = await asyncio.to_thread(
+            self.state.resources, inp.project, inp.workspace, inp.revision, wanted
+        )
+        if references:
+            live_deps = {rid: r.attributes for rid, r in state.items() if rid != resource.id}
             attributes = resolve_references(attributes, live_deps)
         recorded = state.get(resource.id)
         request = ResourceRequest(
@@ -340,10 +352,9 @@ class OperationActivities:
             raise to_application_error(exc) from exc
 
     async def _delete(self, inp: NodeInput) -> NodeResult:
-        release = await asyncio.to_thread(
-            self.releases.get, inp.project, inp.workspace, inp.revision
+        recorded = await asyncio.to_thread(
+            self.state.resource, inp.project, inp.workspace, inp.revision, inp.resource_id
         )
-        recorded = _state_by_id(release).get(inp.resource_id)
         if recorded is not None:
             request = ResourceRequest(
                 id=recorded.id,

@@ -14,6 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 TASK_QUEUE_DEFAULT = "stackflow"
 BATCH_SIZE_DEFAULT = 800
 """Nodes one workflow run walks itself; larger graphs go to one child workflow per batch."""
+DETAIL_LIMIT = 500
+"""Per-field diffs and per-node results kept in workflow history, results, queries and the
+release's ``changes``; beyond it only summaries (and what did not succeed) are kept, so a run
+of 10,000+ resources stays far below Temporal's payload (2 MB) and history limits."""
 
 
 def workflow_id_for(project: str, workspace: str) -> str:
@@ -125,6 +129,9 @@ class PreviewBatchInput(BaseModel):
     ignore_fields: list[str] = Field(default_factory=list)
     force: bool = False
     adopt: bool = False
+    with_diff: bool = True
+    """Return per-field diffs; False past DETAIL_LIMIT (each change then has ``diff: []``
+    and ``diff_omitted: true``)."""
 
 
 class PhaseInput(BaseModel):
@@ -175,6 +182,11 @@ class OperationResult(BaseModel):
     changes: dict[str, Any]
     results: list[NodeResult] = Field(default_factory=list)
     error: str | None = None
+    counts: dict[str, int] = Field(default_factory=dict)
+    """Node results by status (always complete)."""
+    truncated: bool = False
+    """More than DETAIL_LIMIT nodes: ``results`` holds only the nodes that did not succeed and
+    ``changes.changes`` only the first DETAIL_LIMIT changes, without diffs."""
 
 
 class BatchInput(BaseModel):

@@ -16,6 +16,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflow
 
 with workflow.unsafe.imports_passed_through():
     from stackflow.operation import (
+        DETAIL_LIMIT,
         ApprovalInput,
         BatchInput,
         BatchResult,
@@ -50,10 +51,15 @@ def _cause(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def summarise(changes: list[dict[str, Any]]) -> dict[str, Any]:
+def summarise(changes: list[dict[str, Any]], limit: int | None = None) -> dict[str, Any]:
+    """``{"changes": [...], "summary": {...}}``; past ``limit`` changes, the list keeps the
+    first ``limit`` changes that are not UnChanged (the summary always counts all)."""
     summary = dict.fromkeys(ACTIONS, 0)
     for change in changes:
         summary[change["action"]] = summary.get(change["action"], 0) + 1
+    if limit is not None and len(changes) > limit:
+        kept = [c for c in changes if c["action"] != "UnChanged"][:limit]
+        return {"changes": kept, "summary": summary, "truncated": True}
     return {"changes": changes, "summary": summary}
 
 
@@ -138,11 +144,12 @@ class _Operation:
     # ---- queries & updates ----------------------------------------------------------------
     @workflow.query
     def status(self) -> StatusView:
+        brief = summarise(self._changes, DETAIL_LIMIT)
         briefs = [
             ChangeBrief(id=c["id"], type=c["type"], action=c["action"], drift=c.get("drift", False))
-            for c in self._changes
+            for c in brief["changes"]
         ]
-        summary = summarise(self._changes)["summary"]
+        summary = brief["summary"]
         return StatusView(
             phase=self._phase,
             revision=self._revision,
@@ -156,8 +163,8 @@ class _Operation:
 
     @workflow.query
     def preview(self) -> dict[str, Any]:
-        """The full preview (with per-field diffs) once it is computed."""
-        return summarise(self._changes)
+        """The preview (with per-field diffs) once it is computed (capped at DETAIL_LIMIT)."""
+        return summarise(self._changes, DETAIL_LIMIT)
 
     @workflow.update
     async def approve(self, approval: ApprovalInput) -> str:
@@ -259,6 +266,7 @@ class _Operation:
                     ignore_fields=request.ignore_fields,
                     force=request.force,
                     adopt=request.adopt,
+                    with_diff=start < DETAIL_LIMIT,
                 )
             )
         changes: list[dict[str, Any]] = []
@@ -393,15 +401,27 @@ class _Operation:
             changes=brief_changes(self._changes),
             approval=self._approval,
         )
+        return self._result(phase, results)
+
+    def _result(self, phase: str, results: list[NodeResult]) -> OperationResult:
+        assert self._request is not None
+        counts: dict[str, int] = {}
+        for r in results:
+            counts[r.status.value] = counts.get(r.status.value, 0) + 1
+        truncated = len(results) > DETAIL_LIMIT or len(self._changes) > DETAIL_LIMIT
+        if len(results) > DETAIL_LIMIT:
+            results = [r for r in results if r.status != NodeStatus.succeeded][:DETAIL_LIMIT]
         return OperationResult(
             project=self._request.project,
             workspace=self._request.workspace,
             operation=self.operation,
             revision=self._revision,
             phase=phase,
-            changes=summarise(self._changes),
+            changes=summarise(self._changes, DETAIL_LIMIT),
             results=results,
             error=self._error,
+            counts=counts,
+            truncated=truncated,
         )
 
     async def _execute(self, request: OperationInput) -> OperationResult:
@@ -442,7 +462,7 @@ def brief_changes(changes: list[dict[str, Any]]) -> dict[str, Any]:
         {"id": c["id"], "type": c["type"], "action": c["action"], "drift": c.get("drift", False)}
         for c in changes
     ]
-    return summarise(briefs)
+    return summarise(briefs, DETAIL_LIMIT)
 
 
 @workflow.defn(name="ApplyWorkflow")
@@ -489,14 +509,7 @@ class PreviewWorkflow(_Operation):
         await self._preview(plan)
         self._phase = "succeeded"
         workflow.upsert_search_attributes([PHASE_KEY.value_set("succeeded")])
-        return OperationResult(
-            project=request.project,
-            workspace=request.workspace,
-            operation="preview",
-            revision=None,
-            phase="succeeded",
-            changes=summarise(self._changes),
-        )
+        return self._result("succeeded", [])
 
 
 ALL_WORKFLOWS = [PreviewWorkflow, ApplyWorkflow, DestroyWorkflow, BatchWorkflow]

@@ -1,0 +1,180 @@
+"""Apply N OnPrem File resources through a real ApplyWorkflow and measure it.
+
+Runs against the services of `make up` (TEMPORAL_ADDRESS, REDIS_URL) with its own
+in-process worker, task queue and temporary STACKFLOW_HOME. For each size it prints
+resources/second, wall time and the event-history size of the parent run and of its largest
+BatchWorkflow child (event count and bytes of ``fetch_history()``), then whether the Temporal
+server logged a history-size warning while the benchmark ran.
+
+    eval "$(scripts/services.sh env)"
+    .venv/bin/python benchmarks/apply_bench.py                 # 100, 1000, 10000
+    .venv/bin/python benchmarks/apply_bench.py --sizes 100 1000 --max-concurrency 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from temporalio.api.history.v1 import History  # noqa: E402
+from temporalio.client import Client, WorkflowHistory  # noqa: E402
+from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
+
+from stackflow.operation import OperationInput, OperationResult  # noqa: E402
+from stackflow.spec import parse_spec  # noqa: E402
+
+HISTORY_WARNINGS = ("history size exceeds", "history count exceeds", "blob size exceeds")
+
+
+@dataclass
+class HistorySize:
+    workflow_id: str
+    events: int
+    bytes: int
+
+
+@dataclass
+class Run:
+    size: int
+    seconds: float
+    phase: str
+    parent: HistorySize
+    largest_child: HistorySize | None
+    children: int
+
+
+def history_size(workflow_id: str, history: WorkflowHistory) -> HistorySize:
+    return HistorySize(workflow_id, len(history.events), History(events=history.events).ByteSize())
+
+
+def spec_for(root: Path, size: int) -> dict[str, object]:
+    return {
+        "resources": [
+            {
+                "id": f"onprem:File:{root}/f{i:05d}.txt",
+                "type": "OnPrem",
+                "attributes": {
+                    "kind": "File",
+                    "path": f"{root}/f{i:05d}.txt",
+                    "mode": "0644",
+                    "content": f"resource {i}\n",
+                },
+            }
+            for i in range(size)
+        ]
+    }
+
+
+async def run_one(client: Client, queue: str, files: Path, size: int, concurrency: int) -> Run:
+    from stackflow.config import stackflow_home
+    from stackflow.spec_store import SpecStore
+
+    project = f"bench{size}-{uuid.uuid4().hex[:6]}"
+    root = files / project
+    spec = parse_spec(spec_for(root, size), source="bench")
+    ref = SpecStore(stackflow_home() / "specs").put(spec)
+    request = OperationInput(
+        project=project, spec_ref=ref, auto_approve=True, max_concurrency=concurrency
+    )
+    workflow_id = f"stackflow/{project}/default"
+    started = time.monotonic()
+    handle = await client.start_workflow(
+        "ApplyWorkflow",
+        request,
+        id=workflow_id,
+        task_queue=queue,
+        result_type=OperationResult,
+    )
+    result = await handle.result()
+    seconds = time.monotonic() - started
+    written = sum(1 for _ in root.iterdir()) if root.exists() else 0
+    ok = result.counts.get("succeeded", 0)
+    if result.phase != "succeeded" or written != size or ok != size:
+        raise SystemExit(
+            f"{size}: phase {result.phase}, {ok} succeeded, {written} files: {result.error}"
+        )
+    parent = history_size(workflow_id, await handle.fetch_history())
+    children: list[HistorySize] = []
+    query = f'WorkflowId STARTS_WITH "{workflow_id}/r"'
+    async for execution in client.list_workflows(query):
+        child = client.get_workflow_handle(execution.id, run_id=execution.run_id)
+        children.append(history_size(execution.id, await child.fetch_history()))
+    largest = max(children, key=lambda h: h.bytes, default=None)
+    return Run(size, seconds, result.phase, parent, largest, len(children))
+
+
+def server_log() -> Path | None:
+    path = Path(os.environ.get("STACKFLOW_RUN_DIR", REPO / ".run")) / "logs" / "temporal.log"
+    return path if path.exists() else None
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10000])
+    parser.add_argument("--max-concurrency", type=int, default=16)
+    parser.add_argument("--keep", action="store_true", help="keep the temporary home")
+    args = parser.parse_args()
+
+    work = Path(tempfile.mkdtemp(prefix="stackflow-bench-"))
+    os.environ["STACKFLOW_HOME"] = str(work / "home")
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    import worker as worker_module
+
+    log = server_log()
+    log_start = log.stat().st_size if log else 0
+    client = await Client.connect(
+        os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233"),
+        namespace=os.environ.get("TEMPORAL_NAMESPACE", "default"),
+        data_converter=pydantic_data_converter,
+    )
+    activities = worker_module.build_activities(os.environ.get("REDIS_URL") or None)
+    worker = worker_module.build_worker(client, queue, activities)
+    print(f"home {work}, task queue {queue}, max_concurrency {args.max_concurrency}")
+    print(
+        f"{'resources':>9} {'wall s':>8} {'res/s':>8} {'parent events':>13} {'parent KB':>10} "
+        f"{'children':>8} {'max child ev':>12} {'max child KB':>12}"
+    )
+    try:
+        async with worker:
+            for size in args.sizes:
+                run = await run_one(client, queue, work / "files", size, args.max_concurrency)
+                child = run.largest_child
+                print(
+                    f"{run.size:>9} {run.seconds:>8.1f} {run.size / run.seconds:>8.1f} "
+                    f"{run.parent.events:>13} {run.parent.bytes / 1024:>10.1f} "
+                    f"{run.children:>8} {child.events if child else '-':>12} "
+                    f"{f'{child.bytes / 1024:.1f}' if child else '-':>12}",
+                    flush=True,
+                )
+    finally:
+        await activities.registry.close()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    if log is None:
+        print("server log not found: cannot tell whether it warned about history size")
+        return
+    with log.open("rb") as fh:
+        fh.seek(log_start)
+        new = fh.read().decode(errors="replace")
+    warned = [line for line in new.splitlines() if any(w in line.lower() for w in HISTORY_WARNINGS)]
+    if warned:
+        print(f"server logged {len(warned)} history/blob size warning(s), e.g.:")
+        for line in warned[:3]:
+            print("  " + line[:300])
+    else:
+        print(f"no history-size or blob-size warning in the server log ({log})")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,140 @@
+"""Helpers for the operation-workflow integration tests (specs, polling, releases, replay)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+from temporalio.client import Client, WorkflowHandle
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from stackflow.operation import StatusView
+from stackflow.release import Release, ReleaseStore
+from stackflow.store.filesystem import FileRecordStore
+from workflows.operations import ALL_WORKFLOWS
+
+T = TypeVar("T")
+
+
+def new_project() -> str:
+    return f"t{uuid.uuid4().hex[:10]}"
+
+
+def file_resource(path: Path, content: str, deps: list[str] | None = None) -> dict[str, Any]:
+    res: dict[str, Any] = {
+        "id": f"onprem:File:{path}",
+        "type": "OnPrem",
+        "attributes": {"kind": "File", "path": str(path), "mode": "0644", "content": content},
+    }
+    if deps:
+        res["dependsOn"] = deps
+    return res
+
+
+def dir_resource(path: Path, deps: list[str] | None = None) -> dict[str, Any]:
+    res: dict[str, Any] = {
+        "id": f"onprem:Directory:{path}",
+        "type": "OnPrem",
+        "attributes": {"kind": "Directory", "path": str(path), "mode": "0755"},
+    }
+    if deps:
+        res["dependsOn"] = deps
+    return res
+
+
+def write_spec(path: Path, resources: list[dict[str, Any]]) -> Path:
+    path.write_text(yaml.safe_dump({"resources": resources}, sort_keys=False))
+    return path
+
+
+def releases(env: dict[str, str]) -> ReleaseStore:
+    return ReleaseStore(FileRecordStore(Path(env["STACKFLOW_HOME"])))
+
+
+def all_releases(env: dict[str, str], project: str, workspace: str = "default") -> list[Release]:
+    return releases(env).list(project, workspace)
+
+
+def journal_ids(
+    env: dict[str, str], project: str, revision: int, workspace: str = "default"
+) -> list[str]:
+    """Resource ids upserted in a release's journal (empty once the release is final)."""
+    store = FileRecordStore(Path(env["STACKFLOW_HOME"]))
+    entries = store.read_journal("Release", f"{project}/{workspace}", str(revision))
+    return [e["resource"]["id"] for e in entries if e.get("op") == "upsert"]
+
+
+def cli_json(proc: subprocess.CompletedProcess[str]) -> Any:
+    try:
+        return json.loads(proc.stdout)
+    except json.JSONDecodeError as exc:
+        raise AssertionError(
+            f"not JSON (exit {proc.returncode}): {exc}\n"
+            f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+        ) from None
+
+
+async def poll(
+    probe: Callable[[], Awaitable[T | None]], *, timeout: float, what: str, interval: float = 0.2
+) -> T:
+    """Call ``probe`` until it returns something truthy; fail naming ``what`` at the deadline."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = await probe()
+        except Exception as exc:  # the workflow may not have run its first task yet
+            last = exc
+        else:
+            if last:
+                return last  # type: ignore[no-any-return]
+        await asyncio.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
+
+
+async def wait_phase(
+    handle: WorkflowHandle[Any, Any], phase: str, timeout: float = 60
+) -> StatusView:
+    async def probe() -> StatusView | None:
+        status = await handle.query("status", result_type=StatusView)
+        return status if status.phase == phase else None
+
+    return await poll(probe, timeout=timeout, what=f"phase {phase} of {handle.id}")
+
+
+async def closed_runs(client: Client, project: str) -> list[tuple[str, str]]:
+    """(workflow id, run id) of every closed run (children included) of a project's stacks."""
+    query = f'WorkflowId STARTS_WITH "stackflow/{project}/" AND ExecutionStatus != "Running"'
+    return sorted([(e.id, e.run_id) async for e in client.list_workflows(query)])
+
+
+async def assert_histories_replay(client: Client, project: str, at_least: int) -> int:
+    """Replay every closed workflow run of this project; returns how many were replayed.
+
+    Visibility is eventually consistent, so this waits until ``at_least`` runs are listed.
+    """
+
+    async def probe() -> list[tuple[str, str]] | None:
+        runs = await closed_runs(client, project)
+        return runs if len(runs) >= at_least else None
+
+    runs = await poll(probe, timeout=30, what=f"{at_least} closed runs of {project}")
+    replayer = Replayer(workflows=ALL_WORKFLOWS, data_converter=pydantic_data_converter)
+    count = 0
+    for workflow_id, run_id in runs:
+        handle = client.get_workflow_handle(workflow_id, run_id=run_id)
+        history = await handle.fetch_history()
+        result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
+        assert result.replay_failure is None, (
+            f"history of {workflow_id} ({run_id}) does not replay: {result.replay_failure!r}"
+        )
+        count += 1
+    return count

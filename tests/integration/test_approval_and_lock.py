@@ -1,0 +1,189 @@
+"""Approval by workflow Update (approve, reject, timeout, validator) and the stack lock."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.exceptions import ApplicationError
+
+from stackflow.operation import ApprovalInput, OperationInput, OperationResult, workflow_id_for
+from tests.integration.conftest import WorkerProcess, run_cli
+from tests.integration.opshelp import (
+    all_releases,
+    assert_histories_replay,
+    file_resource,
+    new_project,
+    wait_phase,
+    write_spec,
+)
+
+
+def _spec(root: Path, count: int) -> dict[str, Any]:
+    return {"resources": [file_resource(root / f"f{i:03d}.txt", f"{i}\n") for i in range(count)]}
+
+
+async def _start(
+    client: Client,
+    env: dict[str, str],
+    request: OperationInput,
+    workflow_id: str | None = None,
+) -> WorkflowHandle[Any, OperationResult]:
+    return await client.start_workflow(
+        "ApplyWorkflow",
+        request,
+        id=workflow_id or workflow_id_for(request.project, request.workspace),
+        task_queue=env["STACKFLOW_TASK_QUEUE"],
+        result_type=OperationResult,
+    )
+
+
+async def test_approve_by_update_records_who_approved_and_validator_refuses_later_approvals(
+    tmp_path: Path,
+    stack_env: dict[str, str],
+    worker_process: WorkerProcess,
+    temporal_client: Client,
+) -> None:
+    project = new_project()
+    root = tmp_path / "files"
+    request = OperationInput(project=project, spec=_spec(root, 40), max_concurrency=1)
+    handle = await _start(temporal_client, stack_env, request)
+
+    status = await wait_phase(handle, "awaitingApproval")
+    assert status.changes["summary"]["Create"] == 40 and status.total == 40
+    assert not root.exists()  # nothing happens before approval
+    [release] = all_releases(stack_env, project)
+    assert release.phase == "previewing"  # the lock is held while waiting
+
+    answer = await handle.execute_update("approve", ApprovalInput(by="alice", reason="lgtm"))
+    assert answer == "approved by alice"
+
+    # While it applies (one file at a time), a second approval is refused by the validator.
+    await wait_phase(handle, "applying")
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update("approve", ApprovalInput(by="mallory"))
+    cause = refused.value.cause
+    assert isinstance(cause, ApplicationError) and cause.type == "NotAwaitingApproval"
+    with pytest.raises(WorkflowUpdateFailedError):
+        await handle.execute_update("reject", ApprovalInput(by="mallory"))
+
+    result = await handle.result()
+    assert result.phase == "succeeded"
+    assert len(result.results) == 40
+    assert sorted(p.name for p in root.iterdir()) == [f"f{i:03d}.txt" for i in range(40)]
+    [release] = all_releases(stack_env, project)
+    assert release.phase == "succeeded"
+    assert release.approval is not None
+    assert release.approval.decision == "approved"
+    assert release.approval.by == "alice" and release.approval.reason == "lgtm"
+    # the refused updates left no trace: the history still replays
+    assert await assert_histories_replay(temporal_client, project, at_least=1) == 1
+
+
+async def test_reject_and_approval_timeout_fail_the_release_with_nothing_applied(
+    tmp_path: Path,
+    stack_env: dict[str, str],
+    worker_process: WorkerProcess,
+    temporal_client: Client,
+) -> None:
+    project = new_project()
+    root = tmp_path / "files"
+
+    # reject
+    handle = await _start(
+        temporal_client, stack_env, OperationInput(project=project, spec=_spec(root, 3))
+    )
+    await wait_phase(handle, "awaitingApproval")
+    assert await handle.execute_update("reject", ApprovalInput(by="bob", reason="not today")) == (
+        "rejected by bob"
+    )
+    result = await handle.result()
+    assert result.phase == "failed" and result.results == []
+    assert result.error == "apply rejected by bob: not today"
+    assert not root.exists()
+    [rejected] = all_releases(stack_env, project)
+    assert rejected.phase == "failed" and rejected.state.resources == []
+    assert rejected.approval is not None
+    assert (rejected.approval.decision, rejected.approval.by) == ("rejected", "bob")
+
+    # the approval timeout: nobody answers within 2 s
+    handle = await _start(
+        temporal_client,
+        stack_env,
+        OperationInput(project=project, spec=_spec(root, 3), approval_timeout_seconds=2),
+    )
+    result = await handle.result()
+    assert result.phase == "failed" and result.results == []
+    assert result.error is not None and "timeout" in result.error
+    assert not root.exists()
+    timed_out = all_releases(stack_env, project)[-1]
+    assert timed_out.revision == 2 and timed_out.phase == "failed"
+    assert timed_out.approval is not None and timed_out.approval.by == "timeout"
+    assert timed_out.state.resources == []
+
+    # approving a run that is over is refused (it is not awaiting approval any more)
+    with pytest.raises(Exception):  # noqa: B017 - an update on a closed run fails (RPC error)
+        await handle.execute_update("approve", ApprovalInput(by="late"))
+
+    assert await assert_histories_replay(temporal_client, project, at_least=2) == 2
+
+
+async def test_concurrent_apply_is_refused_and_the_release_lock_holds_across_workflow_ids(
+    tmp_path: Path,
+    stack_env: dict[str, str],
+    worker_process: WorkerProcess,
+    temporal_client: Client,
+) -> None:
+    project = new_project()
+    root = tmp_path / "files"
+    handle = await _start(
+        temporal_client, stack_env, OperationInput(project=project, spec=_spec(root, 2))
+    )
+    await wait_phase(handle, "awaitingApproval")
+
+    # The CLI on the same stack: refused at start (same workflow id), exit code 3.
+    spec = write_spec(tmp_path / "spec.yaml", _spec(root, 2)["resources"])
+    second = run_cli(stack_env, "apply", "-f", str(spec), "--project", project, "--yes")
+    assert second.returncode == 3, second.stdout + second.stderr
+    assert "already has an operation running" in second.stderr
+
+    # A run under another workflow id gets past Temporal but not the release lock.
+    other = await _start(
+        temporal_client,
+        stack_env,
+        OperationInput(project=project, spec=_spec(root, 2), auto_approve=True),
+        workflow_id=f"stackflow/{project}/default/other-{uuid.uuid4().hex[:6]}",
+    )
+    with pytest.raises(WorkflowFailureError) as failed:
+        await other.result()
+    cause: BaseException | None = failed.value
+    while cause is not None and not (isinstance(cause, ApplicationError) and cause.type):
+        cause = cause.__cause__
+    assert isinstance(cause, ApplicationError) and cause.type == "StackLocked", failed.value
+    assert "is locked" in cause.message
+    [release] = all_releases(stack_env, project)  # no second release was written
+    assert release.revision == 1 and release.phase == "previewing"
+
+    # The lock is the release's, not the workflow id's: the CLI's own run fails with exit 3
+    # too when the stack is held by a run under another id. Free the default id first.
+    await handle.terminate("test: free the default workflow id, keep the release lock")
+    locked = run_cli(stack_env, "apply", "-f", str(spec), "--project", project, "--yes")
+    assert locked.returncode == 3, locked.stdout + locked.stderr
+    assert "is locked" in locked.stderr
+    assert [r.revision for r in all_releases(stack_env, project)] == [1]
+
+    # Unlock by hand (the terminated run never finished), then the stack applies again.
+    unlocked = run_cli(stack_env, "release", "unlock", "--project", project)
+    assert unlocked.returncode == 0, unlocked.stdout + unlocked.stderr
+    done = run_cli(stack_env, "apply", "-f", str(spec), "--project", project, "--yes")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [r.phase for r in all_releases(stack_env, project)] == ["failed", "succeeded"]
+    assert (root / "f001.txt").read_text() == "1\n"

@@ -48,6 +48,8 @@ import asyncio
 import os
 import threading
 import time
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from runtimes.base import (
     Attributes,
@@ -76,6 +78,7 @@ from runtimes.kubernetes.manifest import (
 )
 from runtimes.kubernetes.readiness import parse_timeout, readiness
 
+T = TypeVar("T")
 APPLY_PATCH = "application/apply-patch+yaml"
 DISCOVERY_WAIT_SECONDS = 15.0
 """How long apply waits for a kind to be served (a CRD just created is being established)."""
@@ -119,6 +122,16 @@ class KubernetesRuntime(Runtime):
         self._clients: dict[tuple[str | None, str | None], KubeClient] = {}
         self._lock = threading.Lock()
 
+    @staticmethod
+    async def _call(rid: str, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking step in a thread; an unreachable cluster names the resource."""
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except Unavailable as exc:
+            if exc.resource_id is None:
+                raise Unavailable(f"{rid}: {exc}", resource_id=rid) from None
+            raise
+
     # ---- connection & discovery ----------------------------------------------------------
     def client_for(self, resource: ResourceRequest, options: RuntimeOptions) -> KubeClient:
         ext, ctx = resource.extensions, options.context
@@ -159,7 +172,7 @@ class KubernetesRuntime(Runtime):
 
     # ---- read ----------------------------------------------------------------------------
     async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
-        return await asyncio.to_thread(self._read, resource, options)
+        return await self._call(resource.id, self._read, resource, options)
 
     def _read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
         client = self.client_for(resource, options)
@@ -172,7 +185,7 @@ class KubernetesRuntime(Runtime):
 
     # ---- preview & apply -----------------------------------------------------------------
     async def preview(self, resource: ResourceRequest, options: RuntimeOptions) -> PreviewResult:
-        return await asyncio.to_thread(self._preview, resource, options)
+        return await self._call(resource.id, self._preview, resource, options)
 
     def _preview(self, resource: ResourceRequest, options: RuntimeOptions) -> PreviewResult:
         client = self.client_for(resource, options)
@@ -197,7 +210,7 @@ class KubernetesRuntime(Runtime):
         return PreviewResult(would_be=would_be, sensitive_paths=sensitive)
 
     async def apply(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
-        return await asyncio.to_thread(self._apply, resource, options)
+        return await self._call(resource.id, self._apply, resource, options)
 
     def _apply(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
         client = self.client_for(resource, options)
@@ -274,14 +287,14 @@ class KubernetesRuntime(Runtime):
 
     # ---- delete --------------------------------------------------------------------------
     async def delete(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
-        started = await asyncio.to_thread(self._start_delete, resource, options)
+        started = await self._call(resource.id, self._start_delete, resource, options)
         if started is None:
             return
         client, api, ref, uid = started
         deadline = time.monotonic() + options.timeout_seconds
         delay = 0.1
         while True:
-            live = await asyncio.to_thread(self._get, client, api, ref, resource.id)
+            live = await self._call(resource.id, self._get, client, api, ref, resource.id)
             if live is None or (live.get("metadata") or {}).get("uid") != uid:
                 return
             if time.monotonic() >= deadline:
@@ -339,15 +352,15 @@ class KubernetesRuntime(Runtime):
                 f"{resource.id}: extensions.{exc}", resource_id=resource.id
             ) from None
         timeout = timeout or options.timeout_seconds
-        client = await asyncio.to_thread(self.client_for, resource, options)
+        client = await self._call(resource.id, self.client_for, resource, options)
         ref = object_ref(resource)
-        api = await asyncio.to_thread(self._api, client, resource, ref)
+        api = await self._call(resource.id, self._api, client, resource, ref)
         if api is None:
             raise NotFound(f"{resource.id}: kind {ref.kind} is not served", resource_id=resource.id)
         deadline = time.monotonic() + timeout
         delay = 0.2
         while True:
-            live = await asyncio.to_thread(self._get, client, api, ref, resource.id)
+            live = await self._call(resource.id, self._get, client, api, ref, resource.id)
             if live is None:
                 raise NotFound(
                     f"{resource.id}: {ref.describe()} does not exist", resource_id=resource.id

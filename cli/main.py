@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 from cli.app import app
@@ -23,12 +24,20 @@ def load_commands() -> None:
 
 
 def main() -> None:
+    code: int = 0
     try:
         load_commands()
         app(prog_name="stackflow")
     except StackflowError as err:  # raised outside a command (e.g. while loading commands)
         error_line(str(err))
-        sys.exit(err.exit_code)
+        code = err.exit_code
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    # The Temporal SDK's Rust core threads can abort the interpreter while it finalizes
+    # (SIGABRT after the command already succeeded), so flush and leave without finalizing.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

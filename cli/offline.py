@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from cli.app import app, release_app
-from cli.output import OutputFormat, OutputOption, emit, stdout_console
+from cli.output import OutputFormat, OutputOption, emit, masked_release_json, stdout_console
 from stackflow.config import default_release_store
 from stackflow.errors import NotFoundError
 from stackflow.graph import Graph, build_graph
@@ -144,7 +144,7 @@ def release_show(
             t.add_row(resource.id, resource.type.value)
         console.print(t)
 
-    emit(output, lambda: release.model_dump(mode="json", by_alias=True), table)
+    emit(output, lambda: masked_release_json(release), table)
 
 
 @release_app.command("unlock")

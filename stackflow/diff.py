@@ -158,6 +158,16 @@ def _masked(path: tuple[Segment, ...], value: Any, patterns: Sequence[Sequence[S
     return value
 
 
+def mask_attributes(resource_type: str, attributes: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of recorded attributes with every sensitive value replaced by the marker.
+
+    Used wherever state leaves the store for people or scripts (release show, apply output),
+    so Secret data, generated passwords and runtime-private state are never printed.
+    """
+    patterns = [parse_path(p) for p in sensitive_paths_for(resource_type, attributes)]
+    return dict(_masked((), dict(attributes), patterns))
+
+
 class _Absent:
     """A field missing on one side; compares equal only to itself."""
 

@@ -113,12 +113,30 @@ class OperationActivities:
         state = _state_by_id(release)
         if operation == Operation.destroy:
             return OperationPlan(
-                spec_ref=None,
+                spec_ref=self._last_spec_ref(request.project, request.workspace),
                 revision=release.revision,
                 deletions=deletion_plan(list(state.values())),
             )
         assert spec is not None
         return self._plan(spec, ref, release.revision, state)
+
+    def _last_spec_ref(self, project: str, workspace: str) -> str | None:
+        """The spec of the stack's latest release that has one: a destroy's deletes run with
+        its ``context`` (kubeconfig, provider credentials) though the destroy has no spec."""
+        for revision in reversed(self.releases.revisions(project, workspace)):
+            spec = self.releases.get(project, workspace, revision).spec
+            if spec is not None:
+                return self.specs.put(spec)
+        return None
+
+    def _options(
+        self, project: str, workspace: str, spec_ref: str | None, *, force: bool, adopt: bool
+    ) -> RuntimeOptions:
+        """Per-run runtime options; the spec's ``context`` travels by ref, never in history."""
+        context = self.specs.get(spec_ref).context if spec_ref else {}
+        return RuntimeOptions(
+            project=project, workspace=workspace, force=force, adopt=adopt, context=context
+        )
 
     def _open_release(self, inp: PrepareInput, operation: Operation, spec: Spec | None) -> Release:
         """Create release N, or find the one this very run created before a retry."""
@@ -176,8 +194,8 @@ class OperationActivities:
         else:
             current = prior
         resources = self.specs.resources(inp.spec_ref) if inp.spec_ref else {}
-        options = RuntimeOptions(
-            project=inp.project, workspace=inp.workspace, force=inp.force, adopt=inp.adopt
+        options = self._options(
+            inp.project, inp.workspace, inp.spec_ref, force=inp.force, adopt=inp.adopt
         )
         gate = asyncio.Semaphore(PREVIEW_PARALLELISM)
 
@@ -322,8 +340,8 @@ class OperationActivities:
             extensions=resource.extensions,
             prior_state=recorded.attributes if recorded else None,
         )
-        options = RuntimeOptions(
-            project=inp.project, workspace=inp.workspace, force=inp.force, adopt=inp.adopt
+        options = self._options(
+            inp.project, inp.workspace, inp.spec_ref, force=inp.force, adopt=inp.adopt
         )
         runtime = self.registry.get(str(resource.type))
         live = await runtime.apply(request, options)
@@ -363,7 +381,9 @@ class OperationActivities:
                 extensions=recorded.extensions,
                 prior_state=recorded.attributes,
             )
-            options = RuntimeOptions(project=inp.project, workspace=inp.workspace)
+            options = self._options(
+                inp.project, inp.workspace, inp.spec_ref, force=inp.force, adopt=inp.adopt
+            )
             await self.registry.get(str(recorded.type)).delete(request, options)
             await asyncio.to_thread(
                 self.releases.record_deletion,

@@ -33,7 +33,7 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from cli.app import app
-from cli.output import OutputFormat
+from cli.output import OutputFormat, masked_release_json
 from stackflow.config import stackflow_home
 from stackflow.diff import Preview
 from stackflow.errors import StackflowError, StackLockedError
@@ -78,6 +78,12 @@ IgnoreOpt = Annotated[
 ]
 WatchOpt = Annotated[bool, typer.Option("--watch", help="Wait until each resource is ready.")]
 FailFastOpt = Annotated[bool, typer.Option("--fail-fast", help="Stop starting nodes on failure.")]
+ForceOpt = Annotated[
+    bool, typer.Option("--force", help="Take over fields another manager owns (Kubernetes).")
+]
+AdoptOpt = Annotated[
+    bool, typer.Option("--adopt", help="Adopt existing objects that no stack owns yet.")
+]
 DetailOpt = Annotated[bool, typer.Option("--detail/--no-detail", help="Show per-field diffs.")]
 
 
@@ -315,7 +321,7 @@ def _release_json(result: OperationResult) -> dict[str, Any] | None:
         release = default_release_store().get(result.project, result.workspace, result.revision)
     except StackflowError:
         return None
-    return release.model_dump(mode="json", by_alias=True)
+    return masked_release_json(release)
 
 
 async def _run(
@@ -354,11 +360,18 @@ def preview(
     workspace: WorkspaceOpt = "default",
     output: OutputOpt = OutputFormat.table,
     ignore_field: IgnoreOpt = None,
+    force: ForceOpt = False,
+    adopt: AdoptOpt = False,
     detail: DetailOpt = True,
 ) -> None:
     """Show what apply would change: desired vs live vs prior (three-way diff)."""
     request = _request(
-        project, workspace, spec_ref=_store_spec(file), ignore_fields=ignore_field or []
+        project,
+        workspace,
+        spec_ref=_store_spec(file),
+        ignore_fields=ignore_field or [],
+        force=force,
+        adopt=adopt,
     )
     asyncio.run(_run("PreviewWorkflow", request, output, True, detail))
 
@@ -374,6 +387,8 @@ def apply(
     ignore_field: IgnoreOpt = None,
     watch: WatchOpt = False,
     fail_fast: FailFastOpt = False,
+    force: ForceOpt = False,
+    adopt: AdoptOpt = False,
     detail: DetailOpt = False,
 ) -> None:
     """Preview, ask, then apply the spec as a durable Temporal workflow."""
@@ -385,6 +400,8 @@ def apply(
         ignore_fields=ignore_field or [],
         watch=watch,
         fail_fast=fail_fast,
+        force=force,
+        adopt=adopt,
     )
     asyncio.run(_run("ApplyWorkflow", request, output, yes, detail))
 

@@ -32,6 +32,13 @@ health_kwok() {
     kube_api GET /api/v1/nodes/kwok-node-0 | grep -q '"type":"Ready","status":"True"'
 }
 health_worker() { grep -q "stackflow worker ready" "$(logfile worker)" 2>/dev/null; }
+# The worker runs this checkout's code: a running one whose code changed since it started is
+# restarted by `up`, so `make demo`/`make test` never run against stale workflows.
+code_hash() {
+  (cd "$REPO_ROOT" && find worker.py stackflow workflows activities runtimes -name '*.py' -print0 |
+    sort -z | xargs -0 cat | sha256sum | cut -c1-16)
+}
+stale_worker() { [ "$(cat "$RUN_DIR/pids/worker.code" 2>/dev/null)" != "$(code_hash)" ]; }
 
 # ---- kube certificates & kubeconfig ------------------------------------------------------------
 kube_pki() {
@@ -146,6 +153,9 @@ start_one() {
   local name="$1" log pid cmd port t0=$SECONDS limit
   log="$(logfile "$name")"; limit="$(timeout_of "$name")"
   mkdir -p "$RUN_DIR/pids" "$RUN_DIR/logs"
+  if is_running "$name" && [ "$name" = worker ] && stale_worker; then
+    warn "worker code changed since it started: restarting it"; stop_one worker
+  fi
   if is_running "$name"; then
     if "health_$name"; then ok "$name already running (pid $(cat "$(pidfile "$name")"))"; return; fi
     warn "$name is running but unhealthy: restarting it"; stop_one "$name"
@@ -161,6 +171,7 @@ start_one() {
   (cd "$RUN_DIR" && eval "exec setsid $cmd" >>"$log" 2>&1 </dev/null) &
   pid=$!
   echo "$pid" > "$(pidfile "$name")"
+  [ "$name" != worker ] || code_hash > "$RUN_DIR/pids/worker.code"
   until "health_$name"; do
     if ! kill -0 "$pid" 2>/dev/null; then
       rm -f "$(pidfile "$name")"

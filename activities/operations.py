@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Container, Iterable, Mapping
 from typing import Any
 
 from temporalio import activity
@@ -24,7 +24,13 @@ from runtimes.registry import RuntimeRegistry
 from stackflow.cache import PriorStateCache
 from stackflow.diff import diff_resource, sensitive_paths_for
 from stackflow.errors import SpecError
-from stackflow.graph import Graph, build_graph, find_references, resolve_references
+from stackflow.graph import (
+    Graph,
+    build_graph,
+    find_references,
+    match_reference,
+    resolve_references,
+)
 from stackflow.operation import (
     NodeInput,
     NodeResult,
@@ -58,6 +64,24 @@ def _planned(graph: Graph, types: Mapping[str, str], reverse: bool = False) -> l
         return [PlannedNode(id=i, type=types[i], deps=graph.dependents(i)) for i in order]
     order = graph.topological_order()
     return [PlannedNode(id=i, type=types[i], deps=graph.dependencies(i)) for i in order]
+
+
+UNKNOWN_UNTIL_APPLY = "(known after apply)"
+
+
+def _mark_unknown(value: Any, known_ids: Container[str]) -> Any:
+    """``value`` with every ``$kusion_path`` reference shown as known only after apply."""
+    if isinstance(value, str):
+        return UNKNOWN_UNTIL_APPLY if match_reference(value, known_ids) else value
+    if isinstance(value, Mapping):
+        return {k: _mark_unknown(v, known_ids) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mark_unknown(v, known_ids) for v in value]
+    return value
+
+
+def _referenced_ids(resource: Resource, known_ids: Iterable[str]) -> list[str]:
+    return sorted({ref.resource_id for ref in find_references(resource.attributes, known_ids)})
 
 
 def deletion_plan(resources: list[Resource]) -> list[PlannedNode]:
@@ -164,10 +188,15 @@ class OperationActivities:
         graph = build_graph(spec)
         types = {r.id: str(r.type) for r in spec.resources}
         gone = [r for r in state.values() if r.id not in types]
+        nodes = _planned(graph, types)
+        by_id = {r.id: r for r in spec.resources}
+        for node in nodes:
+            refs = find_references(by_id[node.id].attributes, types)
+            node.refs = sorted({(ref.resource_id, ref.path) for ref in refs})
         return OperationPlan(
             spec_ref=ref,
             revision=revision,
-            nodes=_planned(graph, types),
+            nodes=nodes,
             deletions=deletion_plan(gone),
         )
 
@@ -227,25 +256,23 @@ class OperationActivities:
     ) -> dict[str, Any]:
         runtime = self.registry.get(str(resource.type))
         recorded = current.get(resource.id)
+        attributes, resolved = self._resolve_for_preview(resource, spec_resources, current)
         request = ResourceRequest(
             id=resource.id,
             type=str(resource.type),
-            attributes=resource.attributes,
+            attributes=attributes,
             extensions=resource.extensions,
             prior_state=recorded.attributes if recorded else None,
         )
-        if find_references(resource.attributes, spec_resources.keys()):
-            # References resolve at apply time; until then the desired object is the spec.
-            would_be: dict[str, Any] = dict(resource.attributes)
-            sensitive = sensitive_paths_for(str(resource.type), resource.attributes)
-            live = await runtime.read(request, options)
-        else:
-            live = await runtime.read(request, options)
+        live = await runtime.read(request, options)
+        sensitive = sensitive_paths_for(str(resource.type), resource.attributes)
+        if resolved:
             result = await runtime.preview(request, options)
             would_be = result.would_be
-            sensitive = result.sensitive_paths + sensitive_paths_for(
-                str(resource.type), resource.attributes
-            )
+            sensitive = result.sensitive_paths + sensitive
+        else:
+            # A dependency this run creates first: the referenced value is not known yet.
+            would_be = _mark_unknown(resource.attributes, spec_resources)
         before = prior.get(resource.id)
         change = diff_resource(
             resource.id,
@@ -261,6 +288,25 @@ class OperationActivities:
             # Matches already, but this stack has not recorded it: apply adopts it into state.
             data["unrecorded"] = True
         return data
+
+    @staticmethod
+    def _resolve_for_preview(
+        resource: Resource,
+        spec_resources: Mapping[str, Resource],
+        current: Mapping[str, Resource],
+    ) -> tuple[dict[str, Any], bool]:
+        """Attributes with references resolved from the recorded state of the dependencies,
+        and whether that was possible (not when a dependency is not applied yet)."""
+        referenced = _referenced_ids(resource, spec_resources)
+        if not referenced:
+            return resource.attributes, True
+        if any(rid not in current for rid in referenced):
+            return resource.attributes, False
+        live = {rid: current[rid].attributes for rid in referenced}
+        try:
+            return resolve_references(resource.attributes, live), True
+        except SpecError:
+            return resource.attributes, False
 
     async def _preview_delete(
         self, resource: Resource, prior: Mapping[str, Resource], options: RuntimeOptions

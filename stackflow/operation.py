@@ -96,6 +96,8 @@ class PlannedNode(BaseModel):
     """Create, Update or Delete once the preview decided; what the node's activity does."""
     deps: list[str] = Field(default_factory=list)
     """Nodes that must succeed first (for deletes: the dependents of the original graph)."""
+    refs: list[tuple[str, str]] = Field(default_factory=list)
+    """(resource id, dotted path) of each ``$kusion_path`` reference in the attributes."""
 
 
 class OperationPlan(BaseModel):

@@ -424,6 +424,43 @@ class _Operation:
             truncated=truncated,
         )
 
+    def _settle_references(self, plan: OperationPlan) -> dict[str, None]:
+        """Second pass over the preview, in dependency order.
+
+        A node whose attributes reference a field that this run creates or changes on another
+        resource may change too, though its own preview (from the recorded values) found
+        nothing: it becomes an Update "known after apply", as Terraform shows it, and is
+        applied after its dependency. Also returns the UnChanged nodes this stack has not
+        recorded yet: they are applied (a no-op) only to record their state.
+        """
+        by_id = {c["id"]: c for c in self._changes}
+        record_only: dict[str, None] = {}
+        for node in plan.nodes:
+            change = by_id.get(node.id)
+            if change is None:
+                continue
+            unrecorded = change.pop("unrecorded", False)
+            if change["action"] != "UnChanged":
+                continue
+            moved = [
+                f"{rid}.{path}" if path else rid
+                for rid, path in node.refs
+                if rid in by_id and _touches(by_id[rid], path)
+            ]
+            if moved:
+                change["action"] = "Update"
+                change["diff"] = [
+                    *change.get("diff", []),
+                    {
+                        "path": "(references)",
+                        "old": None,
+                        "new": f"(known after apply: {moved[0]})",
+                    },
+                ]
+            elif unrecorded:
+                record_only[node.id] = None
+        return record_only
+
     async def _execute(self, request: OperationInput) -> OperationResult:
         plan = await self._prepare(request)
         self._total = len(plan.nodes) + len(plan.deletions)
@@ -433,11 +470,12 @@ class _Operation:
         except ActivityError as exc:
             self._error = f"preview failed: {_cause(exc)}"
             return await self._finish([])
+        record_only = self._settle_references(plan)
         actions = {c["id"]: c["action"] for c in self._changes}
         to_apply = [
             n.model_copy(update={"action": actions[n.id]})
             for n in plan.nodes
-            if actions.get(n.id) in ("Create", "Update")
+            if actions.get(n.id) in ("Create", "Update") or n.id in record_only
         ]
         to_delete = [
             n.model_copy(update={"action": "Delete"})
@@ -447,13 +485,33 @@ class _Operation:
         self._total = len(to_apply) + len(to_delete)
         if not to_apply and not to_delete:
             return await self._finish([])
-        if not await self._await_approval():
+        changes_anything = len(to_delete) + len(to_apply) > len(record_only)
+        if changes_anything and not await self._await_approval():
             return await self._finish([], rejected=True)
         await self._set_phase("destroying" if self.operation == "destroy" else "applying")
         results = await self._walk(plan, to_apply) if to_apply else []
         if to_delete:
             results += await self._walk(plan, to_delete)
         return await self._finish(results)
+
+
+def _touches(change: dict[str, Any], path: str) -> bool:
+    """Whether a dependency's planned change may alter the value at ``path`` (dotted)."""
+    if change["action"] == "Create":
+        return True
+    if change["action"] != "Update":
+        return False
+    diff = change.get("diff") or []
+    if not diff or not path:
+        return True  # no per-field detail (large runs) or the whole object is referenced
+    for entry in diff:
+        changed = entry["path"]
+        if changed == "(references)" or changed == path:
+            return True
+        for a, b in ((changed, path), (path, changed)):
+            if a.startswith(b) and a[len(b)] in ".[":
+                return True
+    return False
 
 
 def brief_changes(changes: list[dict[str, Any]]) -> dict[str, Any]:
@@ -507,6 +565,7 @@ class PreviewWorkflow(_Operation):
         self._total = len(plan.nodes) + len(plan.deletions)
         await self._set_phase("previewing")
         await self._preview(plan)
+        self._settle_references(plan)
         self._phase = "succeeded"
         workflow.upsert_search_attributes([PHASE_KEY.value_set("succeeded")])
         return self._result("succeeded", [])

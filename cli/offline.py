@@ -103,14 +103,20 @@ def release_list(
     releases = default_release_store().list(project, workspace)
 
     def table(console: Console) -> None:
-        t = Table("Revision", "Operation", "Phase", "Resources", "Modified")
+        t = Table()
+        for name in ("Rev", "Operation", "Phase", "Resources", "Modified"):
+            t.add_column(name, no_wrap=True)
         with_errors = any(r.error for r in releases)
         if with_errors:
-            t.add_column("Error", overflow="fold")
+            # One line per release: the whole error is in `release show` and the JSON form.
+            t.add_column("Error", no_wrap=True)
         for r in releases:
             row = [str(r.revision), r.operation.value, r.phase.value, str(len(r.state.resources))]
-            row.append(r.modified_at.strftime("%Y-%m-%d %H:%M:%S %z"))
-            t.add_row(*row, *([r.error or ""] if with_errors else []))
+            row.append(r.modified_at.strftime("%Y-%m-%d %H:%M"))
+            error = " ".join((r.error or "").split())
+            room = max(12, console.width - 66)  # what the other columns leave on this terminal
+            error = error if len(error) <= room else error[: room - 1] + "…"
+            t.add_row(*row, *([error] if with_errors else []))
         console.print(t)
 
     emit(output, lambda: [_release_summary(r) for r in releases], table)

@@ -11,7 +11,6 @@ import asyncio
 import logging
 import os
 import signal
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -82,7 +81,6 @@ def build_worker(
         task_queue=task_queue,
         workflows=ALL_WORKFLOWS,
         activities=activities.all(),
-        activity_executor=ThreadPoolExecutor(max_workers=8),
         max_concurrent_activities=max_concurrent,
         graceful_shutdown_timeout=timedelta(seconds=10),
     )

@@ -8,7 +8,9 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from cli.app import app, release_app
 from cli.output import OutputFormat, OutputOption, emit, masked_release_json, stdout_console
@@ -77,8 +79,8 @@ def graph(
             console.print(f"[bold]Layer {number}[/bold]")
             for rid in layer:
                 deps = g.dependencies(rid)
-                after = f"  [dim](after {', '.join(deps)})[/dim]" if deps else ""
-                console.print(f"  {rid}{after}", highlight=False, soft_wrap=True)
+                after = f"  [dim](after {escape(', '.join(deps))})[/dim]" if deps else ""
+                console.print(f"  {escape(rid)}{after}", highlight=False, soft_wrap=True)
 
     emit(OutputFormat(output.value), lambda: graph_json(g), table)
 
@@ -144,10 +146,12 @@ def release_show(
     def table(console: Console) -> None:
         for key, value in _release_summary(release).items():
             if value is not None:
-                console.print(f"[bold]{key}:[/bold] {value}", highlight=False, soft_wrap=True)
+                console.print(
+                    f"[bold]{key}:[/bold] {escape(str(value))}", highlight=False, soft_wrap=True
+                )
         t = Table("ID", "Type", title="State")
         for resource in release.state.resources:
-            t.add_row(resource.id, resource.type.value)
+            t.add_row(Text(resource.id), resource.type.value)
         console.print(t)
 
     emit(output, lambda: masked_release_json(release), table)

@@ -20,6 +20,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from temporalio.client import (
     Client,
@@ -115,12 +116,12 @@ async def _connect() -> Client:
 
 
 def _error_console() -> Console:
-    return Console(stderr=True)
+    return Console(stderr=True, emoji=False)
 
 
 def _console(output: OutputFormat) -> Console:
     # In JSON mode everything human goes to stderr so stdout stays parseable.
-    return Console(stderr=output == OutputFormat.json, soft_wrap=True)
+    return Console(stderr=output == OutputFormat.json, soft_wrap=True, emoji=False)
 
 
 class Runner:
@@ -303,9 +304,9 @@ def _report(runner: Runner, result: OperationResult, run_id: str | None) -> None
             c.print("  " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
         for r in result.results:
             if r.status == "failed":
-                c.print(f"  [red]✗ {r.id}[/]: {r.error}")
+                c.print(f"  [red]✗ {escape(r.id)}[/]: {escape(r.error or '')}")
         if result.error:
-            c.print(f"  [red]error:[/] {result.error}")
+            c.print(f"  [red]error:[/] {escape(result.error)}")
         c.print(f"  Temporal UI: {link}")
     if result.phase == "failed":
         raise typer.Exit(1)

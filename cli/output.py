@@ -27,11 +27,11 @@ OutputOption = Annotated[
 
 
 def stdout_console() -> Console:
-    return Console(file=sys.stdout)
+    return Console(file=sys.stdout, emoji=False)
 
 
 def stderr_console() -> Console:
-    return Console(file=sys.stderr)
+    return Console(file=sys.stderr, emoji=False)
 
 
 def error_line(message: str) -> None:

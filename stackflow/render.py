@@ -45,7 +45,7 @@ def render_preview(preview: Preview, console: Console, detail: bool = False) -> 
         action = Text(change.action.value, style=_STYLE[change.action])
         if change.drift:
             action.append(" (drift)", style="magenta")
-        table.add_row(change.id, change.type, action)
+        table.add_row(Text(change.id), Text(change.type), action)
     console.print(table)
     console.print(summary_line(preview), highlight=False)
     if not detail:

@@ -40,3 +40,25 @@ def test_colour_on_a_terminal() -> None:
     buf = io.StringIO()
     render_preview(make_preview(), Console(file=buf, width=120, force_terminal=True), detail=True)
     assert "\x1b[" in buf.getvalue()
+
+
+def test_ids_are_printed_as_they_are_never_as_emoji_or_markup() -> None:
+    """`v1:Secret:ns:x` holds rich's `:secret:` emoji code; `[b]` would be markup."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from stackflow.diff import Action, Change, Preview
+    from stackflow.render import render_preview
+
+    out = StringIO()
+    preview = Preview(
+        changes=[
+            Change(id="v1:Secret:default:db", type="Kubernetes", action=Action.Create),
+            Change(id="onprem:File:/tmp/[b]x", type="OnPrem", action=Action.Create),
+        ]
+    )
+    render_preview(preview, Console(file=out, width=200), detail=False)
+    text = out.getvalue()
+    assert "v1:Secret:default:db" in text
+    assert "/tmp/[b]x" in text

@@ -241,18 +241,22 @@ class OperationActivities:
     def _load_batch(self, inp: LoadBatchInput) -> LoadedBatch:
         plan = self.plans.get(inp.plan_ref)
         every = plan.of(inp.deletions)
+        picked = [(every[inp.start + i], code) for i, code in enumerate(inp.actions) if code != "."]
+        inside = {node.id for node, _ in picked}
+        not_ok = {every[i].id for i in inp.not_ok}
+        blocked = sorted({d for node, _ in picked for d in node.deps if d in not_ok})
+        # The walk only looks at deps inside the batch and at blocked ones: the others
+        # succeeded in earlier batches, so they stay out of the child's history.
+        relevant = inside.union(blocked)
         nodes = [
             PlannedNode(
-                id=every[inp.start + i].id,
-                type=every[inp.start + i].type,
+                id=node.id,
+                type=node.type,
                 action=CODE_ACTIONS[code],
-                deps=every[inp.start + i].deps,
+                deps=[d for d in node.deps if d in relevant],
             )
-            for i, code in enumerate(inp.actions)
-            if code != "."
+            for node, code in picked
         ]
-        not_ok = {every[i].id for i in inp.not_ok}
-        blocked = sorted({d for n in nodes for d in n.deps if d in not_ok})
         return LoadedBatch(nodes=nodes, blocked=blocked)
 
     @activity.defn(name="describe_changes")

@@ -23,6 +23,7 @@ from runtimes.registry import RuntimeRegistry, default_registry
 from stackflow.cache import PriorStateCache
 from stackflow.config import default_release_store, stackflow_home
 from stackflow.operation import TASK_QUEUE_DEFAULT
+from stackflow.plan_store import PlanStore
 from stackflow.spec_store import SpecStore
 from workflows.operations import ALL_WORKFLOWS
 
@@ -69,6 +70,7 @@ def build_activities(
         registry=registry or default_registry(),
         releases=releases,
         specs=SpecStore(stackflow_home() / "specs"),
+        plans=PlanStore(stackflow_home() / "plans"),
         cache=PriorStateCache(redis_url, releases),
     )
 

@@ -32,6 +32,15 @@ from stackflow.graph import (
     resolve_references,
 )
 from stackflow.operation import (
+    ACTION_CODES,
+    CODE_ACTIONS,
+    FLAG_DIFF_OMITTED,
+    FLAG_DRIFT,
+    FLAG_UNRECORDED,
+    PLAN_INLINE_LIMIT,
+    DescribeInput,
+    LoadBatchInput,
+    LoadedBatch,
     NodeInput,
     NodeResult,
     NodeStatus,
@@ -40,7 +49,10 @@ from stackflow.operation import (
     PlannedNode,
     PrepareInput,
     PreviewBatchInput,
+    PreviewBatchResult,
+    references_entry,
 )
+from stackflow.plan_store import PlanStore
 from stackflow.release import Approval, Operation, Phase, Release, ReleaseStore
 from stackflow.spec import Resource, Spec, parse_spec
 from stackflow.spec_store import SpecStore
@@ -101,10 +113,12 @@ class OperationActivities:
         releases: ReleaseStore,
         specs: SpecStore,
         cache: PriorStateCache,
+        plans: PlanStore | None = None,
     ) -> None:
         self.registry = registry
         self.releases = releases
         self.specs = specs
+        self.plans = plans or PlanStore(specs.root.parent / "plans")
         self.cache = cache
         self.state = ReleaseStateReader(releases)
 
@@ -136,10 +150,11 @@ class OperationActivities:
         release = self._open_release(inp, operation, spec)
         state = _state_by_id(release)
         if operation == Operation.destroy:
-            return OperationPlan(
-                spec_ref=self._last_spec_ref(request.project, request.workspace),
-                revision=release.revision,
-                deletions=deletion_plan(list(state.values())),
+            return self._stored(
+                self._last_spec_ref(request.project, request.workspace),
+                release.revision,
+                [],
+                deletion_plan(list(state.values())),
             )
         assert spec is not None
         return self._plan(spec, ref, release.revision, state)
@@ -193,23 +208,123 @@ class OperationActivities:
         for node in nodes:
             refs = find_references(by_id[node.id].attributes, types)
             node.refs = sorted({(ref.resource_id, ref.path) for ref in refs})
+        return self._stored(ref, revision, nodes, deletion_plan(gone))
+
+    def _stored(
+        self,
+        spec_ref: str | None,
+        revision: int | None,
+        nodes: list[PlannedNode],
+        deletions: list[PlannedNode],
+    ) -> OperationPlan:
+        """Store the plan; return its ref, its size and, when small, the plan itself."""
+        inline = len(nodes) + len(deletions) <= PLAN_INLINE_LIMIT
         return OperationPlan(
-            spec_ref=ref,
+            spec_ref=spec_ref,
+            plan_ref=self.plans.put(nodes, deletions),
             revision=revision,
-            nodes=nodes,
-            deletions=deletion_plan(gone),
+            node_count=len(nodes),
+            deletion_count=len(deletions),
+            inline=inline,
+            nodes=nodes if inline else [],
+            deletions=deletions if inline else [],
         )
+
+    # ---- plan reads --------------------------------------------------------------------------
+    @activity.defn(name="load_batch")
+    async def load_batch(self, inp: LoadBatchInput) -> LoadedBatch:
+        try:
+            return await asyncio.to_thread(self._load_batch, inp)
+        except Exception as exc:
+            raise to_application_error(exc) from exc
+
+    def _load_batch(self, inp: LoadBatchInput) -> LoadedBatch:
+        plan = self.plans.get(inp.plan_ref)
+        every = plan.of(inp.deletions)
+        picked = [(every[inp.start + i], code) for i, code in enumerate(inp.actions) if code != "."]
+        inside = {node.id for node, _ in picked}
+        not_ok = {every[i].id for i in inp.not_ok}
+        blocked = sorted({d for node, _ in picked for d in node.deps if d in not_ok})
+        # The walk only looks at deps inside the batch and at blocked ones: the others
+        # succeeded in earlier batches, so they stay out of the child's history.
+        relevant = inside.union(blocked)
+        nodes = [
+            PlannedNode(
+                id=node.id,
+                type=node.type,
+                action=CODE_ACTIONS[code],
+                deps=[d for d in node.deps if d in relevant],
+            )
+            for node, code in picked
+        ]
+        return LoadedBatch(nodes=nodes, blocked=blocked)
+
+    @activity.defn(name="describe_changes")
+    async def describe_changes(self, inp: DescribeInput) -> list[dict[str, Any]]:
+        try:
+            return await asyncio.to_thread(self._describe, inp)
+        except Exception as exc:
+            raise to_application_error(exc) from exc
+
+    def _describe(self, inp: DescribeInput) -> list[dict[str, Any]]:
+        plan = self.plans.get(inp.plan_ref)
+        described = []
+        for kind, index, action, flags, ref_index, ref_path in inp.items:
+            node = plan.of(kind == "d")[index]
+            change: dict[str, Any] = {
+                "id": node.id,
+                "type": node.type,
+                "action": action,
+                "drift": bool(flags & FLAG_DRIFT),
+                "diff": [],
+            }
+            if flags & FLAG_DIFF_OMITTED:
+                change["diff_omitted"] = True
+            if ref_index >= 0:
+                rid = plan.nodes[ref_index].id
+                change["diff"] = [references_entry(f"{rid}.{ref_path}" if ref_path else rid)]
+            described.append(change)
+        return described
 
     # ---- preview ---------------------------------------------------------------------------
     @activity.defn(name="preview_batch")
-    async def preview_batch(self, inp: PreviewBatchInput) -> list[dict[str, Any]]:
+    async def preview_batch(self, inp: PreviewBatchInput) -> PreviewBatchResult:
         try:
-            async with heartbeating(f"preview {len(inp.ids) + len(inp.delete_ids)}"):
+            async with heartbeating(f"preview {inp.start}-{inp.end}"):
                 return await self._preview_batch(inp)
         except Exception as exc:
             raise to_application_error(exc) from exc
 
-    async def _preview_batch(self, inp: PreviewBatchInput) -> list[dict[str, Any]]:
+    async def _preview_batch(self, inp: PreviewBatchInput) -> PreviewBatchResult:
+        plan = await asyncio.to_thread(self.plans.get, inp.plan_ref)
+        nodes = plan.nodes[inp.start : inp.end]
+        ids = [n.id for n in nodes]
+        delete_ids = [n.id for n in plan.deletions[inp.start : inp.end]]
+        changes = await self._preview_changes(inp, ids, delete_ids)
+        result = PreviewBatchResult()
+        codes = []
+        for change in changes:
+            flags = FLAG_UNRECORDED if change.pop("unrecorded", False) else 0
+            if change.get("drift"):
+                flags |= FLAG_DRIFT
+            if inp.with_diff:
+                result.details.append(change)
+            elif change.get("diff"):
+                flags |= FLAG_DIFF_OMITTED
+            codes.append(f"{ACTION_CODES[change['action']]}{flags}")
+        result.codes = "".join(codes)
+        for offset, node in enumerate(nodes):
+            if node.refs and changes[offset]["action"] == "UnChanged":
+                result.refs.extend(
+                    (inp.start + offset, plan.node_index[rid], path)
+                    for rid, path in node.refs
+                    if rid in plan.node_index
+                )
+        return result
+
+    async def _preview_changes(
+        self, inp: PreviewBatchInput, ids: list[str], delete_ids: list[str]
+    ) -> list[dict[str, Any]]:
         prior = await asyncio.to_thread(self.cache.prior, inp.project, inp.workspace)
         current: Mapping[str, Resource]
         if inp.revision is not None:
@@ -218,7 +333,7 @@ class OperationActivities:
                 inp.project,
                 inp.workspace,
                 inp.revision,
-                [*inp.ids, *inp.delete_ids],
+                [*ids, *delete_ids],
             )
         else:
             current = prior
@@ -236,14 +351,8 @@ class OperationActivities:
                     resources[resource_id], resources, prior, current, options, inp.ignore_fields
                 )
 
-        jobs = [one(i, False) for i in inp.ids] + [one(i, True) for i in inp.delete_ids]
-        changes = list(await asyncio.gather(*jobs))
-        if not inp.with_diff:
-            for change in changes:
-                if change.get("diff"):
-                    change["diff"] = []
-                    change["diff_omitted"] = True
-        return changes
+        jobs = [one(i, False) for i in ids] + [one(i, True) for i in delete_ids]
+        return list(await asyncio.gather(*jobs))
 
     async def _preview_apply(
         self,
@@ -445,6 +554,8 @@ class OperationActivities:
         return [
             self.prepare_operation,
             self.preview_batch,
+            self.load_batch,
+            self.describe_changes,
             self.set_phase,
             self.apply_resource,
             self.delete_resource,

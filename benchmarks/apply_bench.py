@@ -8,7 +8,11 @@ server logged a history-size warning while the benchmark ran.
 
     eval "$(scripts/services.sh env)"
     .venv/bin/python benchmarks/apply_bench.py                 # 100, 1000, 10000
+    .venv/bin/python benchmarks/apply_bench.py --sizes 100,1000,10000,30000
     .venv/bin/python benchmarks/apply_bench.py --sizes 100 1000 --max-concurrency 16
+
+It also prints the largest payloads of the parent history: the ``prepare_operation`` result
+(the plan), the largest ``preview_batch`` result and the largest payload of any event.
 """
 
 from __future__ import annotations
@@ -45,6 +49,14 @@ class HistorySize:
 
 
 @dataclass
+class Payloads:
+    plan: int = 0
+    preview: int = 0
+    largest: int = 0
+    largest_what: str = "-"
+
+
+@dataclass
 class Run:
     size: int
     seconds: float
@@ -52,10 +64,34 @@ class Run:
     parent: HistorySize
     largest_child: HistorySize | None
     children: int
+    payloads: Payloads
 
 
 def history_size(workflow_id: str, history: WorkflowHistory) -> HistorySize:
     return HistorySize(workflow_id, len(history.events), History(events=history.events).ByteSize())
+
+
+def payload_sizes(history: WorkflowHistory) -> Payloads:
+    """Bytes of the plan, of the largest preview batch result and of the largest payload."""
+    sizes = Payloads()
+    scheduled: dict[int, str] = {}
+    for event in history.events:
+        attrs = event.activity_task_scheduled_event_attributes
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            scheduled[event.event_id] = attrs.activity_type.name
+        done = event.activity_task_completed_event_attributes
+        if event.HasField("activity_task_completed_event_attributes"):
+            size = done.result.ByteSize()
+            name = scheduled.get(done.scheduled_event_id, "?")
+            if name == "prepare_operation":
+                sizes.plan = max(sizes.plan, size)
+            elif name == "preview_batch":
+                sizes.preview = max(sizes.preview, size)
+        which = event.WhichOneof("attributes")
+        size = getattr(event, which).ByteSize() if which else 0
+        if size > sizes.largest:
+            sizes.largest, sizes.largest_what = size, which.replace("_event_attributes", "")
+    return sizes
 
 
 def spec_for(root: Path, size: int) -> dict[str, object]:
@@ -104,14 +140,17 @@ async def run_one(client: Client, queue: str, files: Path, size: int, concurrenc
         raise SystemExit(
             f"{size}: phase {result.phase}, {ok} succeeded, {written} files: {result.error}"
         )
-    parent = history_size(workflow_id, await handle.fetch_history())
+    parent_history = await handle.fetch_history()
+    parent = history_size(workflow_id, parent_history)
     children: list[HistorySize] = []
     query = f'WorkflowId STARTS_WITH "{workflow_id}/r"'
     async for execution in client.list_workflows(query):
         child = client.get_workflow_handle(execution.id, run_id=execution.run_id)
         children.append(history_size(execution.id, await child.fetch_history()))
     largest = max(children, key=lambda h: h.bytes, default=None)
-    return Run(size, seconds, result.phase, parent, largest, len(children))
+    return Run(
+        size, seconds, result.phase, parent, largest, len(children), payload_sizes(parent_history)
+    )
 
 
 def server_log() -> Path | None:
@@ -121,10 +160,16 @@ def server_log() -> Path | None:
 
 async def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[100, 1000, 10000])
+    parser.add_argument(
+        "--sizes",
+        nargs="+",
+        default=["100", "1000", "10000"],
+        help="sizes, space- or comma-separated (e.g. 100,1000,10000,30000)",
+    )
     parser.add_argument("--max-concurrency", type=int, default=16)
     parser.add_argument("--keep", action="store_true", help="keep the temporary home")
     args = parser.parse_args()
+    sizes = [int(x) for part in args.sizes for x in part.split(",") if x]
 
     work = Path(tempfile.mkdtemp(prefix="stackflow-bench-"))
     os.environ["STACKFLOW_HOME"] = str(work / "home")
@@ -143,18 +188,21 @@ async def main() -> None:
     print(f"home {work}, task queue {queue}, max_concurrency {args.max_concurrency}")
     print(
         f"{'resources':>9} {'wall s':>8} {'res/s':>8} {'parent events':>13} {'parent KB':>10} "
-        f"{'children':>8} {'max child ev':>12} {'max child KB':>12}"
+        f"{'children':>8} {'max child ev':>12} {'max child KB':>12} "
+        f"{'plan KB':>8} {'preview KB':>10} {'max payload KB':>14}"
     )
     try:
         async with worker:
-            for size in args.sizes:
+            for size in sizes:
                 run = await run_one(client, queue, work / "files", size, args.max_concurrency)
                 child = run.largest_child
                 print(
                     f"{run.size:>9} {run.seconds:>8.1f} {run.size / run.seconds:>8.1f} "
                     f"{run.parent.events:>13} {run.parent.bytes / 1024:>10.1f} "
                     f"{run.children:>8} {child.events if child else '-':>12} "
-                    f"{f'{child.bytes / 1024:.1f}' if child else '-':>12}",
+                    f"{f'{child.bytes / 1024:.1f}' if child else '-':>12} "
+                    f"{run.payloads.plan / 1024:>8.1f} {run.payloads.preview / 1024:>10.1f} "
+                    f"{run.payloads.largest / 1024:>14.1f} ({run.payloads.largest_what})",
                     flush=True,
                 )
     finally:

@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 TASK_QUEUE_DEFAULT = "stackflow"
 BATCH_SIZE_DEFAULT = 800
 """Nodes one workflow run walks itself; larger graphs go to one child workflow per batch."""
+PLAN_INLINE_LIMIT = 1000
+"""Plans up to this many nodes and deletions also travel inline in ``OperationPlan``."""
 DETAIL_LIMIT = 500
 """Per-field diffs and per-node results kept in workflow history, results, queries and the
 release's ``changes``; beyond it only summaries (and what did not succeed) are kept, so a run
@@ -101,10 +103,20 @@ class PlannedNode(BaseModel):
 
 
 class OperationPlan(BaseModel):
-    """The compact graph an activity derives from the spec (or, for destroy, the state)."""
+    """What ``prepare_operation`` returns: the graph itself is stored by ``plan_ref``.
+
+    The full plan (every node's deps and refs) grows with the spec, so it never travels
+    through workflow history once it is large: activities and child workflows load the
+    ranges they need from the plan store. Small plans also come inline (``inline``), which
+    spares the walk of a small run one activity."""
 
     spec_ref: str | None
+    plan_ref: str | None = None
     revision: int | None = None
+    node_count: int = 0
+    deletion_count: int = 0
+    inline: bool = False
+    """``nodes`` and ``deletions`` hold the whole plan (else they are empty)."""
     nodes: list[PlannedNode] = Field(default_factory=list)
     """Resources of the spec, in topological order."""
     deletions: list[PlannedNode] = Field(default_factory=list)
@@ -122,18 +134,75 @@ class PrepareInput(BaseModel):
 
 
 class PreviewBatchInput(BaseModel):
+    """One preview activity: plan nodes ``[start, end)`` and plan deletions ``[start, end)``."""
+
     project: str
     workspace: str
     spec_ref: str | None
     revision: int | None
-    ids: list[str] = Field(default_factory=list)
-    delete_ids: list[str] = Field(default_factory=list)
+    plan_ref: str
+    start: int
+    end: int
     ignore_fields: list[str] = Field(default_factory=list)
     force: bool = False
     adopt: bool = False
     with_diff: bool = True
-    """Return per-field diffs; False past DETAIL_LIMIT (each change then has ``diff: []``
-    and ``diff_omitted: true``)."""
+    """Return the full changes with per-field diffs (``details``); False past DETAIL_LIMIT,
+    where only ``codes`` come back (such a change shows ``diff: []`` and, when it had a
+    diff, ``diff_omitted: true``)."""
+
+
+FLAG_DRIFT = 1
+FLAG_DIFF_OMITTED = 2
+FLAG_UNRECORDED = 4
+ACTION_CODES = {"Create": "C", "Update": "U", "Delete": "D", "UnChanged": "N"}
+CODE_ACTIONS = {code: action for action, code in ACTION_CODES.items()}
+
+
+class PreviewBatchResult(BaseModel):
+    """A preview batch, compact: 30,000 changes cost the parent history ~2 bytes each."""
+
+    codes: str = ""
+    """Two characters per change (the range's nodes, then its deletions): the action's
+    code (ACTION_CODES) and a digit of FLAG_* bits."""
+    details: list[dict[str, Any]] = Field(default_factory=list)
+    """The full changes, same order (only when ``with_diff``)."""
+    refs: list[tuple[int, int, str]] = Field(default_factory=list)
+    """(node index, referenced node index, dotted path) of each ``$kusion_path`` reference
+    of the UnChanged nodes, in the node's ``refs`` order: what settling references needs."""
+
+
+class DescribeInput(BaseModel):
+    """Full (diff-less) changes for preview lines the parent holds only as codes."""
+
+    plan_ref: str
+    items: list[tuple[str, int, str, int, int, str]]
+    """(``n``ode or ``d``eletion, plan index, action, FLAG_* bits, index of the node whose
+    planned change moves a referenced field or -1, that field's path)."""
+
+
+class LoadBatchInput(BaseModel):
+    """Nodes of one walk batch, read from the plan store."""
+
+    plan_ref: str
+    deletions: bool = False
+    start: int
+    actions: str
+    """One ACTION_CODES character per plan index from ``start``; ``.`` skips the index."""
+    not_ok: list[int] = Field(default_factory=list)
+    """Plan indices (same list) that did not succeed in earlier batches."""
+
+
+class LoadedBatch(BaseModel):
+    nodes: list[PlannedNode]
+    """With their actions set and without refs."""
+    blocked: list[str] = Field(default_factory=list)
+    """Dependencies of these nodes among ``not_ok``."""
+
+
+def references_entry(moved: str) -> dict[str, Any]:
+    """The diff line of a node whose referenced field ``moved`` changes in this run."""
+    return {"path": "(references)", "old": None, "new": f"(known after apply: {moved})"}
 
 
 class PhaseInput(BaseModel):
@@ -199,10 +268,18 @@ class BatchInput(BaseModel):
     revision: int
     spec_ref: str | None
     operation: str
-    """``apply`` or ``delete`` (nodes are walked in reverse for delete)."""
-    nodes: list[PlannedNode]
-    blocked: list[str] = Field(default_factory=list)
-    """Dependencies outside this batch that failed or were skipped."""
+    """``apply``, ``destroy`` (and ``delete`` for the deletions of an apply)."""
+    plan_ref: str
+    deletions: bool = False
+    """Walk plan deletions (else plan nodes)."""
+    start: int
+    actions: str
+    """One ACTION_CODES character per plan index from ``start``; ``.`` skips the index."""
+    not_ok: list[int] = Field(default_factory=list)
+    """Plan indices that failed or were skipped in earlier batches."""
+    full_results: bool = True
+    """Return every result; else only counts, the first DETAIL_LIMIT results that did not
+    succeed and the first failure."""
     max_concurrency: int = 8
     fail_fast: bool = False
     watch: bool = False
@@ -211,4 +288,8 @@ class BatchInput(BaseModel):
 
 
 class BatchResult(BaseModel):
-    results: list[NodeResult]
+    results: list[NodeResult] = Field(default_factory=list)
+    counts: dict[str, int] = Field(default_factory=dict)
+    not_ok: list[int] = Field(default_factory=list)
+    """Plan indices of the batch's nodes that did not succeed."""
+    first_failed: NodeResult | None = None

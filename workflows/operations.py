@@ -16,11 +16,17 @@ from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflow
 
 with workflow.unsafe.imports_passed_through():
     from stackflow.operation import (
+        ACTION_CODES,
+        CODE_ACTIONS,
         DETAIL_LIMIT,
+        FLAG_UNRECORDED,
         ApprovalInput,
         BatchInput,
         BatchResult,
         ChangeBrief,
+        DescribeInput,
+        LoadBatchInput,
+        LoadedBatch,
         NodeInput,
         NodeResult,
         NodeStatus,
@@ -31,7 +37,9 @@ with workflow.unsafe.imports_passed_through():
         PlannedNode,
         PrepareInput,
         PreviewBatchInput,
+        PreviewBatchResult,
         StatusView,
+        references_entry,
     )
     from workflows import common
     from workflows.walker import WalkProgress, walk
@@ -94,18 +102,83 @@ async def run_resource_node(node: PlannedNode, batch: BatchInput) -> NodeResult:
         )
 
 
-async def walk_batch(batch: BatchInput, progress: WalkProgress) -> list[NodeResult]:
+async def walk_nodes(
+    nodes: list[PlannedNode], batch: BatchInput, blocked: list[str], progress: WalkProgress
+) -> list[NodeResult]:
     async def run(node: PlannedNode) -> NodeResult:
         return await run_resource_node(node, batch)
 
     return await walk(
-        batch.nodes,
+        nodes,
         run,
         max_concurrency=batch.max_concurrency,
         fail_fast=batch.fail_fast,
-        blocked=batch.blocked,
+        blocked=blocked,
         progress=progress,
     )
+
+
+async def _load(batch: BatchInput) -> LoadedBatch:
+    """The nodes of a batch, from the plan store (they then live only in this history)."""
+    result: LoadedBatch = await workflow.execute_activity(
+        "load_batch",
+        LoadBatchInput(
+            plan_ref=batch.plan_ref,
+            deletions=batch.deletions,
+            start=batch.start,
+            actions=batch.actions,
+            not_ok=batch.not_ok,
+        ),
+        result_type=LoadedBatch,
+        start_to_close_timeout=common.STORE_START_TO_CLOSE,
+        retry_policy=common.STORE_RETRY,
+        summary=f"load {len(batch.actions) - batch.actions.count('.')} nodes",
+    )
+    return result
+
+
+def batch_indices(batch: BatchInput) -> list[int]:
+    return [batch.start + i for i, code in enumerate(batch.actions) if code != "."]
+
+
+class Tally:
+    """Walk results as a run keeps them: every result when the run has at most DETAIL_LIMIT
+    nodes, else counts by status, the first DETAIL_LIMIT results that did not succeed and
+    the first failure (so 30,000 results never enter a history)."""
+
+    def __init__(self, full: bool) -> None:
+        self.full = full
+        self.results: list[NodeResult] = []
+        self.counts: dict[str, int] = {}
+        self.first_failed: NodeResult | None = None
+
+    def wants_ids(self) -> bool:
+        return self.full or len(self.results) < DETAIL_LIMIT or self.first_failed is None
+
+    def add(self, result: NodeResult) -> None:
+        key = result.status.value
+        self.counts[key] = self.counts.get(key, 0) + 1
+        if result.status == NodeStatus.failed and self.first_failed is None:
+            self.first_failed = result
+        if self.full or (
+            result.status != NodeStatus.succeeded and len(self.results) < DETAIL_LIMIT
+        ):
+            self.results.append(result)
+
+    def count(self, status: NodeStatus, n: int) -> None:
+        self.counts[status.value] = self.counts.get(status.value, 0) + n
+
+    def merge(self, batch: BatchResult) -> None:
+        if self.full:
+            for result in batch.results:
+                self.add(result)
+            return
+        for key, n in batch.counts.items():
+            self.counts[key] = self.counts.get(key, 0) + n
+        if self.first_failed is None:
+            self.first_failed = batch.first_failed
+        room = DETAIL_LIMIT - len(self.results)
+        self.results.extend(batch.results[: max(room, 0)])
 
 
 @workflow.defn(name="BatchWorkflow")
@@ -117,12 +190,174 @@ class BatchWorkflow:
 
     @workflow.run
     async def run(self, batch: BatchInput) -> BatchResult:
-        return BatchResult(results=await walk_batch(batch, self._progress))
+        loaded = await _load(batch)
+        results = await walk_nodes(loaded.nodes, batch, loaded.blocked, self._progress)
+        tally = Tally(batch.full_results)
+        for result in results:
+            tally.add(result)
+        return BatchResult(
+            results=tally.results,
+            counts=tally.counts,
+            not_ok=[
+                index
+                for index, result in zip(batch_indices(batch), results, strict=True)
+                if result.status != NodeStatus.succeeded
+            ],
+            first_failed=tally.first_failed,
+        )
 
     @workflow.query
     def progress(self) -> dict[str, Any]:
         p = self._progress
         return {"done": p.done, "failed": p.failed, "running": p.running}
+
+
+Key = tuple[str, int]
+"""A preview line: ``("n", index)`` a plan node, ``("d", index)`` a plan deletion."""
+
+
+class PreviewLines:
+    """The preview as a run keeps it: an action code and flags per line, the full change
+    (with diffs) for the first lines only (as ``PreviewBatchResult.details`` bring them),
+    the references of UnChanged nodes. Deterministic; the order of lines is the order of
+    the preview batches (each: its nodes, then its deletions)."""
+
+    def __init__(self, plan: OperationPlan) -> None:
+        self.plan_ref = plan.plan_ref
+        self.node_codes = ["N"] * plan.node_count
+        self.node_flags = [0] * plan.node_count
+        self.del_codes = ["N"] * plan.deletion_count
+        self.del_flags = [0] * plan.deletion_count
+        self.order: list[Key] = []
+        self.details: dict[Key, dict[str, Any]] = {}
+        self.refs: dict[int, list[tuple[int, str]]] = {}
+        self.settled: dict[int, tuple[int, str]] = {}
+        self.record_only: list[int] = []
+
+    def add(self, call: PreviewBatchInput, result: PreviewBatchResult) -> None:
+        keys: list[Key] = [("n", i) for i in range(call.start, min(call.end, len(self.node_codes)))]
+        keys += [("d", i) for i in range(call.start, min(call.end, len(self.del_codes)))]
+        if len(result.codes) != 2 * len(keys):
+            raise ApplicationError(
+                f"preview batch {call.start}: {len(result.codes) // 2} changes for "
+                f"{len(keys)} resources (the plan changed under the run?)",
+                non_retryable=True,
+            )
+        for n, key in enumerate(keys):
+            codes, flags = self._lists(key[0])
+            codes[key[1]] = result.codes[2 * n]
+            flags[key[1]] = int(result.codes[2 * n + 1])
+            if result.details:
+                self.details[key] = result.details[n]
+        self.order.extend(keys)
+        for node, ref, path in result.refs:
+            self.refs.setdefault(node, []).append((ref, path))
+
+    def _lists(self, kind: str) -> tuple[list[str], list[int]]:
+        if kind == "n":
+            return self.node_codes, self.node_flags
+        return self.del_codes, self.del_flags
+
+    def action(self, key: Key) -> str:
+        return CODE_ACTIONS[self._lists(key[0])[0][key[1]]]
+
+    def settle(self) -> None:
+        """Second pass, in dependency order.
+
+        A node whose attributes reference a field that this run creates or changes on another
+        resource may change too, though its own preview (from the recorded values) found
+        nothing: it becomes an Update "known after apply", as Terraform shows it, and is
+        applied after its dependency. UnChanged nodes this stack has not recorded yet are
+        applied (a no-op) only to record their state (``record_only``).
+        """
+        for index, code in enumerate(self.node_codes):
+            if code != "N":
+                continue
+            moved = next(
+                ((ref, path) for ref, path in self.refs.get(index, []) if self._touches(ref, path)),
+                None,
+            )
+            if moved is not None:
+                self.node_codes[index] = "U"
+                self.settled[index] = moved
+                change = self.details.get(("n", index))
+                if change is not None:
+                    change["action"] = "Update"
+                    change["diff"] = [
+                        *change.get("diff", []),
+                        references_entry(self._moved_text(*moved)),
+                    ]
+            elif self.node_flags[index] & FLAG_UNRECORDED:
+                self.record_only.append(index)
+
+    def _moved_text(self, ref: int, path: str) -> str:
+        detail = self.details.get(("n", ref))
+        rid = detail["id"] if detail is not None else f"#{ref}"
+        return f"{rid}.{path}" if path else rid
+
+    def _touches(self, ref: int, path: str) -> bool:
+        detail = self.details.get(("n", ref))
+        change = {
+            "action": CODE_ACTIONS[self.node_codes[ref]],
+            "diff": detail.get("diff", []) if detail is not None else [],
+        }
+        return _touches(change, path)
+
+    def undescribed(self) -> DescribeInput | None:
+        """The lines the view shows that the run holds only as codes (large runs)."""
+        if len(self.order) <= DETAIL_LIMIT:
+            return None
+        items = []
+        for key in self._shown():
+            if key in self.details:
+                continue
+            kind, index = key
+            codes, flags = self._lists(kind)
+            ref, path = self.settled.get(index, (-1, "")) if kind == "n" else (-1, "")
+            items.append((kind, index, CODE_ACTIONS[codes[index]], flags[index], ref, path))
+        if not items:
+            return None
+        assert self.plan_ref is not None
+        return DescribeInput(plan_ref=self.plan_ref, items=items)
+
+    def described(self, request: DescribeInput, changes: list[dict[str, Any]]) -> None:
+        for item, change in zip(request.items, changes, strict=True):
+            self.details[(item[0], item[1])] = change
+
+    def _shown(self) -> list[Key]:
+        if len(self.order) <= DETAIL_LIMIT:
+            return self.order
+        shown = []
+        for key in self.order:
+            if self.action(key) != "UnChanged":
+                shown.append(key)
+                if len(shown) == DETAIL_LIMIT:
+                    break
+        return shown
+
+    def view(self) -> dict[str, Any]:
+        """``{"changes": [...], "summary": {...}}`` (see ``summarise``)."""
+        summary = dict.fromkeys(ACTIONS, 0)
+        for code in (*self.node_codes, *self.del_codes):
+            summary[CODE_ACTIONS[code]] += 1
+        changes = [self.details[key] for key in self._shown() if key in self.details]
+        if len(self.order) > DETAIL_LIMIT:
+            return {"changes": changes, "summary": summary, "truncated": True}
+        return {"changes": changes, "summary": summary}
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def picks(self) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
+        """(plan index, action) of the nodes to apply and of the deletions to run."""
+        record_only = dict.fromkeys(self.record_only)
+        to_apply = [
+            (i, CODE_ACTIONS[code])
+            for i, code in enumerate(self.node_codes)
+            if code in ("C", "U") or i in record_only
+        ]
+        to_delete = [(i, "Delete") for i, code in enumerate(self.del_codes) if code == "D"]
+        return to_apply, to_delete
 
 
 class _Operation:
@@ -135,16 +370,19 @@ class _Operation:
         self._revision: int | None = None
         self._total = 0
         self._progress = WalkProgress()
-        self._changes: list[dict[str, Any]] = []
+        self._lines: PreviewLines | None = None
         self._error: str | None = None
         self._decision: str | None = None
         self._approval: dict[str, Any] | None = None
         self._request: OperationInput | None = None
 
+    def _changes_view(self) -> dict[str, Any]:
+        return summarise([]) if self._lines is None else self._lines.view()
+
     # ---- queries & updates ----------------------------------------------------------------
     @workflow.query
     def status(self) -> StatusView:
-        brief = summarise(self._changes, DETAIL_LIMIT)
+        brief = self._changes_view()
         briefs = [
             ChangeBrief(id=c["id"], type=c["type"], action=c["action"], drift=c.get("drift", False))
             for c in brief["changes"]
@@ -164,7 +402,7 @@ class _Operation:
     @workflow.query
     def preview(self) -> dict[str, Any]:
         """The preview (with per-field diffs) once it is computed (capped at DETAIL_LIMIT)."""
-        return summarise(self._changes, DETAIL_LIMIT)
+        return self._changes_view()
 
     @workflow.update
     async def approve(self, approval: ApprovalInput) -> str:
@@ -248,28 +486,28 @@ class _Operation:
         )
 
     async def _preview(self, plan: OperationPlan) -> None:
-        assert self._request is not None
+        """Preview batches of plan ranges, then settle references; large runs also fetch
+        the lines they show but hold only as codes."""
+        assert self._request is not None and plan.plan_ref is not None
         request = self._request
-        ids = [n.id for n in plan.nodes]
-        delete_ids = [n.id for n in plan.deletions]
         step = common.PREVIEW_BATCH
-        calls = []
-        for start in range(0, max(len(ids), len(delete_ids)), step):
-            calls.append(
-                PreviewBatchInput(
-                    project=request.project,
-                    workspace=request.workspace,
-                    spec_ref=plan.spec_ref,
-                    revision=plan.revision,
-                    ids=ids[start : start + step],
-                    delete_ids=delete_ids[start : start + step],
-                    ignore_fields=request.ignore_fields,
-                    force=request.force,
-                    adopt=request.adopt,
-                    with_diff=start < DETAIL_LIMIT,
-                )
+        calls = [
+            PreviewBatchInput(
+                project=request.project,
+                workspace=request.workspace,
+                spec_ref=plan.spec_ref,
+                revision=plan.revision,
+                plan_ref=plan.plan_ref,
+                start=start,
+                end=start + step,
+                ignore_fields=request.ignore_fields,
+                force=request.force,
+                adopt=request.adopt,
+                with_diff=start < DETAIL_LIMIT,
             )
-        changes: list[dict[str, Any]] = []
+            for start in range(0, max(plan.node_count, plan.deletion_count), step)
+        ]
+        lines = PreviewLines(plan)
         # Preview batches are read-only; a few run side by side.
         for first in range(0, len(calls), 4):
             group = calls[first : first + 4]
@@ -277,17 +515,29 @@ class _Operation:
                 workflow.start_activity(
                     "preview_batch",
                     call,
-                    result_type=list[dict[str, Any]],
+                    result_type=PreviewBatchResult,
                     start_to_close_timeout=common.RESOURCE_START_TO_CLOSE,
                     heartbeat_timeout=common.RESOURCE_HEARTBEAT,
                     retry_policy=common.RESOURCE_RETRY,
-                    summary=f"preview {len(call.ids) + len(call.delete_ids)} resources",
+                    summary=f"preview {_range_size(call, plan)} resources",
                 )
                 for call in group
             ]
-            for handle in handles:
-                changes.extend(await handle)
-        self._changes = changes
+            for call, handle in zip(group, handles, strict=True):
+                lines.add(call, await handle)
+        lines.settle()
+        describe = lines.undescribed()
+        if describe is not None:
+            described: list[dict[str, Any]] = await workflow.execute_activity(
+                "describe_changes",
+                describe,
+                result_type=list[dict[str, Any]],
+                start_to_close_timeout=common.STORE_START_TO_CLOSE,
+                retry_policy=common.STORE_RETRY,
+                summary=f"describe {len(describe.items)} changes",
+            )
+            lines.described(describe, described)
+        self._lines = lines
 
     async def _await_approval(self) -> bool:
         assert self._request is not None
@@ -315,21 +565,47 @@ class _Operation:
             }
         return self._decision == "approved"
 
-    async def _walk(self, plan: OperationPlan, nodes: list[PlannedNode]) -> list[NodeResult]:
-        """Walk nodes inline, or one child workflow per batch when there are many."""
+    async def _nodes(self, plan: OperationPlan, batch: BatchInput) -> list[PlannedNode]:
+        if not plan.inline:
+            return (await _load(batch)).nodes
+        every = plan.deletions if batch.deletions else plan.nodes
+        return [
+            every[batch.start + i].model_copy(update={"action": CODE_ACTIONS[code]})
+            for i, code in enumerate(batch.actions)
+            if code != "."
+        ]
+
+    async def _walk(
+        self,
+        plan: OperationPlan,
+        deletions: bool,
+        picks: list[tuple[int, str]],
+        tally: Tally,
+    ) -> None:
+        """Walk nodes inline, or one child workflow per batch when there are many. A batch
+        names plan indices and actions; its nodes are read from the plan store."""
         assert self._request is not None and self._revision is not None
+        assert plan.plan_ref is not None
         request = self._request
 
-        def batch_of(chunk: list[PlannedNode], blocked: list[str]) -> BatchInput:
-            assert self._revision is not None
+        def batch_of(chunk: list[tuple[int, str]], not_ok: list[int]) -> BatchInput:
+            assert self._revision is not None and plan.plan_ref is not None
+            start = chunk[0][0]
+            actions = ["."] * (chunk[-1][0] + 1 - start)
+            for index, action in chunk:
+                actions[index - start] = ACTION_CODES[action]
             return BatchInput(
                 project=request.project,
                 workspace=request.workspace,
                 revision=self._revision,
                 spec_ref=plan.spec_ref,
                 operation=self.operation,
-                nodes=chunk,
-                blocked=blocked,
+                plan_ref=plan.plan_ref,
+                deletions=deletions,
+                start=start,
+                actions="".join(actions),
+                not_ok=not_ok,
+                full_results=tally.full,
                 max_concurrency=request.max_concurrency,
                 fail_fast=request.fail_fast,
                 watch=request.watch,
@@ -337,53 +613,67 @@ class _Operation:
                 adopt=request.adopt,
             )
 
-        if len(nodes) <= request.batch_size:
-            return await walk_batch(batch_of(nodes, []), self._progress)
+        if len(picks) <= request.batch_size:
+            batch = batch_of(picks, [])
+            nodes = await self._nodes(plan, batch)
+            for result in await walk_nodes(nodes, batch, [], self._progress):
+                tally.add(result)
+            return
 
-        results: list[NodeResult] = []
-        not_ok: dict[str, None] = {}
+        not_ok: list[int] = []
         info = workflow.info()
-        for index, start in enumerate(range(0, len(nodes), request.batch_size)):
-            chunk = nodes[start : start + request.batch_size]
-            blocked = sorted({d for n in chunk for d in n.deps if d in not_ok})
+        for index, start in enumerate(range(0, len(picks), request.batch_size)):
+            chunk = picks[start : start + request.batch_size]
+            batch = batch_of(chunk, list(not_ok))
             if request.fail_fast and not_ok:
-                chunk_results = [
-                    NodeResult(
-                        id=n.id,
-                        action=n.action,
-                        status=NodeStatus.skipped,
-                        error="not started: an earlier node failed and fail_fast is set",
-                    )
-                    for n in chunk
-                ]
-            else:
-                try:
-                    batch_result = await workflow.execute_child_workflow(
-                        "BatchWorkflow",
-                        batch_of(chunk, blocked),
-                        id=f"{info.workflow_id}/r{self._revision}/{self.operation}-{index}",
-                        result_type=BatchResult,
-                    )
-                    chunk_results = batch_result.results
-                except ChildWorkflowError as exc:
-                    chunk_results = [
-                        NodeResult(
-                            id=n.id, action=n.action, status=NodeStatus.failed, error=_cause(exc)
-                        )
-                        for n in chunk
-                    ]
-            for r in chunk_results:
-                self._progress.done += 1
-                if r.status != NodeStatus.succeeded:
-                    not_ok[r.id] = None
-                    if r.status == NodeStatus.failed:
-                        self._progress.failed += 1
-            results.extend(chunk_results)
-        return results
+                await self._settle_batch(
+                    plan,
+                    batch,
+                    tally,
+                    NodeStatus.skipped,
+                    "not started: an earlier node failed and fail_fast is set",
+                )
+                not_ok.extend(i for i, _ in chunk)
+                continue
+            try:
+                result = await workflow.execute_child_workflow(
+                    "BatchWorkflow",
+                    batch,
+                    id=f"{info.workflow_id}/r{self._revision}/{self.operation}-{index}",
+                    result_type=BatchResult,
+                )
+            except ChildWorkflowError as exc:
+                await self._settle_batch(plan, batch, tally, NodeStatus.failed, _cause(exc))
+                not_ok.extend(i for i, _ in chunk)
+                continue
+            tally.merge(result)
+            self._progress.done += sum(result.counts.values())
+            self._progress.failed += result.counts.get(NodeStatus.failed.value, 0)
+            not_ok.extend(result.not_ok)
 
-    async def _finish(self, results: list[NodeResult], rejected: bool = False) -> OperationResult:
+    async def _settle_batch(
+        self,
+        plan: OperationPlan,
+        batch: BatchInput,
+        tally: Tally,
+        status: NodeStatus,
+        error: str,
+    ) -> None:
+        """Every node of a batch that did not run gets ``status``; ids are read only while
+        the run still shows such results."""
+        n = len(batch_indices(batch))
+        self._progress.done += n
+        if status == NodeStatus.failed:
+            self._progress.failed += n
+        if not tally.wants_ids():
+            tally.count(status, n)
+            return
+        for node in await self._nodes(plan, batch):
+            tally.add(NodeResult(id=node.id, action=node.action, status=status, error=error))
+
+    async def _finish(self, tally: Tally, rejected: bool = False) -> OperationResult:
         assert self._request is not None
-        failures = [r for r in results if r.status == NodeStatus.failed]
+        failures = tally.counts.get(NodeStatus.failed.value, 0)
         if rejected:
             assert self._approval is not None
             reason = self._approval.get("reason")
@@ -391,108 +681,65 @@ class _Operation:
                 f": {reason}" if reason else ""
             )
         elif failures:
-            first = failures[0]
-            more = f" (and {len(failures) - 1} more)" if len(failures) > 1 else ""
+            first = tally.first_failed
+            assert first is not None
+            more = f" (and {failures - 1} more)" if failures > 1 else ""
             self._error = f"{first.id}: {first.error}{more}"
         phase = "failed" if self._error else "succeeded"
         await self._set_phase(
             phase,
             error=self._error,
-            changes=brief_changes(self._changes),
+            changes=brief_changes(self._changes_view()),
             approval=self._approval,
         )
-        return self._result(phase, results)
+        return self._result(phase, tally)
 
-    def _result(self, phase: str, results: list[NodeResult]) -> OperationResult:
+    def _result(self, phase: str, tally: Tally) -> OperationResult:
         assert self._request is not None
-        counts: dict[str, int] = {}
-        for r in results:
-            counts[r.status.value] = counts.get(r.status.value, 0) + 1
-        truncated = len(results) > DETAIL_LIMIT or len(self._changes) > DETAIL_LIMIT
-        if len(results) > DETAIL_LIMIT:
-            results = [r for r in results if r.status != NodeStatus.succeeded][:DETAIL_LIMIT]
+        changes = self._changes_view()
+        lines = len(self._lines) if self._lines is not None else 0
         return OperationResult(
             project=self._request.project,
             workspace=self._request.workspace,
             operation=self.operation,
             revision=self._revision,
             phase=phase,
-            changes=summarise(self._changes, DETAIL_LIMIT),
-            results=results,
+            changes=changes,
+            results=tally.results,
             error=self._error,
-            counts=counts,
-            truncated=truncated,
+            counts=dict(tally.counts),
+            truncated=not tally.full or lines > DETAIL_LIMIT,
         )
-
-    def _settle_references(self, plan: OperationPlan) -> dict[str, None]:
-        """Second pass over the preview, in dependency order.
-
-        A node whose attributes reference a field that this run creates or changes on another
-        resource may change too, though its own preview (from the recorded values) found
-        nothing: it becomes an Update "known after apply", as Terraform shows it, and is
-        applied after its dependency. Also returns the UnChanged nodes this stack has not
-        recorded yet: they are applied (a no-op) only to record their state.
-        """
-        by_id = {c["id"]: c for c in self._changes}
-        record_only: dict[str, None] = {}
-        for node in plan.nodes:
-            change = by_id.get(node.id)
-            if change is None:
-                continue
-            unrecorded = change.pop("unrecorded", False)
-            if change["action"] != "UnChanged":
-                continue
-            moved = [
-                f"{rid}.{path}" if path else rid
-                for rid, path in node.refs
-                if rid in by_id and _touches(by_id[rid], path)
-            ]
-            if moved:
-                change["action"] = "Update"
-                change["diff"] = [
-                    *change.get("diff", []),
-                    {
-                        "path": "(references)",
-                        "old": None,
-                        "new": f"(known after apply: {moved[0]})",
-                    },
-                ]
-            elif unrecorded:
-                record_only[node.id] = None
-        return record_only
 
     async def _execute(self, request: OperationInput) -> OperationResult:
         plan = await self._prepare(request)
-        self._total = len(plan.nodes) + len(plan.deletions)
+        self._total = plan.node_count + plan.deletion_count
         try:
             await self._set_phase("previewing")
             await self._preview(plan)
         except ActivityError as exc:
             self._error = f"preview failed: {_cause(exc)}"
-            return await self._finish([])
-        record_only = self._settle_references(plan)
-        actions = {c["id"]: c["action"] for c in self._changes}
-        to_apply = [
-            n.model_copy(update={"action": actions[n.id]})
-            for n in plan.nodes
-            if actions.get(n.id) in ("Create", "Update") or n.id in record_only
-        ]
-        to_delete = [
-            n.model_copy(update={"action": "Delete"})
-            for n in plan.deletions
-            if actions.get(n.id) == "Delete"
-        ]
+            return await self._finish(Tally(full=True))
+        assert self._lines is not None
+        to_apply, to_delete = self._lines.picks()
         self._total = len(to_apply) + len(to_delete)
+        tally = Tally(full=self._total <= DETAIL_LIMIT)
         if not to_apply and not to_delete:
-            return await self._finish([])
-        changes_anything = len(to_delete) + len(to_apply) > len(record_only)
+            return await self._finish(tally)
+        changes_anything = len(to_delete) + len(to_apply) > len(self._lines.record_only)
         if changes_anything and not await self._await_approval():
-            return await self._finish([], rejected=True)
+            return await self._finish(Tally(full=True), rejected=True)
         await self._set_phase("destroying" if self.operation == "destroy" else "applying")
-        results = await self._walk(plan, to_apply) if to_apply else []
+        if to_apply:
+            await self._walk(plan, False, to_apply, tally)
         if to_delete:
-            results += await self._walk(plan, to_delete)
-        return await self._finish(results)
+            await self._walk(plan, True, to_delete, tally)
+        return await self._finish(tally)
+
+
+def _range_size(call: PreviewBatchInput, plan: OperationPlan) -> int:
+    nodes = max(0, min(call.end, plan.node_count) - call.start)
+    return nodes + max(0, min(call.end, plan.deletion_count) - call.start)
 
 
 def _touches(change: dict[str, Any], path: str) -> bool:
@@ -514,13 +761,17 @@ def _touches(change: dict[str, Any], path: str) -> bool:
     return False
 
 
-def brief_changes(changes: list[dict[str, Any]]) -> dict[str, Any]:
-    """What the release keeps of the preview: one line per resource (diffs stay in history)."""
+def brief_changes(view: dict[str, Any]) -> dict[str, Any]:
+    """What the release keeps of the preview (``view``, as the run shows it): one line per
+    resource shown (diffs stay in history) and the summary, which counts every line."""
     briefs = [
         {"id": c["id"], "type": c["type"], "action": c["action"], "drift": c.get("drift", False)}
-        for c in changes
+        for c in view["changes"]
     ]
-    return summarise(briefs, DETAIL_LIMIT)
+    brief: dict[str, Any] = {"changes": briefs, "summary": view["summary"]}
+    if view.get("truncated"):
+        brief["truncated"] = True
+    return brief
 
 
 @workflow.defn(name="ApplyWorkflow")
@@ -562,13 +813,12 @@ class PreviewWorkflow(_Operation):
                 "preview needs a spec or a spec_ref", type="InvalidInput", non_retryable=True
             )
         plan = await self._prepare(request)
-        self._total = len(plan.nodes) + len(plan.deletions)
+        self._total = plan.node_count + plan.deletion_count
         await self._set_phase("previewing")
         await self._preview(plan)
-        self._settle_references(plan)
         self._phase = "succeeded"
         workflow.upsert_search_attributes([PHASE_KEY.value_set("succeeded")])
-        return self._result("succeeded", [])
+        return self._result("succeeded", Tally(full=True))
 
 
 ALL_WORKFLOWS = [PreviewWorkflow, ApplyWorkflow, DestroyWorkflow, BatchWorkflow]

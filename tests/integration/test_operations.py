@@ -14,6 +14,7 @@ from typing import Any
 
 from temporalio.client import Client
 
+from stackflow.operation import OperationInput, OperationResult, workflow_id_for
 from tests.integration.conftest import WorkerProcess, run_cli
 from tests.integration.opshelp import (
     all_releases,
@@ -253,3 +254,50 @@ async def test_the_temporal_cli_starts_an_apply(
     second = await handle.result()
     assert second["phase"] == "succeeded" and second["results"] == []
     assert await assert_histories_replay(temporal_client, project, at_least=2) == 2
+
+
+async def test_runs_past_the_detail_limit_keep_compact_histories(
+    tmp_path: Path,
+    stack_env: dict[str, str],
+    worker_process: WorkerProcess,
+    temporal_client: Client,
+) -> None:
+    """650 files in children of 250 (plan by ref, compact preview and results): counts are
+    complete, shown lines are capped, and a change past the diffed lines is described."""
+    project = new_project()
+    root = tmp_path / "many"
+    d = dir_resource(root)
+    files = [file_resource(root / f"{i:03d}.txt", f"{i}\n", deps=[d["id"]]) for i in range(649)]
+    queue = stack_env["STACKFLOW_TASK_QUEUE"]
+    workflow_id = workflow_id_for(project, "default")
+
+    async def apply(resources: list[dict[str, Any]]) -> OperationResult:
+        request = OperationInput(
+            project=project, spec={"resources": resources}, auto_approve=True, batch_size=250
+        )
+        result: OperationResult = await temporal_client.execute_workflow(
+            "ApplyWorkflow", request, id=workflow_id, task_queue=queue, result_type=OperationResult
+        )
+        return result
+
+    first = await apply([d, *files])
+    assert first.phase == "succeeded" and first.counts == {"succeeded": 650}
+    assert first.truncated and first.results == []
+    assert first.changes["summary"]["Create"] == 650 and len(first.changes["changes"]) == 500
+    assert all(c["diff"] for c in first.changes["changes"])
+    assert len(list(root.iterdir())) == 649
+
+    files[5] = file_resource(root / "005.txt", "changed\n", deps=[d["id"]])
+    files[640] = file_resource(root / "640.txt", "changed\n", deps=[d["id"]])
+    second = await apply([d, *files])
+    assert second.phase == "succeeded" and second.counts == {"succeeded": 2}
+    assert [r.id for r in second.results] == [files[5]["id"], files[640]["id"]]
+    shown = second.changes["changes"]
+    assert second.truncated and [c["id"] for c in shown] == [files[5]["id"], files[640]["id"]]
+    assert shown[0]["diff"][0]["path"] == "content"
+    assert shown[1]["diff"] == [] and shown[1]["diff_omitted"] is True
+    assert second.changes["summary"] == {"Create": 0, "Update": 2, "Delete": 0, "UnChanged": 648}
+    assert (root / "640.txt").read_text() == "changed\n"
+
+    # 2 parents + 3 children
+    assert await assert_histories_replay(temporal_client, project, at_least=5) == 5

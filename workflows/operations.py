@@ -587,6 +587,7 @@ class _Operation:
         assert self._request is not None and self._revision is not None
         assert plan.plan_ref is not None
         request = self._request
+        walk_name = "delete" if deletions else "apply"  # distinct child ids for the two walks
 
         def batch_of(chunk: list[tuple[int, str]], not_ok: list[int]) -> BatchInput:
             assert self._revision is not None and plan.plan_ref is not None
@@ -639,7 +640,7 @@ class _Operation:
                 result = await workflow.execute_child_workflow(
                     "BatchWorkflow",
                     batch,
-                    id=f"{info.workflow_id}/r{self._revision}/{self.operation}-{index}",
+                    id=f"{info.workflow_id}/r{self._revision}/{walk_name}-{index}",
                     result_type=BatchResult,
                 )
             except ChildWorkflowError as exc:

@@ -587,7 +587,8 @@ class _Operation:
         assert self._request is not None and self._revision is not None
         assert plan.plan_ref is not None
         request = self._request
-        walk_name = "delete" if deletions else "apply"  # distinct child ids for the two walks
+        # Distinct child ids for an apply's two walks: apply-N, then delete-N (destroy-N).
+        walk_name = "delete" if deletions and self.operation == "apply" else self.operation
 
         def batch_of(chunk: list[tuple[int, str]], not_ok: list[int]) -> BatchInput:
             assert self._revision is not None and plan.plan_ref is not None

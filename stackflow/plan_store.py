@@ -9,18 +9,14 @@ Writes are atomic and idempotent; reads are cached per process.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from stackflow.blobs import BlobStore
 from stackflow.errors import SpecError
 from stackflow.operation import PlannedNode
-
-REF_PREFIX = "sha256:"
 
 
 @dataclass(frozen=True)
@@ -43,36 +39,14 @@ def _row(node: PlannedNode) -> list[object]:
 
 class PlanStore:
     def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def _path(self, ref: str) -> Path:
-        digest = ref[len(REF_PREFIX) :] if ref.startswith(REF_PREFIX) else ""
-        if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-            raise SpecError(f"plan_ref {ref!r}: expected 'sha256:<64 hex digits>'")
-        return self.root / f"{digest}.json"
+        self.blobs = BlobStore(root, "plan_ref")
 
     def put(self, nodes: list[PlannedNode], deletions: list[PlannedNode]) -> str:
         data = {"nodes": [_row(n) for n in nodes], "deletions": [_row(n) for n in deletions]}
-        body = json.dumps(data, separators=(",", ":")).encode()
-        ref = REF_PREFIX + hashlib.sha256(body).hexdigest()
-        path = self._path(ref)
-        if path.exists():
-            return ref
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".plan-")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(body)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return ref
+        return self.blobs.put(json.dumps(data, separators=(",", ":")).encode())
 
     def get(self, ref: str) -> StoredPlan:
-        return _load(self._path(ref), ref)
+        return _load(self.blobs.path(ref), ref)
 
 
 def _nodes(rows: list[list[Any]]) -> list[PlannedNode]:

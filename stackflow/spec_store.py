@@ -7,16 +7,12 @@ Files live under ``$STACKFLOW_HOME/specs/``; writes are atomic and idempotent.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 
+from stackflow.blobs import BlobStore
 from stackflow.errors import SpecError
 from stackflow.spec import Resource, Spec, parse_spec
-
-REF_PREFIX = "sha256:"
 
 
 def _canonical(spec: Spec) -> bytes:
@@ -29,40 +25,17 @@ class SpecStore:
 
     def __init__(self, root: Path) -> None:
         self.root = root
-
-    def _path(self, ref: str) -> Path:
-        if not ref.startswith(REF_PREFIX) or len(ref) != len(REF_PREFIX) + 64:
-            raise SpecError(f"spec_ref {ref!r}: expected 'sha256:<64 hex digits>'")
-        digest = ref[len(REF_PREFIX) :]
-        if any(c not in "0123456789abcdef" for c in digest):
-            raise SpecError(f"spec_ref {ref!r}: expected 'sha256:<64 hex digits>'")
-        return self.root / f"{digest}.json"
+        self.blobs = BlobStore(root, "spec_ref")
 
     def put(self, spec: Spec) -> str:
-        body = _canonical(spec)
-        ref = REF_PREFIX + hashlib.sha256(body).hexdigest()
-        path = self._path(ref)
-        if path.exists():
-            return ref
-        self.root.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".spec-")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(body)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return ref
+        return self.blobs.put(_canonical(spec))
 
     def get(self, ref: str) -> Spec:
-        return _load(self._path(ref), ref)
+        return _load(self.blobs.path(ref), ref)
 
     def resources(self, ref: str) -> dict[str, Resource]:
         """The spec's resources by id (cached with the spec)."""
-        return _index(self._path(ref), ref)
+        return _index(self.blobs.path(ref), ref)
 
 
 @functools.lru_cache(maxsize=16)

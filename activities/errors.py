@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 from temporalio.exceptions import ApplicationError
 
 from runtimes.base import RuntimeFailure
@@ -23,3 +26,15 @@ def to_application_error(exc: BaseException) -> BaseException:
     if isinstance(exc, StackflowError):
         return ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True)
     return exc
+
+
+@contextlib.contextmanager
+def temporal_errors() -> Iterator[None]:
+    """Wraps an activity body: engine and runtime errors leave it as ApplicationErrors."""
+    try:
+        yield
+    except Exception as exc:
+        mapped = to_application_error(exc)
+        if mapped is exc:
+            raise
+        raise mapped from exc

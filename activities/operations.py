@@ -16,7 +16,7 @@ from typing import Any
 
 from temporalio import activity
 
-from activities.errors import to_application_error
+from activities.errors import temporal_errors
 from activities.heartbeat import heartbeating
 from activities.state import ReleaseStateReader
 from runtimes.base import ResourceRequest, RuntimeOptions
@@ -125,10 +125,8 @@ class OperationActivities:
     # ---- prepare ---------------------------------------------------------------------------
     @activity.defn(name="prepare_operation")
     async def prepare_operation(self, inp: PrepareInput) -> OperationPlan:
-        try:
+        with temporal_errors():
             return await asyncio.to_thread(self._prepare, inp)
-        except Exception as exc:
-            raise to_application_error(exc) from exc
 
     def _load_spec(self, inp: PrepareInput) -> tuple[Spec | None, str | None]:
         request = inp.request
@@ -233,10 +231,8 @@ class OperationActivities:
     # ---- plan reads --------------------------------------------------------------------------
     @activity.defn(name="load_batch")
     async def load_batch(self, inp: LoadBatchInput) -> LoadedBatch:
-        try:
+        with temporal_errors():
             return await asyncio.to_thread(self._load_batch, inp)
-        except Exception as exc:
-            raise to_application_error(exc) from exc
 
     def _load_batch(self, inp: LoadBatchInput) -> LoadedBatch:
         plan = self.plans.get(inp.plan_ref)
@@ -261,10 +257,8 @@ class OperationActivities:
 
     @activity.defn(name="describe_changes")
     async def describe_changes(self, inp: DescribeInput) -> list[dict[str, Any]]:
-        try:
+        with temporal_errors():
             return await asyncio.to_thread(self._describe, inp)
-        except Exception as exc:
-            raise to_application_error(exc) from exc
 
     def _describe(self, inp: DescribeInput) -> list[dict[str, Any]]:
         plan = self.plans.get(inp.plan_ref)
@@ -289,11 +283,9 @@ class OperationActivities:
     # ---- preview ---------------------------------------------------------------------------
     @activity.defn(name="preview_batch")
     async def preview_batch(self, inp: PreviewBatchInput) -> PreviewBatchResult:
-        try:
+        with temporal_errors():
             async with heartbeating(f"preview {inp.start}-{inp.end}"):
                 return await self._preview_batch(inp)
-        except Exception as exc:
-            raise to_application_error(exc) from exc
 
     async def _preview_batch(self, inp: PreviewBatchInput) -> PreviewBatchResult:
         plan = await asyncio.to_thread(self.plans.get, inp.plan_ref)
@@ -443,10 +435,8 @@ class OperationActivities:
     # ---- phases ----------------------------------------------------------------------------
     @activity.defn(name="set_phase")
     async def set_phase(self, inp: PhaseInput) -> None:
-        try:
+        with temporal_errors():
             await asyncio.to_thread(self._set_phase, inp)
-        except Exception as exc:
-            raise to_application_error(exc) from exc
 
     def _set_phase(self, inp: PhaseInput) -> None:
         approval = Approval.model_validate(inp.approval) if inp.approval else None
@@ -465,11 +455,9 @@ class OperationActivities:
     # ---- resources -------------------------------------------------------------------------
     @activity.defn(name="apply_resource")
     async def apply_resource(self, inp: NodeInput) -> NodeResult:
-        try:
+        with temporal_errors():
             async with heartbeating(f"apply {inp.resource_id}"):
                 return await self._apply(inp)
-        except Exception as exc:
-            raise to_application_error(exc) from exc
 
     async def _apply(self, inp: NodeInput) -> NodeResult:
         if inp.spec_ref is None:
@@ -518,11 +506,9 @@ class OperationActivities:
 
     @activity.defn(name="delete_resource")
     async def delete_resource(self, inp: NodeInput) -> NodeResult:
-        try:
+        with temporal_errors():
             async with heartbeating(f"delete {inp.resource_id}"):
                 return await self._delete(inp)
-        except Exception as exc:
-            raise to_application_error(exc) from exc
 
     async def _delete(self, inp: NodeInput) -> NodeResult:
         recorded = await asyncio.to_thread(

@@ -115,10 +115,6 @@ async def _connect() -> Client:
         ) from None
 
 
-def _error_console() -> Console:
-    return Console(stderr=True, emoji=False)
-
-
 def _console(output: OutputFormat) -> Console:
     # In JSON mode everything human goes to stderr so stdout stays parseable.
     return Console(stderr=output == OutputFormat.json, soft_wrap=True, emoji=False)

@@ -30,7 +30,7 @@ test: up ## run the whole test suite against the real services
 	@eval "$$(scripts/services.sh env)" && $(PY) -m pytest -q tests
 
 test-unit: setup ## only the tests that need no service
-	@$(PY) -m pytest -q tests/unit tests/engine
+	@$(PY) -m pytest -q -m "not integration" tests/unit tests/engine
 
 lint: ## ruff + mypy
 	@.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy stackflow workflows activities runtimes cli worker.py

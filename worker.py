@@ -1,8 +1,10 @@
 """The stackflow worker: runs the operation workflows and their activities.
 
 `python worker.py` (or `stackflow worker`) reads TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
-STACKFLOW_TASK_QUEUE, REDIS_URL and STACKFLOW_HOME, registers everything, and shuts down
-gracefully on SIGTERM/SIGINT (in-flight activities finish or are retried elsewhere).
+STACKFLOW_TASK_QUEUE, STACKFLOW_STATE_URL (default: SQLite under STACKFLOW_HOME), REDIS_URL
+and STACKFLOW_HOME (local caches only), migrates the state backend's schema, registers
+everything, and shuts down gracefully on SIGTERM/SIGINT (in-flight activities finish or are
+retried elsewhere).
 """
 
 from __future__ import annotations
@@ -15,16 +17,15 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Worker
 
 from activities.operations import OperationActivities
 from runtimes.registry import RuntimeRegistry, default_registry
 from stackflow.cache import PriorStateCache
-from stackflow.config import default_release_store, stackflow_home
+from stackflow.codec import data_converter
+from stackflow.config import default_backend, stackflow_home
 from stackflow.operation import TASK_QUEUE_DEFAULT
-from stackflow.plan_store import PlanStore
-from stackflow.spec_store import SpecStore
+from stackflow.state.backend import StateBackend, redact_url
 from workflows.operations import ALL_WORKFLOWS
 
 log = logging.getLogger("stackflow.worker")
@@ -52,7 +53,7 @@ async def connect(address: str, namespace: str, attempts: int = 30) -> Client:
     for attempt in range(1, attempts + 1):
         try:
             return await Client.connect(
-                address, namespace=namespace, data_converter=pydantic_data_converter
+                address, namespace=namespace, data_converter=data_converter()
             )
         except Exception as exc:
             if attempt == attempts:
@@ -63,15 +64,15 @@ async def connect(address: str, namespace: str, attempts: int = 30) -> Client:
 
 
 def build_activities(
-    redis_url: str | None, registry: RuntimeRegistry | None = None
+    redis_url: str | None,
+    registry: RuntimeRegistry | None = None,
+    backend: StateBackend | None = None,
 ) -> OperationActivities:
-    releases = default_release_store()
+    backend = backend or default_backend(migrate=True)
     return OperationActivities(
-        registry=registry or default_registry(),
-        releases=releases,
-        specs=SpecStore(stackflow_home() / "specs"),
-        plans=PlanStore(stackflow_home() / "plans"),
-        cache=PriorStateCache(redis_url, releases),
+        registry=registry or default_registry(backend),
+        backend=backend,
+        cache=PriorStateCache(redis_url, backend),
     )
 
 
@@ -99,12 +100,14 @@ async def run(settings: WorkerSettings) -> None:
     async with worker:
         print(
             f"stackflow worker ready: task queue {settings.task_queue!r} on {settings.address} "
-            f"(namespace {settings.namespace}, home {stackflow_home()})",
+            f"(namespace {settings.namespace}, state {redact_url(activities.backend.url)}, "
+            f"home {stackflow_home()})",
             flush=True,
         )
         await stop.wait()
         print("stackflow worker stopping (SIGTERM)", flush=True)
     await activities.registry.close()
+    activities.backend.close()
 
 
 def main() -> None:

@@ -8,7 +8,13 @@ from collections.abc import Iterator
 from temporalio.exceptions import ApplicationError
 
 from runtimes.base import RuntimeFailure
-from stackflow.errors import SpecError, StackflowError, StackLockedError
+from stackflow.errors import (
+    BackendUnavailableError,
+    FencedError,
+    SpecError,
+    StackflowError,
+    StackLockedError,
+)
 
 
 def to_application_error(exc: BaseException) -> BaseException:
@@ -19,6 +25,10 @@ def to_application_error(exc: BaseException) -> BaseException:
     """
     if isinstance(exc, RuntimeFailure):
         return ApplicationError(str(exc), type=exc.kind, non_retryable=not exc.retryable)
+    if isinstance(exc, BackendUnavailableError):
+        return ApplicationError(str(exc), type="BackendUnavailable", non_retryable=False)
+    if isinstance(exc, FencedError):
+        return ApplicationError(str(exc), type="Fenced", non_retryable=True)
     if isinstance(exc, StackLockedError):
         return ApplicationError(str(exc), type="StackLocked", non_retryable=True)
     if isinstance(exc, SpecError):

@@ -1,9 +1,14 @@
 """The activities of the operation workflows: all I/O lives here.
 
-Thin adapters: load the spec by ref, read prior state (Redis, then the store), call the
-runtime, write state. Each one is idempotent (apply is declarative, deleting a missing
-object succeeds, release writes are compare-and-swap), and returns a small summary: the
-full live state goes to the release store, never into workflow history.
+Thin adapters: load the spec by ref, read prior state (Redis, then the state backend),
+call the runtime, write state. Each one is idempotent (apply is declarative, deleting a
+missing object succeeds, release writes are upserts) and returns a small summary: the full
+live state goes to the state backend, never into workflow history.
+
+Every state write is fenced by the run that holds the stack (``RunRef``): the calling run,
+or for a batch child the parent named in the input. A stack held by a run that Temporal
+says has closed is recovered (its release closed as failed, saying why) or, for the new run
+of a reset of the same workflow, handed over.
 """
 
 from __future__ import annotations
@@ -18,12 +23,12 @@ from temporalio import activity
 
 from activities.errors import temporal_errors
 from activities.heartbeat import heartbeating
-from activities.state import ReleaseStateReader
+from activities.runs import RunOracle, TemporalRunOracle
 from runtimes.base import ResourceRequest, RuntimeOptions
 from runtimes.registry import RuntimeRegistry
 from stackflow.cache import PriorStateCache
 from stackflow.diff import diff_resource, sensitive_paths_for
-from stackflow.errors import SpecError
+from stackflow.errors import FencedError, SpecError, StackLockedError
 from stackflow.graph import (
     Graph,
     build_graph,
@@ -50,12 +55,14 @@ from stackflow.operation import (
     PrepareInput,
     PreviewBatchInput,
     PreviewBatchResult,
+    RunOwner,
     references_entry,
 )
 from stackflow.plan_store import PlanStore
-from stackflow.release import Approval, Operation, Phase, Release, ReleaseStore
+from stackflow.release import Approval, Operation, Phase, Release
 from stackflow.spec import Resource, Spec, parse_spec
 from stackflow.spec_store import SpecStore
+from stackflow.state.backend import RunRef, StackLock, StateBackend
 
 PREVIEW_PARALLELISM = 16
 
@@ -110,23 +117,36 @@ class OperationActivities:
     def __init__(
         self,
         registry: RuntimeRegistry,
-        releases: ReleaseStore,
-        specs: SpecStore,
+        backend: StateBackend,
         cache: PriorStateCache,
-        plans: PlanStore | None = None,
+        oracle: RunOracle | None = None,
     ) -> None:
         self.registry = registry
-        self.releases = releases
-        self.specs = specs
-        self.plans = plans or PlanStore(specs.root.parent / "plans")
+        self.backend = backend
+        self.specs = SpecStore(backend)
+        self.plans = PlanStore(backend)
         self.cache = cache
-        self.state = ReleaseStateReader(releases)
+        self.oracle: RunOracle = oracle or TemporalRunOracle()
 
     # ---- prepare ---------------------------------------------------------------------------
     @activity.defn(name="prepare_operation")
     async def prepare_operation(self, inp: PrepareInput) -> OperationPlan:
         with temporal_errors():
-            return await asyncio.to_thread(self._prepare, inp)
+            request = inp.request
+            spec, ref = await asyncio.to_thread(self._load_spec, inp)
+            if inp.operation == "preview":
+                assert spec is not None
+                return await asyncio.to_thread(self._prepare_preview, inp, spec, ref)
+            operation = Operation.destroy if inp.operation == "destroy" else Operation.apply
+            run = RunRef(inp.workflow_id, inp.run_id)
+            if operation == Operation.destroy:
+                ref = await asyncio.to_thread(
+                    self.backend.latest_spec_ref, request.project, request.workspace
+                )
+            release = await self._open_release(
+                request.project, request.workspace, operation, ref, run
+            )
+            return await asyncio.to_thread(self._prepare_walk, operation, spec, ref, release)
 
     def _load_spec(self, inp: PrepareInput) -> tuple[Spec | None, str | None]:
         request = inp.request
@@ -137,62 +157,116 @@ class OperationActivities:
             return self.specs.get(request.spec_ref), request.spec_ref
         return None, None
 
-    def _prepare(self, inp: PrepareInput) -> OperationPlan:
+    def _prepare_preview(self, inp: PrepareInput, spec: Spec, ref: str | None) -> OperationPlan:
         request = inp.request
-        spec, ref = self._load_spec(inp)
-        if inp.operation == "preview":
-            assert spec is not None
-            latest = self.releases.latest(request.project, request.workspace)
-            return self._plan(spec, ref, None, _state_by_id(latest))
-        operation = Operation.destroy if inp.operation == "destroy" else Operation.apply
-        release = self._open_release(inp, operation, spec)
+        latest = self.backend.latest(request.project, request.workspace, with_spec=False)
+        return self._plan(spec, ref, None, _state_by_id(latest))
+
+    def _prepare_walk(
+        self, operation: Operation, spec: Spec | None, ref: str | None, release: Release
+    ) -> OperationPlan:
         state = _state_by_id(release)
         if operation == Operation.destroy:
-            return self._stored(
-                self._last_spec_ref(request.project, request.workspace),
-                release.revision,
-                [],
-                deletion_plan(list(state.values())),
-            )
+            return self._stored(ref, release.revision, [], deletion_plan(list(state.values())))
         assert spec is not None
         return self._plan(spec, ref, release.revision, state)
 
-    def _last_spec_ref(self, project: str, workspace: str) -> str | None:
-        """The spec of the stack's latest release that has one: a destroy's deletes run with
-        its ``context`` (kubeconfig, provider credentials) though the destroy has no spec."""
-        for revision in reversed(self.releases.revisions(project, workspace)):
-            spec = self.releases.get(project, workspace, revision).spec
-            if spec is not None:
-                return self.specs.put(spec)
-        return None
+    async def _open_release(
+        self,
+        project: str,
+        workspace: str,
+        operation: Operation,
+        spec_ref: str | None,
+        run: RunRef,
+    ) -> Release:
+        """Create the next release for ``run``, or find the one this very run created before
+        a retry. A stack held by a run that has closed is recovered first."""
+        for _ in range(5):
+            lock = await asyncio.to_thread(self.backend.lock, project, workspace)
+            if lock is not None and lock.held_by(run):
+                return await asyncio.to_thread(
+                    self.backend.get, project, workspace, lock.revision, with_spec=False
+                )
+            if lock is not None:
+                await self._recover_or_refuse(lock)
+            try:
+                return await asyncio.to_thread(
+                    self.backend.create, project, workspace, operation, spec_ref=spec_ref, run=run
+                )
+            except StackLockedError:
+                continue  # taken meanwhile: look at the new holder
+        raise StackLockedError(f"stack {project}/{workspace}: too much contention for its lock")
+
+    async def _recover_or_refuse(self, lock: StackLock) -> None:
+        ended = await self.oracle.ended(lock)
+        if ended is None:
+            holder = lock.holder()
+            link = self.oracle.link(holder) if holder else None
+            raise StackLockedError(
+                f"stack {lock.project}/{lock.workspace} is locked by {lock.describe()}, which "
+                f"is still running"
+                + (f" ({link})" if link else "")
+                + "; wait for it, or approve/cancel it in the Temporal UI"
+                if holder
+                else f"stack {lock.project}/{lock.workspace} is locked by {lock.describe()}; "
+                f"if no operation is running, unlock it: stackflow release unlock "
+                f"--project {lock.project} --workspace {lock.workspace}"
+            )
+        recovered = await asyncio.to_thread(
+            self.backend.recover, lock, f"{ended}; recovered by the next operation"
+        )
+        if recovered:
+            activity.logger.warning(
+                "recovered stack %s/%s: %s", lock.project, lock.workspace, ended
+            )
+
+    def _owner(self, owner: RunOwner | None) -> RunRef:
+        """The run whose writes these are: the one named (a batch child's parent) or the
+        calling run."""
+        if owner is not None:
+            return RunRef(owner.workflow_id, owner.run_id)
+        info = activity.info()
+        return RunRef(info.workflow_id or "", info.workflow_run_id or "")
+
+    async def _fenced(self, run: RunRef, project: str, workspace: str, write: Any) -> Any:
+        """Run the fenced ``write``; if the stack is held by an earlier run of the same
+        workflow that has closed (a reset replaced it), take the stack over and write."""
+        try:
+            return await asyncio.to_thread(write)
+        except FencedError:
+            lock = await asyncio.to_thread(self.backend.lock, project, workspace)
+            if (
+                lock is None
+                or lock.workflow_id != run.workflow_id
+                or lock.run_id == run.run_id
+                or await self.oracle.ended(lock) is None
+                or not await asyncio.to_thread(self.backend.transfer, lock, run)
+            ):
+                raise
+            activity.logger.warning("%s took over %s from a closed run", run, lock.describe())
+            return await asyncio.to_thread(write)
 
     def _options(
-        self, project: str, workspace: str, spec_ref: str | None, *, force: bool, adopt: bool
+        self,
+        project: str,
+        workspace: str,
+        spec_ref: str | None,
+        *,
+        force: bool,
+        adopt: bool,
+        revision: int | None = None,
+        run: RunRef | None = None,
     ) -> RuntimeOptions:
         """Per-run runtime options; the spec's ``context`` travels by ref, never in history."""
         context = self.specs.get(spec_ref).context if spec_ref else {}
         return RuntimeOptions(
-            project=project, workspace=workspace, force=force, adopt=adopt, context=context
-        )
-
-    def _open_release(self, inp: PrepareInput, operation: Operation, spec: Spec | None) -> Release:
-        """Create release N, or find the one this very run created before a retry."""
-        request = inp.request
-        latest = self.releases.latest(request.project, request.workspace)
-        if (
-            latest is not None
-            and not latest.phase.is_final
-            and latest.run_id is not None
-            and latest.run_id == inp.run_id
-        ):
-            return latest
-        return self.releases.create(
-            request.project,
-            request.workspace,
-            operation,
-            spec,
-            workflow_id=inp.workflow_id,
-            run_id=inp.run_id,
+            project=project,
+            workspace=workspace,
+            force=force,
+            adopt=adopt,
+            context=context,
+            revision=revision,
+            owner=RunOwner(workflow_id=run.workflow_id, run_id=run.run_id) if run else None,
         )
 
     def _plan(
@@ -321,7 +395,7 @@ class OperationActivities:
         current: Mapping[str, Resource]
         if inp.revision is not None:
             current = await asyncio.to_thread(
-                self.state.resources,
+                self.backend.resources,
                 inp.project,
                 inp.workspace,
                 inp.revision,
@@ -436,21 +510,27 @@ class OperationActivities:
     @activity.defn(name="set_phase")
     async def set_phase(self, inp: PhaseInput) -> None:
         with temporal_errors():
-            await asyncio.to_thread(self._set_phase, inp)
+            run = self._owner(None)
+            approval = Approval.model_validate(inp.approval) if inp.approval else None
 
-    def _set_phase(self, inp: PhaseInput) -> None:
-        approval = Approval.model_validate(inp.approval) if inp.approval else None
-        release = self.releases.set_phase(
-            inp.project,
-            inp.workspace,
-            inp.revision,
-            Phase(inp.phase),
-            error=inp.error,
-            changes=inp.changes,
-            approval=approval,
-        )
-        if release.phase == Phase.succeeded:
-            self.cache.remember(release)
+            def write() -> Release:
+                return self.backend.set_phase(
+                    inp.project,
+                    inp.workspace,
+                    inp.revision,
+                    Phase(inp.phase),
+                    run=run,
+                    error=inp.error,
+                    changes=inp.changes,
+                    approval=approval,
+                )
+
+            release = await self._fenced(run, inp.project, inp.workspace, write)
+            if release.phase == Phase.succeeded:
+                await asyncio.to_thread(self._remember, inp.project, inp.workspace, inp.revision)
+
+    def _remember(self, project: str, workspace: str, revision: int) -> None:
+        self.cache.remember(self.backend.get(project, workspace, revision, with_spec=False))
 
     # ---- resources -------------------------------------------------------------------------
     @activity.defn(name="apply_resource")
@@ -470,7 +550,7 @@ class OperationActivities:
         references = find_references(attributes, spec_resources)
         wanted = [resource.id, *sorted({ref.resource_id for ref in references})]
         state = await asyncio.to_thread(
-            self.state.resources, inp.project, inp.workspace, inp.revision, wanted
+            self.backend.resources, inp.project, inp.workspace, inp.revision, wanted
         )
         if references:
             live_deps = {rid: r.attributes for rid, r in state.items() if rid != resource.id}
@@ -483,10 +563,23 @@ class OperationActivities:
             extensions=resource.extensions,
             prior_state=recorded.attributes if recorded else None,
         )
+        run = self._owner(inp.owner)
         options = self._options(
-            inp.project, inp.workspace, inp.spec_ref, force=inp.force, adopt=inp.adopt
+            inp.project,
+            inp.workspace,
+            inp.spec_ref,
+            force=inp.force,
+            adopt=inp.adopt,
+            revision=inp.revision,
+            run=run,
         )
         runtime = self.registry.get(str(resource.type))
+        await self._fenced(
+            run,
+            inp.project,
+            inp.workspace,
+            lambda: self.backend.assert_holds(inp.project, inp.workspace, inp.revision, run),
+        )
         live = await runtime.apply(request, options)
         if inp.watch:
             live = await runtime.wait_ready(request, options)
@@ -497,8 +590,13 @@ class OperationActivities:
             depends_on=list(resource.depends_on),
             extensions=resource.extensions,
         )
-        await asyncio.to_thread(
-            self.releases.record_resource, inp.project, inp.workspace, inp.revision, applied
+        await self._fenced(
+            run,
+            inp.project,
+            inp.workspace,
+            lambda: self.backend.record_resource(
+                inp.project, inp.workspace, inp.revision, applied, run=run
+            ),
         )
         return NodeResult(
             id=resource.id, action=inp.action, status=NodeStatus.succeeded, digest=_digest(live)
@@ -512,8 +610,9 @@ class OperationActivities:
 
     async def _delete(self, inp: NodeInput) -> NodeResult:
         recorded = await asyncio.to_thread(
-            self.state.resource, inp.project, inp.workspace, inp.revision, inp.resource_id
+            self.backend.resource_state, inp.project, inp.workspace, inp.revision, inp.resource_id
         )
+        run = self._owner(inp.owner)
         if recorded is not None:
             request = ResourceRequest(
                 id=recorded.id,
@@ -523,15 +622,28 @@ class OperationActivities:
                 prior_state=recorded.attributes,
             )
             options = self._options(
-                inp.project, inp.workspace, inp.spec_ref, force=inp.force, adopt=inp.adopt
-            )
-            await self.registry.get(str(recorded.type)).delete(request, options)
-            await asyncio.to_thread(
-                self.releases.record_deletion,
                 inp.project,
                 inp.workspace,
-                inp.revision,
-                inp.resource_id,
+                inp.spec_ref,
+                force=inp.force,
+                adopt=inp.adopt,
+                revision=inp.revision,
+                run=run,
+            )
+            await self._fenced(
+                run,
+                inp.project,
+                inp.workspace,
+                lambda: self.backend.assert_holds(inp.project, inp.workspace, inp.revision, run),
+            )
+            await self.registry.get(str(recorded.type)).delete(request, options)
+            await self._fenced(
+                run,
+                inp.project,
+                inp.workspace,
+                lambda: self.backend.record_deletion(
+                    inp.project, inp.workspace, inp.revision, inp.resource_id, run=run
+                ),
             )
         # Not in state any more: an earlier attempt already deleted and recorded it.
         return NodeResult(id=inp.resource_id, action="Delete", status=NodeStatus.succeeded)

@@ -1,4 +1,5 @@
-"""Commands that need no Temporal: validate, graph, release list/show/unlock/import."""
+"""Commands that work on files and the state backend: validate, graph, release list/show/
+unlock/import/export. Only `release unlock` asks Temporal (whether the holding run is alive)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from rich.text import Text
 
 from cli.app import app, release_app
 from cli.output import OutputFormat, OutputOption, emit, masked_release_json, stdout_console
-from stackflow.config import default_release_store
+from stackflow.config import default_backend
 from stackflow.errors import NotFoundError
 from stackflow.graph import Graph, build_graph
-from stackflow.kusion import import_kusion_releases
+from stackflow.kusion import export_kusion_releases, import_kusion_releases
 from stackflow.release import Release
 from stackflow.spec import load_spec
 
@@ -90,7 +91,7 @@ def _release_summary(r: Release) -> dict[str, Any]:
         "revision": r.revision,
         "operation": r.operation.value,
         "phase": r.phase.value,
-        "resources": len(r.state.resources),
+        "resources": r.resource_count if r.resource_count is not None else len(r.state.resources),
         "created_at": r.created_at.isoformat(),
         "modified_at": r.modified_at.isoformat(),
         "error": r.error,
@@ -102,7 +103,9 @@ def release_list(
     project: Project, workspace: Workspace = "default", output: OutputOption = OutputFormat.table
 ) -> None:
     """List the releases of a stack."""
-    releases = default_release_store().list(project, workspace)
+    backend = default_backend()
+    releases = backend.list(project, workspace)
+    backend.close()
 
     def table(console: Console) -> None:
         t = Table()
@@ -113,7 +116,8 @@ def release_list(
             # One line per release: the whole error is in `release show` and the JSON form.
             t.add_column("Error", no_wrap=True)
         for r in releases:
-            row = [str(r.revision), r.operation.value, r.phase.value, str(len(r.state.resources))]
+            count = r.resource_count if r.resource_count is not None else len(r.state.resources)
+            row = [str(r.revision), r.operation.value, r.phase.value, str(count)]
             row.append(r.modified_at.strftime("%Y-%m-%d %H:%M"))
             error = " ".join((r.error or "").split())
             room = max(12, console.width - 66)  # what the other columns leave on this terminal
@@ -134,12 +138,13 @@ def release_show(
     output: OutputOption = OutputFormat.table,
 ) -> None:
     """Show one release (default: the latest) with its resources."""
-    store = default_release_store()
+    store = default_backend()
     release = (
         store.get(project, workspace, revision)
         if revision is not None
         else store.latest(project, workspace)
     )
+    store.close()
     if release is None:
         raise NotFoundError(f"stack {project}/{workspace} has no releases")
 
@@ -158,17 +163,84 @@ def release_show(
 
 
 @release_app.command("unlock")
-def release_unlock(project: Project, workspace: Workspace = "default") -> None:
-    """Mark an in-progress latest release as failed, so new operations may start."""
-    store = default_release_store()
-    before = store.latest(project, workspace)
-    after = store.unlock(project, workspace)
-    if before is not None and before.phase == after.phase:
+def release_unlock(
+    project: Project,
+    workspace: Workspace = "default",
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Unlock even while the holding run is open (its later writes are refused).",
+        ),
+    ] = False,
+) -> None:
+    """Free a stack whose run ended without releasing it; its release becomes failed.
+
+    Refused while the holding run is still open in Temporal (TEMPORAL_ADDRESS), unless
+    --force. The next operation recovers such a stack by itself, so this is rarely needed.
+    """
+    import asyncio
+
+    from activities.runs import run_link
+    from stackflow.errors import StackLockedError
+
+    store = default_backend()
+    lock = store.lock(project, workspace)
+    if lock is None:
+        latest = store.latest(project, workspace, with_spec=False)
+        if latest is None:
+            raise NotFoundError(f"stack {project}/{workspace} has no releases")
         typer.echo(
-            f"stack {project}/{workspace} is not locked (release {after.revision} is {after.phase})"
+            f"stack {project}/{workspace} is not locked "
+            f"(release {latest.revision} is {latest.phase})"
         )
+        return
+    holder = lock.holder()
+    reason: str | None = None
+    if holder is not None and not force:
+        ended = asyncio.run(_holder_ended(holder))
+        if ended is None:
+            link = run_link(holder)
+            raise StackLockedError(
+                f"stack {project}/{workspace} is held by {holder}, which is still running"
+                + (f" ({link})" if link else "")
+                + "; cancel it (temporal workflow cancel, or the Temporal UI) or pass --force"
+            )
+        reason = f"{ended}; unlocked by hand"
+    elif holder is not None:
+        reason = f"unlocked by hand with --force while {holder} held it"
+    if reason is not None and not force:
+        store.recover(lock, reason)
+        after = store.latest(project, workspace, with_spec=False)
+        assert after is not None
     else:
-        typer.echo(f"unlocked {project}/{workspace}: release {after.revision} is now {after.phase}")
+        after = store.unlock(project, workspace, reason)
+    store.close()
+    typer.echo(f"unlocked {project}/{workspace}: release {after.revision} is now {after.phase}")
+
+
+async def _holder_ended(holder: Any) -> str | None:
+    import os
+
+    from temporalio.client import Client
+
+    from activities.runs import run_ended
+    from stackflow.codec import data_converter
+    from stackflow.errors import StackflowError
+
+    address = os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233")
+    try:
+        client = await Client.connect(
+            address,
+            namespace=os.environ.get("TEMPORAL_NAMESPACE", "default"),
+            data_converter=data_converter(),
+        )
+        return await run_ended(client, holder)
+    except Exception as exc:
+        raise StackflowError(
+            f"cannot ask Temporal at {address} whether {holder} is still running ({exc}); "
+            "set TEMPORAL_ADDRESS, or pass --force if you know it is not"
+        ) from None
 
 
 @release_app.command("import")
@@ -178,9 +250,39 @@ def release_import(
     ] = Path("~/.kusion"),
 ) -> None:
     """Import a Kusion user's release history (every project/workspace/revision)."""
-    imported = import_kusion_releases(kusion_home.expanduser(), default_release_store())
+    store = default_backend()
+    imported = import_kusion_releases(kusion_home.expanduser(), store)
+    store.close()
     console = stdout_console()
     for stack, count in imported.items():
         console.print(f"imported {count} release(s) of {stack}", highlight=False)
     if not imported:
         console.print("nothing to import", highlight=False)
+
+
+@release_app.command("export")
+def release_export(
+    kusion_layout: Annotated[
+        Path,
+        typer.Option(
+            "--kusion-layout",
+            help="Directory to write Kusion's layout into: releases/<project>/<workspace>/.",
+        ),
+    ],
+    project: Annotated[
+        str | None, typer.Option("--project", "-p", help="Only this project.")
+    ] = None,
+    workspace: Annotated[
+        str | None, typer.Option("--workspace", "-w", help="Only this workspace.")
+    ] = None,
+) -> None:
+    """Write releases as Kusion keeps them (<n>.yaml and .metadata.yml), sensitive values
+    masked, files 0600."""
+    store = default_backend()
+    written = export_kusion_releases(store, kusion_layout.expanduser(), project, workspace)
+    store.close()
+    console = stdout_console()
+    for stack, count in written.items():
+        console.print(f"exported {count} release(s) of {stack}", highlight=False)
+    if not written:
+        console.print("nothing to export", highlight=False)

@@ -1,10 +1,10 @@
 """`stackflow preview|apply|destroy|worker`: commands that run through Temporal.
 
-Each command stores the spec (content-addressed) and starts the matching workflow with the
-stack's default workflow id, so a second concurrent run of the same stack is refused at
-once. Apply and destroy show the preview, ask for approval (or take ``--yes``), send the
-approval as a workflow Update, follow progress through the ``status`` query and print the
-resulting release.
+Each command sends the spec with the workflow input (compressed by the payload codec; it
+needs nothing but Temporal) and starts the matching workflow with the stack's default id,
+so a second concurrent run of the same stack is refused at once. Apply and destroy show the
+preview, ask for approval (or take ``--yes``), send the approval as a workflow Update,
+follow progress through the ``status`` query and print the resulting release.
 """
 
 from __future__ import annotations
@@ -29,15 +29,14 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from cli.app import app
 from cli.output import OutputFormat, masked_release_json
-from stackflow.config import stackflow_home
+from stackflow.codec import PAYLOAD_LIMIT, data_converter, encoded_size
 from stackflow.diff import Preview
-from stackflow.errors import StackflowError, StackLockedError
+from stackflow.errors import SpecError, StackflowError, StackLockedError
 from stackflow.operation import (
     TASK_QUEUE_DEFAULT,
     ApprovalInput,
@@ -48,7 +47,6 @@ from stackflow.operation import (
 )
 from stackflow.render import render_preview
 from stackflow.spec import load_spec
-from stackflow.spec_store import SpecStore
 
 FINAL = ("succeeded", "failed")
 POLL_SECONDS = 0.25
@@ -105,9 +103,7 @@ def ui_link(namespace: str, workflow_id: str, run_id: str | None) -> str:
 async def _connect() -> Client:
     address, namespace, _ = _settings()
     try:
-        return await Client.connect(
-            address, namespace=namespace, data_converter=pydantic_data_converter
-        )
+        return await Client.connect(address, namespace=namespace, data_converter=data_converter())
     except (RPCError, RuntimeError, OSError) as exc:
         raise TemporalUnavailable(
             f"cannot reach Temporal at {address} ({exc}); start it with `make up` "
@@ -267,14 +263,21 @@ def _request(project: str, workspace: str, **fields: Any) -> OperationInput:
     try:
         return OperationInput(project=project, workspace=workspace, operator=_user(), **fields)
     except ValueError as exc:
-        from stackflow.errors import SpecError
-
         raise SpecError(f"invalid option: {str(exc).splitlines()[-1].strip()}") from None
 
 
-def _store_spec(path: str) -> str:
+def _spec_input(path: str) -> dict[str, Any]:
+    """The spec as the workflow input carries it; refused (exit 2) when even compressed it
+    is over Temporal's payload limit."""
     spec = load_spec(path)
-    return SpecStore(stackflow_home() / "specs").put(spec)
+    data = spec.model_dump(mode="json", by_alias=True)
+    size = asyncio.run(encoded_size(data))
+    if size > PAYLOAD_LIMIT * 0.95:
+        raise SpecError(
+            f"{path}: the spec is {size / 1048576:.1f} MiB compressed, over Temporal's "
+            f"{PAYLOAD_LIMIT // 1048576} MiB payload limit: split it into several stacks"
+        )
+    return data
 
 
 def _report(runner: Runner, result: OperationResult, run_id: str | None) -> None:
@@ -309,13 +312,18 @@ def _report(runner: Runner, result: OperationResult, run_id: str | None) -> None
 
 
 def _release_json(result: OperationResult) -> dict[str, Any] | None:
-    """The release as stored (when this machine shares the worker's STACKFLOW_HOME)."""
+    """The release as stored, when this machine reaches the state backend
+    (``STACKFLOW_STATE_URL``); None otherwise (the run's result has the rest)."""
     if result.revision is None:
         return None
-    from stackflow.config import default_release_store
+    from stackflow.config import default_backend
 
     try:
-        release = default_release_store().get(result.project, result.workspace, result.revision)
+        backend = default_backend()
+        try:
+            release = backend.get(result.project, result.workspace, result.revision)
+        finally:
+            backend.close()
     except StackflowError:
         return None
     return masked_release_json(release)
@@ -365,7 +373,7 @@ def preview(
     request = _request(
         project,
         workspace,
-        spec_ref=_store_spec(file),
+        spec=_spec_input(file),
         ignore_fields=ignore_field or [],
         force=force,
         adopt=adopt,
@@ -392,7 +400,7 @@ def apply(
     request = _request(
         project,
         workspace,
-        spec_ref=_store_spec(file),
+        spec=_spec_input(file),
         max_concurrency=max_concurrency,
         ignore_fields=ignore_field or [],
         watch=watch,

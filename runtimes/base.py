@@ -13,6 +13,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from stackflow.operation import RunOwner
+
 Attributes = dict[str, Any]
 
 
@@ -63,6 +65,10 @@ class RuntimeOptions(BaseModel):
     adopt: bool = False
     timeout_seconds: float = Field(default=300.0, gt=0)
     context: Mapping[str, Any] = Field(default_factory=dict)
+    revision: int | None = None
+    """The release being applied (None for previews): state writes name it."""
+    owner: RunOwner | None = None
+    """The run that holds the stack: a runtime's own state writes are fenced by it."""
 
 
 class ResourceRequest(BaseModel):

@@ -7,8 +7,12 @@ A new infrastructure plugs in by registering a factory here (or through
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from runtimes.base import InvalidInput, Runtime
+
+if TYPE_CHECKING:
+    from stackflow.state.backend import StateBackend
 
 RuntimeFactory = Callable[[], Runtime]
 
@@ -42,8 +46,9 @@ class RuntimeRegistry:
         self._instances.clear()
 
 
-def default_registry() -> RuntimeRegistry:
-    """The runtimes stackflow ships with; imported lazily so a missing client costs nothing."""
+def default_registry(backend: StateBackend | None = None) -> RuntimeRegistry:
+    """The runtimes stackflow ships with; imported lazily so a missing client costs nothing.
+    ``backend`` keeps the Terraform runtime's state between commands on any host."""
     registry = RuntimeRegistry()
 
     def onprem() -> Runtime:
@@ -63,7 +68,7 @@ def default_registry() -> RuntimeRegistry:
     def terraform() -> Runtime:
         from runtimes.terraform import TerraformRuntime
 
-        return TerraformRuntime()
+        return TerraformRuntime(backend=backend)
 
     registry.register("Terraform", terraform)
     return registry

@@ -15,8 +15,9 @@ from typing import Any
 
 import redis
 
-from stackflow.release import Release, ReleaseStore
+from stackflow.release import Release
 from stackflow.spec import Resource
+from stackflow.state.backend import StateBackend
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ class PriorStateCache:
     def __init__(
         self,
         redis_url: str | None,
-        releases: ReleaseStore,
+        releases: StateBackend,
         *,
         socket_timeout: float = 0.5,
         key_prefix: str = "stackflow:prior",
@@ -100,7 +101,7 @@ class PriorStateCache:
         return f"{self.key_prefix}:{project}/{workspace}:{revision}"
 
     def _fill(self, project: str, workspace: str, revision: int) -> Release:
-        release = self.releases.get(project, workspace, revision)
+        release = self.releases.get(project, workspace, revision, with_spec=False)
         self._store(release)
         return release
 

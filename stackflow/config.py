@@ -1,20 +1,25 @@
-"""Where stackflow keeps its files."""
+"""Where stackflow keeps its things: the state backend (``STACKFLOW_STATE_URL``) and the
+worker's local caches under ``STACKFLOW_HOME``."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from stackflow.release import ReleaseStore
-from stackflow.store.filesystem import FileRecordStore
+from stackflow.state.backend import StateBackend, default_state_url, open_backend
 
 
 def stackflow_home() -> Path:
-    """``$STACKFLOW_HOME``, default ``~/.stackflow``. Nothing is created until a write."""
+    """``$STACKFLOW_HOME``, default ``~/.stackflow``: the embedded SQLite database and the
+    worker's caches (Terraform working dirs). Nothing is created until a write."""
     value = os.environ.get("STACKFLOW_HOME")
     return Path(value).expanduser() if value else Path.home() / ".stackflow"
 
 
-def default_release_store() -> ReleaseStore:
-    """Releases under ``$STACKFLOW_HOME/releases/<project>/<workspace>/<revision>.yaml``."""
-    return ReleaseStore(FileRecordStore(stackflow_home()))
+def state_url() -> str:
+    return default_state_url()
+
+
+def default_backend(*, migrate: bool = False) -> StateBackend:
+    """The state backend ``STACKFLOW_STATE_URL`` names (default: SQLite in the home)."""
+    return open_backend(state_url(), migrate=migrate)

@@ -46,10 +46,25 @@ class PhaseConflictError(ConflictError):
     """The record's phase forbids the operation (e.g. it is tearing down)."""
 
 
+class FencedError(ConflictError):
+    """A state write from a run that does not hold the stack (it was unlocked or recovered
+    meanwhile): refused, nothing written."""
+
+
 class StackLockedError(StackflowError):
     """The latest release of the stack is still in progress."""
 
     exit_code = 3
+
+
+class SchemaError(StoreError):
+    """The state backend's schema is missing or older than this stackflow needs."""
+
+    exit_code = 2
+
+
+class BackendUnavailableError(StoreError):
+    """The state backend cannot be reached (retried by activities within a bound)."""
 
 
 class InvalidNameError(StoreError):

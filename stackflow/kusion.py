@@ -1,16 +1,20 @@
-"""Kusion compatibility: read ``~/.kusion/releases/<project>/<workspace>/`` and import it."""
+"""Kusion compatibility: read ``~/.kusion/releases/<project>/<workspace>/`` and import it;
+export releases back into that layout."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from stackflow.diff import mask_attributes
 from stackflow.errors import ConflictError, KusionFormatError
-from stackflow.release import Release, ReleaseStore
+from stackflow.release import Release
 from stackflow.spec import load_yaml
+from stackflow.state.backend import StateBackend
 
 METADATA_FILE = ".metadata.yml"
 
@@ -112,7 +116,7 @@ def find_kusion_stacks(kusion_home: Path) -> list[Path]:
     return sorted(ws for p in projects for ws in p.iterdir() if ws.is_dir())
 
 
-def import_kusion_releases(kusion_home: Path | str, release_store: ReleaseStore) -> dict[str, int]:
+def import_kusion_releases(kusion_home: Path | str, release_store: StateBackend) -> dict[str, int]:
     """Import every Kusion release under ``kusion_home``; returns ``{project/workspace: count}``.
 
     Everything is read and checked first, and nothing is written if any target stack already
@@ -132,3 +136,56 @@ def import_kusion_releases(kusion_home: Path | str, release_store: ReleaseStore)
             release_store.import_release(release)
         imported[f"{directory.parent.name}/{directory.name}"] = len(releases)
     return imported
+
+
+def _kusion_document(release: Release) -> dict[str, Any]:
+    """A release in Kusion's file form, sensitive values masked."""
+    data = release.model_dump(mode="json", by_alias=True)
+    for section in ("state", "spec"):
+        for raw in (data.get(section) or {}).get("resources") or []:
+            raw["attributes"] = mask_attributes(raw.get("type", ""), raw.get("attributes") or {})
+    doc: dict[str, Any] = {
+        "project": release.project,
+        "workspace": release.workspace,
+        "revision": release.revision,
+        "stack": release.stack or release.project,
+        "spec": data.get("spec") or {"resources": []},
+        "state": data.get("state") or {"resources": []},
+        "phase": release.phase.value,
+        "createTime": release.created_at.isoformat(),
+        "modifiedTime": release.modified_at.isoformat(),
+    }
+    return doc
+
+
+def _write_private(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def export_kusion_releases(
+    backend: StateBackend,
+    directory: Path,
+    project: str | None = None,
+    workspace: str | None = None,
+) -> dict[str, int]:
+    """Write ``releases/<project>/<workspace>/<n>.yaml`` and ``.metadata.yml`` as Kusion
+    does, for the stacks selected; returns ``{project/workspace: count}``."""
+    written: dict[str, int] = {}
+    for p, w in backend.stacks():
+        if (project and p != project) or (workspace and w != workspace):
+            continue
+        target = directory / "releases" / p / w
+        metas = []
+        for revision in backend.revisions(p, w):
+            release = backend.get(p, w, revision)
+            doc = _kusion_document(release)
+            _write_private(target / f"{revision}.yaml", yaml.safe_dump(doc, sort_keys=False))
+            metas.append({"revision": revision, "stack": doc["stack"]})
+        if metas:
+            meta = {"latestRevision": metas[-1]["revision"], "releaseMetaDatas": metas}
+            _write_private(target / METADATA_FILE, yaml.safe_dump(meta, sort_keys=False))
+            written[f"{p}/{w}"] = len(metas)
+    return written

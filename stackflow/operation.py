@@ -35,9 +35,10 @@ class OperationInput(BaseModel):
     project: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     workspace: str = Field(default="default", min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
     spec: dict[str, Any] | None = None
-    """A Kusion v1 Spec inline (small specs, the Temporal CLI)."""
+    """The Kusion v1 Spec: it travels with the run (compressed by the payload codec), so any
+    Temporal client can start one; the first activity stores it in the state backend."""
     spec_ref: str | None = None
-    """A spec stored first by the client (``sha256:<hex>``): big specs never enter history."""
+    """A spec already in the state backend (``sha256:<hex>``), instead of ``spec``."""
     auto_approve: bool = False
     max_concurrency: int = Field(default=8, ge=1, le=500)
     ignore_fields: list[str] = Field(default_factory=list)
@@ -205,6 +206,13 @@ def references_entry(moved: str) -> dict[str, Any]:
     return {"path": "(references)", "old": None, "new": f"(known after apply: {moved})"}
 
 
+class RunOwner(BaseModel):
+    """The Temporal run whose writes the stack lock admits (see ``RunRef``)."""
+
+    workflow_id: str
+    run_id: str
+
+
 class PhaseInput(BaseModel):
     project: str
     workspace: str
@@ -227,6 +235,8 @@ class NodeInput(BaseModel):
     watch: bool = False
     force: bool = False
     adopt: bool = False
+    owner: RunOwner | None = None
+    """The run that holds the stack, when not the run calling (a batch child's parent)."""
 
 
 class StatusView(BaseModel):
@@ -277,6 +287,8 @@ class BatchInput(BaseModel):
     """One ACTION_CODES character per plan index from ``start``; ``.`` skips the index."""
     not_ok: list[int] = Field(default_factory=list)
     """Plan indices that failed or were skipped in earlier batches."""
+    owner: RunOwner | None = None
+    """The parent run: it holds the stack, the child's activities write on its behalf."""
     full_results: bool = True
     """Return every result; else only counts, the first DETAIL_LIMIT results that did not
     succeed and the first failure."""

@@ -1,22 +1,21 @@
-"""Content-addressed storage of operation plans, beside the spec store.
+"""Content-addressed storage of operation plans in the state backend, beside the specs.
 
 ``prepare_operation`` derives the plan (every node with its deps and refs) once and stores
-it as ``$STACKFLOW_HOME/plans/<sha256>.json``; preview activities and walk batches load the
-ranges they need by ``plan_ref``, so the plan never travels through workflow history.
-Writes are atomic and idempotent; reads are cached per process.
+it as a blob; preview activities and walk batches on any worker load the ranges they need
+by ``plan_ref``, so the plan never travels through workflow history. Reads are cached per
+process (a ref always names the same bytes; the hash is checked on load).
 """
 
 from __future__ import annotations
 
-import functools
 import json
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from stackflow.blobs import BlobStore
-from stackflow.errors import SpecError
 from stackflow.operation import PlannedNode
+from stackflow.state.backend import StateBackend, check_ref
 
 
 @dataclass(frozen=True)
@@ -38,15 +37,28 @@ def _row(node: PlannedNode) -> list[object]:
 
 
 class PlanStore:
-    def __init__(self, root: Path) -> None:
-        self.blobs = BlobStore(root, "plan_ref")
+    def __init__(self, backend: StateBackend) -> None:
+        self.backend = backend
+        self._cache: OrderedDict[str, StoredPlan] = OrderedDict()
+        self._lock = threading.Lock()
 
     def put(self, nodes: list[PlannedNode], deletions: list[PlannedNode]) -> str:
         data = {"nodes": [_row(n) for n in nodes], "deletions": [_row(n) for n in deletions]}
-        return self.blobs.put(json.dumps(data, separators=(",", ":")).encode())
+        return self.backend.put_blob("plan_ref", json.dumps(data, separators=(",", ":")).encode())
 
     def get(self, ref: str) -> StoredPlan:
-        return _load(self.blobs.path(ref), ref)
+        check_ref(ref, "plan_ref")
+        with self._lock:
+            plan = self._cache.get(ref)
+            if plan is not None:
+                self._cache.move_to_end(ref)
+                return plan
+        plan = _parse(json.loads(self.backend.get_blob("plan_ref", ref)))
+        with self._lock:
+            self._cache[ref] = plan
+            while len(self._cache) > 8:
+                self._cache.popitem(last=False)
+        return plan
 
 
 def _nodes(rows: list[list[Any]]) -> list[PlannedNode]:
@@ -62,12 +74,7 @@ def _nodes(rows: list[list[Any]]) -> list[PlannedNode]:
     ]
 
 
-@functools.lru_cache(maxsize=8)
-def _load(path: Path, ref: str) -> StoredPlan:
-    try:
-        data = json.loads(path.read_bytes())
-    except FileNotFoundError:
-        raise SpecError(f"plan_ref {ref}: not found under {path.parent}") from None
+def _parse(data: dict[str, Any]) -> StoredPlan:
     nodes = _nodes(data["nodes"])
     deletions = _nodes(data["deletions"])
     return StoredPlan(

@@ -1,55 +1,48 @@
-"""Content-addressed storage of specs, so big specs never travel through workflow history.
+"""Specs by content address in the state backend, so every worker reads the same spec.
 
-A client stores the spec first and passes ``sha256:<hex>``; workers load it by that ref.
-Files live under ``$STACKFLOW_HOME/specs/``; writes are atomic and idempotent.
+The first activity of a run stores the spec that came with the workflow input and passes
+``sha256:<hex>`` on; activities load it by that ref (hash checked, cached per process: a
+ref always names the same bytes).
 """
 
 from __future__ import annotations
 
-import functools
-import json
-from pathlib import Path
+import threading
+from collections import OrderedDict
 
-from stackflow.blobs import BlobStore
-from stackflow.errors import SpecError
-from stackflow.spec import Resource, Spec, parse_spec
+from stackflow.spec import Resource, Spec
+from stackflow.state.backend import StateBackend, check_ref
 
-
-def _canonical(spec: Spec) -> bytes:
-    data = spec.model_dump(mode="json", by_alias=True)
-    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode()
+_CACHED = 16
 
 
 class SpecStore:
-    """Stores specs by digest and hands them back (cached in memory per process)."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.blobs = BlobStore(root, "spec_ref")
+    def __init__(self, backend: StateBackend) -> None:
+        self.backend = backend
+        self._cache: OrderedDict[str, tuple[Spec, dict[str, Resource]]] = OrderedDict()
+        self._lock = threading.Lock()
 
     def put(self, spec: Spec) -> str:
-        return self.blobs.put(_canonical(spec))
+        return self.backend.put_spec(spec)
+
+    def _entry(self, ref: str) -> tuple[Spec, dict[str, Resource]]:
+        check_ref(ref, "spec_ref")
+        with self._lock:
+            entry = self._cache.get(ref)
+            if entry is not None:
+                self._cache.move_to_end(ref)
+                return entry
+        spec = self.backend.get_spec(ref)
+        entry = (spec, {resource.id: resource for resource in spec.resources})
+        with self._lock:
+            self._cache[ref] = entry
+            while len(self._cache) > _CACHED:
+                self._cache.popitem(last=False)
+        return entry
 
     def get(self, ref: str) -> Spec:
-        return _load(self.blobs.path(ref), ref)
+        return self._entry(ref)[0]
 
     def resources(self, ref: str) -> dict[str, Resource]:
         """The spec's resources by id (cached with the spec)."""
-        return _index(self.blobs.path(ref), ref)
-
-
-@functools.lru_cache(maxsize=16)
-def _load(path: Path, ref: str) -> Spec:
-    try:
-        text = path.read_bytes()
-    except FileNotFoundError:
-        raise SpecError(
-            f"spec_ref {ref}: not found under {path.parent}; store the spec first "
-            "(stackflow stores it for you) or pass it inline as 'spec'"
-        ) from None
-    return parse_spec(json.loads(text), source=ref)
-
-
-@functools.lru_cache(maxsize=16)
-def _index(path: Path, ref: str) -> dict[str, Resource]:
-    return {resource.id: resource for resource in _load(path, ref).resources}
+        return self._entry(ref)[1]

@@ -12,12 +12,19 @@ RESOURCE_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1),
     backoff_coefficient=2.0,
     maximum_interval=timedelta(seconds=20),
-    non_retryable_error_types=["InvalidInput", "Conflict", "NotFound", "SpecError"],
+    non_retryable_error_types=["InvalidInput", "Conflict", "NotFound", "SpecError", "Fenced"],
 )
 STORE_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=500),
     maximum_interval=timedelta(seconds=10),
-    non_retryable_error_types=["StackLocked", "SpecError", "InvalidInput", "NotFound"],
+    non_retryable_error_types=[
+        "StackLocked",
+        "SpecError",
+        "InvalidInput",
+        "NotFound",
+        "Fenced",
+        "PhaseConflictError",
+    ],
 )
 
 RESOURCE_START_TO_CLOSE = timedelta(minutes=30)
@@ -27,3 +34,5 @@ RESOURCE_HEARTBEAT = timedelta(seconds=15)
 STORE_START_TO_CLOSE = timedelta(minutes=5)
 PREVIEW_BATCH = 200
 """Resources one preview activity reads and diffs."""
+CLOSE_SCHEDULE_TO_CLOSE = timedelta(minutes=10)
+"""Closing a release on the way out: bounded, the next operation's recovery covers the rest."""

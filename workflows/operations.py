@@ -7,6 +7,7 @@ each phase change is persisted by an activity and mirrored to search attributes.
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 from typing import Any
 
@@ -38,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         PrepareInput,
         PreviewBatchInput,
         PreviewBatchResult,
+        RunOwner,
         StatusView,
         references_entry,
     )
@@ -49,6 +51,8 @@ WORKSPACE_KEY = SearchAttributeKey.for_keyword("StackflowWorkspace")
 PHASE_KEY = SearchAttributeKey.for_keyword("StackflowPhase")
 
 AWAITING_APPROVAL = "awaitingApproval"
+FINALIZE_ON_EVERY_EXIT = "finalize-release-on-every-exit"
+"""Patch: runs started before it end as they did (only preview failures were finalised)."""
 ACTIONS = ("Create", "Update", "Delete", "UnChanged")
 
 
@@ -87,6 +91,7 @@ async def run_resource_node(node: PlannedNode, batch: BatchInput) -> NodeResult:
                 watch=batch.watch,
                 force=batch.force,
                 adopt=batch.adopt,
+                owner=batch.owner,
             ),
             result_type=NodeResult,
             start_to_close_timeout=common.RESOURCE_START_TO_CLOSE,
@@ -587,6 +592,7 @@ class _Operation:
         assert self._request is not None and self._revision is not None
         assert plan.plan_ref is not None
         request = self._request
+        info = workflow.info()
         # Distinct child ids for an apply's two walks: apply-N, then delete-N (destroy-N).
         walk_name = "delete" if deletions and self.operation == "apply" else self.operation
 
@@ -607,6 +613,7 @@ class _Operation:
                 start=start,
                 actions="".join(actions),
                 not_ok=not_ok,
+                owner=RunOwner(workflow_id=info.workflow_id, run_id=info.run_id),
                 full_results=tally.full,
                 max_concurrency=request.max_concurrency,
                 fail_fast=request.fail_fast,
@@ -623,7 +630,6 @@ class _Operation:
             return
 
         not_ok: list[int] = []
-        info = workflow.info()
         for index, start in enumerate(range(0, len(picks), request.batch_size)):
             chunk = picks[start : start + request.batch_size]
             batch = batch_of(chunk, list(not_ok))
@@ -713,6 +719,56 @@ class _Operation:
             truncated=not tally.full or lines > DETAIL_LIMIT,
         )
 
+    async def _guarded(self, request: OperationInput) -> OperationResult:
+        """``_execute``, and whatever way it ends — cancelled (CLI, Temporal UI), an activity
+        or child failure, an error in this code — the release ends final, saying why."""
+        if not workflow.patched(FINALIZE_ON_EVERY_EXIT):
+            return await self._execute(request)
+        try:
+            return await self._execute(request)
+        except asyncio.CancelledError:
+            await self._close(f"{self.operation} cancelled (a cancel request reached the run)")
+            raise
+        except ApplicationError as exc:
+            await self._close(f"{self.operation} failed: {exc}")
+            raise
+        except (ActivityError, ChildWorkflowError) as exc:
+            await self._close(f"{self.operation} failed: {_cause(exc)}")
+            raise  # a failure error: it fails the workflow
+        except Exception as exc:
+            reason = f"internal error in the {self.operation} workflow: {type(exc).__name__}: {exc}"
+            await self._close(reason)
+            # A plain exception would only fail the workflow task, retried forever.
+            raise ApplicationError(reason, type="WorkflowError", non_retryable=True) from exc
+
+    async def _close(self, reason: str) -> None:
+        """The release becomes ``failed`` with ``reason`` (a no-op if already final)."""
+        self._error = self._error or reason
+        self._phase = "failed"
+        workflow.upsert_search_attributes([PHASE_KEY.value_set("failed")])
+        if self._revision is None or self._request is None:
+            return
+        try:
+            await workflow.execute_activity(
+                "set_phase",
+                PhaseInput(
+                    project=self._request.project,
+                    workspace=self._request.workspace,
+                    revision=self._revision,
+                    phase="failed",
+                    error=reason,
+                    approval=self._approval,
+                ),
+                start_to_close_timeout=common.STORE_START_TO_CLOSE,
+                schedule_to_close_timeout=common.CLOSE_SCHEDULE_TO_CLOSE,
+                retry_policy=common.STORE_RETRY,
+                summary=f"release {self._revision} → failed",
+            )
+        except ActivityError:
+            # Already final, or the stack was taken from this run: the next operation's
+            # recovery (it asks Temporal whether this run is alive) closes it.
+            workflow.logger.warning("could not close release %s", self._revision)
+
     async def _execute(self, request: OperationInput) -> OperationResult:
         plan = await self._prepare(request)
         self._total = plan.node_count + plan.deletion_count
@@ -788,7 +844,7 @@ class ApplyWorkflow(_Operation):
             raise ApplicationError(
                 "apply needs a spec or a spec_ref", type="InvalidInput", non_retryable=True
             )
-        return await self._execute(request)
+        return await self._guarded(request)
 
 
 @workflow.defn(name="DestroyWorkflow")
@@ -799,7 +855,7 @@ class DestroyWorkflow(_Operation):
 
     @workflow.run
     async def run(self, request: OperationInput) -> OperationResult:
-        return await self._execute(request)
+        return await self._guarded(request)
 
 
 @workflow.defn(name="PreviewWorkflow")

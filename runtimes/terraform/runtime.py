@@ -19,6 +19,7 @@ concurrent installs); everything else for independent resources runs in parallel
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import json
@@ -43,6 +44,7 @@ from runtimes.base import (
     RuntimeOptions,
     Unavailable,
 )
+from runtimes.faults import fault_point
 from runtimes.terraform.cli import Cli, Result, base_env, failure, file_locks, lock_dir
 from runtimes.terraform.config import (
     TerraformResource,
@@ -61,6 +63,7 @@ from runtimes.terraform.state import (
     decode_block,
     instance,
     marked_paths,
+    newest,
     recorded_state,
     resource_change,
     schema_sensitive_paths,
@@ -69,6 +72,7 @@ from runtimes.terraform.state import (
 )
 from stackflow.config import stackflow_home
 from stackflow.paths import format_path
+from stackflow.state.backend import RunRef, StateBackend
 
 STATE_FILE = "terraform.tfstate"
 CONFIG_FILE = "main.tf.json"
@@ -128,10 +132,14 @@ class Workdir:
     def local_state(self) -> State | None:
         return _read_json(self.path / STATE_FILE)
 
-    def seed(self, prior: Mapping[str, Any] | None) -> State | None:
-        """Put the state to act on in place; returns it (None: nothing is tracked)."""
+    def seed(self, prior: Mapping[str, Any] | None, stored: State | None = None) -> State | None:
+        """Put the state to act on in place; returns it (None: nothing is tracked).
+
+        ``stored`` is the state the backend kept after the last command on any host: a
+        fresh working directory on another worker starts from it, not from nothing.
+        """
         local = self.local_state()
-        chosen = choose_state(recorded_state(prior), local)
+        chosen = choose_state(recorded_state(prior), newest(stored, local))
         if chosen is None:
             if local is not None:
                 (self.path / STATE_FILE).unlink(missing_ok=True)
@@ -224,8 +232,14 @@ class TerraformRuntime(Runtime):
 
     type_name = "Terraform"
 
-    def __init__(self, root: Path | None = None, binary: str | None = None) -> None:
+    def __init__(
+        self,
+        root: Path | None = None,
+        binary: str | None = None,
+        backend: StateBackend | None = None,
+    ) -> None:
         self._root = root
+        self.backend = backend
         self.cli = Cli(binary)
         self.schemas: dict[str, dict[str, Any]] = {}
         self._import_plans: dict[Path, tuple[str, dict[str, Any]]] = {}
@@ -258,7 +272,7 @@ class TerraformRuntime(Runtime):
         self, resource: ResourceRequest, options: RuntimeOptions, *, keep_state: bool
     ) -> Attributes | None:
         async with self._workdir(resource, options) as wd:
-            state = wd.seed(resource.prior_state)
+            state = wd.seed(resource.prior_state, await self._stored(resource.id, options))
             if instance(state) is None:
                 if wd.res.import_id:
                     return await self._read_importable(wd)
@@ -328,7 +342,7 @@ class TerraformRuntime(Runtime):
 
     async def preview(self, resource: ResourceRequest, options: RuntimeOptions) -> PreviewResult:
         async with self._workdir(resource, options) as wd:
-            state = wd.seed(resource.prior_state)
+            state = wd.seed(resource.prior_state, await self._stored(resource.id, options))
             await wd.ensure_init()
             importing = instance(state) is None and wd.res.import_id is not None
             wd.write_config(with_resource=True, import_existing=importing)
@@ -363,9 +377,35 @@ class TerraformRuntime(Runtime):
         )
 
     # ---- apply ------------------------------------------------------------------------------
+    async def _stored(self, resource_id: str, options: RuntimeOptions) -> State | None:
+        """The state the backend kept for the resource after its last command."""
+        if self.backend is None:
+            return None
+        body = await asyncio.to_thread(
+            self.backend.get_terraform_state, options.project, options.workspace, resource_id
+        )
+        return json.loads(body) if body else None
+
+    async def _keep(self, wd: Workdir, options: RuntimeOptions) -> None:
+        """Right after a command that may change the state: the backend keeps it (fenced by
+        the run), so a retry on any host resumes from it instead of creating twice."""
+        state = wd.local_state()
+        if self.backend is None or options.revision is None or state is None:
+            return
+        run = RunRef(options.owner.workflow_id, options.owner.run_id) if options.owner else None
+        await asyncio.to_thread(
+            self.backend.put_terraform_state,
+            options.project,
+            options.workspace,
+            wd.res.id,
+            json.dumps(state, separators=(",", ":")),
+            revision=options.revision,
+            run=run,
+        )
+
     async def apply(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
         async with self._workdir(resource, options) as wd:
-            state = wd.seed(resource.prior_state)
+            state = wd.seed(resource.prior_state, await self._stored(resource.id, options))
             await wd.ensure_init()
             wd.write_config(with_resource=True, import_existing=instance(state) is None)
             result = await wd.run(
@@ -375,6 +415,8 @@ class TerraformRuntime(Runtime):
                 json=IsFlagged,
                 lock_timeout=LOCK_TIMEOUT,
             )
+            await self._keep(wd, options)
+            fault_point("after-tofu-apply", resource.id)
             if result.code != 0:
                 raise failure(resource.id, "terraform apply", result, config_stage=False)
             state = wd.local_state()
@@ -394,7 +436,7 @@ class TerraformRuntime(Runtime):
     async def delete(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
         prior = resource.prior_state if resource.prior_state is not None else resource.attributes
         async with self._workdir(resource, options) as wd:
-            state = wd.seed(prior)
+            state = wd.seed(prior, await self._stored(resource.id, options))
             if instance(state) is None:
                 return
             await wd.ensure_init()
@@ -406,6 +448,7 @@ class TerraformRuntime(Runtime):
                 json=IsFlagged,
                 lock_timeout=LOCK_TIMEOUT,
             )
+            await self._keep(wd, options)
             if result.code != 0:
                 raise failure(resource.id, "terraform destroy", result, config_stage=False)
 

@@ -67,6 +67,17 @@ def choose_state(recorded: State | None, local: State | None) -> State | None:
     return recorded
 
 
+def newest(first: State | None, second: State | None) -> State | None:
+    """Of two candidate states, the newer serial of one lineage; across lineages, ``first``."""
+    if first is None or second is None:
+        return first if first is not None else second
+    if first.get("lineage") == second.get("lineage") and int(second.get("serial", 0)) > int(
+        first.get("serial", 0)
+    ):
+        return second
+    return first
+
+
 def instance(state: State | None, address: str | None = None) -> dict[str, Any] | None:
     """The single managed resource instance in ``state`` (stackflow keeps one per state)."""
     if not state:

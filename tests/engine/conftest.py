@@ -1,4 +1,4 @@
-"""Shared fixtures: every store backend, release stores over them, a real redis-server."""
+"""Engine fixtures: a real redis-server. The state backends are in tests/conftest.py."""
 
 from __future__ import annotations
 
@@ -12,26 +12,6 @@ from pathlib import Path
 import pytest
 import redis
 
-from stackflow.release import ReleaseStore
-from stackflow.store import FileRecordStore, MemoryRecordStore, RecordStore
-
-
-@pytest.fixture(params=["filesystem", "memory"])
-def record_store(request: pytest.FixtureRequest, tmp_path: Path) -> RecordStore:
-    """Every backend must pass the same suite: add new backends here."""
-    if request.param == "filesystem":
-        return FileRecordStore(tmp_path / "home")
-    return MemoryRecordStore()
-
-
-@pytest.fixture
-def release_store(record_store: RecordStore) -> ReleaseStore:
-    return ReleaseStore(record_store)
-
-
-@pytest.fixture
-def file_releases(tmp_path: Path) -> ReleaseStore:
-    return ReleaseStore(FileRecordStore(tmp_path / "home"))
 
 
 def _free_port() -> int:

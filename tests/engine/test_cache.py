@@ -6,11 +6,11 @@ import logging
 from typing import Any
 
 import pytest
+from stackflow.store import MemoryRecordStore
 
 from stackflow.cache import PriorStateCache
 from stackflow.release import Operation, Phase, Release, ReleaseStore
 from stackflow.spec import Resource, ResourceType
-from stackflow.store import MemoryRecordStore
 
 P, W = "proj", "dev"
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import typer
+from stackflow.store import FileRecordStore
 from typer.testing import CliRunner, Result
 
 from cli.app import EXIT_CODES_HELP, StackflowGroup, app
@@ -14,7 +15,6 @@ from cli.main import load_commands
 from stackflow.errors import StackLockedError
 from stackflow.release import Operation, Phase, ReleaseStore
 from stackflow.spec import Resource, ResourceType
-from stackflow.store import FileRecordStore
 
 KUSION_HOME = Path(__file__).resolve().parents[3] / "shared/compat/kusion/release/storages/testdata"
 

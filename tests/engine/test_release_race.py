@@ -7,10 +7,11 @@ import random
 import time
 from pathlib import Path
 
+from stackflow.store import FileRecordStore
+
 from stackflow.errors import StackLockedError
 from stackflow.release import Operation, Phase, ReleaseStore
 from stackflow.spec import Resource, ResourceType
-from stackflow.store import FileRecordStore
 
 P, W = "race", "ws"
 WRITERS = 6

@@ -1,238 +1,275 @@
-"""The one suite every RecordStore backend must pass (parametrised in conftest.py)."""
+"""The one suite every state backend passes (SQLite and PostgreSQL, see conftest.py):
+releases and their state, the run-owned stack lock and its fencing, blobs, Terraform states,
+schema migrations."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+import zlib
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
 
 import pytest
+import sqlalchemy as sa
 
 from stackflow.errors import (
     ConflictError,
-    InvalidNameError,
+    FencedError,
     NotFoundError,
-    OwnerConflictError,
     PhaseConflictError,
+    SpecError,
+    StackLockedError,
 )
-from stackflow.store import Metadata, Record, RecordPhase, RecordStore
+from stackflow.release import Approval, Decision, Operation, Phase, Release
+from stackflow.spec import Resource, parse_spec
+from stackflow.state.backend import RunRef, StackLock, StateBackend, blob_ref, open_backend
+from stackflow.state.schema import blobs, metadata
 
-T = TypeVar("T")
-NS = "proj/ws"
+R1 = RunRef("stackflow/p/w", "run-1")
+R2 = RunRef("stackflow/p/w", "run-2")
 
 
-def rec(
-    rid: str = "r1", owner: str = "me", labels: dict[str, str] | None = None, **spec: object
-) -> Record:
-    return Record(
-        metadata=Metadata(namespace=NS, type="Thing", id=rid, owner=owner, labels=labels or {}),
-        spec=dict(spec),
+def res(rid: str, **attributes: object) -> Resource:
+    return Resource.model_validate({"id": rid, "type": "OnPrem", "attributes": attributes})
+
+
+def test_migrated_schema_matches_the_models(backend: StateBackend) -> None:
+    assert backend.schema_revision() == backend.head_revision()
+    backend.migrate()  # idempotent
+    inspector = sa.inspect(backend.engine)
+    for table in metadata.sorted_tables:
+        columns = {c["name"] for c in inspector.get_columns(table.name)}
+        assert columns == {c.name for c in table.columns}, table.name
+
+
+def test_first_release_takes_the_lock_and_final_phase_frees_it(backend: StateBackend) -> None:
+    spec = parse_spec({"resources": [{"id": "a", "type": "OnPrem", "attributes": {"x": 1}}]})
+    release = backend.create("p", "w", Operation.apply, spec, run=R1)
+    assert (release.revision, release.phase) == (1, Phase.generating)
+    lock = backend.lock("p", "w")
+    assert lock is not None and lock.revision == 1 and lock.held_by(R1)
+    assert not lock.held_by(R2)
+    stored = backend.get("p", "w", 1)
+    assert stored.spec == spec and stored.run_id == R1.run_id and stored.spec_ref
+    backend.set_phase("p", "w", 1, Phase.applying, run=R1)
+    assert backend.lock("p", "w") is not None
+    done = backend.set_phase("p", "w", 1, Phase.succeeded, run=R1, changes={"n": 1})
+    assert done.phase is Phase.succeeded and backend.lock("p", "w") is None
+    assert backend.get("p", "w", 1).changes == {"n": 1}
+
+
+def test_second_run_is_refused_while_the_first_holds_the_stack(backend: StateBackend) -> None:
+    backend.create("p", "w", Operation.apply, run=R1)
+    with pytest.raises(StackLockedError, match=r"release 1 \(apply\) held by run run-1"):
+        backend.create("p", "w", Operation.apply, run=R2)
+    assert backend.revisions("p", "w") == [1]
+
+
+def test_resource_state_is_written_per_node_and_carried_to_the_next_release(
+    backend: StateBackend,
+) -> None:
+    backend.create("p", "w", Operation.apply, run=R1)
+    backend.record_resource("p", "w", 1, res("b", v=1), run=R1)
+    backend.record_resource("p", "w", 1, res("a", v=1), run=R1)
+    backend.record_resource("p", "w", 1, res("b", v=2), run=R1)  # upsert keeps its place
+    assert [r.id for r in backend.get("p", "w", 1).state.resources] == ["b", "a"]
+    assert backend.resource_state("p", "w", 1, "b") == res("b", v=2)
+    assert backend.resources("p", "w", 1, ["a", "zz"]) == {"a": res("a", v=1)}
+    backend.set_phase("p", "w", 1, Phase.failed, run=R1, error="boom")
+    second = backend.create("p", "w", Operation.apply, run=R2)
+    assert second.revision == 2 and [r.id for r in second.state.resources] == ["b", "a"]
+    backend.record_deletion("p", "w", 2, "b", run=R2)
+    backend.record_deletion("p", "w", 2, "b", run=R2)  # idempotent
+    assert list(backend.resources("p", "w", 2)) == ["a"]
+    assert list(backend.resources("p", "w", 1)) == ["b", "a"]  # release 1 kept its state
+    listed = backend.list("p", "w")
+    assert [(r.revision, r.resource_count) for r in listed] == [(1, 2), (2, 1)]
+
+
+def test_writes_from_a_run_that_does_not_hold_the_stack_are_refused(
+    backend: StateBackend,
+) -> None:
+    backend.create("p", "w", Operation.apply, run=R1)
+    backend.record_resource("p", "w", 1, res("a", v=1), run=R1)
+    with pytest.raises(FencedError, match="run-2"):
+        backend.record_resource("p", "w", 1, res("a", v=666), run=R2)
+    with pytest.raises(FencedError):
+        backend.record_deletion("p", "w", 1, "a", run=R2)
+    with pytest.raises(FencedError):
+        backend.set_phase("p", "w", 1, Phase.succeeded, run=R2)
+    with pytest.raises(FencedError):
+        backend.assert_holds("p", "w", 1, R2)
+    backend.assert_holds("p", "w", 1, R1)
+    assert backend.resource_state("p", "w", 1, "a") == res("a", v=1)
+    assert backend.phase_of("p", "w", 1) is Phase.generating
+
+
+def test_forced_unlock_fences_the_old_run_out(backend: StateBackend) -> None:
+    backend.create("p", "w", Operation.apply, run=R1)
+    backend.record_resource("p", "w", 1, res("a"), run=R1)
+    after = backend.unlock("p", "w")
+    assert after.phase is Phase.failed and "unlocked by hand" in (after.error or "")
+    assert backend.lock("p", "w") is None
+    with pytest.raises(FencedError):
+        backend.record_resource("p", "w", 1, res("late"), run=R1)
+    with pytest.raises(PhaseConflictError):
+        backend.set_phase("p", "w", 1, Phase.succeeded, run=R1)
+    # the next release starts from what release 1 recorded, without the refused write
+    nxt = backend.create("p", "w", Operation.destroy, run=R2)
+    assert [r.id for r in nxt.state.resources] == ["a"]
+    with pytest.raises(FencedError):  # an old run never writes into a newer release either
+        backend.record_resource("p", "w", 2, res("late"), run=R1)
+
+
+def test_recover_and_transfer_are_compare_and_set(backend: StateBackend) -> None:
+    backend.create("p", "w", Operation.apply, run=R1)
+    lock = backend.lock("p", "w")
+    assert lock is not None
+    stale = lock.model_copy(update={"run_id": "someone-else"})
+    assert not backend.recover(stale, "nope") and backend.lock("p", "w") == lock
+    assert backend.transfer(lock, R2)
+    assert not backend.transfer(lock, R2)  # the lock moved on
+    backend.record_resource("p", "w", 1, res("a"), run=R2)
+    with pytest.raises(FencedError):
+        backend.record_resource("p", "w", 1, res("b"), run=R1)
+    moved = backend.lock("p", "w")
+    assert moved is not None and backend.recover(moved, "run-2 was terminated")
+    closed = backend.get("p", "w", 1)
+    assert closed.phase is Phase.failed and closed.error == "run-2 was terminated"
+    assert closed.run_id == "run-2" and backend.lock("p", "w") is None
+
+
+def test_final_phase_rules_and_approval(backend: StateBackend) -> None:
+    backend.create("p", "w", Operation.apply, run=R1)
+    approval = Approval(decision=Decision.approved, by="ann", at=backend.get("p", "w", 1).created_at)
+    backend.set_phase("p", "w", 1, Phase.succeeded, run=R1, approval=approval)
+    assert backend.set_phase("p", "w", 1, Phase.succeeded, run=R2).phase is Phase.succeeded
+    with pytest.raises(PhaseConflictError):
+        backend.set_phase("p", "w", 1, Phase.failed, run=R1)
+    assert backend.get("p", "w", 1).approval == approval
+    with pytest.raises(NotFoundError):
+        backend.set_phase("p", "w", 9, Phase.failed, run=R1)
+    with pytest.raises(NotFoundError):
+        backend.get("p", "w", 9)
+
+
+def test_latest_succeeded_and_spec_refs(backend: StateBackend) -> None:
+    spec = parse_spec({"resources": [{"id": "a", "type": "OnPrem", "attributes": {}}]})
+    assert backend.latest("p", "w") is None and backend.latest_succeeded_revision("p", "w") is None
+    backend.create("p", "w", Operation.apply, spec, run=R1)
+    backend.set_phase("p", "w", 1, Phase.succeeded, run=R1)
+    backend.create("p", "w", Operation.destroy, run=R2)
+    backend.set_phase("p", "w", 2, Phase.failed, run=R2)
+    assert backend.latest_succeeded_revision("p", "w") == 1
+    latest = backend.latest("p", "w")
+    assert latest is not None and latest.revision == 2 and latest.spec is None
+    assert backend.latest_spec_ref("p", "w") == backend.put_spec(spec)
+    assert backend.stacks() == [("p", "w")]
+
+
+def test_blobs_are_content_addressed_and_hash_checked(backend: StateBackend) -> None:
+    body = b'{"big": "' + b"x" * 100_000 + b'"}'
+    ref = backend.put_blob("spec_ref", body)
+    assert ref == blob_ref(body) and backend.put_blob("spec_ref", body) == ref
+    assert backend.get_blob("spec_ref", ref) == body
+    with pytest.raises(SpecError, match="not found"):
+        backend.get_blob("spec_ref", blob_ref(b"other"))
+    with pytest.raises(SpecError, match="expected 'sha256"):
+        backend.get_blob("spec_ref", "sha256:../../etc/passwd")
+    with backend.engine.begin() as conn:  # corrupt the stored bytes
+        conn.execute(blobs.update().where(blobs.c.ref == ref).values(body=zlib.compress(b"{}")))
+    with pytest.raises(SpecError, match="do not match their hash"):
+        backend.get_blob("spec_ref", ref)
+
+
+def test_terraform_state_keeps_the_newest_serial_and_is_fenced(backend: StateBackend) -> None:
+    backend.create("p", "w", Operation.apply, run=R1)
+    new = '{"lineage":"L","serial":3,"resources":[]}'
+    old = '{"lineage":"L","serial":2,"resources":[]}'
+    backend.put_terraform_state("p", "w", "tf", new, revision=1, run=R1)
+    backend.put_terraform_state("p", "w", "tf", old, revision=1, run=R1)
+    assert backend.get_terraform_state("p", "w", "tf") == new
+    with pytest.raises(FencedError):
+        backend.put_terraform_state("p", "w", "tf", '{"lineage":"L","serial":9}', revision=1, run=R2)
+    assert backend.get_terraform_state("p", "w", "tf") == new
+    backend.delete_terraform_state("p", "w", "tf", revision=1, run=R1)
+    assert backend.get_terraform_state("p", "w", "tf") is None
+
+
+def test_import_keeps_revisions_and_an_in_progress_release_locks_with_no_run(
+    backend: StateBackend,
+) -> None:
+    stamp = "2024-05-10T16:48:00+08:00"
+    release = Release.model_validate(
+        {
+            "project": "p",
+            "workspace": "w",
+            "revision": 3,
+            "phase": "applying",
+            "state": {"resources": [{"id": "a", "type": "OnPrem", "attributes": {}}]},
+            "createTime": stamp,
+            "modifiedTime": stamp,
+        }
     )
+    backend.import_release(release)
+    with pytest.raises(ConflictError):
+        backend.import_release(release)
+    lock = backend.lock("p", "w")
+    assert lock is not None and lock.revision == 3 and lock.holder() is None
+    got = backend.get("p", "w", 3)
+    assert got.created_at == release.created_at and [r.id for r in got.state.resources] == ["a"]
+    with pytest.raises(StackLockedError, match="no recorded run"):
+        backend.create("p", "w", Operation.apply, run=R1)
+    assert backend.unlock("p", "w").phase is Phase.failed
+    assert backend.create("p", "w", Operation.apply, run=R1).revision == 4
 
 
-def retry(fn: Callable[[], T]) -> T:
-    while True:
+def test_concurrent_creates_give_one_lock_and_parallel_writes_all_land(
+    backend: StateBackend,
+) -> None:
+    barrier = threading.Barrier(8)
+
+    def attempt(n: int) -> int | None:
+        barrier.wait()
         try:
-            return fn()
-        except ConflictError as err:
-            if isinstance(err, OwnerConflictError | PhaseConflictError):
-                raise
-
-
-def test_missing_record(record_store: RecordStore) -> None:
-    with pytest.raises(NotFoundError):
-        record_store.get("Thing", NS, "nope")
-    with pytest.raises(NotFoundError):
-        record_store.destroy("Thing", NS, "nope", "me")
-    with pytest.raises(NotFoundError):
-        record_store.update(rec("nope"))
-    assert record_store.list("Thing", NS) == []
-    assert record_store.ids("Thing", NS) == []
-
-
-def test_create_get_and_create_twice(record_store: RecordStore) -> None:
-    created = record_store.create(rec(a=1))
-    assert created.metadata.version == 1
-    assert created.metadata.phase is RecordPhase.running
-    assert (
-        created.metadata.created is not None
-        and created.metadata.created == created.metadata.updated
-    )
-    got = record_store.get("Thing", NS, "r1")
-    assert got == created and got.spec == {"a": 1}
-    assert record_store.get_metadata("Thing", NS, "r1") == created.metadata
-    with pytest.raises(ConflictError):
-        record_store.create(rec(a=2))
-    assert record_store.get("Thing", NS, "r1").spec == {"a": 1}
-
-
-def test_update_is_compare_and_swap(record_store: RecordStore) -> None:
-    current = record_store.create(rec(a=1))
-    stale = current.model_copy(deep=True)
-    future = current.model_copy(deep=True)
-    future.metadata.version = 5
-    with pytest.raises(ConflictError, match="version 5 is not the current version 1"):
-        record_store.update(future)
-    current.spec = {"a": 2}
-    updated = record_store.update(current)
-    assert updated.metadata.version == 2 and updated.spec == {"a": 2}
-    assert updated.metadata.created == current.metadata.created
-    stale.spec = {"a": 3}
-    with pytest.raises(ConflictError):
-        record_store.update(stale)  # version 1 is stale now
-    assert record_store.get("Thing", NS, "r1").spec == {"a": 2}
-
-
-def test_owner_is_checked_before_version(record_store: RecordStore) -> None:
-    record_store.create(rec(owner="me"))
-    intruder = rec(owner="you")
-    intruder.metadata.version = 99  # wrong version too: the owner error wins
-    with pytest.raises(OwnerConflictError, match="owned by 'me', not 'you'"):
-        record_store.update(intruder)
-    with pytest.raises(OwnerConflictError):
-        record_store.destroy("Thing", NS, "r1", "you")
-    with pytest.raises(OwnerConflictError):
-        record_store.teardown("Thing", NS, "r1", "you")
-    record_store.get("Thing", NS, "r1")
-
-
-def test_finalizers_block_destroy(record_store: RecordStore) -> None:
-    record_store.create(rec())
-    record_store.add_finalizer("Thing", NS, "r1", "cleanup")
-    record_store.add_finalizer("Thing", NS, "r1", "cleanup")  # idempotent
-    assert record_store.get("Thing", NS, "r1").metadata.finalizers == ["cleanup"]
-    with pytest.raises(ConflictError, match="has finalizers cleanup"):
-        record_store.destroy("Thing", NS, "r1", "me")
-    record_store.remove_finalizer("Thing", NS, "r1", "cleanup")
-    record_store.destroy("Thing", NS, "r1", "me")
-    with pytest.raises(NotFoundError):
-        record_store.get("Thing", NS, "r1")
-
-
-def test_teardown_phase(record_store: RecordStore) -> None:
-    record_store.create(rec())
-    record_store.add_finalizer("Thing", NS, "r1", "f")
-    torn = record_store.teardown("Thing", NS, "r1", "me")
-    assert torn.metadata.phase is RecordPhase.tearingDown
-    with pytest.raises(PhaseConflictError):
-        record_store.update(torn)
-    with pytest.raises(PhaseConflictError):
-        record_store.add_finalizer("Thing", NS, "r1", "g")
-    record_store.remove_finalizer("Thing", NS, "r1", "f")  # allowed while tearing down
-    record_store.destroy("Thing", NS, "r1", "me")
-
-
-def test_add_remove_finalizer_races_lose_nothing(record_store: RecordStore) -> None:
-    record_store.create(rec())
-    for i in range(3):
-        record_store.add_finalizer("Thing", NS, "r1", f"old{i}")
-    start = threading.Barrier(11)
-
-    def add(i: int) -> None:
-        start.wait()
-        retry(lambda: record_store.add_finalizer("Thing", NS, "r1", f"new{i}"))
-
-    def remove(i: int) -> None:
-        start.wait()
-        retry(lambda: record_store.remove_finalizer("Thing", NS, "r1", f"old{i}"))
-
-    with ThreadPoolExecutor(11) as pool:
-        futures = [pool.submit(add, i) for i in range(8)] + [
-            pool.submit(remove, i) for i in range(3)
-        ]
-        for f in futures:
-            f.result()
-    final = record_store.get("Thing", NS, "r1").metadata
-    assert sorted(final.finalizers) == [f"new{i}" for i in range(8)]
-    assert final.version == 1 + 3 + 11
-
-
-def test_cas_increments_lose_nothing(record_store: RecordStore) -> None:
-    record_store.create(rec(count=0))
-    start = threading.Barrier(8)
-
-    def bump() -> None:
-        start.wait()
-        for _ in range(5):
-
-            def attempt() -> Record:
-                current = record_store.get("Thing", NS, "r1")
-                current.spec["count"] = int(str(current.spec["count"])) + 1
-                return record_store.update(current)
-
-            retry(attempt)
+            return backend.create("p", "w", Operation.apply, run=RunRef("wf", f"r{n}")).revision
+        except StackLockedError:
+            return None
 
     with ThreadPoolExecutor(8) as pool:
-        for f in [pool.submit(bump) for _ in range(8)]:
-            f.result()
-    assert record_store.get("Thing", NS, "r1").spec["count"] == 40
+        won = [r for r in pool.map(attempt, range(8)) if r is not None]
+    assert won == [1]
+    lock = backend.lock("p", "w")
+    assert lock is not None
+    holder = lock.holder()
+    assert holder is not None
+    with ThreadPoolExecutor(8) as pool:
+        list(
+            pool.map(
+                lambda i: backend.record_resource("p", "w", 1, res(f"n{i}", i=i), run=holder),
+                range(200),
+            )
+        )
+    state = backend.resources("p", "w", 1)
+    assert len(state) == 200 and state["n7"].attributes == {"i": 7}
 
 
-def test_concurrent_destroys(record_store: RecordStore) -> None:
-    record_store.create(rec())
-    start = threading.Barrier(10)
-
-    def destroy() -> str:
-        start.wait()
-        try:
-            record_store.destroy("Thing", NS, "r1", "me")
-            return "ok"
-        except NotFoundError:
-            return "not found"
-
-    with ThreadPoolExecutor(10) as pool:
-        results = [f.result() for f in [pool.submit(destroy) for _ in range(10)]]
-    assert results.count("ok") == 1 and results.count("not found") == 9
+def test_stack_lock_model_describes_its_holder() -> None:
+    lock = StackLock.model_validate(
+        {
+            "project": "p",
+            "workspace": "w",
+            "revision": 2,
+            "operation": "destroy",
+            "workflow_id": "wf",
+            "run_id": "r",
+            "acquired_at": "2026-01-01T00:00:00Z",
+        }
+    )
+    assert lock.describe() == "release 2 (destroy) held by run r of workflow wf"
 
 
-def test_list_sorted_and_filtered(record_store: RecordStore) -> None:
-    for rid in ["10", "9", "b", "2", "a"]:
-        record_store.create(rec(rid, labels={"parity": "odd" if rid in ("9", "b") else "even"}))
-    assert [r.metadata.id for r in record_store.list("Thing", NS)] == ["2", "9", "10", "a", "b"]
-    assert record_store.ids("Thing", NS) == ["2", "9", "10", "a", "b"]
-    odd = record_store.list("Thing", NS, labels={"parity": "odd"})
-    assert [r.metadata.id for r in odd] == ["9", "b"]
-    assert record_store.list("Thing", NS, labels={"parity": "odd", "x": "y"}) == []
-    assert record_store.list("Thing", "other/ns") == []
-    assert record_store.list("Other", NS) == []
-
-
-def test_labels_are_updated(record_store: RecordStore) -> None:
-    current = record_store.create(rec(labels={"a": "1"}))
-    current.metadata.labels = {"a": "2"}
-    record_store.update(current)
-    assert record_store.get_metadata("Thing", NS, "r1").labels == {"a": "2"}
-
-
-def test_journal(record_store: RecordStore) -> None:
-    assert record_store.read_journal("Thing", NS, "r1") == []
-    record_store.append_journal("Thing", NS, "r1", {"n": 1, "nested": {"x": [1]}})
-    record_store.append_journal("Thing", NS, "r1", {"n": 2})
-    entries = record_store.read_journal("Thing", NS, "r1")
-    assert entries == [{"n": 1, "nested": {"x": [1]}}, {"n": 2}]
-    entries[0]["n"] = 99  # a copy
-    assert record_store.read_journal("Thing", NS, "r1")[0]["n"] == 1
-    record_store.clear_journal("Thing", NS, "r1")
-    assert record_store.read_journal("Thing", NS, "r1") == []
-
-
-@pytest.mark.parametrize(
-    ("type_", "namespace", "rid"),
-    [
-        ("Thing", "../etc", "x"),
-        ("Thing", "a//b", "x"),
-        ("Thing", NS, "../x"),
-        ("../T", NS, "x"),
-        ("Thing", "", "x"),
-        ("Thing", NS, "a/b"),
-    ],
-)
-def test_unsafe_names_refused(
-    record_store: RecordStore, type_: str, namespace: str, rid: str
-) -> None:
-    with pytest.raises(InvalidNameError):
-        record_store.get(type_, namespace, rid)
-    record = Record(metadata=Metadata(namespace=namespace, type=type_, id=rid, owner="me"))
-    with pytest.raises(InvalidNameError):
-        record_store.create(record)
+def test_bad_urls_are_one_clear_line(tmp_path: object) -> None:
+    with pytest.raises(SpecError, match="scheme 'mysql' is not supported"):
+        open_backend("mysql://x@y/z")
+    with pytest.raises(SpecError, match="is not a URL"):
+        open_backend("not a url")

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
+from stackflow.store.filesystem import FileRecordStore
 from temporalio.client import Client, WorkflowHandle
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from stackflow.operation import StatusView
 from stackflow.release import Release, ReleaseStore
-from stackflow.store.filesystem import FileRecordStore
 from workflows.operations import ALL_WORKFLOWS
 
 T = TypeVar("T")

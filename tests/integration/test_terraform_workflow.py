@@ -14,10 +14,10 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from stackflow.store.filesystem import FileRecordStore
 
 from runtimes.terraform import STATE_KEY
 from stackflow.release import ReleaseStore
-from stackflow.store.filesystem import FileRecordStore
 from tests.integration.conftest import WorkerProcess, run_cli
 
 MIRROR = Path.home() / ".cache" / "stackflow" / "terraform" / "mirror"

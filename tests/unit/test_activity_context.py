@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from stackflow.store.memory import MemoryRecordStore
+
 from activities.operations import OperationActivities
 from runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
 from runtimes.registry import RuntimeRegistry
@@ -13,7 +15,6 @@ from stackflow.operation import NodeInput, OperationInput, PrepareInput
 from stackflow.release import Phase, ReleaseStore
 from stackflow.spec import parse_spec
 from stackflow.spec_store import SpecStore
-from stackflow.store.memory import MemoryRecordStore
 
 
 class RecordingRuntime(Runtime):

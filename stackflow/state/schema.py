@@ -1,0 +1,90 @@
+"""The state backend's one SQL schema (SQLAlchemy Core), shared by SQLite and PostgreSQL.
+
+Migrations under ``migrations/versions`` create exactly these tables; a test checks that
+the migrated database and this module agree.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData()
+
+_STACK = (
+    sa.Column("project", sa.String(200), primary_key=True),
+    sa.Column("workspace", sa.String(200), primary_key=True),
+)
+
+
+def _stack() -> list[sa.Column[str]]:
+    return [c._copy() for c in _STACK]
+
+
+releases = sa.Table(
+    "releases",
+    metadata,
+    *_stack(),
+    sa.Column("revision", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("operation", sa.String(20), nullable=False),
+    sa.Column("phase", sa.String(20), nullable=False),
+    sa.Column("stack", sa.String(200)),
+    sa.Column("spec_ref", sa.String(80)),
+    sa.Column("error", sa.Text),
+    sa.Column("approval", sa.JSON),
+    sa.Column("changes", sa.JSON),
+    sa.Column("workflow_id", sa.String(400)),
+    sa.Column("run_id", sa.String(100)),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("modified_at", sa.DateTime(timezone=True), nullable=False),
+)
+"""One row per release (Kusion's fields); the spec lives in ``blobs`` by ``spec_ref``."""
+
+release_resources = sa.Table(
+    "release_resources",
+    metadata,
+    *_stack(),
+    sa.Column("revision", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("resource_id", sa.String(1000), primary_key=True),
+    sa.Column("position", sa.Integer, nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Index("ix_release_resources_order", "project", "workspace", "revision", "position"),
+)
+"""The state of each resource of a release, written as each node finishes (JSON text)."""
+
+stack_locks = sa.Table(
+    "stack_locks",
+    metadata,
+    *_stack(),
+    sa.Column("revision", sa.Integer, nullable=False),
+    sa.Column("operation", sa.String(20), nullable=False),
+    sa.Column("workflow_id", sa.String(400)),
+    sa.Column("run_id", sa.String(100)),
+    sa.Column("acquired_at", sa.DateTime(timezone=True), nullable=False),
+)
+"""Who holds a stack: the run of its release in progress. Every state write checks it."""
+
+blobs = sa.Table(
+    "blobs",
+    metadata,
+    sa.Column("ref", sa.String(80), primary_key=True),
+    sa.Column("kind", sa.String(20), nullable=False),
+    sa.Column("size", sa.BigInteger, nullable=False),
+    sa.Column("body", sa.LargeBinary, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+)
+"""Content-addressed specs and plans (zlib-compressed; the ref is the sha256 of the body)."""
+
+terraform_states = sa.Table(
+    "terraform_states",
+    metadata,
+    *_stack(),
+    sa.Column("resource_id", sa.String(1000), primary_key=True),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("serial", sa.Integer, nullable=False),
+    sa.Column("lineage", sa.String(100), nullable=False),
+    sa.Column("revision", sa.Integer, nullable=False),
+    sa.Column("run_id", sa.String(100)),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+"""The latest OpenTofu state of each Terraform resource, written right after every tofu
+command that changes it, so a retry on another host never starts from nothing."""

@@ -1,0 +1,56 @@
+"""Fixtures every test directory shares: the state backends (SQLite, PostgreSQL)."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from stackflow.state.backend import StateBackend, open_backend
+from stackflow.state.schema import metadata
+
+BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)]
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A database of its own on the dev PostgreSQL (`make up`), dropped at the end."""
+    import psycopg
+    import sqlalchemy as sa
+
+    base = os.environ.get("STACKFLOW_POSTGRES_URL")
+    if not base:
+        pytest.fail(
+            "STACKFLOW_POSTGRES_URL is not set: start the services with `make up` and "
+            '`eval "$(make -s env)"` (or run `make test`)',
+            pytrace=False,
+        )
+    name = f"sf_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = sa.make_url(base).set(database=name).render_as_string(hide_password=False)
+    try:
+        yield url
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateBackend]:
+    """Every backend passes the same suite: SQLite in a fresh file, PostgreSQL in a
+    session database emptied before each test."""
+    if request.param == "sqlite":
+        store = open_backend(f"sqlite:///{tmp_path / 'state.db'}")
+    else:
+        store = open_backend(request.getfixturevalue("postgres_url"), migrate=True)
+        with store.engine.begin() as conn:
+            for table in reversed(metadata.sorted_tables):
+                conn.execute(table.delete())
+    try:
+        yield store
+    finally:
+        store.close()

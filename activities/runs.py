@@ -13,12 +13,10 @@ from temporalio.service import RPCError, RPCStatusCode
 from stackflow.state.backend import RunRef, StackLock
 
 
-def run_link(run: RunRef, namespace: str | None = None) -> str | None:
-    """The run's page in the Temporal UI, when ``STACKFLOW_UI_URL`` (or the dev server's
-    default) says where the UI is."""
-    base = os.environ.get("STACKFLOW_UI_URL") or os.environ.get("TEMPORAL_UI_URL")
-    if not base:
-        return None
+def run_link(run: RunRef, namespace: str | None = None) -> str:
+    """The run's page in the Temporal UI (``STACKFLOW_TEMPORAL_UI``, default the dev
+    server's)."""
+    base = os.environ.get("STACKFLOW_TEMPORAL_UI", "http://127.0.0.1:8233")
     ns = namespace or os.environ.get("TEMPORAL_NAMESPACE", "default")
     return (
         f"{base.rstrip('/')}/namespaces/{quote(ns, safe='')}/workflows/"
@@ -50,7 +48,7 @@ class RunOracle(Protocol):
     async def ended(self, lock: StackLock) -> str | None:
         """None while the lock's run is open (or the lock names no run)."""
 
-    def link(self, run: RunRef) -> str | None: ...
+    def link(self, run: RunRef) -> str: ...
 
 
 class TemporalRunOracle:
@@ -62,5 +60,5 @@ class TemporalRunOracle:
             return None  # an imported release in progress: only a person can tell
         return await run_ended(activity.client(), holder)
 
-    def link(self, run: RunRef) -> str | None:
+    def link(self, run: RunRef) -> str:
         return run_link(run, activity.info().workflow_namespace if activity.in_activity() else None)

@@ -1,13 +1,16 @@
 """Apply N OnPrem File resources through a real ApplyWorkflow and measure it.
 
-Runs against the services of `make up` (TEMPORAL_ADDRESS, REDIS_URL) with its own
-in-process worker, task queue and temporary STACKFLOW_HOME. For each size it prints
+Runs against the services of `make up` (TEMPORAL_ADDRESS, REDIS_URL, and
+STACKFLOW_POSTGRES_URL for the PostgreSQL backend) with its own in-process worker, task queue
+and temporary STACKFLOW_HOME, once per state backend: SQLite (embedded) and PostgreSQL (a
+temporary database), so the two print side by side. For each size it prints
 resources/second, wall time and the event-history size of the parent run and of its largest
 BatchWorkflow child (event count and bytes of ``fetch_history()``), then whether the Temporal
 server logged a history-size warning while the benchmark ran.
 
     eval "$(scripts/services.sh env)"
-    .venv/bin/python benchmarks/apply_bench.py                 # 100, 1000, 10000
+    .venv/bin/python benchmarks/apply_bench.py                 # 100, 1000 on both backends
+    .venv/bin/python benchmarks/apply_bench.py --backends sqlite --sizes 10000
     .venv/bin/python benchmarks/apply_bench.py --sizes 100,1000,10000,30000
     .venv/bin/python benchmarks/apply_bench.py --sizes 100 1000 --max-concurrency 16
 
@@ -19,22 +22,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import shutil
 import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from temporalio.api.history.v1 import History  # noqa: E402
 from temporalio.client import Client, WorkflowHistory  # noqa: E402
-from temporalio.contrib.pydantic import pydantic_data_converter  # noqa: E402
 
+from stackflow.codec import data_converter  # noqa: E402
 from stackflow.operation import OperationInput, OperationResult  # noqa: E402
 from stackflow.spec import parse_spec  # noqa: E402
 
@@ -113,15 +119,14 @@ def spec_for(root: Path, size: int) -> dict[str, object]:
 
 
 async def run_one(client: Client, queue: str, files: Path, size: int, concurrency: int) -> Run:
-    from stackflow.config import stackflow_home
-    from stackflow.spec_store import SpecStore
-
     project = f"bench{size}-{uuid.uuid4().hex[:6]}"
     root = files / project
     spec = parse_spec(spec_for(root, size), source="bench")
-    ref = SpecStore(stackflow_home() / "specs").put(spec)
     request = OperationInput(
-        project=project, spec_ref=ref, auto_approve=True, max_concurrency=concurrency
+        project=project,
+        spec=spec.model_dump(mode="json", by_alias=True),
+        auto_approve=True,
+        max_concurrency=concurrency,
     )
     workflow_id = f"stackflow/{project}/default"
     started = time.monotonic()
@@ -163,16 +168,83 @@ async def main() -> None:
     parser.add_argument(
         "--sizes",
         nargs="+",
-        default=["100", "1000", "10000"],
+        default=["100", "1000"],
         help="sizes, space- or comma-separated (e.g. 100,1000,10000,30000)",
     )
     parser.add_argument("--max-concurrency", type=int, default=16)
     parser.add_argument("--keep", action="store_true", help="keep the temporary home")
+    parser.add_argument(
+        "--backends", default="sqlite,postgresql", help="state backends, comma-separated"
+    )
     args = parser.parse_args()
     sizes = [int(x) for part in args.sizes for x in part.split(",") if x]
+    rates: dict[tuple[str, int], float] = {}
+    for backend in [b for b in args.backends.split(",") if b]:
+        rates.update(await bench_backend(backend, sizes, args.max_concurrency, args.keep))
+    print("\nresources/s side by side:")
+    names = [b for b in args.backends.split(",") if b]
+    print(f"{'resources':>9} " + " ".join(f"{n:>12}" for n in names) + "   ratio")
+    for size in sizes:
+        values = [rates.get((n, size)) for n in names]
+        shown = " ".join(f"{v:>12.1f}" if v else f"{'-':>12}" for v in values)
+        ratio = (
+            f"   {values[1] / values[0]:.2f}x ({names[1]}/{names[0]})"
+            if len(values) == 2 and values[0] and values[1]
+            else ""
+        )
+        print(f"{size:>9} {shown}{ratio}")
+
+
+@contextlib.contextmanager
+def state_url(backend: str, work: Path) -> Iterator[str]:
+    """SQLite in the home, or a temporary database on STACKFLOW_POSTGRES_URL."""
+    if backend == "sqlite":
+        yield f"sqlite:///{work / 'home' / 'state.db'}"
+        return
+    import psycopg
+    import sqlalchemy as sa
+
+    base = os.environ.get("STACKFLOW_POSTGRES_URL")
+    if not base:
+        raise SystemExit('STACKFLOW_POSTGRES_URL is not set: eval "$(make -s env)" first')
+    name = f"sf_bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield sa.make_url(base).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+async def bench_backend(
+    backend: str, sizes: list[int], concurrency: int, keep: bool
+) -> dict[tuple[str, int], float]:
+    from stackflow.state.backend import open_backend
+
+    rates: dict[tuple[str, int], float] = {}
 
     work = Path(tempfile.mkdtemp(prefix="stackflow-bench-"))
     os.environ["STACKFLOW_HOME"] = str(work / "home")
+    with state_url(backend, work) as url:
+        store = open_backend(url, migrate=True)
+        try:
+            await _bench(backend, store, work, sizes, concurrency, rates)
+        finally:
+            store.close()
+            if not keep:
+                shutil.rmtree(work, ignore_errors=True)
+    return rates
+
+
+async def _bench(
+    backend: str,
+    store: Any,
+    work: Path,
+    sizes: list[int],
+    concurrency: int,
+    rates: dict[tuple[str, int], float],
+) -> None:
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     import worker as worker_module
 
@@ -181,11 +253,11 @@ async def main() -> None:
     client = await Client.connect(
         os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233"),
         namespace=os.environ.get("TEMPORAL_NAMESPACE", "default"),
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter(),
     )
-    activities = worker_module.build_activities(os.environ.get("REDIS_URL") or None)
+    activities = worker_module.build_activities(os.environ.get("REDIS_URL") or None, backend=store)
     worker = worker_module.build_worker(client, queue, activities)
-    print(f"home {work}, task queue {queue}, max_concurrency {args.max_concurrency}")
+    print(f"\n== {backend}: home {work}, task queue {queue}, max_concurrency {concurrency}")
     print(
         f"{'resources':>9} {'wall s':>8} {'res/s':>8} {'parent events':>13} {'parent KB':>10} "
         f"{'children':>8} {'max child ev':>12} {'max child KB':>12} "
@@ -194,7 +266,8 @@ async def main() -> None:
     try:
         async with worker:
             for size in sizes:
-                run = await run_one(client, queue, work / "files", size, args.max_concurrency)
+                run = await run_one(client, queue, work / "files", size, concurrency)
+                rates[(backend, size)] = run.size / run.seconds
                 child = run.largest_child
                 print(
                     f"{run.size:>9} {run.seconds:>8.1f} {run.size / run.seconds:>8.1f} "
@@ -207,8 +280,6 @@ async def main() -> None:
                 )
     finally:
         await activities.registry.close()
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
     if log is None:
         print("server log not found: cannot tell whether it warned about history size")
         return

@@ -16,7 +16,7 @@ from rich.text import Text
 from cli.app import app, release_app
 from cli.output import OutputFormat, OutputOption, emit, masked_release_json, stdout_console
 from stackflow.config import default_backend
-from stackflow.errors import NotFoundError
+from stackflow.errors import ConflictError, NotFoundError
 from stackflow.graph import Graph, build_graph
 from stackflow.kusion import export_kusion_releases, import_kusion_releases
 from stackflow.release import Release
@@ -200,21 +200,22 @@ def release_unlock(
     if holder is not None and not force:
         ended = asyncio.run(_holder_ended(holder))
         if ended is None:
-            link = run_link(holder)
             raise StackLockedError(
-                f"stack {project}/{workspace} is held by {holder}, which is still running"
-                + (f" ({link})" if link else "")
-                + "; cancel it (temporal workflow cancel, or the Temporal UI) or pass --force"
+                f"stack {project}/{workspace} is held by {holder}, which is still running "
+                f"({run_link(holder)}); cancel it (temporal workflow cancel, or the Temporal "
+                "UI) or pass --force"
             )
         reason = f"{ended}; unlocked by hand"
     elif holder is not None:
         reason = f"unlocked by hand with --force while {holder} held it"
-    if reason is not None and not force:
-        store.recover(lock, reason)
-        after = store.latest(project, workspace, with_spec=False)
-        assert after is not None
-    else:
-        after = store.unlock(project, workspace, reason)
+    if not store.recover(lock, reason or "unlocked by hand; the operation may not have finished"):
+        store.close()
+        raise ConflictError(
+            f"stack {project}/{workspace} changed hands while unlocking ({lock.describe()} "
+            "no longer holds it); look again with `stackflow release list`"
+        )
+    after = store.latest(project, workspace, with_spec=False)
+    assert after is not None
     store.close()
     typer.echo(f"unlocked {project}/{workspace}: release {after.revision} is now {after.phase}")
 

@@ -25,12 +25,14 @@ KUBE_API_PORT="${STACKFLOW_KUBE_API_PORT:-16443}"
 KUBE_CM_PORT="${STACKFLOW_KUBE_CM_PORT:-10357}"
 KUBE_SCHED_PORT="${STACKFLOW_KUBE_SCHED_PORT:-10359}"
 KWOK_PORT="${STACKFLOW_KWOK_PORT:-10361}"
+PG_PORT="${STACKFLOW_PG_PORT:-55432}"
 
 TF_MIRROR_DIR="$STACKFLOW_CACHE/terraform/mirror"
 TF_PLUGIN_CACHE_DIR="$STACKFLOW_CACHE/terraform/plugin-cache"
 TF_CLI_CONFIG="$STACKFLOW_CACHE/terraform/tofurc"
 KUBE_DIR="$RUN_DIR/kube"
 KUBECONFIG_PATH="$KUBE_DIR/kubeconfig"
+PG_DIR="$RUN_DIR/postgres"      # data/ (initdb'd once), socket/, pg_hba.conf, password
 
 if [ -t 1 ]; then _B=$'\e[1m'; _G=$'\e[32m'; _R=$'\e[31m'; _Y=$'\e[33m'; _N=$'\e[0m'; else _B=; _G=; _R=; _Y=; _N=; fi
 step() { printf '%s==>%s %s\n' "$_B" "$_N" "$*"; }

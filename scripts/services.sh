@@ -1,19 +1,48 @@
 #!/usr/bin/env bash
-# Starts, stops and reports stackflow's dev services on loopback: etcd + kube-apiserver +
-# kube-controller-manager (an envtest-style control plane), the Temporal dev server (with
-# Web UI), Redis, and a stackflow worker. Every service gets a pid file, a log file and a
+# Starts, stops and reports stackflow's dev services on loopback: PostgreSQL (Debian's server,
+# its own cluster under the run dir), etcd + kube-apiserver + kube-controller-manager (an
+# envtest-style control plane), the Temporal dev server (with Web UI), Redis, and a stackflow
+# worker. Every service gets a pid file, a log file and a
 # health check under the run dir; one that does not become healthy is stopped again and
 # its log is printed. Usage: services.sh up|down|status|env [service...]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-SERVICES=(redis temporal etcd kube-apiserver kube-controller-manager kube-scheduler kwok worker)
+SERVICES=(postgres redis temporal etcd kube-apiserver kube-controller-manager kube-scheduler kwok worker)
 
 pidfile() { echo "$RUN_DIR/pids/$1.pid"; }
 logfile() { echo "$RUN_DIR/logs/$1.log"; }
 is_running() { local f; f="$(pidfile "$1")"; [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null; }
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# ---- PostgreSQL: binaries, owner, password ---------------------------------------------------
+# The newest server major of Debian's packages (/usr/lib/postgresql/N/bin); the packages' own
+# cluster `main` is never started or used. PostgreSQL refuses to run as root, so as root the
+# cluster belongs to the `postgres` OS user. setpriv execs the server (runuser would stay as a
+# root parent that does not pass SIGINT, the fast shutdown, on to it).
+PG_BIN="$(printf '%s\n' /usr/lib/postgresql/*/bin/postgres | sort -V | tail -n 1)"; PG_BIN="${PG_BIN%/postgres}"
+if [ "$(id -u)" -eq 0 ]; then
+  PG_OWNER=postgres; PG_AS="setpriv --reuid=postgres --regid=postgres --init-groups --"
+else
+  PG_OWNER="$(id -un)"; PG_AS=""
+fi
+# shellcheck disable=SC2086
+pg_as() { $PG_AS "$@"; }
+# The stackflow role's password: generated once, kept (0600) next to the cluster.
+pg_password() {
+  if [ ! -s "$PG_DIR/password" ]; then
+    mkdir -p "$PG_DIR"
+    (umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$PG_DIR/password.tmp")
+    mv "$PG_DIR/password.tmp" "$PG_DIR/password"
+  fi
+  chmod 0600 "$PG_DIR/password"
+  cat "$PG_DIR/password"
+}
+pg_url() { echo "postgresql://stackflow:$(pg_password)@127.0.0.1:$PG_PORT/stackflow"; }
+
 # ---- health checks -------------------------------------------------------------------------
+health_postgres() {
+  [ "$(PGCONNECT_TIMEOUT=3 "$PG_BIN/psql" -XAtw -c 'select 1' "$(pg_url)" 2>/dev/null)" = 1 ]
+}
 health_redis() { [ "$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null)" = "PONG" ]; }
 health_temporal() {
   temporal operator cluster health --address "127.0.0.1:$TEMPORAL_PORT" 2>/dev/null | grep -q SERVING &&
@@ -76,7 +105,70 @@ KCFG
   mv "$d/kubeconfig.tmp" "$d/kubeconfig"
 }
 
+# ---- PostgreSQL cluster ------------------------------------------------------------------------
+# Server settings (a change applies on the next start): loopback only, the socket inside the run
+# dir, scram-sha-256 over TCP (pg_hba.conf below), light for a 2-core machine, and room for
+# several workers' connection pools during the tests.
+pg_flags() {
+  echo -c listen_addresses="$1" -c port="$PG_PORT" -c unix_socket_directories="$PG_DIR/socket" \
+    -c hba_file="$PG_DIR/pg_hba.conf" -c password_encryption=scram-sha-256 \
+    -c shared_buffers=128MB -c max_connections=200 -c cluster_name=stackflow-dev
+}
+# initdb once; then the role `stackflow` (LOGIN CREATEDB, password from pg_password) and its
+# database `stackflow`, through a socket-only server, whenever the password file is newer than
+# the last time. Everything but the command goes to stderr or the init log.
+pg_init() {
+  local data="$PG_DIR/data" sock="$PG_DIR/socket" log="$RUN_DIR/logs/postgres-init.log" pw
+  mkdir -p "$PG_DIR" "$RUN_DIR/logs"
+  cd "$PG_DIR"
+  chmod 0755 "$PG_DIR"
+  pw="$(pg_password)"
+  pg_as test -x "$PG_DIR" ||
+    die "postgres: the $PG_OWNER user cannot reach $PG_DIR (a parent directory is not searchable by it); chmod o+x that directory or set STACKFLOW_RUN_DIR"
+  [ ${#sock} -le 90 ] || die "postgres: socket dir $sock is too long for a Unix socket path; set STACKFLOW_RUN_DIR to a shorter path"
+  mkdir -p "$data" "$sock"
+  : > "$log"
+  [ -z "$PG_AS" ] || chown "$PG_OWNER:" "$data" "$sock" "$log"
+  chmod 0700 "$data" "$sock"
+  cat > "$PG_DIR/pg_hba.conf" <<HBA
+# Written by scripts/services.sh on every start.
+# TYPE  DATABASE  USER  ADDRESS       METHOD
+local   all       all                 peer
+host    all       all   127.0.0.1/32  scram-sha-256
+HBA
+  chmod 0644 "$PG_DIR/pg_hba.conf"
+  if [ ! -s "$data/PG_VERSION" ]; then
+    rm -f "$PG_DIR/bootstrapped"
+    pg_as "$PG_BIN/initdb" -D "$data" -U "$PG_OWNER" --auth-local=peer --auth-host=scram-sha-256 \
+      --encoding=UTF8 --locale=C >>"$log" 2>&1 || { tail -n 25 "$log" >&2; die "postgres: initdb failed; log: $log"; }
+  fi
+  local have want; have="$(cat "$data/PG_VERSION")"; want="$(basename "$(dirname "$PG_BIN")")"
+  [ "$have" = "$want" ] || die "postgres: $data was created by PostgreSQL $have, the installed server is $want; remove $PG_DIR to start over (its data is lost)"
+  if [ ! -f "$PG_DIR/bootstrapped" ] || [ "$PG_DIR/password" -nt "$PG_DIR/bootstrapped" ]; then
+    pg_as "$PG_BIN/pg_ctl" -D "$data" -w -t 60 -l "$log" -o "$(pg_flags "''")" start >>"$log" 2>&1 ||
+      { tail -n 25 "$log" >&2; die "postgres: the bootstrap server did not start; log: $log"; }
+    if ! pg_as "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$sock" -p "$PG_PORT" -U "$PG_OWNER" -d postgres >>"$log" 2>&1 <<SQL
+SELECT 'CREATE ROLE stackflow' WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'stackflow')\gexec
+ALTER ROLE stackflow LOGIN CREATEDB PASSWORD '$pw';
+SELECT 'CREATE DATABASE stackflow OWNER stackflow' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'stackflow')\gexec
+SQL
+    then
+      pg_as "$PG_BIN/pg_ctl" -D "$data" -w -m fast stop >>"$log" 2>&1 || true
+      tail -n 25 "$log" >&2; die "postgres: creating the stackflow role and database failed; log: $log"
+    fi
+    pg_as "$PG_BIN/pg_ctl" -D "$data" -w -t 60 -m fast stop >>"$log" 2>&1 ||
+      { tail -n 25 "$log" >&2; die "postgres: the bootstrap server did not stop; log: $log"; }
+    touch "$PG_DIR/bootstrapped"
+  fi
+}
+
 # ---- commands of each service ------------------------------------------------------------------
+cmd_postgres() {
+  [ -x "$PG_BIN/postgres" ] || die "postgres: no server under /usr/lib/postgresql/*/bin; run 'make setup' first"
+  pg_init
+  # shellcheck disable=SC2086,SC2046
+  echo $PG_AS "$PG_BIN/postgres" -D "$PG_DIR/data" $(pg_flags 127.0.0.1)
+}
 cmd_redis() {
   mkdir -p "$RUN_DIR/redis"
   echo redis-server --bind 127.0.0.1 --port "$REDIS_PORT" --save "''" --appendonly no --dir "$RUN_DIR/redis"
@@ -142,7 +234,7 @@ cmd_worker() {
 }
 port_of() {
   case "$1" in
-    redis) echo "$REDIS_PORT" ;; temporal) echo "$TEMPORAL_PORT" ;; etcd) echo "$ETCD_PORT" ;;
+    postgres) echo "$PG_PORT" ;; redis) echo "$REDIS_PORT" ;; temporal) echo "$TEMPORAL_PORT" ;; etcd) echo "$ETCD_PORT" ;;
     kube-apiserver) echo "$KUBE_API_PORT" ;; kube-controller-manager) echo "$KUBE_CM_PORT" ;;
     kube-scheduler) echo "$KUBE_SCHED_PORT" ;; kwok) echo "$KWOK_PORT" ;; *) echo "" ;;
   esac
@@ -194,7 +286,12 @@ stop_one() {
   [ -f "$f" ] || return 0
   pid="$(cat "$f")"
   if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    if [ "$name" = postgres ]; then
+      # Fast shutdown, by the postmaster alone: SIGTERM would wait for every client to leave.
+      kill -INT "$pid" 2>/dev/null || true
+    else
+      kill -TERM "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    fi
     for i in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
     kill -KILL "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
   fi
@@ -208,6 +305,7 @@ export TEMPORAL_NAMESPACE=default
 export STACKFLOW_TASK_QUEUE=${STACKFLOW_TASK_QUEUE:-stackflow}
 export STACKFLOW_TEMPORAL_UI=http://127.0.0.1:$TEMPORAL_UI_PORT
 export REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
+export STACKFLOW_POSTGRES_URL=$(pg_url)
 export KUBECONFIG=$KUBECONFIG_PATH
 export STACKFLOW_TF_BIN=$TOOLS_BIN/tofu
 export TF_CLI_CONFIG_FILE=$TF_CLI_CONFIG

@@ -38,12 +38,8 @@ class ConflictError(StoreError):
     """The record exists already, or its version moved on (compare-and-swap failed)."""
 
 
-class OwnerConflictError(ConflictError):
-    """The record belongs to another owner."""
-
-
 class PhaseConflictError(ConflictError):
-    """The record's phase forbids the operation (e.g. it is tearing down)."""
+    """The release's phase forbids the change (a final phase is never left)."""
 
 
 class FencedError(ConflictError):
@@ -65,9 +61,3 @@ class SchemaError(StoreError):
 
 class BackendUnavailableError(StoreError):
     """The state backend cannot be reached (retried by activities within a bound)."""
-
-
-class InvalidNameError(StoreError):
-    """A type, namespace or id is not a safe name (they become file paths)."""
-
-    exit_code = 2

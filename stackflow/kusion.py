@@ -4,6 +4,7 @@ export releases back into that layout."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from stackflow.spec import load_yaml
 from stackflow.state.backend import StateBackend
 
 METADATA_FILE = ".metadata.yml"
+_SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")
 
 
 class KusionReleaseMeta(BaseModel):
@@ -161,6 +163,7 @@ def _kusion_document(release: Release) -> dict[str, Any]:
 def _write_private(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    os.fchmod(fd, 0o600)  # an existing file keeps its mode otherwise
     with os.fdopen(fd, "w", encoding="utf-8") as handle:
         handle.write(text)
 
@@ -177,6 +180,11 @@ def export_kusion_releases(
     for p, w in backend.stacks():
         if (project and p != project) or (workspace and w != workspace):
             continue
+        for name in (p, w):
+            if not _SAFE_NAME.match(name):
+                raise KusionFormatError(
+                    f"stack {p}/{w}: {name!r} cannot be a directory name; not exported"
+                )
         target = directory / "releases" / p / w
         metas = []
         for revision in backend.revisions(p, w):

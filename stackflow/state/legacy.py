@@ -52,6 +52,15 @@ def read_legacy_home(home: Path) -> list[Release]:
             release = Release.model_validate(record["spec"])
         except (OSError, KeyError, TypeError, ValidationError, ValueError) as err:
             raise KusionFormatError(f"{path}: not a stackflow release record: {err}") from err
+        if (release.project, release.workspace, str(release.revision)) != (
+            path.parent.parent.name,
+            path.parent.name,
+            path.stem,
+        ):
+            raise KusionFormatError(
+                f"{path}: holds {release.project}/{release.workspace} revision "
+                f"{release.revision}, not what its path says"
+            )
         release.state = State(
             resources=_fold(release.state.resources, path.with_name(f"{path.stem}.journal.jsonl"))
         )

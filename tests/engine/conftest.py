@@ -13,7 +13,6 @@ import pytest
 import redis
 
 
-
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

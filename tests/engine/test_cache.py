@@ -6,11 +6,11 @@ import logging
 from typing import Any
 
 import pytest
-from stackflow.store import MemoryRecordStore
 
 from stackflow.cache import PriorStateCache
-from stackflow.release import Operation, Phase, Release, ReleaseStore
+from stackflow.release import Operation, Phase, Release
 from stackflow.spec import Resource, ResourceType
+from stackflow.state.backend import RunRef, StateBackend
 
 P, W = "proj", "dev"
 
@@ -19,20 +19,23 @@ def res(rid: str, **attrs: object) -> Resource:
     return Resource(id=rid, type=ResourceType.OnPrem, attributes=dict(attrs))
 
 
-def succeed(store: ReleaseStore, *resources: Resource, phase: Phase = Phase.succeeded) -> Release:
-    release = store.create(P, W, Operation.apply, None)
+def succeed(store: StateBackend, *resources: Resource, phase: Phase = Phase.succeeded) -> Release:
+    """One whole release by a run of its own; returned with its state, as remember() needs."""
+    run = RunRef("apply", f"run-{len(store.revisions(P, W)) + 1}")
+    release = store.create(P, W, Operation.apply, None, run=run)
     for r in resources:
-        store.record_resource(P, W, release.revision, r)
-    return store.set_phase(P, W, release.revision, phase)
+        store.record_resource(P, W, release.revision, r, run=run)
+    store.set_phase(P, W, release.revision, phase, run=run)
+    return store.get(P, W, release.revision, with_spec=False)
 
 
 @pytest.fixture
-def releases() -> ReleaseStore:
-    return ReleaseStore(MemoryRecordStore())
+def releases(backend: StateBackend) -> StateBackend:
+    return backend
 
 
 def test_read_through_fill(
-    redis_server: Any, releases: ReleaseStore, monkeypatch: pytest.MonkeyPatch
+    redis_server: Any, releases: StateBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     succeed(releases, res("a", v=1), res("b", v=1))
     cache = PriorStateCache(redis_server.url, releases)
@@ -40,13 +43,16 @@ def test_read_through_fill(
     key = f"stackflow:prior:{P}/{W}:1"
     assert redis_server.client.exists(key)
     # now served from redis: storage's full read is not used any more
-    monkeypatch.setattr(releases, "get", lambda *a: pytest.fail("storage read on a cache hit"))
+    monkeypatch.setattr(releases, "get", lambda *a, **k: pytest.fail("storage read on a cache hit"))
+    monkeypatch.setattr(
+        releases, "resources", lambda *a, **k: pytest.fail("storage read on a cache hit")
+    )
     assert cache.prior(P, W)["b"] == res("b", v=1)
     assert cache.prior_resource(P, W, "a") == res("a", v=1)
     assert cache.prior_resource(P, W, "zzz") is None  # known absent: the hash is complete
 
 
-def test_prior_resource_fills_on_miss(redis_server: Any, releases: ReleaseStore) -> None:
+def test_prior_resource_fills_on_miss(redis_server: Any, releases: StateBackend) -> None:
     succeed(releases, res("a", v=1))
     cache = PriorStateCache(redis_server.url, releases)
     assert cache.prior_resource(P, W, "a") == res("a", v=1)
@@ -54,14 +60,14 @@ def test_prior_resource_fills_on_miss(redis_server: Any, releases: ReleaseStore)
     assert cache.prior_resource(P, W, "b") is None
 
 
-def test_no_succeeded_release(redis_server: Any, releases: ReleaseStore) -> None:
+def test_no_succeeded_release(redis_server: Any, releases: StateBackend) -> None:
     cache = PriorStateCache(redis_server.url, releases)
     assert cache.prior(P, W) == {} and cache.prior_resource(P, W, "a") is None
     succeed(releases, res("a"), phase=Phase.failed)
     assert cache.prior(P, W) == {}
 
 
-def test_replaced_on_new_succeeded_release(redis_server: Any, releases: ReleaseStore) -> None:
+def test_replaced_on_new_succeeded_release(redis_server: Any, releases: StateBackend) -> None:
     succeed(releases, res("a", v=1))
     cache = PriorStateCache(redis_server.url, releases)
     assert cache.prior(P, W)["a"].attributes == {"v": 1}
@@ -73,7 +79,7 @@ def test_replaced_on_new_succeeded_release(redis_server: Any, releases: ReleaseS
     assert cache.prior_resource(P, W, "b") == res("b")
 
 
-def test_never_a_stale_revision(redis_server: Any, releases: ReleaseStore) -> None:
+def test_never_a_stale_revision(redis_server: Any, releases: StateBackend) -> None:
     succeed(releases, res("a", v=1))
     cache = PriorStateCache(redis_server.url, releases)
     other_worker = PriorStateCache(redis_server.url, releases)
@@ -86,7 +92,7 @@ def test_never_a_stale_revision(redis_server: Any, releases: ReleaseStore) -> No
     assert cache.prior_resource(P, W, "a") == res("a", v=2)
 
 
-def test_flushall_is_harmless(redis_server: Any, releases: ReleaseStore) -> None:
+def test_flushall_is_harmless(redis_server: Any, releases: StateBackend) -> None:
     succeed(releases, res("a", v=1))
     cache = PriorStateCache(redis_server.url, releases)
     cache.prior(P, W)
@@ -97,7 +103,7 @@ def test_flushall_is_harmless(redis_server: Any, releases: ReleaseStore) -> None
 
 
 def test_server_killed_mid_test(
-    redis_server: Any, releases: ReleaseStore, caplog: pytest.LogCaptureFixture
+    redis_server: Any, releases: StateBackend, caplog: pytest.LogCaptureFixture
 ) -> None:
     succeed(releases, res("a", v=1))
     cache = PriorStateCache(redis_server.url, releases)
@@ -113,7 +119,7 @@ def test_server_killed_mid_test(
     assert len(warnings) == 1 and "redis unavailable" in warnings[0].getMessage()
 
 
-def test_unreachable_and_disabled(releases: ReleaseStore, caplog: pytest.LogCaptureFixture) -> None:
+def test_unreachable_and_disabled(releases: StateBackend, caplog: pytest.LogCaptureFixture) -> None:
     succeed(releases, res("a"))
     caplog.set_level(logging.WARNING, logger="stackflow.cache")
     nowhere = PriorStateCache("redis://127.0.0.1:1/0", releases)

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import typer
-from stackflow.store import FileRecordStore
+import yaml
 from typer.testing import CliRunner, Result
 
+import cli.offline
 from cli.app import EXIT_CODES_HELP, StackflowGroup, app
 from cli.main import load_commands
-from stackflow.errors import StackLockedError
-from stackflow.release import Operation, Phase, ReleaseStore
+from stackflow.errors import FencedError, StackLockedError
+from stackflow.kusion import read_kusion_stack
+from stackflow.release import Operation, Phase, Release, State
 from stackflow.spec import Resource, ResourceType
+from stackflow.state.backend import RunRef, StateBackend, open_backend
 
 KUSION_HOME = Path(__file__).resolve().parents[3] / "shared/compat/kusion/release/storages/testdata"
 
@@ -44,8 +50,13 @@ def _commands() -> None:
     load_commands()
 
 
-def invoke(home: Path, *args: str, stdin: str | None = None) -> Result:
-    return CliRunner().invoke(app, list(args), input=stdin, env={"STACKFLOW_HOME": str(home)})
+def invoke(
+    home: Path, *args: str, stdin: str | None = None, env: dict[str, str] | None = None
+) -> Result:
+    """Run the CLI with ``home`` as STACKFLOW_HOME (its default backend: SQLite in it)."""
+    environment: dict[str, str | None] = {"STACKFLOW_HOME": str(home), "STACKFLOW_STATE_URL": None}
+    environment.update(env or {})
+    return CliRunner().invoke(app, list(args), input=stdin, env=environment)
 
 
 @pytest.fixture
@@ -87,16 +98,25 @@ def test_graph_outputs(home: Path, spec_file: Path) -> None:
     )
 
 
-def _release_store(home: Path) -> ReleaseStore:
-    return ReleaseStore(FileRecordStore(home))
+def _backend(home: Path) -> StateBackend:
+    """The backend the CLI opens by default: SQLite in STACKFLOW_HOME."""
+    return open_backend(f"sqlite:///{home / 'state.db'}")
 
 
-def test_release_list_show_unlock(home: Path) -> None:
-    store = _release_store(home)
+@pytest.fixture
+def store(home: Path) -> Iterator[StateBackend]:
+    backend = _backend(home)
+    try:
+        yield backend
+    finally:
+        backend.close()
+
+
+def test_release_list_show_unlock(home: Path, store: StateBackend) -> None:
     first = store.create("p", "w", Operation.apply, None)
     store.record_resource("p", "w", 1, Resource(id="a", type=ResourceType.OnPrem))
     store.set_phase("p", "w", first.revision, Phase.succeeded)
-    store.create("p", "w", Operation.destroy, None)
+    store.create("p", "w", Operation.destroy, None)  # no run: held by nobody alive
     store.set_phase("p", "w", 2, Phase.destroying)
 
     listed = json.loads(invoke(home, "release", "list", "-p", "p", "-w", "w", "-o", "json").stdout)
@@ -114,27 +134,178 @@ def test_release_list_show_unlock(home: Path) -> None:
     latest = invoke(home, "release", "show", "-p", "p", "-w", "w").stdout
     assert "destroying" in latest
 
+    # a lock with no run names nobody Temporal could ask about: it unlocks at once
     result = invoke(home, "release", "unlock", "-p", "p", "-w", "w")
     assert result.exit_code == 0 and "release 2 is now failed" in result.stdout
-    assert store.latest("p", "w").phase is Phase.failed  # type: ignore[union-attr]
+    after = store.latest("p", "w")
+    assert after is not None and after.phase is Phase.failed and "unlocked" in (after.error or "")
+    assert store.lock("p", "w") is None
     again = invoke(home, "release", "unlock", "-p", "p", "-w", "w")
     assert again.exit_code == 0 and "not locked" in again.stdout
+
+
+def _ended(answer: str | None, asked: list[RunRef]) -> Any:
+    async def ended(holder: RunRef) -> str | None:
+        asked.append(holder)
+        return answer
+
+    return ended
+
+
+def test_unlock_refuses_while_the_holding_run_is_open(
+    home: Path, store: StateBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = RunRef("apply-p-w", "run-1")
+    store.create("p", "w", Operation.apply, None, run=run)
+    asked: list[RunRef] = []
+    monkeypatch.setattr(cli.offline, "_holder_ended", _ended(None, asked))
+    result = invoke(home, "release", "unlock", "-p", "p", "-w", "w")
+    assert result.exit_code == 3 and asked == [run]
+    assert f"held by {run}, which is still running" in result.stderr
+    assert "--force" in result.stderr
+    assert store.lock("p", "w").holder() == run  # type: ignore[union-attr]
+    assert store.phase_of("p", "w", 1) is Phase.generating
+
+    # once Temporal says the run has ended, its release is closed as failed, saying why
+    monkeypatch.setattr(cli.offline, "_holder_ended", _ended(f"{run} was terminated", asked))
+    result = invoke(home, "release", "unlock", "-p", "p", "-w", "w")
+    assert result.exit_code == 0, result.stderr
+    assert "release 1 is now failed" in result.stdout and len(asked) == 2
+    failed = store.get("p", "w", 1)
+    assert failed.phase is Phase.failed
+    assert failed.error == f"{run} was terminated; unlocked by hand"
+    assert store.lock("p", "w") is None
+
+
+def test_unlock_force_does_not_ask_temporal(
+    home: Path, store: StateBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = RunRef("apply-p-w", "run-1")
+    store.create("p", "w", Operation.apply, None, run=run)
+    asked: list[RunRef] = []
+    monkeypatch.setattr(cli.offline, "_holder_ended", _ended(None, asked))
+    result = invoke(home, "release", "unlock", "-p", "p", "-w", "w", "--force")
+    assert result.exit_code == 0, result.stderr
+    assert "release 1 is now failed" in result.stdout and asked == []
+    failed = store.get("p", "w", 1)
+    assert failed.phase is Phase.failed and str(run) in (failed.error or "")
+    assert "--force" in (failed.error or "")
+    # the run that held the stack is fenced out from now on
+    with pytest.raises(FencedError):
+        store.record_resource("p", "w", 1, Resource(id="a", type=ResourceType.OnPrem), run=run)
 
 
 def test_release_errors(home: Path) -> None:
     result = invoke(home, "release", "show", "-p", "p", "-w", "w")
     assert result.exit_code == 1 and result.stderr == "Error: stack p/w has no releases\n"
-    result = invoke(home, "release", "list", "-p", "../x", "-w", "w")
-    assert result.exit_code == 2 and "invalid namespace" in result.stderr
+    result = invoke(home, "release", "unlock", "-p", "p", "-w", "w")
+    assert result.exit_code == 1 and result.stderr == "Error: stack p/w has no releases\n"
+    result = invoke(home, "release", "show", "-p", "p", "-w", "w", "-r", "7")
+    assert result.exit_code == 1 and "release p/w/7 not found" in result.stderr
+
+
+def test_state_url_chooses_the_backend(home: Path, tmp_path: Path) -> None:
+    elsewhere = tmp_path / "elsewhere.db"
+    store = open_backend(f"sqlite:///{elsewhere}")
+    store.create("p", "w", Operation.apply, None)
+    store.close()
+    url = {"STACKFLOW_STATE_URL": f"sqlite:///{elsewhere}"}
+    listed = invoke(home, "release", "list", "-p", "p", "-w", "w", "-o", "json", env=url)
+    assert listed.exit_code == 0 and [r["revision"] for r in json.loads(listed.stdout)] == [1]
+    assert not (home / "state.db").exists()
+    for bad, message in (
+        ("mysql://u:secret@db/x", "scheme 'mysql' is not supported"),
+        ("not a url", "is not a URL"),
+    ):
+        result = invoke(home, "release", "list", "-p", "p", env={"STACKFLOW_STATE_URL": bad})
+        assert result.exit_code == 2 and message in result.stderr
+        assert "secret" not in result.stderr
 
 
 def test_release_import(home: Path) -> None:
     result = invoke(home, "release", "import", "--kusion-home", str(KUSION_HOME))
     assert result.exit_code == 0, result.stderr
     assert "imported 3 release(s) of test_project/test_ws" in result.stdout
-    assert (home / "releases" / "test_project" / "test_ws" / "3.yaml").is_file()
+    store = _backend(home)
+    imported = store.list("test_project", "test_ws")
+    assert [(r.revision, r.phase, r.stack) for r in imported] == [
+        (rev, Phase.succeeded, "test_stack") for rev in (1, 2, 3)
+    ]
+    assert store.lock("test_project", "test_ws") is None  # nothing in progress: not locked
+    store.close()
     again = invoke(home, "release", "import", "--kusion-home", str(KUSION_HOME))
     assert again.exit_code == 1 and "already has stackflow releases" in again.stderr
+
+
+def test_release_export_writes_kusions_layout(home: Path, tmp_path: Path) -> None:
+    assert invoke(home, "release", "import", "--kusion-home", str(KUSION_HOME)).exit_code == 0
+    out = tmp_path / "kusion"
+    result = invoke(home, "release", "export", "--kusion-layout", str(out))
+    assert result.exit_code == 0, result.stderr
+    assert "exported 3 release(s) of test_project/test_ws" in result.stdout
+    exported = read_kusion_stack(out / "releases" / "test_project" / "test_ws")
+    original = read_kusion_stack(KUSION_HOME / "releases" / "test_project" / "test_ws")
+    assert [(r.revision, r.phase, r.state) for r in exported] == [
+        (r.revision, r.phase, r.state) for r in original
+    ]
+    other = tmp_path / "none"
+    result = invoke(home, "release", "export", "--kusion-layout", str(other), "-p", "nope")
+    assert result.exit_code == 0 and "nothing to export" in result.stdout
+    assert not other.exists()
+
+
+def _legacy_home(root: Path) -> Path:
+    """A home as stackflow kept it before the state backend: record files and journals."""
+    stamp = datetime(2024, 6, 1, 12, 0, tzinfo=UTC)
+
+    def write(revision: int, phase: Phase, resources: list[Resource]) -> Path:
+        release = Release(
+            project="p",
+            workspace="w",
+            revision=revision,
+            phase=phase,
+            state=State(resources=resources),
+            created_at=stamp,
+            modified_at=stamp,
+        )
+        record = {
+            "metadata": {"namespace": "p/w", "type": "Release", "id": str(revision)},
+            "spec": release.model_dump(mode="json", by_alias=True),
+        }
+        path = root / "releases" / "p" / "w" / f"{revision}.yaml"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(yaml.safe_dump(record))
+        return path
+
+    a, b = Resource(id="a", type=ResourceType.OnPrem), Resource(id="b", type=ResourceType.OnPrem)
+    write(1, Phase.succeeded, [a])
+    second = write(2, Phase.applying, [a])
+    upsert = {"op": "upsert", "resource": b.model_dump(mode="json", by_alias=True)}
+    second.with_name("2.journal.jsonl").write_text(
+        json.dumps(upsert) + "\n" + json.dumps({"op": "delete", "id": "a"}) + "\n" + '{"op": "ups'
+    )  # the last line was torn by a crash: it never happened
+    return root
+
+
+def test_state_migrate_imports_an_old_home(home: Path, tmp_path: Path) -> None:
+    result = invoke(home, "state", "migrate")
+    assert result.exit_code == 0, result.stderr
+    store = _backend(home)
+    assert f"schema at {store.head_revision()}" in result.stdout
+    old = _legacy_home(tmp_path / "old-home")
+    result = invoke(home, "state", "migrate", "--from-dir", str(old))
+    assert result.exit_code == 0, result.stderr
+    assert "imported 2 release(s) of p/w" in result.stdout
+    assert [(r.revision, r.phase) for r in store.list("p", "w")] == [
+        (1, Phase.succeeded),
+        (2, Phase.applying),
+    ]
+    assert [r.id for r in store.get("p", "w", 2).state.resources] == ["b"]  # journal folded
+    lock = store.lock("p", "w")  # still in progress when migrated: held by nobody, by hand
+    assert lock is not None and lock.revision == 2 and lock.holder() is None
+    store.close()
+    again = invoke(home, "state", "migrate", "--from-dir", str(old))
+    assert again.exit_code == 1 and "already has releases" in again.stderr
 
 
 def test_help_documents_exit_codes(home: Path) -> None:

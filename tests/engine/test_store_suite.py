@@ -140,7 +140,9 @@ def test_recover_and_transfer_are_compare_and_set(backend: StateBackend) -> None
 
 def test_final_phase_rules_and_approval(backend: StateBackend) -> None:
     backend.create("p", "w", Operation.apply, run=R1)
-    approval = Approval(decision=Decision.approved, by="ann", at=backend.get("p", "w", 1).created_at)
+    approval = Approval(
+        decision=Decision.approved, by="ann", at=backend.get("p", "w", 1).created_at
+    )
     backend.set_phase("p", "w", 1, Phase.succeeded, run=R1, approval=approval)
     assert backend.set_phase("p", "w", 1, Phase.succeeded, run=R2).phase is Phase.succeeded
     with pytest.raises(PhaseConflictError):
@@ -189,7 +191,9 @@ def test_terraform_state_keeps_the_newest_serial_and_is_fenced(backend: StateBac
     backend.put_terraform_state("p", "w", "tf", old, revision=1, run=R1)
     assert backend.get_terraform_state("p", "w", "tf") == new
     with pytest.raises(FencedError):
-        backend.put_terraform_state("p", "w", "tf", '{"lineage":"L","serial":9}', revision=1, run=R2)
+        backend.put_terraform_state(
+            "p", "w", "tf", '{"lineage":"L","serial":9}', revision=1, run=R2
+        )
     assert backend.get_terraform_state("p", "w", "tf") == new
     backend.delete_terraform_state("p", "w", "tf", revision=1, run=R1)
     assert backend.get_terraform_state("p", "w", "tf") is None

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
+
+from stackflow.codec import data_converter
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -57,7 +58,7 @@ async def temporal_client(temporal_address: str) -> AsyncIterator[Client]:
     client = await Client.connect(
         temporal_address,
         namespace=os.environ.get("TEMPORAL_NAMESPACE", "default"),
-        data_converter=pydantic_data_converter,
+        data_converter=data_converter(),
     )
     yield client
 
@@ -134,11 +135,48 @@ class WorkerProcess:
                 self.proc.wait()
 
 
+@pytest.fixture(scope="session")
+def integration_postgres_url() -> Iterator[str]:
+    """One database on the dev PostgreSQL for the integration tests (each test has its own
+    project, so they never meet), dropped at the end."""
+    import psycopg
+    import sqlalchemy as sa
+
+    base = require_env("STACKFLOW_POSTGRES_URL")
+    name = f"sf_it_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    url = sa.make_url(base).set(database=name).render_as_string(hide_password=False)
+    try:
+        yield url
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture
-def stack_env(tmp_path: Path, temporal_address: str, redis_url: str) -> dict[str, str]:
-    """Environment for one test: its own home and task queue, the real services."""
+def state_kind() -> str:
+    """Which state backend a test's workers and CLI share; modules that must pass on both
+    override this fixture with params (see test_operations.py)."""
+    return "postgresql"
+
+
+@pytest.fixture
+def stack_env(
+    tmp_path: Path,
+    temporal_address: str,
+    redis_url: str,
+    state_kind: str,
+    request: pytest.FixtureRequest,
+) -> dict[str, str]:
+    """Environment for one test: its own home and task queue, the real services, and the
+    state backend (SQLite in the home, or the shared PostgreSQL database)."""
     env = dict(os.environ)
     env["STACKFLOW_HOME"] = str(tmp_path / "home")
+    if state_kind == "sqlite":
+        env["STACKFLOW_STATE_URL"] = f"sqlite:///{tmp_path / 'home' / 'state.db'}"
+    else:
+        env["STACKFLOW_STATE_URL"] = request.getfixturevalue("integration_postgres_url")
     env["STACKFLOW_TASK_QUEUE"] = f"test-{uuid.uuid4().hex[:10]}"
     env["TEMPORAL_ADDRESS"] = temporal_address
     env["REDIS_URL"] = redis_url

@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from stackflow.store.filesystem import FileRecordStore
 from temporalio.client import Client, WorkflowHandle
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from stackflow.codec import data_converter
 from stackflow.operation import StatusView
-from stackflow.release import Release, ReleaseStore
+from stackflow.release import Release
+from stackflow.state.backend import StateBackend, open_backend
 from workflows.operations import ALL_WORKFLOWS
 
 T = TypeVar("T")
@@ -55,21 +55,32 @@ def write_spec(path: Path, resources: list[dict[str, Any]]) -> Path:
     return path
 
 
-def releases(env: dict[str, str]) -> ReleaseStore:
-    return ReleaseStore(FileRecordStore(Path(env["STACKFLOW_HOME"])))
+def releases(env: dict[str, str]) -> StateBackend:
+    """The state backend the test's workers and CLI share (STACKFLOW_STATE_URL)."""
+    return open_backend(env["STACKFLOW_STATE_URL"])
 
 
 def all_releases(env: dict[str, str], project: str, workspace: str = "default") -> list[Release]:
-    return releases(env).list(project, workspace)
+    backend = releases(env)
+    try:
+        return backend.list(project, workspace, with_state=True)
+    finally:
+        backend.close()
 
 
-def journal_ids(
-    env: dict[str, str], project: str, revision: int, workspace: str = "default"
-) -> list[str]:
-    """Resource ids upserted in a release's journal (empty once the release is final)."""
-    store = FileRecordStore(Path(env["STACKFLOW_HOME"]))
-    entries = store.read_journal("Release", f"{project}/{workspace}", str(revision))
-    return [e["resource"]["id"] for e in entries if e.get("op") == "upsert"]
+def payload_json(payload: Any) -> Any:
+    """A history payload as JSON, decoded by stackflow's codec (compressed or not)."""
+    from stackflow.codec import CompressionCodec
+
+    [plain] = asyncio.run(CompressionCodec().decode([payload]))
+    return json.loads(plain.data)
+
+
+async def payload_json_async(payload: Any) -> Any:
+    from stackflow.codec import CompressionCodec
+
+    [plain] = await CompressionCodec().decode([payload])
+    return json.loads(plain.data)
 
 
 def cli_json(proc: subprocess.CompletedProcess[str]) -> Any:
@@ -127,7 +138,7 @@ async def assert_histories_replay(client: Client, project: str, at_least: int) -
         return runs if len(runs) >= at_least else None
 
     runs = await poll(probe, timeout=30, what=f"{at_least} closed runs of {project}")
-    replayer = Replayer(workflows=ALL_WORKFLOWS, data_converter=pydantic_data_converter)
+    replayer = Replayer(workflows=ALL_WORKFLOWS, data_converter=data_converter())
     count = 0
     for workflow_id, run_id in runs:
         handle = client.get_workflow_handle(workflow_id, run_id=run_id)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,6 +15,7 @@ from tests.integration.opshelp import (
     assert_histories_replay,
     file_resource,
     new_project,
+    payload_json_async,
     poll,
 )
 
@@ -78,7 +78,7 @@ async def test_worker_killed_mid_apply_is_replaced_and_the_run_completes(
         if event.HasField("activity_task_scheduled_event_attributes"):
             attrs = event.activity_task_scheduled_event_attributes
             if attrs.activity_type.name == "apply_resource":
-                scheduled[json.loads(attrs.input.payloads[0].data)["resource_id"]] += 1
+                scheduled[(await payload_json_async(attrs.input.payloads[0]))["resource_id"]] += 1
         elif event.HasField("activity_task_completed_event_attributes"):
             completed += 1
     assert len(scheduled) == FILES and set(scheduled.values()) == {1}

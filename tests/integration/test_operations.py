@@ -12,6 +12,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.client import Client
 
 from stackflow.operation import OperationInput, OperationResult, workflow_id_for
@@ -25,6 +26,12 @@ from tests.integration.opshelp import (
     new_project,
     write_spec,
 )
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def state_kind(request: pytest.FixtureRequest) -> str:
+    """These tests pass on both state backends."""
+    return str(request.param)
 
 
 def _actions(preview: dict[str, Any]) -> dict[str, str]:

@@ -14,10 +14,9 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
-from stackflow.store.filesystem import FileRecordStore
 
 from runtimes.terraform import STATE_KEY
-from stackflow.release import ReleaseStore
+from stackflow.state.backend import open_backend
 from tests.integration.conftest import WorkerProcess, run_cli
 
 MIRROR = Path.home() / ".cache" / "stackflow" / "terraform" / "mirror"
@@ -44,8 +43,8 @@ def _actions(preview: dict[str, Any]) -> dict[str, str]:
 
 
 def _recorded(env: dict[str, str], project: str, rid: str) -> dict[str, Any]:
-    store = ReleaseStore(FileRecordStore(Path(env["STACKFLOW_HOME"])))
-    release = store.list(project, "default")[-1]
+    store = open_backend(env["STACKFLOW_STATE_URL"])
+    release = store.list(project, "default", with_state=True)[-1]
     return next(r.attributes for r in release.state.resources if r.id == rid)
 
 

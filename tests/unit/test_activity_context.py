@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
-
-from stackflow.store.memory import MemoryRecordStore
 
 from activities.operations import OperationActivities
 from runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
 from runtimes.registry import RuntimeRegistry
 from stackflow.cache import PriorStateCache
-from stackflow.operation import NodeInput, OperationInput, PrepareInput
-from stackflow.release import Phase, ReleaseStore
+from stackflow.operation import NodeInput, OperationInput, PrepareInput, RunOwner
+from stackflow.release import Phase
 from stackflow.spec import parse_spec
-from stackflow.spec_store import SpecStore
+from stackflow.state.backend import RunRef, StateBackend
 
 
 class RecordingRuntime(Runtime):
@@ -24,6 +21,7 @@ class RecordingRuntime(Runtime):
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
+        self.owners: list[RunOwner | None] = []
         self.objects: dict[str, Attributes] = {}
 
     async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
@@ -31,22 +29,23 @@ class RecordingRuntime(Runtime):
 
     async def apply(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
         self.calls.append(("apply", dict(options.context)))
+        self.owners.append(options.owner)
         self.objects[resource.id] = dict(resource.attributes)
         return dict(resource.attributes)
 
     async def delete(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
         self.calls.append(("delete", dict(options.context)))
+        self.owners.append(options.owner)
         self.objects.pop(resource.id, None)
 
 
-async def test_context_reaches_apply_and_destroy(tmp_path: Path) -> None:
+async def test_context_reaches_apply_and_destroy(backend: StateBackend) -> None:
     runtime = RecordingRuntime()
     registry = RuntimeRegistry()
     registry.register("OnPrem", lambda: runtime)
-    releases = ReleaseStore(MemoryRecordStore())
-    acts = OperationActivities(
-        registry, releases, SpecStore(tmp_path / "specs"), PriorStateCache(None, releases)
-    )
+    acts = OperationActivities(registry, backend, PriorStateCache(None, backend))
+    applier = RunOwner(workflow_id="wf", run_id="r1")
+    destroyer = RunOwner(workflow_id="wf", run_id="r2")
     spec = {
         "resources": [{"id": "a", "type": "OnPrem", "attributes": {"kind": "File", "path": "/a"}}],
         "context": {"env": {"TOKEN": "t0"}},
@@ -57,6 +56,7 @@ async def test_context_reaches_apply_and_destroy(tmp_path: Path) -> None:
         PrepareInput(operation="apply", request=request, workflow_id="wf", run_id="r1")
     )
     assert plan.revision == 1 and plan.spec_ref is not None
+    assert backend.lock("p", "w").holder() == RunRef("wf", "r1")  # type: ignore[union-attr]
     node = NodeInput(
         project="p",
         workspace="w",
@@ -64,9 +64,11 @@ async def test_context_reaches_apply_and_destroy(tmp_path: Path) -> None:
         spec_ref=plan.spec_ref,
         resource_id="a",
         action="Create",
+        owner=applier,
     )
     await acts.apply_resource(node)
-    releases.set_phase("p", "w", 1, Phase.succeeded)
+    assert [r.id for r in backend.get("p", "w", 1).state.resources] == ["a"]
+    backend.set_phase("p", "w", 1, Phase.succeeded, run=RunRef("wf", "r1"))
 
     destroy = await acts.prepare_operation(
         PrepareInput(
@@ -77,11 +79,16 @@ async def test_context_reaches_apply_and_destroy(tmp_path: Path) -> None:
         )
     )
     assert [n.id for n in destroy.deletions] == ["a"]
+    assert destroy.revision == 2 and destroy.spec_ref == plan.spec_ref  # the applied spec
     await acts.delete_resource(
-        node.model_copy(update={"revision": destroy.revision, "spec_ref": destroy.spec_ref})
+        node.model_copy(
+            update={"revision": destroy.revision, "spec_ref": destroy.spec_ref, "owner": destroyer}
+        )
     )
     assert runtime.calls == [
         ("apply", {"env": {"TOKEN": "t0"}}),
         ("delete", {"env": {"TOKEN": "t0"}}),
     ]
+    assert runtime.owners == [applier, destroyer]  # each runtime call names its writer
     assert runtime.objects == {}
+    assert backend.get("p", "w", 2).state.resources == []

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from stackflow.errors import SpecError
@@ -18,11 +16,12 @@ from stackflow.operation import (
     PreviewBatchResult,
 )
 from stackflow.plan_store import PlanStore
+from stackflow.state.backend import StateBackend
 from workflows.operations import PreviewLines, Tally
 
 
-def test_plan_round_trip_is_content_addressed(tmp_path: Path) -> None:
-    store = PlanStore(tmp_path / "plans")
+def test_plan_round_trip_is_content_addressed(backend: StateBackend) -> None:
+    store = PlanStore(backend)
     nodes = [
         PlannedNode(id="a", type="OnPrem"),
         PlannedNode(id="b", type="OnPrem", deps=["a"], refs=[("a", "path")]),
@@ -33,6 +32,11 @@ def test_plan_round_trip_is_content_addressed(tmp_path: Path) -> None:
     plan = store.get(ref)
     assert [n.model_dump() for n in plan.nodes] == [n.model_dump() for n in nodes]
     assert plan.deletions[0].id == "z" and plan.node_index == {"a": 0, "b": 1}
+    assert plan.deletion_index == {"z": 0} and plan.of(True) == plan.deletions
+    # another worker (its own store, nothing cached) reads the same plan from the backend
+    elsewhere = PlanStore(backend).get(ref)
+    assert [n.model_dump() for n in elsewhere.nodes] == [n.model_dump() for n in nodes]
+    assert PlanStore(backend).put(nodes, []) != ref  # other content, other ref
     with pytest.raises(SpecError, match="expected"):
         store.get("sha256:nothex")
     with pytest.raises(SpecError, match="not found"):

@@ -123,8 +123,10 @@ pg_init() {
   cd "$PG_DIR"
   chmod 0755 "$PG_DIR"
   pw="$(pg_password)"
-  pg_as test -x "$PG_DIR" ||
-    die "postgres: the $PG_OWNER user cannot reach $PG_DIR (a parent directory is not searchable by it); chmod o+x that directory or set STACKFLOW_RUN_DIR"
+  local d="$PG_DIR" blocked=""
+  while [ "$d" != / ]; do pg_as test -x "$d" || blocked="$d"; d="$(dirname "$d")"; done
+  [ -z "$blocked" ] ||
+    die "postgres: the $PG_OWNER user cannot reach $PG_DIR: $blocked is not searchable by it; chmod o+x $blocked or set STACKFLOW_RUN_DIR"
   [ ${#sock} -le 90 ] || die "postgres: socket dir $sock is too long for a Unix socket path; set STACKFLOW_RUN_DIR to a shorter path"
   mkdir -p "$data" "$sock"
   : > "$log"

@@ -4,7 +4,10 @@
 # control plane, OpenTofu). Idempotent: each step is skipped when its stamp matches.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-APT_PACKAGES=(redis-server etcd-server docker-compose openssl ca-certificates)
+# postgresql: Debian's server (bookworm: 15, under /usr/lib/postgresql/15/bin). services.sh runs
+# its own cluster from it under the run dir; the cluster `main` the package may create (port
+# 5432, /var/lib/postgresql) is neither started nor used by stackflow.
+APT_PACKAGES=(redis-server etcd-server postgresql docker-compose openssl ca-certificates)
 
 setup_apt() {
   step "Debian packages: ${APT_PACKAGES[*]}"

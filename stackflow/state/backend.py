@@ -473,8 +473,9 @@ class StateBackend:
                     acquired_at=stamp,
                 )
                 .on_conflict_do_nothing()
-            )
-            if taken.rowcount != 1:
+                .returning(stack_locks.c.project)  # rowcount is not reliable on every driver
+            ).first()
+            if taken is None:
                 holder = self._lock_row(conn, project, workspace, share=True)
                 raise StackLockedError(self._locked_message(project, workspace, holder))
             previous = conn.execute(
@@ -640,8 +641,9 @@ class StateBackend:
                 .where(*self._where_state(project, workspace, revision))
                 .where(t.resource_id == resource.id)
                 .values(body=body)
-            )
-            if updated.rowcount:
+                .returning(t.position)
+            ).first()
+            if updated is not None:
                 return
             position = conn.execute(
                 sa.select(sa.func.coalesce(sa.func.max(t.position), 0) + 1).where(

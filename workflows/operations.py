@@ -13,7 +13,13 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeKey
-from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    FailureError,
+)
 
 with workflow.unsafe.imports_passed_through():
     from stackflow.operation import (
@@ -63,6 +69,18 @@ def _cause(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def raise_if_cancelled(exc: BaseException) -> None:
+    """An activity or child that failed because this run is being cancelled: the run stops
+    (as a cancel, so the release is closed saying so) instead of counting a failed node."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, CancelledError):
+            if workflow.patched(FINALIZE_ON_EVERY_EXIT):
+                raise asyncio.CancelledError(str(cause) or "cancelled") from exc
+            return
+        cause = cause.cause if isinstance(cause, FailureError) else None
+
+
 def summarise(changes: list[dict[str, Any]], limit: int | None = None) -> dict[str, Any]:
     """``{"changes": [...], "summary": {...}}``; past ``limit`` changes, the list keeps the
     first ``limit`` changes that are not UnChanged (the summary always counts all)."""
@@ -102,6 +120,7 @@ async def run_resource_node(node: PlannedNode, batch: BatchInput) -> NodeResult:
         )
         return result
     except ActivityError as exc:
+        raise_if_cancelled(exc)
         return NodeResult(
             id=node.id, action=node.action, status=NodeStatus.failed, error=_cause(exc)
         )
@@ -651,6 +670,7 @@ class _Operation:
                     result_type=BatchResult,
                 )
             except ChildWorkflowError as exc:
+                raise_if_cancelled(exc)
                 await self._settle_batch(plan, batch, tally, NodeStatus.failed, _cause(exc))
                 not_ok.extend(i for i, _ in chunk)
                 continue
@@ -776,6 +796,7 @@ class _Operation:
             await self._set_phase("previewing")
             await self._preview(plan)
         except ActivityError as exc:
+            raise_if_cancelled(exc)
             self._error = f"preview failed: {_cause(exc)}"
             return await self._finish(Tally(full=True))
         assert self._lines is not None

@@ -17,6 +17,8 @@ with workflow.unsafe.imports_passed_through():
     from stackflow.operation import NodeResult, NodeStatus, PlannedNode
 
 RunNode = Callable[[PlannedNode], Awaitable[NodeResult]]
+CANCEL_IN_FLIGHT = "walk-cancels-in-flight-nodes"
+"""Patch: a cancelled walk cancels its running nodes (runs from before it let them finish)."""
 
 
 class WalkProgress:
@@ -80,7 +82,15 @@ async def walk(
             progress.running = sorted(in_flight.values(), key=order.__getitem__)
         if not in_flight:
             break
-        finished, _ = await workflow.wait(list(in_flight), return_when=asyncio.FIRST_COMPLETED)
+        try:
+            finished, _ = await workflow.wait(list(in_flight), return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            # The run is being cancelled: so are the nodes in flight (their activities get
+            # a cancel request) rather than finishing after the release was closed.
+            if workflow.patched(CANCEL_IN_FLIGHT):
+                for task in in_flight:
+                    task.cancel()
+            raise
         newly_ready: list[str] = []
         for task in sorted(finished, key=lambda t: order[in_flight[t]]):
             node_id = in_flight.pop(task)

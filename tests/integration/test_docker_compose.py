@@ -540,3 +540,84 @@ def test_dockerignore() -> None:
     # Everything the Dockerfile copies must stay in the build context.
     for needed in ("pyproject.toml", "uv.lock", "README.md", "worker.py", "stackflow"):
         assert needed not in entries
+
+
+# --------------------------------------------------------------------------
+# The compose worker's environment, for real
+
+
+async def test_worker_runs_with_the_compose_environment_against_the_dev_postgres(
+    resolved: dict[str, Any], tmp_path: Path
+) -> None:
+    """worker.py started with exactly the variables the compose file gives the worker, their
+    values pointed from compose host names at the dev services: it migrates its own database
+    and applies a stack into it."""
+    import uuid
+
+    from temporalio.client import Client
+
+    from stackflow.codec import data_converter
+    from stackflow.operation import OperationInput, OperationResult
+    from stackflow.state.backend import open_backend
+    from tests.integration.conftest import WorkerProcess, require_env
+
+    compose_env = environment(services(resolved)[WORKER])
+    assert compose_env["STACKFLOW_STATE_URL"] == (
+        "postgresql://stackflow:stackflow@postgresql:5432/stackflow"
+    )
+    import psycopg
+    import sqlalchemy as sa
+
+    base = require_env("STACKFLOW_POSTGRES_URL")
+    database = f"sf_compose_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{database}"')
+    state_url = sa.make_url(base).set(database=database).render_as_string(hide_password=False)
+    dev = {
+        "TEMPORAL_ADDRESS": require_env("TEMPORAL_ADDRESS"),
+        "TEMPORAL_NAMESPACE": compose_env["TEMPORAL_NAMESPACE"],
+        "STACKFLOW_TASK_QUEUE": f"compose-{uuid.uuid4().hex[:8]}",
+        "REDIS_URL": require_env("REDIS_URL"),
+        "STACKFLOW_HOME": str(tmp_path / "data"),
+        "STACKFLOW_STATE_URL": state_url,
+        "KUBECONFIG": require_env("KUBECONFIG"),
+        "STACKFLOW_TF_BIN": require_env("STACKFLOW_TF_BIN"),
+    }
+    assert set(dev) == set(compose_env), "map every variable the compose worker gets"
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), **dev}
+    worker = WorkerProcess(tmp_path, dev["STACKFLOW_TASK_QUEUE"], env)
+    worker.start()
+    try:
+        client = await Client.connect(
+            dev["TEMPORAL_ADDRESS"], namespace="default", data_converter=data_converter()
+        )
+        project = f"compose{uuid.uuid4().hex[:6]}"
+        target = tmp_path / "hello.txt"
+        spec = {
+            "resources": [
+                {
+                    "id": f"onprem:File:{target}",
+                    "type": "OnPrem",
+                    "attributes": {"kind": "File", "path": str(target), "content": "hi\n"},
+                }
+            ]
+        }
+        result = await client.execute_workflow(
+            "ApplyWorkflow",
+            OperationInput(project=project, spec=spec, auto_approve=True),
+            id=f"stackflow/{project}/default",
+            task_queue=dev["STACKFLOW_TASK_QUEUE"],
+            result_type=OperationResult,
+        )
+        assert result.phase == "succeeded", result.error
+        backend = open_backend(state_url)
+        try:
+            [release] = backend.list(project, "default", with_state=True)
+            assert release.phase == "succeeded" and len(release.state.resources) == 1
+        finally:
+            backend.close()
+        assert target.read_text() == "hi\n"
+    finally:
+        worker.stop()
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')

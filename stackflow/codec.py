@@ -15,8 +15,9 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter, PayloadCodec
 
 ENCODING = b"binary/zlib"
-MIN_SIZE = 512
-"""Smaller payloads stay readable as they are in the UI and `temporal workflow show`."""
+MIN_SIZE = 16 * 1024
+"""Smaller payloads (most inputs, results and activity calls) stay plain JSON, readable as
+they are in the Temporal UI and `temporal workflow show/result`; big specs are compressed."""
 PAYLOAD_LIMIT = 2 * 1024 * 1024
 """Temporal's default limit for one payload (blob size limit)."""
 

@@ -28,15 +28,129 @@ MAX_SPEC_BYTES = 512 * 1024 * 1024
 """A spec file larger than this is refused before parsing."""
 
 _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml is ~10x faster
+_STR = "tag:yaml.org,2002:str"
+_INT = "tag:yaml.org,2002:int"
+_FLOAT = "tag:yaml.org,2002:float"
+# Plain scalars are typed as kubectl's YAML (sigs.k8s.io/yaml over go-yaml v2) types them,
+# where that differs from PyYAML's YAML 1.1:
+#   - "=" is a string (PyYAML: the 1.1 'value' tag, which it cannot construct);
+#   - no base 60: "22:22" and "1:20:30" are strings (PyYAML: the integers 1342 and 4830);
+#   - numbers as Go parses them: 0o17 is an int; 1e3, 1.5E-2, 08 are floats (PyYAML: strings);
+#   - timestamps stay strings (go-yaml v2 gives an untyped target a string too).
+# One difference is kept on purpose: go-yaml v2 also reads y, Y, n, N as booleans, which
+# turns a key such as `y:` into "true"; here they stay strings (as in Kusion's YAML 1.2).
+_DIGITS = r"[0-9_]*[0-9][0-9_]*"
+_INT_RE = re.compile(
+    r"^[-+]?(?:0[bB]_*[01][01_]*|0[oO]_*[0-7][0-7_]*|0[xX]_*[0-9a-fA-F][0-9a-fA-F_]*"
+    r"|0[0-7_]*|[1-9][0-9_]*)$"
+)
+_FLOAT_RE = re.compile(
+    rf"^(?:[-+]?(?:_*\.{_DIGITS}|{_DIGITS}(?:\.[0-9_]*)?)(?:[eE][-+]?{_DIGITS})?"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+)
+_RETYPED = {_INT, _FLOAT, "tag:yaml.org,2002:timestamp", "tag:yaml.org,2002:value"}
+
+
+def _implicit_resolvers() -> dict[Any, list[tuple[str, re.Pattern[str]]]]:
+    table: dict[Any, list[tuple[str, re.Pattern[str]]]] = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag not in _RETYPED]
+        for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
+    }
+    # ints before floats: "10" matches both
+    for tag, regexp, firsts in (
+        (_INT, _INT_RE, "-+0123456789"),
+        (_FLOAT, _FLOAT_RE, "-+0123456789."),
+    ):
+        for first in firsts:
+            table.setdefault(first, []).append((tag, regexp))
+    return {first: resolvers for first, resolvers in table.items() if resolvers}
+
+
+class SyntaxProblem(yaml.YAMLError):
+    """YAML or JSON text a parser accepts but kubectl would not; the message is one line."""
+
+
+class DuplicateKeyError(SyntaxProblem):
+    """A mapping names the same key twice (YAML or JSON); ``line`` is the second one's."""
+
+    def __init__(self, key: Any, line: int, first_line: int | None = None) -> None:
+        self.key = key
+        self.line = line
+        self.first_line = first_line
+        first = f" (first at line {first_line})" if first_line is not None else ""
+        super().__init__(f"line {line}: duplicate key {_show_key(key)}{first}")
+
+
+def _show_key(key: Any) -> str:
+    return json.dumps(key, ensure_ascii=False) if isinstance(key, str) else repr(key)
 
 
 class _Loader(_BaseLoader):  # type: ignore[misc]
-    """Safe loader that keeps timestamps as strings, as JSON (and Kubernetes) would."""
+    """Safe loader typing plain scalars as kubectl does (see above), refusing duplicate keys."""
 
-    yaml_implicit_resolvers: ClassVar[dict[Any, Any]] = {
-        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-        for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
-    }
+    yaml_implicit_resolvers: ClassVar[dict[Any, Any]] = _implicit_resolvers()
+
+    def construct_yaml_int(self, node: Any) -> int:
+        text = node.value.replace("_", "")
+        digits = text.lstrip("+-")
+        sign = -1 if text.startswith("-") else 1
+        if len(digits) > 1 and digits[0] == "0" and digits[1] in "01234567":
+            return sign * int(digits, 8)  # YAML 1.1 octal, as Go reads it: 0755
+        return sign * int(digits, 0)  # decimal, 0x, 0o, 0b
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+        """As PyYAML's (``<<`` merge keys included), with two differences: a key given twice
+        is an error, and plain string keys and values skip the generic constructor."""
+        if not isinstance(node, yaml.MappingNode):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"expected a mapping node, but found {node.id}", node.start_mark
+            )
+        explicit = node.value
+        self.flatten_mapping(node)  # drops the << pairs from ``explicit``, merged ones go first
+        pairs = node.value
+        merged = len(pairs) - len(explicit)
+        mapping: dict[Any, Any] = {}
+        if merged:  # a later merged mapping, then the explicit keys, override earlier ones
+            for key_node, value_node in pairs[:merged]:
+                mapping[self._key(node, key_node, deep)] = self.construct_object(value_node, deep)
+        seen: dict[Any, Any] = {} if merged else mapping
+        construct = self.construct_object
+        for key_node, value_node in explicit:
+            key = self._key(node, key_node, deep)
+            if key in seen:
+                raise self._duplicate(explicit, key, key_node, deep)
+            if value_node.tag == _STR and type(value_node) is yaml.ScalarNode:
+                value = value_node.value
+            else:
+                value = construct(value_node, deep)
+            mapping[key] = value
+            if merged:
+                seen[key] = None
+        return mapping
+
+    def _key(self, node: Any, key_node: Any, deep: bool) -> Any:
+        if key_node.tag == _STR and type(key_node) is yaml.ScalarNode:
+            return key_node.value
+        key = self.construct_object(key_node, deep)
+        try:
+            hash(key)
+        except TypeError:
+            raise yaml.constructor.ConstructorError(
+                "while constructing a mapping",
+                node.start_mark,
+                "found unhashable key",
+                key_node.start_mark,
+            ) from None
+        return key
+
+    def _duplicate(
+        self, pairs: list[tuple[Any, Any]], key: Any, key_node: Any, deep: bool
+    ) -> DuplicateKeyError:
+        first = next(k for k, _ in pairs if self._key(k, k, deep) == key)
+        return DuplicateKeyError(key, key_node.start_mark.line + 1, first.start_mark.line + 1)
+
+
+_Loader.add_constructor(_INT, _Loader.construct_yaml_int)
 
 
 class ResourceType(StrEnum):
@@ -213,17 +327,104 @@ def _looks_like_json(text: str | bytes) -> bool:
     return False
 
 
-def load_yaml(text: str | bytes) -> Any:
-    """Parse YAML (or JSON) safely, keeping timestamps as strings.
+class _JsonDuplicate(Exception):
+    pass
 
-    JSON takes a fast path.
+
+def _json_object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise _JsonDuplicate
+    return obj
+
+
+def _json_text(text: str | bytes) -> str:
+    if isinstance(text, str):
+        return text
+    return text.decode(json.detect_encoding(text), "surrogatepass")
+
+
+_JSON_SPACE = re.compile(r"[ \t\n\r]*")
+
+
+def _json_duplicate(text: str) -> DuplicateKeyError:
+    """Where the first duplicate key of (valid) JSON text is: a walk that only tracks keys."""
+    decoder = json.JSONDecoder()
+
+    def line(pos: int) -> int:
+        return text.count("\n", 0, pos) + 1
+
+    def skip(pos: int) -> int:
+        return _JSON_SPACE.match(text, pos).end()  # type: ignore[union-attr]
+
+    def value(pos: int) -> int:
+        pos = skip(pos)
+        char = text[pos]
+        if char == "{":
+            seen: dict[str, int] = {}
+            pos = skip(pos + 1)
+            while text[pos] != "}":
+                key, end = json.decoder.scanstring(text, pos + 1)  # type: ignore[attr-defined]
+                if key in seen:
+                    raise DuplicateKeyError(key, line(pos), line(seen[key]))
+                seen[key] = pos
+                pos = skip(value(skip(end) + 1))  # past the ':' and the value
+                if text[pos] == ",":
+                    pos = skip(pos + 1)
+            return pos + 1
+        if char == "[":
+            pos = skip(pos + 1)
+            while text[pos] != "]":
+                pos = skip(value(pos))
+                if text[pos] == ",":
+                    pos += 1
+            return pos + 1
+        _, end = decoder.raw_decode(text, pos)
+        return int(end)
+
+    try:
+        value(0)
+    except DuplicateKeyError as err:
+        return err
+    raise AssertionError("no duplicate key found")  # pragma: no cover - caller saw one
+
+
+def _check_surrogates(text: str, data: Any) -> None:
+    """JSON may escape half of a UTF-16 pair ("\\udcc3"): that is no character, refuse it."""
+    try:
+        json.dumps(data, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as err:
+        escape = f"\\u{ord(err.object[err.start]):04x}"
+        pos = text.lower().find(escape)
+        where = f" at line {text.count(chr(10), 0, pos) + 1}" if pos >= 0 else ""
+        raise SyntaxProblem(
+            f"invalid JSON{where}: {escape} is half of a UTF-16 surrogate pair, not a character"
+        ) from None
+
+
+def _may_escape_surrogates(text: str | bytes) -> bool:
+    if isinstance(text, bytes):
+        return b"\\ud" in text or b"\\uD" in text or b"\x00" in text[:4]  # or UTF-16/32
+    return "\\ud" in text or "\\uD" in text
+
+
+def load_yaml(text: str | bytes) -> Any:
+    """Parse YAML (or JSON) safely, as kubectl reads it (see ``_Loader``).
+
+    JSON takes a fast path. A key given twice in one mapping raises :class:`DuplicateKeyError`.
     """
     with gc_paused():
         if _looks_like_json(text):
             try:
-                return json.loads(text)
+                data = json.loads(text, object_pairs_hook=_json_object)
+            except _JsonDuplicate:
+                raise _json_duplicate(_json_text(text)) from None
             except ValueError:
                 pass  # not JSON after all: the YAML parser gives the better error
+            else:
+                if _may_escape_surrogates(text):
+                    _check_surrogates(_json_text(text), data)
+                return data
         return yaml.load(text, Loader=_Loader)
 
 
@@ -233,6 +434,8 @@ def parse_spec_text(text: str | bytes, source: str = "<input>") -> Spec:
         raise SpecError(f"{source}: {len(text)} bytes, the limit is {MAX_SPEC_BYTES} bytes")
     try:
         data = load_yaml(text)
+    except SyntaxProblem as err:
+        raise SpecError(f"{source}: {err}") from err
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -243,8 +446,9 @@ def parse_spec_text(text: str | bytes, source: str = "<input>") -> Spec:
 
 def load_spec(path: str | Path) -> Spec:
     """Load a spec from a file, or from stdin when ``path`` is ``-``."""
-    if str(path) == "-":
-        return parse_spec_text(sys.stdin.read(), "<stdin>")
+    if str(path) == "-":  # bytes: UTF-8 whatever the locale (an ASCII one would garble it)
+        stdin = getattr(sys.stdin, "buffer", sys.stdin)
+        return parse_spec_text(stdin.read(), "<stdin>")
     p = Path(path)
     try:
         size = p.stat().st_size

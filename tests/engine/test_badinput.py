@@ -23,6 +23,13 @@ EXPECTED = {
     "cycle.yaml": "dependency cycle: a -> b -> c -> a",
     "dangling_dependency.yaml": "dependsOn: unknown resource 'v1:Namespace:ns'",
     "dangling_reference.yaml": "names no resource of the spec",
+    "duplicate_key.json": 'duplicate_key.json: line 10: duplicate key "mode" (first at line 10)',
+    "duplicate_key_in_attributes.yaml": (
+        'duplicate_key_in_attributes.yaml: line 12: duplicate key "replicas" (first at line 11)'
+    ),
+    "duplicate_key_top_level.yaml": (
+        'duplicate_key_top_level.yaml: line 5: duplicate key "resources" (first at line 2)'
+    ),
     "duplicate_ids.yaml": "resources[1] (id 'v1:Namespace:ns'): id: duplicate of resources[0]",
     "empty.yaml": "got nothing",
     "invalid_utf8.yaml": "invalid YAML",

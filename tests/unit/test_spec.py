@@ -12,10 +12,12 @@ import yaml
 from stackflow.errors import GraphError, SpecError
 from stackflow.spec import (
     MAX_RESOURCE_BYTES,
+    DuplicateKeyError,
     Resource,
     ResourceType,
     Spec,
     load_spec,
+    load_yaml,
     parse_spec,
     parse_spec_text,
     resource_digest,
@@ -177,3 +179,100 @@ def test_digests_are_canonical() -> None:
     assert spec_digest(a) == spec_digest(b) != spec_digest(c)
     assert resource_digest(a.resources[0]) == resource_digest(b.resources[0])
     assert len(spec_digest(a)) == 64
+
+
+def test_plain_equals_sign_is_a_string_as_kubectl_reads_it() -> None:
+    # a CRD enum as real ones write it; PyYAML's YAML 1.1 'value' tag used to fail on it
+    text = (
+        "resources:\n- id: a\n  type: OnPrem\n  attributes:\n"
+        "    operator: {type: string, enum: [=, '!=', In]}\n    sign: =\n    =: key\n"
+    )
+    attrs = parse_spec_text(text).resources[0].attributes
+    assert attrs["operator"]["enum"] == ["=", "!=", "In"]
+    assert attrs["sign"] == "=" and attrs["="] == "key"
+
+
+@pytest.mark.parametrize(
+    ("plain", "value"),
+    [
+        ("22:22", "22:22"),  # no YAML 1.1 base 60 (PyYAML: 1342), as go-yaml
+        ("1:20:30.5", "1:20:30.5"),
+        ("0o17", 15),
+        ("0755", 493),
+        ("0x1F", 31),
+        ("-0b101", -5),
+        ("1_000", 1000),
+        ("+7", 7),
+        ("1e3", 1000.0),  # PyYAML: the string '1e3'
+        ("1.5E-2", 0.015),
+        (".5", 0.5),
+        ("-.inf", float("-inf")),
+        ("08", 8.0),
+        ("0x", "0x"),
+        ("1e", "1e"),
+        ("123abc", "123abc"),
+        ("2024-05-10", "2024-05-10"),
+        ("2024-05-10T16:48:00Z", "2024-05-10T16:48:00Z"),
+        ("yes", True),
+        ("off", False),
+        ("y", "y"),  # go-yaml v2 says true (a `y:` key becomes "true"); kept a string here
+        ("~", None),
+    ],
+)
+def test_plain_scalars_are_typed_as_kubectl_types_them(plain: str, value: object) -> None:
+    got = load_yaml(f"v: {plain}\n")["v"]
+    assert got == value and type(got) is type(value)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("a: 1\nb: 2\na: 3\n", 'line 3: duplicate key "a" (first at line 1)'),
+        ("x:\n  y:\n    - {k: 1, k: 2}\n", 'line 3: duplicate key "k" (first at line 3)'),
+        ("{1: a, 0x1: b}", "line 1: duplicate key 1 (first at line 1)"),
+        ('{"a": {"b": [1, {"c": 1,\n"c": 2}]}}', 'line 2: duplicate key "c" (first at line 1)'),
+        ('{\n  "a": 1,\n  "a": 2\n}', 'line 3: duplicate key "a" (first at line 2)'),
+        # an explicit key may override a merged one, but not another explicit key
+        ("b: &b {x: 1}\nm:\n  <<: *b\n  x: 2\n  x: 3\n", 'line 5: duplicate key "x"'),
+    ],
+)
+def test_duplicate_keys_are_errors_naming_key_and_line(text: str, message: str) -> None:
+    with pytest.raises(DuplicateKeyError) as info:
+        load_yaml(text)
+    assert str(info.value).startswith(message)
+    with pytest.raises(DuplicateKeyError):
+        load_yaml(text.encode())
+
+
+def test_merge_keys_still_merge() -> None:
+    text = "b: &b {x: 1, y: 2}\nc: &c {x: 9, z: 3}\nm:\n  <<: [*b, *c]\n  y: 5\n"
+    assert load_yaml(text)["m"] == {"x": 1, "y": 5, "z": 3}
+
+
+def test_duplicate_key_in_a_spec_is_one_spec_error_line() -> None:
+    text = "resources:\n- id: a\n  type: OnPrem\n  attributes: {mode: '0644', mode: '0600'}\n"
+    with pytest.raises(SpecError) as info:
+        parse_spec_text(text, "spec.yaml")
+    assert str(info.value) == 'spec.yaml: line 4: duplicate key "mode" (first at line 4)'
+
+
+def test_lone_surrogate_escape_in_json_is_refused() -> None:
+    text = '{"resources": [{"id": "a", "type": "OnPrem",\n "attributes": {"x": "caf\\udcc3"}}]}'
+    with pytest.raises(SpecError) as info:
+        parse_spec_text(text, "spec.json")
+    assert str(info.value) == (
+        "spec.json: invalid JSON at line 2: \\udcc3 is half of a UTF-16 surrogate pair, "
+        "not a character"
+    )
+    pair = '{"resources": [{"id": "a", "type": "OnPrem", "attributes": {"x": "\\ud83c\\udf70"}}]}'
+    assert parse_spec_text(pair).resources[0].attributes["x"] == "\U0001f370"
+
+
+def test_non_ascii_stdin_is_read_as_utf8_whatever_the_locale(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    raw = "resources:\n- id: v1:ConfigMap:default:café-menü\n  type: Kubernetes\n".encode()
+    # what sys.stdin is under LC_ALL=C without UTF-8 mode: ASCII text, surrogate escapes
+    stdin = io.TextIOWrapper(io.BytesIO(raw), encoding="ascii", errors="surrogateescape")
+    monkeypatch.setattr("sys.stdin", stdin)
+    assert load_spec("-").resources[0].id == "v1:ConfigMap:default:café-menü"

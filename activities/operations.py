@@ -357,7 +357,7 @@ class OperationActivities:
     # ---- preview ---------------------------------------------------------------------------
     @activity.defn(name="preview_batch")
     async def preview_batch(self, inp: PreviewBatchInput) -> PreviewBatchResult:
-        with temporal_errors():
+        with temporal_errors(inp.unavailable_timeout_seconds):
             async with heartbeating(f"preview {inp.start}-{inp.end}"):
                 return await self._preview_batch(inp)
 
@@ -535,7 +535,7 @@ class OperationActivities:
     # ---- resources -------------------------------------------------------------------------
     @activity.defn(name="apply_resource")
     async def apply_resource(self, inp: NodeInput) -> NodeResult:
-        with temporal_errors():
+        with temporal_errors(inp.unavailable_timeout_seconds):
             async with heartbeating(f"apply {inp.resource_id}"):
                 return await self._apply(inp)
 
@@ -581,30 +581,39 @@ class OperationActivities:
             lambda: self.backend.assert_holds(inp.project, inp.workspace, inp.revision, run),
         )
         live = await runtime.apply(request, options)
+        # dependsOn plus the $kusion_path edges: destroy and deletions walk them in reverse
+        depends = sorted({*resource.depends_on, *(ref.resource_id for ref in references)})
+
+        async def record(attributes: dict[str, Any]) -> None:
+            applied = Resource(
+                id=resource.id,
+                type=resource.type,
+                attributes=attributes,
+                depends_on=depends,
+                extensions=resource.extensions,
+            )
+            await self._fenced(
+                run,
+                inp.project,
+                inp.workspace,
+                lambda: self.backend.record_resource(
+                    inp.project, inp.workspace, inp.revision, applied, run=run
+                ),
+            )
+
+        # Recorded before any readiness wait: an object that never gets ready is still the
+        # stack's (a later destroy removes it).
+        await record(live)
         if inp.watch:
             live = await runtime.wait_ready(request, options)
-        applied = Resource(
-            id=resource.id,
-            type=resource.type,
-            attributes=live,
-            depends_on=list(resource.depends_on),
-            extensions=resource.extensions,
-        )
-        await self._fenced(
-            run,
-            inp.project,
-            inp.workspace,
-            lambda: self.backend.record_resource(
-                inp.project, inp.workspace, inp.revision, applied, run=run
-            ),
-        )
+            await record(live)
         return NodeResult(
             id=resource.id, action=inp.action, status=NodeStatus.succeeded, digest=_digest(live)
         )
 
     @activity.defn(name="delete_resource")
     async def delete_resource(self, inp: NodeInput) -> NodeResult:
-        with temporal_errors():
+        with temporal_errors(inp.unavailable_timeout_seconds):
             async with heartbeating(f"delete {inp.resource_id}"):
                 return await self._delete(inp)
 

@@ -11,8 +11,9 @@ from cli.output import error_line
 from stackflow.errors import StackflowError
 
 EXIT_CODES_HELP = (
-    "Exit codes: 0 ok, 1 operation failed, 2 bad input, 3 stack locked "
-    "(run `stackflow release unlock` if no operation is running)."
+    "Exit codes: 0 ok, 1 operation failed (or infrastructure unreachable), 2 bad input, "
+    "3 stack locked by a running operation, 4 run paused on failed nodes "
+    "(stackflow retry / abort)."
 )
 
 

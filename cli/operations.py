@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import urllib.parse
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -49,7 +50,13 @@ from stackflow.render import render_preview
 from stackflow.spec import load_spec
 
 FINAL = ("succeeded", "failed")
+PAUSED = "awaitingDecision"
 POLL_SECONDS = 0.25
+
+
+class OnFailure(StrEnum):
+    fail = "fail"
+    pause = "pause"
 
 
 class OperationFailed(StackflowError):
@@ -58,6 +65,12 @@ class OperationFailed(StackflowError):
 
 class TemporalUnavailable(StackflowError):
     exit_code = 1
+
+
+class RunPaused(StackflowError):
+    """The run waits for retry/abort on failed nodes (``--on-failure pause``)."""
+
+    exit_code = 4
 
 
 class CannotAsk(StackflowError):
@@ -84,6 +97,20 @@ AdoptOpt = Annotated[
     bool, typer.Option("--adopt", help="Adopt existing objects that no stack owns yet.")
 ]
 DetailOpt = Annotated[bool, typer.Option("--detail/--no-detail", help="Show per-field diffs.")]
+OnFailureOpt = Annotated[
+    OnFailure,
+    typer.Option(
+        "--on-failure",
+        help="fail: end the run when nodes fail; pause: wait for `stackflow retry` or `abort`.",
+    ),
+]
+UnavailableOpt = Annotated[
+    float,
+    typer.Option(
+        "--unavailable-timeout",
+        help="Seconds unreachable infrastructure is retried before its node fails.",
+    ),
+]
 
 
 def _settings() -> tuple[str, str, str]:
@@ -140,6 +167,15 @@ class Runner:
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
                 result_type=OperationResult,
+                static_summary=(
+                    f"{self.workflow.removesuffix('Workflow').lower()} "
+                    f"{self.request.project}/{self.request.workspace}"
+                    + (
+                        f": {len(self.request.spec.get('resources') or [])} resources"
+                        if self.request.spec
+                        else ""
+                    )
+                ),
             )
         except WorkflowAlreadyStartedError:
             raise StackLockedError(
@@ -224,7 +260,7 @@ class Runner:
     async def follow(self, handle: WorkflowHandle[Any, OperationResult]) -> None:
         """A progress bar of resources done/total with the running ones, until the end."""
         if self.output == OutputFormat.json or not self.console.is_terminal:
-            await self.wait_for(handle, set())
+            await self.wait_for(handle, {PAUSED})
             return
         with Progress(
             TextColumn("[bold]{task.description}"),
@@ -247,7 +283,7 @@ class Runner:
                     completed=status.done,
                     running=running,
                 )
-                if status.phase in FINAL:
+                if status.phase in FINAL or status.phase == PAUSED:
                     return
                 await asyncio.wait({outcome}, timeout=POLL_SECONDS)
 
@@ -354,6 +390,16 @@ async def _run(
     if status.phase == "awaitingApproval":
         await runner.approve(handle, yes)
     await runner.follow(handle)
+    if not runner.outcome_of(handle).done():
+        status = await handle.query("status", result_type=StatusView)
+        if status.phase == PAUSED:
+            raise RunPaused(
+                f"{request.project}/{request.workspace} paused: {status.failed} node(s) failed"
+                + (f" ({status.error})" if status.error else "")
+                + f"; re-run them with `stackflow retry -p {request.project} -w "
+                f"{request.workspace}` or end the run with `stackflow abort -p "
+                f"{request.project} -w {request.workspace}`"
+            )
     result = await runner.result(handle)
     _report(runner, result, handle.result_run_id)
 
@@ -368,6 +414,7 @@ def preview(
     force: ForceOpt = False,
     adopt: AdoptOpt = False,
     detail: DetailOpt = True,
+    unavailable_timeout: UnavailableOpt = 600.0,
 ) -> None:
     """Show what apply would change: desired vs live vs prior (three-way diff)."""
     request = _request(
@@ -377,6 +424,7 @@ def preview(
         ignore_fields=ignore_field or [],
         force=force,
         adopt=adopt,
+        unavailable_timeout_seconds=unavailable_timeout,
     )
     asyncio.run(_run("PreviewWorkflow", request, output, True, detail))
 
@@ -395,6 +443,8 @@ def apply(
     force: ForceOpt = False,
     adopt: AdoptOpt = False,
     detail: DetailOpt = False,
+    on_failure: OnFailureOpt = OnFailure.fail,
+    unavailable_timeout: UnavailableOpt = 600.0,
 ) -> None:
     """Preview, ask, then apply the spec as a durable Temporal workflow."""
     request = _request(
@@ -407,6 +457,8 @@ def apply(
         fail_fast=fail_fast,
         force=force,
         adopt=adopt,
+        on_failure=on_failure.value,
+        unavailable_timeout_seconds=unavailable_timeout,
     )
     asyncio.run(_run("ApplyWorkflow", request, output, yes, detail))
 
@@ -419,9 +471,18 @@ def destroy(
     output: OutputOpt = OutputFormat.table,
     max_concurrency: ConcurrencyOpt = 8,
     fail_fast: FailFastOpt = False,
+    on_failure: OnFailureOpt = OnFailure.fail,
+    unavailable_timeout: UnavailableOpt = 600.0,
 ) -> None:
     """Delete everything the stack's last release holds, dependents first."""
-    request = _request(project, workspace, max_concurrency=max_concurrency, fail_fast=fail_fast)
+    request = _request(
+        project,
+        workspace,
+        max_concurrency=max_concurrency,
+        fail_fast=fail_fast,
+        on_failure=on_failure.value,
+        unavailable_timeout_seconds=unavailable_timeout,
+    )
     asyncio.run(_run("DestroyWorkflow", request, output, yes, False))
 
 

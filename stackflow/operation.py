@@ -7,7 +7,7 @@ activities keep full live state in the release store and return summaries.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -50,6 +50,13 @@ class OperationInput(BaseModel):
     batch_size: int = Field(default=BATCH_SIZE_DEFAULT, ge=1, le=1500)
     operator: str = "temporal"
     """Who started the run (recorded in the release); the CLI sets the user name."""
+    unavailable_timeout_seconds: float = Field(default=600.0, gt=0, le=86400)
+    """How long unreachable infrastructure is retried before its node fails saying so."""
+    on_failure: Literal["fail", "pause"] = "fail"
+    """``pause``: when nodes failed and nothing is left to run, wait (phase
+    ``awaitingDecision``) for the ``retry`` or ``abort`` Update instead of failing."""
+    decision_timeout_seconds: float = Field(default=3600.0, gt=0)
+    """How long a paused run waits for retry/abort before it aborts."""
 
     @model_validator(mode="after")
     def _one_spec_source(self) -> OperationInput:
@@ -147,6 +154,7 @@ class PreviewBatchInput(BaseModel):
     ignore_fields: list[str] = Field(default_factory=list)
     force: bool = False
     adopt: bool = False
+    unavailable_timeout_seconds: float = 600.0
     with_diff: bool = True
     """Return the full changes with per-field diffs (``details``); False past DETAIL_LIMIT,
     where only ``codes`` come back (such a change shows ``diff: []`` and, when it had a
@@ -237,6 +245,7 @@ class NodeInput(BaseModel):
     adopt: bool = False
     owner: RunOwner | None = None
     """The run that holds the stack, when not the run calling (a batch child's parent)."""
+    unavailable_timeout_seconds: float = 600.0
 
 
 class StatusView(BaseModel):
@@ -289,6 +298,7 @@ class BatchInput(BaseModel):
     """Plan indices that failed or were skipped in earlier batches."""
     owner: RunOwner | None = None
     """The parent run: it holds the stack, the child's activities write on its behalf."""
+    unavailable_timeout_seconds: float = 600.0
     full_results: bool = True
     """Return every result; else only counts, the first DETAIL_LIMIT results that did not
     succeed and the first failure."""

@@ -1,0 +1,17 @@
+"""Names shared by the operation workflows: search attributes, phases, patch ids."""
+
+from __future__ import annotations
+
+from temporalio.common import SearchAttributeKey
+
+PROJECT_KEY = SearchAttributeKey.for_keyword("StackflowProject")
+WORKSPACE_KEY = SearchAttributeKey.for_keyword("StackflowWorkspace")
+PHASE_KEY = SearchAttributeKey.for_keyword("StackflowPhase")
+
+AWAITING_APPROVAL = "awaitingApproval"
+FINALIZE_ON_EVERY_EXIT = "finalize-release-on-every-exit"
+"""Patch: runs started before it end as they did (only preview failures were finalised)."""
+AWAITING_DECISION = "awaitingDecision"
+FAIL_FAST_STOPS_DELETES = "fail-fast-stops-delete-walk"
+"""Patch: with fail_fast, a failure in the apply walk skips the delete walk."""
+ACTIONS = ("Create", "Update", "Delete", "UnChanged")

@@ -1,0 +1,173 @@
+"""Running resource nodes: one activity per node, walks of a batch, and the tally of results.
+
+Shared by the operation workflows and the BatchWorkflow child; deterministic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from temporalio import workflow
+from temporalio.exceptions import (
+    ActivityError,
+    CancelledError,
+    ChildWorkflowError,
+    FailureError,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from stackflow.operation import (
+        DETAIL_LIMIT,
+        BatchInput,
+        BatchResult,
+        LoadBatchInput,
+        LoadedBatch,
+        NodeInput,
+        NodeResult,
+        NodeStatus,
+        PlannedNode,
+    )
+    from workflows import common
+    from workflows.constants import FINALIZE_ON_EVERY_EXIT
+    from workflows.walker import WalkProgress, walk
+
+
+def _cause(exc: BaseException) -> str:
+    """The innermost message of an activity/child failure: what the user needs to read."""
+    while isinstance(exc, ActivityError | ChildWorkflowError) and exc.cause is not None:
+        exc = exc.cause
+    return str(exc) or type(exc).__name__
+
+
+def raise_if_cancelled(exc: BaseException) -> None:
+    """An activity or child that failed because this run is being cancelled: the run stops
+    (as a cancel, so the release is closed saying so) instead of counting a failed node."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, CancelledError):
+            if workflow.patched(FINALIZE_ON_EVERY_EXIT):
+                raise asyncio.CancelledError(str(cause) or "cancelled") from exc
+            return
+        cause = cause.cause if isinstance(cause, FailureError) else None
+
+
+async def run_resource_node(node: PlannedNode, batch: BatchInput) -> NodeResult:
+    """One activity per resource; its summary names the resource so the UI shows it."""
+    name = "delete_resource" if node.action == "Delete" else "apply_resource"
+    try:
+        result: NodeResult = await workflow.execute_activity(
+            name,
+            NodeInput(
+                project=batch.project,
+                workspace=batch.workspace,
+                revision=batch.revision,
+                spec_ref=batch.spec_ref,
+                resource_id=node.id,
+                action=node.action,
+                watch=batch.watch,
+                force=batch.force,
+                adopt=batch.adopt,
+                owner=batch.owner,
+                unavailable_timeout_seconds=batch.unavailable_timeout_seconds,
+            ),
+            result_type=NodeResult,
+            **common.resource_call(f"{node.action} {node.id}"),
+        )
+        return result
+    except ActivityError as exc:
+        raise_if_cancelled(exc)
+        return NodeResult(
+            id=node.id, action=node.action, status=NodeStatus.failed, error=_cause(exc)
+        )
+
+
+async def walk_nodes(
+    nodes: list[PlannedNode], batch: BatchInput, blocked: list[str], progress: WalkProgress
+) -> list[NodeResult]:
+    async def run(node: PlannedNode) -> NodeResult:
+        return await run_resource_node(node, batch)
+
+    return await walk(
+        nodes,
+        run,
+        max_concurrency=batch.max_concurrency,
+        fail_fast=batch.fail_fast,
+        blocked=blocked,
+        progress=progress,
+    )
+
+
+async def _load(batch: BatchInput) -> LoadedBatch:
+    """The nodes of a batch, from the plan store (they then live only in this history)."""
+    result: LoadedBatch = await workflow.execute_activity(
+        "load_batch",
+        LoadBatchInput(
+            plan_ref=batch.plan_ref,
+            deletions=batch.deletions,
+            start=batch.start,
+            actions=batch.actions,
+            not_ok=batch.not_ok,
+        ),
+        result_type=LoadedBatch,
+        **common.store_call(f"load {len(batch.actions) - batch.actions.count('.')} nodes"),
+    )
+    return result
+
+
+def batch_indices(batch: BatchInput) -> list[int]:
+    return [batch.start + i for i, code in enumerate(batch.actions) if code != "."]
+
+
+class Tally:
+    """Walk results as a run keeps them: every result when the run has at most DETAIL_LIMIT
+    nodes, else counts by status, the first DETAIL_LIMIT results that did not succeed and
+    the first failure (so 30,000 results never enter a history)."""
+
+    def __init__(self, full: bool) -> None:
+        self.full = full
+        self.results: list[NodeResult] = []
+        self.counts: dict[str, int] = {}
+        self.first_failed: NodeResult | None = None
+
+    def wants_ids(self) -> bool:
+        return self.full or len(self.results) < DETAIL_LIMIT or self.first_failed is None
+
+    def add(self, result: NodeResult) -> None:
+        key = result.status.value
+        self.counts[key] = self.counts.get(key, 0) + 1
+        if result.status == NodeStatus.failed and self.first_failed is None:
+            self.first_failed = result
+        if self.full or (
+            result.status != NodeStatus.succeeded and len(self.results) < DETAIL_LIMIT
+        ):
+            self.results.append(result)
+
+    def count(self, status: NodeStatus, n: int) -> None:
+        self.counts[status.value] = self.counts.get(status.value, 0) + n
+
+    def after_retry(self, again: Tally) -> Tally:
+        """This tally once ``again`` (the retried nodes: every one that did not succeed)
+        has run: what succeeded before stays, the rest is the retry's word."""
+        merged = Tally(self.full)
+        ok = NodeStatus.succeeded.value
+        merged.counts = dict(again.counts)
+        merged.counts[ok] = self.counts.get(ok, 0) + again.counts.get(ok, 0)
+        if self.full:
+            merged.results = [r for r in self.results if r.status == NodeStatus.succeeded]
+            merged.results += again.results
+        else:
+            merged.results = list(again.results)
+        merged.first_failed = again.first_failed
+        return merged
+
+    def merge(self, batch: BatchResult) -> None:
+        if self.full:
+            for result in batch.results:
+                self.add(result)
+            return
+        for key, n in batch.counts.items():
+            self.counts[key] = self.counts.get(key, 0) + n
+        if self.first_failed is None:
+            self.first_failed = batch.first_failed
+        room = DETAIL_LIMIT - len(self.results)
+        self.results.extend(batch.results[: max(room, 0)])

@@ -36,16 +36,24 @@ How it behaves, in one place:
 - **Readiness** (``wait_ready``) polls the object: rollouts, Job completion, PVC bound,
   Namespace active, CRD established, else a ``Ready`` condition; the timeout is
   ``extensions.readinessTimeout`` or the run's ``timeout_seconds``.
-- **Errors**: unreachable server, 5xx, 429, 410 -> ``Unavailable`` (retried); 400/422 ->
-  ``InvalidInput`` with the server's message; 401/403 -> ``InvalidInput`` (credentials and
-  RBAC are fixed by people, not by retrying), except the transient 403 of a namespace
-  being terminated -> ``Unavailable``; 409 -> ``Conflict``.
+- **Errors** (:func:`failure`), each one line naming the resource:
+  400 BadRequest and 422 Invalid (naming the fields of ``details.causes``) -> ``InvalidInput``
+  with the server's message; server-side apply's 500 "failed to create typed patch object"
+  (a value of the wrong type, a field not in the schema) -> ``InvalidInput`` naming the field
+  paths; 401/403 -> ``InvalidInput`` (credentials and RBAC are fixed by people, not by
+  retrying), except the transient 403 of a namespace being terminated -> ``Unavailable``;
+  409 -> ``Conflict``; 404 -> ``NotFound``; a kind nothing in the cluster serves (no such
+  apiVersion, no CRD) -> ``InvalidInput`` naming kind and apiVersion at once, while a CRD
+  that exists but is not established yet is waited for; 408, 410, 429, other 5xx, refused or
+  reset connections, timeouts, DNS failures -> ``Unavailable`` naming the server (retried);
+  a TLS certificate the kubeconfig does not trust -> ``InvalidInput``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -79,7 +87,7 @@ from runtimes.kubernetes.manifest import (
 from runtimes.kubernetes.readiness import parse_timeout, readiness
 
 T = TypeVar("T")
-APPLY_PATCH = "application/apply-patch+yaml"
+APPLY_PATCH = "application/apply-patch+yaml; charset=utf-8"
 DISCOVERY_WAIT_SECONDS = 15.0
 """How long apply waits for a kind to be served (a CRD just created is being established)."""
 
@@ -90,26 +98,71 @@ class NotReady(RuntimeFailure):
     kind = "NotReady"
 
 
+_TYPED = re.compile(
+    r"failed to create typed (patch|live) object(?:\s*\([^()]*\))?:\s*(?:errors:)?\s*(.*)", re.S
+)
+_GO_POINTER = re.compile(r"got &\{(.*)\}$")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _typed_errors(text: str) -> str:
+    """structured-merge-diff's errors (one per line) as ``path: problem; path: problem``."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return "; ".join(_GO_POINTER.sub(r"got \1", line) for line in lines)
+
+
 def failure(exc: ApiError, rid: str, doing: str) -> RuntimeFailure:
-    """The runtime error for a failure status of the API server."""
-    text = f"{rid}: {doing}: {exc.message}"
-    status = exc.status
-    if status in (400, 422):
+    """The runtime error for a failure status of the API server (one line, naming ``rid``)."""
+    status, message = exc.status, _one_line(exc.message)
+    server = f"Kubernetes API {exc.server}" if exc.server else "the Kubernetes API"
+    typed = _TYPED.search(exc.message) if status == 500 else None
+    if typed is not None and typed.group(1) == "patch":
+        # server-side apply could not read the manifest against the schema: a value of the
+        # wrong type, a field the kind does not have. Older servers say so with a 500.
+        return InvalidInput(f"{rid}: {_typed_errors(typed.group(2))}", resource_id=rid)
+    if typed is not None:
         return InvalidInput(
-            f"{rid}: {doing} rejected by the API server: {exc.message}", resource_id=rid
+            f"{rid}: {doing}: the live object does not match its schema (fix or replace it; "
+            f"retrying will not help): {_typed_errors(typed.group(2))}",
+            resource_id=rid,
         )
+    if status == 422 or exc.reason == "Invalid":
+        fields = list(dict.fromkeys(str(c["field"]) for c in exc.causes if c.get("field")))
+        named = f", invalid {', '.join(fields)}" if fields else ""
+        return InvalidInput(
+            f"{rid}: {doing} rejected by the API server{named}: {message}", resource_id=rid
+        )
+    if status == 400:
+        return InvalidInput(
+            f"{rid}: {doing} rejected by the API server: {message}", resource_id=rid
+        )
+    text = f"{rid}: {doing}: {message}"
     if status == 401:
-        return InvalidInput(f"{text} (check the kubeconfig credentials)", resource_id=rid)
+        return InvalidInput(
+            f"{text} ({server} does not accept the kubeconfig's credentials; retrying will not "
+            "help: fix or renew them)",
+            resource_id=rid,
+        )
     if status == 403:
-        if "being terminated" in exc.message:
+        if "being terminated" in message:
             return Unavailable(text, resource_id=rid)
-        return InvalidInput(f"{text} (the kubeconfig user lacks RBAC permission)", resource_id=rid)
+        return InvalidInput(
+            f"{text} (the kubeconfig's user lacks RBAC permission; retrying will not help: "
+            "grant it, or use another kubeconfig or context)",
+            resource_id=rid,
+        )
     if status == 404:
         return NotFound(text, resource_id=rid)
     if status == 409:
         return Conflict(text, resource_id=rid)
     if status in (408, 410, 429) or status >= 500:
-        return Unavailable(text, resource_id=rid)
+        answered = f"{status} {exc.reason}".strip()
+        return Unavailable(
+            f"{rid}: {doing}: {server} answered {answered}: {message}", resource_id=rid
+        )
     return InvalidInput(text, resource_id=rid)
 
 
@@ -124,13 +177,15 @@ class KubernetesRuntime(Runtime):
 
     @staticmethod
     async def _call(rid: str, fn: Callable[..., T], *args: Any) -> T:
-        """Run a blocking step in a thread; an unreachable cluster names the resource."""
+        """Run a blocking step in a thread; every failure names the resource."""
         try:
             return await asyncio.to_thread(fn, *args)
-        except Unavailable as exc:
+        except RuntimeFailure as exc:
             if exc.resource_id is None:
-                raise Unavailable(f"{rid}: {exc}", resource_id=rid) from None
+                raise type(exc)(f"{rid}: {exc}", resource_id=rid) from None
             raise
+        except ApiError as exc:  # a request no step mapped (none should be left)
+            raise failure(exc, rid, "request") from None
 
     # ---- connection & discovery ----------------------------------------------------------
     def client_for(self, resource: ResourceRequest, options: RuntimeOptions) -> KubeClient:
@@ -152,14 +207,54 @@ class KubernetesRuntime(Runtime):
     def _api(
         self, client: KubeClient, resource: ResourceRequest, ref: ObjectRef, wait: float = 0.0
     ) -> ApiResource | None:
+        """Where objects of the resource's kind live; None while the kind is not served."""
         deadline = time.monotonic() + wait
-        while True:
-            api = client.resource_for(ref.api_version, ref.kind)
-            if api is not None or time.monotonic() >= deadline:
-                break
-            time.sleep(0.5)
+        try:
+            while True:
+                api = client.resource_for(ref.api_version, ref.kind)
+                if api is not None or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.5)
+        except ApiError as exc:
+            raise failure(exc, resource.id, f"discovery of {ref.api_version}") from None
         check_id(resource, ref, None if api is None else api.namespaced)
         return api
+
+    def _served_api(
+        self, client: KubeClient, resource: ResourceRequest, ref: ObjectRef
+    ) -> ApiResource:
+        """Where objects of the kind live, for an apply: a kind whose CRD was just applied
+        is waited for (it is being established); one nothing would serve fails at once."""
+        api = self._api(client, resource, ref) or self._unserved(client, resource, ref, wait=True)
+        assert api is not None  # _unserved(wait=True) raises instead
+        return api
+
+    def _unserved(
+        self, client: KubeClient, resource: ResourceRequest, ref: ObjectRef, *, wait: bool
+    ) -> ApiResource | None:
+        """The kind is not served: InvalidInput when nothing in the cluster would serve it.
+        Else ``wait`` waits a while for it, then raises Unavailable (InvalidInput when the
+        cluster would not say why); without ``wait``, None."""
+        try:
+            reason, soon = client.unserved(ref.api_version, ref.kind)
+        except ApiError as exc:
+            raise failure(exc, resource.id, f"discovery of {ref.api_version}") from None
+        if soon is not False:
+            if not wait:
+                return None
+            api = self._api(client, resource, ref, wait=DISCOVERY_WAIT_SECONDS)
+            if api is not None:
+                return api
+        text = (
+            f"{resource.id}: the API server does not serve kind {ref.kind} in apiVersion "
+            f"{ref.api_version}"
+        )
+        if soon:  # its CRD exists but is still not established: try again later
+            raise Unavailable(
+                f"{text}: {reason} after {DISCOVERY_WAIT_SECONDS:g}s", resource_id=resource.id
+            )
+        reason = reason or "is its CustomResourceDefinition applied and established?"
+        raise InvalidInput(f"{text}: {reason}", resource_id=resource.id)
 
     @staticmethod
     def _get(client: KubeClient, api: ApiResource, ref: ObjectRef, rid: str) -> JSON | None:
@@ -193,7 +288,10 @@ class KubernetesRuntime(Runtime):
         desired = desired_object(resource, options)
         sensitive = ["data"] if ref.kind == "Secret" and ref.api_version == "v1" else []
         api = self._api(client, resource, ref)
-        if api is None:  # a custom kind whose CRD an earlier node of this run creates
+        if api is None:
+            if "." not in ref.api_version.rpartition("/")[0]:  # a built-in group never grows
+                self._unserved(client, resource, ref, wait=False)
+            # else a custom kind whose CRD an earlier node of this run creates
             return PreviewResult(would_be=desired, sensitive_paths=sensitive)
         live = self._get(client, api, ref, resource.id)
         if live is not None:
@@ -216,13 +314,7 @@ class KubernetesRuntime(Runtime):
         client = self.client_for(resource, options)
         ref = object_ref(resource)
         desired = desired_object(resource, options)
-        api = self._api(client, resource, ref, wait=DISCOVERY_WAIT_SECONDS)
-        if api is None:
-            raise InvalidInput(
-                f"{resource.id}: the API server does not serve kind {ref.kind} in "
-                f"{ref.api_version} (is its CustomResourceDefinition applied and established?)",
-                resource_id=resource.id,
-            )
+        api = self._served_api(client, resource, ref)
         live = self._get(client, api, ref, resource.id)
         if live is not None:
             if (live.get("metadata") or {}).get("deletionTimestamp"):

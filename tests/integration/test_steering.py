@@ -11,7 +11,12 @@ from typing import Any
 
 import pytest
 from temporalio import workflow
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import (
+    Client,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from stackflow.operation import (
@@ -76,7 +81,9 @@ async def test_paused_run_retries_the_failed_node_after_the_fix(
     assert cli.returncode == 4, cli.stdout + cli.stderr  # paused, the run waits
     assert f"stackflow retry -p {project}" in cli.stderr
 
-    handle = temporal_client.get_workflow_handle(workflow_id_for(project, "default"))
+    handle = temporal_client.get_workflow_handle(
+        workflow_id_for(project, "default"), result_type=OperationResult
+    )
     status = await wait_phase(handle, "awaitingDecision")
     assert status.failed == 1
     shown = await current_details(handle)
@@ -93,7 +100,7 @@ async def test_paused_run_retries_the_failed_node_after_the_fix(
     assert release.phase == "succeeded" and len(release.state.resources) == 3
     # a second retry is refused: the run is no longer paused (it is over)
     again = run_cli(stack_env, "retry", "-p", project)
-    assert again.returncode == 2 and "no running operation" in again.stderr
+    assert again.returncode == 1 and "no running operation" in again.stderr
     assert await assert_histories_replay(temporal_client, project, at_least=1) == 1
 
 
@@ -115,8 +122,9 @@ async def test_paused_run_aborted_by_the_operator_ends_failed_saying_who(
     request = OperationInput(project=project, spec=spec, auto_approve=True, on_failure="pause")
     handle = await start(temporal_client, stack_env, request)
     await wait_phase(handle, "awaitingDecision")
-    with pytest.raises(Exception, match=r"not paused|not awaiting"):
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
         await handle.execute_update("approve", ApprovalInput(by="nobody"))
+    assert "not awaiting approval" in str(refused.value.cause)
     await handle.execute_update("abort", ApprovalInput(by="oncall"))
     result = await handle.result()
     assert result.phase == "failed" and "aborted by oncall" in (result.error or "")

@@ -26,6 +26,7 @@ from activities.heartbeat import heartbeating
 from activities.runs import RunOracle, TemporalRunOracle
 from runtimes.base import ResourceRequest, RuntimeOptions
 from runtimes.registry import RuntimeRegistry
+from stackflow.budget import BUDGET, compact_change, fit_changes
 from stackflow.cache import PriorStateCache
 from stackflow.diff import diff_resource, sensitive_paths_for
 from stackflow.errors import FencedError, SpecError, StackLockedError
@@ -374,11 +375,17 @@ class OperationActivities:
             if change.get("drift"):
                 flags |= FLAG_DRIFT
             if inp.with_diff:
-                result.details.append(change)
+                result.details.append(compact_change(change))
             elif change.get("diff"):
                 flags |= FLAG_DIFF_OMITTED
             codes.append(f"{ACTION_CODES[change['action']]}{flags}")
         result.codes = "".join(codes)
+        if any(change.get("diff") for change in changes):
+            # The whole diff (every field, whole values; sensitive ones already masked)
+            # goes to the backend; history gets the shortened one, within the byte budget.
+            body = json.dumps(changes, separators=(",", ":"), default=str).encode()
+            result.diff_ref = await asyncio.to_thread(self.backend.put_blob, "diff_ref", body)
+        result.details = fit_changes(result.details, BUDGET // 2)
         for offset, node in enumerate(nodes):
             if node.refs and changes[offset]["action"] == "UnChanged":
                 result.refs.extend(

@@ -136,6 +136,9 @@ def release_show(
         int | None, typer.Option("--revision", "-r", help="Default: the latest.")
     ] = None,
     output: OutputOption = OutputFormat.table,
+    diff: Annotated[
+        bool, typer.Option("--diff", help="Also the preview's full diff (every field).")
+    ] = False,
 ) -> None:
     """Show one release (default: the latest) with its resources."""
     store = default_backend()
@@ -148,6 +151,12 @@ def release_show(
     if release is None:
         raise NotFoundError(f"stack {project}/{workspace} has no releases")
 
+    changes = None
+    if diff:
+        from cli.operations import full_changes
+
+        changes = full_changes(release.changes or {"changes": [], "summary": {}})
+
     def table(console: Console) -> None:
         for key, value in _release_summary(release).items():
             if value is not None:
@@ -158,8 +167,19 @@ def release_show(
         for resource in release.state.resources:
             t.add_row(Text(resource.id), resource.type.value)
         console.print(t)
+        if changes is not None:
+            from stackflow.diff import Preview
+            from stackflow.render import render_preview
 
-    emit(output, lambda: masked_release_json(release), table)
+            render_preview(Preview.model_validate(changes), console, detail=True)
+
+    def data() -> dict[str, Any]:
+        out = masked_release_json(release)
+        if changes is not None:
+            out["diff"] = changes
+        return out
+
+    emit(output, data, table)
 
 
 @release_app.command("unlock")

@@ -288,6 +288,26 @@ class Runner:
                 await asyncio.wait({outcome}, timeout=POLL_SECONDS)
 
 
+def full_changes(view: dict[str, Any]) -> dict[str, Any]:
+    """The preview with the full diffs its ``diff_refs`` name, read from the state backend
+    (changes without a diff keep what the run showed)."""
+    from stackflow.config import default_backend
+
+    refs = view.get("diff_refs") or []
+    backend = default_backend()
+    try:
+        full: dict[str, dict[str, Any]] = {}
+        for ref in refs:
+            for change in json.loads(backend.get_blob("diff_ref", ref)):
+                full[change["id"]] = change
+    finally:
+        backend.close()
+    changes = [full.get(c["id"], c) for c in view.get("changes", [])]
+    shown = {c["id"] for c in changes}
+    changes += [c for rid, c in full.items() if rid not in shown and c["action"] != "UnChanged"]
+    return {**view, "changes": changes}
+
+
 def _user() -> str:
     try:
         return getpass.getuser()
@@ -366,13 +386,20 @@ def _release_json(result: OperationResult) -> dict[str, Any] | None:
 
 
 async def _run(
-    workflow: str, request: OperationInput, output: OutputFormat, yes: bool, detail: bool
+    workflow: str,
+    request: OperationInput,
+    output: OutputFormat,
+    yes: bool,
+    detail: bool,
+    full: bool = False,
 ) -> None:
     runner = Runner(workflow, request, output)
     client = await _connect()
     handle = await runner.start(client)
     if workflow == "PreviewWorkflow":
         result = await runner.result(handle)
+        if full:
+            result.changes = full_changes(result.changes)
         if output == OutputFormat.json:
             typer.echo(json.dumps(result.changes, indent=2, sort_keys=True))
         else:
@@ -415,6 +442,14 @@ def preview(
     adopt: AdoptOpt = False,
     detail: DetailOpt = True,
     unavailable_timeout: UnavailableOpt = 600.0,
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            help="Every field and whole values, from the state backend (STACKFLOW_STATE_URL); "
+            "by default long values are shortened and big diffs summarised.",
+        ),
+    ] = False,
 ) -> None:
     """Show what apply would change: desired vs live vs prior (three-way diff)."""
     request = _request(
@@ -426,7 +461,7 @@ def preview(
         adopt=adopt,
         unavailable_timeout_seconds=unavailable_timeout,
     )
-    asyncio.run(_run("PreviewWorkflow", request, output, True, detail))
+    asyncio.run(_run("PreviewWorkflow", request, output, True, detail, full))
 
 
 @app.command()

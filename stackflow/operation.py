@@ -171,6 +171,9 @@ CODE_ACTIONS = {code: action for action, code in ACTION_CODES.items()}
 class PreviewBatchResult(BaseModel):
     """A preview batch, compact: 30,000 changes cost the parent history ~2 bytes each."""
 
+    diff_ref: str | None = None
+    """The batch's full changes (every field, whole values) in the state backend, when they
+    had diffs: what ``details`` shortens to stay within the byte budget."""
     codes: str = ""
     """Two characters per change (the range's nodes, then its deletions): the action's
     code (ACTION_CODES) and a digit of FLAG_* bits."""

@@ -10,6 +10,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from stackflow.budget import BUDGET, fit_changes
     from stackflow.operation import (
         CODE_ACTIONS,
         DETAIL_LIMIT,
@@ -56,6 +57,9 @@ class PreviewLines:
         self.refs: dict[int, list[tuple[int, str]]] = {}
         self.settled: dict[int, tuple[int, str]] = {}
         self.record_only: list[int] = []
+        self.diff_refs: list[str] = []
+        """The batches' full diffs in the state backend (``preview --full``)."""
+        self._view: dict[str, Any] | None = None
 
     def add(self, call: PreviewBatchInput, result: PreviewBatchResult) -> None:
         keys: list[Key] = [("n", i) for i in range(call.start, min(call.end, len(self.node_codes)))]
@@ -73,6 +77,9 @@ class PreviewLines:
             if result.details:
                 self.details[key] = result.details[n]
         self.order.extend(keys)
+        self._view = None
+        if result.diff_ref:
+            self.diff_refs.append(result.diff_ref)
         for node, ref, path in result.refs:
             self.refs.setdefault(node, []).append((ref, path))
 
@@ -93,6 +100,7 @@ class PreviewLines:
         applied after its dependency. UnChanged nodes this stack has not recorded yet are
         applied (a no-op) only to record their state (``record_only``).
         """
+        self._view = None
         for index, code in enumerate(self.node_codes):
             if code != "N":
                 continue
@@ -120,6 +128,9 @@ class PreviewLines:
 
     def _touches(self, ref: int, path: str) -> bool:
         detail = self.details.get(("n", ref))
+        if detail is not None and (detail.get("diff_more") or detail.get("diff_omitted")):
+            # only part of its diff is here: any field may move
+            return CODE_ACTIONS[self.node_codes[ref]] in ("Create", "Update")
         change = {
             "action": CODE_ACTIONS[self.node_codes[ref]],
             "diff": detail.get("diff", []) if detail is not None else [],
@@ -144,6 +155,7 @@ class PreviewLines:
         return DescribeInput(plan_ref=self.plan_ref, items=items)
 
     def described(self, request: DescribeInput, changes: list[dict[str, Any]]) -> None:
+        self._view = None
         for item, change in zip(request.items, changes, strict=True):
             self.details[(item[0], item[1])] = change
 
@@ -159,14 +171,22 @@ class PreviewLines:
         return shown
 
     def view(self) -> dict[str, Any]:
-        """``{"changes": [...], "summary": {...}}`` (see ``summarise``)."""
+        """``{"changes": [...], "summary": {...}, "diff_refs": [...]}`` (see ``summarise``),
+        within half the byte budget (diffs past it are omitted; the summary counts every
+        line). Computed once; the preview does not change after it is settled."""
+        if self._view is not None:
+            return self._view
         summary = dict.fromkeys(ACTIONS, 0)
         for code in (*self.node_codes, *self.del_codes):
             summary[CODE_ACTIONS[code]] += 1
-        changes = [self.details[key] for key in self._shown() if key in self.details]
+        shown = [self.details[key] for key in self._shown() if key in self.details]
+        view: dict[str, Any] = {"changes": fit_changes(shown, BUDGET // 2), "summary": summary}
         if len(self.order) > DETAIL_LIMIT:
-            return {"changes": changes, "summary": summary, "truncated": True}
-        return {"changes": changes, "summary": summary}
+            view["truncated"] = True
+        if self.diff_refs:
+            view["diff_refs"] = list(self.diff_refs)
+        self._view = view
+        return view
 
     def __len__(self) -> int:
         return len(self.order)
@@ -217,4 +237,6 @@ def brief_changes(view: dict[str, Any]) -> dict[str, Any]:
     brief: dict[str, Any] = {"changes": briefs, "summary": view["summary"]}
     if view.get("truncated"):
         brief["truncated"] = True
+    if view.get("diff_refs"):
+        brief["diff_refs"] = view["diff_refs"]
     return brief

@@ -16,6 +16,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from stackflow.budget import short_error
     from stackflow.operation import (
         DETAIL_LIMIT,
         BatchInput,
@@ -36,7 +37,7 @@ def _cause(exc: BaseException) -> str:
     """The innermost message of an activity/child failure: what the user needs to read."""
     while isinstance(exc, ActivityError | ChildWorkflowError) and exc.cause is not None:
         exc = exc.cause
-    return str(exc) or type(exc).__name__
+    return short_error(str(exc)) or type(exc).__name__
 
 
 def raise_if_cancelled(exc: BaseException) -> None:

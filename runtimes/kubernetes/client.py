@@ -248,8 +248,10 @@ class KubeClient:
                 if crd is not None:
                     return _crd_state(crd, version)
                 service = f"{version}.{group}"
-                if self._get_or_none(f"/apis/apiregistration.k8s.io/v1/apiservices/{service}"):
-                    return f"its APIService {service} is not available yet", True
+                found = self._get_or_none(f"/apis/apiregistration.k8s.io/v1/apiservices/{service}")
+                waiting = _api_service_waiting(found) if found is not None else None
+                if waiting is not None:
+                    return f"its APIService {service} is not available yet ({waiting})", True
             served = self._served_versions(group)
         except ApiError:
             return "", None
@@ -306,6 +308,19 @@ class KubeClient:
 def _defines(crd: JSON, group: str, kind: str) -> bool:
     spec = crd.get("spec") or {}
     return bool(spec.get("group") == group and (spec.get("names") or {}).get("kind") == kind)
+
+
+def _api_service_waiting(service: JSON) -> str | None:
+    """Why an aggregated API (one served by another server) is not available, or None when
+    it is, or when the APIService is one of the server's own built-in groups."""
+    if not (service.get("spec") or {}).get("service"):
+        return None  # local: a built-in group, served by this very server
+    for condition in (service.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Available":
+            if condition.get("status") == "True":
+                return None
+            return " ".join(str(condition.get("message") or condition.get("reason")).split())
+    return "no Available condition yet"
 
 
 def _crd_state(crd: JSON, version: str) -> tuple[str, bool]:

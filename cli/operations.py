@@ -35,6 +35,7 @@ from temporalio.service import RPCError
 
 from cli.app import app
 from cli.output import OutputFormat, masked_release_json
+from stackflow.budget import BUDGET
 from stackflow.codec import PAYLOAD_LIMIT, data_converter, encoded_size
 from stackflow.diff import Preview
 from stackflow.errors import SpecError, StackflowError, StackLockedError
@@ -323,17 +324,29 @@ def _request(project: str, workspace: str, **fields: Any) -> OperationInput:
 
 
 def _spec_input(path: str) -> dict[str, Any]:
-    """The spec as the workflow input carries it; refused (exit 2) when even compressed it
-    is over Temporal's payload limit."""
+    """How the workflow input carries the spec: inline (``{"spec": …}``, all a client needs
+    is Temporal), or, when it is over the byte budget even compressed and this machine
+    shares the state backend (``STACKFLOW_STATE_URL`` set), stored there first and passed
+    as ``{"spec_ref": …}``. Refused (exit 2) when it must go inline and is over Temporal's
+    payload limit."""
     spec = load_spec(path)
     data = spec.model_dump(mode="json", by_alias=True)
     size = asyncio.run(encoded_size(data))
+    if size > BUDGET and os.environ.get("STACKFLOW_STATE_URL"):
+        from stackflow.config import default_backend
+
+        backend = default_backend()
+        try:
+            return {"spec_ref": backend.put_spec(spec)}
+        finally:
+            backend.close()
     if size > PAYLOAD_LIMIT * 0.95:
         raise SpecError(
             f"{path}: the spec is {size / 1048576:.1f} MiB compressed, over Temporal's "
-            f"{PAYLOAD_LIMIT // 1048576} MiB payload limit: split it into several stacks"
+            f"{PAYLOAD_LIMIT // 1048576} MiB payload limit: split it into several stacks, "
+            "or set STACKFLOW_STATE_URL so the CLI stores it in the state backend first"
         )
-    return data
+    return {"spec": data}
 
 
 def _report(runner: Runner, result: OperationResult, run_id: str | None) -> None:
@@ -455,7 +468,7 @@ def preview(
     request = _request(
         project,
         workspace,
-        spec=_spec_input(file),
+        **_spec_input(file),
         ignore_fields=ignore_field or [],
         force=force,
         adopt=adopt,
@@ -485,7 +498,7 @@ def apply(
     request = _request(
         project,
         workspace,
-        spec=_spec_input(file),
+        **_spec_input(file),
         max_concurrency=max_concurrency,
         ignore_fields=ignore_field or [],
         watch=watch,

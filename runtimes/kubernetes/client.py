@@ -246,10 +246,10 @@ class KubeClient:
             if "." in group:  # only CRDs and aggregated APIs add kinds to a running cluster
                 crd = self._crd_for(group, kind)
                 if crd is not None:
-                    return _crd_state(crd, version)
+                    return crd_state(crd, version)
                 service = f"{version}.{group}"
                 found = self._get_or_none(f"/apis/apiregistration.k8s.io/v1/apiservices/{service}")
-                waiting = _api_service_waiting(found) if found is not None else None
+                waiting = api_service_waiting(found) if found is not None else None
                 if waiting is not None:
                     return f"its APIService {service} is not available yet ({waiting})", True
             served = self._served_versions(group)
@@ -310,7 +310,7 @@ def _defines(crd: JSON, group: str, kind: str) -> bool:
     return bool(spec.get("group") == group and (spec.get("names") or {}).get("kind") == kind)
 
 
-def _api_service_waiting(service: JSON) -> str | None:
+def api_service_waiting(service: JSON) -> str | None:
     """Why an aggregated API (one served by another server) is not available, or None when
     it is, or when the APIService is one of the server's own built-in groups."""
     if not (service.get("spec") or {}).get("service"):
@@ -323,7 +323,7 @@ def _api_service_waiting(service: JSON) -> str | None:
     return "no Available condition yet"
 
 
-def _crd_state(crd: JSON, version: str) -> tuple[str, bool]:
+def crd_state(crd: JSON, version: str) -> tuple[str, bool]:
     """Why a CRD's kind is not served (yet): (reason, whether waiting may help)."""
     name = str((crd.get("metadata") or {}).get("name"))
     spec, status = crd.get("spec") or {}, crd.get("status") or {}

@@ -27,13 +27,34 @@ from python_terraform import Terraform
 from runtimes.base import InvalidInput, RuntimeFailure, Unavailable
 
 DEFAULT_CACHE = Path.home() / ".cache" / "stackflow"
+GENERATED_CONFIG = "main.tf.json"
+"""The configuration stackflow writes into each resource's working directory."""
+
+
+_HOW_TO_FIX = (
+    "run `make setup` on this worker (it builds OpenTofu), or set STACKFLOW_TF_BIN to a tofu "
+    "or terraform binary"
+)
+
+
+def check_binary(path: str, source: str) -> str:
+    """``path`` if it is an executable file; else Unavailable saying what is wrong and how to
+    fix it (another worker may have the CLI, so the activity may be retried there)."""
+    candidate = Path(path)
+    if not candidate.exists():
+        problem = "does not exist"
+    elif not candidate.is_file() or not os.access(candidate, os.X_OK):
+        problem = "is not an executable file"
+    else:
+        return path
+    raise Unavailable(f"the OpenTofu CLI {path} ({source}) {problem}: {_HOW_TO_FIX}")
 
 
 def find_binary() -> str:
     """``$STACKFLOW_TF_BIN``, else the OpenTofu setup builds, else tofu/terraform on PATH."""
     configured = os.environ.get("STACKFLOW_TF_BIN")
     if configured:
-        return configured
+        return check_binary(configured, "STACKFLOW_TF_BIN")
     built = DEFAULT_CACHE / "bin" / "tofu"
     if os.access(built, os.X_OK):
         return str(built)
@@ -42,7 +63,8 @@ def find_binary() -> str:
         if found:
             return found
     raise Unavailable(
-        "no Terraform CLI: set STACKFLOW_TF_BIN, run scripts/setup.sh, or put tofu on PATH"
+        f"no OpenTofu CLI: STACKFLOW_TF_BIN is not set, {built} does not exist and neither tofu "
+        f"nor terraform is on PATH: {_HOW_TO_FIX}"
     )
 
 
@@ -121,7 +143,12 @@ def error_line(result: Result) -> str:
         text = f"{summary}: {detail}" if detail else summary
         rng = diag.get("range") or {}
         attr = (diag.get("snippet") or {}).get("context")
-        if rng.get("filename"):
+        if rng.get("filename") == GENERATED_CONFIG:
+            # stackflow wrote that file: its line means nothing to the user, the resource
+            # id (in front of this line) and the argument (in the detail) name the place
+            if attr and not str(attr).startswith("resource."):
+                text += f" (in {attr})"
+        elif rng.get("filename"):
             where = f"{rng['filename']}:{(rng.get('start') or {}).get('line', '?')}"
             text += f" ({where}{', ' + attr if attr else ''})"
         parts.append(_one_line(text))
@@ -177,12 +204,16 @@ class Cli:
     """One binary; each call runs in a working directory with its own environment."""
 
     def __init__(self, binary: str | None = None) -> None:
-        self._binary = binary
+        self._configured = binary
+        self._binary: str | None = None
 
     @property
     def binary(self) -> str:
+        """The CLI to run, checked on first use; a missing one is looked for again on the
+        next call, so `make setup` fixes a running worker."""
         if self._binary is None:
-            self._binary = find_binary()
+            configured = self._configured
+            self._binary = check_binary(configured, "configured") if configured else find_binary()
         return self._binary
 
     def argv(self, command: str, *args: str, **flags: Any) -> list[str]:
@@ -210,7 +241,10 @@ class Cli:
                 start_new_session=True,
             )
         except OSError as exc:
-            raise Unavailable(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
+            self._binary = None  # gone since it was found: look again next time
+            raise Unavailable(
+                f"cannot run the OpenTofu CLI {argv[0]}: {exc.strerror or exc}: {_HOW_TO_FIX}"
+            ) from None
         try:
             out, err = await asyncio.wait_for(proc.communicate(), timeout)
         except TimeoutError:

@@ -41,11 +41,20 @@ from runtimes.base import (
     PreviewResult,
     ResourceRequest,
     Runtime,
+    RuntimeFailure,
     RuntimeOptions,
     Unavailable,
 )
 from runtimes.faults import fault_point
-from runtimes.terraform.cli import Cli, Result, base_env, failure, file_locks, lock_dir
+from runtimes.terraform.cli import (
+    GENERATED_CONFIG,
+    Cli,
+    Result,
+    base_env,
+    failure,
+    file_locks,
+    lock_dir,
+)
 from runtimes.terraform.config import (
     TerraformResource,
     parse_resource,
@@ -75,7 +84,7 @@ from stackflow.paths import format_path
 from stackflow.state.backend import RunRef, StateBackend
 
 STATE_FILE = "terraform.tfstate"
-CONFIG_FILE = "main.tf.json"
+CONFIG_FILE = GENERATED_CONFIG
 PLAN_FILE = "stackflow.tfplan"
 INIT_STAMP = ".stackflow-init"
 LOCK_FILE = ".stackflow.lock"
@@ -265,7 +274,12 @@ class TerraformRuntime(Runtime):
         path.mkdir(parents=True, exist_ok=True)
         # one command sequence per resource at a time, across processes
         async with file_locks([path / LOCK_FILE]):
-            yield Workdir(self, res, path, options)
+            try:
+                yield Workdir(self, res, path, options)
+            except RuntimeFailure as exc:  # e.g. no CLI, a timeout: name the resource
+                if exc.resource_id is not None:
+                    raise
+                raise type(exc)(f"{resource.id}: {exc}", resource_id=resource.id) from None
 
     # ---- read -------------------------------------------------------------------------------
     async def _read(

@@ -309,3 +309,102 @@ async def test_unreachable_cluster_is_retryable(
         await rt.read(request(obj, kubeConfig=str(tmp_path / "none")), opts)
     with pytest.raises(InvalidInput, match="context"):
         await rt.read(request(obj, kubeContext="no-such-context"), opts)
+
+
+async def test_non_ascii_reaches_the_api_server_intact(
+    rt: KubernetesRuntime, opts: RuntimeOptions, ns: str, api: k8s.ApiClient
+) -> None:
+    # an invalid name: the server's own naming rule, not a garbled request body
+    for name in ("café-menü", "cake-\U0001f370"):
+        with pytest.raises(InvalidInput) as err:
+            await rt.apply(request(config_map(ns, name, {})), opts)
+        message = str(err.value)
+        assert "RFC 1123" in message and f'"{name}"' in message, message
+        assert "invalid Unicode" not in message and "error decoding YAML" not in message
+        assert "invalid metadata.name" in message and "\n" not in message
+    # valid non-ASCII values round-trip, astral characters and line separators included
+    data = {"menu": "crème brûlée", "cake": "\U0001f370 gâteau", "odd": "a\u2028b\x85c\x7f"}
+    obj = config_map(ns, "menu", data)
+    obj["metadata"]["annotations"] = {"example.com/chef": "Zoë Ångström"}
+    live = await rt.apply(request(obj), opts)
+    assert live["data"] == data
+    stored = k8s.CoreV1Api(api).read_namespaced_config_map("menu", ns)
+    assert stored.data == data and stored.metadata is not None
+    assert (stored.metadata.annotations or {}).get("example.com/chef") == "Zoë Ångström"
+    assert (await change(rt, request(obj), opts)).action == "UnChanged"
+
+
+async def test_wrongly_typed_field_is_invalid_input_at_once(
+    rt: KubernetesRuntime, opts: RuntimeOptions, ns: str
+) -> None:
+    # server-side apply answers 500 "failed to create typed patch object": no retry helps
+    bad = deployment(ns, "web")
+    bad["spec"]["replicas"] = "1"
+    expected = (
+        f"apps/v1:Deployment:{ns}:web: .spec.replicas: expected numeric (int or float), got string"
+    )
+    for step in (rt.preview, rt.apply):
+        started = time.monotonic()
+        with pytest.raises(InvalidInput) as err:
+            await step(request(bad), opts)
+        assert str(err.value) == expected
+        assert not err.value.retryable
+        assert time.monotonic() - started < 3
+    unknown = deployment(ns, "web")
+    unknown["spec"]["replica"] = 1
+    with pytest.raises(InvalidInput, match=r"\.spec\.replica: field not declared in schema"):
+        await rt.apply(request(unknown), opts)
+
+
+async def test_kinds_nothing_serves_fail_at_once_naming_kind_and_api_version(
+    rt: KubernetesRuntime, opts: RuntimeOptions, ns: str
+) -> None:
+    group = f"g{suffix()}.stackflow.test"
+    cases = [
+        (f"{group}/v1", "Gadget", f"the API group '{group}' is not served and no "
+         "CustomResourceDefinition defines kind Gadget"),
+        ("apps/v2", "Deployment", "group apps serves v1, not v2"),
+        ("v1", "ConfigMapp", "v1 has no kind ConfigMapp"),
+        ("apps/v1", "deployment", "did you mean Deployment?"),
+    ]  # fmt: skip
+    for api_version, kind, why in cases:
+        obj = {"apiVersion": api_version, "kind": kind, "metadata": {"name": "x", "namespace": ns}}
+        started = time.monotonic()
+        with pytest.raises(InvalidInput) as err:
+            await rt.apply(request(obj), opts)
+        assert time.monotonic() - started < 3  # no waiting for a CRD that does not exist
+        message = str(err.value)
+        assert message.startswith(
+            f"{api_version}:{kind}:{ns}:x: the API server does not serve kind {kind} in "
+            f"apiVersion {api_version}: "
+        ), message
+        assert why in message
+    # a built-in group cannot gain kinds: preview says so too (a custom one may: its CRD
+    # may come earlier in the same run, so it previews as the manifest)
+    typo = {"apiVersion": "v1", "kind": "ConfigMapp", "metadata": {"name": "x", "namespace": ns}}
+    with pytest.raises(InvalidInput, match="v1 has no kind ConfigMapp"):
+        await rt.preview(request(typo), opts)
+    custom = {
+        "apiVersion": f"{group}/v1",
+        "kind": "Gadget",
+        "metadata": {"name": "x", "namespace": ns},
+    }
+    assert (await rt.preview(request(custom), opts)).would_be["kind"] == "Gadget"
+
+
+async def test_unreachable_server_is_unavailable_naming_it(
+    rt: KubernetesRuntime, opts: RuntimeOptions, tmp_path: Path, kubeconfig: str
+) -> None:
+    text = Path(kubeconfig).read_text()
+    port = json.dumps(text).split("127.0.0.1:")[1].split("\\n")[0]
+    dead = tmp_path / "dead-kubeconfig"
+    dead.write_text(text.replace(f"127.0.0.1:{port}", "127.0.0.1:1"))
+    obj = config_map("default", "x", {})
+    for step in (rt.read, rt.preview, rt.apply, rt.delete):
+        started = time.monotonic()
+        with pytest.raises(Unavailable) as err:
+            await step(request(obj, kubeConfig=str(dead)), opts)
+        message = str(err.value)
+        assert message.startswith("v1:ConfigMap:default:x: Kubernetes API https://127.0.0.1:1 ")
+        assert "unreachable" in message and "refused" in message and "\n" not in message
+        assert err.value.retryable and time.monotonic() - started < 10

@@ -278,7 +278,10 @@ async def test_invalid_arguments_fail_at_preview_with_the_cli_message(
     message = str(caught.value)
     assert "\n" not in message
     assert message.startswith("hashicorp:random:random_password:typo: terraform plan failed:")
-    assert "lenght" in message
+    assert 'No argument or block type is named "lenght"' in message
+    assert "main.tf.json" not in message  # stackflow's generated file: its lines mean nothing
+    with pytest.raises(InvalidInput, match=r'named "lenght"'):  # found at apply: not retried
+        await runtime.apply(bad, options)
 
     wrong_type = req("hashicorp:random:random_password:t", {"length": "long"}, RANDOM)
     with pytest.raises(InvalidInput, match=r"number is required|Incorrect attribute value type"):

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import ssl
 from typing import Any
 
 import pytest
+import urllib3
+import yaml
+from kubernetes.client import ApiException
 
 from runtimes.base import (
     Conflict,
@@ -14,7 +19,13 @@ from runtimes.base import (
     RuntimeOptions,
     Unavailable,
 )
-from runtimes.kubernetes.client import ApiError
+from runtimes.kubernetes.client import (
+    ApiError,
+    api_service_waiting,
+    crd_state,
+    encode_body,
+    transport_failure,
+)
 from runtimes.kubernetes.manifest import (
     MISSING,
     check_id,
@@ -168,6 +179,183 @@ def test_shaped_like_keeps_only_the_applied_fields() -> None:
 def test_api_errors_map_to_runtime_errors(status: int, error: type[Exception]) -> None:
     exc = failure(ApiError(status, {"message": "boom", "reason": "X"}, ""), "id", "apply")
     assert type(exc) is error and "boom" in str(exc)
+
+
+RID = "apps/v1:Deployment:default:web"
+SERVER = "https://10.0.0.1:6443"
+
+
+def api_error(status: int, message: str, reason: str = "", **details: Any) -> ApiError:
+    body: dict[str, Any] = {"kind": "Status", "message": message, "reason": reason, "code": status}
+    if details:
+        body["details"] = details
+    return ApiError(status, body, "", SERVER)
+
+
+def test_typed_patch_errors_are_invalid_input_naming_the_field() -> None:
+    # what server-side apply answers for replicas: "1" (a 500, yet no retry can help)
+    exc = failure(
+        api_error(
+            500,
+            "failed to create typed patch object (default/web; apps/v1, Kind=Deployment): "
+            ".spec.replicas: expected numeric (int or float), got string",
+        ),
+        RID,
+        "apply of Deployment default/web",
+    )
+    assert type(exc) is InvalidInput and not exc.retryable and exc.resource_id == RID
+    assert str(exc) == f"{RID}: .spec.replicas: expected numeric (int or float), got string"
+
+
+def test_several_typed_patch_errors_are_one_line() -> None:
+    message = (
+        "failed to create typed patch object (default/web; apps/v1, Kind=Deployment): errors:\n"
+        "  .spec.paused: expected boolean, got &{yes}\n"
+        "  .spec.replicas: expected numeric (int or float), got string\n"
+        "  .spec.bogus: field not declared in schema"
+    )
+    exc = failure(api_error(500, message), RID, "apply")
+    assert type(exc) is InvalidInput
+    assert str(exc) == (
+        f"{RID}: .spec.paused: expected boolean, got yes; .spec.replicas: expected numeric "
+        "(int or float), got string; .spec.bogus: field not declared in schema"
+    )
+
+
+def test_typed_live_object_errors_are_not_retried_either() -> None:
+    message = "failed to create typed live object (ns/w; x/v1, Kind=W): .spec.size: expected int"
+    exc = failure(api_error(500, message), RID, "apply of W ns/w")
+    assert type(exc) is InvalidInput and "live object does not match its schema" in str(exc)
+    assert ".spec.size: expected int" in str(exc)
+
+
+def test_invalid_names_the_fields_of_the_causes() -> None:
+    exc = failure(
+        api_error(
+            422,
+            'Deployment.apps "web" is invalid: [spec.replicas: Invalid value: -1: must be '
+            "greater than or equal to 0, spec.template.spec.containers: Required value]",
+            "Invalid",
+            causes=[
+                {"reason": "FieldValueInvalid", "field": "spec.replicas"},
+                {"reason": "FieldValueRequired", "field": "spec.template.spec.containers"},
+                {"reason": "FieldValueRequired", "field": "spec.replicas"},
+            ],
+        ),
+        RID,
+        "dry-run apply of Deployment default/web",
+    )
+    assert type(exc) is InvalidInput
+    assert str(exc).startswith(
+        f"{RID}: dry-run apply of Deployment default/web rejected by the API server, "
+        'invalid spec.replicas, spec.template.spec.containers: Deployment.apps "web" is invalid'
+    )
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_permissions_are_invalid_input_saying_retrying_will_not_help(status: int) -> None:
+    message = 'configmaps "x" is forbidden: User "bob" cannot patch resource "configmaps"'
+    exc = failure(api_error(status, message, "Forbidden"), RID, "apply")
+    assert type(exc) is InvalidInput and not exc.retryable
+    assert message in str(exc) and "retrying will not help" in str(exc)
+
+
+@pytest.mark.parametrize(
+    ("status", "reason"),
+    [
+        (429, "TooManyRequests"),
+        (500, "InternalError"),
+        (502, ""),
+        (503, "ServiceUnavailable"),
+        (504, "Timeout"),
+        (408, "Timeout"),
+    ],
+)
+def test_server_trouble_is_unavailable_naming_the_server(status: int, reason: str) -> None:
+    exc = failure(api_error(status, "try later", reason), RID, "apply")
+    assert type(exc) is Unavailable and exc.retryable
+    answered = f"{status} {reason}".strip()
+    assert str(exc) == f"{RID}: apply: Kubernetes API {SERVER} answered {answered}: try later"
+
+
+def test_conflicts_and_bad_requests() -> None:
+    exists = failure(api_error(409, 'configmaps "x" already exists', "AlreadyExists"), RID, "x")
+    assert type(exists) is Conflict
+    bad = failure(
+        api_error(
+            400, "the name of the object (a) does not match the name on the URL (b)", "BadRequest"
+        ),
+        RID,
+        "apply",
+    )
+    assert type(bad) is InvalidInput and "rejected by the API server: the name" in str(bad)
+    assert "\n" not in str(failure(api_error(400, "line one\nline two"), RID, "apply"))
+
+
+def test_encode_body_is_utf8_json_that_yaml_reads_alike() -> None:
+    value = "crème brûlée 🍰 \x7f\x85\x9f\u2028\u2029\ufeff\t\n\\\"'"
+    body = {"data": {"menu": value}, "k🍰": 1}
+    raw = encode_body(body)
+    assert "crème brûlée 🍰".encode() in raw  # UTF-8, no \\ud83c\\udf70 surrogate escapes
+    assert b"\\ud8" not in raw and b"\\ud" not in raw
+    assert json.loads(raw) == body
+    assert yaml.safe_load(raw.decode()) == body  # YAML: no raw control characters or breaks
+    with pytest.raises(InvalidInput, match=r"\\udcc3, half of a UTF-16 surrogate pair"):
+        encode_body({"name": "caf\udcc3"})
+
+
+def test_transport_failures() -> None:
+    refused = urllib3.exceptions.MaxRetryError(
+        None,  # type: ignore[arg-type]
+        "/api",
+        urllib3.exceptions.NewConnectionError(
+            None,  # type: ignore[arg-type]
+            "Failed to establish a new connection: [Errno 111] Connection refused",
+        ),
+    )
+    exc = transport_failure(refused, "https://127.0.0.1:1")
+    assert type(exc) is Unavailable
+    assert str(exc).startswith("Kubernetes API https://127.0.0.1:1 unreachable: ")
+    assert "Connection refused" in str(exc)
+    untrusted = urllib3.exceptions.MaxRetryError(
+        None,  # type: ignore[arg-type]
+        "/api",
+        urllib3.exceptions.SSLError(
+            ssl.SSLCertVerificationError(1, "[SSL: CERTIFICATE_VERIFY_FAILED] self-signed")
+        ),
+    )
+    assert type(transport_failure(untrusted, SERVER)) is InvalidInput
+    # the kubernetes client turns urllib3's SSLError into an ApiException with status 0
+    wrapped = ApiException(status=0, reason="SSLError\n[SSL: CERTIFICATE_VERIFY_FAILED] bad")
+    assert "retrying will not help" in str(transport_failure(wrapped, SERVER))
+    reset = ApiException(status=0, reason="ProtocolError\nConnection reset by peer")
+    assert type(transport_failure(reset, SERVER)) is Unavailable
+
+
+def _crd(served: list[str], **status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"versions": [{"name": v, "served": True} for v in served]},
+        "status": status,
+    }
+
+
+def test_why_a_custom_kind_is_not_served() -> None:
+    assert crd_state(_crd(["v1"]), "v1") == (
+        "its CustomResourceDefinition widgets.example.com is not established yet",
+        True,
+    )
+    assert crd_state(_crd(["v1", "v2"]), "v3") == (
+        "its CustomResourceDefinition widgets.example.com serves v1, v2, not v3",
+        False,
+    )
+    refused = {"type": "NamesAccepted", "status": "False", "message": "kind Widget taken"}
+    reason, soon = crd_state(_crd(["v1"], conditions=[refused]), "v1")
+    assert not soon and reason.endswith("is not accepted: kind Widget taken")
+    assert api_service_waiting({"spec": {"service": None}}) is None  # built-in group
+    down = {"type": "Available", "status": "False", "message": "endpoints not found"}
+    remote = {"spec": {"service": {"name": "metrics"}}, "status": {"conditions": [down]}}
+    assert api_service_waiting(remote) == "endpoints not found"
 
 
 def test_namespace_being_terminated_is_retryable() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 from deepdiff import DeepDiff
 from deepdiff.helper import notpresent
-from pydantic import BaseModel, computed_field
+from pydantic import BaseModel, Field, computed_field, model_validator
 
 from stackflow.paths import (
     PathError,
@@ -50,11 +50,26 @@ class Change(BaseModel):
 
 class Preview(BaseModel):
     changes: list[Change] = []
+    totals: dict[str, int] | None = Field(default=None, exclude=True)
+    """Counts of every line of a run's preview (a run lists only the first ones): read from
+    the ``summary`` of a run's view; without it the listed changes are counted."""
+    truncated: bool = Field(default=False, exclude=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _summary_is_totals(cls, data: Any) -> Any:
+        if isinstance(data, dict) and isinstance(data.get("summary"), dict):
+            data = {**data, "totals": data["summary"]}
+            data.pop("summary")
+        return data
 
     @computed_field  # type: ignore[prop-decorator]
     @property
     def summary(self) -> dict[str, int]:
         counts = {action.value: 0 for action in Action}
+        if self.totals is not None:
+            counts.update({k: int(v) for k, v in self.totals.items() if k in counts})
+            return counts
         for change in self.changes:
             counts[change.action.value] += 1
         return counts

@@ -48,6 +48,13 @@ def render_preview(preview: Preview, console: Console, detail: bool = False) -> 
         table.add_row(Text(change.id), Text(change.type), action)
     console.print(table)
     console.print(summary_line(preview), highlight=False)
+    if preview.truncated or len(preview.changes) < sum(preview.summary.values()):
+        console.print(
+            f"(listing {len(preview.changes)} of {sum(preview.summary.values())} resources: "
+            "the first changes; unchanged ones are counted, not listed)",
+            style="dim",
+            highlight=False,
+        )
     if not detail:
         return
     for change in preview.changes:

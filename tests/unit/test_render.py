@@ -62,3 +62,25 @@ def test_ids_are_printed_as_they_are_never_as_emoji_or_markup() -> None:
     text = out.getvalue()
     assert "v1:Secret:default:db" in text
     assert "/tmp/[b]x" in text
+
+
+def test_plan_line_counts_every_resource_past_the_listing() -> None:
+    """A run lists only its first changes; the plan line counts all of them."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from stackflow.diff import Preview
+    from stackflow.render import render_preview, summary_line
+
+    view = {
+        "changes": [{"id": "a", "type": "OnPrem", "action": "Create", "diff": []}],
+        "summary": {"Create": 1, "Update": 0, "Delete": 0, "UnChanged": 1000},
+        "truncated": True,
+    }
+    preview = Preview.model_validate(view)
+    assert summary_line(preview) == "Plan: 1 to create, 0 to update, 0 to delete, 1000 unchanged"
+    out = StringIO()
+    render_preview(preview, Console(file=out, width=200), detail=False)
+    assert "listing 1 of 1001 resources" in out.getvalue()
+    assert Preview.model_validate({"changes": view["changes"]}).summary["Create"] == 1

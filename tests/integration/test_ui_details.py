@@ -1,0 +1,60 @@
+"""What the Temporal Web UI shows of a run, in a real browser (Debian's headless Chromium):
+the run's current details (phase, counts, the exact command to approve) and its summary."""
+
+from __future__ import annotations
+
+import os
+import urllib.parse
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client
+
+from stackflow.operation import ApprovalInput, OperationInput, OperationResult, workflow_id_for
+from tests.integration.browser import Browser, chromium_binary
+from tests.integration.conftest import REPO, WorkerProcess
+from tests.integration.opshelp import file_resource, new_project, wait_phase
+
+ARTIFACTS = REPO / ".run" / "artifacts"
+
+
+async def test_the_ui_shows_the_runs_details_and_how_to_approve(
+    tmp_path: Path,
+    stack_env: dict[str, str],
+    worker_process: WorkerProcess,
+    temporal_client: Client,
+) -> None:
+    binary = chromium_binary()
+    if binary is None:
+        pytest.fail("chromium is not installed: run `make setup` (Debian package chromium)")
+    project = new_project()
+    spec = {"resources": [file_resource(tmp_path / f"f{i}", f"{i}\n") for i in range(3)]}
+    handle = await temporal_client.start_workflow(
+        "ApplyWorkflow",
+        OperationInput(project=project, spec=spec),
+        id=workflow_id_for(project, "default"),
+        task_queue=stack_env["STACKFLOW_TASK_QUEUE"],
+        result_type=OperationResult,
+        static_summary=f"apply {project}/default: 3 resources",
+    )
+    await wait_phase(handle, "awaitingApproval")
+    ui = os.environ.get("STACKFLOW_TEMPORAL_UI", "http://127.0.0.1:8233").rstrip("/")
+    wid = urllib.parse.quote(handle.id, safe="")
+    url = f"{ui}/namespaces/default/workflows/{wid}/{handle.result_run_id}/user-metadata"
+    browser = Browser(binary)
+    try:
+        browser.open(url)
+        text = browser.wait_for_text(
+            f"apply {project}/default: phase awaitingApproval",
+            "3 create, 0 update, 0 delete, 0 unchanged",
+            f"stackflow approve --project {project} --workspace default",
+            f"apply {project}/default: 3 resources",  # the static summary
+            timeout=60,
+        )
+        assert "temporal workflow update execute" in text
+        browser.screenshot(ARTIFACTS / "ui-current-details.png")
+    finally:
+        browser.close()
+    assert (ARTIFACTS / "ui-current-details.png").stat().st_size > 10_000
+    await handle.execute_update("approve", ApprovalInput(by="ui-test"))
+    assert (await handle.result()).phase == "succeeded"

@@ -1,0 +1,155 @@
+"""Record the golden histories replayed by tests/unit/test_golden_replay.py.
+
+    eval "$(make -s env)" && .venv/bin/python tests/golden/record.py
+
+Runs each scenario against the dev services (`make up`) with an in-process worker and a
+temporary SQLite state backend, and writes every run's history (children included) as
+Temporal's JSON next to this file. Re-record only on purpose: a workflow change that makes
+a committed history fail to replay must be versioned (workflow.patched) instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1]))
+
+from temporalio.client import Client, WorkflowHandle  # noqa: E402
+
+import worker as worker_module  # noqa: E402
+from stackflow.codec import data_converter  # noqa: E402
+from stackflow.operation import ApprovalInput, OperationInput, OperationResult  # noqa: E402
+from stackflow.state.backend import open_backend  # noqa: E402
+
+
+def files(root: Path, count: int, prefix: str = "f") -> list[dict[str, Any]]:
+    return [
+        {
+            "id": f"onprem:File:{root}/{prefix}{i:03d}",
+            "type": "OnPrem",
+            "attributes": {"kind": "File", "path": f"{root}/{prefix}{i:03d}", "content": f"{i}\n"},
+        }
+        for i in range(count)
+    ]
+
+
+INDEX = HERE / "workflow_ids.json"
+"""File name → workflow id (replay checks child ids against it)."""
+
+
+async def save(client: Client, handle: WorkflowHandle[Any, Any], name: str) -> None:
+    index = json.loads(INDEX.read_text()) if INDEX.exists() else {}
+    history = await handle.fetch_history()
+    (HERE / f"{name}.json").write_text(history.to_json())
+    index[f"{name}.json"] = handle.id
+    children = f'WorkflowId STARTS_WITH "{handle.id}/r"'
+    async for child in client.list_workflows(children):
+        sub = client.get_workflow_handle(child.id, run_id=child.run_id)
+        suffix = child.id.rsplit("/", 1)[-1]
+        (HERE / f"{name}.{suffix}.json").write_text((await sub.fetch_history()).to_json())
+        index[f"{name}.{suffix}.json"] = child.id
+    INDEX.write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    print(f"recorded {name}")
+
+
+async def main() -> None:
+    work = Path(tempfile.mkdtemp(prefix="stackflow-golden-"))
+    root = work / "files"
+    backend = open_backend(f"sqlite:///{work / 'state.db'}")
+    client = await Client.connect(
+        os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233"), data_converter=data_converter()
+    )
+    queue = f"golden-{uuid.uuid4().hex[:8]}"
+    activities = worker_module.build_activities(None, backend=backend)
+    tag = uuid.uuid4().hex[:6]
+
+    async def start(project: str, **fields: Any) -> WorkflowHandle[Any, OperationResult]:
+        return await client.start_workflow(
+            fields.pop("workflow", "ApplyWorkflow"),
+            OperationInput(project=project, **fields),
+            id=f"stackflow/{project}/default",
+            task_queue=queue,
+            result_type=OperationResult,
+        )
+
+    async def phase(handle: WorkflowHandle[Any, Any], wanted: str) -> None:
+        for _ in range(300):
+            try:
+                status = await handle.query("status")
+                if status["phase"] == wanted:
+                    return
+            except Exception:
+                pass
+            await asyncio.sleep(0.1)
+        raise SystemExit(f"{handle.id} never reached {wanted}")
+
+    async with worker_module.build_worker(client, queue, activities):
+        # approval wait, approved by Update
+        approval = await start(f"golden-approve-{tag}", spec={"resources": files(root / "a", 3)})
+        await phase(approval, "awaitingApproval")
+        await approval.execute_update("approve", ApprovalInput(by="golden"))
+        await approval.result()
+        await save(client, approval, "approval_wait")
+
+        # a large apply walked by BatchWorkflow children (batch_size 4)
+        batched = await start(
+            f"golden-batched-{tag}",
+            spec={"resources": files(root / "b", 10)},
+            auto_approve=True,
+            batch_size=4,
+        )
+        await batched.result()
+        await save(client, batched, "batched_apply")
+
+        # a failed node: a file where a directory must be
+        (root / "c").mkdir(parents=True)
+        (root / "c" / "blocker").write_text("x\n")
+        bad = files(root / "c" / "blocker", 1) + files(root / "c", 2, "ok")
+        failed = await start(f"golden-failed-{tag}", spec={"resources": bad}, auto_approve=True)
+        await failed.result()
+        await save(client, failed, "failed_node")
+
+        # pause on the failure, fix it, retry by Update
+        (root / "d").mkdir(parents=True)
+        (root / "d" / "blocker").write_text("x\n")
+        paused = await start(
+            f"golden-paused-{tag}",
+            spec={"resources": files(root / "d" / "blocker", 1)},
+            auto_approve=True,
+            on_failure="pause",
+        )
+        await phase(paused, "awaitingDecision")
+        (root / "d" / "blocker").unlink()
+        await paused.execute_update("retry", ApprovalInput(by="golden"))
+        await paused.result()
+        await save(client, paused, "paused_retry")
+
+        # destroy of the approved stack
+        destroy = await start(
+            f"golden-approve-{tag}", workflow="DestroyWorkflow", auto_approve=True
+        )
+        await destroy.result()
+        await save(client, destroy, "destroy")
+
+        # cancelled while awaiting approval
+        cancelled = await start(f"golden-cancel-{tag}", spec={"resources": files(root / "e", 2)})
+        await phase(cancelled, "awaitingApproval")
+        await cancelled.cancel()
+        with contextlib.suppress(Exception):  # it ends cancelled, as intended
+            await cancelled.result()
+        await save(client, cancelled, "cancelled")
+    await activities.registry.close()
+    backend.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

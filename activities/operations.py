@@ -57,6 +57,7 @@ from stackflow.operation import (
     PreviewBatchInput,
     PreviewBatchResult,
     RunOwner,
+    check_request,
     references_entry,
 )
 from stackflow.plan_store import PlanStore
@@ -134,6 +135,7 @@ class OperationActivities:
     async def prepare_operation(self, inp: PrepareInput) -> OperationPlan:
         with temporal_errors():
             request = inp.request
+            check_request(request)
             spec, ref = await asyncio.to_thread(self._load_spec, inp)
             if inp.operation == "preview":
                 assert spec is not None

@@ -45,12 +45,15 @@ from stackflow.operation import (
     OperationInput,
     OperationResult,
     StatusView,
+    check_request,
     workflow_id_for,
 )
 from stackflow.render import render_preview
 from stackflow.spec import load_spec
 
 FINAL = ("succeeded", "failed")
+BAD_INPUT_TYPES = ("InvalidInput", "SpecError", "NotFound", "Conflict")
+"""Failure classes that fixing the spec or options resolves: exit 2 (else 1)."""
 PAUSED = "awaitingDecision"
 POLL_SECONDS = 0.25
 
@@ -318,9 +321,23 @@ def _user() -> str:
 
 def _request(project: str, workspace: str, **fields: Any) -> OperationInput:
     try:
-        return OperationInput(project=project, workspace=workspace, operator=_user(), **fields)
+        request = OperationInput(project=project, workspace=workspace, operator=_user(), **fields)
     except ValueError as exc:
-        raise SpecError(f"invalid option: {str(exc).splitlines()[-1].strip()}") from None
+        raise SpecError(f"invalid option: {_option_error(exc)}") from None
+    check_request(request)
+    return request
+
+
+def _option_error(exc: ValueError) -> str:
+    """``field: message`` of the first validation error, in the CLI's option names."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        first = exc.errors(include_url=False)[0]
+        name = ".".join(str(p) for p in first["loc"]) or "input"
+        option = "--" + name.replace("_", "-").removesuffix("-seconds")
+        return f"{option}: {first['msg']}"
+    return str(exc).splitlines()[-1].strip()
 
 
 def _spec_input(path: str) -> dict[str, Any]:
@@ -370,14 +387,16 @@ def _report(runner: Runner, result: OperationResult, run_id: str | None) -> None
             counts[r.status] = counts.get(r.status, 0) + 1
         if counts:
             c.print("  " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-        for r in result.results:
-            if r.status == "failed":
-                c.print(f"  [red]✗ {escape(r.id)}[/]: {escape(r.error or '')}")
-        if result.error:
-            c.print(f"  [red]error:[/] {escape(result.error)}")
+        failed = [r for r in result.results if r.status == "failed"]
+        for r in failed if len(failed) > 1 else []:
+            c.print(f"  [red]✗ {escape(r.id)}[/]: {escape(r.error or '')}")
         c.print(f"  Temporal UI: {link}")
     if result.phase == "failed":
-        raise typer.Exit(1)
+        # One line on stderr, and the exit code of the failure's class.
+        message = result.error or f"{result.operation} failed"
+        if result.error_type in BAD_INPUT_TYPES:
+            raise SpecError(message)
+        raise OperationFailed(message)
 
 
 def _release_json(result: OperationResult) -> dict[str, Any] | None:

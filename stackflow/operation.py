@@ -65,6 +65,23 @@ class OperationInput(BaseModel):
         return self
 
 
+def check_request(request: OperationInput) -> None:
+    """What the model cannot check on its own; SpecError (exit 2, never retried) naming the
+    option. The CLI calls it before starting a run and ``prepare_operation`` again for runs
+    other clients start."""
+    from stackflow.errors import SpecError
+    from stackflow.paths import PathError, parse_path
+
+    for path in request.ignore_fields:
+        try:
+            parse_path(path)
+        except PathError as err:
+            raise SpecError(
+                f"ignore_fields: {err}; write dotted paths such as spec.replicas or "
+                'metadata.labels["app.kubernetes.io/name"]'
+            ) from None
+
+
 class ApprovalInput(BaseModel):
     """Argument of the ``approve`` / ``reject`` workflow Updates."""
 
@@ -88,6 +105,8 @@ class NodeResult(BaseModel):
     status: NodeStatus
     digest: str | None = None
     error: str | None = None
+    error_type: str | None = None
+    """The failure's class (see ``OperationResult.error_type``)."""
 
 
 class ChangeBrief(BaseModel):
@@ -275,6 +294,9 @@ class OperationResult(BaseModel):
     changes: dict[str, Any]
     results: list[NodeResult] = Field(default_factory=list)
     error: str | None = None
+    error_type: str | None = None
+    """The failure's class (activities.errors): InvalidInput, SpecError, NotFound, Conflict,
+    Unreachable, InternalError, …, or Rejected / Aborted / Cancelled; the CLI's exit code."""
     counts: dict[str, int] = Field(default_factory=dict)
     """Node results by status (always complete)."""
     truncated: bool = False

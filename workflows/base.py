@@ -55,6 +55,7 @@ with workflow.unsafe.imports_passed_through():
         _cause,
         _load,
         batch_indices,
+        cause_type,
         raise_if_cancelled,
         walk_nodes,
     )
@@ -82,6 +83,7 @@ class _Operation:
         self._not_ok: dict[bool, list[int]] = {False: [], True: []}
         """Plan indices (nodes, deletions) of the last walk that did not succeed."""
         self._failures: list[NodeResult] = []
+        self._error_type: str | None = None
 
     def _show(self) -> None:
         """What the Temporal UI shows for the run (Markdown, a few hundred bytes)."""
@@ -479,12 +481,14 @@ class _Operation:
         assert self._request is not None
         failures = tally.counts.get(NodeStatus.failed.value, 0)
         if aborted:
+            self._error_type = "Aborted"
             first = tally.first_failed
             what = f"{first.id}: {first.error}" if first is not None else "failed nodes"
             self._error = f"{self.operation} aborted by {self._step_by} after {what}" + (
                 f" (and {failures - 1} more)" if failures > 1 else ""
             )
         elif rejected:
+            self._error_type = "Rejected"
             assert self._approval is not None
             reason = self._approval.get("reason")
             self._error = f"{self.operation} rejected by {self._approval['by']}" + (
@@ -494,7 +498,9 @@ class _Operation:
             first = tally.first_failed
             assert first is not None
             more = f" (and {failures - 1} more)" if failures > 1 else ""
-            self._error = f"{first.id}: {first.error}{more}"
+            error = first.error or "failed"
+            self._error = (error if error.startswith(first.id) else f"{first.id}: {error}") + more
+            self._error_type = self._error_type or first.error_type
         phase = "failed" if self._error else "succeeded"
         await self._set_phase(
             phase,
@@ -517,6 +523,7 @@ class _Operation:
             changes=changes,
             results=tally.results,
             error=self._error,
+            error_type=self._error_type if self._error else None,
             counts=dict(tally.counts),
             truncated=not tally.full or lines > DETAIL_LIMIT,
         )
@@ -577,6 +584,7 @@ class _Operation:
         except ActivityError as exc:
             raise_if_cancelled(exc)
             self._error = f"preview failed: {_cause(exc)}"
+            self._error_type = cause_type(exc)
             return await self._finish(Tally(full=True))
         assert self._lines is not None
         to_apply, to_delete = self._lines.picks()

@@ -10,6 +10,7 @@ import asyncio
 from temporalio import workflow
 from temporalio.exceptions import (
     ActivityError,
+    ApplicationError,
     CancelledError,
     ChildWorkflowError,
     FailureError,
@@ -33,11 +34,27 @@ with workflow.unsafe.imports_passed_through():
     from workflows.walker import WalkProgress, walk
 
 
-def _cause(exc: BaseException) -> str:
-    """The innermost message of an activity/child failure: what the user needs to read."""
+def _innermost(exc: BaseException) -> BaseException:
     while isinstance(exc, ActivityError | ChildWorkflowError) and exc.cause is not None:
         exc = exc.cause
-    return short_error(str(exc)) or type(exc).__name__
+    return exc
+
+
+def _cause(exc: BaseException) -> str:
+    """The innermost message of an activity/child failure: what the user needs to read."""
+    inner = _innermost(exc)
+    text = inner.message if isinstance(inner, ApplicationError) else str(inner)
+    return short_error(text) or type(inner).__name__
+
+
+def cause_type(exc: BaseException) -> str | None:
+    """The class of the innermost failure (activities.errors' taxonomy)."""
+    inner = _innermost(exc)
+    if isinstance(inner, ApplicationError):
+        return inner.type
+    if isinstance(inner, CancelledError):
+        return "Cancelled"
+    return None
 
 
 def raise_if_cancelled(exc: BaseException) -> None:
@@ -78,7 +95,11 @@ async def run_resource_node(node: PlannedNode, batch: BatchInput) -> NodeResult:
     except ActivityError as exc:
         raise_if_cancelled(exc)
         return NodeResult(
-            id=node.id, action=node.action, status=NodeStatus.failed, error=_cause(exc)
+            id=node.id,
+            action=node.action,
+            status=NodeStatus.failed,
+            error=_cause(exc),
+            error_type=cause_type(exc),
         )
 
 

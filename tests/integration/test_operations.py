@@ -142,7 +142,7 @@ async def test_a_failing_node_keeps_partial_state_and_the_fixed_spec_finishes_th
     spec = write_spec(tmp_path / "bad.yaml", [d, ok_a, independent, clash, after_clash, under_file])
     common = ("--project", project, "--output", "json")
 
-    failed = cli_json(_ok(run_cli(env, "apply", "-f", str(spec), "--yes", *common), code=1))
+    failed = cli_json(_ok(run_cli(env, "apply", "-f", str(spec), "--yes", *common), code=2))
     assert failed["phase"] == "failed"
     status = {r["id"]: r["status"] for r in failed["results"]}
     assert status == {

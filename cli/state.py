@@ -53,3 +53,36 @@ def migrate(
             count = sum(1 for r in releases if (r.project, r.workspace) == (project, workspace))
             console.print(f"imported {count} release(s) of {project}/{workspace}", highlight=False)
     backend.close()
+
+
+@app.command("codec-server")
+def codec_server(
+    port: Annotated[int, typer.Option("--port", help="Port to listen on.")] = 18081,
+    host: Annotated[str, typer.Option("--host", help="Address to bind (loopback).")] = "127.0.0.1",
+    origin: Annotated[
+        list[str] | None,
+        typer.Option("--origin", help="Web UI origin allowed by CORS (repeat)."),
+    ] = None,
+) -> None:
+    """Serve Temporal's remote codec (/encode, /decode) for the Web UI and the temporal CLI.
+
+    Keys: STACKFLOW_ENCRYPTION_KEY or STACKFLOW_ENCRYPTION_KEY_FILE; an optional bearer
+    token: STACKFLOW_CODEC_TOKEN. Default origin: STACKFLOW_TEMPORAL_UI or the dev UI.
+    """
+    import os
+
+    from stackflow.codec_server import serve
+
+    origins = origin or [os.environ.get("STACKFLOW_TEMPORAL_UI", "http://127.0.0.1:8233")]
+    origins = [o.rstrip("/") for o in origins]
+    server = serve(host, port, origins, os.environ.get("STACKFLOW_CODEC_TOKEN") or None)
+    stdout_console().print(
+        f"stackflow codec server on http://{host}:{port} (origins {', '.join(origins)})",
+        highlight=False,
+    )
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()

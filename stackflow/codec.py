@@ -1,7 +1,8 @@
 """The data converter every stackflow client and worker uses: pydantic JSON payloads,
-compressed by a payload codec so multi-MB specs (CRD bundles) fit Temporal's 2 MB payload
-limit. Payloads that compression does not shrink enough travel as they are, so plain JSON
-from ``temporal workflow start`` is read as well.
+compressed (so multi-MB specs fit Temporal's 2 MB payload limit), then, when keys are
+configured (``STACKFLOW_ENCRYPTION_KEY`` / ``_FILE``, see :mod:`stackflow.crypto`), encrypted
+with AES-256-GCM, the key id in the payload's metadata. Decoding takes payloads as they come:
+plain JSON from ``temporal workflow start`` is read as well.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from collections.abc import Sequence
 from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter, PayloadCodec
+
+from stackflow.crypto import KeyRing
 
 ENCODING = b"binary/zlib"
 MIN_SIZE = 16 * 1024
@@ -49,8 +52,66 @@ class CompressionCodec(PayloadCodec):
         return out
 
 
-def data_converter() -> DataConverter:
-    return dataclasses.replace(pydantic_data_converter, payload_codec=CompressionCodec())
+ENCRYPTED = b"binary/encrypted"
+KEY_ID = "encryption-key-id"
+
+
+class EncryptionCodec(PayloadCodec):
+    """AES-256-GCM over the whole payload (metadata and data), key id in the metadata."""
+
+    def __init__(self, keys: KeyRing) -> None:
+        self.keys = keys
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        out = []
+        for payload in payloads:
+            kid, blob = self.keys.encrypt(payload.SerializeToString(), ENCRYPTED)
+            out.append(Payload(metadata={"encoding": ENCRYPTED, KEY_ID: kid.encode()}, data=blob))
+        return out
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        out = []
+        for payload in payloads:
+            if payload.metadata.get("encoding") != ENCRYPTED:
+                out.append(payload)
+                continue
+            kid = payload.metadata.get(KEY_ID, b"").decode()
+            plain = self.keys.decrypt(kid, payload.data, ENCRYPTED, what="a Temporal payload")
+            inner = Payload()
+            inner.ParseFromString(plain)
+            out.append(inner)
+        return out
+
+
+class ChainCodec(PayloadCodec):
+    """Codecs applied in order on encode and in reverse on decode."""
+
+    def __init__(self, *codecs: PayloadCodec) -> None:
+        self.codecs = codecs
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        current = list(payloads)
+        for codec in self.codecs:
+            current = list(await codec.encode(current))
+        return current
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        current = list(payloads)
+        for codec in reversed(self.codecs):
+            current = list(await codec.decode(current))
+        return current
+
+
+def payload_codec(keys: KeyRing | None = None) -> PayloadCodec:
+    """Compression, then encryption when keys are configured (``keys`` or the environment)."""
+    keys = keys if keys is not None else KeyRing.from_env()
+    if keys is None:
+        return CompressionCodec()
+    return ChainCodec(CompressionCodec(), EncryptionCodec(keys))
+
+
+def data_converter(keys: KeyRing | None = None) -> DataConverter:
+    return dataclasses.replace(pydantic_data_converter, payload_codec=payload_codec(keys))
 
 
 async def encoded_size(value: object) -> int:

@@ -83,6 +83,38 @@ async def payload_json_async(payload: Any) -> Any:
     return json.loads(plain.data)
 
 
+async def start_run(
+    client: Client,
+    env: dict[str, str],
+    request: Any,
+    *,
+    workflow: str = "ApplyWorkflow",
+    workflow_id: str | None = None,
+    queue: str | None = None,
+) -> WorkflowHandle[Any, Any]:
+    """Start an operation workflow as any Temporal client would (default id, test queue)."""
+    from stackflow.operation import OperationResult, workflow_id_for
+
+    return await client.start_workflow(
+        workflow,
+        request,
+        id=workflow_id or workflow_id_for(request.project, request.workspace),
+        task_queue=queue or env["STACKFLOW_TASK_QUEUE"],
+        result_type=OperationResult,
+    )
+
+
+async def scheduled_ids(handle: WorkflowHandle[Any, Any], activity_type: str) -> list[str]:
+    """Resource ids of the ``activity_type`` activities the run scheduled, in order."""
+    ids = []
+    async for event in handle.fetch_history_events():
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            attrs = event.activity_task_scheduled_event_attributes
+            if attrs.activity_type.name == activity_type:
+                ids.append((await payload_json_async(attrs.input.payloads[0]))["resource_id"])
+    return ids
+
+
 def cli_json(proc: subprocess.CompletedProcess[str]) -> Any:
     try:
         return json.loads(proc.stdout)

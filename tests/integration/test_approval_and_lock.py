@@ -10,18 +10,18 @@ import pytest
 from temporalio.client import (
     Client,
     WorkflowFailureError,
-    WorkflowHandle,
     WorkflowUpdateFailedError,
 )
 from temporalio.exceptions import ApplicationError
 
-from stackflow.operation import ApprovalInput, OperationInput, OperationResult, workflow_id_for
+from stackflow.operation import ApprovalInput, OperationInput
 from tests.integration.conftest import WorkerProcess, run_cli
 from tests.integration.opshelp import (
     all_releases,
     assert_histories_replay,
     file_resource,
     new_project,
+    start_run,
     wait_phase,
     write_spec,
 )
@@ -29,21 +29,6 @@ from tests.integration.opshelp import (
 
 def _spec(root: Path, count: int) -> dict[str, Any]:
     return {"resources": [file_resource(root / f"f{i:03d}.txt", f"{i}\n") for i in range(count)]}
-
-
-async def _start(
-    client: Client,
-    env: dict[str, str],
-    request: OperationInput,
-    workflow_id: str | None = None,
-) -> WorkflowHandle[Any, OperationResult]:
-    return await client.start_workflow(
-        "ApplyWorkflow",
-        request,
-        id=workflow_id or workflow_id_for(request.project, request.workspace),
-        task_queue=env["STACKFLOW_TASK_QUEUE"],
-        result_type=OperationResult,
-    )
 
 
 async def test_approve_by_update_records_who_approved_and_validator_refuses_later_approvals(
@@ -55,7 +40,7 @@ async def test_approve_by_update_records_who_approved_and_validator_refuses_late
     project = new_project()
     root = tmp_path / "files"
     request = OperationInput(project=project, spec=_spec(root, 40), max_concurrency=1)
-    handle = await _start(temporal_client, stack_env, request)
+    handle = await start_run(temporal_client, stack_env, request)
 
     status = await wait_phase(handle, "awaitingApproval")
     assert status.changes["summary"]["Create"] == 40 and status.total == 40
@@ -98,7 +83,7 @@ async def test_reject_and_approval_timeout_fail_the_release_with_nothing_applied
     root = tmp_path / "files"
 
     # reject
-    handle = await _start(
+    handle = await start_run(
         temporal_client, stack_env, OperationInput(project=project, spec=_spec(root, 3))
     )
     await wait_phase(handle, "awaitingApproval")
@@ -115,7 +100,7 @@ async def test_reject_and_approval_timeout_fail_the_release_with_nothing_applied
     assert (rejected.approval.decision, rejected.approval.by) == ("rejected", "bob")
 
     # the approval timeout: nobody answers within 2 s
-    handle = await _start(
+    handle = await start_run(
         temporal_client,
         stack_env,
         OperationInput(project=project, spec=_spec(root, 3), approval_timeout_seconds=2),
@@ -144,7 +129,7 @@ async def test_concurrent_apply_is_refused_and_the_release_lock_holds_across_wor
 ) -> None:
     project = new_project()
     root = tmp_path / "files"
-    handle = await _start(
+    handle = await start_run(
         temporal_client, stack_env, OperationInput(project=project, spec=_spec(root, 2))
     )
     await wait_phase(handle, "awaitingApproval")
@@ -156,7 +141,7 @@ async def test_concurrent_apply_is_refused_and_the_release_lock_holds_across_wor
     assert "already has an operation running" in second.stderr
 
     # A run under another workflow id gets past Temporal but not the release lock.
-    other = await _start(
+    other = await start_run(
         temporal_client,
         stack_env,
         OperationInput(project=project, spec=_spec(root, 2), auto_approve=True),

@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
+from temporalio.client import Client, WorkflowFailureError
 
 from stackflow.operation import (
     ApprovalInput,
     OperationInput,
     OperationResult,
     StatusView,
-    workflow_id_for,
 )
 from stackflow.state.backend import open_backend
 from tests.integration.conftest import REPO, WorkerProcess, run_cli
@@ -31,8 +30,9 @@ from tests.integration.opshelp import (
     cli_json,
     file_resource,
     new_project,
-    payload_json_async,
     poll,
+    scheduled_ids,
+    start_run,
     wait_phase,
     write_spec,
 )
@@ -55,28 +55,6 @@ def files_spec(root: Path, count: int) -> dict[str, Any]:
     }
 
 
-async def start(
-    client: Client, env: dict[str, str], request: OperationInput, workflow: str = "ApplyWorkflow"
-) -> WorkflowHandle[Any, OperationResult]:
-    return await client.start_workflow(
-        workflow,
-        request,
-        id=workflow_id_for(request.project, request.workspace),
-        task_queue=env["STACKFLOW_TASK_QUEUE"],
-        result_type=OperationResult,
-    )
-
-
-async def scheduled_applies(handle: WorkflowHandle[Any, Any]) -> Counter[str]:
-    counts: Counter[str] = Counter()
-    async for event in handle.fetch_history_events():
-        if event.HasField("activity_task_scheduled_event_attributes"):
-            attrs = event.activity_task_scheduled_event_attributes
-            if attrs.activity_type.name == "apply_resource":
-                counts[(await payload_json_async(attrs.input.payloads[0]))["resource_id"]] += 1
-    return counts
-
-
 async def test_two_hosts_and_a_laptop_share_postgres_and_survive_a_sigkill(
     tmp_path: Path, stack_env: dict[str, str], temporal_client: Client
 ) -> None:
@@ -90,7 +68,7 @@ async def test_two_hosts_and_a_laptop_share_postgres_and_survive_a_sigkill(
         root = tmp_path / "files"
         spec = files_spec(root, count)
         request = OperationInput(project=project, spec=spec, auto_approve=True, max_concurrency=4)
-        handle = await start(temporal_client, stack_env, request)
+        handle = await start_run(temporal_client, stack_env, request)
 
         async def under_way() -> StatusView | None:
             status = await handle.query("status", result_type=StatusView)
@@ -103,7 +81,7 @@ async def test_two_hosts_and_a_laptop_share_postgres_and_survive_a_sigkill(
         assert [r.status for r in result.results] == ["succeeded"] * count
 
         # every resource applied exactly once: one activity each in history, one state each
-        scheduled = await scheduled_applies(handle)
+        scheduled = Counter(await scheduled_ids(handle, "apply_resource"))
         assert len(scheduled) == count and set(scheduled.values()) == {1}
         [release] = all_releases(stack_env, project)
         ids = [r.id for r in release.state.resources]
@@ -147,7 +125,7 @@ async def test_terraform_apply_cut_after_tofu_resumes_on_another_host_without_a_
     # it; host b (empty working dirs) takes the retried activity.
     a = host(tmp_path, stack_env, "host-a", STACKFLOW_FAULT=f"after-tofu-apply:{rid}")
     a.start()
-    handle = await start(
+    handle = await start_run(
         temporal_client, stack_env, OperationInput(project=project, spec=spec, auto_approve=True)
     )
     await poll(
@@ -202,7 +180,7 @@ async def test_cancel_at_any_phase_closes_the_release_and_frees_the_stack(
         auto_approve=when == "applying",
         max_concurrency=1,
     )
-    handle = await start(temporal_client, stack_env, request)
+    handle = await start_run(temporal_client, stack_env, request)
     if when == "applying":
 
         async def applying() -> StatusView | None:
@@ -240,7 +218,7 @@ async def test_terminate_during_approval_is_recovered_by_the_next_operation(
     project = new_project()
     root = tmp_path / "files"
     spec = files_spec(root, 3)
-    handle = await start(temporal_client, stack_env, OperationInput(project=project, spec=spec))
+    handle = await start_run(temporal_client, stack_env, OperationInput(project=project, spec=spec))
     await wait_phase(handle, "awaitingApproval")
     await handle.terminate("test: gone without a word")
     spec_file = write_spec(tmp_path / "spec.yaml", spec["resources"])
@@ -260,7 +238,7 @@ async def test_forced_unlock_fences_the_old_run_and_destroy_removes_everything(
     project = new_project()
     root = tmp_path / "files"
     spec = files_spec(root, 5)
-    handle = await start(temporal_client, stack_env, OperationInput(project=project, spec=spec))
+    handle = await start_run(temporal_client, stack_env, OperationInput(project=project, spec=spec))
     await wait_phase(handle, "awaitingApproval")
     forced = run_cli(stack_env, "release", "unlock", "-p", project, "--force")
     assert forced.returncode == 0, forced.stdout + forced.stderr
@@ -297,7 +275,7 @@ async def test_reset_of_a_failed_apply_completes_under_the_new_run(
     root.mkdir()
     blocker.write_text("a file where a directory must go\n")  # so the apply fails
     spec = {"resources": [file_resource(blocker / "x", "x\n"), file_resource(root / "y", "y\n")]}
-    handle = await start(
+    handle = await start_run(
         temporal_client, stack_env, OperationInput(project=project, spec=spec, auto_approve=True)
     )
     failed = await handle.result()

@@ -33,23 +33,12 @@ from tests.integration.opshelp import (
     cli_json,
     file_resource,
     new_project,
-    payload_json_async,
+    scheduled_ids,
+    start_run,
     wait_phase,
     write_spec,
 )
 from workflows.apply import ApplyWorkflow
-
-
-async def start(
-    client: Client, env: dict[str, str], request: OperationInput, queue: str | None = None
-) -> WorkflowHandle[Any, OperationResult]:
-    return await client.start_workflow(
-        "ApplyWorkflow",
-        request,
-        id=workflow_id_for(request.project, request.workspace),
-        task_queue=queue or env["STACKFLOW_TASK_QUEUE"],
-        result_type=OperationResult,
-    )
 
 
 def blocked_spec(tmp_path: Path) -> tuple[dict[str, Any], Path]:
@@ -120,7 +109,7 @@ async def test_paused_run_aborted_by_the_operator_ends_failed_saying_who(
     project = new_project()
     spec, _ = blocked_spec(tmp_path)
     request = OperationInput(project=project, spec=spec, auto_approve=True, on_failure="pause")
-    handle = await start(temporal_client, stack_env, request)
+    handle = await start_run(temporal_client, stack_env, request)
     await wait_phase(handle, "awaitingDecision")
     with pytest.raises(WorkflowUpdateFailedError) as refused:
         await handle.execute_update("approve", ApprovalInput(by="nobody"))
@@ -141,7 +130,7 @@ async def test_approve_and_reject_together_only_one_wins(
 ) -> None:
     project = new_project()
     spec = {"resources": [file_resource(tmp_path / "f", "f\n")]}
-    handle = await start(temporal_client, stack_env, OperationInput(project=project, spec=spec))
+    handle = await start_run(temporal_client, stack_env, OperationInput(project=project, spec=spec))
     await wait_phase(handle, "awaitingApproval")
     outcomes = await asyncio.gather(
         handle.execute_update("approve", ApprovalInput(by="ann")),
@@ -190,7 +179,7 @@ async def test_an_error_in_workflow_code_fails_the_run_and_closes_the_release(
             activities=activities.all(),
             workflow_runner=UnsandboxedWorkflowRunner(),
         ):
-            handle = await start(
+            handle = await start_run(
                 temporal_client,
                 stack_env,
                 OperationInput(project=project, spec=spec, auto_approve=True),
@@ -254,10 +243,4 @@ async def test_destroy_deletes_along_kusion_path_references(
     assert {r.id: r.depends_on for r in release.state.resources}[user["id"]] == [base["id"]]
     assert run_cli(stack_env, "destroy", "-p", project, "--yes").returncode == 0
     handle = temporal_client.get_workflow_handle(workflow_id_for(project, "default"))
-    order = []
-    async for event in handle.fetch_history_events():
-        if event.HasField("activity_task_scheduled_event_attributes"):
-            attrs = event.activity_task_scheduled_event_attributes
-            if attrs.activity_type.name == "delete_resource":
-                order.append((await payload_json_async(attrs.input.payloads[0]))["resource_id"])
-    assert order == [user["id"], base["id"]]
+    assert await scheduled_ids(handle, "delete_resource") == [user["id"], base["id"]]

@@ -28,7 +28,13 @@ from runtimes.base import ResourceRequest, RuntimeOptions
 from runtimes.registry import RuntimeRegistry
 from stackflow.budget import BUDGET, compact_change, fit_changes
 from stackflow.cache import PriorStateCache
-from stackflow.diff import diff_resource, sensitive_paths_for
+from stackflow.diff import (
+    RECORDED_SENSITIVE_KEY,
+    diff_resource,
+    recorded_sensitive,
+    sensitive_paths_for,
+    tainted_paths,
+)
 from stackflow.errors import FencedError, SpecError, StackLockedError
 from stackflow.graph import (
     Graph,
@@ -103,6 +109,18 @@ def _mark_unknown(value: Any, known_ids: Container[str]) -> Any:
 
 def _referenced_ids(resource: Resource, known_ids: Iterable[str]) -> list[str]:
     return sorted({ref.resource_id for ref in find_references(resource.attributes, known_ids)})
+
+
+def _taint(
+    resource: Resource, spec_resources: Mapping[str, Resource], state: Mapping[str, Resource]
+) -> list[str]:
+    """Paths of ``resource`` that take a sensitive value of a recorded dependency."""
+    deps = {
+        rid: (str(state[rid].type), state[rid].attributes)
+        for rid in _referenced_ids(resource, spec_resources)
+        if rid in state
+    }
+    return tainted_paths(resource.attributes, deps) if deps else []
 
 
 def deletion_plan(resources: list[Resource]) -> list[PlannedNode]:
@@ -450,6 +468,9 @@ class OperationActivities:
         )
         live = await runtime.read(request, options)
         sensitive = sensitive_paths_for(str(resource.type), resource.attributes)
+        sensitive += _taint(resource, spec_resources, current)
+        if recorded is not None:
+            sensitive += recorded_sensitive(recorded.attributes)
         if resolved:
             result = await runtime.preview(request, options)
             would_be = result.would_be
@@ -590,6 +611,10 @@ class OperationActivities:
             lambda: self.backend.assert_holds(inp.project, inp.workspace, inp.revision, run),
         )
         live = await runtime.apply(request, options)
+        tainted = _taint(resource, spec_resources, state)
+        if tainted:
+            # values derived from a dependency's sensitive ones stay masked wherever shown
+            live = {**live, RECORDED_SENSITIVE_KEY: sorted({*recorded_sensitive(live), *tainted})}
         # dependsOn plus the $kusion_path edges: destroy and deletions walk them in reverse
         depends = sorted({*resource.depends_on, *(ref.resource_id for ref in references)})
 

@@ -14,6 +14,7 @@ from deepdiff import DeepDiff
 from deepdiff.helper import notpresent
 from pydantic import BaseModel, Field, computed_field, model_validator
 
+from stackflow.graph import KUSION_PATH_PREFIX, match_reference
 from stackflow.paths import (
     PathError,
     Segment,
@@ -90,6 +91,12 @@ RUNTIME_KEY_PREFIX = "_stackflow_"
 """Attributes a runtime records for itself (e.g. Terraform state): never shown."""
 RECORDED_SENSITIVE_KEY = "_stackflow_sensitive"
 """A runtime may record here the paths of its live object that hold secrets."""
+
+
+def recorded_sensitive(attributes: Mapping[str, Any] | None) -> list[str]:
+    """The sensitive paths a resource's recorded attributes list for themselves."""
+    recorded = (attributes or {}).get(RECORDED_SENSITIVE_KEY)
+    return [p for p in recorded if isinstance(p, str)] if isinstance(recorded, list) else []
 
 
 def sensitive_paths_for(resource_type: str, attributes: Mapping[str, Any] | None) -> list[str]:
@@ -264,3 +271,40 @@ def diff_resource(
         if path or old_value or new_value  # an empty object created/deleted has no fields
     ]
     return Change(id=resource_id, type=resource_type, action=action, drift=drift, diff=diff)
+
+
+def _covers(sensitive: Sequence[Sequence[Segment]], path: Sequence[Segment]) -> bool:
+    """Whether a value at ``path`` holds a sensitive value: it is one, lies inside one, or
+    (a whole object) contains one."""
+    return any(
+        matches_prefix(pattern, path) or pattern_below(pattern, path) is not None
+        for pattern in sensitive
+    )
+
+
+def tainted_paths(
+    attributes: Any, dependencies: Mapping[str, tuple[str, Mapping[str, Any] | None]]
+) -> list[str]:
+    """Paths of ``attributes`` whose ``$kusion_path`` reference takes a sensitive value of a
+    dependency (``dependencies``: id → (type, recorded attributes)), so taint follows
+    references: a generated password handed to a plain field is masked there too."""
+    found: list[str] = []
+    stack: list[tuple[tuple[Segment, ...], Any]] = [((), attributes)]
+    while stack:
+        at, value = stack.pop()
+        if isinstance(value, str):
+            if not value.startswith(KUSION_PATH_PREFIX):
+                continue
+            ref = match_reference(value, dependencies)
+            if ref is None:
+                continue
+            kind, recorded = dependencies[ref.resource_id]
+            sensitive = [parse_path(p) for p in sensitive_paths_for(kind, recorded)]
+            target = parse_path(ref.path) if ref.path else []
+            if sensitive and _covers(sensitive, target):
+                found.append(format_path(at))
+        elif isinstance(value, Mapping):
+            stack.extend(((*at, k), v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend(((*at, i), v) for i, v in enumerate(value))
+    return sorted(found)

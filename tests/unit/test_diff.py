@@ -207,3 +207,22 @@ def test_numbers_compare_like_json() -> None:
     change = diff_resource("x", "OnPrem", {"a": 1, "b": 2}, {"a": 1.0, "b": 3}, None)
     assert [(f.path, f.old, f.new) for f in change.diff] == [("b", 3, 2)]
     assert diff_resource("x", "OnPrem", {"a": 1}, {"a": 1.0}, None).action is Action.UnChanged
+
+
+def test_taint_follows_references_to_sensitive_values() -> None:
+    from stackflow.diff import tainted_paths
+
+    deps = {
+        "tf:pw": ("Terraform", {"result": "hunter2", "_stackflow_sensitive": ["result"]}),
+        "v1:Secret:ns:s": ("Kubernetes", {"kind": "Secret", "data": {"k": "djE="}}),
+        "plain": ("OnPrem", {"path": "/x", "content": "public"}),
+    }
+    attributes = {
+        "content": "$kusion_path.tf:pw.result",
+        "env": [{"value": "$kusion_path.v1:Secret:ns:s.data.k"}],
+        "whole": "$kusion_path.v1:Secret:ns:s",
+        "public": "$kusion_path.plain.content",
+        "literal": "not a reference",
+    }
+    assert tainted_paths(attributes, deps) == ["content", "env[0].value", "whole"]
+    assert tainted_paths({"a": "$kusion_path.plain.path"}, deps) == []

@@ -162,6 +162,7 @@ def _random_id(state_json: str) -> str:
     return str(resource["instances"][0]["attributes"]["id"])
 
 
+@pytest.mark.parametrize("state_kind", ["sqlite", "postgresql"])
 @pytest.mark.parametrize("when", ["previewing", "awaitingApproval", "applying"])
 async def test_cancel_at_any_phase_closes_the_release_and_frees_the_stack(
     when: str,
@@ -209,6 +210,7 @@ async def test_cancel_at_any_phase_closes_the_release_and_frees_the_stack(
     assert len(list(root.iterdir())) == len(follow)
 
 
+@pytest.mark.parametrize("state_kind", ["sqlite", "postgresql"])
 async def test_terminate_during_approval_is_recovered_by_the_next_operation(
     tmp_path: Path,
     stack_env: dict[str, str],
@@ -229,6 +231,7 @@ async def test_terminate_during_approval_is_recovered_by_the_next_operation(
     assert second.phase == "succeeded" and len(second.state.resources) == 3
 
 
+@pytest.mark.parametrize("state_kind", ["sqlite", "postgresql"])
 async def test_forced_unlock_fences_the_old_run_and_destroy_removes_everything(
     tmp_path: Path,
     stack_env: dict[str, str],
@@ -263,6 +266,7 @@ async def test_forced_unlock_fences_the_old_run_and_destroy_removes_everything(
     assert all_releases(stack_env, project)[-1].state.resources == []
 
 
+@pytest.mark.parametrize("state_kind", ["sqlite", "postgresql"])
 async def test_reset_of_a_failed_apply_completes_under_the_new_run(
     tmp_path: Path,
     stack_env: dict[str, str],

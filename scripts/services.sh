@@ -7,7 +7,7 @@
 # its log is printed. Usage: services.sh up|down|status|env [service...]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-SERVICES=(postgres redis temporal etcd kube-apiserver kube-controller-manager kube-scheduler kwok worker)
+SERVICES=(postgres redis codec temporal etcd kube-apiserver kube-controller-manager kube-scheduler kwok worker)
 
 pidfile() { echo "$RUN_DIR/pids/$1.pid"; }
 logfile() { echo "$RUN_DIR/logs/$1.log"; }
@@ -44,6 +44,9 @@ health_postgres() {
   [ "$(PGCONNECT_TIMEOUT=3 "$PG_BIN/psql" -XAtw -c 'select 1' "$(pg_url)" 2>/dev/null)" = 1 ]
 }
 health_redis() { [ "$(redis-cli -h 127.0.0.1 -p "$REDIS_PORT" ping 2>/dev/null)" = "PONG" ]; }
+health_codec() {
+  [ "$(curl -s -o /dev/null -w '%{http_code}' -X OPTIONS "http://127.0.0.1:$CODEC_PORT/decode" 2>/dev/null)" = "204" ]
+}
 health_temporal() {
   temporal operator cluster health --address "127.0.0.1:$TEMPORAL_PORT" 2>/dev/null | grep -q SERVING &&
     temporal operator search-attribute list --address "127.0.0.1:$TEMPORAL_PORT" 2>/dev/null | grep -q StackflowPhase
@@ -178,7 +181,7 @@ cmd_redis() {
 cmd_temporal() {
   mkdir -p "$RUN_DIR/temporal"
   echo temporal server start-dev --ip 127.0.0.1 --port "$TEMPORAL_PORT" --ui-ip 127.0.0.1 \
-    --ui-port "$TEMPORAL_UI_PORT" --db-filename "$RUN_DIR/temporal/temporal.db" --log-level warn \
+    --ui-port "$TEMPORAL_UI_PORT" --ui-codec-endpoint "http://127.0.0.1:$CODEC_PORT" --db-filename "$RUN_DIR/temporal/temporal.db" --log-level warn \
     --search-attribute StackflowProject=Keyword --search-attribute StackflowWorkspace=Keyword \
     --search-attribute StackflowPhase=Keyword
 }
@@ -231,12 +234,27 @@ cmd_kwok() {
     --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
     --server-address "127.0.0.1:$KWOK_PORT" --cidr 10.244.0.1/16 --node-ip 127.0.0.1
 }
+# The dev loop's encryption key (payloads, sensitive state): made once, 0600, under .run/keys.
+KEY_FILE="$RUN_DIR/keys/stackflow.keys"
+dev_key() {
+  [ -s "$KEY_FILE" ] && return
+  (cd "$REPO_ROOT" && "$VENV/bin/python" -c "
+from pathlib import Path
+from stackflow.crypto import KeyRing, new_key_line, write_key_file
+write_key_file(Path('$KEY_FILE'), KeyRing.parse(new_key_line('dev1'), 'dev'))") ||
+    die "could not write the dev encryption key $KEY_FILE"
+}
+cmd_codec() {
+  dev_key
+  echo env $(env_exports | sed 's/^export //') "$VENV/bin/stackflow" codec-server \
+    --port "$CODEC_PORT" --origin "http://127.0.0.1:$TEMPORAL_UI_PORT"
+}
 cmd_worker() {
   echo env $(env_exports | sed 's/^export //') "$VENV/bin/python" "$REPO_ROOT/worker.py"
 }
 port_of() {
   case "$1" in
-    postgres) echo "$PG_PORT" ;; redis) echo "$REDIS_PORT" ;; temporal) echo "$TEMPORAL_PORT" ;; etcd) echo "$ETCD_PORT" ;;
+    postgres) echo "$PG_PORT" ;; redis) echo "$REDIS_PORT" ;; codec) echo "$CODEC_PORT" ;; temporal) echo "$TEMPORAL_PORT" ;; etcd) echo "$ETCD_PORT" ;;
     kube-apiserver) echo "$KUBE_API_PORT" ;; kube-controller-manager) echo "$KUBE_CM_PORT" ;;
     kube-scheduler) echo "$KUBE_SCHED_PORT" ;; kwok) echo "$KWOK_PORT" ;; *) echo "" ;;
   esac
@@ -301,11 +319,14 @@ stop_one() {
 }
 
 env_exports() {
+  [ -x "$VENV/bin/python" ] && dev_key
   cat <<ENV
 export TEMPORAL_ADDRESS=127.0.0.1:$TEMPORAL_PORT
 export TEMPORAL_NAMESPACE=default
 export STACKFLOW_TASK_QUEUE=${STACKFLOW_TASK_QUEUE:-stackflow}
 export STACKFLOW_TEMPORAL_UI=http://127.0.0.1:$TEMPORAL_UI_PORT
+export STACKFLOW_ENCRYPTION_KEY_FILE=$KEY_FILE
+export STACKFLOW_CODEC_ENDPOINT=http://127.0.0.1:$CODEC_PORT
 export REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
 export STACKFLOW_POSTGRES_URL=$(pg_url)
 export KUBECONFIG=$KUBECONFIG_PATH

@@ -69,17 +69,14 @@ def all_releases(env: dict[str, str], project: str, workspace: str = "default") 
 
 
 def payload_json(payload: Any) -> Any:
-    """A history payload as JSON, decoded by stackflow's codec (compressed or not)."""
-    from stackflow.codec import CompressionCodec
-
-    [plain] = asyncio.run(CompressionCodec().decode([payload]))
-    return json.loads(plain.data)
+    """A history payload as JSON, decoded by stackflow's codec (compressed, encrypted)."""
+    return asyncio.run(payload_json_async(payload))
 
 
 async def payload_json_async(payload: Any) -> Any:
-    from stackflow.codec import CompressionCodec
+    from stackflow.codec import payload_codec
 
-    [plain] = await CompressionCodec().decode([payload])
+    [plain] = await payload_codec().decode([payload])
     return json.loads(plain.data)
 
 

@@ -228,13 +228,12 @@ async def test_the_temporal_cli_starts_an_apply(
     )
     assert started.returncode == 0, started.stdout + started.stderr
 
-    result = subprocess.run(
-        [*base, "workflow", "result", "--workflow-id", workflow_id, "--output", "json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=stack_env,
-    )
+    # the result is encrypted in history: the temporal CLI reads it through the codec server
+    show = [*base, "workflow", "result", "--workflow-id", workflow_id, "--output", "json"]
+    codec = stack_env.get("STACKFLOW_CODEC_ENDPOINT")
+    if codec:
+        show += ["--codec-endpoint", codec]
+    result = subprocess.run(show, capture_output=True, text=True, timeout=120, env=stack_env)
     assert result.returncode == 0, result.stdout + result.stderr
     assert '"succeeded"' in result.stdout
     described = subprocess.run(

@@ -3,7 +3,10 @@ the run's current details (phase, counts, the exact command to approve) and its 
 
 from __future__ import annotations
 
+import base64
+import json
 import os
+import subprocess
 import urllib.parse
 from pathlib import Path
 
@@ -56,5 +59,38 @@ async def test_the_ui_shows_the_runs_details_and_how_to_approve(
     finally:
         browser.close()
     assert (ARTIFACTS / "ui-current-details.png").stat().st_size > 10_000
+    await decoded_in_the_ui_ciphertext_without_the_codec(handle.id, handle.result_run_id, project)
     await handle.execute_update("approve", ApprovalInput(by="ui-test"))
     assert (await handle.result()).phase == "succeeded"
+
+
+async def decoded_in_the_ui_ciphertext_without_the_codec(
+    workflow_id: str, run_id: str | None, project: str
+) -> None:
+    """The dev UI decodes payloads through the codec server; without it (the raw history,
+    as `temporal workflow show` without --codec-endpoint prints it) there is only ciphertext."""
+    assert os.environ.get("STACKFLOW_ENCRYPTION_KEY_FILE"), "the dev loop encrypts payloads"
+    ui = os.environ.get("STACKFLOW_TEMPORAL_UI", "http://127.0.0.1:8233").rstrip("/")
+    wid = urllib.parse.quote(workflow_id, safe="")
+    binary = chromium_binary()
+    assert binary is not None
+    browser = Browser(binary)
+    try:
+        browser.open(f"{ui}/namespaces/default/workflows/{wid}/{run_id}/history")
+        text = browser.wait_for_text("Input", f'"project": "{project}"', timeout=60)
+        assert "binary/encrypted" not in text
+        browser.screenshot(ARTIFACTS / "ui-decoded-input.png")
+    finally:
+        browser.close()
+    raw = subprocess.run(
+        ["temporal", "workflow", "show", "--workflow-id", workflow_id, "--output", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert raw.returncode == 0, raw.stderr
+    events = json.loads(raw.stdout)["events"]
+    started = events[0]["workflowExecutionStartedEventAttributes"]
+    [payload] = started["input"]["payloads"]
+    assert base64.b64decode(payload["metadata"]["encoding"]) == b"binary/encrypted"
+    assert project.encode() not in base64.b64decode(payload["data"])

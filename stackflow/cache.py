@@ -4,7 +4,7 @@ Keys carry the revision: ``stackflow:prior:<project>/<workspace>:<revision>`` is
 resource id → resource JSON, plus a completeness marker. The revision always comes from
 storage (a cheap metadata read), so a cached entry can never stand for a newer release.
 Redis is never the source of truth: when it is down or flushed, reads go to storage with a
-single warning per cache object.
+single warning per cache object. Sensitive values are stored sealed, as in the backend.
 """
 
 from __future__ import annotations
@@ -60,8 +60,9 @@ class PriorStateCache:
         key = self._key(project, workspace, revision)
         cached = self._call(lambda c: c.hgetall(key))
         if cached and _COMPLETE in cached:
+            sealer = self.releases.sealer
             return {
-                rid: Resource.model_validate_json(raw)
+                rid: sealer.open(project, workspace, raw)
                 for rid, raw in cached.items()
                 if rid != _COMPLETE
             }
@@ -77,7 +78,7 @@ class PriorStateCache:
         if found is not None:
             raw, complete = found
             if raw is not None:
-                return Resource.model_validate_json(raw)
+                return self.releases.sealer.open(project, workspace, raw)
             if complete is not None:
                 return None
         return self._fill(project, workspace, revision).state.by_id().get(resource_id)
@@ -107,8 +108,10 @@ class PriorStateCache:
 
     def _store(self, release: Release) -> None:
         key = self._key(release.project, release.workspace, release.revision)
+        seal = self.releases.sealer.seal  # sensitive values stay sealed in Redis too
         mapping: dict[Any, Any] = {
-            r.id: r.model_dump_json(by_alias=True) for r in release.state.resources
+            r.id: seal(release.project, release.workspace, release.revision, r)
+            for r in release.state.resources
         }
         mapping[_COMPLETE] = "1"
 

@@ -35,6 +35,7 @@ from alembic.script import ScriptDirectory
 from pydantic import BaseModel
 from sqlalchemy.engine import Connection, Engine
 
+from stackflow.crypto import KeyRing
 from stackflow.errors import (
     BackendUnavailableError,
     ConflictError,
@@ -54,6 +55,7 @@ from stackflow.state.schema import (
     stack_locks,
     terraform_states,
 )
+from stackflow.state.sealing import Sealer
 
 log = logging.getLogger(__name__)
 
@@ -141,9 +143,12 @@ class StateBackend:
 
     dialect = "sql"
 
-    def __init__(self, url: str, engine: Engine) -> None:
+    def __init__(self, url: str, engine: Engine, keys: KeyRing | None = None) -> None:
         self.url = url
         self.engine = engine
+        self.keys = keys
+        self.sealer = Sealer(keys)
+        """Sensitive values are sealed before they are stored (with keys configured)."""
 
     # ---- dialect hooks ---------------------------------------------------------------------
 
@@ -212,6 +217,9 @@ class StateBackend:
     def put_blob(self, kind: str, body: bytes) -> str:
         """Store ``body`` once under its sha256; the same bytes always give the same ref."""
         ref = blob_ref(body)
+        stored, key_id = zlib.compress(body, 6), None
+        if self.keys is not None:  # specs carry context.env and Secret data: sealed at rest
+            key_id, stored = self.keys.encrypt(stored, ref.encode())
         with self._tx(write=True) as conn:
             conn.execute(
                 self._insert(blobs)
@@ -219,7 +227,8 @@ class StateBackend:
                     ref=ref,
                     kind=kind,
                     size=len(body),
-                    body=zlib.compress(body, 6),
+                    body=stored,
+                    key_id=key_id,
                     created_at=now(),
                 )
                 .on_conflict_do_nothing()
@@ -230,10 +239,20 @@ class StateBackend:
         """The bytes of ``ref``; the hash is checked on every read."""
         check_ref(ref, kind)
         with self._tx() as conn:
-            row = conn.execute(sa.select(blobs.c.body).where(blobs.c.ref == ref)).first()
+            row = conn.execute(
+                sa.select(blobs.c.body, blobs.c.key_id).where(blobs.c.ref == ref)
+            ).first()
         if row is None:
             raise SpecError(f"{kind} {ref}: not found in the state backend")
-        body = zlib.decompress(row.body)
+        stored = row.body
+        if row.key_id is not None:
+            if self.keys is None:
+                raise SpecError(
+                    f"{kind} {ref} is encrypted and this process has no keys: set "
+                    "STACKFLOW_ENCRYPTION_KEY or STACKFLOW_ENCRYPTION_KEY_FILE"
+                )
+            stored = self.keys.decrypt(row.key_id, stored, ref.encode(), what=f"{kind} {ref}")
+        body = zlib.decompress(stored)
         if blob_ref(body) != ref:
             raise SpecError(f"{kind} {ref}: stored bytes do not match their hash (corrupted)")
         return body
@@ -298,7 +317,7 @@ class StateBackend:
             .order_by(t.position, t.resource_id)
         )
         for row in conn.execute(query):
-            yield Resource.model_validate_json(row.body)
+            yield self.sealer.open(project, workspace, row.body)
 
     def _count(self, conn: Connection, project: str, workspace: str, revision: int) -> int:
         query = sa.select(sa.func.count()).where(*self._where_state(project, workspace, revision))
@@ -412,7 +431,7 @@ class StateBackend:
             for start in range(0, len(wanted), 500):
                 chunk = wanted[start : start + 500]
                 for row in conn.execute(sa.select(t.body).where(*where, t.resource_id.in_(chunk))):
-                    resource = Resource.model_validate_json(row.body)
+                    resource = self.sealer.open(project, workspace, row.body)
                     found[resource.id] = resource
             return found
 
@@ -633,7 +652,7 @@ class StateBackend:
     ) -> None:
         """Record one applied resource's state in the release (fenced on ``run``)."""
         t = release_resources.c
-        body = resource.model_dump_json(by_alias=True)
+        body = self.sealer.seal(project, workspace, revision, resource)
         with self._tx(write=True) as conn:
             self._fence(conn, project, workspace, revision, run, share=True)
             updated = conn.execute(
@@ -790,7 +809,9 @@ class StateBackend:
                     "revision": release.revision,
                     "resource_id": r.id,
                     "position": i,
-                    "body": r.model_dump_json(by_alias=True),
+                    "body": self.sealer.seal(
+                        release.project, release.workspace, release.revision, r
+                    ),
                 }
                 for i, r in enumerate(release.state.resources, 1)
             ]
@@ -836,7 +857,7 @@ class StateBackend:
             if row is not None and row.lineage == lineage and row.serial > serial:
                 return
             values = {
-                "body": body,
+                "body": self.sealer.seal_text(body, project, workspace, resource_id, "tfstate"),
                 "serial": serial,
                 "lineage": lineage,
                 "revision": revision,
@@ -854,11 +875,14 @@ class StateBackend:
     def get_terraform_state(self, project: str, workspace: str, resource_id: str) -> str | None:
         t = terraform_states.c
         with self._tx() as conn:
-            return conn.execute(
+            stored = conn.execute(
                 sa.select(t.body).where(
                     t.project == project, t.workspace == workspace, t.resource_id == resource_id
                 )
             ).scalar()
+        if stored is None:
+            return None
+        return self.sealer.open_text(stored, project, workspace, resource_id, "tfstate")
 
     def delete_terraform_state(
         self, project: str, workspace: str, resource_id: str, *, revision: int, run: RunRef | None
@@ -879,7 +903,7 @@ class SqliteBackend(StateBackend):
 
     dialect = "sqlite"
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, keys: KeyRing | None = None) -> None:
         parsed = sa.make_url(url)
         if parsed.database and parsed.database != ":memory:":
             path = Path(parsed.database).expanduser()
@@ -901,7 +925,7 @@ class SqliteBackend(StateBackend):
             immediate = conn.get_execution_options().get("stackflow_write", False)
             conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
-        super().__init__(url, engine)
+        super().__init__(url, engine, keys)
 
     def _insert(self, table: sa.Table) -> Any:
         from sqlalchemy.dialects.sqlite import insert
@@ -915,7 +939,7 @@ class PostgresBackend(StateBackend):
 
     dialect = "postgresql"
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, keys: KeyRing | None = None) -> None:
         parsed = sa.make_url(url).set(drivername="postgresql+psycopg")
         engine = sa.create_engine(
             parsed,
@@ -924,7 +948,7 @@ class PostgresBackend(StateBackend):
             pool_pre_ping=True,
             connect_args={"connect_timeout": 10},
         )
-        super().__init__(url, engine)
+        super().__init__(url, engine, keys)
 
     def _insert(self, table: sa.Table) -> Any:
         from sqlalchemy.dialects.postgresql import insert
@@ -938,7 +962,9 @@ class PostgresBackend(StateBackend):
         yield
 
 
-def open_backend(url: str | None = None, *, migrate: bool = False) -> StateBackend:
+def open_backend(
+    url: str | None = None, *, migrate: bool = False, keys: KeyRing | None = None
+) -> StateBackend:
     """The backend ``url`` (default :func:`default_state_url`) names.
 
     ``migrate`` brings its schema up to date (the worker and ``stackflow state migrate``);
@@ -953,12 +979,13 @@ def open_backend(url: str | None = None, *, migrate: bool = False) -> StateBacke
             f"STACKFLOW_STATE_URL {redact_url(url)!r} is not a URL: use sqlite:///<path> "
             "or postgresql://user:password@host:port/database"
         ) from None
+    keys = keys if keys is not None else KeyRing.from_env()
     backend: StateBackend
     if scheme == "sqlite":
-        backend = SqliteBackend(url)
+        backend = SqliteBackend(url, keys)
         migrate = True
     elif scheme in ("postgresql", "postgres"):
-        backend = PostgresBackend(url)
+        backend = PostgresBackend(url, keys)
     else:
         raise SpecError(
             f"STACKFLOW_STATE_URL scheme {scheme!r} is not supported: use sqlite:///<path> "

@@ -71,8 +71,10 @@ blobs = sa.Table(
     sa.Column("size", sa.BigInteger, nullable=False),
     sa.Column("body", sa.LargeBinary, nullable=False),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("key_id", sa.String(64)),
 )
-"""Content-addressed specs and plans (zlib-compressed; the ref is the sha256 of the body)."""
+"""Content-addressed specs, plans and diffs (zlib-compressed, then encrypted with ``key_id``
+when keys are configured; the ref is the sha256 of the plain body)."""
 
 terraform_states = sa.Table(
     "terraform_states",

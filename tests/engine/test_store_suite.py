@@ -277,3 +277,66 @@ def test_bad_urls_are_one_clear_line(tmp_path: object) -> None:
         open_backend("mysql://x@y/z")
     with pytest.raises(SpecError, match="is not a URL"):
         open_backend("not a url")
+
+
+def test_sensitive_values_are_sealed_at_rest_and_bound_to_their_row(backend: StateBackend) -> None:
+    from stackflow.crypto import EncryptionKeyError, KeyRing, new_key_line
+    from stackflow.state.schema import release_resources, terraform_states
+
+    ring = KeyRing.parse(new_key_line("k1"), "test")
+    sealed = open_backend(backend.url, migrate=True, keys=ring)
+    try:
+        secret = Resource.model_validate(
+            {
+                "id": "v1:Secret:ns:db",
+                "type": "Kubernetes",
+                "attributes": {"kind": "Secret", "data": {"password": "aHVudGVyMg=="}},
+            }
+        )
+        spec = parse_spec({"resources": [], "context": {"env": {"TOKEN": "tok-plain-123"}}})
+        sealed.create("p", "w", Operation.apply, spec, run=R1)
+        sealed.record_resource("p", "w", 1, secret, run=R1)
+        other = secret.model_copy(update={"id": "v1:Secret:ns:other"})
+        sealed.record_resource("p", "w", 1, other, run=R1)
+        tfstate = '{"lineage":"L","serial":1,"resources":[{"password":"tf-secret-456"}]}'
+        sealed.put_terraform_state("p", "w", "tf", tfstate, revision=1, run=R1)
+        with sealed.engine.begin() as conn:  # the raw rows: no secret in clear
+            raw = " ".join(str(r.body) for r in conn.execute(sa.select(release_resources)))
+            raw += " ".join(r.body for r in conn.execute(sa.select(terraform_states)))
+            raw += " ".join(repr(r.body) for r in conn.execute(sa.select(blobs)))
+        for plain in ("aHVudGVyMg==", "tf-secret-456", "tok-plain-123"):
+            assert plain not in raw
+        assert sealed.resource_state("p", "w", 1, secret.id) == secret
+        assert sealed.get_terraform_state("p", "w", "tf") == tfstate
+        assert sealed.get("p", "w", 1).spec == spec
+        # a ciphertext copied onto another resource's row does not decrypt
+        with sealed.engine.begin() as conn:
+            body = conn.execute(
+                sa.select(release_resources.c.body).where(
+                    release_resources.c.resource_id == secret.id
+                )
+            ).scalar_one()
+            conn.execute(
+                release_resources.update()
+                .where(release_resources.c.resource_id == other.id)
+                .values(body=body.replace(secret.id, other.id))
+            )
+        with pytest.raises(EncryptionKeyError, match="altered or copied"):
+            sealed.resource_state("p", "w", 1, other.id)
+        # rotation: data under k1 reads once k2 is current; without k1 it is one clear error
+        k2 = new_key_line("k2")
+        rotated = open_backend(backend.url, keys=KeyRing.parse(f"{k2},k1:{_b64(ring)}", "t"))
+        assert rotated.resource_state("p", "w", 1, secret.id) == secret
+        rotated.close()
+        only_k2 = open_backend(backend.url, keys=KeyRing.parse(k2, "t"))
+        with pytest.raises(EncryptionKeyError, match="key 'k1', which this process does not"):
+            only_k2.resource_state("p", "w", 1, secret.id)
+        only_k2.close()
+    finally:
+        sealed.close()
+
+
+def _b64(ring: object) -> str:
+    import base64
+
+    return base64.b64encode(ring.keys["k1"]).decode()  # type: ignore[attr-defined]

@@ -3,6 +3,7 @@ unlock/import/export. Only `release unlock` asks Temporal (whether the holding r
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -307,3 +308,49 @@ def release_export(
         console.print(f"exported {count} release(s) of {stack}", highlight=False)
     if not written:
         console.print("nothing to export", highlight=False)
+
+
+@app.command()
+def output(
+    project: Project,
+    workspace: Workspace = "default",
+    resource: Annotated[
+        str | None, typer.Option("--resource", "-r", help="Only this resource id.")
+    ] = None,
+    show_sensitive: Annotated[
+        bool,
+        typer.Option(
+            "--show-sensitive",
+            help="Print sensitive values in clear (the one way to see them; needs the keys).",
+        ),
+    ] = False,
+    out: OutputOption = OutputFormat.json,
+) -> None:
+    """The recorded attributes of the stack's resources (latest release), sensitive values
+    masked unless --show-sensitive."""
+    from stackflow.diff import mask_attributes
+
+    store = default_backend()
+    try:
+        latest = store.latest(project, workspace, with_spec=False)
+    finally:
+        store.close()
+    if latest is None:
+        raise NotFoundError(f"stack {project}/{workspace} has no releases")
+    chosen = [r for r in latest.state.resources if resource is None or r.id == resource]
+    if resource is not None and not chosen:
+        raise NotFoundError(
+            f"{resource}: not in release {latest.revision} of {project}/{workspace}"
+        )
+    data = {
+        r.id: dict(r.attributes) if show_sensitive else mask_attributes(str(r.type), r.attributes)
+        for r in chosen
+    }
+
+    def table(console: Console) -> None:
+        t = Table("ID", "Attributes")
+        for rid, attributes in data.items():
+            t.add_row(Text(rid), Text(json.dumps(attributes, sort_keys=True, default=str)))
+        console.print(t)
+
+    emit(out, lambda: data, table)

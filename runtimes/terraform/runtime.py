@@ -271,7 +271,7 @@ class TerraformRuntime(Runtime):
     ) -> AsyncIterator[Workdir]:
         res = parse_resource(resource)
         path = self.workdir_path(resource.id, options)
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
         # one command sequence per resource at a time, across processes
         async with file_locks([path / LOCK_FILE]):
             try:
@@ -280,6 +280,12 @@ class TerraformRuntime(Runtime):
                 if exc.resource_id is not None:
                     raise
                 raise type(exc)(f"{resource.id}: {exc}", resource_id=resource.id) from None
+            finally:
+                if self.backend is not None:
+                    # The backend keeps the state (sealed): nothing that holds values (state,
+                    # plan, the rendered config) stays on this host's disk between commands.
+                    for name in (STATE_FILE, f"{STATE_FILE}.backup", PLAN_FILE, CONFIG_FILE):
+                        (path / name).unlink(missing_ok=True)
 
     # ---- read -------------------------------------------------------------------------------
     async def _read(

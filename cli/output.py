@@ -11,7 +11,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from stackflow.diff import mask_attributes
+from stackflow.diff import mask_release_data
 from stackflow.release import Release
 
 
@@ -57,9 +57,4 @@ def emit(fmt: OutputFormat, data: Callable[[], Any], table: Callable[[Console], 
 
 def masked_release_json(release: Release) -> dict[str, Any]:
     """A release as JSON with sensitive values masked in its spec and state."""
-    data = release.model_dump(mode="json", by_alias=True)
-    for section in ("state", "spec"):
-        resources = (data.get(section) or {}).get("resources") or []
-        for raw in resources:
-            raw["attributes"] = mask_attributes(raw.get("type", ""), raw.get("attributes") or {})
-    return data
+    return mask_release_data(release.model_dump(mode="json", by_alias=True))

@@ -308,3 +308,15 @@ def tainted_paths(
         elif isinstance(value, list):
             stack.extend(((*at, i), v) for i, v in enumerate(value))
     return sorted(found)
+
+
+def mask_release_data(data: dict[str, Any]) -> dict[str, Any]:
+    """A release's JSON form (``Release.model_dump``) with every sensitive value masked: the
+    resources of its spec and state, and the spec's ``context.env`` (provider credentials)."""
+    for section in ("state", "spec"):
+        for raw in (data.get(section) or {}).get("resources") or []:
+            raw["attributes"] = mask_attributes(raw.get("type", ""), raw.get("attributes") or {})
+    context = (data.get("spec") or {}).get("context")
+    if isinstance(context, dict) and isinstance(context.get("env"), dict):
+        context["env"] = dict.fromkeys(context["env"], SENSITIVE_MARKER)
+    return data

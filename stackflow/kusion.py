@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from stackflow.diff import mask_attributes
+from stackflow.diff import mask_release_data
 from stackflow.errors import ConflictError, KusionFormatError
 from stackflow.release import Release
 from stackflow.spec import load_yaml
@@ -142,10 +142,7 @@ def import_kusion_releases(kusion_home: Path | str, release_store: StateBackend)
 
 def _kusion_document(release: Release) -> dict[str, Any]:
     """A release in Kusion's file form, sensitive values masked."""
-    data = release.model_dump(mode="json", by_alias=True)
-    for section in ("state", "spec"):
-        for raw in (data.get(section) or {}).get("resources") or []:
-            raw["attributes"] = mask_attributes(raw.get("type", ""), raw.get("attributes") or {})
+    data = mask_release_data(release.model_dump(mode="json", by_alias=True))
     doc: dict[str, Any] = {
         "project": release.project,
         "workspace": release.workspace,

@@ -24,6 +24,7 @@ from temporalio import activity
 from activities.errors import temporal_errors
 from activities.heartbeat import heartbeating
 from activities.runs import RunOracle, TemporalRunOracle
+from runtimes import guard
 from runtimes.base import ResourceRequest, RuntimeOptions
 from runtimes.registry import RuntimeRegistry
 from stackflow.budget import BUDGET, compact_change, fit_changes
@@ -434,6 +435,11 @@ class OperationActivities:
         options = self._options(
             inp.project, inp.workspace, inp.spec_ref, force=inp.force, adopt=inp.adopt
         )
+        # The worker policy, before any runtime call: the whole spec, then this batch.
+        batch = [*(resources[i] for i in ids), *(current[i] for i in delete_ids)]
+        await asyncio.to_thread(
+            guard.check_preview, self.registry, inp.spec_ref, resources, batch, options
+        )
         gate = asyncio.Semaphore(PREVIEW_PARALLELISM)
 
         async def one(resource_id: str, deleting: bool) -> dict[str, Any]:
@@ -604,6 +610,7 @@ class OperationActivities:
             run=run,
         )
         runtime = self.registry.get(str(resource.type))
+        await asyncio.to_thread(runtime.check_policy, request, options)  # again, resolved
         await self._fenced(
             run,
             inp.project,
@@ -673,13 +680,15 @@ class OperationActivities:
                 revision=inp.revision,
                 run=run,
             )
+            runtime = self.registry.get(str(recorded.type))
+            await asyncio.to_thread(runtime.check_policy, request, options)
             await self._fenced(
                 run,
                 inp.project,
                 inp.workspace,
                 lambda: self.backend.assert_holds(inp.project, inp.workspace, inp.revision, run),
             )
-            await self.registry.get(str(recorded.type)).delete(request, options)
+            await runtime.delete(request, options)
             await self._fenced(
                 run,
                 inp.project,

@@ -99,6 +99,16 @@ class Runtime(abc.ABC):
     async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
         """Return the live object, or None when it does not exist."""
 
+    def check_policy(  # noqa: B027 - optional hook
+        self, resource: ResourceRequest, options: RuntimeOptions
+    ) -> None:
+        """Refuse (:class:`stackflow.policy.PolicyViolation`) what the worker policy forbids.
+
+        Called before any other call (and by the runtime itself on every call); it may look at
+        local files the policy needs (paths, a kubeconfig) but never at infrastructure.
+        Blocking: callers run it in a thread. Default: nothing to check.
+        """
+
     async def preview(self, resource: ResourceRequest, options: RuntimeOptions) -> PreviewResult:
         """Return what the object would become if applied; defaults to the desired attributes."""
         return PreviewResult(would_be=dict(resource.attributes))

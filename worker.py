@@ -24,7 +24,9 @@ from runtimes.registry import RuntimeRegistry, default_registry
 from stackflow.cache import PriorStateCache
 from stackflow.codec import data_converter
 from stackflow.config import default_backend, stackflow_home
+from stackflow.crypto import KeyRing
 from stackflow.operation import TASK_QUEUE_DEFAULT
+from stackflow.policy import worker_policy
 from stackflow.state.backend import StateBackend, redact_url
 from workflows.operations import ALL_WORKFLOWS
 
@@ -90,6 +92,8 @@ def build_worker(
 
 
 async def run(settings: WorkerSettings) -> None:
+    policy = worker_policy()  # a bad policy or key setting stops the worker here, not later
+    KeyRing.from_env()
     client = await connect(settings.address, settings.namespace)
     activities = build_activities(settings.redis_url)
     worker = build_worker(client, settings.task_queue, activities)
@@ -101,9 +105,11 @@ async def run(settings: WorkerSettings) -> None:
         print(
             f"stackflow worker ready: task queue {settings.task_queue!r} on {settings.address} "
             f"(namespace {settings.namespace}, state {redact_url(activities.backend.url)}, "
-            f"home {stackflow_home()})",
+            f"home {stackflow_home()}, payloads "
+            f"{'encrypted' if KeyRing.from_env() else 'NOT encrypted (no key configured)'})",
             flush=True,
         )
+        print(f"stackflow worker policy: {policy.summary()}", flush=True)
         await stop.wait()
         print("stackflow worker stopping (SIGTERM)", flush=True)
     await activities.registry.close()

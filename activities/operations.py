@@ -112,6 +112,12 @@ def _referenced_ids(resource: Resource, known_ids: Iterable[str]) -> list[str]:
     return sorted({ref.resource_id for ref in find_references(resource.attributes, known_ids)})
 
 
+def _as_desired(recorded: Mapping[str, Any]) -> dict[str, Any]:
+    """Recorded attributes as a delete's desired attributes: without the list of sensitive
+    paths stackflow added (runtimes validate their attributes; prior_state keeps it)."""
+    return {k: v for k, v in recorded.items() if k != RECORDED_SENSITIVE_KEY}
+
+
 def _taint(
     resource: Resource, spec_resources: Mapping[str, Resource], state: Mapping[str, Resource]
 ) -> list[str]:
@@ -436,7 +442,11 @@ class OperationActivities:
             inp.project, inp.workspace, inp.spec_ref, force=inp.force, adopt=inp.adopt
         )
         # The worker policy, before any runtime call: the whole spec, then this batch.
-        batch = [*(resources[i] for i in ids), *(current[i] for i in delete_ids)]
+        deleting = [
+            current[i].model_copy(update={"attributes": _as_desired(current[i].attributes)})
+            for i in delete_ids
+        ]
+        batch = [*(resources[i] for i in ids), *deleting]
         await asyncio.to_thread(
             guard.check_preview, self.registry, inp.spec_ref, resources, batch, options
         )
@@ -526,7 +536,7 @@ class OperationActivities:
         request = ResourceRequest(
             id=resource.id,
             type=str(resource.type),
-            attributes=resource.attributes,
+            attributes=_as_desired(resource.attributes),
             extensions=resource.extensions,
             prior_state=resource.attributes,
         )
@@ -667,7 +677,7 @@ class OperationActivities:
             request = ResourceRequest(
                 id=recorded.id,
                 type=str(recorded.type),
-                attributes=recorded.attributes,
+                attributes=_as_desired(recorded.attributes),
                 extensions=recorded.extensions,
                 prior_state=recorded.attributes,
             )

@@ -298,20 +298,36 @@ class WorkerPolicy(PolicySettings):
     ) -> None:
         """Refuse a Terraform resource the policy forbids (no I/O but path resolution)."""
         tf = self.terraform
+        providers = []
         if provider_source != BUILTIN_PROVIDER:
-            if not self.provider_allowed(provider_source):
+            providers.append((provider_source, provider_name, "provider"))
+        # OpenTofu infers a resource's provider from its type's prefix (or the `provider`
+        # argument): one not named in extensions.provider is hashicorp's, installed implicitly.
+        implied = {resource_type.split("_", 1)[0]}
+        if isinstance(arguments.get("provider"), str):
+            implied.add(arguments["provider"].split(".", 1)[0])
+        local = "terraform" if provider_source == BUILTIN_PROVIDER else provider_name
+        for name in sorted(implied - {local, "terraform"}):
+            providers.append((f"{PUBLIC_REGISTRIES[1]}/hashicorp/{name}", name, "resourceType"))
+        for source, name, via in providers:
+            field = "extensions.provider"
+            how = f"provider {source}"
+            if via != "provider":
+                field = "extensions.resourceType"
+                how = f"{resource_type} needs provider {source}, which"
+            if not self.provider_allowed(source):
                 raise PolicyViolation(
                     resource_id,
-                    "extensions.provider",
-                    f"provider {provider_source} is not one this worker allows "
+                    field,
+                    f"{how} is not one this worker allows "
                     f"(STACKFLOW_ALLOWED_TF_PROVIDERS: {', '.join(tf.allowed_providers)})",
                 )
-            if provider_name.lower() in CODE_PROVIDERS and not tf.allow_provisioners:
+            if name.lower() in CODE_PROVIDERS and not tf.allow_provisioners:
                 raise PolicyViolation(
                     resource_id,
-                    "extensions.provider",
-                    f"provider {provider_source} runs programs on the worker; this worker "
-                    "does not allow that (STACKFLOW_ALLOW_PROVISIONERS)",
+                    field,
+                    f"{how} runs programs on the worker; this worker does not allow that "
+                    "(STACKFLOW_ALLOW_PROVISIONERS)",
                 )
         if not tf.allow_provisioners:
             for key in CODE_BLOCKS:
@@ -462,14 +478,17 @@ class WorkerPolicy(PolicySettings):
             field = "the worker's KUBECONFIG"
         if kube.allow_exec and kube.allowed_contexts is None:
             return  # nothing to look for in the files
-        docs = [(path, _kubeconfig_doc(resource_id, field, path)) for path in files]
-        docs = [(path, doc) for path, doc in docs if doc is not None]
+        docs: list[tuple[str, dict[str, Any]]] = []
+        for path in files:
+            doc = _kubeconfig_doc(resource_id, field, path)
+            if doc is not None:
+                docs.append((path, doc))
         if not docs:
             if context and kube.allowed_contexts is not None:
                 self._check_context(resource_id, context_field, context)
             return  # no file: in-cluster, or the client reports the missing file
         chosen = context or next(
-            (str(doc["current-context"]) for _, doc in docs if doc.get("current-context")), None
+            (str(c["current-context"]) for _, c in docs if c.get("current-context")), None
         )
         if kube.allowed_contexts is not None:
             if chosen is None:
@@ -484,22 +503,23 @@ class WorkerPolicy(PolicySettings):
             return
         users = {
             str((entry.get("context") or {}).get("user"))
-            for _, doc in docs
-            for entry in _named(doc, "contexts")
+            for _, config in docs
+            for entry in _named(config, "contexts")
             if chosen is None or entry.get("name") == chosen
         }
-        for path, doc in docs:
-            for entry in _named(doc, "users"):
-                if str(entry.get("name")) not in users:
+        for path, config in docs:
+            for item in _named(config, "users"):
+                if str(item.get("name")) not in users:
                     continue
-                user = entry.get("user") if isinstance(entry.get("user"), dict) else {}
+                found = item.get("user")
+                user: dict[str, Any] = found if isinstance(found, dict) else {}
                 for key, what in (("exec", "an exec credential plugin"), ("auth-provider", "")):
                     if user.get(key):
                         plugin = what or f"the {_provider_name(user[key])} auth-provider plugin"
                         raise PolicyViolation(
                             resource_id,
                             field,
-                            f"user {entry.get('name')!r} in {path} runs {plugin}; this "
+                            f"user {item.get('name')!r} in {path} runs {plugin}; this "
                             "worker does not allow kubeconfig plugins "
                             "(STACKFLOW_ALLOW_KUBE_EXEC)",
                         )
@@ -556,19 +576,22 @@ class WorkerPolicy(PolicySettings):
                 raise PolicyViolation(
                     resource_id,
                     field,
-                    f"{path} is outside this worker's OnPrem roots ({', '.join(roots)})"
-                    f"{resolved}",
+                    f"{path} is outside this worker's OnPrem roots ({', '.join(roots)}){resolved}",
                 )
             for protected in self.protected:
-                if _within(candidate, protected.path) or (
-                    directory and _within(protected.path, candidate)
-                ):
-                    raise PolicyViolation(
-                        resource_id,
-                        field,
-                        f"{path} is or holds {protected.path}, {protected.reason}: no spec may "
-                        "touch it",
-                    )
+                if candidate == protected.path:
+                    how = "is"
+                elif _within(candidate, protected.path):
+                    how = "is inside"
+                elif directory and _within(protected.path, candidate):
+                    how = "holds"
+                else:
+                    continue
+                raise PolicyViolation(
+                    resource_id,
+                    field,
+                    f"{path} {how} {protected.path}, {protected.reason}: no spec may touch it",
+                )
         if reading:
             try:
                 st = os.lstat(real)
@@ -712,7 +735,9 @@ def _read_policy_file(path: str) -> dict[str, Any]:
         with open(os.path.expanduser(path), "rb") as handle:
             raw = handle.read(POLICY_FILE_MAX_BYTES + 1)
     except OSError as exc:
-        raise PolicyConfigError(f"worker policy: {POLICY_FILE_VAR} {path}: {exc.strerror}") from None
+        raise PolicyConfigError(
+            f"worker policy: {POLICY_FILE_VAR} {path}: {exc.strerror}"
+        ) from None
     if len(raw) > POLICY_FILE_MAX_BYTES:
         raise PolicyConfigError(f"worker policy: {POLICY_FILE_VAR} {path}: larger than 1 MiB")
     try:
@@ -765,9 +790,13 @@ def load_policy(environ: Mapping[str, str] | None = None) -> WorkerPolicy:
     )
 
 
+def _home(environ: Mapping[str, str]) -> Path:
+    return Path(environ["HOME"]) if environ.get("HOME") else Path.home()
+
+
 def worker_kubeconfigs(environ: Mapping[str, str]) -> list[str]:
     value = environ.get("KUBECONFIG")
-    entries = _split(value, os.pathsep) if value else [str(Path.home() / ".kube" / "config")]
+    entries = _split(value, os.pathsep) if value else [str(_home(environ) / ".kube" / "config")]
     return [_real(entry) for entry in entries]
 
 
@@ -789,8 +818,9 @@ def stackflow_paths(environ: Mapping[str, str], settings: PolicySettings) -> lis
     the kubeconfigs, stackflow's code and Python environment, /proc, /sys and /dev."""
     home = environ.get("STACKFLOW_HOME")
     found: list[tuple[str | None, str]] = [
-        (home or str(Path.home() / ".stackflow"), "stackflow's home (STACKFLOW_HOME)"),
+        (home or str(_home(environ) / ".stackflow"), "stackflow's home (STACKFLOW_HOME)"),
         (_sqlite_dir(environ.get("STACKFLOW_STATE_URL", "")), "the state database's directory"),
+        (str(_home(environ) / ".cache" / "stackflow"), "stackflow's tool cache"),
         (str(Path.home() / ".cache" / "stackflow"), "stackflow's tool cache"),
         ("/proc", "the kernel's process files"),
         ("/sys", "the kernel's system files"),
@@ -819,14 +849,14 @@ def stackflow_paths(environ: Mapping[str, str], settings: PolicySettings) -> lis
     code = Path(__file__).resolve().parent.parent
     for name in ("stackflow", "activities", "runtimes", "workflows", "cli", "worker.py"):
         found.append((str(code / name), "stackflow's code"))
-    user_site = site.getusersitepackages() if site.ENABLE_USER_SITE else None
-    found.append((user_site, "the user's Python packages"))
+    if site.ENABLE_USER_SITE:
+        found.append((site.getusersitepackages(), "the user's Python packages"))
     for path in settings.onprem.protected:
         found.append((path, "protected by the worker policy"))
     out: dict[str, ProtectedPath] = {}
-    for path, reason in found:
-        if path:
-            real = _real(path)
+    for where, reason in found:
+        if where:
+            real = _real(where)
             out.setdefault(real, ProtectedPath(path=real, reason=reason))
     return list(out.values())
 
@@ -839,7 +869,9 @@ _FINGERPRINT_NAMES = ("KUBECONFIG", "TF_CLI_CONFIG_FILE", "HOME")
 def _fingerprint(environ: Mapping[str, str]) -> tuple[Any, ...]:
     items = tuple(
         sorted(
-            (k, v) for k, v in environ.items() if k.startswith("STACKFLOW_") or k in _FINGERPRINT_NAMES
+            (k, v)
+            for k, v in environ.items()
+            if k.startswith("STACKFLOW_") or k in _FINGERPRINT_NAMES
         )
     )
     file = environ.get(POLICY_FILE_VAR)

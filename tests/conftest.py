@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,11 @@ import pytest
 
 from stackflow.state.backend import StateBackend, open_backend
 from stackflow.state.schema import metadata
+
+# OnPrem files of the tests live under the temporary directory: the worker policy confines
+# OnPrem paths to STACKFLOW_ONPREM_ROOTS (`make env` exports it; this covers shells that
+# predate it, and the workers tests start in process).
+os.environ.setdefault("STACKFLOW_ONPREM_ROOTS", tempfile.gettempdir())
 
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)]
 
@@ -40,9 +46,14 @@ def postgres_url() -> Iterator[str]:
 
 
 @pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[StateBackend]:
+def backend(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[StateBackend]:
     """Every backend passes the same suite: SQLite in a fresh file, PostgreSQL in a
-    session database emptied before each test."""
+    session database emptied before each test. Without encryption keys (the dev loop's are
+    in the environment): tests that seal open their own backend with keys."""
+    monkeypatch.delenv("STACKFLOW_ENCRYPTION_KEY", raising=False)
+    monkeypatch.delenv("STACKFLOW_ENCRYPTION_KEY_FILE", raising=False)
     if request.param == "sqlite":
         store = open_backend(f"sqlite:///{tmp_path / 'state.db'}")
     else:

@@ -4,9 +4,11 @@ How it behaves, in one place:
 
 - **Cluster.** ``extensions.kubeConfig`` / ``extensions.kubeContext`` of the resource, else
   the spec context's ``kubeConfig`` / ``kubeContext`` (``RuntimeOptions.context``), else
-  ``KUBECONFIG`` (or ~/.kube/config), else the in-cluster service account. One client per
-  (kubeconfig, context), with its own discovery cache; a kind missing from the cache is
-  re-discovered, so a CRD applied earlier in the same run is found.
+  ``KUBECONFIG`` (or ~/.kube/config), else the in-cluster service account. The worker policy
+  (:mod:`stackflow.policy`) decides which kubeconfigs and contexts specs may name, and
+  refuses exec and auth-provider plugins unless allowed, before a kubeconfig is loaded.
+  One client per (kubeconfig, context), with its own discovery cache; a kind missing from
+  the cache is re-discovered, so a CRD applied earlier in the same run is found.
 - **Apply** is server-side apply with field manager ``stackflow``. A field conflict with
   another manager fails as ``Conflict`` naming the managers and fields, unless ``force``
   (run option or ``extensions.force``). One exception, *drift repair*: when every
@@ -85,6 +87,7 @@ from runtimes.kubernetes.manifest import (
     shaped_like,
 )
 from runtimes.kubernetes.readiness import parse_timeout, readiness
+from stackflow.policy import WorkerPolicy, worker_policy
 
 T = TypeVar("T")
 APPLY_PATCH = "application/apply-patch+yaml; charset=utf-8"
@@ -171,9 +174,14 @@ class KubernetesRuntime(Runtime):
 
     type_name = "Kubernetes"
 
-    def __init__(self) -> None:
+    def __init__(self, policy: WorkerPolicy | None = None) -> None:
         self._clients: dict[tuple[str | None, str | None], KubeClient] = {}
         self._lock = threading.Lock()
+        self._policy = policy
+
+    @property
+    def policy(self) -> WorkerPolicy:
+        return self._policy if self._policy is not None else worker_policy()
 
     @staticmethod
     async def _call(rid: str, fn: Callable[..., T], *args: Any) -> T:
@@ -188,16 +196,40 @@ class KubernetesRuntime(Runtime):
             raise failure(exc, rid, "request") from None
 
     # ---- connection & discovery ----------------------------------------------------------
-    def client_for(self, resource: ResourceRequest, options: RuntimeOptions) -> KubeClient:
+    @staticmethod
+    def _cluster(
+        resource: ResourceRequest, options: RuntimeOptions
+    ) -> tuple[tuple[str | None, str], tuple[str | None, str]]:
+        """(kubeconfig, the field naming it), (context, its field): the resource's
+        extensions, else the spec context; no kubeconfig: the worker's own."""
         ext, ctx = resource.extensions, options.context
-        kubeconfig = ext.get("kubeConfig") or ctx.get("kubeConfig") or os.environ.get("KUBECONFIG")
-        context = ext.get("kubeContext") or ctx.get("kubeContext")
-        for name, value in (("kubeConfig", kubeconfig), ("kubeContext", context)):
+        picked = []
+        for name in ("kubeConfig", "kubeContext"):
+            field, value = f"extensions.{name}", ext.get(name)
+            if not value:
+                field, value = f"context.{name}", ctx.get(name)
             if value is not None and not isinstance(value, str):
                 raise InvalidInput(
-                    f"{resource.id}: {name} must be a string", resource_id=resource.id
+                    f"{resource.id}: {field} must be a string", resource_id=resource.id
                 )
-        key = (kubeconfig or None, context or None)
+            picked.append((value or None, field))
+        return picked[0], picked[1]
+
+    def check_policy(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
+        (kubeconfig, config_field), (context, context_field) = self._cluster(resource, options)
+        self.policy.check_kubeconfig(
+            resource.id,
+            kubeconfig,
+            context,
+            config_field=config_field,
+            context_field=context_field,
+        )
+
+    def client_for(self, resource: ResourceRequest, options: RuntimeOptions) -> KubeClient:
+        # the worker policy, every time: before a kubeconfig is loaded or a client reused
+        self.check_policy(resource, options)
+        (kubeconfig, _), (context, _) = self._cluster(resource, options)
+        key = (kubeconfig or os.environ.get("KUBECONFIG") or None, context)
         with self._lock:
             found = self._clients.get(key)
             if found is None:

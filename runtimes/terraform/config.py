@@ -149,12 +149,14 @@ def escape_templates(value: Any) -> Any:
     """Strings become literals: ``${`` and ``%{`` would otherwise be Terraform templates.
 
     Each resource lives alone in its working directory, so an interpolation could never
-    refer to anything; a password that happens to contain ``${`` must stay a password.
+    refer to anything; a password that happens to contain ``${`` must stay a password. Keys
+    too: in JSON syntax an object's property names are templates as well, and a template
+    can call ``file()`` on the worker.
     """
     if isinstance(value, str):
         return value.replace("${", "$${").replace("%{", "%%{")
     if isinstance(value, dict):
-        return {k: escape_templates(v) for k, v in value.items()}
+        return {escape_templates(str(k)): escape_templates(v) for k, v in value.items()}
     if isinstance(value, list):
         return [escape_templates(v) for v in value]
     return value
@@ -185,5 +187,5 @@ def render_config(
     if with_resource:
         doc["resource"] = {res.resource_type: {res.name: escape_templates(res.arguments)}}
         if import_existing and res.import_id:
-            doc["import"] = [{"to": res.address, "id": res.import_id}]
+            doc["import"] = [{"to": res.address, "id": escape_templates(res.import_id)}]
     return doc

@@ -36,7 +36,6 @@ from python_terraform import IsFlagged
 from runtimes.base import (
     Attributes,
     Conflict,
-    InvalidInput,
     NotFound,
     PreviewResult,
     ResourceRequest,
@@ -81,6 +80,7 @@ from runtimes.terraform.state import (
 )
 from stackflow.config import stackflow_home
 from stackflow.paths import format_path
+from stackflow.policy import WorkerPolicy, worker_policy
 from stackflow.state.backend import RunRef, StateBackend
 
 STATE_FILE = "terraform.tfstate"
@@ -115,16 +115,6 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
-def _context_env(options: RuntimeOptions) -> dict[str, str]:
-    """Provider credentials: ``context.env`` (a map), passed to the CLI, never written."""
-    env = options.context.get("env") if options.context else None
-    if env is None:
-        return {}
-    if not isinstance(env, Mapping):
-        raise InvalidInput("context.env must be a map of environment variables")
-    return {str(k): str(v) for k, v in env.items()}
-
-
 class Workdir:
     """A resource's working directory: a cache of config, providers and state."""
 
@@ -135,7 +125,9 @@ class Workdir:
         self.res = res
         self.path = path
         self.options = options
-        self.env = base_env(_context_env(options))
+        # provider credentials: context.env (checked by the policy), passed, never written
+        policy = runtime.policy
+        self.env = base_env(policy.terraform_env(res.id, options.context.get("env")), policy)
 
     # ---- files ------------------------------------------------------------------------------
     def local_state(self) -> State | None:
@@ -246,12 +238,33 @@ class TerraformRuntime(Runtime):
         root: Path | None = None,
         binary: str | None = None,
         backend: StateBackend | None = None,
+        policy: WorkerPolicy | None = None,
     ) -> None:
         self._root = root
+        self._policy = policy
         self.backend = backend
         self.cli = Cli(binary)
         self.schemas: dict[str, dict[str, Any]] = {}
         self._import_plans: dict[Path, tuple[str, dict[str, Any]]] = {}
+
+    @property
+    def policy(self) -> WorkerPolicy:
+        return self._policy if self._policy is not None else worker_policy()
+
+    def check_policy(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
+        self._check(parse_resource(resource), options)
+
+    def _check(self, res: TerraformResource, options: RuntimeOptions) -> None:
+        policy = self.policy
+        policy.check_terraform(
+            res.id,
+            provider_source=res.provider.source,
+            provider_name=res.provider.local_name,
+            resource_type=res.resource_type,
+            arguments=res.arguments,
+            provider_meta=res.provider_meta,
+        )
+        policy.terraform_env(res.id, options.context.get("env"))
 
     def root(self) -> Path:
         return self._root if self._root is not None else stackflow_home() / "terraform"
@@ -270,6 +283,7 @@ class TerraformRuntime(Runtime):
         self, resource: ResourceRequest, options: RuntimeOptions
     ) -> AsyncIterator[Workdir]:
         res = parse_resource(resource)
+        self._check(res, options)  # the worker policy, before anything is written or run
         path = self.workdir_path(resource.id, options)
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
         # one command sequence per resource at a time, across processes

@@ -10,6 +10,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -181,6 +182,8 @@ def stack_env(
     env["TEMPORAL_ADDRESS"] = temporal_address
     env["REDIS_URL"] = redis_url
     env["PYTHONPATH"] = str(REPO)
+    # the worker policy confines OnPrem files: the tests write theirs under tmp_path
+    env.setdefault("STACKFLOW_ONPREM_ROOTS", tempfile.gettempdir())
     return env
 
 

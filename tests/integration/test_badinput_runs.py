@@ -227,6 +227,13 @@ UNREACHABLE_KUBECONFIG = {
 }
 
 
+@pytest.fixture
+def stack_env(stack_env: dict[str, str], tmp_path: Path) -> dict[str, str]:
+    """The worker policy allows the unreachable cluster's kubeconfig the corpus writes."""
+    stack_env["STACKFLOW_ALLOWED_KUBECONFIGS"] = str(tmp_path / "unreachable.kubeconfig")
+    return stack_env
+
+
 def assert_one_clean_line(proc: Any, code: int, fragments: tuple[str, ...]) -> str:
     err = proc.stderr
     assert proc.returncode == code, f"exit {proc.returncode}\n{proc.stdout}\n{err}"

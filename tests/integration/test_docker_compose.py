@@ -43,7 +43,10 @@ SEARCH_ATTRIBUTES = {
 # Sources whose os.environ / os.getenv reads define the worker's environment.
 ENV_SOURCES = ("worker.py", "stackflow", "activities", "runtimes")
 # Variables set on the worker that a dependency, not stackflow code, reads.
-READ_BY_LIBRARIES = {"KUBECONFIG": "kubernetes.config.load_kube_config()"}
+READ_BY_LIBRARIES = {
+    "KUBECONFIG": "kubernetes.config.load_kube_config()",
+    "STACKFLOW_ONPREM_ROOTS": "stackflow.policy, through its table of policy variables",
+}
 # Variables the compose file substitutes; unset so the defaults are checked.
 COMPOSE_VARIABLES = (
     "POSTGRES_PASSWORD",
@@ -546,6 +549,18 @@ def test_dockerignore() -> None:
 # The compose worker's environment, for real
 
 
+def dev_key_line() -> str:
+    """The dev loop's key (the test's client encrypts with it) as compose passes a key."""
+    import base64
+
+    from stackflow.crypto import KeyRing
+
+    ring = KeyRing.from_env()
+    if ring is None:
+        return ""
+    return f"{ring.current}:{base64.b64encode(ring.keys[ring.current]).decode()}"
+
+
 async def test_worker_runs_with_the_compose_environment_against_the_dev_postgres(
     resolved: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -582,6 +597,8 @@ async def test_worker_runs_with_the_compose_environment_against_the_dev_postgres
         "STACKFLOW_STATE_URL": state_url,
         "KUBECONFIG": require_env("KUBECONFIG"),
         "STACKFLOW_TF_BIN": require_env("STACKFLOW_TF_BIN"),
+        "STACKFLOW_ONPREM_ROOTS": str(tmp_path),
+        "STACKFLOW_ENCRYPTION_KEY": dev_key_line(),
     }
     assert set(dev) == set(compose_env), "map every variable the compose worker gets"
     env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), **dev}

@@ -296,8 +296,13 @@ async def test_readiness_rollout_job_and_timeout(
 
 
 async def test_unreachable_cluster_is_retryable(
-    rt: KubernetesRuntime, opts: RuntimeOptions, tmp_path: Path, kubeconfig: str
+    rt: KubernetesRuntime,
+    opts: RuntimeOptions,
+    tmp_path: Path,
+    kubeconfig: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("STACKFLOW_ALLOWED_KUBECONFIGS", str(tmp_path))  # the worker policy
     text = Path(kubeconfig).read_text()
     port = json.dumps(text).split("127.0.0.1:")[1].split("\\n")[0]
     dead = tmp_path / "dead-kubeconfig"
@@ -393,8 +398,13 @@ async def test_kinds_nothing_serves_fail_at_once_naming_kind_and_api_version(
 
 
 async def test_unreachable_server_is_unavailable_naming_it(
-    rt: KubernetesRuntime, opts: RuntimeOptions, tmp_path: Path, kubeconfig: str
+    rt: KubernetesRuntime,
+    opts: RuntimeOptions,
+    tmp_path: Path,
+    kubeconfig: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setenv("STACKFLOW_ALLOWED_KUBECONFIGS", str(tmp_path))  # the worker policy
     text = Path(kubeconfig).read_text()
     port = json.dumps(text).split("127.0.0.1:")[1].split("\\n")[0]
     dead = tmp_path / "dead-kubeconfig"

@@ -20,6 +20,7 @@ import pytest
 from runtimes.base import InvalidInput, ResourceRequest, RuntimeOptions
 from runtimes.terraform import SENSITIVE_KEY, STATE_KEY, TerraformRuntime
 from stackflow.diff import SENSITIVE_MARKER, Change, diff_resource, sensitive_paths_for
+from stackflow.policy import PolicyViolation, load_policy
 
 BUILTIN = {"provider": "terraform.io/builtin/terraform"}
 MIRROR = Path.home() / ".cache" / "stackflow" / "terraform" / "mirror"
@@ -296,17 +297,38 @@ async def test_invalid_arguments_fail_at_preview_with_the_cli_message(
 
 
 async def test_context_env_reaches_the_cli_and_is_not_recorded(
-    runtime: TerraformRuntime, tmp_path: Path
+    tmp_path: Path, tf_bin: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # credentials travel like this; TF_LOG_PATH makes the delivery observable
-    log = tmp_path / f"tf-{os.urandom(4).hex()}.log"
+    # credentials travel like this, when the worker policy allows their names; a wrapper
+    # around tofu records the environment the CLI (and so its providers) gets
+    dump = tmp_path / "env.txt"
+    wrapper = tmp_path / "tofu-wrapper"
+    wrapper.write_text(f'#!/bin/sh\nenv >> "{dump}"\necho ---- >> "{dump}"\nexec "{tf_bin}" "$@"\n')
+    wrapper.chmod(0o755)
+    monkeypatch.setenv("STACKFLOW_STATE_URL", "postgresql://u:secret-password@db/x")
+    monkeypatch.setenv("REDIS_URL", "redis://127.0.0.1:1/0")
+    monkeypatch.setenv("STACKFLOW_ENCRYPTION_KEY", "dev1:c2VjcmV0")
+    monkeypatch.setenv("SF_WORKER_ONLY", "worker-private")
+    policy = load_policy({**os.environ, "STACKFLOW_ALLOWED_ENV": "SF_TEST_*"})
+    runtime = TerraformRuntime(root=tmp_path / "tf", binary=str(wrapper), policy=policy)
+    token = f"token-{os.urandom(4).hex()}"
     opts = RuntimeOptions(
-        project="tfproj",
-        workspace="env",
-        context={"env": {"TF_LOG": "info", "TF_LOG_PATH": str(log)}},
+        project="tfproj", workspace="env", context={"env": {"SF_TEST_TOKEN": token}}
     )
     r = req("builtin:terraform:terraform_data:envcheck", {"input": "x"}, BUILTIN)
     live = await runtime.apply(r, opts)
-    assert log.exists() and log.stat().st_size > 0
-    assert str(log) not in json.dumps(live)
-    assert str(log) not in (runtime.workdir_path(r.id, opts) / "main.tf.json").read_text()
+    seen = dump.read_text()
+    assert f"SF_TEST_TOKEN={token}" in seen
+    assert "TF_CLI_CONFIG_FILE=" in seen and "PATH=" in seen and "TF_IN_AUTOMATION=1" in seen
+    for private in ("STACKFLOW_", "REDIS_URL", "TEMPORAL_", "secret-password", "worker-private"):
+        assert private not in seen, private
+    assert token not in json.dumps(live)
+    assert token not in (runtime.workdir_path(r.id, opts) / "main.tf.json").read_text()
+
+    # a name the policy refuses never reaches the CLI: nothing runs
+    dump.unlink()
+    for name in ("LD_PRELOAD", "TF_CLI_ARGS_apply", "SF_OTHER"):
+        bad = RuntimeOptions(project="tfproj", workspace="env", context={"env": {name: "x"}})
+        with pytest.raises(PolicyViolation, match=rf"context\.env\.{name}"):
+            await runtime.apply(r, bad)
+    assert not dump.exists()

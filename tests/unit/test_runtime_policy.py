@@ -1,0 +1,345 @@
+"""The worker policy where it is enforced: the activities check a whole spec before any
+runtime call and re-check on apply; each runtime checks on every call, before any I/O the
+policy does not need; OnPrem files are reached without following symlinks planted after
+the check; Terraform templates in keys and import ids stay literal."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from temporalio.exceptions import ApplicationError
+
+from activities.operations import OperationActivities
+from runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
+from runtimes.kubernetes import KubernetesRuntime
+from runtimes.onprem import OnPremRuntime, apply_sync
+from runtimes.registry import RuntimeRegistry
+from runtimes.terraform import TerraformRuntime
+from runtimes.terraform.config import parse_resource, render_config
+from stackflow.cache import PriorStateCache
+from stackflow.operation import (
+    NodeInput,
+    OperationInput,
+    PrepareInput,
+    PreviewBatchInput,
+    RunOwner,
+)
+from stackflow.policy import PolicyViolation, WorkerPolicy, load_policy
+from stackflow.state.backend import StateBackend
+
+OPTS = RuntimeOptions(project="p", workspace="w")
+
+
+def onprem_policy(tmp_path: Path, **env: str) -> WorkerPolicy:
+    root = tmp_path / "root"
+    root.mkdir(exist_ok=True)
+    return load_policy(
+        {
+            "HOME": str(tmp_path / "user"),
+            "STACKFLOW_HOME": str(root / "home"),
+            "STACKFLOW_ONPREM_ROOTS": str(root),
+            "STACKFLOW_ONPREM_MAX_BYTES": "1KiB",
+            **env,
+        }
+    )
+
+
+def file_request(path: Path | str, content: str = "x\n", kind: str = "File") -> ResourceRequest:
+    attributes: dict[str, Any] = {"kind": kind, "path": str(path)}
+    if kind == "File":
+        attributes["content"] = content
+    return ResourceRequest(id=f"onprem:{kind}:{path}", type="OnPrem", attributes=attributes)
+
+
+# ---- OnPrem ----------------------------------------------------------------------------------
+async def test_onprem_lifecycle_inside_a_root(tmp_path: Path) -> None:
+    rt = OnPremRuntime(onprem_policy(tmp_path))
+    target = tmp_path / "root" / "a" / "b" / "c.txt"
+    r = file_request(target, "hello\n")
+    assert await rt.read(r, OPTS) is None
+    live = await rt.apply(r, OPTS)
+    assert live == {"kind": "File", "path": str(target), "mode": "0644", "content": "hello\n"}
+    assert await rt.read(r, OPTS) == live
+    assert sorted(os.listdir(target.parent)) == ["c.txt"]  # no temporary file left
+    d = file_request(tmp_path / "root" / "a" / "d", kind="Directory")
+    assert (await rt.apply(d, OPTS))["kind"] == "Directory"
+    await rt.delete(r, OPTS)
+    await rt.delete(d, OPTS)
+    assert not target.exists() and not (tmp_path / "root" / "a" / "d").exists()
+
+
+async def test_onprem_refusals_touch_nothing(tmp_path: Path) -> None:
+    rt = OnPremRuntime(onprem_policy(tmp_path))
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "root" / "link").symlink_to(tmp_path / "outside")
+    for path in (tmp_path / "outside" / "x", tmp_path / "root" / "link" / "x"):
+        for call in (rt.read, rt.preview, rt.apply, rt.delete):
+            with pytest.raises(PolicyViolation, match="outside this worker's OnPrem roots"):
+                await call(file_request(path), OPTS)
+    assert os.listdir(tmp_path / "outside") == []
+    with pytest.raises(PolicyViolation, match=r"attributes\.content"):
+        await rt.apply(file_request(tmp_path / "root" / "big", "x" * 1025), OPTS)
+    assert not (tmp_path / "root" / "big").exists()
+
+
+async def test_onprem_never_reads_a_large_file(tmp_path: Path) -> None:
+    rt = OnPremRuntime(onprem_policy(tmp_path))
+    big = tmp_path / "root" / "big.log"
+    big.write_bytes(b"s" * 2048)
+    with pytest.raises(PolicyViolation, match="2048 bytes"):
+        await rt.read(file_request(big), OPTS)
+    with pytest.raises(PolicyViolation, match="2048 bytes"):
+        await rt.apply(file_request(big), OPTS)
+    assert big.read_bytes() == b"s" * 2048
+    await rt.delete(file_request(big, "small"), OPTS)  # what is recorded can be deleted
+    assert not big.exists()
+
+
+async def test_onprem_does_not_block_on_a_fifo(tmp_path: Path) -> None:
+    rt = OnPremRuntime(onprem_policy(tmp_path))
+    fifo = tmp_path / "root" / "fifo"
+    os.mkfifo(fifo)
+    live = await asyncio.wait_for(rt.read(file_request(fifo), OPTS), 5)
+    assert live is not None and live["kind"] == "Other"
+
+
+def test_a_symlink_planted_after_the_check_is_not_followed(tmp_path: Path) -> None:
+    policy = onprem_policy(tmp_path)
+    rt = OnPremRuntime(policy)
+    (tmp_path / "outside").mkdir()
+    sub = tmp_path / "root" / "sub"
+    sub.mkdir()
+    r = file_request(sub / "planted")
+    attrs, place = rt._place(r)  # checked: inside the root
+    sub.rename(tmp_path / "root" / "moved")
+    sub.symlink_to(tmp_path / "outside")  # swapped in between check and write
+    with pytest.raises(PolicyViolation, match="symlink"):
+        apply_sync(r.id, attrs, place)
+    assert os.listdir(tmp_path / "outside") == []
+
+
+def test_a_symlink_as_the_file_itself_is_not_written_through(tmp_path: Path) -> None:
+    policy = onprem_policy(tmp_path)
+    rt = OnPremRuntime(policy)
+    inside = tmp_path / "root" / "real.txt"
+    inside.write_text("real\n")
+    link = tmp_path / "root" / "link.txt"
+    link.symlink_to(inside)  # both inside: allowed, but a symlink is not a File
+    r = file_request(link, "new\n")
+    attrs, place = rt._place(r)
+    from runtimes.base import Conflict
+
+    with pytest.raises(Conflict, match="exists as a Other"):
+        apply_sync(r.id, attrs, place)
+    assert inside.read_text() == "real\n" and link.is_symlink()
+
+
+# ---- Terraform -------------------------------------------------------------------------------
+def tf_request(attributes: dict[str, Any], **extensions: Any) -> ResourceRequest:
+    return ResourceRequest(
+        id="builtin:terraform:terraform_data:x",
+        type="Terraform",
+        attributes=attributes,
+        extensions={"provider": "terraform.io/builtin/terraform", **extensions},
+    )
+
+
+async def test_terraform_checks_before_anything_runs(tmp_path: Path) -> None:
+    rt = TerraformRuntime(
+        root=tmp_path / "tf", binary=str(tmp_path / "no-tofu"), policy=onprem_policy(tmp_path)
+    )
+    hostile = tf_request({"provisioner": [{"local-exec": {"command": "touch /tmp/x"}}]})
+    for call in (rt.read, rt.preview, rt.apply, rt.delete, rt.wait_ready):
+        with pytest.raises(PolicyViolation, match=r"attributes\.provisioner"):
+            await call(hostile, OPTS)
+    env = RuntimeOptions(project="p", workspace="w", context={"env": {"TF_CLI_ARGS": "-x"}})
+    with pytest.raises(PolicyViolation, match=r"context\.env\.TF_CLI_ARGS"):
+        await rt.apply(tf_request({"input": "x"}), env)
+    assert not (tmp_path / "tf").exists()  # no working directory, so no tofu
+
+
+def test_templates_in_keys_and_import_ids_are_escaped() -> None:
+    r = tf_request(
+        {"input": {'${file("/etc/passwd")}': "v", "%{ if true }x%{ endif }": "${x}"}},
+        **{"kusionstack.io/import-id": '${file("/etc/passwd")}'},
+    )
+    doc = render_config(parse_resource(r), with_resource=True, import_existing=True)
+    body = doc["resource"]["terraform_data"]["x"]["input"]
+    assert body == {'$${file("/etc/passwd")}': "v", "%%{ if true }x%%{ endif }": "$${x}"}
+    assert doc["import"] == [{"to": "terraform_data.x", "id": '$${file("/etc/passwd")}'}]
+
+
+# ---- Kubernetes ------------------------------------------------------------------------------
+def test_kubeconfig_plugins_never_run(tmp_path: Path) -> None:
+    marker = tmp_path / "marker"
+    config = tmp_path / "kube" / "config"
+    config.parent.mkdir()
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+                "users": [
+                    {
+                        "name": "u",
+                        "user": {
+                            "exec": {
+                                "apiVersion": "client.authentication.k8s.io/v1beta1",
+                                "command": "/bin/sh",
+                                "args": ["-c", f"touch {marker}; echo '{{}}'"],
+                            }
+                        },
+                    }
+                ],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    policy = onprem_policy(tmp_path, STACKFLOW_ALLOWED_KUBECONFIGS=str(config.parent))
+    rt = KubernetesRuntime(policy)
+    obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "d"}}
+    r = ResourceRequest(
+        id="v1:ConfigMap:d:x",
+        type="Kubernetes",
+        attributes=obj,
+        extensions={"kubeConfig": str(config)},
+    )
+    with pytest.raises(PolicyViolation, match="exec credential plugin"):
+        rt.client_for(r, OPTS)
+    foreign = r.model_copy(update={"extensions": {"kubeConfig": "/etc/passwd"}})
+    with pytest.raises(PolicyViolation, match=r"extensions\.kubeConfig: /etc/passwd"):
+        rt.client_for(foreign, OPTS)
+    by_context = r.model_copy(update={"extensions": {}})
+    ctx = RuntimeOptions(project="p", workspace="w", context={"kubeConfig": "/etc/passwd"})
+    with pytest.raises(PolicyViolation, match=r"context\.kubeConfig"):
+        rt.client_for(by_context, ctx)
+    assert not marker.exists()
+
+
+# ---- the activities: a whole spec before any runtime call ------------------------------------
+class Gated(Runtime):
+    """Refuses resources named bad*; counts every runtime call."""
+
+    type_name = "OnPrem"
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.checks = 0
+        self.lock = threading.Lock()
+
+    def check_policy(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
+        with self.lock:
+            self.checks += 1
+        if resource.id.startswith("bad") or resource.attributes.get("bad"):
+            raise PolicyViolation(resource.id, "attributes.v", "refused")
+
+    async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
+        self.calls.append(f"read {resource.id}")
+        return None
+
+    async def apply(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
+        self.calls.append(f"apply {resource.id}")
+        return dict(resource.attributes)
+
+    async def delete(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
+        self.calls.append(f"delete {resource.id}")
+
+
+def activities(backend: StateBackend) -> tuple[OperationActivities, Gated]:
+    runtime = Gated()
+    registry = RuntimeRegistry()
+    registry.register("OnPrem", lambda: runtime)
+    return OperationActivities(registry, backend, PriorStateCache(None, backend)), runtime
+
+
+async def test_a_refusal_anywhere_stops_the_preview_before_any_runtime_call(
+    backend: StateBackend,
+) -> None:
+    acts, runtime = activities(backend)
+    spec = {
+        "resources": [{"id": f"ok{i}", "type": "OnPrem", "attributes": {"v": i}} for i in range(5)]
+        + [{"id": "bad", "type": "OnPrem", "attributes": {"v": 9}}]
+    }
+    request = OperationInput(project="p", workspace="w", spec=spec)
+    plan = await acts.prepare_operation(
+        PrepareInput(operation="preview", request=request, workflow_id="wf", run_id="r")
+    )
+    assert plan.plan_ref is not None
+    batch = PreviewBatchInput(
+        project="p",
+        workspace="w",
+        spec_ref=plan.spec_ref,
+        revision=None,
+        plan_ref=plan.plan_ref,
+        start=0,
+        end=2,  # a batch without the refused resource
+    )
+    with pytest.raises(ApplicationError) as err:
+        await acts.preview_batch(batch)
+    assert err.value.type == "SpecError" and err.value.non_retryable
+    assert err.value.message == "bad: attributes.v: refused"
+    assert runtime.calls == []
+
+
+async def test_a_spec_that_passed_is_checked_whole_once(backend: StateBackend) -> None:
+    acts, runtime = activities(backend)
+    tag = uuid.uuid4().hex  # a spec of its own: the memo is per process
+    spec = {
+        "resources": [
+            {"id": f"ok{i}", "type": "OnPrem", "attributes": {"t": tag}} for i in range(6)
+        ]
+    }
+    request = OperationInput(project="p2", workspace="w", spec=spec)
+    plan = await acts.prepare_operation(
+        PrepareInput(operation="preview", request=request, workflow_id="wf", run_id="r")
+    )
+    assert plan.plan_ref is not None
+    for start in (0, 2, 4):
+        await acts.preview_batch(
+            PreviewBatchInput(
+                project="p2",
+                workspace="w",
+                spec_ref=plan.spec_ref,
+                revision=None,
+                plan_ref=plan.plan_ref,
+                start=start,
+                end=start + 2,
+            )
+        )
+    assert runtime.checks == 6 + 3 * 2  # the whole spec once, then each batch its own
+    assert len(runtime.calls) == 6
+
+
+async def test_apply_checks_again_with_references_resolved(backend: StateBackend) -> None:
+    acts, runtime = activities(backend)
+    spec = {
+        "resources": [
+            {"id": "a", "type": "OnPrem", "attributes": {"bad": True}},
+        ]
+    }
+    request = OperationInput(project="p3", workspace="w", spec=spec, auto_approve=True)
+    plan = await acts.prepare_operation(
+        PrepareInput(operation="apply", request=request, workflow_id="wf", run_id="r1")
+    )
+    node = NodeInput(
+        project="p3",
+        workspace="w",
+        revision=1,
+        spec_ref=plan.spec_ref,
+        resource_id="a",
+        action="Create",
+        owner=RunOwner(workflow_id="wf", run_id="r1"),
+    )
+    with pytest.raises(ApplicationError) as err:
+        await acts.apply_resource(node)
+    assert err.value.type == "SpecError" and "a: attributes.v" in err.value.message
+    assert runtime.calls == []

@@ -117,6 +117,7 @@ async def run(settings: WorkerSettings) -> None:
 
 
 def main() -> None:
+    os.umask(0o077)  # every file and directory the worker writes: 0600 / 0700
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     asyncio.run(run(WorkerSettings.from_env()))
 

@@ -24,6 +24,7 @@ def load_commands() -> None:
 
 
 def main() -> None:
+    os.umask(0o077)  # files the CLI writes (the embedded database, exports): 0600 / 0700
     code: int = 0
     try:
         load_commands()

@@ -49,6 +49,23 @@ def short_error(error: str | None) -> str | None:
     return f"{error[: ERROR_LIMIT - 60]}… ({len(error)} characters in all)"
 
 
+def fit_errors(results: list[Any], budget: int = BUDGET // 2) -> list[Any]:
+    """Node results (``.error`` strings) within ``budget``: past it, every error is cut to an
+    equal share, so up to DETAIL_LIMIT failures never take a result past the budget."""
+    used = sum(len(r.error or "") for r in results)
+    if used <= budget:
+        return results
+    room = max(120, budget // max(len(results), 1))
+    return [
+        r.model_copy(update={"error": short_error_to(r.error, room)}) if r.error else r
+        for r in results
+    ]
+
+
+def short_error_to(error: str, limit: int) -> str:
+    return error if len(error) <= limit else f"{error[: limit - 20]}… ({len(error)} chars)"
+
+
 def compact_change(change: dict[str, Any]) -> dict[str, Any]:
     """A change with long values shortened and at most ``ENTRIES`` field changes."""
     diff = change.get("diff") or []

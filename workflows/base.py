@@ -18,6 +18,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from stackflow.budget import fit_errors
     from stackflow.operation import (
         ACTION_CODES,
         CODE_ACTIONS,
@@ -521,7 +522,7 @@ class _Operation:
             revision=self._revision,
             phase=phase,
             changes=changes,
-            results=tally.results,
+            results=fit_errors(tally.results),
             error=self._error,
             error_type=self._error_type if self._error else None,
             counts=dict(tally.counts),

@@ -9,6 +9,7 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from stackflow.budget import fit_errors
     from stackflow.operation import (
         BatchInput,
         BatchResult,
@@ -33,7 +34,7 @@ class BatchWorkflow:
         for result in results:
             tally.add(result)
         return BatchResult(
-            results=tally.results,
+            results=fit_errors(tally.results),
             counts=tally.counts,
             not_ok=[
                 index

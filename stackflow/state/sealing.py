@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from stackflow.crypto import KeyRing
+from stackflow.crypto import EncryptionKeyError, KeyRing
 from stackflow.diff import RECORDED_SENSITIVE_KEY, sensitive_paths_for
 from stackflow.paths import Segment, format_path, matches_prefix, parse_path, pattern_below
 from stackflow.spec import Resource
@@ -117,10 +117,10 @@ class Sealer:
         if not stored.startswith('{"' + SEALED):
             return stored
         if self.keys is None:
-            raise_missing = "this process has no encryption keys (STACKFLOW_ENCRYPTION_KEY)"
-            from stackflow.crypto import EncryptionKeyError
-
-            raise EncryptionKeyError(f"{'/'.join(context)} is sealed and {raise_missing}")
+            raise EncryptionKeyError(
+                f"{'/'.join(context)} is sealed and this process has no encryption keys "
+                "(STACKFLOW_ENCRYPTION_KEY or STACKFLOW_ENCRYPTION_KEY_FILE)"
+            )
         inner = json.loads(stored)[SEALED]
         plain = self.keys.decrypt(
             inner["kid"],

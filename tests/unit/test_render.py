@@ -84,3 +84,18 @@ def test_plan_line_counts_every_resource_past_the_listing() -> None:
     render_preview(preview, Console(file=out, width=200), detail=False)
     assert "listing 1 of 1001 resources" in out.getvalue()
     assert Preview.model_validate({"changes": view["changes"]}).summary["Create"] == 1
+
+
+def test_many_long_node_errors_stay_within_the_budget() -> None:
+    from stackflow.budget import BUDGET, fit_errors, size_of
+    from stackflow.operation import NodeResult, NodeStatus
+
+    results = [
+        NodeResult(id=f"r{i}", action="Create", status=NodeStatus.failed, error="x" * 2000)
+        for i in range(500)
+    ]
+    fitted = fit_errors(results)
+    assert size_of([r.model_dump() for r in fitted]) < BUDGET
+    assert all(r.error and r.error.endswith("(2000 chars)") for r in fitted)
+    few = results[:3]
+    assert fit_errors(few) == few  # under the budget: untouched

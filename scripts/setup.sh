@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything stackflow's dev loop needs, from package registries only:
 # Debian packages, the locked Python venv, and Go-built tools (Temporal CLI, Kubernetes
-# control plane, OpenTofu). Idempotent: each step is skipped when its stamp matches.
+# control plane and kubectl, OpenTofu). Idempotent: each step is skipped when its stamp matches.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # postgresql: Debian's server (bookworm: 15, under /usr/lib/postgresql/15/bin). services.sh runs
@@ -57,10 +57,16 @@ setup_go_tools() {
   go_tool temporal "$TEMPORAL_CLI_VERSION" temporal -- \
     env GOBIN="$TOOLS_BIN" go install -ldflags "-s -w -X github.com/temporalio/cli/temporalcli.Version=${TEMPORAL_CLI_VERSION#v}" \
     "github.com/temporalio/cli/cmd/temporal@$TEMPORAL_CLI_VERSION"
-  local v=k8s.io/component-base/version minor
+  # The control plane and kubectl at the same version, one build of the k8s.io/kubernetes module.
+  # The version is stamped into both packages that report it (kubectl's client version comes
+  # from client-go's), so `kubectl version` shows no skew against the dev kube-apiserver.
+  local minor vflags="" v
   minor="${KUBERNETES_VERSION#v1.}"; minor="${minor%%.*}"
-  go_tool kubernetes "$KUBERNETES_VERSION-$(gomod_hash kubernetes)" kube-apiserver kube-controller-manager kube-scheduler -- \
-    bash -c "cd '$REPO_ROOT/tools/gomod/kubernetes' && go build -ldflags '-s -w -X $v.gitVersion=$KUBERNETES_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor' -o '$TOOLS_BIN/' k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler"
+  for v in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    vflags+=" -X $v.gitVersion=$KUBERNETES_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
+  done
+  go_tool kubernetes "$KUBERNETES_VERSION-$(gomod_hash kubernetes)" kube-apiserver kube-controller-manager kube-scheduler kubectl -- \
+    bash -c "cd '$REPO_ROOT/tools/gomod/kubernetes' && go build -ldflags '-s -w$vflags' -o '$TOOLS_BIN/' k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl"
   go_tool kwok "$KWOK_VERSION-$(gomod_hash kwok)" kwok -- \
     bash -c "cd '$REPO_ROOT/tools/gomod/kwok' && go build -ldflags '-s -w' -o '$TOOLS_BIN/' sigs.k8s.io/kwok/cmd/kwok"
   go_tool opentofu "$OPENTOFU_VERSION-$(gomod_hash opentofu)" tofu -- \

@@ -18,6 +18,10 @@ from stackflow.spec import Resource, Spec
 class Operation(StrEnum):
     apply = "apply"
     destroy = "destroy"
+    rollback = "rollback"
+    """An apply of an earlier release's spec (``source_revision``)."""
+    refresh = "refresh"
+    """Live state recorded as it is; infrastructure untouched."""
 
 
 class Phase(StrEnum):
@@ -77,6 +81,8 @@ class Release(BaseModel):
     workflow_id: str | None = None
     """The Temporal workflow that runs this release (None for imported/Kusion releases)."""
     run_id: str | None = None
+    source_revision: int | None = None
+    """For a rollback: the revision whose spec it applied."""
     spec_ref: str | None = Field(default=None, exclude=True)
     """Where the backend keeps the spec (content-addressed); not part of Kusion's format."""
     resource_count: int | None = Field(default=None, exclude=True)

@@ -36,6 +36,7 @@ from pydantic import BaseModel
 from sqlalchemy.engine import Connection, Engine
 
 from stackflow.crypto import KeyRing
+from stackflow.drift import DriftReport, DriftSummary
 from stackflow.errors import (
     BackendUnavailableError,
     ConflictError,
@@ -50,6 +51,7 @@ from stackflow.release import Approval, Operation, Phase, Release, State
 from stackflow.spec import Resource, Spec, parse_spec
 from stackflow.state.schema import (
     blobs,
+    drift_reports,
     release_resources,
     releases,
     stack_locks,
@@ -283,6 +285,7 @@ class StateBackend:
             run_id=row.run_id,
             created_at=_utc(row.created_at),
             modified_at=_utc(row.modified_at),
+            source_revision=row.source_revision,
         )
         if with_spec and row.spec_ref:
             release.spec = self.get_spec(row.spec_ref)
@@ -472,10 +475,12 @@ class StateBackend:
         *,
         spec_ref: str | None = None,
         run: RunRef | None = None,
+        source_revision: int | None = None,
     ) -> Release:
         """Take the stack's lock for ``run`` and open the next revision, whose state starts as
         a copy of the latest release's (whatever its phase). StackLockedError while another
-        run holds the stack; nothing is written then."""
+        run holds the stack; nothing is written then. ``source_revision``: the release a
+        rollback restores."""
         if spec is not None and spec_ref is None:
             spec_ref = self.put_spec(spec)
         stamp = now()
@@ -520,6 +525,7 @@ class StateBackend:
                     run_id=run.run_id if run else None,
                     created_at=stamp,
                     modified_at=stamp,
+                    source_revision=source_revision,
                 )
             )
             if previous is not None:
@@ -800,6 +806,7 @@ class StateBackend:
                     run_id=release.run_id,
                     created_at=release.created_at.astimezone(UTC),
                     modified_at=release.modified_at.astimezone(UTC),
+                    source_revision=release.source_revision,
                 )
             )
             rows = [
@@ -832,6 +839,68 @@ class StateBackend:
                     .on_conflict_do_nothing()
                 )
         return release
+
+    # ---- drift reports ---------------------------------------------------------------------
+
+    def put_drift_report(self, report: DriftReport) -> None:
+        """Keep what a drift check found (no lock: a check reads only); idempotent per
+        (stack, checked_at)."""
+        summary = report.summary.model_dump(mode="json")
+        if report.repair_workflow_id:
+            summary["repair_workflow_id"] = report.repair_workflow_id
+        values = {
+            "revision": report.revision,
+            "drifted": report.drifted,
+            "summary": summary,
+            "report_ref": report.report_ref,
+            "workflow_id": report.workflow_id,
+            "run_id": report.run_id,
+        }
+        with self._tx(write=True) as conn:
+            conn.execute(
+                self._insert(drift_reports)
+                .values(
+                    project=report.project,
+                    workspace=report.workspace,
+                    checked_at=report.checked_at.astimezone(UTC),
+                    **values,
+                )
+                .on_conflict_do_update(
+                    index_elements=["project", "workspace", "checked_at"], set_=values
+                )
+            )
+
+    def drift_reports(
+        self, project: str, workspace: str, limit: int = 1
+    ) -> builtins.list[DriftReport]:
+        """The newest ``limit`` drift reports of a stack, newest first."""
+        d = drift_reports.c
+        with self._tx() as conn:
+            rows = conn.execute(
+                sa.select(drift_reports)
+                .where(d.project == project, d.workspace == workspace)
+                .order_by(d.checked_at.desc())
+                .limit(limit)
+            ).all()
+        reports = []
+        for row in rows:
+            summary = dict(row.summary or {})
+            repair = summary.pop("repair_workflow_id", None)
+            reports.append(
+                DriftReport(
+                    project=row.project,
+                    workspace=row.workspace,
+                    checked_at=_utc(row.checked_at),
+                    revision=row.revision,
+                    drifted=bool(row.drifted),
+                    summary=DriftSummary.model_validate(summary),
+                    report_ref=row.report_ref,
+                    workflow_id=row.workflow_id,
+                    run_id=row.run_id,
+                    repair_workflow_id=repair,
+                )
+            )
+        return reports
 
     # ---- Terraform state -------------------------------------------------------------------
 

@@ -36,6 +36,7 @@ releases = sa.Table(
     sa.Column("run_id", sa.String(100)),
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("modified_at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("source_revision", sa.Integer),
 )
 """One row per release (Kusion's fields); the spec lives in ``blobs`` by ``spec_ref``."""
 
@@ -90,3 +91,18 @@ terraform_states = sa.Table(
 )
 """The latest OpenTofu state of each Terraform resource, written right after every tofu
 command that changes it, so a retry on another host never starts from nothing."""
+
+drift_reports = sa.Table(
+    "drift_reports",
+    metadata,
+    *_stack(),
+    sa.Column("checked_at", sa.DateTime(timezone=True), primary_key=True),
+    sa.Column("revision", sa.Integer),
+    sa.Column("drifted", sa.Boolean, nullable=False),
+    sa.Column("summary", sa.JSON, nullable=False),
+    sa.Column("report_ref", sa.String(80)),
+    sa.Column("workflow_id", sa.String(400)),
+    sa.Column("run_id", sa.String(100)),
+)
+"""What each drift check found (``DriftWorkflow``): counts in ``summary``, every drifted
+resource's diff (masked) in a blob by ``report_ref``. No lock: checks only read."""

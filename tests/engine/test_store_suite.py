@@ -168,6 +168,53 @@ def test_latest_succeeded_and_spec_refs(backend: StateBackend) -> None:
     assert backend.stacks() == [("p", "w")]
 
 
+def test_a_rollback_release_records_the_revision_it_restores(backend: StateBackend) -> None:
+    spec = parse_spec({"resources": [{"id": "a", "type": "OnPrem", "attributes": {}}]})
+    backend.create("p", "w", Operation.apply, spec, run=R1)
+    backend.set_phase("p", "w", 1, Phase.succeeded, run=R1)
+    ref = backend.get("p", "w", 1, with_spec=False).spec_ref
+    rolled = backend.create("p", "w", Operation.rollback, spec_ref=ref, run=R2, source_revision=1)
+    assert (rolled.revision, rolled.operation, rolled.source_revision) == (2, "rollback", 1)
+    again = backend.get("p", "w", 2)
+    assert again.operation is Operation.rollback and again.source_revision == 1
+    assert again.spec == spec
+    listed = {r.revision: r.source_revision for r in backend.list("p", "w")}
+    assert listed == {1: None, 2: 1}
+
+
+def test_drift_reports_newest_first_and_idempotent(backend: StateBackend) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from stackflow.drift import DriftReport, DriftSummary
+
+    assert backend.drift_reports("p", "w") == []
+    t0 = datetime(2026, 1, 1, tzinfo=UTC)
+    first = DriftReport(
+        project="p",
+        workspace="w",
+        checked_at=t0,
+        revision=3,
+        drifted=False,
+        summary=DriftSummary(checked=2),
+    )
+    second = first.model_copy(
+        update={
+            "checked_at": t0 + timedelta(hours=1),
+            "drifted": True,
+            "summary": DriftSummary(checked=2, drifted=1, ids=["a"]),
+            "report_ref": "sha256:" + "0" * 64,
+            "repair_workflow_id": "stackflow/p/w",
+        }
+    )
+    backend.put_drift_report(first)
+    backend.put_drift_report(second)
+    backend.put_drift_report(second)  # a retried activity writes the same row
+    got = backend.drift_reports("p", "w", limit=5)
+    assert [r.drifted for r in got] == [True, False]
+    assert got[0] == second and got[1] == first
+    assert backend.drift_reports("p", "other") == []
+
+
 def test_blobs_are_content_addressed_and_hash_checked(backend: StateBackend) -> None:
     body = b'{"big": "' + b"x" * 100_000 + b'"}'
     ref = backend.put_blob("spec_ref", body)

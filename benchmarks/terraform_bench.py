@@ -1,6 +1,20 @@
-"""Per-resource overhead of the Terraform runtime: init, plan (+ show -json), apply.
+"""Terraform, side by side: N independent resources through stackflow vs one tofu root module.
 
-Three situations, each over N resources run one after another (medians, milliseconds):
+Default: N=50 ``terraform_data`` (``--kind random_password`` for a real provider) applied,
+planned unchanged and destroyed
+
+- by stackflow as a user runs it: ``stackflow apply --yes`` / ``stackflow preview`` /
+  ``stackflow destroy --yes`` against a worker process of the benchmark's own (own task queue,
+  home and SQLite state backend; see benchmarks/_lib), one working directory per resource;
+- by ``tofu`` on one root module holding all N: ``apply -auto-approve -parallelism=10``,
+  ``plan -parallelism=10`` (no changes), ``destroy -auto-approve -parallelism=10``, after a
+  ``tofu init`` timed apart (not in the ratio);
+
+and prints wall times and stackflow/tofu ratios in one table. The same ``TF_CLI_CONFIG_FILE``
+(offline mirror, plugin cache) serves both.
+
+``--breakdown`` instead times the runtime's own steps per resource (init, plan + show -json,
+apply; medians over ``-n`` resources) in three situations:
 
 - cold: an empty plugin cache and a new working directory (the first resource of a
   provider on a new machine),
@@ -8,22 +22,34 @@ Three situations, each over N resources run one after another (medians, millisec
   (a resource seen for the first time by a worker that has run others),
 - warm workdir: the resource's working directory is initialised (the steady state).
 
-Run: ``eval "$(scripts/services.sh env)"; .venv/bin/python benchmarks/terraform_bench.py``
+    eval "$(make -s env)"
+    .venv/bin/python benchmarks/terraform_bench.py                     # 50 terraform_data
+    .venv/bin/python benchmarks/terraform_bench.py --sizes 10,50 --repeat 2
+    .venv/bin/python benchmarks/terraform_bench.py --kind random_password
+    .venv/bin/python benchmarks/terraform_bench.py --breakdown -n 5
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
+import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
-from runtimes.base import ResourceRequest, RuntimeOptions
-from runtimes.terraform import TerraformRuntime
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks._lib import harness  # noqa: E402
+from benchmarks._lib.temporal_stats import stack_stats  # noqa: E402
+from runtimes.base import ResourceRequest, RuntimeOptions  # noqa: E402
+from runtimes.terraform import TerraformRuntime  # noqa: E402
 
 MIRROR = Path.home() / ".cache" / "stackflow" / "terraform" / "mirror"
 KINDS: dict[str, dict[str, Any]] = {
@@ -123,11 +149,124 @@ async def bench(n: int) -> None:
             _report("warm workdir", steady)
 
 
+# ---- side by side -------------------------------------------------------------------------------
+RANDOM_SOURCE = "hashicorp/random"
+PARALLELISM = "10"
+
+
+def stackflow_spec(kind: str, size: int) -> dict[str, Any]:
+    resources = []
+    for i in range(size):
+        if kind == "terraform_data":
+            rid = f"builtin:terraform:terraform_data:d{i}"
+        else:
+            rid = f"hashicorp:random:{kind}:d{i}"
+        resources.append(
+            {
+                "id": rid,
+                "type": "Terraform",
+                "attributes": _attrs(kind, i, 0),
+                "extensions": KINDS[kind],
+            }
+        )
+    return {"resources": resources}
+
+
+def _hcl(value: Any) -> str:
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_hcl(v)}" for k, v in value.items()) + " }"
+    return json.dumps(value)
+
+
+def root_module(kind: str, size: int) -> str:
+    """One root module holding the same N resources."""
+    blocks = []
+    if kind != "terraform_data":
+        version = KINDS[kind]["provider"].rsplit("/", 1)[1]
+        blocks.append(
+            "terraform {\n  required_providers {\n"
+            f'    random = {{ source = "{RANDOM_SOURCE}", version = "{version}" }}\n'
+            "  }\n}\n"
+        )
+    for i in range(size):
+        body = "\n".join(f"  {k} = {_hcl(v)}" for k, v in _attrs(kind, i, 0).items())
+        blocks.append(f'resource "{kind}" "d{i}" {{\n{body}\n}}\n')
+    return "\n".join(blocks)
+
+
+def side_by_side(kind: str, size: int, run: int, backend: str, concurrency: int | None) -> None:
+    tofu = harness.tool("STACKFLOW_TF_BIN", "tofu")
+    tag = uuid.uuid4().hex[:6]
+    project = f"tfbench-{size}-{tag}"
+    ours: dict[str, float] = {}
+    theirs: dict[str, float] = {}
+    extra = ["--max-concurrency", str(concurrency)] if concurrency else []
+    with harness.stack(backend) as sf:
+        spec = sf.work / "spec.json"
+        spec.write_text(json.dumps(stackflow_spec(kind, size)))
+        flags = ["--project", project]
+        t0 = time.time()
+        ours["apply"] = sf.cli("apply", "-f", str(spec), *flags, "--yes", *extra)
+        ours["plan"] = sf.cli("preview", "-f", str(spec), *flags)
+        ours["destroy"] = sf.cli("destroy", *flags, "--yes", *extra)
+        stats = asyncio.run(stack_stats(f"stackflow/{project}/default", t0))
+
+        module = sf.work / "root"
+        module.mkdir()
+        (module / "main.tf").write_text(root_module(kind, size))
+        env = {**sf.env, "TF_IN_AUTOMATION": "1", "TF_INPUT": "0"}
+        init, _ = harness.timed([tofu, "init", "-input=false", "-no-color"], env=env, cwd=module)
+        par = f"-parallelism={PARALLELISM}"
+        theirs["apply"], _ = harness.timed(
+            [tofu, "apply", "-auto-approve", "-input=false", "-no-color", par], env=env, cwd=module
+        )
+        theirs["plan"], _ = harness.timed(
+            [tofu, "plan", "-input=false", "-no-color", "-detailed-exitcode", par],
+            env=env,
+            cwd=module,
+        )
+        theirs["destroy"], _ = harness.timed(
+            [tofu, "destroy", "-auto-approve", "-input=false", "-no-color", par],
+            env=env,
+            cwd=module,
+        )
+    rows = [
+        [
+            f"{phase} {size}",
+            harness.fmt_s(ours[phase]),
+            f"tofu {phase}" + (" (-detailed-exitcode 0)" if phase == "plan" else ""),
+            harness.fmt_s(theirs[phase]),
+            harness.ratio(ours[phase], theirs[phase]),
+        ]
+        for phase in ("apply", "plan", "destroy")
+    ]
+    print(f"\n== {size} {kind}, run {run}: stackflow ({backend}) vs one tofu root module ({par})")
+    print(harness.table(["work", "stackflow s", "peer", "tofu s", "stackflow/tofu"], rows))
+    print(f"tofu init of the root module (not in the ratios): {init:.2f} s")
+    print(f"Temporal (apply + destroy runs): {stats.describe(size)}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("-n", type=int, default=5, help="resources per situation")
+    parser.add_argument("--sizes", nargs="+", default=["50"], help="e.g. 10,50")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per size")
+    parser.add_argument("--kind", choices=sorted(KINDS), default="terraform_data")
+    parser.add_argument("--backend", default="sqlite", help="sqlite (default) or postgresql")
+    parser.add_argument(
+        "--max-concurrency", type=int, default=None, help="passed to stackflow (CLI default)"
+    )
+    parser.add_argument(
+        "--breakdown", action="store_true", help="time the runtime's steps per resource instead"
+    )
+    parser.add_argument("-n", type=int, default=5, help="--breakdown: resources per situation")
     args = parser.parse_args()
-    asyncio.run(bench(args.n))
+    if args.breakdown:
+        asyncio.run(bench(args.n))
+        return
+    harness.need_env("TEMPORAL_ADDRESS", "TF_CLI_CONFIG_FILE")
+    for size in harness.sizes_arg(args.sizes):
+        for run in range(1, args.repeat + 1):
+            side_by_side(args.kind, size, run, args.backend, args.max_concurrency)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,355 @@
+"""What the side-by-side benchmarks share: a worker of their own, the CLI as a user runs it,
+timed peer commands, the server-log check and the result table.
+
+The benchmarks run stackflow exactly as a user does: the ``stackflow`` command (a new
+process per operation, ``--yes``) against a worker process (``python worker.py``), both on
+a task queue of their own so the ``make up`` worker and other people's runs do not take its
+tasks. The worker gets a temporary ``STACKFLOW_HOME`` and a state backend of its own
+(SQLite in that home, the default a user gets; or a temporary PostgreSQL database), and its
+peak RSS is read from ``/proc/<pid>/status`` (``VmHWM``). With ``profile`` it runs under
+py-spy (``PYSPY`` or ``py-spy`` on ``PATH``), sampled into a raw collapsed-stack file.
+
+Nothing here is imported by stackflow; ``make bench`` does not run it (it is not directly
+under ``benchmarks/``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = REPO / ".venv" / "bin"
+STACKFLOW = str(VENV_BIN / "stackflow")
+PYTHON = str(VENV_BIN / "python")
+HISTORY_WARNINGS = (
+    "history size exceeds",
+    "history count exceeds",
+    "blob size exceeds",
+    "payload size exceeds",
+    "memo size exceeds",
+)
+
+
+def need_env(*names: str) -> None:
+    missing = [n for n in names if not os.environ.get(n)]
+    if missing:
+        raise SystemExit(
+            f'{", ".join(missing)} not set: run `eval "$(make -s env)"` (services from `make up`)'
+        )
+
+
+def sizes_arg(values: Sequence[str]) -> list[int]:
+    """``--sizes 100 1000`` or ``--sizes 100,1000``."""
+    return [int(x.replace("_", "")) for part in values for x in part.split(",") if x]
+
+
+def tool(env_name: str, name: str) -> str:
+    found = os.environ.get(env_name) or shutil.which(name)
+    if not found:
+        raise SystemExit(f"{name} not found: set {env_name} or run `make setup`")
+    return found
+
+
+# ---- state backend ---------------------------------------------------------------------------
+@contextlib.contextmanager
+def state_url(backend: str, home: Path) -> Iterator[str]:
+    """SQLite in the home (what a user gets by default), or a temporary PostgreSQL database
+    on ``STACKFLOW_POSTGRES_URL``."""
+    if backend == "sqlite":
+        yield f"sqlite:///{home / 'state.db'}"
+        return
+    if backend != "postgresql":
+        raise SystemExit(f"unknown backend {backend!r}: sqlite or postgresql")
+    import psycopg
+    import sqlalchemy as sa
+
+    need_env("STACKFLOW_POSTGRES_URL")
+    base = os.environ["STACKFLOW_POSTGRES_URL"]
+    name = f"sf_bench_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(base, autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield sa.make_url(base).set(database=name).render_as_string(hide_password=False)
+    finally:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+# ---- the worker ------------------------------------------------------------------------------
+def _proc_kb(pid: int, key: str) -> int | None:
+    try:
+        text = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    match = re.search(rf"^{key}:\s+(\d+) kB", text, re.M)
+    return int(match.group(1)) if match else None
+
+
+class Worker:
+    """``python worker.py`` on its own task queue, home and state backend."""
+
+    def __init__(self, env: dict[str, str], log: Path, profile: Path | None = None) -> None:
+        self.env = env
+        self.log = log
+        self.profile = profile
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.spy: subprocess.Popen[bytes] | None = None
+        self.peak_kb: int | None = None
+
+    def start(self, timeout: float = 90.0) -> None:
+        with self.log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [PYTHON, str(REPO / "worker.py")],
+                env=self.env,
+                cwd=REPO,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + timeout
+        while "stackflow worker ready" not in self.log.read_text(errors="replace"):
+            if self.proc.poll() is not None:
+                raise SystemExit(f"the worker exited during start-up:\n{self.tail()}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise SystemExit(f"the worker did not start in {timeout:g}s:\n{self.tail()}")
+            time.sleep(0.2)
+        if self.profile is not None:
+            spy = os.environ.get("PYSPY") or shutil.which("py-spy")
+            if not spy:
+                raise SystemExit("--profile needs py-spy: set PYSPY or put py-spy on PATH")
+            self.spy = subprocess.Popen(
+                [
+                    spy,
+                    "record",
+                    "--pid",
+                    str(self.proc.pid),
+                    "--format",
+                    "raw",
+                    "--rate",
+                    "100",
+                    "--idle",
+                    "--nonblocking",
+                    "-o",
+                    str(self.profile),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def rss_mb(self) -> float | None:
+        kb = _proc_kb(self.pid, "VmRSS")
+        return None if kb is None else kb / 1024
+
+    def peak_rss_mb(self) -> float | None:
+        """Peak resident set size of the worker so far (``VmHWM``)."""
+        kb = _proc_kb(self.pid, "VmHWM") if self.proc and self.proc.poll() is None else None
+        if kb is not None:
+            self.peak_kb = kb
+        return None if self.peak_kb is None else self.peak_kb / 1024
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self) -> None:
+        self.peak_rss_mb()
+        if self.spy is not None and self.spy.poll() is None:
+            self.spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.spy.wait(timeout=60)
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
+@dataclass
+class Stack:
+    """A worker with its environment; ``cli`` runs ``stackflow`` against it."""
+
+    env: dict[str, str]
+    worker: Worker
+    work: Path
+    queue: str
+    backend: str
+    timings: list[tuple[str, float]] = field(default_factory=list)
+
+    def cli(self, *args: str, timeout: float = 3600.0, stdin: str | None = None) -> float:
+        """Run ``stackflow ARGS``; its wall time in seconds. A failure stops the benchmark."""
+        started = time.perf_counter()
+        done = subprocess.run(
+            [STACKFLOW, *args],
+            env=self.env,
+            cwd=self.work,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            input=stdin,
+        )
+        seconds = time.perf_counter() - started
+        if done.returncode != 0:
+            raise SystemExit(
+                f"stackflow {' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}\n"
+                f"{done.stdout[-2000:]}\nworker log:\n{self.worker.tail()}"
+            )
+        return seconds
+
+
+def base_env() -> dict[str, str]:
+    need_env("TEMPORAL_ADDRESS")
+    env = dict(os.environ)
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+@contextlib.contextmanager
+def stack(
+    backend: str = "sqlite",
+    *,
+    onprem_root: Path | None = None,
+    profile: Path | None = None,
+    keep: bool = False,
+    extra_env: dict[str, str] | None = None,
+) -> Iterator[Stack]:
+    """A worker of the benchmark's own (task queue, home, state backend) and the CLI's
+    environment to reach it; everything is removed afterwards unless ``keep``."""
+    work = Path(tempfile.mkdtemp(prefix="stackflow-bench-"))
+    home = work / "home"
+    home.mkdir(mode=0o700)
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    try:
+        with state_url(backend, home) as url:
+            env = base_env()
+            env.update(
+                STACKFLOW_TASK_QUEUE=queue,
+                STACKFLOW_HOME=str(home),
+                STACKFLOW_STATE_URL=url,
+            )
+            if onprem_root is not None:
+                roots = [str(onprem_root)]
+                if env.get("STACKFLOW_ONPREM_ROOTS"):
+                    roots.append(env["STACKFLOW_ONPREM_ROOTS"])
+                env["STACKFLOW_ONPREM_ROOTS"] = os.pathsep.join(roots)
+            env.update(extra_env or {})
+            worker = Worker(env, work / "worker.log", profile)
+            worker.start()
+            try:
+                yield Stack(env, worker, work, queue, backend)
+            finally:
+                worker.stop()
+    finally:
+        if keep:
+            print(f"(kept {work})", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+# ---- peers -----------------------------------------------------------------------------------
+def timed(
+    cmd: Sequence[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    ok_codes: Sequence[int] = (0,),
+    timeout: float = 3600.0,
+) -> tuple[float, subprocess.CompletedProcess[str]]:
+    """Run a peer command; (wall seconds, the completed process). Other exit codes stop."""
+    started = time.perf_counter()
+    done = subprocess.run(
+        list(cmd), env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout
+    )
+    seconds = time.perf_counter() - started
+    if done.returncode not in ok_codes:
+        raise SystemExit(
+            f"{' '.join(cmd[:4])} … exited {done.returncode}:\n{done.stderr[-3000:]}"
+            f"\n{done.stdout[-1000:]}"
+        )
+    return seconds, done
+
+
+# ---- the Temporal server's log ---------------------------------------------------------------
+class ServerLog:
+    """Lines the dev server logged since construction that warn about history or payload
+    sizes (the server logs them at warn level, which `make up` keeps)."""
+
+    def __init__(self) -> None:
+        run_dir = Path(os.environ.get("STACKFLOW_RUN_DIR", REPO / ".run"))
+        self.path = run_dir / "logs" / "temporal.log"
+        self.start = self.path.stat().st_size if self.path.exists() else 0
+
+    def warnings(self) -> list[str] | None:
+        if not self.path.exists():
+            return None
+        with self.path.open("rb") as fh:
+            fh.seek(self.start)
+            new = fh.read().decode(errors="replace")
+        return [
+            line for line in new.splitlines() if any(w in line.lower() for w in HISTORY_WARNINGS)
+        ]
+
+    def report(self) -> str:
+        found = self.warnings()
+        if found is None:
+            return f"server log {self.path} not found: cannot tell about size warnings"
+        if not found:
+            return f"no history or payload size warning in the Temporal server log ({self.path})"
+        shown = "\n".join("  " + line[:300] for line in found[:3])
+        return f"the Temporal server logged {len(found)} history/payload size warning(s):\n{shown}"
+
+
+# ---- output ----------------------------------------------------------------------------------
+def fmt_s(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds:.2f}"
+
+
+def ratio(ours: float | None, peer: float | None) -> str:
+    if not ours or not peer:
+        return "-"
+    return f"{ours / peer:.1f}x"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(h) for h in headers], *[[str(c) for c in row] for row in rows]]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = []
+    for n, row in enumerate(cells):
+        lines.append(
+            "  ".join(
+                c.ljust(w) if i == 0 else c.rjust(w)
+                for i, (c, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+        if n == 0:
+            lines.append("  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)

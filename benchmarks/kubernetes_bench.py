@@ -1,0 +1,269 @@
+"""Kubernetes, side by side: N ConfigMaps plus their Namespace, stackflow vs kubectl.
+
+For each size, on the dev kube-apiserver of `make up` and the kubectl `make setup` built at
+its version, each tool in a namespace of its own:
+
+- apply: ``stackflow apply --yes`` (preview and approval included, as a user runs it) vs
+  ``kubectl apply --server-side`` of the same objects as one multi-document YAML;
+- unchanged preview: ``stackflow preview`` vs ``kubectl diff --server-side``;
+- destroy: ``stackflow destroy --yes`` (which confirms each object is gone) vs
+  ``kubectl delete --wait=false``, and vs that delete plus waiting until the namespace is
+  gone (``kubectl wait --for=delete``), the closer peer of what stackflow confirms.
+
+stackflow runs as a user runs it: the ``stackflow`` command against a worker process of the
+benchmark's own (own task queue, home and SQLite state backend; see benchmarks/_lib). Per
+phase it also counts the API server's requests on configmaps and namespaces (from its
+``apiserver_request_total`` metric; other clients of the shared cluster add noise) and,
+for stackflow, the Temporal workflow and activity tasks of the runs.
+
+    eval "$(make -s env)"
+    .venv/bin/python benchmarks/kubernetes_bench.py                 # 1,000 ConfigMaps
+    .venv/bin/python benchmarks/kubernetes_bench.py --sizes 100,1000 --repeat 2
+    .venv/bin/python benchmarks/kubernetes_bench.py --profile /tmp/k8s.raw   # py-spy samples
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks._lib import harness  # noqa: E402
+from benchmarks._lib.temporal_stats import RunStats, stack_stats  # noqa: E402
+
+_METRIC = re.compile(r"^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>[0-9.e+]+)$")
+
+
+def manifests(namespace: str, size: int) -> list[dict[str, Any]]:
+    objects: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+    ]
+    for i in range(size):
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {
+                    "name": f"cm-{i:05d}",
+                    "namespace": namespace,
+                    "labels": {"app": "bench"},
+                },
+                "data": {"index": str(i), "greeting": f"hello from config map {i}"},
+            }
+        )
+    return objects
+
+
+def spec_for(objects: list[dict[str, Any]]) -> dict[str, Any]:
+    """The same objects as a stackflow spec; each ConfigMap depends on its Namespace."""
+    resources = []
+    ns_id = ""
+    for obj in objects:
+        meta = obj["metadata"]
+        if obj["kind"] == "Namespace":
+            ns_id = f"v1:Namespace:{meta['name']}"
+            resources.append({"id": ns_id, "type": "Kubernetes", "attributes": obj})
+        else:
+            resources.append(
+                {
+                    "id": f"v1:ConfigMap:{meta['namespace']}:{meta['name']}",
+                    "type": "Kubernetes",
+                    "attributes": obj,
+                    "dependsOn": [ns_id],
+                }
+            )
+    return {"resources": resources}
+
+
+def yaml_docs(objects: list[dict[str, Any]]) -> str:
+    # JSON is YAML: one document per object
+    return "".join(f"---\n{json.dumps(obj)}\n" for obj in objects)
+
+
+def api_requests(kubectl: str) -> Counter[str]:
+    """apiserver_request_total on configmaps and namespaces, by verb (dry runs apart)."""
+    _, done = harness.timed([kubectl, "get", "--raw", "/metrics"])
+    counts: Counter[str] = Counter()
+    for line in done.stdout.splitlines():
+        match = _METRIC.match(line)
+        if not match:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group("labels")))
+        if labels.get("resource") not in ("configmaps", "namespaces"):
+            continue
+        verb = labels.get("verb", "?") + ("(dry)" if labels.get("dry_run") else "")
+        counts[verb] += int(float(match.group("value")))
+    return counts
+
+
+def delta(before: Counter[str], after: Counter[str]) -> Counter[str]:
+    return Counter({k: after[k] - before[k] for k in after if after[k] - before[k] > 0})
+
+
+def describe(counts: Counter[str], size: int) -> str:
+    total = sum(counts.values())
+    parts = ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+    return f"{total} ({total / (size + 1):.2f}/object: {parts})"
+
+
+class Measured:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self.requests: dict[str, Counter[str]] = {}
+        self.temporal: dict[str, RunStats] = {}
+
+
+def measure(
+    kubectl: str, measured: Measured, name: str, run: Any, *, count_requests: bool = True
+) -> None:
+    before = api_requests(kubectl) if count_requests else Counter()
+    measured.seconds[name] = run()
+    if count_requests:
+        measured.requests[name] = delta(before, api_requests(kubectl))
+
+
+def bench_size(
+    sf: harness.Stack, kubectl: str, size: int, concurrency: int | None
+) -> tuple[Measured, Measured]:
+    tag = uuid.uuid4().hex[:6]
+    ours, peer = Measured(), Measured()
+    sf_ns, kc_ns = f"bench-sf-{tag}", f"bench-kc-{tag}"
+    project = f"k8sbench-{tag}"
+    spec_path = sf.work / f"spec-{tag}.json"
+    spec_path.write_text(json.dumps(spec_for(manifests(sf_ns, size))))
+    docs = sf.work / f"objects-{tag}.yaml"
+    docs.write_text(yaml_docs(manifests(kc_ns, size)))
+    env = sf.env
+    extra = ["--max-concurrency", str(concurrency)] if concurrency else []
+    flags = ["--project", project]
+
+    def stats(phase: str, since: float) -> None:
+        ours.temporal[phase] = asyncio.run(
+            stack_stats(f"stackflow/{project}/default", since, previews=phase == "preview")
+        )
+
+    # apply
+    t0 = time.time()
+    measure(
+        kubectl,
+        ours,
+        "apply",
+        lambda: sf.cli("apply", "-f", str(spec_path), *flags, "--yes", *extra),
+    )
+    stats("apply", t0)
+    measure(
+        kubectl,
+        peer,
+        "apply",
+        lambda: harness.timed([kubectl, "apply", "--server-side", "-f", str(docs)], env=env)[0],
+    )
+    # unchanged preview: kubectl diff exits 0 when nothing would change, 1 when something would
+    t0 = time.time()
+    measure(kubectl, ours, "preview", lambda: sf.cli("preview", "-f", str(spec_path), *flags))
+    stats("preview", t0)
+    diffs: list[str] = []
+
+    def kubectl_diff() -> float:
+        seconds, done = harness.timed(
+            [kubectl, "diff", "--server-side", "-f", str(docs)], env=env, ok_codes=(0, 1)
+        )
+        if done.returncode != 0:
+            diffs.append(done.stdout[:500])
+        return seconds
+
+    measure(kubectl, peer, "preview", kubectl_diff)
+    if diffs:
+        print(f"warning: kubectl diff found differences:\n{diffs[0]}", file=sys.stderr)
+    # destroy
+    t0 = time.time()
+    measure(kubectl, ours, "destroy", lambda: sf.cli("destroy", *flags, "--yes", *extra))
+    stats("destroy", t0)
+    measure(
+        kubectl,
+        peer,
+        "destroy",
+        lambda: harness.timed([kubectl, "delete", "--wait=false", "-f", str(docs)], env=env)[0],
+    )
+    wait, _ = harness.timed(
+        [kubectl, "wait", "--for=delete", f"namespace/{kc_ns}", "--timeout=600s"],
+        env=env,
+        ok_codes=(0, 1),  # 1: already gone before the wait started
+    )
+    peer.seconds["destroy+gone"] = peer.seconds["destroy"] + wait
+    return ours, peer
+
+
+def report(size: int, ours: Measured, peer: Measured, run: int) -> None:
+    rows = []
+    for phase, peer_name, peer_key in (
+        ("apply", "kubectl apply --server-side", "apply"),
+        ("preview", "kubectl diff --server-side", "preview"),
+        ("destroy", "kubectl delete --wait=false", "destroy"),
+        ("destroy", "  … + wait until the namespace is gone", "destroy+gone"),
+    ):
+        mine, theirs = ours.seconds.get(phase), peer.seconds.get(peer_key)
+        rows.append(
+            [
+                f"{phase} {size}",
+                harness.fmt_s(mine),
+                f"{size / mine:.0f}" if mine else "-",
+                peer_name,
+                harness.fmt_s(theirs),
+                harness.ratio(mine, theirs),
+            ]
+        )
+    print(f"\n== {size} ConfigMaps + Namespace, run {run}")
+    print(
+        harness.table(
+            ["work", "stackflow s", "objects/s", "peer", "peer s", "stackflow/peer"], rows
+        )
+    )
+    print("API server requests on configmaps+namespaces (other clients of the cluster add noise):")
+    for phase in ("apply", "preview", "destroy"):
+        print(f"  {phase:<8} stackflow {describe(ours.requests.get(phase, Counter()), size)}")
+        print(f"  {'':<8} kubectl   {describe(peer.requests.get(phase, Counter()), size)}")
+    print("Temporal, stackflow's runs of each phase:")
+    for phase, stats in ours.temporal.items():
+        print(f"  {phase:<8} {stats.describe(size + 1)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--sizes", nargs="+", default=["1000"], help="e.g. 100,1000")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per size")
+    parser.add_argument(
+        "--max-concurrency", type=int, default=None, help="passed to stackflow (CLI default)"
+    )
+    parser.add_argument("--backend", default="sqlite", help="sqlite (default) or postgresql")
+    parser.add_argument("--profile", type=Path, default=None, help="py-spy raw output file")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    args = parser.parse_args()
+    harness.need_env("TEMPORAL_ADDRESS", "KUBECONFIG")
+    kubectl = harness.tool("STACKFLOW_KUBECTL", "kubectl")
+    server_log = harness.ServerLog()
+    with harness.stack(args.backend, profile=args.profile, keep=args.keep) as sf:
+        print(
+            f"stackflow worker pid {sf.worker.pid} (task queue {sf.queue}, {sf.backend}); "
+            f"kubectl {kubectl}"
+        )
+        for size in harness.sizes_arg(args.sizes):
+            for run in range(1, args.repeat + 1):
+                ours, peer = bench_size(sf, kubectl, size, args.max_concurrency)
+                report(size, ours, peer, run)
+        peak = sf.worker.peak_rss_mb()
+    print(f"\nworker peak RSS {peak:.0f} MB" if peak else "")
+    print(server_log.report())
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,162 @@
+"""OnPrem, side by side: N files applied by `stackflow apply --yes` vs the OnPrem runtime
+called directly in-process.
+
+For each size: a new worker process of the benchmark's own (own task queue, home and
+SQLite state backend, see benchmarks/_lib), then
+
+- stackflow: ``stackflow apply -f spec.json --yes`` end to end as a user sees it (CLI start,
+  preview, approval, the walk, the release), resources/s;
+- direct: ``OnPremRuntime().apply`` awaited once per file in this process (same files, another
+  directory), and the same with the ``read`` and ``preview`` stackflow also makes per file;
+- the ratio and stackflow's overhead per resource over the direct apply, in ms;
+- the worker's peak RSS (``VmHWM``) over its life (one worker per size), the Temporal work
+  counted from the runs' histories, and whether the Temporal server logged a history or
+  payload size warning meanwhile.
+
+    eval "$(make -s env)"
+    .venv/bin/python benchmarks/onprem_bench.py                    # 1,000 files
+    .venv/bin/python benchmarks/onprem_bench.py --sizes 10000      # peak RSS, size warnings
+    .venv/bin/python benchmarks/onprem_bench.py --sizes 1000 --repeat 2 --backend postgresql
+    .venv/bin/python benchmarks/onprem_bench.py --profile /tmp/onprem.raw    # py-spy samples
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from benchmarks._lib import harness  # noqa: E402
+from benchmarks._lib.temporal_stats import stack_stats  # noqa: E402
+
+
+def spec_for(root: Path, size: int) -> dict[str, Any]:
+    return {
+        "resources": [
+            {
+                "id": f"onprem:File:{root}/f{i:05d}.txt",
+                "type": "OnPrem",
+                "attributes": {
+                    "kind": "File",
+                    "path": f"{root}/f{i:05d}.txt",
+                    "mode": "0644",
+                    "content": f"resource {i}\n",
+                },
+            }
+            for i in range(size)
+        ]
+    }
+
+
+async def direct(spec: dict[str, Any], *, with_reads: bool) -> float:
+    """The OnPrem runtime called in-process, one file after another; wall seconds."""
+    from runtimes.base import ResourceRequest, RuntimeOptions
+    from runtimes.onprem import OnPremRuntime
+
+    runtime = OnPremRuntime()
+    options = RuntimeOptions(project="direct", workspace="default")
+    requests = [
+        ResourceRequest(id=r["id"], type="OnPrem", attributes=r["attributes"])
+        for r in spec["resources"]
+    ]
+    started = time.perf_counter()
+    for request in requests:
+        if with_reads:
+            await runtime.read(request, options)
+            await runtime.preview(request, options)
+        await runtime.apply(request, options)
+    seconds = time.perf_counter() - started
+    await runtime.close()
+    return seconds
+
+
+def bench_size(size: int, args: argparse.Namespace, files: Path) -> tuple[list[object], str, str]:
+    tag = uuid.uuid4().hex[:6]
+    project = f"onprembench-{size}-{tag}"
+    server_log = harness.ServerLog()
+    extra = ["--max-concurrency", str(args.max_concurrency)] if args.max_concurrency else []
+    with harness.stack(args.backend, onprem_root=files, profile=args.profile, keep=args.keep) as sf:
+        root = files / project
+        spec_path = sf.work / "spec.json"
+        spec_path.write_text(json.dumps(spec_for(root, size)))
+        t0 = time.time()
+        seconds = sf.cli("apply", "-f", str(spec_path), "--project", project, "--yes", *extra)
+        written = sum(1 for _ in root.iterdir()) if root.exists() else 0
+        if written != size:
+            raise SystemExit(f"stackflow apply wrote {written} of {size} files")
+        peak = sf.worker.peak_rss_mb()
+    stats = asyncio.run(stack_stats(f"stackflow/{project}/default", t0))
+    # direct calls: the same files in another directory (the policy's roots allow it)
+    os.environ["STACKFLOW_ONPREM_ROOTS"] = str(files)
+    plain = asyncio.run(direct(spec_for(files / f"direct-{tag}", size), with_reads=False))
+    reads = asyncio.run(direct(spec_for(files / f"direct-reads-{tag}", size), with_reads=True))
+    overhead_ms = (seconds - plain) / size * 1000
+    row: list[object] = [
+        size,
+        harness.fmt_s(seconds),
+        f"{size / seconds:.0f}",
+        harness.fmt_s(plain),
+        harness.fmt_s(reads),
+        harness.ratio(seconds, plain),
+        f"{overhead_ms:.1f}",
+        f"{peak:.0f}" if peak else "-",
+    ]
+    return row, stats.describe(size), server_log.report()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--sizes", nargs="+", default=["1000"], help="e.g. 1000,10000")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per size")
+    parser.add_argument(
+        "--max-concurrency", type=int, default=None, help="passed to stackflow (CLI default)"
+    )
+    parser.add_argument("--backend", default="sqlite", help="sqlite (default) or postgresql")
+    parser.add_argument("--profile", type=Path, default=None, help="py-spy raw output file")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary directories")
+    args = parser.parse_args()
+    harness.need_env("TEMPORAL_ADDRESS")
+    rows: list[list[object]] = []
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="stackflow-onprem-bench-") as tmp:
+        files = Path(tmp).resolve()
+        for size in harness.sizes_arg(args.sizes):
+            for run in range(1, args.repeat + 1):
+                row, temporal, warnings = bench_size(size, args, files)
+                rows.append(row)
+                notes.append(f"{size} files, run {run}: Temporal: {temporal}\n  {warnings}")
+                print(
+                    f"{size} files, run {run}: stackflow {row[1]} s, direct {row[3]} s", flush=True
+                )
+    print(f"\n== OnPrem files: `stackflow apply --yes` ({args.backend}) vs the runtime in-process")
+    print(
+        harness.table(
+            [
+                "files",
+                "stackflow s",
+                "res/s",
+                "direct apply s",
+                "direct read+preview+apply s",
+                "stackflow/direct",
+                "overhead ms/res",
+                "worker peak RSS MB",
+            ],
+            rows,
+        )
+    )
+    for note in notes:
+        print(note)
+
+
+if __name__ == "__main__":
+    main()

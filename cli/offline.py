@@ -1,9 +1,11 @@
 """Commands that work on files and the state backend: validate, graph, release list/show/
-unlock/import/export. Only `release unlock` asks Temporal (whether the holding run is alive)."""
+diff/unlock/import/export, output. Only `release unlock` asks Temporal (whether the holding
+run is alive)."""
 
 from __future__ import annotations
 
 import json
+import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -15,7 +17,15 @@ from rich.table import Table
 from rich.text import Text
 
 from cli.app import app, release_app
-from cli.output import OutputFormat, OutputOption, emit, masked_release_json, stdout_console
+from cli.output import (
+    OutputFormat,
+    OutputOption,
+    emit,
+    masked_release_json,
+    print_json,
+    stderr_console,
+    stdout_console,
+)
 from stackflow.config import default_backend
 from stackflow.errors import ConflictError, NotFoundError
 from stackflow.graph import Graph, build_graph
@@ -310,9 +320,141 @@ def release_export(
         console.print("nothing to export", highlight=False)
 
 
+@release_app.command("diff")
+def release_diff(
+    old: Annotated[int, typer.Argument(metavar="A", help="The revision to compare from.")],
+    new: Annotated[int, typer.Argument(metavar="B", help="The revision to compare to.")],
+    project: Project,
+    workspace: Workspace = "default",
+    output: OutputOption = OutputFormat.table,
+) -> None:
+    """What changed from revision A to revision B: resources added, removed and changed in
+    the spec and in the recorded state, with the fields that differ. Sensitive values are
+    masked on both sides; a changed one says so without its values."""
+    from stackflow.release_diff import diff_releases
+
+    store = default_backend()
+    try:
+        revisions = store.revisions(project, workspace)
+        if not revisions:
+            raise NotFoundError(f"stack {project}/{workspace} has no releases")
+        for revision in dict.fromkeys((old, new)):
+            if revision not in revisions:
+                raise NotFoundError(
+                    f"release {revision} of {project}/{workspace} does not exist "
+                    f"(revisions {_span(revisions)})"
+                )
+        before = store.get(project, workspace, old)
+        after = before if new == old else store.get(project, workspace, new)
+    finally:
+        store.close()
+    found = diff_releases(
+        project,
+        workspace,
+        old,
+        before.spec,
+        before.state.resources,
+        new,
+        after.spec,
+        after.state.resources,
+    )
+    emit(output, lambda: found.model_dump(mode="json"), lambda c: _render_release_diff(found, c))
+
+
+def _span(revisions: list[int]) -> str:
+    if revisions == list(range(revisions[0], revisions[-1] + 1)):
+        return f"{revisions[0]}-{revisions[-1]}" if len(revisions) > 1 else str(revisions[0])
+    return ", ".join(map(str, revisions))
+
+
+_MARKS = {"added": ("+", "green"), "removed": ("-", "red"), "changed": ("~", "yellow")}
+
+
+def _shown(value: Any, room: int = 120) -> str:
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return text if len(text) <= room else text[: room - 1] + "…"
+
+
+def _field_line(change: Any) -> Text:
+    from stackflow.release_diff import FieldChangeKind
+
+    line = Text(f"      {change.path}: ")
+    kind = change.kind
+    if kind is FieldChangeKind.unknown:
+        line.append("sealed, cannot compare without the encryption keys", style="dim")
+    elif change.sensitive and kind is FieldChangeKind.changed:
+        line.append("changed (sensitive)", style="yellow")
+    elif change.sensitive:
+        line.append(f"{kind.value} (sensitive)", style=_MARKS[kind.value][1])
+    elif kind is FieldChangeKind.added:
+        line.append(f"+ {_shown(change.new)}", style="green")
+    elif kind is FieldChangeKind.removed:
+        line.append(f"- {_shown(change.old)}", style="red")
+    else:
+        line.append(_shown(change.old), style="red")
+        line.append(" → ")
+        line.append(_shown(change.new), style="green")
+    return line
+
+
+def _render_release_diff(found: Any, console: Console) -> None:
+    head = (
+        f"{found.project}/{found.workspace}: revision {found.old_revision} → {found.new_revision}"
+    )
+    console.print(Text(head, style="bold"), soft_wrap=True)
+    if found.empty:
+        console.print("no changes", highlight=False)
+        return
+    sections = (("Spec", found.spec), ("State", found.state))
+    for title, section in sections:
+        counts = section.summary
+        summary = ", ".join(f"{counts[k]} {k}" for k in ("added", "removed", "changed"))
+        console.print(
+            Text(f"{title}: {summary}, {counts['unchanged']} unchanged", style="bold"),
+            soft_wrap=True,
+        )
+        if title == "Spec" and found.spec.missing:
+            missing = ", ".join(map(str, found.spec.missing))
+            console.print(
+                Text(f"  not compared: no spec recorded in revision {missing}", style="dim"),
+                soft_wrap=True,
+            )
+        if title == "Spec" and found.spec.fields:
+            console.print(Text("  ~ spec settings", style="yellow"), soft_wrap=True)
+            for change in found.spec.fields:
+                console.print(_field_line(change), soft_wrap=True, highlight=False)
+        for resource in section.resources:
+            mark, style = _MARKS[resource.change.value]
+            line = Text(f"  {mark} {resource.id}", style=style)
+            kind = (
+                resource.type
+                if resource.old_type is None
+                else (f"{resource.old_type} → {resource.type}")
+            )
+            line.append(f"  ({kind})", style="dim")
+            console.print(line, soft_wrap=True, highlight=False)
+            for change in resource.fields:
+                console.print(_field_line(change), soft_wrap=True, highlight=False)
+            for dep in resource.depends_on_added:
+                console.print(Text(f"      dependsOn: + {dep}", style="green"), soft_wrap=True)
+            for dep in resource.depends_on_removed:
+                console.print(Text(f"      dependsOn: - {dep}", style="red"), soft_wrap=True)
+            for change in resource.extensions:
+                change = change.model_copy(update={"path": f"extensions.{change.path}"})
+                console.print(_field_line(change), soft_wrap=True, highlight=False)
+
+
 @app.command()
 def output(
     project: Project,
+    target: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="ID[.PATH]",
+            help="A resource id, optionally followed by a dotted path into its attributes "
+            "(list items by number: svc.spec.ports.0.port). A single value prints plain.",
+        ),
+    ] = None,
     workspace: Workspace = "default",
     resource: Annotated[
         str | None, typer.Option("--resource", "-r", help="Only this resource id.")
@@ -324,28 +466,89 @@ def output(
             help="Print sensitive values in clear (the one way to see them; needs the keys).",
         ),
     ] = False,
-    out: OutputOption = OutputFormat.json,
+    out: Annotated[
+        OutputFormat | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="json, or table: a single value plain (for $(...)), else a table. "
+            "Default: table with ID[.PATH], json without.",
+        ),
+    ] = None,
 ) -> None:
-    """The recorded attributes of the stack's resources (latest release), sensitive values
-    masked unless --show-sensitive."""
-    from stackflow.diff import mask_attributes
+    """The recorded attributes of the stack's resources (latest release), or one value of
+    them, sensitive values masked unless --show-sensitive."""
+    from stackflow.crypto import EncryptionKeyError
+    from stackflow.errors import SpecError
+    from stackflow.release_diff import (
+        lookup,
+        mask_recorded,
+        release_sensitive_paths,
+        still_sealed,
+    )
 
+    if target is not None and resource is not None:
+        raise SpecError("give a resource as ID[.PATH] or as --resource, not both")
     store = default_backend()
     try:
         latest = store.latest(project, workspace, with_spec=False)
+        spec = None
+        if latest is not None and latest.spec_ref:
+            try:
+                spec = store.get_spec(latest.spec_ref)
+            except SpecError:
+                if store.keys is not None:
+                    raise
+                # an encrypted spec and no keys: its sealed values stay sealed anyway, and
+                # the paths the apply recorded as tainted are masked as always
     finally:
         store.close()
     if latest is None:
         raise NotFoundError(f"stack {project}/{workspace} has no releases")
+    sensitive = release_sensitive_paths(spec, latest.state.resources)
+    where = f"release {latest.revision} of {project}/{workspace}"
+
+    def sealed_check(what: str, value: Any) -> None:
+        if show_sensitive and still_sealed(value):
+            raise EncryptionKeyError(
+                f"{what} is sealed and this process has no encryption keys "
+                "(STACKFLOW_ENCRYPTION_KEY or STACKFLOW_ENCRYPTION_KEY_FILE)"
+            )
+
+    if target is not None:
+        found = lookup(
+            target,
+            latest.state.resources,
+            sensitive,
+            show_sensitive=show_sensitive,
+            where=where,
+        )
+        name = f"{found.id}.{found.path}" if found.path else found.id
+        sealed_check(name, found.value)
+        if found.sensitive and not show_sensitive:
+            stderr_console().print(
+                f"note: {name} holds sensitive values (masked); --show-sensitive prints them",
+                style="dim",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+        if (out or OutputFormat.table) is OutputFormat.json:
+            print_json(found.value)
+        else:
+            _print_plain(found.value)
+        return
     chosen = [r for r in latest.state.resources if resource is None or r.id == resource]
     if resource is not None and not chosen:
-        raise NotFoundError(
-            f"{resource}: not in release {latest.revision} of {project}/{workspace}"
-        )
+        raise NotFoundError(f"{resource}: not in {where}")
     data = {
-        r.id: dict(r.attributes) if show_sensitive else mask_attributes(str(r.type), r.attributes)
+        r.id: dict(r.attributes)
+        if show_sensitive
+        else mask_recorded(r.attributes, sensitive.get(r.id, ()))
         for r in chosen
     }
+    for rid, attributes in data.items():
+        sealed_check(rid, attributes)
 
     def table(console: Console) -> None:
         t = Table("ID", "Attributes")
@@ -353,4 +556,15 @@ def output(
             t.add_row(Text(rid), Text(json.dumps(attributes, sort_keys=True, default=str)))
         console.print(t)
 
-    emit(out, lambda: data, table)
+    emit(out or OutputFormat.json, lambda: data, table)
+
+
+def _print_plain(value: Any) -> None:
+    """A string as it is, another scalar as JSON (80, true, null), anything else as JSON."""
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, dict | list):
+        text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    else:
+        text = json.dumps(value, default=str)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")

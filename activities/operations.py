@@ -36,7 +36,7 @@ from stackflow.diff import (
     sensitive_paths_for,
     tainted_paths,
 )
-from stackflow.errors import FencedError, SpecError, StackLockedError
+from stackflow.errors import FencedError, NotFoundError, SpecError, StackLockedError
 from stackflow.graph import (
     Graph,
     build_graph,
@@ -57,6 +57,7 @@ from stackflow.operation import (
     NodeInput,
     NodeResult,
     NodeStatus,
+    OperationInput,
     OperationPlan,
     PhaseInput,
     PlannedNode,
@@ -69,6 +70,13 @@ from stackflow.operation import (
 )
 from stackflow.plan_store import PlanStore
 from stackflow.release import Approval, Operation, Phase, Release
+from stackflow.selection import (
+    LEFT_OUT_LIMIT,
+    Selected,
+    Selection,
+    check_patterns,
+    select,
+)
 from stackflow.spec import Resource, Spec, parse_spec
 from stackflow.spec_store import SpecStore
 from stackflow.state.backend import RunRef, StackLock, StateBackend
@@ -130,12 +138,19 @@ def _taint(
     return tainted_paths(resource.attributes, deps) if deps else []
 
 
-def deletion_plan(resources: list[Resource]) -> list[PlannedNode]:
-    """Reverse dependency order over recorded state (edges to resources not listed drop)."""
+def deletion_graph(resources: list[Resource]) -> tuple[Graph, dict[str, str]]:
+    """The recorded resources' graph (edges to resources not listed drop) and their types."""
     ids = {r.id for r in resources}
     deps = {r.id: [d for d in r.depends_on if d in ids] for r in resources}
-    graph = Graph.from_dependencies(deps)
-    return _planned(graph, {r.id: r.type for r in resources}, reverse=True)
+    return Graph.from_dependencies(deps), {r.id: str(r.type) for r in resources}
+
+
+OPERATIONS = {
+    "apply": Operation.apply,
+    "destroy": Operation.destroy,
+    "rollback": Operation.rollback,
+    "refresh": Operation.refresh,
+}
 
 
 class OperationActivities:
@@ -161,20 +176,33 @@ class OperationActivities:
         with temporal_errors():
             request = inp.request
             check_request(request)
-            spec, ref = await asyncio.to_thread(self._load_spec, inp)
+            spec: Spec | None
+            ref: str | None
+            if inp.operation == "rollback":
+                spec, ref = await asyncio.to_thread(self._rollback_spec, request)
+            else:
+                spec, ref = await asyncio.to_thread(self._load_spec, inp)
+            selection = Selection(targets=request.targets, excludes=request.excludes)
             if inp.operation == "preview":
                 assert spec is not None
-                return await asyncio.to_thread(self._prepare_preview, inp, spec, ref)
-            operation = Operation.destroy if inp.operation == "destroy" else Operation.apply
+                return await asyncio.to_thread(self._prepare_preview, inp, spec, ref, selection)
+            operation = OPERATIONS.get(inp.operation, Operation.apply)
             run = RunRef(inp.workflow_id, inp.run_id)
-            if operation == Operation.destroy:
+            if operation in (Operation.destroy, Operation.refresh):
                 ref = await asyncio.to_thread(
                     self.backend.latest_spec_ref, request.project, request.workspace
                 )
             release = await self._open_release(
-                request.project, request.workspace, operation, ref, run
+                request.project,
+                request.workspace,
+                operation,
+                ref,
+                run,
+                source_revision=request.to_revision if operation == Operation.rollback else None,
             )
-            return await asyncio.to_thread(self._prepare_walk, operation, spec, ref, release)
+            return await asyncio.to_thread(
+                self._prepare_walk, operation, spec, ref, release, selection
+            )
 
     def _load_spec(self, inp: PrepareInput) -> tuple[Spec | None, str | None]:
         request = inp.request
@@ -185,19 +213,64 @@ class OperationActivities:
             return self.specs.get(request.spec_ref), request.spec_ref
         return None, None
 
-    def _prepare_preview(self, inp: PrepareInput, spec: Spec, ref: str | None) -> OperationPlan:
+    def _rollback_spec(self, request: OperationInput) -> tuple[Spec, str]:
+        """The spec of release ``to_revision``: it must exist, be an apply (or rollback) and
+        still have its spec."""
+        stack = f"{request.project}/{request.workspace}"
+        n = request.to_revision
+        if n is None:
+            raise SpecError("rollback: to_revision is required (the release to restore)")
+        try:
+            source = self.backend.get(request.project, request.workspace, n, with_spec=False)
+        except NotFoundError:
+            known = self.backend.revisions(request.project, request.workspace)
+            raise NotFoundError(
+                f"rollback --to {n}: {stack} has no release {n}"
+                + (f" (its releases are {known[0]}..{known[-1]})" if known else " (none yet)")
+            ) from None
+        if source.operation in (Operation.destroy, Operation.refresh):
+            raise SpecError(
+                f"rollback --to {n}: release {n} of {stack} is a {source.operation}, not an "
+                "apply; roll back to a release that applied a spec"
+            )
+        if source.spec_ref is None:
+            raise NotFoundError(
+                f"rollback --to {n}: release {n} of {stack} has no spec (imported without one)"
+            )
+        try:
+            return self.specs.get(source.spec_ref), source.spec_ref
+        except NotFoundError:
+            raise NotFoundError(
+                f"rollback --to {n}: the spec of release {n} of {stack} "
+                f"({source.spec_ref}) is gone from the state backend"
+            ) from None
+
+    def _prepare_preview(
+        self, inp: PrepareInput, spec: Spec, ref: str | None, selection: Selection
+    ) -> OperationPlan:
         request = inp.request
         latest = self.backend.latest(request.project, request.workspace, with_spec=False)
-        return self._plan(spec, ref, None, _state_by_id(latest))
+        return self._plan(spec, ref, None, _state_by_id(latest), selection)
 
     def _prepare_walk(
-        self, operation: Operation, spec: Spec | None, ref: str | None, release: Release
+        self,
+        operation: Operation,
+        spec: Spec | None,
+        ref: str | None,
+        release: Release,
+        selection: Selection,
     ) -> OperationPlan:
         state = _state_by_id(release)
-        if operation == Operation.destroy:
-            return self._stored(ref, release.revision, [], deletion_plan(list(state.values())))
+        if operation in (Operation.destroy, Operation.refresh):
+            graph, types = deletion_graph(list(state.values()))
+            check_patterns(selection, graph.ids)
+            chosen = select(graph, selection, deleting=operation == Operation.destroy)
+            nodes = [n for n in _planned(graph, types, reverse=True) if n.id in chosen.kept]
+            if operation == Operation.refresh:
+                return self._stored(ref, release.revision, nodes, [], chosen)
+            return self._stored(ref, release.revision, [], nodes, chosen)
         assert spec is not None
-        return self._plan(spec, ref, release.revision, state)
+        return self._plan(spec, ref, release.revision, state, selection)
 
     async def _open_release(
         self,
@@ -206,6 +279,7 @@ class OperationActivities:
         operation: Operation,
         spec_ref: str | None,
         run: RunRef,
+        source_revision: int | None = None,
     ) -> Release:
         """Create the next release for ``run``, or find the one this very run created before
         a retry. A stack held by a run that has closed is recovered first."""
@@ -219,7 +293,14 @@ class OperationActivities:
                 await self._recover_or_refuse(lock)
             try:
                 return await asyncio.to_thread(
-                    self.backend.create, project, workspace, operation, spec_ref=spec_ref, run=run
+                    lambda: self.backend.create(
+                        project,
+                        workspace,
+                        operation,
+                        spec_ref=spec_ref,
+                        run=run,
+                        source_revision=source_revision,
+                    )
                 )
             except StackLockedError:
                 continue  # taken meanwhile: look at the new holder
@@ -298,17 +379,31 @@ class OperationActivities:
         )
 
     def _plan(
-        self, spec: Spec, ref: str | None, revision: int | None, state: Mapping[str, Resource]
+        self,
+        spec: Spec,
+        ref: str | None,
+        revision: int | None,
+        state: Mapping[str, Resource],
+        selection: Selection,
     ) -> OperationPlan:
         graph = build_graph(spec)
         types = {r.id: str(r.type) for r in spec.resources}
-        gone = [r for r in state.values() if r.id not in types]
-        nodes = _planned(graph, types)
+        gone_graph, gone_types = deletion_graph([r for r in state.values() if r.id not in types])
+        check_patterns(selection, [*graph.ids, *gone_graph.ids])
+        chosen = select(graph, selection)
+        gone = select(gone_graph, selection, deleting=True)
+        nodes = [n for n in _planned(graph, types) if n.id in chosen.kept]
         by_id = {r.id: r for r in spec.resources}
         for node in nodes:
             refs = find_references(by_id[node.id].attributes, types)
             node.refs = sorted({(ref.resource_id, ref.path) for ref in refs})
-        return self._stored(ref, revision, nodes, deletion_plan(gone))
+        deletions = [n for n in _planned(gone_graph, gone_types, reverse=True) if n.id in gone.kept]
+        left = Selected(
+            kept=chosen.kept | gone.kept,
+            left_out=[*chosen.left_out, *gone.left_out][:LEFT_OUT_LIMIT],
+            left_out_count=chosen.left_out_count + gone.left_out_count,
+        )
+        return self._stored(ref, revision, nodes, deletions, left)
 
     def _stored(
         self,
@@ -316,6 +411,7 @@ class OperationActivities:
         revision: int | None,
         nodes: list[PlannedNode],
         deletions: list[PlannedNode],
+        selected: Selected | None = None,
     ) -> OperationPlan:
         """Store the plan; return its ref, its size and, when small, the plan itself."""
         inline = len(nodes) + len(deletions) <= PLAN_INLINE_LIMIT
@@ -328,6 +424,8 @@ class OperationActivities:
             inline=inline,
             nodes=nodes if inline else [],
             deletions=deletions if inline else [],
+            left_out=selected.left_out if selected else [],
+            left_out_count=selected.left_out_count if selected else 0,
         )
 
     # ---- plan reads --------------------------------------------------------------------------

@@ -46,13 +46,14 @@ from stackflow.operation import (
     OperationResult,
     StatusView,
     check_request,
+    human_duration,
     workflow_id_for,
 )
 from stackflow.render import render_preview
 from stackflow.spec import load_spec
 
 FINAL = ("succeeded", "failed")
-BAD_INPUT_TYPES = ("InvalidInput", "SpecError", "NotFound", "Conflict")
+BAD_INPUT_TYPES = ("InvalidInput", "SpecError", "NotFound", "NotFoundError", "Conflict")
 """Failure classes that fixing the spec or options resolves: exit 2 (else 1)."""
 PAUSED = "awaitingDecision"
 POLL_SECONDS = 0.25
@@ -106,6 +107,21 @@ OnFailureOpt = Annotated[
     typer.Option(
         "--on-failure",
         help="fail: end the run when nodes fail; pause: wait for `stackflow retry` or `abort`.",
+    ),
+]
+TargetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--target",
+        help="Only resources whose id matches this glob, and what they depend on (repeat).",
+    ),
+]
+ExcludeOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--exclude",
+        help="Leave out resources whose id matches this glob, and what depends on them "
+        "(repeat); their state is kept as recorded.",
     ),
 ]
 UnavailableOpt = Annotated[
@@ -228,7 +244,7 @@ class Runner:
             cause = typed[0] if typed else chain[-1]
             if isinstance(cause, ApplicationError) and cause.type == "StackLocked":
                 raise StackLockedError(cause.message) from None
-            if isinstance(cause, ApplicationError) and cause.type in ("SpecError", "InvalidInput"):
+            if isinstance(cause, ApplicationError) and cause.type in BAD_INPUT_TYPES:
                 from stackflow.errors import SpecError
 
                 raise SpecError(cause.message) from None
@@ -271,11 +287,12 @@ class Runner:
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
+            TextColumn("{task.fields[eta]}"),
             TextColumn("{task.fields[running]}"),
             console=self.console,
             transient=True,
         ) as progress:
-            task = progress.add_task(self.request.project, total=None, running="")
+            task = progress.add_task(self.request.project, total=None, running="", eta="")
             outcome = self.outcome_of(handle)
             while not outcome.done():
                 status = await handle.query("status", result_type=StatusView)
@@ -286,10 +303,16 @@ class Runner:
                     total=status.total or None,
                     completed=status.done,
                     running=running,
+                    eta=eta_text(status.eta_seconds),
                 )
                 if status.phase in FINAL or status.phase == PAUSED:
                     return
                 await asyncio.wait({outcome}, timeout=POLL_SECONDS)
+
+
+def eta_text(seconds: float | None) -> str:
+    """``ETA 1m05s`` from the run's estimate (the rate of finished nodes), or nothing."""
+    return "" if seconds is None else f"ETA {human_duration(seconds)}"
 
 
 def full_changes(view: dict[str, Any]) -> dict[str, Any]:
@@ -474,6 +497,8 @@ def preview(
     adopt: AdoptOpt = False,
     detail: DetailOpt = True,
     unavailable_timeout: UnavailableOpt = 600.0,
+    target: TargetOpt = None,
+    exclude: ExcludeOpt = None,
     full: Annotated[
         bool,
         typer.Option(
@@ -492,6 +517,8 @@ def preview(
         force=force,
         adopt=adopt,
         unavailable_timeout_seconds=unavailable_timeout,
+        targets=target or [],
+        excludes=exclude or [],
     )
     asyncio.run(_run("PreviewWorkflow", request, output, True, detail, full))
 
@@ -512,6 +539,8 @@ def apply(
     detail: DetailOpt = False,
     on_failure: OnFailureOpt = OnFailure.fail,
     unavailable_timeout: UnavailableOpt = 600.0,
+    target: TargetOpt = None,
+    exclude: ExcludeOpt = None,
 ) -> None:
     """Preview, ask, then apply the spec as a durable Temporal workflow."""
     request = _request(
@@ -526,6 +555,8 @@ def apply(
         adopt=adopt,
         on_failure=on_failure.value,
         unavailable_timeout_seconds=unavailable_timeout,
+        targets=target or [],
+        excludes=exclude or [],
     )
     asyncio.run(_run("ApplyWorkflow", request, output, yes, detail))
 
@@ -540,6 +571,8 @@ def destroy(
     fail_fast: FailFastOpt = False,
     on_failure: OnFailureOpt = OnFailure.fail,
     unavailable_timeout: UnavailableOpt = 600.0,
+    target: TargetOpt = None,
+    exclude: ExcludeOpt = None,
 ) -> None:
     """Delete everything the stack's last release holds, dependents first."""
     request = _request(
@@ -549,8 +582,37 @@ def destroy(
         fail_fast=fail_fast,
         on_failure=on_failure.value,
         unavailable_timeout_seconds=unavailable_timeout,
+        targets=target or [],
+        excludes=exclude or [],
     )
     asyncio.run(_run("DestroyWorkflow", request, output, yes, False))
+
+
+@app.command()
+def rollback(
+    project: ProjectOpt,
+    to: Annotated[int, typer.Option("--to", help="The release whose spec to apply again.")],
+    workspace: WorkspaceOpt = "default",
+    yes: YesOpt = False,
+    output: OutputOpt = OutputFormat.table,
+    max_concurrency: ConcurrencyOpt = 8,
+    detail: DetailOpt = False,
+    fail_fast: FailFastOpt = False,
+    on_failure: OnFailureOpt = OnFailure.fail,
+    unavailable_timeout: UnavailableOpt = 600.0,
+) -> None:
+    """Apply release N's spec again as a new release (operation rollback): preview, ask,
+    apply, exactly as apply."""
+    request = _request(
+        project,
+        workspace,
+        to_revision=to,
+        max_concurrency=max_concurrency,
+        fail_fast=fail_fast,
+        on_failure=on_failure.value,
+        unavailable_timeout_seconds=unavailable_timeout,
+    )
+    asyncio.run(_run("RollbackWorkflow", request, output, yes, detail))
 
 
 @app.command()

@@ -55,6 +55,9 @@ class Preview(BaseModel):
     """Counts of every line of a run's preview (a run lists only the first ones): read from
     the ``summary`` of a run's view; without it the listed changes are counted."""
     truncated: bool = Field(default=False, exclude=True)
+    left_out: dict[str, Any] | None = Field(default=None, exclude=True)
+    """What ``--target``/``--exclude`` left out: ``{"count": n, "resources": [{id, reason,
+    via}]}`` (the list capped)."""
 
     @model_validator(mode="before")
     @classmethod

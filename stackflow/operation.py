@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from stackflow.selection import LeftOut
+
 TASK_QUEUE_DEFAULT = "stackflow"
 BATCH_SIZE_DEFAULT = 800
 """Nodes one workflow run walks itself; larger graphs go to one child workflow per batch."""
@@ -20,6 +22,18 @@ DETAIL_LIMIT = 500
 """Per-field diffs and per-node results kept in workflow history, results, queries and the
 release's ``changes``; beyond it only summaries (and what did not succeed) are kept, so a run
 of 10,000+ resources stays far below Temporal's payload (2 MB) and history limits."""
+
+
+def human_duration(seconds: float) -> str:
+    """``45s``, ``3m05s``, ``2h10m``: how the CLI and the UI show an ETA."""
+    whole = round(seconds)
+    if whole < 60:
+        return f"{whole}s"
+    minutes, secs = divmod(whole, 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
 
 
 def workflow_id_for(project: str, workspace: str) -> str:
@@ -57,6 +71,14 @@ class OperationInput(BaseModel):
     ``awaitingDecision``) for the ``retry`` or ``abort`` Update instead of failing."""
     decision_timeout_seconds: float = Field(default=3600.0, gt=0)
     """How long a paused run waits for retry/abort before it aborts."""
+    targets: list[str] = Field(default_factory=list, max_length=100)
+    """Glob patterns on resource ids: only these resources and what they depend on (for
+    deletions: and what depends on them). See ``stackflow.selection``."""
+    excludes: list[str] = Field(default_factory=list, max_length=100)
+    """Glob patterns on resource ids: leave these out, and what depends on them (for
+    deletions: and what they depend on)."""
+    to_revision: int | None = Field(default=None, ge=1)
+    """RollbackWorkflow: the release whose spec to apply again (instead of spec/spec_ref)."""
 
     @model_validator(mode="after")
     def _one_spec_source(self) -> OperationInput:
@@ -148,13 +170,16 @@ class OperationPlan(BaseModel):
     """Resources of the spec, in topological order."""
     deletions: list[PlannedNode] = Field(default_factory=list)
     """Resources of the prior state no longer in the spec, dependents first."""
+    left_out: list[LeftOut] = Field(default_factory=list)
+    """What ``targets``/``excludes`` left out, and why (the first LEFT_OUT_LIMIT)."""
+    left_out_count: int = 0
 
 
 class PrepareInput(BaseModel):
     """Input of the ``prepare_operation`` activity."""
 
     operation: str
-    """``preview``, ``apply`` or ``destroy``."""
+    """``preview``, ``apply``, ``destroy``, ``rollback`` or ``refresh``."""
     request: OperationInput
     workflow_id: str
     run_id: str
@@ -281,6 +306,8 @@ class StatusView(BaseModel):
     running: list[str] = Field(default_factory=list)
     changes: dict[str, Any] = Field(default_factory=dict)
     error: str | None = None
+    eta_seconds: float | None = None
+    """Time left at the rate nodes finished so far in this walk (None before the first)."""
 
 
 class OperationResult(BaseModel):

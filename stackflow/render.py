@@ -55,6 +55,19 @@ def render_preview(preview: Preview, console: Console, detail: bool = False) -> 
             style="dim",
             highlight=False,
         )
+    if preview.left_out:
+        left = preview.left_out.get("resources") or []
+        count = int(preview.left_out.get("count") or len(left))
+        console.print(
+            f"Left out by --target/--exclude: {count} resource(s), state kept as recorded",
+            style="cyan",
+            highlight=False,
+        )
+        for item in left:
+            via = f" ({item['via']})" if item.get("via") else ""
+            console.print(Text(f"  - {item['id']}: {item['reason']}{via}"), highlight=False)
+        if count > len(left):
+            console.print(f"  … and {count - len(left)} more", style="dim", highlight=False)
     if not detail:
         return
     for change in preview.changes:

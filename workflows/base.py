@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         PreviewBatchResult,
         RunOwner,
         StatusView,
+        human_duration,
     )
     from workflows import common
     from workflows.constants import (
@@ -63,6 +64,9 @@ with workflow.unsafe.imports_passed_through():
     from workflows.walker import WalkProgress
 
 
+WALKING = ("applying", "destroying")
+
+
 class _Operation:
     """Shared state and steps of the three operation workflows."""
 
@@ -72,7 +76,8 @@ class _Operation:
         self._phase = "generating"
         self._revision: int | None = None
         self._total = 0
-        self._progress = WalkProgress()
+        self._progress = WalkProgress(self._tick)
+        self._shown_done = 0
         self._lines: PreviewLines | None = None
         self._error: str | None = None
         self._decision: str | None = None
@@ -105,7 +110,11 @@ class _Operation:
             )
         p = self._progress
         if self._total:
-            lines.append(f"{p.done}/{self._total} done, {p.failed} failed")
+            line = f"{p.done}/{self._total} done, {p.failed} failed"
+            eta = p.eta_seconds(workflow.now(), self._total)
+            if eta and self._phase in WALKING:
+                line += f", about {human_duration(eta)} left"
+            lines.append(line)
         if p.running:
             more = f" and {len(p.running) - 5} more" if len(p.running) > 5 else ""
             lines.append("running: " + ", ".join(f"`{r}`" for r in p.running[:5]) + more)
@@ -130,6 +139,13 @@ class _Operation:
             lines.append(f"error: {self._error[:300]}")
         workflow.set_current_details("\n\n".join(lines))
 
+    def _tick(self) -> None:
+        """Nodes finished: refresh the UI's current details every ~5% of the walk."""
+        step = max(1, self._total // 20)
+        if self._progress.done - self._shown_done >= step:
+            self._shown_done = self._progress.done
+            self._show()
+
     def _changes_view(self) -> dict[str, Any]:
         return summarise([]) if self._lines is None else self._lines.view()
 
@@ -151,6 +167,9 @@ class _Operation:
             running=list(self._progress.running),
             changes={"changes": [b.model_dump() for b in briefs], "summary": summary},
             error=self._error,
+            eta_seconds=self._progress.eta_seconds(workflow.now(), self._total)
+            if self._phase in WALKING
+            else None,
         )
 
     @workflow.query
@@ -258,6 +277,8 @@ class _Operation:
 
     async def _set_phase(self, phase: str, **extra: Any) -> None:
         self._phase = phase
+        if phase in WALKING:
+            self._progress.started = workflow.now()
         workflow.upsert_search_attributes([PHASE_KEY.value_set(phase)])
         self._show()
         if self._revision is None or phase in (AWAITING_APPROVAL, AWAITING_DECISION):
@@ -377,7 +398,7 @@ class _Operation:
         request = self._request
         info = workflow.info()
         # Distinct child ids for an apply's two walks: apply-N, then delete-N (destroy-N).
-        walk_name = "delete" if deletions and self.operation == "apply" else self.operation
+        walk_name = "delete" if deletions and self.operation != "destroy" else self.operation
 
         def batch_of(chunk: list[tuple[int, str]], not_ok: list[int]) -> BatchInput:
             assert self._revision is not None and plan.plan_ref is not None
@@ -454,6 +475,7 @@ class _Operation:
             tally.merge(result)
             self._progress.done += sum(result.counts.values())
             self._progress.failed += result.counts.get(NodeStatus.failed.value, 0)
+            self._progress.changed()
             not_ok.extend(result.not_ok)
 
     async def _settle_batch(
@@ -605,7 +627,8 @@ class _Operation:
             retry_apply = [p for p in to_apply if p[0] in set(self._not_ok[False])]
             retry_delete = [p for p in to_delete if p[0] in set(self._not_ok[True])]
             self._total = len(retry_apply) + len(retry_delete)
-            self._progress = WalkProgress()
+            self._progress = WalkProgress(self._tick)
+            self._shown_done = 0
             await self._set_phase(walking)
             again = Tally(full=tally.full)
             await self._walks(plan, retry_apply, retry_delete, again)

@@ -59,6 +59,15 @@ class PreviewLines:
         self.record_only: list[int] = []
         self.diff_refs: list[str] = []
         """The batches' full diffs in the state backend (``preview --full``)."""
+        self.left_out: dict[str, Any] | None = (
+            {
+                "count": plan.left_out_count,
+                "resources": [x.model_dump(mode="json", exclude_none=True) for x in plan.left_out],
+            }
+            if plan.left_out_count
+            else None
+        )
+        """What --target/--exclude left out (capped list, full count)."""
         self._view: dict[str, Any] | None = None
 
     def add(self, call: PreviewBatchInput, result: PreviewBatchResult) -> None:
@@ -185,6 +194,8 @@ class PreviewLines:
             view["truncated"] = True
         if self.diff_refs:
             view["diff_refs"] = list(self.diff_refs)
+        if self.left_out is not None:
+            view["left_out"] = self.left_out
         self._view = view
         return view
 
@@ -239,4 +250,6 @@ def brief_changes(view: dict[str, Any]) -> dict[str, Any]:
         brief["truncated"] = True
     if view.get("diff_refs"):
         brief["diff_refs"] = view["diff_refs"]
+    if view.get("left_out"):
+        brief["left_out"] = view["left_out"]
     return brief

@@ -9,8 +9,9 @@ from workflows.destroy import DestroyWorkflow
 from workflows.lines import PreviewLines, brief_changes, summarise
 from workflows.nodes import Tally
 from workflows.preview import PreviewWorkflow
+from workflows.rollback import RollbackWorkflow
 
-ALL_WORKFLOWS = [PreviewWorkflow, ApplyWorkflow, DestroyWorkflow, BatchWorkflow]
+ALL_WORKFLOWS = [PreviewWorkflow, ApplyWorkflow, DestroyWorkflow, RollbackWorkflow, BatchWorkflow]
 
 __all__ = [
     "ALL_WORKFLOWS",
@@ -19,6 +20,7 @@ __all__ = [
     "DestroyWorkflow",
     "PreviewLines",
     "PreviewWorkflow",
+    "RollbackWorkflow",
     "Tally",
     "brief_changes",
     "summarise",

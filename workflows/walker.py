@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
+from datetime import datetime
 
 from temporalio import workflow
 
@@ -22,12 +23,27 @@ CANCEL_IN_FLIGHT = "walk-cancels-in-flight-nodes"
 
 
 class WalkProgress:
-    """Live counters the status query reads while a walk runs."""
+    """Live counters the status query reads while a walk runs; ``on_change`` (if set) is
+    told after each batch of completions (it refreshes what the UI shows)."""
 
-    def __init__(self) -> None:
+    def __init__(self, on_change: Callable[[], None] | None = None) -> None:
         self.done = 0
         self.failed = 0
         self.running: list[str] = []
+        self.on_change = on_change
+        self.started: datetime | None = None
+        """Workflow time the walk started (set by the operation), for the ETA."""
+
+    def changed(self) -> None:
+        if self.on_change is not None:
+            self.on_change()
+
+    def eta_seconds(self, now: datetime, total: int) -> float | None:
+        """Seconds left at the rate nodes finished so far (None before the first one)."""
+        if self.started is None or self.done <= 0 or total <= self.done:
+            return None if total > self.done else 0.0
+        elapsed = (now - self.started).total_seconds()
+        return max(0.0, elapsed / self.done * (total - self.done))
 
 
 async def walk(
@@ -111,6 +127,7 @@ async def walk(
         ready.extend(newly_ready)
         ready.sort(key=order.__getitem__)
         progress.running = sorted(in_flight.values(), key=order.__getitem__)
+        progress.changed()
 
     for node in nodes:
         if node.id not in results:

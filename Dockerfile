@@ -1,4 +1,5 @@
-# stackflow worker image (used by the stackflow-worker service in docker-compose.yml).
+# stackflow worker image (used by the stackflow-worker and codec-server services in
+# docker-compose.yml).
 #
 #   docker build -t stackflow-worker:0.1.0 .
 #
@@ -33,19 +34,23 @@ COPY cli/ cli/
 COPY worker.py ./
 RUN uv sync --frozen --no-dev
 
-# Unprivileged runtime user. /data/stackflow is created here with the right
-# owner so a fresh named volume mounted over it inherits that ownership.
+# Unprivileged runtime user with a fixed uid/gid (10001), for the worker and
+# the codec server. /data/stackflow (caches, working dirs) and /data/onprem (the
+# OnPrem root) are created here, owned by it and 0700, so a fresh named volume
+# mounted over either inherits that ownership and stays writable. The sources
+# under /app stay root-owned: the worker cannot change its own code.
 RUN groupadd --system --gid 10001 stackflow \
     && useradd --system --uid 10001 --gid stackflow --create-home \
         --home-dir /home/stackflow --shell /usr/sbin/nologin stackflow \
-    && mkdir -p /data/stackflow \
-    && chown stackflow:stackflow /data/stackflow
+    && mkdir -p /data/stackflow /data/onprem \
+    && chown stackflow:stackflow /data/stackflow /data/onprem \
+    && chmod 0700 /data/stackflow /data/onprem
 
 ENV PATH="/app/.venv/bin:${PATH}" \
     STACKFLOW_HOME=/data/stackflow
 
 USER stackflow:stackflow
-VOLUME ["/data/stackflow"]
+VOLUME ["/data/stackflow", "/data/onprem"]
 
 # worker.py is expected to shut down gracefully on SIGTERM; compose allows it 60s.
 STOPSIGNAL SIGTERM

@@ -13,8 +13,11 @@ import ast
 import os
 import re
 import shutil
+import socket
 import subprocess
-from collections.abc import Iterator
+import tempfile
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -47,14 +50,60 @@ READ_BY_LIBRARIES = {
     "KUBECONFIG": "kubernetes.config.load_kube_config()",
     "STACKFLOW_ONPREM_ROOTS": "stackflow.policy, through its table of policy variables",
 }
-# Variables the compose file substitutes; unset so the defaults are checked.
+# Variables compose requires (`${VAR:?message}`, no default), with the dummy values the
+# tests give them. Passwords go into URLs, so the dummies are URL-safe, as the header asks.
+REQUIRED_SECRETS = {
+    "POSTGRES_PASSWORD": "pg-Pass.1",
+    "STACKFLOW_DB_PASSWORD": "sf-Pass.2",
+    "REDIS_PASSWORD": "rd-Pass.3",
+    "STACKFLOW_ENCRYPTION_KEY": "ci:" + "A" * 43 + "=",  # id ci, 32 zero bytes
+}
+# Optional variables the compose file substitutes; unset so the defaults are checked.
 COMPOSE_VARIABLES = (
-    "POSTGRES_PASSWORD",
+    "STACKFLOW_CODEC_TOKEN",
     "STACKFLOW_WORKER_KUBECONFIG",
     "STACKFLOW_WORKER_TF_BIN",
     "COMPOSE_FILE",
     "COMPOSE_PROJECT_NAME",
 )
+CODEC = "codec-server"
+UI = "temporal-ui"
+# Every variable the Temporal UI image (temporalio/ui 2.x) reads into its configuration
+# (ui-server's config/docker.yaml template); a name outside it is a typo the UI ignores.
+UI_VARIABLES = {
+    "TEMPORAL_ADDRESS",
+    "TEMPORAL_UI_PORT",
+    "TEMPORAL_UI_PUBLIC_PATH",
+    "TEMPORAL_UI_ENABLED",
+    "TEMPORAL_BANNER_TEXT",
+    "TEMPORAL_CLOUD_UI",
+    "TEMPORAL_DEFAULT_NAMESPACE",
+    "TEMPORAL_FEEDBACK_URL",
+    "TEMPORAL_NOTIFY_ON_NEW_VERSION",
+    "TEMPORAL_CONFIG_REFRESH_INTERVAL",
+    "TEMPORAL_SHOW_TEMPORAL_SYSTEM_NAMESPACE",
+    "TEMPORAL_DISABLE_WRITE_ACTIONS",
+    "TEMPORAL_WORKFLOW_TERMINATE_DISABLED",
+    "TEMPORAL_WORKFLOW_CANCEL_DISABLED",
+    "TEMPORAL_WORKFLOW_SIGNAL_DISABLED",
+    "TEMPORAL_WORKFLOW_UPDATE_DISABLED",
+    "TEMPORAL_WORKFLOW_RESET_DISABLED",
+    "TEMPORAL_BATCH_ACTIONS_DISABLED",
+    "TEMPORAL_START_WORKFLOW_DISABLED",
+    "TEMPORAL_HIDE_WORKFLOW_QUERY_ERRORS",
+    "TEMPORAL_REFRESH_WORKFLOW_COUNTS_DISABLED",
+    "TEMPORAL_ACTIVITY_COMMANDS_DISABLED",
+    "TEMPORAL_CSRF_COOKIE_INSECURE",
+    "TEMPORAL_CORS_UNSAFE_ALLOW_ALL_ORIGINS",
+    "TEMPORAL_CORS_ORIGINS",
+    "TEMPORAL_CODEC_ENDPOINT",
+    "TEMPORAL_CODEC_PASS_ACCESS_TOKEN",
+    "TEMPORAL_CODEC_INCLUDE_CREDENTIALS",
+    "TEMPORAL_CODEC_DEFAULT_ERROR_MESSAGE",
+    "TEMPORAL_CODEC_DEFAULT_ERROR_LINK",
+    "TEMPORAL_FORWARD_HEADERS",
+    "TEMPORAL_HIDE_LOGS",
+}
 
 
 # --------------------------------------------------------------------------
@@ -72,17 +121,31 @@ def compose_binary() -> str:
     return path
 
 
-def run_compose(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in COMPOSE_VARIABLES}
-    return subprocess.run(
-        [compose_binary(), "-f", str(COMPOSE_FILE), *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+def run_compose(
+    *args: str, secrets: dict[str, str | None] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """docker-compose with the required secrets set to their dummies (``secrets`` overrides
+    them; None unsets one), the optional variables unset and no .env file read."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in COMPOSE_VARIABLES and k not in REQUIRED_SECRETS
+    }
+    for name, value in {**REQUIRED_SECRETS, **(secrets or {})}.items():
+        if value is not None:
+            env[name] = value
+    with tempfile.TemporaryDirectory() as empty:
+        env_file = Path(empty) / "empty.env"
+        env_file.write_text("")
+        return subprocess.run(
+            [compose_binary(), "--env-file", str(env_file), "-f", str(COMPOSE_FILE), *args],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -214,8 +277,23 @@ def is_pinned(image: str) -> bool:
     return tag != "latest" and re.match(r"v?\d+\.\d+", tag) is not None
 
 
-def python_sources() -> Iterator[Path]:
-    for entry in ENV_SOURCES:
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(ready: Callable[[], bool], message: str, attempts: int = 120) -> None:
+    """Poll ``ready`` (a start-up wait, not a timing assertion)."""
+    for _ in range(attempts):
+        if ready():
+            return
+        time.sleep(0.25)
+    raise AssertionError(message)
+
+
+def python_sources(entries: tuple[str, ...] = ENV_SOURCES) -> Iterator[Path]:
+    for entry in entries:
         path = ROOT / entry
         if path.is_file():
             yield path
@@ -315,7 +393,81 @@ def test_expected_services(raw: dict[str, Any]) -> None:
         "temporal-create-namespace",
         "temporal-ui",
         "redis",
+        CODEC,
         WORKER,
+    }
+
+
+# --------------------------------------------------------------------------
+# no default passwords, everything on loopback
+
+SECRET_REFERENCE = re.compile(
+    r"\$\{(?P<name>[A-Z0-9_]*(?:PASSWORD|SECRET|KEY|TOKEN)[A-Z0-9_]*)(?P<rest>[^}]*)\}"
+)
+
+
+def test_no_secret_has_a_default() -> None:
+    """Every password, secret or key the file substitutes is required (`${VAR:?message}`
+    naming the variable); the one optional token may only be empty (no token)."""
+    found: dict[str, set[str]] = {}
+    for match in SECRET_REFERENCE.finditer(COMPOSE_FILE.read_text()):
+        found.setdefault(match["name"], set()).add(match["rest"])
+    assert set(found) == set(REQUIRED_SECRETS) | {"STACKFLOW_CODEC_TOKEN"}, found
+    for name in REQUIRED_SECRETS:
+        for rest in found[name]:
+            assert rest.startswith(":?") and f"set {name} in .env" in rest, (
+                f"${{{name}{rest}}}: a secret must be required, with a message saying how to set it"
+            )
+    assert found["STACKFLOW_CODEC_TOKEN"] == {":-"}
+
+
+@pytest.mark.parametrize("value", [None, ""], ids=["unset", "empty"])
+@pytest.mark.parametrize("name", sorted(REQUIRED_SECRETS))
+def test_compose_refuses_to_start_without_a_required_secret(name: str, value: str | None) -> None:
+    proc = run_compose("config", "-q", secrets={name: value})
+    assert proc.returncode != 0, f"docker-compose accepted the file without {name}"
+    assert f"set {name} in .env next to docker-compose.yml" in proc.stderr, proc.stderr
+
+
+def test_the_dummy_secrets_are_what_the_services_get(resolved: dict[str, Any]) -> None:
+    svcs = services(resolved)
+    pg = REQUIRED_SECRETS["POSTGRES_PASSWORD"]
+    assert environment(svcs["postgresql"])["POSTGRES_PASSWORD"] == pg
+    assert environment(svcs["temporal"])["POSTGRES_PWD"] == pg
+    assert environment(svcs["temporal-schema"])["SQL_PASSWORD"] == pg
+    database = environment(svcs["stackflow-database"])
+    assert database["PGPASSWORD"] == pg
+    assert database["STACKFLOW_DB_PASSWORD"] == REQUIRED_SECRETS["STACKFLOW_DB_PASSWORD"]
+    key = REQUIRED_SECRETS["STACKFLOW_ENCRYPTION_KEY"]
+    assert environment(svcs[WORKER])["STACKFLOW_ENCRYPTION_KEY"] == key
+    assert environment(svcs[CODEC])["STACKFLOW_ENCRYPTION_KEY"] == key
+
+
+def port_bindings(service: dict[str, Any]) -> list[tuple[str, int, int]]:
+    """(host ip, host port, container port) of a resolved service's published ports."""
+    out = []
+    for port in service.get("ports") or []:
+        if isinstance(port, dict):
+            out.append((str(port.get("host_ip", "")), int(port["published"]), int(port["target"])))
+            continue
+        parts = str(port).split("/")[0].split(":")
+        host_ip = parts[0] if len(parts) == 3 else ""
+        out.append((host_ip, int(parts[-2]), int(parts[-1])))
+    return out
+
+
+def test_every_published_port_binds_to_loopback_only(resolved: dict[str, Any]) -> None:
+    published = {}
+    for name, svc in services(resolved).items():
+        for host_ip, host_port, target in port_bindings(svc):
+            assert host_ip == "127.0.0.1", f"{name} publishes {host_port} on {host_ip or 'all'}"
+            published[name] = (host_port, target)
+    assert published == {
+        "postgresql": (5432, 5432),
+        "temporal": (7233, 7233),
+        UI: (8080, 8080),
+        CODEC: (8081, 8081),
+        "redis": (6379, 6379),
     }
 
 
@@ -343,7 +495,7 @@ def test_expected_images(resolved: dict[str, Any]) -> None:
         assert image_of(svcs[job]).split(":", 1)[1] == server_tag
 
 
-@pytest.mark.parametrize("name", ["postgresql", "redis", "temporal"])
+@pytest.mark.parametrize("name", ["postgresql", "redis", "temporal", CODEC])
 def test_healthcheck_present(raw: dict[str, Any], name: str) -> None:
     check = services(raw)[name].get("healthcheck")
     assert isinstance(check, dict), f"{name} has no healthcheck"
@@ -355,6 +507,72 @@ def test_healthcheck_present(raw: dict[str, Any], name: str) -> None:
 def test_redis_healthcheck_pings(raw: dict[str, Any]) -> None:
     test = services(raw)["redis"]["healthcheck"]["test"]
     assert "redis-cli" in " ".join(test) and "ping" in " ".join(test)
+
+
+def container_shell(words: list[str]) -> str:
+    """A `CMD-SHELL` healthcheck or `sh -c` command as the container's shell receives it
+    (compose turns `$$` into `$`; `config` prints it escaped again)."""
+    return words[-1].replace("$$", "$")
+
+
+def test_redis_requires_its_password_and_the_worker_and_healthcheck_use_it(
+    resolved: dict[str, Any], tmp_path: Path
+) -> None:
+    """The compose Redis command and healthcheck, run for real (a throwaway redis-server on a
+    free port): no password, no PING; the healthcheck passes only with the right password;
+    the worker's REDIS_URL authenticates."""
+    import redis as redis_client
+
+    server = shutil.which("redis-server")
+    if server is None or shutil.which("redis-cli") is None:
+        pytest.fail("redis-server/redis-cli missing: run `make setup`", pytrace=False)
+    svc = services(resolved)["redis"]
+    command = svc["command"]
+    assert command[:2] == ["/bin/sh", "-c"] and "--requirepass" in command[-1]
+    check = svc["healthcheck"]["test"]
+    assert check[0] == "CMD-SHELL"
+    password = environment(svc)["REDIS_PASSWORD"]
+    assert password == REQUIRED_SECRETS["REDIS_PASSWORD"]
+    port = free_port()
+    env = {"PATH": os.environ["PATH"], "REDIS_PASSWORD": password}
+    proc = subprocess.Popen(
+        [
+            "sh",
+            "-c",
+            f"{container_shell(command)} --port {port} --bind 127.0.0.1 --dir {tmp_path} --save ''",
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        healthcheck = container_shell(check).replace("redis-cli", f"redis-cli -p {port}")
+
+        def healthy(with_password: str) -> bool:
+            result = subprocess.run(
+                ["sh", "-c", healthcheck],
+                env={**env, "REDIS_PASSWORD": with_password},
+                capture_output=True,
+                timeout=30,
+            )
+            return result.returncode == 0
+
+        wait_until(lambda: healthy(password), "the compose Redis never became healthy")
+        assert not healthy("wrong-password"), "the healthcheck passes without the password"
+        anonymous = subprocess.run(
+            ["redis-cli", "-p", str(port), "ping"], capture_output=True, text=True, timeout=30
+        )
+        assert "NOAUTH" in anonymous.stdout + anonymous.stderr
+        url = environment(services(resolved)[WORKER])["REDIS_URL"]
+        assert url == f"redis://:{password}@redis:6379/0"
+        client = redis_client.Redis.from_url(url.replace("@redis:6379", f"@127.0.0.1:{port}"))
+        try:
+            assert client.ping() is True
+        finally:
+            client.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 # --------------------------------------------------------------------------
@@ -413,10 +631,47 @@ def test_namespace_job_registers_the_search_attributes(raw: dict[str, Any]) -> N
 
 
 def test_ui_on_8080(raw: dict[str, Any]) -> None:
-    ui = services(raw)["temporal-ui"]
+    ui = services(raw)[UI]
     assert (8080, 8080) in published_ports(ui)
     assert environment(ui)["TEMPORAL_ADDRESS"] == "temporal:7233"
-    assert depends_on(ui) == {"temporal": "service_healthy"}
+    assert depends_on(ui) == {"temporal": "service_healthy", CODEC: "service_started"}
+
+
+def test_ui_variables_are_ones_the_ui_reads(raw: dict[str, Any]) -> None:
+    unknown = sorted(set(environment(services(raw)[UI])) - UI_VARIABLES)
+    assert not unknown, f"{UI} sets {unknown}, which the Temporal UI image does not read"
+
+
+def test_ui_write_actions_are_configured_explicitly(resolved: dict[str, Any]) -> None:
+    env = environment(services(resolved)[UI])
+    # Steering runs (Updates), cancel, terminate, reset: on; batch actions and starting runs
+    # from hand-written input: off. Each one said, none left to the image's defaults.
+    expected = {
+        "TEMPORAL_DISABLE_WRITE_ACTIONS": "false",
+        "TEMPORAL_WORKFLOW_UPDATE_DISABLED": "false",
+        "TEMPORAL_WORKFLOW_SIGNAL_DISABLED": "false",
+        "TEMPORAL_WORKFLOW_CANCEL_DISABLED": "false",
+        "TEMPORAL_WORKFLOW_TERMINATE_DISABLED": "false",
+        "TEMPORAL_WORKFLOW_RESET_DISABLED": "false",
+        "TEMPORAL_BATCH_ACTIONS_DISABLED": "true",
+        "TEMPORAL_START_WORKFLOW_DISABLED": "true",
+    }
+    assert {name: env.get(name) for name in expected} == expected
+
+
+def test_ui_decodes_through_the_published_codec_server(resolved: dict[str, Any]) -> None:
+    """The browser, not the UI server, calls the codec endpoint: it must be the codec
+    server's published loopback address, and the codec server must allow the UI's origins."""
+    svcs = services(resolved)
+    env = environment(svcs[UI])
+    [(host_ip, codec_port, _)] = port_bindings(svcs[CODEC])
+    assert env["TEMPORAL_CODEC_ENDPOINT"] == f"http://{host_ip}:{codec_port}"
+    assert env["TEMPORAL_CODEC_PASS_ACCESS_TOKEN"] == "false"
+    assert env["TEMPORAL_CODEC_INCLUDE_CREDENTIALS"] == "false"
+    [(_, ui_port, _)] = port_bindings(svcs[UI])
+    words = command_words(svcs[CODEC])
+    origins = {words[i + 1] for i, word in enumerate(words) if word == "--origin"}
+    assert origins == {f"http://127.0.0.1:{ui_port}", f"http://localhost:{ui_port}"}
 
 
 def test_deploy_scripts_are_valid_sh() -> None:
@@ -463,7 +718,7 @@ def test_worker_environment_values(resolved: dict[str, Any]) -> None:
     assert env["TEMPORAL_ADDRESS"] == "temporal:7233"
     assert env["TEMPORAL_NAMESPACE"] == "default"
     assert env["STACKFLOW_TASK_QUEUE"] == "stackflow"
-    assert env["REDIS_URL"] == "redis://redis:6379/0"
+    assert env["REDIS_URL"] == f"redis://:{REQUIRED_SECRETS['REDIS_PASSWORD']}@redis:6379/0"
     assert env["STACKFLOW_HOME"] == "/data/stackflow"
 
 
@@ -493,6 +748,114 @@ def test_every_worker_env_name_is_read_by_the_python_sources(raw: dict[str, Any]
         f"({len(scanned)} files scanned). Either the worker/engine code has not "
         "landed yet or the names drifted apart."
     )
+
+
+# --------------------------------------------------------------------------
+# the codec server
+
+
+def test_codec_server_is_the_worker_image_with_the_same_key(raw: dict[str, Any]) -> None:
+    svcs = services(raw)
+    codec, worker = svcs[CODEC], svcs[WORKER]
+    assert codec.get("image") == worker.get("image")
+    assert codec.get("build") == worker.get("build")
+    words = command_words(codec)
+    assert words[:2] == ["stackflow", "codec-server"]
+    # Inside its container it must listen on every interface (published on loopback only).
+    assert words[words.index("--host") + 1] == "0.0.0.0"
+    [(_, container_port)] = published_ports(codec)
+    assert words[words.index("--port") + 1] == str(container_port)
+    env = environment(codec)
+    assert env["STACKFLOW_ENCRYPTION_KEY"] == environment(worker)["STACKFLOW_ENCRYPTION_KEY"]
+    assert set(env) == {"STACKFLOW_ENCRYPTION_KEY", "STACKFLOW_CODEC_TOKEN"}
+    read: set[str] = set()
+    for path in python_sources(("cli", "stackflow")):
+        read |= env_names_read(path.read_text())
+    assert set(env) <= read, f"{CODEC} sets {sorted(set(env) - read)}, which no code reads"
+
+
+def post(
+    url: str, body: bytes, headers: dict[str, str], method: str = "POST"
+) -> tuple[int, dict[str, str], bytes]:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, data=body or None, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers), err.read()
+
+
+@pytest.mark.parametrize("token", [None, "s3cret-token"], ids=["no-token", "token"])
+def test_codec_server_runs_with_the_compose_command(
+    resolved: dict[str, Any], token: str | None
+) -> None:
+    """The compose command and environment, run for real (on a free loopback port instead of
+    0.0.0.0:8081): it decodes what a client with the compose key encodes, answers CORS for
+    the UI's origins only, and with STACKFLOW_CODEC_TOKEN set refuses requests without it."""
+    import asyncio
+    import json
+    import sys
+
+    from google.protobuf import json_format
+    from temporalio.api.common.v1 import Payloads
+
+    from stackflow.codec import data_converter
+    from stackflow.crypto import KeyRing
+
+    svc = services(resolved)[CODEC]
+    words = command_words(svc)
+    port = free_port()
+    words[words.index("--host") + 1] = "127.0.0.1"
+    words[words.index("--port") + 1] = str(port)
+    env = {
+        k: v for k, v in environment(svc).items() if v is not None and k != "STACKFLOW_CODEC_TOKEN"
+    }
+    assert environment(svc)["STACKFLOW_CODEC_TOKEN"] == ""  # optional: no token by default
+    if token is not None:
+        env["STACKFLOW_CODEC_TOKEN"] = token
+    bin_dir = Path(sys.executable).parent  # the image puts /app/.venv/bin first on PATH
+    proc = subprocess.Popen(
+        words,
+        env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(ROOT / ".run"), **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    try:
+
+        def listening() -> bool:
+            if proc.poll() is not None:
+                raise AssertionError(f"codec server exited: {proc.stderr.read()!r}")  # type: ignore[union-attr]
+            with socket.socket() as s:
+                return s.connect_ex(("127.0.0.1", port)) == 0
+
+        wait_until(listening, "the codec server never listened")
+        ring = KeyRing.parse(env["STACKFLOW_ENCRYPTION_KEY"], "compose")
+        encoded = asyncio.run(data_converter(ring).encode([{"project": "compose-codec"}]))
+        assert b"compose-codec" not in b"".join(p.data for p in encoded)
+        body = json.dumps(json_format.MessageToDict(Payloads(payloads=encoded))).encode()
+        base = f"http://127.0.0.1:{port}"
+        headers = {"Content-Type": "application/json", "X-Namespace": "default"}
+        ui_origins = {w for i, w in enumerate(words) if i and words[i - 1] == "--origin"}
+        for origin in ui_origins:
+            status, got, _ = post(f"{base}/decode", b"", {"Origin": origin}, method="OPTIONS")
+            assert status == 204 and got.get("Access-Control-Allow-Origin") == origin
+        status, got, _ = post(f"{base}/decode", b"", {"Origin": "http://evil.example"}, "OPTIONS")
+        assert "Access-Control-Allow-Origin" not in got
+
+        status, _, reply = post(f"{base}/decode", body, headers)
+        if token is not None:
+            assert status == 401
+            headers["Authorization"] = f"Bearer {token}"
+            status, _, reply = post(f"{base}/decode", body, headers)
+        assert status == 200, reply
+        decoded = json_format.Parse(reply, Payloads())
+        assert [json.loads(p.data) for p in decoded.payloads] == [{"project": "compose-codec"}]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 # --------------------------------------------------------------------------
@@ -534,6 +897,40 @@ def test_dockerfile() -> None:
     assert any(
         kw == "ENV" and "UV_PROJECT_ENVIRONMENT=/app/.venv" in arg for kw, arg in instructions
     )
+
+
+def test_worker_runs_as_a_fixed_unprivileged_user_owning_its_volumes(
+    raw: dict[str, Any],
+) -> None:
+    """The image's last USER is a system user with a fixed uid (so volume ownership is
+    stable across rebuilds), and every named-volume mount point of the services built from
+    the image is created and owned by it (a fresh named volume copies that ownership, so it
+    stays writable)."""
+    instructions = dockerfile_instructions()
+    user = [arg for kw, arg in instructions if kw == "USER"][-1].split(":")[0]
+    runs = " ".join(arg for kw, arg in instructions if kw == "RUN")
+    created = re.search(rf"useradd\b[^&]*--uid (\d+)[^&]*\b{re.escape(user)}\b", runs)
+    assert created, f"USER {user} is not created with a fixed --uid"
+    assert int(created[1]) >= 1000
+    assert re.search(rf"groupadd\b[^&]*--gid {created[1]}\b", runs)
+    chowned: set[str] = set()
+    for match in re.finditer(rf"chown {re.escape(user)}:{re.escape(user)} ([^&]+)", runs):
+        chowned |= set(match[1].split())
+    made: set[str] = set()
+    for match in re.finditer(r"mkdir -p ([^&]+)", runs):
+        made |= set(match[1].split())
+    built = [name for name, svc in services(raw).items() if "build" in svc]
+    assert set(built) == {WORKER, CODEC}
+    targets = set()
+    for name in built:
+        for volume in services(raw)[name].get("volumes") or []:
+            source, target = str(volume).split(":")[:2]
+            if not source.startswith((".", "/")):
+                targets.add(target)
+    assert targets == {"/data/stackflow", "/data/onprem"}
+    assert targets <= made and targets <= chowned, (targets, made, chowned)
+    onprem = environment(services(raw)[WORKER])["STACKFLOW_ONPREM_ROOTS"]
+    assert onprem in targets, "the OnPrem root must be a writable volume"
 
 
 def test_dockerignore() -> None:
@@ -578,7 +975,8 @@ async def test_worker_runs_with_the_compose_environment_against_the_dev_postgres
 
     compose_env = environment(services(resolved)[WORKER])
     assert compose_env["STACKFLOW_STATE_URL"] == (
-        "postgresql://stackflow:stackflow@postgresql:5432/stackflow"
+        f"postgresql://stackflow:{REQUIRED_SECRETS['STACKFLOW_DB_PASSWORD']}"
+        "@postgresql:5432/stackflow"
     )
     import psycopg
     import sqlalchemy as sa

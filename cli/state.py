@@ -1,7 +1,9 @@
-"""`stackflow state migrate`: the state backend's schema, and imports from older stackflow."""
+"""`stackflow state migrate` (the state backend's schema, imports from older stackflow),
+`stackflow keys new` and `stackflow codec-server`."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -10,6 +12,7 @@ import typer
 from cli.app import EXIT_CODES_HELP, app
 from cli.output import stdout_console
 from stackflow.config import state_url
+from stackflow.crypto import KeyRing, new_key_line
 from stackflow.errors import ConflictError
 from stackflow.state.backend import open_backend, redact_url
 from stackflow.state.legacy import read_legacy_home
@@ -20,6 +23,13 @@ state_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(state_app, name="state")
+
+keys_app = typer.Typer(
+    help="Encryption keys for payloads and state (STACKFLOW_ENCRYPTION_KEY).",
+    epilog=EXIT_CODES_HELP,
+    no_args_is_help=True,
+)
+app.add_typer(keys_app, name="keys")
 
 
 @state_app.command("migrate")
@@ -53,6 +63,22 @@ def migrate(
             count = sum(1 for r in releases if (r.project, r.workspace) == (project, workspace))
             console.print(f"imported {count} release(s) of {project}/{workspace}", highlight=False)
     backend.close()
+
+
+@keys_app.command("new")
+def keys_new(
+    key_id: Annotated[
+        str, typer.Option("--id", help="Key id (letters, digits, '.', '_', '-').")
+    ] = "k1",
+) -> None:
+    """Print a fresh random AES-256 key as <id>:<base64>, the form STACKFLOW_ENCRYPTION_KEY takes.
+
+    To rotate, put the new key first and keep the old one after it:
+    STACKFLOW_ENCRYPTION_KEY=k2:...,k1:... (the first is current).
+    """
+    line = new_key_line(key_id)
+    KeyRing.parse(line, "--id")  # a bad id is one error line (exit 2), not a key
+    sys.stdout.write(line + "\n")
 
 
 @app.command("codec-server")

@@ -55,6 +55,8 @@ class Browser:
         )
         self.ws = websocket.create_connection(self._page_socket(), timeout=30)
         self._ids = itertools.count(1)
+        self.events: list[dict[str, Any]] = []
+        """DevTools events received so far (those of the domains enabled, e.g. Network)."""
 
     def _page_socket(self) -> str:
         deadline = time.monotonic() + 30
@@ -79,6 +81,27 @@ class Browser:
                 if "error" in message:
                     raise RuntimeError(f"{method}: {message['error']}")
                 return dict(message.get("result") or {})
+            if "method" in message:
+                self.events.append(message)
+
+    def block(self, *patterns: str) -> None:
+        """Make every request whose URL matches a pattern (``*`` wildcards) fail in the
+        network layer, as if nothing listened there; the page's other requests go through."""
+        self.call("Network.enable")
+        self.call("Network.setBlockedURLs", urls=list(patterns))
+
+    def blocked_requests(self) -> list[str]:
+        """URLs of the requests the page made that :meth:`block` stopped."""
+        urls = {
+            e["params"]["requestId"]: e["params"]["request"]["url"]
+            for e in self.events
+            if e["method"] == "Network.requestWillBeSent"
+        }
+        return [
+            urls.get(e["params"]["requestId"], "?")
+            for e in self.events
+            if e["method"] == "Network.loadingFailed" and e["params"].get("blockedReason")
+        ]
 
     def open(self, url: str) -> None:
         self.call("Page.enable")

@@ -1,5 +1,6 @@
 """What the Temporal Web UI shows of a run, in a real browser (Debian's headless Chromium):
-the run's current details (phase, counts, the exact command to approve) and its summary."""
+the run's current details (phase, counts, the exact command to approve) and its summary; its
+input decoded through the codec server, and only ciphertext when the codec is unreachable."""
 
 from __future__ import annotations
 
@@ -59,29 +60,23 @@ async def test_the_ui_shows_the_runs_details_and_how_to_approve(
     finally:
         browser.close()
     assert (ARTIFACTS / "ui-current-details.png").stat().st_size > 10_000
-    await decoded_in_the_ui_ciphertext_without_the_codec(handle.id, handle.result_run_id, project)
+    await decoded_in_the_ui_ciphertext_without_the_codec(
+        handle.id, handle.result_run_id, project, str(tmp_path / "f1")
+    )
     await handle.execute_update("approve", ApprovalInput(by="ui-test"))
     assert (await handle.result()).phase == "succeeded"
 
 
 async def decoded_in_the_ui_ciphertext_without_the_codec(
-    workflow_id: str, run_id: str | None, project: str
+    workflow_id: str, run_id: str | None, project: str, plaintext: str
 ) -> None:
-    """The dev UI decodes payloads through the codec server; without it (the raw history,
-    as `temporal workflow show` without --codec-endpoint prints it) there is only ciphertext."""
+    """The dev UI decodes payloads through the codec server: the run's history page shows its
+    input in clear. The same page in a browser that cannot reach the codec server (its
+    requests to the codec endpoint fail in the network layer, as when the server is down or
+    not run) shows only the encrypted payload, byte for byte the ciphertext of the raw
+    history (`temporal workflow show` without --codec-endpoint), and none of the input."""
     assert os.environ.get("STACKFLOW_ENCRYPTION_KEY_FILE"), "the dev loop encrypts payloads"
-    ui = os.environ.get("STACKFLOW_TEMPORAL_UI", "http://127.0.0.1:8233").rstrip("/")
-    wid = urllib.parse.quote(workflow_id, safe="")
-    binary = chromium_binary()
-    assert binary is not None
-    browser = Browser(binary)
-    try:
-        browser.open(f"{ui}/namespaces/default/workflows/{wid}/{run_id}/history")
-        text = browser.wait_for_text("Input", f'"project": "{project}"', timeout=60)
-        assert "binary/encrypted" not in text
-        browser.screenshot(ARTIFACTS / "ui-decoded-input.png")
-    finally:
-        browser.close()
+    codec = os.environ.get("STACKFLOW_CODEC_ENDPOINT", "http://127.0.0.1:18081").rstrip("/")
     raw = subprocess.run(
         ["temporal", "workflow", "show", "--workflow-id", workflow_id, "--output", "json"],
         capture_output=True,
@@ -92,5 +87,40 @@ async def decoded_in_the_ui_ciphertext_without_the_codec(
     events = json.loads(raw.stdout)["events"]
     started = events[0]["workflowExecutionStartedEventAttributes"]
     [payload] = started["input"]["payloads"]
-    assert base64.b64decode(payload["metadata"]["encoding"]) == b"binary/encrypted"
+    encoding = payload["metadata"]["encoding"]
+    assert base64.b64decode(encoding) == b"binary/encrypted"
     assert project.encode() not in base64.b64decode(payload["data"])
+    assert plaintext.encode() not in base64.b64decode(payload["data"])
+
+    ui = os.environ.get("STACKFLOW_TEMPORAL_UI", "http://127.0.0.1:8233").rstrip("/")
+    wid = urllib.parse.quote(workflow_id, safe="")
+    history = f"{ui}/namespaces/default/workflows/{wid}/{run_id}/history"
+    in_clear = (f'"project": "{project}"', plaintext)
+    binary = chromium_binary()
+    assert binary is not None
+    browser = Browser(binary)
+    try:
+        browser.open(history)
+        text = browser.wait_for_text("Input", *in_clear, timeout=60)
+        assert "binary/encrypted" not in text and encoding not in text
+        assert payload["data"] not in text
+        assert "Codec Server could not connect" not in text
+        browser.screenshot(ARTIFACTS / "ui-decoded-input.png")
+    finally:
+        browser.close()
+
+    browser = Browser(binary)
+    try:
+        browser.block(f"{codec}/*")
+        browser.open(history)
+        # The input as the UI shows an undecoded payload: its metadata (base64 of
+        # "binary/encrypted" and the key id) and the ciphertext.
+        text = browser.wait_for_text(
+            "Input", "Codec Server could not connect", encoding, payload["data"], timeout=60
+        )
+        for clear in in_clear:
+            assert clear not in text, f"the undecoded page shows {clear!r}"
+        assert f"{codec}/decode" in browser.blocked_requests(), "the UI never asked the codec"
+        browser.screenshot(ARTIFACTS / "ui-ciphertext-input.png")
+    finally:
+        browser.close()

@@ -178,6 +178,8 @@ class OperationActivities:
             check_request(request)
             spec: Spec | None
             ref: str | None
+            if inp.operation == "drift":
+                return await asyncio.to_thread(self._prepare_drift, request)
             if inp.operation == "rollback":
                 spec, ref = await asyncio.to_thread(self._rollback_spec, request)
             else:
@@ -244,6 +246,21 @@ class OperationActivities:
                 f"rollback --to {n}: the spec of release {n} of {stack} "
                 f"({source.spec_ref}) is gone from the state backend"
             ) from None
+
+    def _prepare_drift(self, request: OperationInput) -> OperationPlan:
+        """The last spec against the latest release's state, limited to the resources that
+        state records (no lock, no release): what a drift check previews."""
+        stack = f"{request.project}/{request.workspace}"
+        latest = self.backend.latest(request.project, request.workspace, with_spec=False)
+        if latest is None:
+            raise NotFoundError(f"drift: stack {stack} has no releases; apply it first")
+        ref = self.backend.latest_spec_ref(request.project, request.workspace)
+        state = _state_by_id(latest)
+        if ref is None or latest.operation == Operation.destroy:
+            spec = Spec(resources=[])
+        else:
+            spec = self.specs.get(ref)
+        return self._plan(spec, ref, latest.revision, {}, Selection(), only=set(state))
 
     def _prepare_preview(
         self, inp: PrepareInput, spec: Spec, ref: str | None, selection: Selection
@@ -385,14 +402,20 @@ class OperationActivities:
         revision: int | None,
         state: Mapping[str, Resource],
         selection: Selection,
+        only: set[str] | None = None,
     ) -> OperationPlan:
+        """The walk plan of ``spec`` over ``state`` (``only``: just these spec resources)."""
         graph = build_graph(spec)
         types = {r.id: str(r.type) for r in spec.resources}
         gone_graph, gone_types = deletion_graph([r for r in state.values() if r.id not in types])
         check_patterns(selection, [*graph.ids, *gone_graph.ids])
         chosen = select(graph, selection)
         gone = select(gone_graph, selection, deleting=True)
-        nodes = [n for n in _planned(graph, types) if n.id in chosen.kept]
+        nodes = [
+            n
+            for n in _planned(graph, types)
+            if n.id in chosen.kept and (only is None or n.id in only)
+        ]
         by_id = {r.id: r for r in spec.resources}
         for node in nodes:
             refs = find_references(by_id[node.id].attributes, types)
@@ -493,6 +516,21 @@ class OperationActivities:
         ids = [n.id for n in nodes]
         delete_ids = [n.id for n in plan.deletions[inp.start : inp.end]]
         changes = await self._preview_changes(inp, ids, delete_ids)
+        result = await self._batch_result(inp, changes)
+        for offset, node in enumerate(nodes):
+            if node.refs and changes[offset]["action"] == "UnChanged":
+                result.refs.extend(
+                    (inp.start + offset, plan.node_index[rid], path)
+                    for rid, path in node.refs
+                    if rid in plan.node_index
+                )
+        return result
+
+    async def _batch_result(
+        self, inp: PreviewBatchInput, changes: list[dict[str, Any]]
+    ) -> PreviewBatchResult:
+        """Changes as a preview batch returns them: codes, the first details within the
+        byte budget, the whole diff in the backend by ref."""
         result = PreviewBatchResult()
         codes = []
         for change in changes:
@@ -511,13 +549,6 @@ class OperationActivities:
             body = json.dumps(changes, separators=(",", ":"), default=str).encode()
             result.diff_ref = await asyncio.to_thread(self.backend.put_blob, "diff_ref", body)
         result.details = fit_changes(result.details, BUDGET // 2)
-        for offset, node in enumerate(nodes):
-            if node.refs and changes[offset]["action"] == "UnChanged":
-                result.refs.extend(
-                    (inp.start + offset, plan.node_index[rid], path)
-                    for rid, path in node.refs
-                    if rid in plan.node_index
-                )
         return result
 
     async def _preview_changes(
@@ -809,7 +840,10 @@ class OperationActivities:
         return NodeResult(id=inp.resource_id, action="Delete", status=NodeStatus.succeeded)
 
     def all(self) -> list[Any]:
+        from activities.observe import ObserveActivities
+
         return [
+            *ObserveActivities(self).all(),
             self.prepare_operation,
             self.preview_batch,
             self.load_batch,

@@ -13,7 +13,7 @@ from stackflow.errors import StackflowError
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok, 1 operation failed (or infrastructure unreachable), 2 bad input, "
     "3 stack locked by a running operation, 4 run paused on failed nodes "
-    "(stackflow retry / abort)."
+    "(stackflow retry / abort), or drift found (drift check)."
 )
 
 

@@ -10,7 +10,7 @@ from cli.app import app
 from cli.output import error_line
 from stackflow.errors import StackflowError
 
-COMMAND_MODULES = ("cli.offline", "cli.state", "cli.operations", "cli.steer")
+COMMAND_MODULES = ("cli.offline", "cli.state", "cli.operations", "cli.steer", "cli.drift")
 
 
 def load_commands() -> None:

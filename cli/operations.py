@@ -616,6 +616,29 @@ def rollback(
 
 
 @app.command()
+def refresh(
+    project: ProjectOpt,
+    workspace: WorkspaceOpt = "default",
+    yes: YesOpt = False,
+    output: OutputOpt = OutputFormat.table,
+    detail: DetailOpt = True,
+    unavailable_timeout: UnavailableOpt = 600.0,
+    target: TargetOpt = None,
+    exclude: ExcludeOpt = None,
+) -> None:
+    """Read every recorded resource and record its live state as a new release, changing
+    nothing (`tofu apply -refresh-only`): shows what it would record, asks (or --yes)."""
+    request = _request(
+        project,
+        workspace,
+        unavailable_timeout_seconds=unavailable_timeout,
+        targets=target or [],
+        excludes=exclude or [],
+    )
+    asyncio.run(_run("RefreshWorkflow", request, output, yes, detail))
+
+
+@app.command()
 def worker() -> None:
     """Run a worker (same as `python worker.py`): TEMPORAL_ADDRESS, STACKFLOW_TASK_QUEUE, …"""
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))

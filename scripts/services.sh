@@ -49,7 +49,7 @@ health_codec() {
 }
 health_temporal() {
   temporal operator cluster health --address "127.0.0.1:$TEMPORAL_PORT" 2>/dev/null | grep -q SERVING &&
-    temporal operator search-attribute list --address "127.0.0.1:$TEMPORAL_PORT" 2>/dev/null | grep -q StackflowPhase
+    temporal operator search-attribute list --address "127.0.0.1:$TEMPORAL_PORT" 2>/dev/null | grep -q StackflowDrift
 }
 health_etcd() { curl -fsS "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null | grep -q '"health":"true"'; }
 health_kube-apiserver() {
@@ -183,7 +183,7 @@ cmd_temporal() {
   echo temporal server start-dev --ip 127.0.0.1 --port "$TEMPORAL_PORT" --ui-ip 127.0.0.1 \
     --ui-port "$TEMPORAL_UI_PORT" --ui-codec-endpoint "http://127.0.0.1:$CODEC_PORT" --db-filename "$RUN_DIR/temporal/temporal.db" --log-level warn \
     --search-attribute StackflowProject=Keyword --search-attribute StackflowWorkspace=Keyword \
-    --search-attribute StackflowPhase=Keyword
+    --search-attribute StackflowPhase=Keyword --search-attribute StackflowDrift=Bool
 }
 cmd_etcd() {
   echo etcd --name stackflow-dev --data-dir "$RUN_DIR/etcd" \

@@ -276,6 +276,41 @@ def diff_resource(
     return Change(id=resource_id, type=resource_type, action=action, drift=drift, diff=diff)
 
 
+def diff_recorded(
+    resource_id: str,
+    resource_type: str,
+    recorded: Mapping[str, Any],
+    live: Mapping[str, Any] | None,
+    *,
+    sensitive_paths: Sequence[str] = (),
+) -> Change:
+    """What a refresh would record: every field where ``live`` differs from ``recorded``
+    (Update, drift), or Delete when the object is gone; sensitive values masked."""
+    secret = [parse_path(p) for p in sensitive_paths]
+    if live is None:
+        action = Action.Delete
+        raw = [(p, v, None) for p, v in _leaves(recorded, ())]
+    else:
+        raw = _field_changes(dict(recorded), dict(live))
+        action = Action.Update if raw else Action.UnChanged
+    diff = [
+        FieldChange(
+            path=format_path(path),
+            old=_masked(path, old_value, secret),
+            new=_masked(path, new_value, secret),
+        )
+        for path, old_value, new_value in raw
+        if path or old_value or new_value
+    ]
+    return Change(
+        id=resource_id,
+        type=resource_type,
+        action=action,
+        drift=action is not Action.UnChanged,
+        diff=diff,
+    )
+
+
 def _covers(sensitive: Sequence[Sequence[Segment]], path: Sequence[Segment]) -> bool:
     """Whether a value at ``path`` holds a sensitive value: it is one, lies inside one, or
     (a whole object) contains one."""

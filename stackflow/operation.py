@@ -205,6 +205,56 @@ class PreviewBatchInput(BaseModel):
     diff, ``diff_omitted: true``)."""
 
 
+class RefreshBatchInput(PreviewBatchInput):
+    """One refresh activity over plan nodes ``[start, end)`` (the recorded resources):
+    read each, diff it against its recorded state; with ``record``, write what changed."""
+
+    record: bool = False
+
+
+class DriftInput(BaseModel):
+    """Input of DriftWorkflow (``stackflow drift check`` and the drift Schedule)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    workspace: str = Field(default="default", min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    repair: bool = False
+    """When drift is found, start an ApplyWorkflow of the last spec (normal approval rules
+    unless ``auto_approve``)."""
+    auto_approve: bool = False
+    unavailable_timeout_seconds: float = Field(default=300.0, gt=0, le=86400)
+
+
+class DriftRecordInput(BaseModel):
+    """Input of ``record_drift``: the counts, and the refs of the preview's full diffs (one
+    per 200 resources) from which the activity keeps the drifted ones."""
+
+    project: str
+    workspace: str
+    revision: int | None
+    checked_at: str
+    """ISO time (the workflow's clock)."""
+    summary: dict[str, Any]
+    diff_refs: list[str] = Field(default_factory=list)
+    workflow_id: str
+    run_id: str
+    repair_workflow_id: str | None = None
+
+
+class DriftResult(BaseModel):
+    project: str
+    workspace: str
+    drifted: bool
+    summary: dict[str, Any]
+    """``DriftSummary`` as JSON: checked, drifted, missing, pending, ids (capped)."""
+    revision: int | None = None
+    report_ref: str | None = None
+    repair_workflow_id: str | None = None
+    repair_error: str | None = None
+    checked_at: str
+
+
 FLAG_DRIFT = 1
 FLAG_DIFF_OMITTED = 2
 FLAG_UNRECORDED = 4

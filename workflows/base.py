@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         PrepareInput,
         PreviewBatchInput,
         PreviewBatchResult,
+        RefreshBatchInput,
         RunOwner,
         StatusView,
         human_duration,
@@ -296,14 +297,20 @@ class _Operation:
             **common.store_call(f"release {self._revision} → {phase}"),
         )
 
-    async def _preview(self, plan: OperationPlan) -> None:
+    async def _preview(
+        self, plan: OperationPlan, activity: str = "preview_batch", record: bool = False
+    ) -> None:
         """Preview batches of plan ranges, then settle references; large runs also fetch
-        the lines they show but hold only as codes."""
+        the lines they show but hold only as codes. ``refresh_batch`` instead diffs each
+        recorded resource against its live object (and with ``record`` writes it)."""
         assert self._request is not None and plan.plan_ref is not None
         request = self._request
         step = common.PREVIEW_BATCH
+        kind = RefreshBatchInput if activity == "refresh_batch" else PreviewBatchInput
+        extra = {"record": record} if kind is RefreshBatchInput else {}
         calls = [
-            PreviewBatchInput(
+            kind(
+                **extra,
                 project=request.project,
                 workspace=request.workspace,
                 spec_ref=plan.spec_ref,
@@ -323,12 +330,13 @@ class _Operation:
         # Preview batches are read-only; a few run side by side.
         for first in range(0, len(calls), 4):
             group = calls[first : first + 4]
+            verb = "record" if record else activity.removesuffix("_batch")
             handles = [
                 workflow.start_activity(
-                    "preview_batch",
+                    activity,
                     call,
                     result_type=PreviewBatchResult,
-                    **common.resource_call(f"preview {_range_size(call, plan)} resources"),
+                    **common.resource_call(f"{verb} {_range_size(call, plan)} resources"),
                 )
                 for call in group
             ]

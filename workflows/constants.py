@@ -15,3 +15,5 @@ AWAITING_DECISION = "awaitingDecision"
 FAIL_FAST_STOPS_DELETES = "fail-fast-stops-delete-walk"
 """Patch: with fail_fast, a failure in the apply walk skips the delete walk."""
 ACTIONS = ("Create", "Update", "Delete", "UnChanged")
+DRIFT_KEY = SearchAttributeKey.for_bool("StackflowDrift")
+"""Set by DriftWorkflow: whether its check found drift (the UI lists drifted stacks)."""

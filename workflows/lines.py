@@ -14,6 +14,7 @@ with workflow.unsafe.imports_passed_through():
     from stackflow.operation import (
         CODE_ACTIONS,
         DETAIL_LIMIT,
+        FLAG_DRIFT,
         FLAG_UNRECORDED,
         DescribeInput,
         OperationPlan,
@@ -201,6 +202,31 @@ class PreviewLines:
 
     def __len__(self) -> int:
         return len(self.order)
+
+    def drift_summary(self, id_limit: int) -> dict[str, Any]:
+        """Counts of a drift check over the plan nodes: ``drifted`` (live moved away from
+        the recorded state), ``missing`` (recorded but gone), ``pending`` (the spec would
+        still change it, no drift), the first drifted ids known (shown lines)."""
+        drifted = missing = pending = 0
+        ids: list[str] = []
+        for i, code in enumerate(self.node_codes):
+            if self.node_flags[i] & FLAG_DRIFT:
+                if code == "C":
+                    missing += 1
+                else:
+                    drifted += 1
+                detail = self.details.get(("n", i))
+                if detail is not None and len(ids) < id_limit:
+                    ids.append(str(detail["id"]))
+            elif code != "N":
+                pending += 1
+        return {
+            "checked": len(self.node_codes),
+            "drifted": drifted,
+            "missing": missing,
+            "pending": pending,
+            "ids": ids,
+        }
 
     def picks(self) -> tuple[list[tuple[int, str]], list[tuple[int, str]]]:
         """(plan index, action) of the nodes to apply and of the deletions to run."""

@@ -1,0 +1,168 @@
+"""Activities that observe the infrastructure without changing it: refresh (read every
+recorded resource, diff it against its recorded state, optionally record what changed) and
+drift reports. They share the clients of :class:`OperationActivities`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from temporalio import activity
+
+from activities.errors import temporal_errors
+from activities.heartbeat import heartbeating
+from runtimes.base import ResourceRequest, RuntimeOptions
+from stackflow.diff import (
+    RECORDED_SENSITIVE_KEY,
+    diff_recorded,
+    recorded_sensitive,
+    sensitive_paths_for,
+)
+from stackflow.drift import DriftReport, DriftSummary
+from stackflow.operation import DriftRecordInput, PreviewBatchResult, RefreshBatchInput
+from stackflow.spec import Resource
+from stackflow.state.backend import RunRef
+
+if TYPE_CHECKING:
+    from activities.operations import OperationActivities
+
+REFRESH_PARALLELISM = 16
+
+
+class ObserveActivities:
+    def __init__(self, ops: OperationActivities) -> None:
+        self.ops = ops
+        self.backend = ops.backend
+
+    @activity.defn(name="refresh_batch")
+    async def refresh_batch(self, inp: RefreshBatchInput) -> PreviewBatchResult:
+        with temporal_errors(inp.unavailable_timeout_seconds):
+            async with heartbeating(f"refresh {inp.start}-{inp.end}"):
+                return await self._refresh_batch(inp)
+
+    async def _refresh_batch(self, inp: RefreshBatchInput) -> PreviewBatchResult:
+        from activities.operations import _as_desired
+
+        ops = self.ops
+        assert inp.revision is not None
+        plan = await asyncio.to_thread(ops.plans.get, inp.plan_ref)
+        ids = [n.id for n in plan.nodes[inp.start : inp.end]]
+        current = await asyncio.to_thread(
+            self.backend.resources, inp.project, inp.workspace, inp.revision, ids
+        )
+        run = ops._owner(None) if inp.record else None
+        options = ops._options(
+            inp.project,
+            inp.workspace,
+            inp.spec_ref,
+            force=False,
+            adopt=False,
+            revision=inp.revision,
+            run=run,
+        )
+        gate = asyncio.Semaphore(REFRESH_PARALLELISM)
+
+        async def one(rid: str) -> dict[str, Any]:
+            recorded = current.get(rid)
+            if recorded is None:  # an earlier attempt of this batch recorded it gone
+                return {"id": rid, "type": "", "action": "UnChanged", "diff": []}
+            async with gate:
+                return await self._refresh_one(inp, recorded, _as_desired, options, run)
+
+        changes = list(await asyncio.gather(*(one(rid) for rid in ids)))
+        for change, rid in zip(changes, ids, strict=True):
+            if not change["type"]:
+                change["type"] = next(n.type for n in plan.nodes if n.id == rid)
+        return await ops._batch_result(inp, changes)
+
+    async def _refresh_one(
+        self,
+        inp: RefreshBatchInput,
+        recorded: Resource,
+        as_desired: Any,
+        options: RuntimeOptions,
+        run: RunRef | None,
+    ) -> dict[str, Any]:
+        ops = self.ops
+        kind = str(recorded.type)
+        request = ResourceRequest(
+            id=recorded.id,
+            type=kind,
+            attributes=as_desired(recorded.attributes),
+            extensions=recorded.extensions,
+            prior_state=recorded.attributes,
+        )
+        runtime = ops.registry.get(kind)
+        await asyncio.to_thread(runtime.check_policy, request, options)
+        live = await runtime.read(request, options)
+        marked = recorded_sensitive(recorded.attributes)
+        sensitive = [*sensitive_paths_for(kind, recorded.attributes), *marked]
+        change = diff_recorded(
+            recorded.id,
+            kind,
+            as_desired(recorded.attributes),
+            live,
+            sensitive_paths=sensitive,
+        )
+        if inp.record and change.diff and run is not None:
+            project, workspace, revision = inp.project, inp.workspace, inp.revision
+            assert revision is not None
+            if live is None:
+                await ops._fenced(
+                    run,
+                    project,
+                    workspace,
+                    lambda: self.backend.record_deletion(
+                        project, workspace, revision, recorded.id, run=run
+                    ),
+                )
+            else:
+                attributes = {**live, RECORDED_SENSITIVE_KEY: marked} if marked else dict(live)
+                fresh = recorded.model_copy(update={"attributes": attributes})
+                await ops._fenced(
+                    run,
+                    project,
+                    workspace,
+                    lambda: self.backend.record_resource(
+                        project, workspace, revision, fresh, run=run
+                    ),
+                )
+        return change.model_dump(mode="json")
+
+    @activity.defn(name="record_drift")
+    async def record_drift(self, inp: DriftRecordInput) -> str | None:
+        """Keep the check's report (the drifted resources' masked diffs in one blob); its ref."""
+        with temporal_errors():
+            return await asyncio.to_thread(self._record_drift, inp)
+
+    def _record_drift(self, inp: DriftRecordInput) -> str | None:
+        drifted: list[dict[str, Any]] = []
+        for ref in inp.diff_refs:
+            drifted += [
+                c for c in json.loads(self.backend.get_blob("diff_ref", ref)) if c.get("drift")
+            ]
+        report_ref = None
+        if drifted:
+            body = json.dumps(drifted, separators=(",", ":"), default=str).encode()
+            report_ref = self.backend.put_blob("drift_report", body)
+        summary = DriftSummary.model_validate(inp.summary)
+        self.backend.put_drift_report(
+            DriftReport(
+                project=inp.project,
+                workspace=inp.workspace,
+                checked_at=datetime.fromisoformat(inp.checked_at),
+                revision=inp.revision,
+                drifted=bool(summary.drifted or summary.missing),
+                summary=summary,
+                report_ref=report_ref,
+                workflow_id=inp.workflow_id,
+                run_id=inp.run_id,
+                repair_workflow_id=inp.repair_workflow_id,
+            )
+        )
+        return report_ref
+
+    def all(self) -> list[Any]:
+        return [self.refresh_batch, self.record_drift]

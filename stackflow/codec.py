@@ -8,6 +8,7 @@ plain JSON from ``temporal workflow start`` is read as well.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import zlib
 from collections.abc import Sequence
 
@@ -16,6 +17,8 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.converter import DataConverter, PayloadCodec
 
 from stackflow.crypto import KeyRing
+
+log = logging.getLogger(__name__)
 
 ENCODING = b"binary/zlib"
 MIN_SIZE = 16 * 1024
@@ -43,6 +46,9 @@ class CompressionCodec(PayloadCodec):
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
         out = []
         for payload in payloads:
+            if payload.metadata.get("encoding") == ENCRYPTED:
+                # Only reached without keys (with keys, decryption ran before this codec).
+                _warn_no_key(payload)
             if payload.metadata.get("encoding") != ENCODING:
                 out.append(payload)
                 continue
@@ -54,6 +60,24 @@ class CompressionCodec(PayloadCodec):
 
 ENCRYPTED = b"binary/encrypted"
 KEY_ID = "encryption-key-id"
+_warned_no_key = False
+
+
+def _warn_no_key(payload: Payload) -> None:
+    """One log line per process when encrypted payloads arrive and no key is configured: a
+    worker in that state fails every task of an encrypted run, and Temporal retries them."""
+    global _warned_no_key
+    if _warned_no_key:
+        return
+    _warned_no_key = True
+    kid = payload.metadata.get(KEY_ID, b"").decode(errors="replace")[:64]
+    log.error(
+        "received a Temporal payload encrypted with key %r, but this process has no "
+        "encryption key: it cannot read it, and tasks that need it fail and are retried "
+        "until STACKFLOW_ENCRYPTION_KEY or STACKFLOW_ENCRYPTION_KEY_FILE gives it the keys "
+        "the clients use",
+        kid,
+    )
 
 
 class EncryptionCodec(PayloadCodec):

@@ -296,7 +296,9 @@ class Runner:
             outcome = self.outcome_of(handle)
             while not outcome.done():
                 status = await handle.query("status", result_type=StatusView)
-                running = ", ".join(status.running[:3]) + (" …" if len(status.running) > 3 else "")
+                running = ", ".join(_short(r) for r in status.running[:2]) + (
+                    f" +{len(status.running) - 2}" if len(status.running) > 2 else ""
+                )
                 progress.update(
                     task,
                     description=status.phase,
@@ -308,6 +310,11 @@ class Runner:
                 if status.phase in FINAL or status.phase == PAUSED:
                     return
                 await asyncio.wait({outcome}, timeout=POLL_SECONDS)
+
+
+def _short(resource_id: str, width: int = 40) -> str:
+    """A resource id cut to ``width`` from the left (its end names the object)."""
+    return resource_id if len(resource_id) <= width else "…" + resource_id[-(width - 1) :]
 
 
 def eta_text(seconds: float | None) -> str:

@@ -155,3 +155,60 @@ def test_target_applies_only_the_target_and_its_dependencies(
     assert (root / "c.conf").exists()
     recorded = {r.id for r in all_releases(env, project)[-1].state.resources}
     assert recorded == {d["id"], c["id"]}
+
+
+def test_the_cli_shows_an_eta_while_a_300_resource_apply_runs(
+    tmp_path: Path, stack_env: dict[str, str], worker_process: WorkerProcess
+) -> None:
+    """On a terminal the progress bar carries ``ETA …`` (the run's status query estimates it
+    from the rate of finished nodes)."""
+    import os
+    import pty
+    import select
+    import subprocess as sp
+    import sys
+
+    env, project = stack_env, new_project()
+    root = tmp_path / "many"
+    d = dir_resource(root)
+    files = [file_resource(root / f"f{i:03}.txt", f"{i}\n", deps=[d["id"]]) for i in range(299)]
+    spec = write_spec(tmp_path / "many.yaml", [d, *files])
+    master, slave = pty.openpty()
+    proc = sp.Popen(
+        [
+            str(Path(sys.executable).parent / "stackflow"),
+            "apply",
+            "-f",
+            str(spec),
+            "-p",
+            project,
+            "--yes",
+            "--max-concurrency",
+            "4",
+        ],
+        env={**env, "COLUMNS": "200", "TERM": "xterm"},
+        stdin=slave,
+        stdout=slave,
+        stderr=slave,
+    )
+    os.close(slave)
+    seen = b""
+    while True:
+        ready, _, _ = select.select([master], [], [], 1.0)
+        if ready:
+            try:
+                chunk = os.read(master, 65536)
+            except OSError:
+                break
+            if not chunk:
+                break
+            seen += chunk
+        elif proc.poll() is not None:
+            break
+    proc.wait(timeout=60)
+    os.close(master)
+    text = seen.decode(errors="replace")
+    assert proc.returncode == 0, text[-3000:]
+    assert "/300" in text, "the progress bar counted the nodes"
+    assert "ETA " in text, text[-3000:]
+    assert len(list(root.iterdir())) == 299

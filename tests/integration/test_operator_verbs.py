@@ -212,3 +212,68 @@ def test_the_cli_shows_an_eta_while_a_300_resource_apply_runs(
     assert "/300" in text, "the progress bar counted the nodes"
     assert "ETA " in text, text[-3000:]
     assert len(list(root.iterdir())) == 299
+
+
+def test_kubernetes_rollback_exclude_and_target(
+    tmp_path: Path, stack_env: dict[str, str], worker_process: WorkerProcess, kubeconfig: str
+) -> None:
+    from kubernetes import client as k8s
+    from kubernetes.client.exceptions import ApiException
+
+    from tests.integration.kubehelp import (
+        api_client,
+        config_map,
+        delete_quietly,
+        kusion_id,
+        namespace,
+        resource,
+        suffix,
+    )
+
+    env, project, ns = stack_env, new_project(), f"sf-{suffix()}"
+    ns_obj = namespace(ns)
+    ns_id = kusion_id(ns_obj)
+
+    def spec(name: str, a: str, b: str | None) -> Path:
+        items = [resource(ns_obj), resource(config_map(ns, "a", {"v": a}), deps=[ns_id])]
+        if b is not None:
+            items.append(resource(config_map(ns, "b", {"v": b}), deps=[ns_id]))
+        return write_spec(tmp_path / name, items)
+
+    api = api_client(kubeconfig)
+    core = k8s.CoreV1Api(api)
+
+    def data(name: str) -> dict[str, str] | None:
+        try:
+            return dict(core.read_namespaced_config_map(name, ns).data or {})
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    try:
+        _apply(env, spec("one.yaml", "1", None), project)
+        _apply(env, spec("two.yaml", "2", "2"), project)
+        assert (data("a"), data("b")) == ({"v": "2"}, {"v": "2"})
+
+        rolled = cli_json(
+            _ok(run_cli(env, "rollback", "-p", project, "--to", "1", "--yes", "-o", "json"))
+        )
+        assert rolled["phase"] == "succeeded" and rolled["operation"] == "rollback"
+        assert (data("a"), data("b")) == ({"v": "1"}, None)
+        latest = all_releases(env, project)[-1]
+        assert (latest.operation, latest.source_revision) == ("rollback", 1)
+
+        applied = _apply(env, spec("three.yaml", "3", "3"), project, "--exclude", "*:b")
+        assert applied["changes"]["left_out"]["resources"] == [
+            {"id": f"v1:ConfigMap:{ns}:b", "reason": "excluded"}
+        ]
+        assert (data("a"), data("b")) == ({"v": "3"}, None)
+
+        _apply(env, spec("four.yaml", "4", "4"), project, "--target", "*:b")
+        assert (data("a"), data("b")) == ({"v": "3"}, {"v": "4"})
+        recorded = {r.id: r for r in all_releases(env, project)[-1].state.resources}
+        assert recorded[f"v1:ConfigMap:{ns}:a"].attributes["data"] == {"v": "3"}
+    finally:
+        delete_quietly(api, namespaces=[ns])
+        api.close()  # type: ignore[no-untyped-call]

@@ -42,6 +42,7 @@ SEARCH_ATTRIBUTES = {
     "StackflowProject": "Keyword",
     "StackflowWorkspace": "Keyword",
     "StackflowPhase": "Keyword",
+    "StackflowDrift": "Bool",
 }
 # Sources whose os.environ / os.getenv reads define the worker's environment.
 ENV_SOURCES = ("worker.py", "stackflow", "activities", "runtimes")

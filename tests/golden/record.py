@@ -4,8 +4,10 @@
 
 Runs each scenario against the dev services (`make up`) with an in-process worker and a
 temporary SQLite state backend, and writes every run's history (children included) as
-Temporal's JSON next to this file. Re-record only on purpose: a workflow change that makes
-a committed history fail to replay must be versioned (workflow.patched) instead.
+Temporal's JSON next to this file. Histories already committed are kept (they are what older
+workers wrote; new scenarios are added beside them); `--rerecord` overwrites them. Re-record
+only on purpose: a workflow change that makes a committed history fail to replay must be
+versioned (workflow.patched) instead.
 """
 
 from __future__ import annotations
@@ -27,7 +29,13 @@ from temporalio.client import Client, WorkflowHandle  # noqa: E402
 
 import worker as worker_module  # noqa: E402
 from stackflow.codec import data_converter  # noqa: E402
-from stackflow.operation import ApprovalInput, OperationInput, OperationResult  # noqa: E402
+from stackflow.operation import (  # noqa: E402
+    ApprovalInput,
+    DriftInput,
+    DriftResult,
+    OperationInput,
+    OperationResult,
+)
 from stackflow.state.backend import open_backend  # noqa: E402
 
 
@@ -46,7 +54,12 @@ INDEX = HERE / "workflow_ids.json"
 """File name → workflow id (replay checks child ids against it)."""
 
 
+RERECORD = "--rerecord" in sys.argv
+
+
 async def save(client: Client, handle: WorkflowHandle[Any, Any], name: str) -> None:
+    if (HERE / f"{name}.json").exists() and not RERECORD:
+        return
     index = json.loads(INDEX.read_text()) if INDEX.exists() else {}
     history = await handle.fetch_history()
     (HERE / f"{name}.json").write_text(history.to_json())
@@ -147,6 +160,29 @@ async def main() -> None:
         with contextlib.suppress(Exception):  # it ends cancelled, as intended
             await cancelled.result()
         await save(client, cancelled, "cancelled")
+
+        # rollback, drift check (drift found) and refresh of one stack
+        verbs = f"golden-verbs-{tag}"
+        one, two = files(root / "v", 2), files(root / "v", 3)
+        two[0]["attributes"]["content"] = "changed\n"
+        for spec in (one, two):
+            await (await start(verbs, spec={"resources": spec}, auto_approve=True)).result()
+        rollback = await start(verbs, workflow="RollbackWorkflow", to_revision=1, auto_approve=True)
+        await rollback.result()
+        await save(client, rollback, "rollback")
+        (root / "v" / "f001").write_text("behind our back\n")
+        drift = await client.start_workflow(
+            "DriftWorkflow",
+            DriftInput(project=verbs),
+            id=f"stackflow/{verbs}/default/drift",
+            task_queue=queue,
+            result_type=DriftResult,
+        )
+        await drift.result()
+        await save(client, drift, "drift")
+        refresh = await start(verbs, workflow="RefreshWorkflow", auto_approve=True)
+        await refresh.result()
+        await save(client, refresh, "refresh")
     await activities.registry.close()
     backend.close()
 

@@ -18,7 +18,17 @@ from workflows.operations import ALL_WORKFLOWS
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 IDS = json.loads((GOLDEN / "workflow_ids.json").read_text())
 HISTORIES = sorted(p for p in GOLDEN.glob("*.json") if p.name in IDS)
-EXPECTED = {"approval_wait", "batched_apply", "failed_node", "paused_retry", "destroy", "cancelled"}
+EXPECTED = {
+    "approval_wait",
+    "batched_apply",
+    "failed_node",
+    "paused_retry",
+    "destroy",
+    "cancelled",
+    "rollback",
+    "drift",
+    "refresh",
+}
 
 
 def test_the_golden_set_is_complete() -> None:

@@ -101,6 +101,7 @@ def _release_summary(r: Release) -> dict[str, Any]:
     return {
         "revision": r.revision,
         "operation": r.operation.value,
+        "source_revision": r.source_revision,
         "phase": r.phase.value,
         "resources": r.resource_count if r.resource_count is not None else len(r.state.resources),
         "created_at": r.created_at.isoformat(),
@@ -128,7 +129,10 @@ def release_list(
             t.add_column("Error", no_wrap=True)
         for r in releases:
             count = r.resource_count if r.resource_count is not None else len(r.state.resources)
-            row = [str(r.revision), r.operation.value, r.phase.value, str(count)]
+            operation = r.operation.value + (
+                f" ← {r.source_revision}" if r.source_revision is not None else ""
+            )
+            row = [str(r.revision), operation, r.phase.value, str(count)]
             row.append(r.modified_at.strftime("%Y-%m-%d %H:%M"))
             error = " ".join((r.error or "").split())
             room = max(12, console.width - 66)  # what the other columns leave on this terminal

@@ -20,14 +20,15 @@ from collections.abc import Container, Iterable, Mapping
 from typing import Any
 
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
-from activities.errors import temporal_errors
+from activities.errors import temporal_errors, to_application_error
 from activities.heartbeat import heartbeating
 from activities.runs import RunOracle, TemporalRunOracle
 from runtimes import guard
 from runtimes.base import ResourceRequest, RuntimeOptions
 from runtimes.registry import RuntimeRegistry
-from stackflow.budget import BUDGET, compact_change, fit_changes
+from stackflow.budget import BUDGET, compact_change, fit_changes, short_error
 from stackflow.cache import PriorStateCache
 from stackflow.diff import (
     RECORDED_SENSITIVE_KEY,
@@ -52,6 +53,7 @@ from stackflow.operation import (
     FLAG_UNRECORDED,
     PLAN_INLINE_LIMIT,
     DescribeInput,
+    GroupInput,
     LoadBatchInput,
     LoadedBatch,
     NodeInput,
@@ -839,6 +841,63 @@ class OperationActivities:
         # Not in state any more: an earlier attempt already deleted and recorded it.
         return NodeResult(id=inp.resource_id, action="Delete", status=NodeStatus.succeeded)
 
+    # ---- groups of cheap nodes ---------------------------------------------------------------
+    @activity.defn(name="run_group")
+    async def run_group(self, inp: GroupInput) -> list[NodeResult]:
+        """Apply or delete several ready nodes at once, each on its own (idempotent, as one
+        node's activity). A node that fails for good (invalid input, conflict, fenced,
+        unreachable past the timeout) gets a failed result; a failure worth retrying
+        (unavailable, a first bug) makes the whole group retry, and the nodes that already
+        succeeded simply apply again."""
+        with temporal_errors(inp.unavailable_timeout_seconds):
+            async with heartbeating(f"{len(inp.nodes)} resources"):
+                return await self._run_group(inp)
+
+    async def _run_group(self, inp: GroupInput) -> list[NodeResult]:
+        async def one(resource_id: str, action: str) -> NodeResult | Exception:
+            node = NodeInput(
+                project=inp.project,
+                workspace=inp.workspace,
+                revision=inp.revision,
+                spec_ref=inp.spec_ref,
+                resource_id=resource_id,
+                action=action,
+                force=inp.force,
+                adopt=inp.adopt,
+                owner=inp.owner,
+                unavailable_timeout_seconds=inp.unavailable_timeout_seconds,
+            )
+            try:
+                if action == "Delete":
+                    return await self._delete(node)
+                return await self._apply(node)
+            except Exception as exc:  # classified below, per node
+                return exc
+
+        outcomes = await asyncio.gather(*(one(rid, action) for rid, action in inp.nodes))
+        results: list[NodeResult] = []
+        again: BaseException | None = None
+        for (rid, action), outcome in zip(inp.nodes, outcomes, strict=True):
+            if isinstance(outcome, NodeResult):
+                results.append(outcome)
+                continue
+            error = to_application_error(outcome, inp.unavailable_timeout_seconds)
+            if isinstance(error, ApplicationError) and error.non_retryable:
+                results.append(
+                    NodeResult(
+                        id=rid,
+                        action=action,
+                        status=NodeStatus.failed,
+                        error=short_error(error.message) or error.type,
+                        error_type=error.type,
+                    )
+                )
+            elif again is None:
+                again = error
+        if again is not None:
+            raise again
+        return results
+
     def all(self) -> list[Any]:
         from activities.observe import ObserveActivities
 
@@ -851,4 +910,5 @@ class OperationActivities:
             self.set_phase,
             self.apply_resource,
             self.delete_resource,
+            self.run_group,
         ]

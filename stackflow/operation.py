@@ -345,6 +345,28 @@ class NodeInput(BaseModel):
     unavailable_timeout_seconds: float = 600.0
 
 
+class GroupInput(BaseModel):
+    """Input of ``run_group``: several ready nodes of cheap runtimes in one activity (each
+    still applied or deleted on its own, with its own result)."""
+
+    project: str
+    workspace: str
+    revision: int
+    spec_ref: str | None
+    nodes: list[tuple[str, str]]
+    """(resource id, action) of each node."""
+    force: bool = False
+    adopt: bool = False
+    owner: RunOwner | None = None
+    unavailable_timeout_seconds: float = 600.0
+
+
+GROUPED_TYPES = ("OnPrem", "Kubernetes")
+"""Runtimes whose nodes are cheap enough to share an activity (Terraform's run tofu)."""
+GROUP_LIMIT = 64
+"""Nodes one ``run_group`` activity takes at most (the run's max_concurrency also caps it)."""
+
+
 class StatusView(BaseModel):
     """Result of the ``status`` query."""
 

@@ -17,3 +17,5 @@ FAIL_FAST_STOPS_DELETES = "fail-fast-stops-delete-walk"
 ACTIONS = ("Create", "Update", "Delete", "UnChanged")
 DRIFT_KEY = SearchAttributeKey.for_bool("StackflowDrift")
 """Set by DriftWorkflow: whether its check found drift (the UI lists drifted stacks)."""
+GROUP_READY_NODES = "group-ready-nodes"
+"""Patch: ready nodes of cheap runtimes (OnPrem, Kubernetes) share one activity."""

@@ -6,6 +6,7 @@ Shared by the operation workflows and the BatchWorkflow child; deterministic.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from temporalio import workflow
 from temporalio.exceptions import (
@@ -20,8 +21,11 @@ with workflow.unsafe.imports_passed_through():
     from stackflow.budget import short_error
     from stackflow.operation import (
         DETAIL_LIMIT,
+        GROUP_LIMIT,
+        GROUPED_TYPES,
         BatchInput,
         BatchResult,
+        GroupInput,
         LoadBatchInput,
         LoadedBatch,
         NodeInput,
@@ -30,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
         PlannedNode,
     )
     from workflows import common
-    from workflows.constants import FINALIZE_ON_EVERY_EXIT
+    from workflows.constants import FINALIZE_ON_EVERY_EXIT, GROUP_READY_NODES
     from workflows.walker import WalkProgress, walk
 
 
@@ -103,12 +107,65 @@ async def run_resource_node(node: PlannedNode, batch: BatchInput) -> NodeResult:
         )
 
 
+async def run_resource_group(nodes: list[PlannedNode], batch: BatchInput) -> list[NodeResult]:
+    """Ready nodes of cheap runtimes in one activity; one result per node. If the activity
+    itself fails (retries spent, worker gone past its timeouts), every node fails with it."""
+    verb = "delete" if nodes[0].action == "Delete" else "apply"
+    try:
+        results: list[NodeResult] = await workflow.execute_activity(
+            "run_group",
+            GroupInput(
+                project=batch.project,
+                workspace=batch.workspace,
+                revision=batch.revision,
+                spec_ref=batch.spec_ref,
+                nodes=[(node.id, node.action) for node in nodes],
+                force=batch.force,
+                adopt=batch.adopt,
+                owner=batch.owner,
+                unavailable_timeout_seconds=batch.unavailable_timeout_seconds,
+            ),
+            result_type=list[NodeResult],
+            **common.resource_call(f"{verb} {len(nodes)} resources: {nodes[0].id} …"),
+        )
+        return results
+    except ActivityError as exc:
+        raise_if_cancelled(exc)
+        error, kind = _cause(exc), cause_type(exc)
+        return [
+            NodeResult(
+                id=node.id,
+                action=node.action,
+                status=NodeStatus.failed,
+                error=error,
+                error_type=kind,
+            )
+            for node in nodes
+        ]
+
+
+def group_key(batch: BatchInput) -> Callable[[PlannedNode], str | None]:
+    """Nodes that may share an activity: cheap runtimes, same kind of step, no readiness
+    wait (``watch`` can take minutes per node)."""
+
+    def key(node: PlannedNode) -> str | None:
+        if batch.watch or node.type not in GROUPED_TYPES:
+            return None
+        return "delete" if node.action == "Delete" else "apply"
+
+    return key
+
+
 async def walk_nodes(
     nodes: list[PlannedNode], batch: BatchInput, blocked: list[str], progress: WalkProgress
 ) -> list[NodeResult]:
     async def run(node: PlannedNode) -> NodeResult:
         return await run_resource_node(node, batch)
 
+    async def run_group(group: list[PlannedNode]) -> list[NodeResult]:
+        return await run_resource_group(group, batch)
+
+    grouped = workflow.patched(GROUP_READY_NODES)
     return await walk(
         nodes,
         run,
@@ -116,6 +173,9 @@ async def walk_nodes(
         fail_fast=batch.fail_fast,
         blocked=blocked,
         progress=progress,
+        run_group=run_group if grouped else None,
+        group_key=group_key(batch) if grouped else None,
+        group_limit=GROUP_LIMIT,
     )
 
 

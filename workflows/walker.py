@@ -18,6 +18,7 @@ with workflow.unsafe.imports_passed_through():
     from stackflow.operation import NodeResult, NodeStatus, PlannedNode
 
 RunNode = Callable[[PlannedNode], Awaitable[NodeResult]]
+RunGroup = Callable[[list[PlannedNode]], Awaitable[list[NodeResult]]]
 CANCEL_IN_FLIGHT = "walk-cancels-in-flight-nodes"
 """Patch: a cancelled walk cancels its running nodes (runs from before it let them finish)."""
 
@@ -54,8 +55,15 @@ async def walk(
     fail_fast: bool = False,
     blocked: Sequence[str] = (),
     progress: WalkProgress | None = None,
+    run_group: RunGroup | None = None,
+    group_key: Callable[[PlannedNode], str | None] | None = None,
+    group_limit: int = 64,
 ) -> list[NodeResult]:
-    """Run every node after its dependencies; return one result per node, in plan order."""
+    """Run every node after its dependencies; return one result per node, in plan order.
+
+    With ``run_group``, ready nodes that share a ``group_key`` (None: never grouped) start
+    together in one call (one activity) instead of one call each; ``max_concurrency`` still
+    counts nodes, so as many resources are in flight either way."""
     progress = progress or WalkProgress()
     order = {node.id: i for i, node in enumerate(nodes)}
     by_id = {node.id: node for node in nodes}
@@ -88,14 +96,42 @@ async def walk(
             skip(node.id, f"dependency {bad[0]} did not succeed")
 
     ready = [node.id for node in nodes if remaining[node.id] == 0 and node.id not in results]
-    in_flight: dict[asyncio.Task[NodeResult], str] = {}
+    in_flight: dict[asyncio.Task[list[NodeResult]], list[str]] = {}
+    flying = 0
     stopping = False
 
+    async def single(node: PlannedNode) -> list[NodeResult]:
+        return [await run_node(node)]
+
+    def take(room: int) -> list[str]:
+        """The next ready node, and the ready nodes of its group (up to ``room``)."""
+        first = ready.pop(0)
+        key = group_key(by_id[first]) if run_group is not None and group_key else None
+        if key is None or room <= 1:
+            return [first]
+        picked = [first]
+        for node_id in list(ready):
+            if len(picked) >= room:
+                break
+            if group_key is not None and group_key(by_id[node_id]) == key:
+                ready.remove(node_id)
+                picked.append(node_id)
+        return picked
+
+    def running() -> list[str]:
+        return sorted((i for ids in in_flight.values() for i in ids), key=order.__getitem__)
+
     while ready or in_flight:
-        while ready and not stopping and len(in_flight) < max_concurrency:
-            node_id = ready.pop(0)
-            in_flight[asyncio.ensure_future(run_node(by_id[node_id]))] = node_id
-            progress.running = sorted(in_flight.values(), key=order.__getitem__)
+        while ready and not stopping and flying < max_concurrency:
+            ids = take(min(max_concurrency - flying, group_limit))
+            if len(ids) == 1:
+                task = asyncio.ensure_future(single(by_id[ids[0]]))
+            else:
+                assert run_group is not None
+                task = asyncio.ensure_future(run_group([by_id[i] for i in ids]))
+            in_flight[task] = ids
+            flying += len(ids)
+            progress.running = running()
         if not in_flight:
             break
         try:
@@ -108,9 +144,12 @@ async def walk(
                     task.cancel()
             raise
         newly_ready: list[str] = []
-        for task in sorted(finished, key=lambda t: order[in_flight[t]]):
-            node_id = in_flight.pop(task)
-            result = task.result()
+        done: list[tuple[str, NodeResult]] = []
+        for task in finished:
+            ids = in_flight.pop(task)
+            flying -= len(ids)
+            done.extend(zip(ids, task.result(), strict=True))
+        for node_id, result in sorted(done, key=lambda pair: order[pair[0]]):
             results[node_id] = result
             progress.done += 1
             if result.status == NodeStatus.succeeded:
@@ -126,7 +165,7 @@ async def walk(
                     stopping = True
         ready.extend(newly_ready)
         ready.sort(key=order.__getitem__)
-        progress.running = sorted(in_flight.values(), key=order.__getitem__)
+        progress.running = running()
         progress.changed()
 
     for node in nodes:

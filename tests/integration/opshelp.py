@@ -102,13 +102,20 @@ async def start_run(
 
 
 async def scheduled_ids(handle: WorkflowHandle[Any, Any], activity_type: str) -> list[str]:
-    """Resource ids of the ``activity_type`` activities the run scheduled, in order."""
+    """Resource ids of the ``activity_type`` activities the run scheduled, in order; for
+    ``apply_resource``/``delete_resource`` also the nodes of ``run_group`` activities (ready
+    nodes of cheap runtimes share one) that apply or delete."""
+    deleting = activity_type == "delete_resource"
     ids = []
     async for event in handle.fetch_history_events():
         if event.HasField("activity_task_scheduled_event_attributes"):
             attrs = event.activity_task_scheduled_event_attributes
-            if attrs.activity_type.name == activity_type:
+            name = attrs.activity_type.name
+            if name == activity_type:
                 ids.append((await payload_json_async(attrs.input.payloads[0]))["resource_id"])
+            elif name == "run_group" and activity_type in ("apply_resource", "delete_resource"):
+                group = await payload_json_async(attrs.input.payloads[0])
+                ids += [rid for rid, action in group["nodes"] if (action == "Delete") == deleting]
     return ids
 
 

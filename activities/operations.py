@@ -17,6 +17,7 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Container, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from temporalio import activity
@@ -26,7 +27,7 @@ from activities.errors import temporal_errors, to_application_error
 from activities.heartbeat import heartbeating
 from activities.runs import RunOracle, TemporalRunOracle
 from runtimes import guard
-from runtimes.base import ResourceRequest, RuntimeOptions
+from runtimes.base import ResourceRequest, Runtime, RuntimeOptions
 from runtimes.registry import RuntimeRegistry
 from stackflow.budget import BUDGET, compact_change, fit_changes, short_error
 from stackflow.cache import PriorStateCache
@@ -138,6 +139,49 @@ def _taint(
         if rid in state
     }
     return tainted_paths(resource.attributes, deps) if deps else []
+
+
+async def _pre_check(runtime: Runtime, request: ResourceRequest, options: RuntimeOptions) -> None:
+    """The worker policy right before a runtime call (resolved attributes), unless the
+    runtime checks it inside that call anyway."""
+    if not runtime.checks_every_call:
+        await asyncio.to_thread(runtime.check_policy, request, options)
+
+
+def _deletion_request(recorded: Resource) -> ResourceRequest:
+    return ResourceRequest(
+        id=recorded.id,
+        type=str(recorded.type),
+        attributes=_as_desired(recorded.attributes),
+        extensions=recorded.extensions,
+        prior_state=recorded.attributes,
+    )
+
+
+@dataclass
+class _Applying:
+    """One node ready to apply (see ``OperationActivities._applying``)."""
+
+    resource: Resource
+    request: ResourceRequest
+    runtime: Runtime
+    options: RuntimeOptions
+    depends: list[str]
+    tainted: list[str]
+
+    def applied(self, live: dict[str, Any]) -> Resource:
+        """The state to record: the live attributes (values derived from a dependency's
+        sensitive ones marked so they stay masked wherever shown)."""
+        if self.tainted:
+            marked = sorted({*recorded_sensitive(live), *self.tainted})
+            live = {**live, RECORDED_SENSITIVE_KEY: marked}
+        return Resource(
+            id=self.resource.id,
+            type=self.resource.type,
+            attributes=live,
+            depends_on=self.depends,
+            extensions=self.resource.extensions,
+        )
 
 
 def deletion_graph(resources: list[Resource]) -> tuple[Graph, dict[str, str]]:
@@ -716,19 +760,29 @@ class OperationActivities:
             async with heartbeating(f"apply {inp.resource_id}"):
                 return await self._apply(inp)
 
-    async def _apply(self, inp: NodeInput) -> NodeResult:
+    def _wanted(self, inp: NodeInput, spec_resources: Mapping[str, Resource]) -> list[str]:
+        """The node's id and the ids its ``$kusion_path`` references name (their recorded
+        state resolves them)."""
         if inp.spec_ref is None:
             raise SpecError(f"{inp.resource_id}: apply needs the spec (spec_ref is missing)")
-        spec_resources = self.specs.resources(inp.spec_ref)
         resource = spec_resources.get(inp.resource_id)
         if resource is None:
             raise SpecError(f"{inp.resource_id}: not in spec {inp.spec_ref}")
+        references = find_references(resource.attributes, spec_resources)
+        return [resource.id, *sorted({ref.resource_id for ref in references})]
+
+    def _applying(
+        self,
+        inp: NodeInput,
+        spec_resources: Mapping[str, Resource],
+        state: Mapping[str, Resource],
+        options: RuntimeOptions,
+    ) -> _Applying:
+        """What applying one node takes: the request with references resolved from the
+        recorded state of the dependencies, its runtime, and how to record the result."""
+        resource = spec_resources[inp.resource_id]
         attributes = resource.attributes
         references = find_references(attributes, spec_resources)
-        wanted = [resource.id, *sorted({ref.resource_id for ref in references})]
-        state = await asyncio.to_thread(
-            self.backend.resources, inp.project, inp.workspace, inp.revision, wanted
-        )
         if references:
             live_deps = {rid: r.attributes for rid, r in state.items() if rid != resource.id}
             attributes = resolve_references(attributes, live_deps)
@@ -740,8 +794,18 @@ class OperationActivities:
             extensions=resource.extensions,
             prior_state=recorded.attributes if recorded else None,
         )
-        run = self._owner(inp.owner)
-        options = self._options(
+        return _Applying(
+            resource=resource,
+            request=request,
+            runtime=self.registry.get(str(resource.type)),
+            options=options,
+            # dependsOn plus the $kusion_path edges: destroy and deletions walk them in reverse
+            depends=sorted({*resource.depends_on, *(ref.resource_id for ref in references)}),
+            tainted=_taint(resource, spec_resources, state),
+        )
+
+    def _node_options(self, inp: NodeInput | GroupInput, run: RunRef) -> RuntimeOptions:
+        return self._options(
             inp.project,
             inp.workspace,
             inp.spec_ref,
@@ -750,30 +814,29 @@ class OperationActivities:
             revision=inp.revision,
             run=run,
         )
-        runtime = self.registry.get(str(resource.type))
-        await asyncio.to_thread(runtime.check_policy, request, options)  # again, resolved
+
+    async def _holds(self, run: RunRef, project: str, workspace: str, revision: int) -> None:
         await self._fenced(
             run,
-            inp.project,
-            inp.workspace,
-            lambda: self.backend.assert_holds(inp.project, inp.workspace, inp.revision, run),
+            project,
+            workspace,
+            lambda: self.backend.assert_holds(project, workspace, revision, run),
         )
-        live = await runtime.apply(request, options)
-        tainted = _taint(resource, spec_resources, state)
-        if tainted:
-            # values derived from a dependency's sensitive ones stay masked wherever shown
-            live = {**live, RECORDED_SENSITIVE_KEY: sorted({*recorded_sensitive(live), *tainted})}
-        # dependsOn plus the $kusion_path edges: destroy and deletions walk them in reverse
-        depends = sorted({*resource.depends_on, *(ref.resource_id for ref in references)})
+
+    async def _apply(self, inp: NodeInput) -> NodeResult:
+        spec_resources = self.specs.resources(inp.spec_ref) if inp.spec_ref else {}
+        wanted = self._wanted(inp, spec_resources)
+        state = await asyncio.to_thread(
+            self.backend.resources, inp.project, inp.workspace, inp.revision, wanted
+        )
+        run = self._owner(inp.owner)
+        job = self._applying(inp, spec_resources, state, self._node_options(inp, run))
+        await _pre_check(job.runtime, job.request, job.options)  # resolved
+        await self._holds(run, inp.project, inp.workspace, inp.revision)
+        live = await job.runtime.apply(job.request, job.options)
 
         async def record(attributes: dict[str, Any]) -> None:
-            applied = Resource(
-                id=resource.id,
-                type=resource.type,
-                attributes=attributes,
-                depends_on=depends,
-                extensions=resource.extensions,
-            )
+            applied = job.applied(attributes)
             await self._fenced(
                 run,
                 inp.project,
@@ -787,10 +850,10 @@ class OperationActivities:
         # stack's (a later destroy removes it).
         await record(live)
         if inp.watch:
-            live = await runtime.wait_ready(request, options)
+            live = await job.runtime.wait_ready(job.request, job.options)
             await record(live)
         return NodeResult(
-            id=resource.id, action=inp.action, status=NodeStatus.succeeded, digest=_digest(live)
+            id=job.resource.id, action=inp.action, status=NodeStatus.succeeded, digest=_digest(live)
         )
 
     @activity.defn(name="delete_resource")
@@ -805,30 +868,11 @@ class OperationActivities:
         )
         run = self._owner(inp.owner)
         if recorded is not None:
-            request = ResourceRequest(
-                id=recorded.id,
-                type=str(recorded.type),
-                attributes=_as_desired(recorded.attributes),
-                extensions=recorded.extensions,
-                prior_state=recorded.attributes,
-            )
-            options = self._options(
-                inp.project,
-                inp.workspace,
-                inp.spec_ref,
-                force=inp.force,
-                adopt=inp.adopt,
-                revision=inp.revision,
-                run=run,
-            )
+            request = _deletion_request(recorded)
+            options = self._node_options(inp, run)
             runtime = self.registry.get(str(recorded.type))
-            await asyncio.to_thread(runtime.check_policy, request, options)
-            await self._fenced(
-                run,
-                inp.project,
-                inp.workspace,
-                lambda: self.backend.assert_holds(inp.project, inp.workspace, inp.revision, run),
-            )
+            await _pre_check(runtime, request, options)
+            await self._holds(run, inp.project, inp.workspace, inp.revision)
             await runtime.delete(request, options)
             await self._fenced(
                 run,
@@ -854,34 +898,95 @@ class OperationActivities:
                 return await self._run_group(inp)
 
     async def _run_group(self, inp: GroupInput) -> list[NodeResult]:
-        async def one(resource_id: str, action: str) -> NodeResult | Exception:
-            node = NodeInput(
-                project=inp.project,
-                workspace=inp.workspace,
-                revision=inp.revision,
+        """One state read, one lock check and one write per group; each node's runtime call
+        on its own (side by side), each node's failure its own."""
+        run = self._owner(inp.owner)
+        project, workspace, revision = inp.project, inp.workspace, inp.revision
+        options = self._node_options(inp, run)
+        spec_resources = self.specs.resources(inp.spec_ref) if inp.spec_ref else {}
+        nodes = {
+            rid: NodeInput(
+                project=project,
+                workspace=workspace,
+                revision=revision,
                 spec_ref=inp.spec_ref,
-                resource_id=resource_id,
+                resource_id=rid,
                 action=action,
                 force=inp.force,
                 adopt=inp.adopt,
                 owner=inp.owner,
                 unavailable_timeout_seconds=inp.unavailable_timeout_seconds,
             )
+            for rid, action in inp.nodes
+        }
+        outcome: dict[str, NodeResult | Exception] = {}
+        wanted: dict[str, list[str]] = {}
+        for rid, node in nodes.items():
             try:
-                if action == "Delete":
-                    return await self._delete(node)
-                return await self._apply(node)
-            except Exception as exc:  # classified below, per node
-                return exc
+                wanted[rid] = (
+                    [rid] if node.action == "Delete" else self._wanted(node, spec_resources)
+                )
+            except Exception as exc:
+                outcome[rid] = exc
+        every = sorted({i for ids in wanted.values() for i in ids})
+        state = await asyncio.to_thread(self.backend.resources, project, workspace, revision, every)
+        await self._holds(run, project, workspace, revision)
+        applied: dict[str, Resource] = {}
+        deleted: list[str] = []
+        gate = asyncio.Semaphore(inp.concurrency)
 
-        outcomes = await asyncio.gather(*(one(rid, action) for rid, action in inp.nodes))
+        async def one(rid: str) -> None:
+            async with gate:
+                await step(rid)
+
+        async def step(rid: str) -> None:
+            node = nodes[rid]
+            try:
+                if node.action == "Delete":
+                    recorded = state.get(rid)
+                    if recorded is not None:
+                        request = _deletion_request(recorded)
+                        runtime = self.registry.get(str(recorded.type))
+                        await _pre_check(runtime, request, options)
+                        await runtime.delete(request, options)
+                        deleted.append(rid)
+                    outcome[rid] = NodeResult(id=rid, action="Delete", status=NodeStatus.succeeded)
+                    return
+                mine = {i: state[i] for i in wanted[rid] if i in state}
+                job = self._applying(node, spec_resources, mine, options)
+                await _pre_check(job.runtime, job.request, options)
+                live = await job.runtime.apply(job.request, options)
+                applied[rid] = job.applied(live)
+                outcome[rid] = NodeResult(
+                    id=rid, action=node.action, status=NodeStatus.succeeded, digest=_digest(live)
+                )
+            except Exception as exc:  # classified below, per node
+                outcome[rid] = exc
+
+        await asyncio.gather(*(one(rid) for rid in wanted))
+        order = [rid for rid, _ in inp.nodes]
+        await self._fenced(
+            run,
+            project,
+            workspace,
+            lambda: self.backend.record_resources(
+                project, workspace, revision, [applied[i] for i in order if i in applied], run=run
+            ),
+        )
+        await self._fenced(
+            run,
+            project,
+            workspace,
+            lambda: self.backend.record_deletions(project, workspace, revision, deleted, run=run),
+        )
         results: list[NodeResult] = []
         again: BaseException | None = None
-        for (rid, action), outcome in zip(inp.nodes, outcomes, strict=True):
-            if isinstance(outcome, NodeResult):
-                results.append(outcome)
+        for rid, action in inp.nodes:
+            done = outcome[rid]
+            if isinstance(done, NodeResult):
+                results.append(done)
                 continue
-            error = to_application_error(outcome, inp.unavailable_timeout_seconds)
+            error = to_application_error(done, inp.unavailable_timeout_seconds)
             if isinstance(error, ApplicationError) and error.non_retryable:
                 results.append(
                     NodeResult(
@@ -895,7 +1000,7 @@ class OperationActivities:
             elif again is None:
                 again = error
         if again is not None:
-            raise again
+            raise again  # what succeeded is recorded; the retry applies it again, harmlessly
         return results
 
     def all(self) -> list[Any]:

@@ -455,6 +455,10 @@ async def _run(
     detail: bool,
     full: bool = False,
 ) -> None:
+    if yes and workflow != "PreviewWorkflow":
+        # Approved up front: the run goes from its preview straight to the walk (the release
+        # records "<user> (auto_approve)"), one round trip less than an approval Update.
+        request = request.model_copy(update={"auto_approve": True})
     runner = Runner(workflow, request, output)
     client = await _connect()
     handle = await runner.start(client)

@@ -94,6 +94,10 @@ class Runtime(abc.ABC):
     """Async interface every infrastructure implements."""
 
     type_name: ClassVar[str]
+    checks_every_call: ClassVar[bool] = False
+    """True when read/preview/apply/delete each run ``check_policy`` themselves on the very
+    path or object they touch; callers then skip their own check right before the call
+    (the whole-spec check at preview still runs first)."""
 
     @abc.abstractmethod
     async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:

@@ -44,6 +44,7 @@ class SpecGate:
 
     def __init__(self) -> None:
         self._passed: OrderedDict[tuple[str, Any], None] = OrderedDict()
+        self._checking: dict[tuple[str, Any], threading.Lock] = {}
         self._lock = threading.Lock()
 
     def check_spec(
@@ -54,17 +55,30 @@ class SpecGate:
         options: RuntimeOptions,
     ) -> None:
         key = (spec_ref or "", worker_policy())
-        with self._lock:
-            if spec_ref is not None and key in self._passed:
-                self._passed.move_to_end(key)
-                return
-        check_requests(registry, (request_for(r) for r in resources.values()), options)
         if spec_ref is None:
+            check_requests(registry, (request_for(r) for r in resources.values()), options)
             return
         with self._lock:
-            self._passed[key] = None
-            while len(self._passed) > _CHECKED_SPECS:
-                self._passed.popitem(last=False)
+            if key in self._passed:
+                self._passed.move_to_end(key)
+                return
+            checking = self._checking.setdefault(key, threading.Lock())
+        # One thread checks a spec; the preview batches that ask meanwhile wait for its word.
+        with checking:
+            with self._lock:
+                if key in self._passed:
+                    return
+            try:
+                check_requests(registry, (request_for(r) for r in resources.values()), options)
+            except BaseException:
+                with self._lock:
+                    self._checking.pop(key, None)
+                raise
+            with self._lock:
+                self._checking.pop(key, None)
+                self._passed[key] = None
+                while len(self._passed) > _CHECKED_SPECS:
+                    self._passed.popitem(last=False)
 
 
 SPECS = SpecGate()
@@ -81,4 +95,5 @@ def check_preview(
     """A preview batch: the whole spec (once per spec and policy), then the batch's own
     resources (their deletions included) again, right before they are touched."""
     SPECS.check_spec(registry, spec_ref, resources, options)
-    check_requests(registry, (request_for(r) for r in batch), options)
+    again = (r for r in batch if not registry.get(str(r.type)).checks_every_call)
+    check_requests(registry, (request_for(r) for r in again), options)

@@ -369,6 +369,7 @@ class OnPremRuntime(Runtime):
     """Files and directories on the local machine, inside the worker policy's roots."""
 
     type_name = "OnPrem"
+    checks_every_call = True  # every call starts with _place: the policy on that very path
 
     def __init__(self, policy: WorkerPolicy | None = None) -> None:
         self._policy = policy

@@ -355,6 +355,8 @@ class GroupInput(BaseModel):
     spec_ref: str | None
     nodes: list[tuple[str, str]]
     """(resource id, action) of each node."""
+    concurrency: int = Field(default=8, ge=1)
+    """Runtime calls this group makes at once (its share of the run's max_concurrency)."""
     force: bool = False
     adopt: bool = False
     owner: RunOwner | None = None
@@ -364,7 +366,7 @@ class GroupInput(BaseModel):
 GROUPED_TYPES = ("OnPrem", "Kubernetes")
 """Runtimes whose nodes are cheap enough to share an activity (Terraform's run tofu)."""
 GROUP_LIMIT = 64
-"""Nodes one ``run_group`` activity takes at most (the run's max_concurrency also caps it)."""
+"""Nodes one ``run_group`` activity takes at most."""
 
 
 class StatusView(BaseModel):

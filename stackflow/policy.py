@@ -35,6 +35,7 @@ OnPrem
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import re
 import site
@@ -173,6 +174,13 @@ def _within(path: str, root: str) -> bool:
 
 def _real(path: str) -> str:
     return os.path.realpath(os.path.expanduser(path))
+
+
+@functools.lru_cache(maxsize=16)
+def _real_roots(roots: tuple[str, ...]) -> list[str]:
+    """The configured roots, resolved once per worker (paths under them are resolved on
+    every check)."""
+    return [_real(root) for root in roots]
 
 
 def _split(raw: str, sep: str) -> list[str]:
@@ -555,7 +563,7 @@ class WorkerPolicy(PolicySettings):
     ) -> OnPremTarget:
         """Where ``path`` lives, once it is known to be inside a root (through symlinks) and
         outside stackflow's own paths; ``reading``: an existing file must not be too large."""
-        roots = [_real(root) for root in self.onprem.roots]
+        roots = _real_roots(tuple(self.onprem.roots))
         if not roots:
             raise PolicyViolation(
                 resource_id,

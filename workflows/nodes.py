@@ -107,7 +107,9 @@ async def run_resource_node(node: PlannedNode, batch: BatchInput) -> NodeResult:
         )
 
 
-async def run_resource_group(nodes: list[PlannedNode], batch: BatchInput) -> list[NodeResult]:
+async def run_resource_group(
+    nodes: list[PlannedNode], batch: BatchInput, concurrency: int
+) -> list[NodeResult]:
     """Ready nodes of cheap runtimes in one activity; one result per node. If the activity
     itself fails (retries spent, worker gone past its timeouts), every node fails with it."""
     verb = "delete" if nodes[0].action == "Delete" else "apply"
@@ -120,6 +122,7 @@ async def run_resource_group(nodes: list[PlannedNode], batch: BatchInput) -> lis
                 revision=batch.revision,
                 spec_ref=batch.spec_ref,
                 nodes=[(node.id, node.action) for node in nodes],
+                concurrency=concurrency,
                 force=batch.force,
                 adopt=batch.adopt,
                 owner=batch.owner,
@@ -162,8 +165,8 @@ async def walk_nodes(
     async def run(node: PlannedNode) -> NodeResult:
         return await run_resource_node(node, batch)
 
-    async def run_group(group: list[PlannedNode]) -> list[NodeResult]:
-        return await run_resource_group(group, batch)
+    async def run_group(group: list[PlannedNode], concurrency: int) -> list[NodeResult]:
+        return await run_resource_group(group, batch, concurrency)
 
     grouped = workflow.patched(GROUP_READY_NODES)
     return await walk(

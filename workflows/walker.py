@@ -17,8 +17,11 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from stackflow.operation import NodeResult, NodeStatus, PlannedNode
 
+GROUP_ROUNDS = 8
+"""A group holds at most this many nodes per runtime call it may make at once."""
 RunNode = Callable[[PlannedNode], Awaitable[NodeResult]]
-RunGroup = Callable[[list[PlannedNode]], Awaitable[list[NodeResult]]]
+RunGroup = Callable[[list[PlannedNode], int], Awaitable[list[NodeResult]]]
+"""Runs a group of nodes, at most the given number of runtime calls at once."""
 CANCEL_IN_FLIGHT = "walk-cancels-in-flight-nodes"
 """Patch: a cancelled walk cancels its running nodes (runs from before it let them finish)."""
 
@@ -62,8 +65,10 @@ async def walk(
     """Run every node after its dependencies; return one result per node, in plan order.
 
     With ``run_group``, ready nodes that share a ``group_key`` (None: never grouped) start
-    together in one call (one activity) instead of one call each; ``max_concurrency`` still
-    counts nodes, so as many resources are in flight either way."""
+    together in one call (one activity, up to ``group_limit`` nodes) instead of one call
+    each. ``max_concurrency`` bounds the runtime calls in flight either way: a group may make
+    at most half of them at once, so two groups overlap (one runs while the other's result
+    travels back)."""
     progress = progress or WalkProgress()
     order = {node.id: i for i, node in enumerate(nodes)}
     by_id = {node.id: node for node in nodes}
@@ -97,21 +102,24 @@ async def walk(
 
     ready = [node.id for node in nodes if remaining[node.id] == 0 and node.id not in results]
     in_flight: dict[asyncio.Task[list[NodeResult]], list[str]] = {}
+    slots: dict[asyncio.Task[list[NodeResult]], int] = {}
+    """Runtime calls a task may make at once: 1 per node, a group its share."""
     flying = 0
+    group_slots = max(1, max_concurrency // 2)
     stopping = False
 
     async def single(node: PlannedNode) -> list[NodeResult]:
         return [await run_node(node)]
 
-    def take(room: int) -> list[str]:
-        """The next ready node, and the ready nodes of its group (up to ``room``)."""
+    def take(limit: int) -> list[str]:
+        """The next ready node, and the ready nodes of its group (up to ``limit``)."""
         first = ready.pop(0)
         key = group_key(by_id[first]) if run_group is not None and group_key else None
-        if key is None or room <= 1:
+        if key is None:
             return [first]
         picked = [first]
         for node_id in list(ready):
-            if len(picked) >= room:
+            if len(picked) >= limit:
                 break
             if group_key is not None and group_key(by_id[node_id]) == key:
                 ready.remove(node_id)
@@ -123,14 +131,19 @@ async def walk(
 
     while ready or in_flight:
         while ready and not stopping and flying < max_concurrency:
-            ids = take(min(max_concurrency - flying, group_limit))
+            share = min(group_slots, max_concurrency - flying)
+            # a group runs about 8 rounds of its share: progress still moves in small steps
+            ids = take(min(group_limit, GROUP_ROUNDS * share))
             if len(ids) == 1:
                 task = asyncio.ensure_future(single(by_id[ids[0]]))
+                slots[task] = 1
             else:
                 assert run_group is not None
-                task = asyncio.ensure_future(run_group([by_id[i] for i in ids]))
+                share = min(len(ids), share)
+                task = asyncio.ensure_future(run_group([by_id[i] for i in ids], share))
+                slots[task] = share
             in_flight[task] = ids
-            flying += len(ids)
+            flying += slots[task]
             progress.running = running()
         if not in_flight:
             break
@@ -147,7 +160,7 @@ async def walk(
         done: list[tuple[str, NodeResult]] = []
         for task in finished:
             ids = in_flight.pop(task)
-            flying -= len(ids)
+            flying -= slots.pop(task)
             done.extend(zip(ids, task.result(), strict=True))
         for node_id, result in sorted(done, key=lambda pair: order[pair[0]]):
             results[node_id] = result

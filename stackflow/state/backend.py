@@ -657,37 +657,66 @@ class StateBackend:
         run: RunRef | None = None,
     ) -> None:
         """Record one applied resource's state in the release (fenced on ``run``)."""
+        self.record_resources(project, workspace, revision, [resource], run=run)
+
+    def record_resources(
+        self,
+        project: str,
+        workspace: str,
+        revision: int,
+        resources: Iterable[Resource],
+        *,
+        run: RunRef | None = None,
+    ) -> None:
+        """Record applied resources' state in the release, in one transaction (fenced on
+        ``run``): an upsert each, new ones appended in the order given."""
         t = release_resources.c
-        body = self.sealer.seal(project, workspace, revision, resource)
+        bodies = [(r.id, self.sealer.seal(project, workspace, revision, r)) for r in resources]
+        if not bodies:
+            return
         with self._tx(write=True) as conn:
             self._fence(conn, project, workspace, revision, run, share=True)
-            updated = conn.execute(
-                release_resources.update()
-                .where(*self._where_state(project, workspace, revision))
-                .where(t.resource_id == resource.id)
-                .values(body=body)
-                .returning(t.position)
-            ).first()
-            if updated is not None:
+            known = {
+                row.resource_id
+                for row in conn.execute(
+                    sa.select(t.resource_id)
+                    .where(*self._where_state(project, workspace, revision))
+                    .where(t.resource_id.in_([rid for rid, _ in bodies]))
+                )
+            }
+            for rid, body in bodies:
+                if rid in known:
+                    conn.execute(
+                        release_resources.update()
+                        .where(*self._where_state(project, workspace, revision))
+                        .where(t.resource_id == rid)
+                        .values(body=body)
+                    )
+            fresh = [(rid, body) for rid, body in bodies if rid not in known]
+            if not fresh:
                 return
             position = conn.execute(
-                sa.select(sa.func.coalesce(sa.func.max(t.position), 0) + 1).where(
+                sa.select(sa.func.coalesce(sa.func.max(t.position), 0)).where(
                     *self._where_state(project, workspace, revision)
                 )
             ).scalar_one()
+            insert = self._insert(release_resources).values(
+                [
+                    {
+                        "project": project,
+                        "workspace": workspace,
+                        "revision": revision,
+                        "resource_id": rid,
+                        "position": position + n,
+                        "body": body,
+                    }
+                    for n, (rid, body) in enumerate(fresh, start=1)
+                ]
+            )
             conn.execute(
-                self._insert(release_resources)
-                .values(
-                    project=project,
-                    workspace=workspace,
-                    revision=revision,
-                    resource_id=resource.id,
-                    position=position,
-                    body=body,
-                )
-                .on_conflict_do_update(
+                insert.on_conflict_do_update(
                     index_elements=["project", "workspace", "revision", "resource_id"],
-                    set_={"body": body},
+                    set_={"body": insert.excluded.body},
                 )
             )
 
@@ -701,12 +730,28 @@ class StateBackend:
         run: RunRef | None = None,
     ) -> None:
         """Remove one deleted resource from the release's state (fenced; idempotent)."""
+        self.record_deletions(project, workspace, revision, [resource_id], run=run)
+
+    def record_deletions(
+        self,
+        project: str,
+        workspace: str,
+        revision: int,
+        resource_ids: Iterable[str],
+        *,
+        run: RunRef | None = None,
+    ) -> None:
+        """Remove deleted resources from the release's state, in one transaction (fenced;
+        idempotent)."""
+        ids = list(resource_ids)
+        if not ids:
+            return
         with self._tx(write=True) as conn:
             self._fence(conn, project, workspace, revision, run, share=True)
             conn.execute(
                 release_resources.delete()
                 .where(*self._where_state(project, workspace, revision))
-                .where(release_resources.c.resource_id == resource_id)
+                .where(release_resources.c.resource_id.in_(ids))
             )
 
     def recover(self, holder: StackLock, reason: str) -> bool:

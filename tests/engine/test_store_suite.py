@@ -168,6 +168,21 @@ def test_latest_succeeded_and_spec_refs(backend: StateBackend) -> None:
     assert backend.stacks() == [("p", "w")]
 
 
+def test_batched_records_and_deletions_are_one_fenced_write(backend: StateBackend) -> None:
+    backend.create("p", "w", Operation.apply, run=R1)
+    backend.record_resources("p", "w", 1, [res("a", v=1), res("b", v=1)], run=R1)
+    backend.record_resources("p", "w", 1, [res("b", v=2), res("c", v=1)], run=R1)
+    state = backend.get("p", "w", 1).state.resources
+    assert [(r.id, r.attributes["v"]) for r in state] == [("a", 1), ("b", 2), ("c", 1)]
+    with pytest.raises(FencedError):
+        backend.record_resources("p", "w", 1, [res("d", v=1), res("a", v=9)], run=R2)
+    with pytest.raises(FencedError):
+        backend.record_deletions("p", "w", 1, ["a", "b"], run=R2)
+    assert [r.id for r in backend.get("p", "w", 1).state.resources] == ["a", "b", "c"]
+    backend.record_deletions("p", "w", 1, ["a", "c", "never-there"], run=R1)
+    assert [r.id for r in backend.get("p", "w", 1).state.resources] == ["b"]
+
+
 def test_a_rollback_release_records_the_revision_it_restores(backend: StateBackend) -> None:
     spec = parse_spec({"resources": [{"id": "a", "type": "OnPrem", "attributes": {}}]})
     backend.create("p", "w", Operation.apply, spec, run=R1)

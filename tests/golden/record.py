@@ -183,6 +183,33 @@ async def main() -> None:
         refresh = await start(verbs, workflow="RefreshWorkflow", auto_approve=True)
         await refresh.result()
         await save(client, refresh, "refresh")
+
+        # ready nodes sharing run_group activities (a directory, then 12 files in it), and
+        # a destroy of them in groups
+        grouped_files = files(root / "g" / "dir", 12)
+        for f in grouped_files:
+            f["dependsOn"] = [f"onprem:Directory:{root}/g/dir"]
+        directory = {
+            "id": f"onprem:Directory:{root}/g/dir",
+            "type": "OnPrem",
+            "attributes": {"kind": "Directory", "path": f"{root}/g/dir"},
+        }
+        grouped = await start(
+            f"golden-grouped-{tag}",
+            spec={"resources": [directory, *grouped_files]},
+            auto_approve=True,
+            max_concurrency=4,
+        )
+        await grouped.result()
+        await save(client, grouped, "grouped_apply")
+        ungrouped = await start(
+            f"golden-grouped-{tag}",
+            workflow="DestroyWorkflow",
+            auto_approve=True,
+            max_concurrency=4,
+        )
+        await ungrouped.result()
+        await save(client, ungrouped, "grouped_destroy")
     await activities.registry.close()
     backend.close()
 

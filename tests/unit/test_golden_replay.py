@@ -28,6 +28,8 @@ EXPECTED = {
     "rollback",
     "drift",
     "refresh",
+    "grouped_apply",
+    "grouped_destroy",
 }
 
 

@@ -4,11 +4,16 @@ For each size, on the dev kube-apiserver of `make up` and the kubectl `make setu
 its version, each tool in a namespace of its own:
 
 - apply: ``stackflow apply --yes`` (preview and approval included, as a user runs it) vs
-  ``kubectl apply --server-side`` of the same objects as one multi-document YAML;
+  ``kubectl apply --server-side --validate=false`` of the same objects as one multi-document
+  YAML (kubectl 1.30's default client-side validation step re-parses the OpenAPI document
+  for every object, kubernetes/kubernetes#127095: ``--strict-peer`` times that too);
 - unchanged preview: ``stackflow preview`` vs ``kubectl diff --server-side``;
-- destroy: ``stackflow destroy --yes`` (which confirms each object is gone) vs
-  ``kubectl delete --wait=false``, and vs that delete plus waiting until the namespace is
-  gone (``kubectl wait --for=delete``), the closer peer of what stackflow confirms.
+- destroy: ``stackflow destroy --yes`` (foreground deletion, confirming each object is
+  gone) vs ``kubectl delete --wait=false`` (background deletion, kubectl's default), vs that
+  delete plus waiting until the namespace is gone (``kubectl wait --for=delete``), and vs
+  ``kubectl delete --cascade=foreground`` of the same objects in a third namespace, which
+  waits as stackflow does (foreground deletions go at the pace of the controller manager's
+  garbage collector; ``--no-foreground-peer`` skips it).
 
 stackflow runs as a user runs it: the ``stackflow`` command against a worker process of the
 benchmark's own (own task queue, home and SQLite state backend; see benchmarks/_lib). Per
@@ -121,6 +126,7 @@ class Measured:
         self.seconds: dict[str, float] = {}
         self.requests: dict[str, Counter[str]] = {}
         self.temporal: dict[str, RunStats] = {}
+        self.cpu: dict[str, str] = {}
 
 
 def measure(
@@ -133,7 +139,12 @@ def measure(
 
 
 def bench_size(
-    sf: harness.Stack, kubectl: str, size: int, concurrency: int | None
+    sf: harness.Stack,
+    kubectl: str,
+    size: int,
+    concurrency: int | None,
+    strict: bool,
+    foreground: bool,
 ) -> tuple[Measured, Measured]:
     tag = uuid.uuid4().hex[:6]
     ours, peer = Measured(), Measured()
@@ -148,6 +159,8 @@ def bench_size(
     flags = ["--project", project]
 
     def stats(phase: str, since: float) -> None:
+        if sf.meter is not None:
+            ours.cpu[phase] = sf.meter.describe(ours.seconds[phase])
         ours.temporal[phase] = asyncio.run(
             stack_stats(f"stackflow/{project}/default", since, previews=phase == "preview")
         )
@@ -161,12 +174,25 @@ def bench_size(
         lambda: sf.cli("apply", "-f", str(spec_path), *flags, "--yes", *extra),
     )
     stats("apply", t0)
+    # --validate=false: kubectl 1.30 re-parses the OpenAPI v3 document for every object when it
+    # validates (kubernetes/kubernetes#127095, ~35 ms of client CPU per object here), which
+    # would make the peer look slow for a reason of its own; stackflow asks for no validation
+    # either (the server's default for apply patches applies).
     measure(
         kubectl,
         peer,
         "apply",
-        lambda: harness.timed([kubectl, "apply", "--server-side", "-f", str(docs)], env=env)[0],
+        lambda: harness.timed(
+            [kubectl, "apply", "--server-side", "--validate=false", "-f", str(docs)], env=env
+        )[0],
     )
+    if strict:
+        strict_docs = sf.work / f"objects-{tag}-strict.yaml"
+        strict_docs.write_text(yaml_docs(manifests(f"{kc_ns}-strict", size)))
+        peer.seconds["apply-strict"] = harness.timed(
+            [kubectl, "apply", "--server-side", "-f", str(strict_docs)], env=env
+        )[0]
+        harness.timed([kubectl, "delete", "--wait=false", "-f", str(strict_docs)], env=env)
     # unchanged preview: kubectl diff exits 0 when nothing would change, 1 when something would
     t0 = time.time()
     measure(kubectl, ours, "preview", lambda: sf.cli("preview", "-f", str(spec_path), *flags))
@@ -200,18 +226,33 @@ def bench_size(
         ok_codes=(0, 1),  # 1: already gone before the wait started
     )
     peer.seconds["destroy+gone"] = peer.seconds["destroy"] + wait
+    if foreground:
+        # what stackflow confirms: each object deleted in the foreground and gone
+        fg_docs = sf.work / f"objects-{tag}-fg.yaml"
+        fg_docs.write_text(yaml_docs(manifests(f"{kc_ns}-fg", size)))
+        harness.timed(
+            [kubectl, "apply", "--server-side", "--validate=false", "-f", str(fg_docs)], env=env
+        )
+        peer.seconds["destroy-fg"] = harness.timed(
+            [kubectl, "delete", "--cascade=foreground", "--timeout=600s", "-f", str(fg_docs)],
+            env=env,
+        )[0]
     return ours, peer
 
 
 def report(size: int, ours: Measured, peer: Measured, run: int) -> None:
     rows = []
     for phase, peer_name, peer_key in (
-        ("apply", "kubectl apply --server-side", "apply"),
+        ("apply", "kubectl apply --server-side --validate=false", "apply"),
+        ("apply", "  kubectl apply --server-side (validate=strict)", "apply-strict"),
         ("preview", "kubectl diff --server-side", "preview"),
         ("destroy", "kubectl delete --wait=false", "destroy"),
         ("destroy", "  … + wait until the namespace is gone", "destroy+gone"),
+        ("destroy", "kubectl delete --cascade=foreground (waits)", "destroy-fg"),
     ):
         mine, theirs = ours.seconds.get(phase), peer.seconds.get(peer_key)
+        if theirs is None:
+            continue
         rows.append(
             [
                 f"{phase} {size}",
@@ -235,6 +276,7 @@ def report(size: int, ours: Measured, peer: Measured, run: int) -> None:
     print("Temporal, stackflow's runs of each phase:")
     for phase, stats in ours.temporal.items():
         print(f"  {phase:<8} {stats.describe(size + 1)}")
+        print(f"  {'':<8} {ours.cpu.get(phase, '')}")
 
 
 def main() -> None:
@@ -246,6 +288,16 @@ def main() -> None:
     )
     parser.add_argument("--backend", default="sqlite", help="sqlite (default) or postgresql")
     parser.add_argument("--profile", type=Path, default=None, help="py-spy raw output file")
+    parser.add_argument(
+        "--strict-peer",
+        action="store_true",
+        help="also time kubectl apply with its default --validate=strict (slow in 1.30)",
+    )
+    parser.add_argument(
+        "--no-foreground-peer",
+        action="store_true",
+        help="skip timing kubectl delete --cascade=foreground (it waits for the garbage collector)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args()
     harness.need_env("TEMPORAL_ADDRESS", "KUBECONFIG")
@@ -258,7 +310,14 @@ def main() -> None:
         )
         for size in harness.sizes_arg(args.sizes):
             for run in range(1, args.repeat + 1):
-                ours, peer = bench_size(sf, kubectl, size, args.max_concurrency)
+                ours, peer = bench_size(
+                    sf,
+                    kubectl,
+                    size,
+                    args.max_concurrency,
+                    args.strict_peer,
+                    not args.no_foreground_peer,
+                )
                 report(size, ours, peer, run)
         peak = sf.worker.peak_rss_mb()
     print(f"\nworker peak RSS {peak:.0f} MB" if peak else "")

@@ -95,6 +95,7 @@ def bench_size(size: int, args: argparse.Namespace, files: Path) -> tuple[list[o
         if written != size:
             raise SystemExit(f"stackflow apply wrote {written} of {size} files")
         peak = sf.worker.peak_rss_mb()
+        cpu = sf.meter.describe(seconds) if sf.meter else ""
     stats = asyncio.run(stack_stats(f"stackflow/{project}/default", t0))
     # direct calls: the same files in another directory (the policy's roots allow it)
     os.environ["STACKFLOW_ONPREM_ROOTS"] = str(files)
@@ -111,7 +112,7 @@ def bench_size(size: int, args: argparse.Namespace, files: Path) -> tuple[list[o
         f"{overhead_ms:.1f}",
         f"{peak:.0f}" if peak else "-",
     ]
-    return row, stats.describe(size), server_log.report()
+    return row, f"{stats.describe(size)}\n  {cpu}", server_log.report()
 
 
 def main() -> None:

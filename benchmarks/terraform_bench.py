@@ -206,9 +206,14 @@ def side_by_side(kind: str, size: int, run: int, backend: str, concurrency: int 
         spec.write_text(json.dumps(stackflow_spec(kind, size)))
         flags = ["--project", project]
         t0 = time.time()
-        ours["apply"] = sf.cli("apply", "-f", str(spec), *flags, "--yes", *extra)
-        ours["plan"] = sf.cli("preview", "-f", str(spec), *flags)
-        ours["destroy"] = sf.cli("destroy", *flags, "--yes", *extra)
+        cpu = {}
+        for phase, args in (
+            ("apply", ("apply", "-f", str(spec), *flags, "--yes", *extra)),
+            ("plan", ("preview", "-f", str(spec), *flags)),
+            ("destroy", ("destroy", *flags, "--yes", *extra)),
+        ):
+            ours[phase] = sf.cli(*args)
+            cpu[phase] = sf.meter.describe(ours[phase]) if sf.meter else ""
         stats = asyncio.run(stack_stats(f"stackflow/{project}/default", t0))
 
         module = sf.work / "root"
@@ -244,6 +249,10 @@ def side_by_side(kind: str, size: int, run: int, backend: str, concurrency: int 
     print(harness.table(["work", "stackflow s", "peer", "tofu s", "stackflow/tofu"], rows))
     print(f"tofu init of the root module (not in the ratios): {init:.2f} s")
     print(f"Temporal (apply + destroy runs): {stats.describe(size)}")
+    for phase, text in cpu.items():
+        print(
+            f"  stackflow {phase}: {text} (tofu processes are the worker's children: not counted)"
+        )
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import resource
 import shutil
 import signal
 import statistics
@@ -27,10 +28,12 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+SERVICES = ("temporal", "postgres", "redis", "kube-apiserver", "etcd", "kube-controller-manager")
+"""`make up` services whose CPU the benchmarks report."""
 VENV_BIN = REPO / ".venv" / "bin"
 STACKFLOW = str(VENV_BIN / "stackflow")
 PYTHON = str(VENV_BIN / "python")
@@ -112,9 +115,9 @@ class Worker:
     def start(self, timeout: float = 90.0) -> None:
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
-                [PYTHON, str(REPO / "worker.py")],
+                [PYTHON, str(code_root() / "worker.py")],
                 env=self.env,
-                cwd=REPO,
+                cwd=code_root(),
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -142,7 +145,6 @@ class Worker:
                     "raw",
                     "--rate",
                     "100",
-                    "--idle",
                     "--nonblocking",
                     "-o",
                     str(self.profile),
@@ -198,10 +200,16 @@ class Stack:
     work: Path
     queue: str
     backend: str
-    timings: list[tuple[str, float]] = field(default_factory=list)
+    cli_cpu: float = 0.0
+    """CPU seconds of the last ``stackflow`` command."""
+    meter: CpuMeter | None = None
+    """CPU of the worker and the services during the last ``stackflow`` command."""
 
     def cli(self, *args: str, timeout: float = 3600.0, stdin: str | None = None) -> float:
         """Run ``stackflow ARGS``; its wall time in seconds. A failure stops the benchmark."""
+        self.meter = CpuMeter({"worker": self.worker.pid, **service_pids(SERVICES)})
+        self.meter.start()
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         done = subprocess.run(
             [STACKFLOW, *args],
@@ -213,6 +221,10 @@ class Stack:
             input=stdin,
         )
         seconds = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self.cli_cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+        self.meter.stop()
+        self.meter.used["stackflow CLI"] = self.cli_cpu
         if done.returncode != 0:
             raise SystemExit(
                 f"stackflow {' '.join(args)} exited {done.returncode}:\n{done.stderr[-3000:]}\n"
@@ -221,10 +233,19 @@ class Stack:
         return seconds
 
 
+def code_root() -> Path:
+    """Whose code the worker and the CLI run: this checkout, or the tree named by
+    ``STACKFLOW_BENCH_CODE`` (e.g. an exported older commit, to compare two versions with
+    the same benchmark)."""
+    return Path(os.environ.get("STACKFLOW_BENCH_CODE") or REPO).resolve()
+
+
 def base_env() -> dict[str, str]:
     need_env("TEMPORAL_ADDRESS")
     env = dict(os.environ)
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    if code_root() != REPO:
+        env["PYTHONPATH"] = str(code_root())  # ahead of the venv's editable install
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 
@@ -294,6 +315,53 @@ def timed(
     return seconds, done
 
 
+# ---- CPU time of the processes involved ---------------------------------------------------
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds ``pid`` has used so far (None once it is gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def service_pids(names: Sequence[str]) -> dict[str, int]:
+    """Pids of the `make up` services named (from their pid files under the run dir)."""
+    run_dir = Path(os.environ.get("STACKFLOW_RUN_DIR", REPO / ".run"))
+    found = {}
+    if os.environ.get("STACKFLOW_BENCH_TEMPORAL_PID"):  # a Temporal server of one's own
+        found["temporal"] = int(os.environ["STACKFLOW_BENCH_TEMPORAL_PID"])
+    for name in names:
+        if name in found:
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            found[name] = int((run_dir / "pids" / f"{name}.pid").read_text().strip())
+    return found
+
+
+class CpuMeter:
+    """CPU seconds used by each named process between ``start()`` and ``stop()``."""
+
+    def __init__(self, pids: dict[str, int]) -> None:
+        self.pids = pids
+        self.begin: dict[str, float] = {}
+        self.used: dict[str, float] = {}
+
+    def start(self) -> None:
+        self.begin = {n: c for n, p in self.pids.items() if (c := cpu_seconds(p)) is not None}
+
+    def stop(self) -> dict[str, float]:
+        for name, pid in self.pids.items():
+            now = cpu_seconds(pid)
+            if now is not None and name in self.begin:
+                self.used[name] = now - self.begin[name]
+        return self.used
+
+    def describe(self, wall: float) -> str:
+        parts = [f"{n} {s:.1f}" for n, s in sorted(self.used.items(), key=lambda kv: -kv[1])]
+        return f"CPU s during {wall:.1f} s wall: " + ", ".join(parts)
+
+
 # ---- the Temporal server's log ---------------------------------------------------------------
 class ServerLog:
     """Lines the dev server logged since construction that warn about history or payload
@@ -301,7 +369,8 @@ class ServerLog:
 
     def __init__(self) -> None:
         run_dir = Path(os.environ.get("STACKFLOW_RUN_DIR", REPO / ".run"))
-        self.path = run_dir / "logs" / "temporal.log"
+        own = os.environ.get("STACKFLOW_BENCH_TEMPORAL_LOG")  # a Temporal server of one's own
+        self.path = Path(own) if own else run_dir / "logs" / "temporal.log"
         self.start = self.path.stat().st_size if self.path.exists() else 0
 
     def warnings(self) -> list[str] | None:

@@ -1,0 +1,204 @@
+"""The Kubernetes runtime's delete returns once the object is gone, and not before, for many
+deletions at once in one namespace and for a user who may not list or watch.
+
+Objects are held by a finalizer of the test's own, so "not before" is certain: while the
+finalizer is there, the object exists and its deletion must still be waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client as k8s
+
+from runtimes.base import RuntimeOptions
+from runtimes.kubernetes import KubernetesRuntime
+from tests.integration.kubehelp import (
+    api_client,
+    config_map,
+    delete_quietly,
+    namespace,
+    request,
+    suffix,
+    wait_for,
+)
+
+HOLD = "stackflow.io/test-hold"
+WAIT = 60.0
+
+
+@pytest.fixture
+def api(kubeconfig: str) -> Iterator[k8s.ApiClient]:
+    client = api_client(kubeconfig)
+    yield client
+    client.close()  # type: ignore[no-untyped-call]
+
+
+@pytest.fixture
+async def rt(kubeconfig: str) -> AsyncIterator[KubernetesRuntime]:
+    runtime = KubernetesRuntime()
+    yield runtime
+    await runtime.close()
+
+
+@pytest.fixture
+def opts() -> RuntimeOptions:
+    return RuntimeOptions(project=f"p{suffix()}", workspace="dev", timeout_seconds=120)
+
+
+@pytest.fixture
+async def ns(rt: KubernetesRuntime, opts: RuntimeOptions, api: k8s.ApiClient) -> AsyncIterator[str]:
+    name = f"sf-del-{suffix()}"
+    await rt.apply(request(namespace(name)), opts)
+    yield name
+    core = k8s.CoreV1Api(api)
+    for cm in core.list_namespaced_config_map(name).items:  # release anything still held
+        if cm.metadata and cm.metadata.name and cm.metadata.finalizers:
+            core.patch_namespaced_config_map(
+                cm.metadata.name, name, {"metadata": {"finalizers": None}}
+            )
+    delete_quietly(api, namespaces=[name])
+
+
+def _exists(api: k8s.ApiClient, ns: str, name: str) -> Any:
+    try:
+        return k8s.CoreV1Api(api).read_namespaced_config_map(name, ns)
+    except k8s.ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def _hold(api: k8s.ApiClient, ns: str, name: str) -> None:
+    k8s.CoreV1Api(api).patch_namespaced_config_map(name, ns, {"metadata": {"finalizers": [HOLD]}})
+
+
+def _release(api: k8s.ApiClient, ns: str, name: str) -> None:
+    k8s.CoreV1Api(api).patch_namespaced_config_map(name, ns, {"metadata": {"finalizers": None}})
+
+
+def _deleting(api: k8s.ApiClient, ns: str, name: str) -> bool:
+    live = _exists(api, ns, name)
+    return bool(live is not None and live.metadata.deletion_timestamp)
+
+
+async def _deletes_wait_for_the_finalizer(
+    rt: KubernetesRuntime,
+    opts: RuntimeOptions,
+    api: k8s.ApiClient,
+    ns: str,
+    extensions: dict[str, Any],
+) -> None:
+    free = [config_map(ns, f"free-{i}", {"i": str(i)}) for i in range(6)]
+    held = [config_map(ns, f"held-{i}", {"i": str(i)}) for i in range(3)]
+    for obj in free + held:
+        await rt.apply(request(obj, **extensions), opts)
+    for obj in held:
+        _hold(api, ns, obj["metadata"]["name"])
+
+    tasks = {
+        obj["metadata"]["name"]: asyncio.create_task(rt.delete(request(obj, **extensions), opts))
+        for obj in free + held
+    }
+    # the free ones go (foreground: the garbage collector lifts its finalizer) and say so
+    await asyncio.wait_for(
+        asyncio.gather(*(tasks[o["metadata"]["name"]] for o in free)), timeout=WAIT
+    )
+    for obj in free:
+        assert _exists(api, ns, obj["metadata"]["name"]) is None
+    # the held ones: deletion started, the object is still there, so the delete still waits
+    for obj in held:
+        name = obj["metadata"]["name"]
+        await asyncio.to_thread(
+            wait_for, lambda n=name: _deleting(api, ns, n), timeout=WAIT, what=f"{name} deleting"
+        )
+    await asyncio.sleep(0.5)  # let any wrongly early return happen
+    for obj in held:
+        name = obj["metadata"]["name"]
+        assert _exists(api, ns, name) is not None
+        assert not tasks[name].done(), f"delete of {name} returned while the object exists"
+    # released one at a time: each delete returns, with its object gone
+    for obj in held:
+        name = obj["metadata"]["name"]
+        _release(api, ns, name)
+        await asyncio.wait_for(tasks[name], timeout=WAIT)
+        assert _exists(api, ns, name) is None
+    for task in tasks.values():
+        assert task.done() and task.exception() is None
+
+
+async def test_deletes_in_one_namespace_return_once_each_object_is_gone(
+    rt: KubernetesRuntime, opts: RuntimeOptions, api: k8s.ApiClient, ns: str
+) -> None:
+    await _deletes_wait_for_the_finalizer(rt, opts, api, ns, {})
+    # Background propagation too (no garbage-collector finalizer: gone at once when free)
+    await _deletes_wait_for_the_finalizer(rt, opts, api, ns, {"deletionPropagation": "Background"})
+
+
+async def test_delete_needs_no_list_or_watch_permission(
+    rt: KubernetesRuntime,
+    opts: RuntimeOptions,
+    api: k8s.ApiClient,
+    ns: str,
+    kubeconfig: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # a service account that may get, apply and delete config maps, but not list or watch them
+    core, rbac = k8s.CoreV1Api(api), k8s.RbacAuthorizationV1Api(api)
+    meta = k8s.V1ObjectMeta(name="no-watch")
+    core.create_namespaced_service_account(ns, k8s.V1ServiceAccount(metadata=meta))
+    rule = k8s.V1PolicyRule(
+        api_groups=[""], resources=["configmaps"], verbs=["get", "create", "patch", "delete"]
+    )
+    rbac.create_namespaced_role(ns, k8s.V1Role(metadata=meta, rules=[rule]))
+    rbac.create_namespaced_role_binding(
+        ns,
+        k8s.V1RoleBinding(
+            metadata=meta,
+            role_ref=k8s.V1RoleRef(
+                api_group="rbac.authorization.k8s.io", kind="Role", name="no-watch"
+            ),
+            subjects=[k8s.RbacV1Subject(kind="ServiceAccount", name="no-watch", namespace=ns)],
+        ),
+    )
+    issued = core.create_namespaced_service_account_token(
+        "no-watch",
+        ns,
+        k8s.AuthenticationV1TokenRequest(
+            spec=k8s.V1TokenRequestSpec(audiences=[], expiration_seconds=3600)
+        ),
+    )
+    assert issued.status is not None
+    token = issued.status.token
+    admin = yaml.safe_load(Path(kubeconfig).read_text())
+    cluster = admin["clusters"][0]["cluster"]
+    limited = tmp_path / "no-watch-kubeconfig"
+    limited.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "dev", "cluster": cluster}],
+                "users": [{"name": "no-watch", "user": {"token": token}}],
+                "contexts": [{"name": "dev", "context": {"cluster": "dev", "user": "no-watch"}}],
+                "current-context": "dev",
+            }
+        )
+    )
+    assert base64.b64decode(cluster["certificate-authority-data"])  # the same trusted CA
+    monkeypatch.setenv("STACKFLOW_ALLOWED_KUBECONFIGS", str(tmp_path))  # the worker policy
+    with pytest.raises(k8s.ApiException) as refused:  # the premise: this user may not list
+        limited_client = api_client(str(limited))
+        try:
+            k8s.CoreV1Api(limited_client).list_namespaced_config_map(ns, watch=False)
+        finally:
+            limited_client.close()  # type: ignore[no-untyped-call]
+    assert refused.value.status == 403
+    await _deletes_wait_for_the_finalizer(rt, opts, api, ns, {"kubeConfig": str(limited)})

@@ -35,6 +35,8 @@ from kubernetes.config.config_exception import ConfigException
 from runtimes.base import InvalidInput, Unavailable
 
 JSON = dict[str, Any]
+POOL_CONNECTIONS = 32
+"""Kept-alive connections per cluster client (the runtime runs as many requests at once)."""
 REQUEST_TIMEOUT = (5.0, 60.0)
 """(connect, read) seconds of one API request."""
 _IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
@@ -359,7 +361,7 @@ def _short(exc: BaseException) -> str:
 
 def _configuration() -> k8s_client.Configuration:
     cfg = k8s_client.Configuration()
-    cfg.connection_pool_maxsize = 32  # preview runs up to 16 resources at once
+    cfg.connection_pool_maxsize = POOL_CONNECTIONS  # preview runs up to 16 resources at once
     cfg.retries = 1  # fail fast: the activity retry policy owns retrying
     return cfg
 

@@ -54,11 +54,14 @@ How it behaves, in one place:
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import os
 import re
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from runtimes.base import (
@@ -73,7 +76,14 @@ from runtimes.base import (
     RuntimeOptions,
     Unavailable,
 )
-from runtimes.kubernetes.client import JSON, ApiError, ApiResource, KubeClient, connect
+from runtimes.kubernetes.client import (
+    JSON,
+    POOL_CONNECTIONS,
+    ApiError,
+    ApiResource,
+    KubeClient,
+    connect,
+)
 from runtimes.kubernetes.manifest import (
     FIELD_MANAGER,
     ObjectRef,
@@ -91,6 +101,8 @@ from stackflow.policy import WorkerPolicy, worker_policy
 
 T = TypeVar("T")
 APPLY_PATCH = "application/apply-patch+yaml; charset=utf-8"
+REQUEST_THREADS = POOL_CONNECTIONS
+"""Blocking API calls the runtime runs at once (one connection each)."""
 DISCOVERY_WAIT_SECONDS = 15.0
 """How long apply waits for a kind to be served (a CRD just created is being established)."""
 
@@ -178,16 +190,28 @@ class KubernetesRuntime(Runtime):
         self._clients: dict[tuple[str | None, str | None], KubeClient] = {}
         self._lock = threading.Lock()
         self._policy = policy
+        # Requests block a thread each: threads of its own, as many as a client's connection
+        # pool holds, so API calls are not capped by the event loop's default executor
+        # (min(32, CPUs + 4) threads, shared with every other blocking call of the worker).
+        self._threads: ThreadPoolExecutor | None = None
 
     @property
     def policy(self) -> WorkerPolicy:
         return self._policy if self._policy is not None else worker_policy()
 
-    @staticmethod
-    async def _call(rid: str, fn: Callable[..., T], *args: Any) -> T:
-        """Run a blocking step in a thread; every failure names the resource."""
+    async def _call(self, rid: str, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking step in one of the runtime's threads; every failure names the
+        resource."""
+        threads = self._threads  # made and dropped on the event loop's thread only
+        if threads is None:
+            threads = self._threads = ThreadPoolExecutor(
+                REQUEST_THREADS, thread_name_prefix="stackflow-kube"
+            )
+        context = contextvars.copy_context()
         try:
-            return await asyncio.to_thread(fn, *args)
+            return await asyncio.get_running_loop().run_in_executor(
+                threads, functools.partial(context.run, fn, *args)
+            )
         except RuntimeFailure as exc:
             if exc.resource_id is None:
                 raise type(exc)(f"{rid}: {exc}", resource_id=rid) from None
@@ -506,7 +530,10 @@ class KubernetesRuntime(Runtime):
             delay = min(delay * 1.5, 2.0)
 
     async def close(self) -> None:
+        threads, self._threads = self._threads, None
         with self._lock:
             clients, self._clients = list(self._clients.values()), {}
+        if threads is not None:
+            threads.shutdown(wait=False, cancel_futures=True)
         for client in clients:
             client.close()

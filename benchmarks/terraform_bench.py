@@ -250,9 +250,7 @@ def side_by_side(kind: str, size: int, run: int, backend: str, concurrency: int 
     print(f"tofu init of the root module (not in the ratios): {init:.2f} s")
     print(f"Temporal (apply + destroy runs): {stats.describe(size)}")
     for phase, text in cpu.items():
-        print(
-            f"  stackflow {phase}: {text} (tofu processes are the worker's children: not counted)"
-        )
+        print(f"  stackflow {phase}: {text}")
 
 
 def main() -> None:

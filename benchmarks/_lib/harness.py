@@ -316,13 +316,15 @@ def timed(
 
 
 # ---- CPU time of the processes involved ---------------------------------------------------
-def cpu_seconds(pid: int) -> float | None:
-    """User + system CPU seconds ``pid`` has used so far (None once it is gone)."""
+def cpu_seconds(pid: int, *, children: bool = False) -> float | None:
+    """User + system CPU seconds ``pid`` has used so far (None once it is gone); with
+    ``children``, those of its children it has waited for (e.g. the worker's tofu runs)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    first = 13 if children else 11
+    return (int(fields[first]) + int(fields[first + 1])) / os.sysconf("SC_CLK_TCK")
 
 
 def service_pids(names: Sequence[str]) -> dict[str, int]:
@@ -347,13 +349,20 @@ class CpuMeter:
         self.begin: dict[str, float] = {}
         self.used: dict[str, float] = {}
 
+    def _sample(self) -> dict[str, float]:
+        found = {n: c for n, p in self.pids.items() if (c := cpu_seconds(p)) is not None}
+        if "worker" in self.pids:
+            kids = cpu_seconds(self.pids["worker"], children=True)
+            if kids is not None:
+                found["worker's child processes"] = kids
+        return found
+
     def start(self) -> None:
-        self.begin = {n: c for n, p in self.pids.items() if (c := cpu_seconds(p)) is not None}
+        self.begin = self._sample()
 
     def stop(self) -> dict[str, float]:
-        for name, pid in self.pids.items():
-            now = cpu_seconds(pid)
-            if now is not None and name in self.begin:
+        for name, now in self._sample().items():
+            if name in self.begin and now - self.begin[name] > 0.0:
                 self.used[name] = now - self.begin[name]
         return self.used
 

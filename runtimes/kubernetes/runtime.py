@@ -31,7 +31,11 @@ How it behaves, in one place:
   ``extensions.adopt``). The markers are part of the applied manifest, so preview shows
   them only when they are really missing.
 - **Delete** uses foreground propagation (dependents first) and waits until the object is
-  gone; ``extensions.deletionPropagation`` (``Background``, ``Orphan``) overrides it. Note:
+  gone; built-in kinds nothing owns (ConfigMap, Secret, Service, Namespace, RBAC objects, …,
+  see ``LEAF_KINDS``) are deleted with background propagation as kubectl does, which spares
+  each one a round through the garbage collector (rate-limited: ~14 objects/s);
+  ``extensions.deletionPropagation`` (``Foreground``, ``Background``, ``Orphan``) overrides
+  either. Note:
   the garbage collector learns a new custom kind only at its next discovery resync (up to
   ~30 s), so foreground deletion of a custom resource whose CRD was created seconds before
   waits until then.
@@ -94,6 +98,7 @@ from runtimes.kubernetes.manifest import (
     drift_repair,
     normalise,
     object_ref,
+    owner_of,
     shaped_like,
 )
 from runtimes.kubernetes.readiness import parse_timeout, readiness
@@ -179,6 +184,35 @@ def failure(exc: ApiError, rid: str, doing: str) -> RuntimeFailure:
             f"{rid}: {doing}: {server} answered {answered}: {message}", resource_id=rid
         )
     return InvalidInput(text, resource_id=rid)
+
+
+LEAF_KINDS = frozenset(
+    {
+        ("v1", "ConfigMap"),
+        ("v1", "Secret"),
+        ("v1", "Service"),
+        ("v1", "ServiceAccount"),
+        ("v1", "Namespace"),
+        ("v1", "LimitRange"),
+        ("v1", "ResourceQuota"),
+        ("v1", "PersistentVolumeClaim"),
+        ("rbac.authorization.k8s.io/v1", "Role"),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+        ("networking.k8s.io/v1", "Ingress"),
+        ("networking.k8s.io/v1", "NetworkPolicy"),
+        ("policy/v1", "PodDisruptionBudget"),
+        ("scheduling.k8s.io/v1", "PriorityClass"),
+        ("storage.k8s.io/v1", "StorageClass"),
+    }
+)
+"""Built-in kinds no controller makes dependents of: foreground deletion would only add a
+round through the garbage collector (a Namespace's contents go by its own finalizer)."""
+
+
+def default_propagation(ref: ObjectRef) -> str:
+    return "Background" if (ref.api_version, ref.kind) in LEAF_KINDS else "Foreground"
 
 
 class KubernetesRuntime(Runtime):
@@ -371,14 +405,15 @@ class KubernetesRuntime(Runtime):
         ref = object_ref(resource)
         desired = desired_object(resource, options)
         api = self._served_api(client, resource, ref)
-        live = self._get(client, api, ref, resource.id)
-        if live is not None:
-            if (live.get("metadata") or {}).get("deletionTimestamp"):
-                raise Unavailable(
-                    f"{resource.id}: {ref.describe()} is being deleted; applying once it is gone",
-                    resource_id=resource.id,
-                )
-            check_owner(resource, ref, live, options)
+        prior = resource.prior_state
+        # An object this stack recorded with its own ownership markers is this stack's (no
+        # other stack applies or adopts an owned object): apply without reading it first.
+        ours = prior is not None and owner_of(prior) == (options.project, options.workspace)
+        if not ours:
+            live = self._get(client, api, ref, resource.id)
+            if live is not None:
+                self._refuse_terminating(resource, ref, live)
+                check_owner(resource, ref, live, options)
         try:
             result = self._server_side_apply(
                 client, api, ref, resource, options, desired, dry_run=False
@@ -389,7 +424,16 @@ class KubernetesRuntime(Runtime):
                 "resource depend on it)",
                 resource_id=resource.id,
             ) from None
+        self._refuse_terminating(resource, ref, result)
         return normalise(result)
+
+    @staticmethod
+    def _refuse_terminating(resource: ResourceRequest, ref: ObjectRef, obj: JSON) -> None:
+        if (obj.get("metadata") or {}).get("deletionTimestamp"):
+            raise Unavailable(
+                f"{resource.id}: {ref.describe()} is being deleted; applying once it is gone",
+                resource_id=resource.id,
+            )
 
     def _server_side_apply(
         self,
@@ -468,7 +512,7 @@ class KubernetesRuntime(Runtime):
             return None
         check_owner(resource, ref, live, options, deleting=True)
         uid = str((live.get("metadata") or {}).get("uid") or "")
-        propagation = resource.extensions.get("deletionPropagation") or "Foreground"
+        propagation = resource.extensions.get("deletionPropagation") or default_propagation(ref)
         if propagation not in ("Foreground", "Background", "Orphan"):
             raise InvalidInput(
                 f"{resource.id}: extensions.deletionPropagation {propagation!r}: use "

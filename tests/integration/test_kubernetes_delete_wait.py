@@ -136,7 +136,7 @@ async def _deletes_wait_for_the_finalizer(
 async def test_deletes_in_one_namespace_return_once_each_object_is_gone(
     rt: KubernetesRuntime, opts: RuntimeOptions, api: k8s.ApiClient, ns: str
 ) -> None:
-    await _deletes_wait_for_the_finalizer(rt, opts, api, ns, {})
+    await _deletes_wait_for_the_finalizer(rt, opts, api, ns, {"deletionPropagation": "Foreground"})
     # Background propagation too (no garbage-collector finalizer: gone at once when free)
     await _deletes_wait_for_the_finalizer(rt, opts, api, ns, {"deletionPropagation": "Background"})
 

@@ -409,3 +409,19 @@ def test_readiness_timeout_parsing() -> None:
     for bad in ("soon", -1, True, "0s"):
         with pytest.raises(ValueError):
             parse_timeout(bad)
+
+
+def test_leaf_kinds_delete_in_the_background_workloads_in_the_foreground() -> None:
+    from runtimes.kubernetes.manifest import ObjectRef
+    from runtimes.kubernetes.runtime import default_propagation
+
+    def ref(api_version: str, kind: str) -> ObjectRef:
+        return ObjectRef(api_version=api_version, kind=kind, namespace="ns", name="x")
+
+    assert default_propagation(ref("v1", "ConfigMap")) == "Background"
+    assert default_propagation(ref("v1", "Namespace")) == "Background"
+    assert default_propagation(ref("rbac.authorization.k8s.io/v1", "Role")) == "Background"
+    # what owns pods or other objects, and every custom kind, goes dependents first
+    assert default_propagation(ref("apps/v1", "Deployment")) == "Foreground"
+    assert default_propagation(ref("batch/v1", "Job")) == "Foreground"
+    assert default_propagation(ref("example.com/v1", "Widget")) == "Foreground"

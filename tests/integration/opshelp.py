@@ -119,6 +119,16 @@ async def scheduled_ids(handle: WorkflowHandle[Any, Any], activity_type: str) ->
     return ids
 
 
+def expect_exit(
+    proc: subprocess.CompletedProcess[str], code: int = 0
+) -> subprocess.CompletedProcess[str]:
+    """``proc``, once it exited with ``code`` (else fail showing its output)."""
+    assert proc.returncode == code, (
+        f"exit {proc.returncode} (wanted {code})\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    )
+    return proc
+
+
 def cli_json(proc: subprocess.CompletedProcess[str]) -> Any:
     try:
         return json.loads(proc.stdout)

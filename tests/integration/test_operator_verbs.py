@@ -4,7 +4,6 @@ Kubernetes and refresh/drift have their own modules."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +16,9 @@ from tests.integration.opshelp import (
     new_project,
     write_spec,
 )
-
-
-def _ok(proc: subprocess.CompletedProcess[str], code: int = 0) -> subprocess.CompletedProcess[str]:
-    assert proc.returncode == code, (
-        f"exit {proc.returncode} (wanted {code})\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    )
-    return proc
+from tests.integration.opshelp import (
+    expect_exit as _ok,
+)
 
 
 def _apply(env: dict[str, str], spec: Path, project: str, *extra: str) -> dict[str, Any]:

@@ -37,15 +37,11 @@ from tests.integration.opshelp import (
     releases,
     write_spec,
 )
+from tests.integration.opshelp import (
+    expect_exit as _ok,
+)
 
 DRIFT_EXIT = 4
-
-
-def _ok(proc: subprocess.CompletedProcess[str], code: int = 0) -> subprocess.CompletedProcess[str]:
-    assert proc.returncode == code, (
-        f"exit {proc.returncode} (wanted {code})\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    )
-    return proc
 
 
 def _apply(env: dict[str, str], spec: Path, project: str) -> None:
@@ -53,6 +49,16 @@ def _apply(env: dict[str, str], spec: Path, project: str) -> None:
         _ok(run_cli(env, "apply", "-f", str(spec), "-p", project, "--yes", "-o", "json"))
     )
     assert result["phase"] == "succeeded", result
+
+
+def _schedules(env: dict[str, str]) -> str:
+    """What `temporal schedule list` prints."""
+    return subprocess.run(
+        ["temporal", "schedule", "list", "--address", env["TEMPORAL_ADDRESS"]],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
 
 
 def _drift_count(env: dict[str, str], project: str) -> int:
@@ -125,12 +131,7 @@ def test_onprem_drift_check_refresh_and_scheduled_repair(
     before = _drift_count(env, project)
     _ok(run_cli(env, "drift", "schedule", "-p", project, "--every", "10s", "--repair", "--yes"))
     try:
-        listed = subprocess.run(
-            ["temporal", "schedule", "list", "--address", env["TEMPORAL_ADDRESS"]],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout
+        listed = _schedules(env)
         assert f"stackflow-drift/{project}/default" in listed
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
@@ -147,12 +148,7 @@ def test_onprem_drift_check_refresh_and_scheduled_repair(
         assert any(r.drifted and r.repair_workflow_id for r in last)
     finally:
         _ok(run_cli(env, "drift", "unschedule", "-p", project))
-    listed = subprocess.run(
-        ["temporal", "schedule", "list", "--address", env["TEMPORAL_ADDRESS"]],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    listed = _schedules(env)
     assert f"stackflow-drift/{project}/default" not in listed
     gone = _ok(run_cli(env, "drift", "unschedule", "-p", project), 1)
     assert "has no drift schedule" in gone.stderr

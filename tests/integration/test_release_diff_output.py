@@ -28,6 +28,7 @@ from tests.integration.kubehelp import (
     suffix,
 )
 from tests.integration.opshelp import cli_json, dir_resource, file_resource, new_project, write_spec
+from tests.integration.opshelp import expect_exit as _ok
 
 MARKER = "(sensitive value)"
 
@@ -36,13 +37,6 @@ MARKER = "(sensitive value)"
 def state_kind(request: pytest.FixtureRequest) -> str:
     """Both state backends."""
     return str(request.param)
-
-
-def _ok(proc: subprocess.CompletedProcess[str], code: int = 0) -> subprocess.CompletedProcess[str]:
-    assert proc.returncode == code, (
-        f"exit {proc.returncode} (wanted {code})\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    )
-    return proc
 
 
 def _by_id(section: dict[str, Any]) -> dict[str, dict[str, Any]]:

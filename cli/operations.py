@@ -471,7 +471,7 @@ async def _run(
         else:
             runner.show_preview(result.changes, detail)
         return
-    status = await runner.wait_for(handle, {"awaitingApproval", "applying", "destroying"})
+    status = await runner.wait_for(handle, {"awaitingApproval", "applying", "destroying", PAUSED})
     outcome = runner.outcome_of(handle)
     if outcome.done() and status.phase not in FINAL:
         # The run ended before it got anywhere (e.g. stack locked): report its error.

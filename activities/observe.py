@@ -13,7 +13,7 @@ from temporalio import activity
 
 from activities.errors import temporal_errors
 from activities.heartbeat import heartbeating
-from runtimes.base import ResourceRequest, RuntimeOptions
+from runtimes.base import RuntimeOptions
 from stackflow.diff import (
     RECORDED_SENSITIVE_KEY,
     diff_recorded,
@@ -43,8 +43,6 @@ class ObserveActivities:
                 return await self._refresh_batch(inp)
 
     async def _refresh_batch(self, inp: RefreshBatchInput) -> PreviewBatchResult:
-        from activities.operations import _as_desired
-
         ops = self.ops
         assert inp.revision is not None
         plan = await asyncio.to_thread(ops.plans.get, inp.plan_ref)
@@ -69,7 +67,7 @@ class ObserveActivities:
             if recorded is None:  # an earlier attempt of this batch recorded it gone
                 return {"id": rid, "type": "", "action": "UnChanged", "diff": []}
             async with gate:
-                return await self._refresh_one(inp, recorded, _as_desired, options, run)
+                return await self._refresh_one(inp, recorded, options, run)
 
         changes = list(await asyncio.gather(*(one(rid) for rid in ids)))
         for change, rid in zip(changes, ids, strict=True):
@@ -81,28 +79,23 @@ class ObserveActivities:
         self,
         inp: RefreshBatchInput,
         recorded: Resource,
-        as_desired: Any,
         options: RuntimeOptions,
         run: RunRef | None,
     ) -> dict[str, Any]:
+        from activities.operations import _as_desired, _deletion_request, _pre_check
+
         ops = self.ops
         kind = str(recorded.type)
-        request = ResourceRequest(
-            id=recorded.id,
-            type=kind,
-            attributes=as_desired(recorded.attributes),
-            extensions=recorded.extensions,
-            prior_state=recorded.attributes,
-        )
+        request = _deletion_request(recorded)  # recorded attributes as the request, as deletes
         runtime = ops.registry.get(kind)
-        await asyncio.to_thread(runtime.check_policy, request, options)
+        await _pre_check(runtime, request, options)
         live = await runtime.read(request, options)
         marked = recorded_sensitive(recorded.attributes)
         sensitive = [*sensitive_paths_for(kind, recorded.attributes), *marked]
         change = diff_recorded(
             recorded.id,
             kind,
-            as_desired(recorded.attributes),
+            _as_desired(recorded.attributes),
             live,
             sensitive_paths=sensitive,
         )

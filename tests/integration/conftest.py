@@ -17,8 +17,10 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from kubernetes import client as k8s
 from temporalio.client import Client
 
+from runtimes.kubernetes.runtime import KubernetesRuntime
 from stackflow.codec import data_converter
 
 REPO = Path(__file__).resolve().parents[2]
@@ -208,3 +210,21 @@ def run_cli(
         text=True,
         timeout=timeout,
     )
+
+
+@pytest.fixture
+def api(kubeconfig: str) -> Iterator[k8s.ApiClient]:
+    """A Kubernetes API client of the dev cluster (the tests' own reads and edits)."""
+    from tests.integration.kubehelp import api_client  # kubehelp imports this module
+
+    client = api_client(kubeconfig)
+    yield client
+    client.close()  # type: ignore[no-untyped-call]
+
+
+@pytest.fixture
+async def rt(kubeconfig: str) -> AsyncIterator[KubernetesRuntime]:
+    """The Kubernetes runtime, as a worker holds it."""
+    runtime = KubernetesRuntime()
+    yield runtime
+    await runtime.close()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -31,20 +31,6 @@ from tests.integration.kubehelp import (
 
 HOLD = "stackflow.io/test-hold"
 WAIT = 60.0
-
-
-@pytest.fixture
-def api(kubeconfig: str) -> Iterator[k8s.ApiClient]:
-    client = api_client(kubeconfig)
-    yield client
-    client.close()  # type: ignore[no-untyped-call]
-
-
-@pytest.fixture
-async def rt(kubeconfig: str) -> AsyncIterator[KubernetesRuntime]:
-    runtime = KubernetesRuntime()
-    yield runtime
-    await runtime.close()
 
 
 @pytest.fixture

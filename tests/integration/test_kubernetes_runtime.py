@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import json
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,6 @@ from runtimes.base import (
 from runtimes.kubernetes import KubernetesRuntime, NotReady
 from stackflow.diff import Change, diff_resource, sensitive_paths_for
 from tests.integration.kubehelp import (
-    api_client,
     config_map,
     crd,
     delete_quietly,
@@ -40,20 +39,6 @@ from tests.integration.kubehelp import (
 )
 
 Obj = dict[str, Any]
-
-
-@pytest.fixture
-def api(kubeconfig: str) -> Iterator[k8s.ApiClient]:
-    client = api_client(kubeconfig)
-    yield client
-    client.close()  # type: ignore[no-untyped-call]
-
-
-@pytest.fixture
-async def rt(kubeconfig: str) -> AsyncIterator[KubernetesRuntime]:
-    runtime = KubernetesRuntime()
-    yield runtime
-    await runtime.close()
 
 
 @pytest.fixture

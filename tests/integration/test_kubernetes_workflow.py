@@ -9,17 +9,14 @@ from __future__ import annotations
 import base64
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kubernetes import client as k8s
 from temporalio.client import Client
 
 from tests.integration.conftest import REPO, WorkerProcess, run_cli
 from tests.integration.kubehelp import (
-    api_client,
     config_map,
     crd,
     delete_quietly,
@@ -36,13 +33,6 @@ from tests.integration.kubehelp import (
 from tests.integration.opshelp import cli_json, new_project, poll, write_spec
 
 Obj = dict[str, Any]
-
-
-@pytest.fixture
-def api(kubeconfig: str) -> Iterator[k8s.ApiClient]:
-    client = api_client(kubeconfig)
-    yield client
-    client.close()  # type: ignore[no-untyped-call]
 
 
 def _ok(proc: subprocess.CompletedProcess[str], code: int = 0) -> subprocess.CompletedProcess[str]:

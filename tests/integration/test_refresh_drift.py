@@ -9,18 +9,15 @@ import asyncio
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from kubernetes import client as k8s
 from temporalio.client import Client
 
 from stackflow.codec import data_converter
 from tests.integration.conftest import WorkerProcess, run_cli
 from tests.integration.kubehelp import (
-    api_client,
     config_map,
     delete_quietly,
     kusion_id,
@@ -154,13 +151,6 @@ def test_onprem_drift_check_refresh_and_scheduled_repair(
     assert "has no drift schedule" in gone.stderr
     bad = _ok(run_cli(env, "drift", "schedule", "-p", project, "--every", "soon"), 2)
     assert "--every soon" in bad.stderr
-
-
-@pytest.fixture
-def api(kubeconfig: str) -> Iterator[k8s.ApiClient]:
-    client = api_client(kubeconfig)
-    yield client
-    client.close()  # type: ignore[no-untyped-call]
 
 
 def test_kubernetes_configmap_drift_is_reported_and_refreshed(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,6 @@ from kubernetes import client as k8s
 from stackflow.errors import NotFoundError
 from tests.integration.conftest import WorkerProcess, run_cli
 from tests.integration.kubehelp import (
-    api_client,
     config_map,
     delete_quietly,
     kusion_id,
@@ -120,13 +118,6 @@ async def test_onprem_release_diff_and_output(
     assert (
         no_field.stderr == f"Error: {b['id']}: no field owner in release 2 of {project}/default\n"
     )
-
-
-@pytest.fixture
-def api(kubeconfig: str) -> Iterator[k8s.ApiClient]:
-    client = api_client(kubeconfig)
-    yield client
-    client.close()  # type: ignore[no-untyped-call]
 
 
 @pytest.mark.parametrize("state_kind", ["postgresql"], indirect=True)

@@ -17,9 +17,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import hashlib
 import os
 import re
-import secrets
 import stat
 from collections.abc import Iterator
 from typing import Literal
@@ -238,8 +238,13 @@ class _Confined:
         return {"kind": "File", "path": path, "mode": mode, "content": text}
 
     def write_file(self, dir_fd: int, content: str, mode: int) -> None:
-        """Atomically: a temporary file beside it, fsync, rename, fsync the directory."""
-        tmp = f".stackflow-{secrets.token_hex(8)}"
+        """Atomically: a temporary file beside it, fsync, rename, fsync the directory.
+
+        The temporary name is derived from the target's, so a write cut short by a killed
+        worker leaves nothing behind once the retried write of the same file completes."""
+        tmp = f".stackflow-{hashlib.sha256(self.target.name.encode()).hexdigest()[:16]}"
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp, dir_fd=dir_fd)  # left by a write that was killed mid-way
         fd = os.open(
             tmp,
             os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,

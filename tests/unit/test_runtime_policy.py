@@ -75,6 +75,28 @@ async def test_onprem_lifecycle_inside_a_root(tmp_path: Path) -> None:
     assert not target.exists() and not (tmp_path / "root" / "a" / "d").exists()
 
 
+async def test_a_write_killed_before_its_rename_leaves_nothing_once_retried(
+    tmp_path: Path,
+) -> None:
+    """A worker SIGKILLed between writing the temporary file and renaming it: the retried
+    write of the same file reuses the temporary name and leaves only the file."""
+    rt = OnPremRuntime(onprem_policy(tmp_path))
+    target = tmp_path / "root" / "d" / "f.txt"
+    r = file_request(target, "one\n")
+    attrs, place = rt._place(r)
+    pid = os.fork()
+    if pid == 0:  # the worker, killed right before the rename
+        os.replace = lambda *a, **k: os._exit(9)  # type: ignore[assignment]
+        apply_sync(r.id, attrs, place)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 9
+    left = os.listdir(target.parent)
+    assert len(left) == 1 and left[0].startswith(".stackflow-")  # what the kill left
+    assert (await rt.apply(file_request(target, "two\n"), OPTS))["content"] == "two\n"
+    assert os.listdir(target.parent) == ["f.txt"]
+
+
 async def test_onprem_refusals_touch_nothing(tmp_path: Path) -> None:
     rt = OnPremRuntime(onprem_policy(tmp_path))
     (tmp_path / "outside").mkdir()

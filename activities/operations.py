@@ -85,6 +85,8 @@ from stackflow.spec_store import SpecStore
 from stackflow.state.backend import RunRef, StackLock, StateBackend
 
 PREVIEW_PARALLELISM = 16
+COALESCED_PARALLELISM = 64
+"""Calls in flight at once to a runtime that merges concurrent calls into one command."""
 
 
 def _digest(attributes: Mapping[str, Any]) -> str:
@@ -626,9 +628,15 @@ class OperationActivities:
             guard.check_preview, self.registry, inp.spec_ref, resources, batch, options
         )
         gate = asyncio.Semaphore(PREVIEW_PARALLELISM)
+        merged = asyncio.Semaphore(COALESCED_PARALLELISM)
+
+        def gate_for(resource_id: str, deleting: bool) -> asyncio.Semaphore:
+            found = current[resource_id] if deleting else resources[resource_id]
+            runtime = self.registry.find(str(found.type))
+            return merged if runtime is not None and runtime.coalesces_calls else gate
 
         async def one(resource_id: str, deleting: bool) -> dict[str, Any]:
-            async with gate:
+            async with gate_for(resource_id, deleting):
                 if deleting:
                     return await self._preview_delete(current[resource_id], prior, options)
                 return await self._preview_apply(
@@ -657,13 +665,12 @@ class OperationActivities:
             extensions=resource.extensions,
             prior_state=recorded.attributes if recorded else None,
         )
-        live = await runtime.read(request, options)
+        live, result = await runtime.observe(request, options, with_preview=resolved)
         sensitive = sensitive_paths_for(str(resource.type), resource.attributes)
         sensitive += _taint(resource, spec_resources, current)
         if recorded is not None:
             sensitive += recorded_sensitive(recorded.attributes)
-        if resolved:
-            result = await runtime.preview(request, options)
+        if result is not None:
             would_be = result.would_be
             sensitive = result.sensitive_paths + sensitive
         else:
@@ -934,9 +941,15 @@ class OperationActivities:
         applied: dict[str, Resource] = {}
         deleted: list[str] = []
         gate = asyncio.Semaphore(inp.concurrency)
+        merged = asyncio.Semaphore(COALESCED_PARALLELISM)
+
+        def gate_for(rid: str) -> asyncio.Semaphore:
+            found = state.get(rid) if nodes[rid].action == "Delete" else spec_resources.get(rid)
+            runtime = self.registry.find(str(found.type)) if found is not None else None
+            return merged if runtime is not None and runtime.coalesces_calls else gate
 
         async def one(rid: str) -> None:
-            async with gate:
+            async with gate_for(rid):
                 await step(rid)
 
         async def step(rid: str) -> None:

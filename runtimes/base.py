@@ -98,6 +98,9 @@ class Runtime(abc.ABC):
     """True when read/preview/apply/delete each run ``check_policy`` themselves on the very
     path or object they touch; callers then skip their own check right before the call
     (the whole-spec check at preview still runs first)."""
+    coalesces_calls: ClassVar[bool] = False
+    """True when concurrent calls are merged into one command (Terraform): callers should
+    make them all at once rather than a few at a time."""
 
     @abc.abstractmethod
     async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
@@ -116,6 +119,15 @@ class Runtime(abc.ABC):
     async def preview(self, resource: ResourceRequest, options: RuntimeOptions) -> PreviewResult:
         """Return what the object would become if applied; defaults to the desired attributes."""
         return PreviewResult(would_be=dict(resource.attributes))
+
+    async def observe(
+        self, resource: ResourceRequest, options: RuntimeOptions, *, with_preview: bool
+    ) -> tuple[Attributes | None, PreviewResult | None]:
+        """The live object and (``with_preview``) what it would become: what a preview needs.
+        Default: :meth:`read`, then :meth:`preview`; a runtime whose preview reads the object
+        anyway answers both from one look."""
+        live = await self.read(resource, options)
+        return live, (await self.preview(resource, options) if with_preview else None)
 
     @abc.abstractmethod
     async def apply(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:

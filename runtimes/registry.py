@@ -40,6 +40,10 @@ class RuntimeRegistry:
             self._instances[type_name] = factory()
         return self._instances[type_name]
 
+    def find(self, type_name: str) -> Runtime | None:
+        """The runtime for the type, or None (no error) when there is none."""
+        return self.get(type_name) if type_name in self._factories else None
+
     async def close(self) -> None:
         for runtime in self._instances.values():
             await runtime.close()

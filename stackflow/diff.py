@@ -10,8 +10,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
-from deepdiff import DeepDiff
-from deepdiff.helper import notpresent
 from pydantic import BaseModel, Field, computed_field, model_validator
 
 from stackflow.graph import KUSION_PATH_PREFIX, match_reference
@@ -208,6 +206,9 @@ def _field_changes(old: Any, new: Any) -> list[tuple[tuple[Segment, ...], Any, A
     """Leaf-level (path, old, new) differences, via deepdiff; a missing field shows as None."""
     if old == new:  # fast path: most resources are unchanged
         return []
+    from deepdiff import DeepDiff  # imported on the first real difference (slow to import)
+    from deepdiff.helper import notpresent
+
     # numbers compare as == does (1 == 1.0), so the fast path and deepdiff agree
     tree = DeepDiff(old, new, view="tree", verbose_level=2, ignore_numeric_type_changes=True)
     out: list[tuple[tuple[Segment, ...], Any, Any]] = []

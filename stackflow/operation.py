@@ -364,7 +364,10 @@ class GroupInput(BaseModel):
 
 
 GROUPED_TYPES = ("OnPrem", "Kubernetes")
-"""Runtimes whose nodes are cheap enough to share an activity (Terraform's run tofu)."""
+"""Runtimes whose nodes are cheap enough to share an activity."""
+TERRAFORM_GROUPED = "Terraform"
+"""Grouped as well in runs that have the ``group-terraform-nodes`` patch: its runtime runs a
+group's concurrent calls as one tofu command."""
 GROUP_LIMIT = 64
 """Nodes one ``run_group`` activity takes at most."""
 

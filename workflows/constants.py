@@ -19,3 +19,6 @@ DRIFT_KEY = SearchAttributeKey.for_bool("StackflowDrift")
 """Set by DriftWorkflow: whether its check found drift (the UI lists drifted stacks)."""
 GROUP_READY_NODES = "group-ready-nodes"
 """Patch: ready nodes of cheap runtimes (OnPrem, Kubernetes) share one activity."""
+GROUP_TERRAFORM_NODES = "group-terraform-nodes"
+"""Patch: ready Terraform nodes share a ``run_group`` activity too (its runtime runs them as
+one tofu command); runs started before keep one activity per Terraform node."""

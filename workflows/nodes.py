@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
         DETAIL_LIMIT,
         GROUP_LIMIT,
         GROUPED_TYPES,
+        TERRAFORM_GROUPED,
         BatchInput,
         BatchResult,
         GroupInput,
@@ -34,7 +35,11 @@ with workflow.unsafe.imports_passed_through():
         PlannedNode,
     )
     from workflows import common
-    from workflows.constants import FINALIZE_ON_EVERY_EXIT, GROUP_READY_NODES
+    from workflows.constants import (
+        FINALIZE_ON_EVERY_EXIT,
+        GROUP_READY_NODES,
+        GROUP_TERRAFORM_NODES,
+    )
     from workflows.walker import WalkProgress, walk
 
 
@@ -147,12 +152,15 @@ async def run_resource_group(
         ]
 
 
-def group_key(batch: BatchInput) -> Callable[[PlannedNode], str | None]:
-    """Nodes that may share an activity: cheap runtimes, same kind of step, no readiness
+def group_key(
+    batch: BatchInput, types: tuple[str, ...] = GROUPED_TYPES
+) -> Callable[[PlannedNode], str | None]:
+    """Nodes that may share an activity: runtimes in ``types`` (cheap ones, or Terraform,
+    whose runtime runs a group's calls as one command), same kind of step, no readiness
     wait (``watch`` can take minutes per node)."""
 
     def key(node: PlannedNode) -> str | None:
-        if batch.watch or node.type not in GROUPED_TYPES:
+        if batch.watch or node.type not in types:
             return None
         return "delete" if node.action == "Delete" else "apply"
 
@@ -169,6 +177,10 @@ async def walk_nodes(
         return await run_resource_group(group, batch, concurrency)
 
     grouped = workflow.patched(GROUP_READY_NODES)
+    types: tuple[str, ...] = GROUPED_TYPES
+    terraform = grouped and any(n.type == TERRAFORM_GROUPED for n in nodes)
+    if terraform and workflow.patched(GROUP_TERRAFORM_NODES):
+        types = (*GROUPED_TYPES, TERRAFORM_GROUPED)
     return await walk(
         nodes,
         run,
@@ -177,7 +189,7 @@ async def walk_nodes(
         blocked=blocked,
         progress=progress,
         run_group=run_group if grouped else None,
-        group_key=group_key(batch) if grouped else None,
+        group_key=group_key(batch, types) if grouped else None,
         group_limit=GROUP_LIMIT,
     )
 

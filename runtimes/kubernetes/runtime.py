@@ -211,6 +211,16 @@ LEAF_KINDS = frozenset(
 round through the garbage collector (a Namespace's contents go by its own finalizer)."""
 
 
+def deleted_at_once(answer: JSON, uid: str) -> bool:
+    """Whether a DELETE's answer says the object is already gone: when nothing defers the
+    removal (no finalizers, no grace period) the server answers ``Status: Success`` naming
+    the removed object's uid; a deferred removal comes back as the object, marked with
+    ``deletionTimestamp``, and is waited for."""
+    if not uid or answer.get("kind") != "Status" or answer.get("status") != "Success":
+        return False
+    return bool((answer.get("details") or {}).get("uid") == uid)
+
+
 def default_propagation(ref: ObjectRef) -> str:
     return "Background" if (ref.api_version, ref.kind) in LEAF_KINDS else "Foreground"
 
@@ -370,9 +380,22 @@ class KubernetesRuntime(Runtime):
 
     # ---- preview & apply -----------------------------------------------------------------
     async def preview(self, resource: ResourceRequest, options: RuntimeOptions) -> PreviewResult:
-        return await self._call(resource.id, self._preview, resource, options)
+        _, result = await self._call(resource.id, self._preview, resource, options)
+        return result
 
-    def _preview(self, resource: ResourceRequest, options: RuntimeOptions) -> PreviewResult:
+    async def observe(
+        self, resource: ResourceRequest, options: RuntimeOptions, *, with_preview: bool
+    ) -> tuple[Attributes | None, PreviewResult | None]:
+        """One GET serves both the live object and the preview (then the dry-run apply)."""
+        if not with_preview:
+            return await self.read(resource, options), None
+        live, result = await self._call(resource.id, self._preview, resource, options)
+        return (None if live is None else normalise(live)), result
+
+    def _preview(
+        self, resource: ResourceRequest, options: RuntimeOptions
+    ) -> tuple[JSON | None, PreviewResult]:
+        """(the object as read, None if absent; the preview)."""
         client = self.client_for(resource, options)
         ref = object_ref(resource)
         desired = desired_object(resource, options)
@@ -382,7 +405,7 @@ class KubernetesRuntime(Runtime):
             if "." not in ref.api_version.rpartition("/")[0]:  # a built-in group never grows
                 self._unserved(client, resource, ref, wait=False)
             # else a custom kind whose CRD an earlier node of this run creates
-            return PreviewResult(would_be=desired, sensitive_paths=sensitive)
+            return None, PreviewResult(would_be=desired, sensitive_paths=sensitive)
         live = self._get(client, api, ref, resource.id)
         if live is not None:
             check_owner(resource, ref, live, options)
@@ -392,10 +415,10 @@ class KubernetesRuntime(Runtime):
             )
         except NotFound:
             if live is None:  # its namespace is created by an earlier node of this run
-                return PreviewResult(would_be=desired, sensitive_paths=sensitive)
+                return None, PreviewResult(would_be=desired, sensitive_paths=sensitive)
             raise
         would_be = shaped_like(normalise(result), desired)
-        return PreviewResult(would_be=would_be, sensitive_paths=sensitive)
+        return live, PreviewResult(would_be=would_be, sensitive_paths=sensitive)
 
     async def apply(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
         return await self._call(resource.id, self._apply, resource, options)
@@ -526,13 +549,15 @@ class KubernetesRuntime(Runtime):
             "preconditions": {"uid": uid},
         }
         try:
-            client.request("DELETE", api.path(ref.namespace, ref.name), body=body)
+            answer = client.request("DELETE", api.path(ref.namespace, ref.name), body=body)
         except ApiError as exc:
             if exc.status == 404:
                 return None
             if exc.status == 409:  # the uid precondition failed: it was replaced meanwhile
                 return None
             raise failure(exc, resource.id, f"deleting {ref.describe()}") from None
+        if deleted_at_once(answer, uid):
+            return None
         return client, api, ref, uid
 
     # ---- readiness -----------------------------------------------------------------------

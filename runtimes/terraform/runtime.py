@@ -45,6 +45,20 @@ from runtimes.base import (
     Unavailable,
 )
 from runtimes.faults import fault_point
+from runtimes.terraform.batch import (
+    MEMBERS_FILE,
+    Call,
+    Coalescer,
+    Verb,
+    batch_dir,
+    batch_key,
+    held,
+    leftovers,
+    merge_states,
+    merged_config,
+    split_state,
+    write_members,
+)
 from runtimes.terraform.cli import (
     GENERATED_CONFIG,
     Cli,
@@ -72,6 +86,7 @@ from runtimes.terraform.state import (
     instance,
     marked_paths,
     newest,
+    planned_live,
     recorded_state,
     resource_change,
     schema_sensitive_paths,
@@ -89,6 +104,10 @@ PLAN_FILE = "stackflow.tfplan"
 INIT_STAMP = ".stackflow-init"
 LOCK_FILE = ".stackflow.lock"
 LOCK_TIMEOUT = "120s"
+TOFU_PARALLELISM = 10
+"""OpenTofu's default ``-parallelism``: resources one command works on at once."""
+BATCH_TIMEOUT_SECONDS = 1500.0
+"""A batch command's time at most (within the activity's 30-minute start-to-close)."""
 
 
 def _safe(text: str) -> str:
@@ -232,6 +251,7 @@ class TerraformRuntime(Runtime):
     """Resources of type ``Terraform`` (Kusion's form), driven through the Terraform CLI."""
 
     type_name = "Terraform"
+    coalesces_calls = True
 
     def __init__(
         self,
@@ -246,6 +266,8 @@ class TerraformRuntime(Runtime):
         self.cli = Cli(binary)
         self.schemas: dict[str, dict[str, Any]] = {}
         self._import_plans: dict[Path, tuple[str, dict[str, Any]]] = {}
+        self._coalescer = Coalescer(self._run_batch)
+        self._salvaged = False
 
     @property
     def policy(self) -> WorkerPolicy:
@@ -347,13 +369,26 @@ class TerraformRuntime(Runtime):
         return dict(before) if isinstance(before, dict) else None
 
     async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
-        return await self._read(resource, options, keep_state=False)
+        live = await self._refreshed(resource, options)
+        return None if live is None else strip_reserved(live)
 
     async def wait_ready(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
-        live = await self._read(resource, options, keep_state=True)
+        live = await self._refreshed(resource, options)
         if live is None:
             raise NotFound(f"{resource.id} does not exist", resource_id=resource.id)
         return live
+
+    async def _refreshed(
+        self, resource: ResourceRequest, options: RuntimeOptions
+    ) -> Attributes | None:
+        """The live values with the state kept (None: gone or never created)."""
+        call = await self._join("read", resource, options)
+        if call is None:
+            return await self._read(resource, options, keep_state=True)
+        if instance(call.state) is None:
+            return None
+        found: Attributes | None = await self._coalescer.submit(call.key, call)
+        return found
 
     # ---- preview ----------------------------------------------------------------------------
     async def _plan(self, wd: Workdir) -> dict[str, Any]:
@@ -375,6 +410,27 @@ class TerraformRuntime(Runtime):
         return doc if isinstance(doc, dict) else {}
 
     async def preview(self, resource: ResourceRequest, options: RuntimeOptions) -> PreviewResult:
+        call = await self._join("preview", resource, options)
+        if call is None:
+            return await self._preview_one(resource, options)
+        result: PreviewResult = await self._coalescer.submit(call.key, call)
+        return result
+
+    async def observe(
+        self, resource: ResourceRequest, options: RuntimeOptions, *, with_preview: bool
+    ) -> tuple[Attributes | None, PreviewResult | None]:
+        """With the preview: one plan answers both (it refreshes the state it starts from)."""
+        call = await self._join("observe", resource, options) if with_preview else None
+        if call is None:
+            return await super().observe(resource, options, with_preview=with_preview)
+        found: tuple[Attributes | None, PreviewResult] = await self._coalescer.submit(
+            call.key, call
+        )
+        return found
+
+    async def _preview_one(
+        self, resource: ResourceRequest, options: RuntimeOptions
+    ) -> PreviewResult:
         async with self._workdir(resource, options) as wd:
             state = wd.seed(resource.prior_state, await self._stored(resource.id, options))
             await wd.ensure_init()
@@ -386,11 +442,16 @@ class TerraformRuntime(Runtime):
             else:
                 plan = await self._plan(wd)
             block = await wd.schema() if not wd.res.provider.builtin else None
-        change = resource_change(plan, wd.res.address)
+        return self._preview_result(wd.res, plan, block)
+
+    @staticmethod
+    def _preview_result(
+        res: TerraformResource, plan: dict[str, Any], block: dict[str, Any] | None
+    ) -> PreviewResult:
+        change = resource_change(plan, res.address)
         if change is None:
             raise Unavailable(
-                f"{resource.id}: the plan has no change for {wd.res.address}",
-                resource_id=resource.id,
+                f"{res.id}: the plan has no change for {res.address}", resource_id=res.id
             )
         body = change.get("change") or {}
         actions = list(body.get("actions") or [])
@@ -423,7 +484,11 @@ class TerraformRuntime(Runtime):
     async def _keep(self, wd: Workdir, options: RuntimeOptions) -> None:
         """Right after a command that may change the state: the backend keeps it (fenced by
         the run), so a retry on any host resumes from it instead of creating twice."""
-        state = wd.local_state()
+        await self._keep_state(wd.res.id, wd.local_state(), options)
+
+    async def _keep_state(
+        self, resource_id: str, state: State | None, options: RuntimeOptions
+    ) -> None:
         if self.backend is None or options.revision is None or state is None:
             return
         run = RunRef(options.owner.workflow_id, options.owner.run_id) if options.owner else None
@@ -431,13 +496,20 @@ class TerraformRuntime(Runtime):
             self.backend.put_terraform_state,
             options.project,
             options.workspace,
-            wd.res.id,
+            resource_id,
             json.dumps(state, separators=(",", ":")),
             revision=options.revision,
             run=run,
         )
 
     async def apply(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
+        call = await self._join("apply", resource, options)
+        if call is None:
+            return await self._apply_one(resource, options)
+        live: Attributes = await self._coalescer.submit(call.key, call)
+        return live
+
+    async def _apply_one(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
         async with self._workdir(resource, options) as wd:
             state = wd.seed(resource.prior_state, await self._stored(resource.id, options))
             await wd.ensure_init()
@@ -468,6 +540,13 @@ class TerraformRuntime(Runtime):
 
     # ---- delete -----------------------------------------------------------------------------
     async def delete(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
+        call = await self._join("delete", resource, options)
+        if call is None:
+            await self._delete_one(resource, options)
+        elif instance(call.state) is not None:
+            await self._coalescer.submit(call.key, call)
+
+    async def _delete_one(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
         prior = resource.prior_state if resource.prior_state is not None else resource.attributes
         async with self._workdir(resource, options) as wd:
             state = wd.seed(prior, await self._stored(resource.id, options))
@@ -485,6 +564,198 @@ class TerraformRuntime(Runtime):
             await self._keep(wd, options)
             if result.code != 0:
                 raise failure(resource.id, "terraform destroy", result, config_stage=False)
+
+    # ---- batches: concurrent calls of one provider configuration, one command --------------
+    async def _join(
+        self, verb: Verb, resource: ResourceRequest, options: RuntimeOptions
+    ) -> Call | None:
+        """The call as a batch member, its state chosen; None: it runs on its own (no state
+        backend to keep each member's state in, or an import, which plans apart)."""
+        if self.backend is None:
+            return None
+        res = parse_resource(resource)
+        if res.import_id:
+            return None
+        self._check(res, options)  # the worker policy, before anything is written or run
+        if not self._salvaged:
+            self._salvaged = True
+            await asyncio.to_thread(self._salvage_all)
+        stored = await self._stored(resource.id, options)
+        prior = resource.prior_state
+        if verb == "delete" and prior is None:
+            prior = resource.attributes
+        call = Call(verb, resource, options, res, None, stored=stored, prior=prior)
+        call.key = batch_key(res, options)
+        self._choose(call)
+        return call
+
+    def _choose(self, call: Call) -> None:
+        """The state the call acts on: as :meth:`Workdir.seed` chooses it."""
+        local = _read_json(self.workdir_path(call.res.id, call.options) / STATE_FILE)
+        call.state = choose_state(recorded_state(call.prior), newest(call.stored, local))
+
+    async def _run_batch(self, calls: list[Call]) -> None:
+        if len(calls) > 1:
+            try:
+                done = await self._batch_command(calls)
+            except RuntimeFailure:
+                done = False  # each member on its own says what is wrong with it
+            if done:
+                return
+        gate = asyncio.Semaphore(4)
+
+        async def alone(call: Call) -> None:
+            async with gate:
+                try:
+                    call.settle(await self._single(call))
+                except Exception as exc:
+                    call.settle(error=exc)
+
+        await asyncio.gather(*(alone(c) for c in calls if not c.settled))
+
+    async def _single(self, call: Call) -> Any:
+        if call.verb == "read":
+            return await self._read(call.request, call.options, keep_state=True)
+        if call.verb == "preview":
+            return await self._preview_one(call.request, call.options)
+        if call.verb == "observe":
+            return await super().observe(call.request, call.options, with_preview=True)
+        if call.verb == "apply":
+            return await self._apply_one(call.request, call.options)
+        await self._delete_one(call.request, call.options)
+        return None
+
+    def _salvage_all(self) -> None:
+        """What batches killed on this host left (see runtimes.terraform.batch)."""
+        for path in self.root().glob(f"*/*/_batch-*/{MEMBERS_FILE}"):
+            with held(path.parent) as free:
+                if free:  # else another process's batch is running there
+                    self._salvage(path.parent)
+
+    def _salvage(self, path: Path) -> None:
+        for workdir, state in leftovers(path, STATE_FILE):
+            workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            local = _read_json(workdir / STATE_FILE)
+            if newest(state, local) is state:
+                _write_atomically(workdir / STATE_FILE, json.dumps(state, indent=2))
+        for name in (STATE_FILE, f"{STATE_FILE}.backup", PLAN_FILE, CONFIG_FILE, MEMBERS_FILE):
+            (path / name).unlink(missing_ok=True)
+
+    async def _batch_command(self, calls: list[Call]) -> bool:
+        """One command for every call; False: it failed, each member runs on its own."""
+        first = calls[0]
+        options = first.options
+        base = self.root() / _safe(options.project) / _safe(options.workspace)
+        workdirs = {c.res.id: self.workdir_path(c.res.id, c.options) for c in calls}
+        for path in workdirs.values():
+            path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        async with (
+            batch_dir(base, first.key) as path,
+            file_locks([p / LOCK_FILE for p in workdirs.values()]),
+        ):
+            self._salvage(path)
+            for call in calls:
+                self._choose(call)
+            # tofu runs 10 resources at a time: the batch gets each round's time
+            rounds = -(-len(calls) // TOFU_PARALLELISM)
+            timeout = min(options.timeout_seconds * rounds, BATCH_TIMEOUT_SECONDS)
+            wd = Workdir(
+                self, first.res, path, options.model_copy(update={"timeout_seconds": timeout})
+            )
+            try:
+                await wd.ensure_init()
+                merged = merge_states(c.state for c in calls)
+                if merged is None:
+                    (path / STATE_FILE).unlink(missing_ok=True)
+                else:
+                    _write_atomically(path / STATE_FILE, json.dumps(merged))
+                write_members(path, calls, workdirs)
+                doc = merged_config(
+                    (c.res for c in calls),
+                    with_resources=first.verb in ("preview", "observe", "apply"),
+                )
+                _write_atomically(path / CONFIG_FILE, json.dumps(doc, indent=2, sort_keys=True))
+                done = await self._batch_verb(wd, calls)
+                if done:
+                    for workdir in workdirs.values():  # superseded by what the batch kept
+                        (workdir / STATE_FILE).unlink(missing_ok=True)
+                return done
+            finally:
+                for name in (STATE_FILE, f"{STATE_FILE}.backup", PLAN_FILE, CONFIG_FILE):
+                    (path / name).unlink(missing_ok=True)
+                (path / MEMBERS_FILE).unlink(missing_ok=True)
+
+    async def _batch_verb(self, wd: Workdir, calls: list[Call]) -> bool:
+        verb, options = calls[0].verb, calls[0].options
+        if verb in ("preview", "observe"):
+            plan = await self._plan(wd)
+            for call in calls:
+                member = Workdir(self, call.res, wd.path, call.options)
+                block = await member.schema() if not call.res.provider.builtin else None
+                try:
+                    preview = self._preview_result(call.res, plan, block)
+                except RuntimeFailure as exc:
+                    call.settle(error=exc)
+                    continue
+                if verb == "preview":
+                    call.settle(preview)
+                else:
+                    call.settle((planned_live(plan, call.res.address), preview))
+            return True
+        command = {"read": "apply", "apply": "apply", "delete": "destroy"}[verb]
+        flags: dict[str, Any] = {"refresh_only": IsFlagged} if verb == "read" else {}
+        result = await wd.run(
+            command,
+            auto_approve=IsFlagged,
+            input=False,
+            json=IsFlagged,
+            lock_timeout=LOCK_TIMEOUT,
+            **flags,
+        )
+        merged = wd.local_state()
+        parts = {c.res.id: split_state(merged, c.res.address, c.state) for c in calls}
+        if verb != "read" and merged is not None and self.backend is not None:
+            # kept (all in one transaction) before anything else: a retry on any host resumes
+            # from each member's state
+            if options.revision is not None:
+                owner = options.owner
+                await asyncio.to_thread(
+                    self.backend.put_terraform_states,
+                    options.project,
+                    options.workspace,
+                    {rid: json.dumps(part, separators=(",", ":")) for rid, part in parts.items()},
+                    revision=options.revision,
+                    run=RunRef(owner.workflow_id, owner.run_id) if owner else None,
+                )
+            if verb == "apply":
+                for call in calls:
+                    fault_point("after-tofu-apply", call.res.id)
+        if result.code != 0 or merged is None:
+            return False
+        for call in calls:
+            if verb == "delete":
+                call.settle(None)
+                continue
+            part = parts[call.res.id]
+            member = Workdir(self, call.res, wd.path, call.options)
+            found = await member.values(part)
+            if found is None:
+                if verb == "read":
+                    call.settle(None)
+                else:
+                    call.settle(
+                        error=Conflict(
+                            f"{call.res.id}: terraform apply succeeded but the state tracks no "
+                            f"{call.res.address}",
+                            resource_id=call.res.id,
+                        )
+                    )
+                continue
+            values, sensitive = found
+            values[STATE_KEY] = compact(part)
+            values[SENSITIVE_KEY] = sensitive
+            call.settle(values)
+        return True
 
 
 def strip_reserved(attributes: Mapping[str, Any]) -> Attributes:

@@ -229,5 +229,15 @@ def resource_change(plan: Mapping[str, Any], address: str) -> dict[str, Any] | N
     return None
 
 
+def planned_live(plan: Mapping[str, Any], address: str) -> dict[str, Any] | None:
+    """The object as the plan's refresh found it (None: not tracked, or gone)."""
+    root = ((plan.get("prior_state") or {}).get("values") or {}).get("root_module") or {}
+    for res in root.get("resources") or []:
+        if res.get("address") == address and res.get("mode", "managed") == "managed":
+            values = res.get("values")
+            return dict(values) if isinstance(values, dict) else {}
+    return None
+
+
 def compact(state: State) -> str:
     return json.dumps(state, separators=(",", ":"), sort_keys=True)

@@ -20,7 +20,7 @@ import json
 import logging
 import os
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,10 +28,6 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from pydantic import BaseModel
 from sqlalchemy.engine import Connection, Engine
 
@@ -185,17 +181,24 @@ class StateBackend:
             ) from err
 
     def head_revision(self) -> str:
+        from alembic.script import ScriptDirectory  # alembic only when the schema is checked
+
         script = ScriptDirectory(str(MIGRATIONS))
         head = script.get_current_head()
         assert head is not None
         return head
 
     def schema_revision(self) -> str | None:
+        from alembic.runtime.migration import MigrationContext
+
         with self._tx() as conn:
             return MigrationContext.configure(conn).get_current_revision()
 
     def migrate(self) -> str:
         """Bring the schema to the newest migration (idempotent, safe from many processes)."""
+        from alembic import command
+        from alembic.config import Config
+
         config = Config()
         config.set_main_option("script_location", str(MIGRATIONS))
         with self._tx(write=True) as conn, self._migration_guard(conn):
@@ -961,30 +964,60 @@ class StateBackend:
     ) -> None:
         """Keep the resource's newest OpenTofu state (fenced on ``run``); an older serial of
         the same lineage never replaces a newer one."""
+        self.put_terraform_states(
+            project, workspace, {resource_id: body}, revision=revision, run=run
+        )
+
+    def put_terraform_states(
+        self,
+        project: str,
+        workspace: str,
+        bodies: Mapping[str, str],
+        *,
+        revision: int,
+        run: RunRef | None,
+    ) -> None:
+        """:meth:`put_terraform_state` for several resources in one transaction (what one
+        tofu command changed is kept all at once or not at all)."""
+        with self._tx(write=True) as conn:
+            self._fence(conn, project, workspace, revision, run, share=True)
+            for resource_id, body in bodies.items():
+                self._put_terraform_state(
+                    conn, project, workspace, resource_id, body, revision, run
+                )
+
+    def _put_terraform_state(
+        self,
+        conn: sa.Connection,
+        project: str,
+        workspace: str,
+        resource_id: str,
+        body: str,
+        revision: int,
+        run: RunRef | None,
+    ) -> None:
         doc = json.loads(body)
         serial, lineage = int(doc.get("serial", 0)), str(doc.get("lineage", ""))
         t = terraform_states.c
         key = [t.project == project, t.workspace == workspace, t.resource_id == resource_id]
-        with self._tx(write=True) as conn:
-            self._fence(conn, project, workspace, revision, run, share=True)
-            row = conn.execute(sa.select(t.serial, t.lineage).where(*key)).first()
-            if row is not None and row.lineage == lineage and row.serial > serial:
-                return
-            values = {
-                "body": self.sealer.seal_text(body, project, workspace, resource_id, "tfstate"),
-                "serial": serial,
-                "lineage": lineage,
-                "revision": revision,
-                "run_id": run.run_id if run else None,
-                "updated_at": now(),
-            }
-            conn.execute(
-                self._insert(terraform_states)
-                .values(project=project, workspace=workspace, resource_id=resource_id, **values)
-                .on_conflict_do_update(
-                    index_elements=["project", "workspace", "resource_id"], set_=values
-                )
+        row = conn.execute(sa.select(t.serial, t.lineage).where(*key)).first()
+        if row is not None and row.lineage == lineage and row.serial > serial:
+            return
+        values = {
+            "body": self.sealer.seal_text(body, project, workspace, resource_id, "tfstate"),
+            "serial": serial,
+            "lineage": lineage,
+            "revision": revision,
+            "run_id": run.run_id if run else None,
+            "updated_at": now(),
+        }
+        conn.execute(
+            self._insert(terraform_states)
+            .values(project=project, workspace=workspace, resource_id=resource_id, **values)
+            .on_conflict_do_update(
+                index_elements=["project", "workspace", "resource_id"], set_=values
             )
+        )
 
     def get_terraform_state(self, project: str, workspace: str, resource_id: str) -> str | None:
         t = terraform_states.c

@@ -106,11 +106,12 @@ async def test_two_hosts_and_a_laptop_share_postgres_and_survive_a_sigkill(
     assert await assert_histories_replay(temporal_client, project, at_least=2) >= 2
 
 
+@pytest.mark.parametrize("count", [1, 2], ids=["alone", "batch"])
 async def test_terraform_apply_cut_after_tofu_resumes_on_another_host_without_a_second_create(
-    tmp_path: Path, stack_env: dict[str, str], temporal_client: Client
+    tmp_path: Path, stack_env: dict[str, str], temporal_client: Client, count: int
 ) -> None:
     project = new_project()
-    rid = "hashicorp:random:random_id:token"
+    rids = [f"hashicorp:random:random_id:token{i}" for i in range(count)]
     spec = {
         "resources": [
             {
@@ -119,11 +120,12 @@ async def test_terraform_apply_cut_after_tofu_resumes_on_another_host_without_a_
                 "attributes": {"byte_length": 8},
                 "extensions": {"provider": RANDOM, "resourceType": "random_id"},
             }
+            for rid in rids
         ]
     }
-    # Host a dies right after `tofu apply` created the resource, before stackflow records
-    # it; host b (empty working dirs) takes the retried activity.
-    a = host(tmp_path, stack_env, "host-a", STACKFLOW_FAULT=f"after-tofu-apply:{rid}")
+    # Host a dies right after `tofu apply` created the resources (one command for a batch),
+    # before stackflow records them; host b (empty working dirs) takes the retried activity.
+    a = host(tmp_path, stack_env, "host-a", STACKFLOW_FAULT=f"after-tofu-apply:{rids[0]}")
     a.start()
     handle = await start_run(
         temporal_client, stack_env, OperationInput(project=project, spec=spec, auto_approve=True)
@@ -135,9 +137,11 @@ async def test_terraform_apply_cut_after_tofu_resumes_on_another_host_without_a_
     )
     backend = open_backend(stack_env["STACKFLOW_STATE_URL"])
     try:
-        kept = backend.get_terraform_state(project, "default", rid)
-        assert kept is not None, "the state tofu wrote must be in the backend before the crash"
-        created_by_a = _random_id(kept)
+        created_by_a = {}
+        for rid in rids:
+            kept = backend.get_terraform_state(project, "default", rid)
+            assert kept is not None, f"{rid}: tofu's state must be in the backend before the crash"
+            created_by_a[rid] = _random_id(kept)
         b = host(tmp_path, stack_env, "host-b")
         b.start()
         try:
@@ -146,10 +150,11 @@ async def test_terraform_apply_cut_after_tofu_resumes_on_another_host_without_a_
             b.stop()
         assert result.phase == "succeeded", result.error
         [release] = all_releases(stack_env, project)
-        [recorded] = release.state.resources
-        assert recorded.attributes["id"] == created_by_a  # the same object, not a second one
-        state = backend.get_terraform_state(project, "default", rid)
-        assert state is not None and _random_id(state) == created_by_a
+        recorded = {r.id: r.attributes["id"] for r in release.state.resources}
+        assert recorded == created_by_a  # the same objects, not second ones
+        for rid in rids:
+            state = backend.get_terraform_state(project, "default", rid)
+            assert state is not None and _random_id(state) == created_by_a[rid]
     finally:
         backend.close()
 

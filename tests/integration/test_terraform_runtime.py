@@ -8,6 +8,7 @@ read + preview + the engine's three-way diff, apply, delete.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -332,3 +333,63 @@ async def test_context_env_reaches_the_cli_and_is_not_recorded(
         with pytest.raises(PolicyViolation, match=rf"context\.env\.{name}"):
             await runtime.apply(r, bad)
     assert not dump.exists()
+
+
+async def test_concurrent_calls_share_one_tofu_command_and_fail_alone(
+    tmp_path: Path, options: RuntimeOptions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a state backend (as on a worker), concurrent calls of one provider configuration
+    run as one command each step; a bad member fails with its own message, the others apply."""
+    from stackflow.state.backend import open_backend
+
+    backend = open_backend(f"sqlite:///{tmp_path / 'state.db'}")
+    runtime = TerraformRuntime(root=tmp_path / "tf", backend=backend)
+    commands: list[str] = []
+    real_run = runtime.cli.run
+
+    async def counted(workdir: Path, command: str, *args: str, **kw: Any) -> Any:
+        commands.append(command)
+        return await real_run(workdir, command, *args, **kw)
+
+    monkeypatch.setattr(runtime.cli, "run", counted)
+    good = [
+        req(f"hashicorp:random:random_password:p{i}", {"length": 8 + i}, RANDOM) for i in range(6)
+    ]
+    bad = req("hashicorp:random:random_password:typo", {"lenght": 16}, RANDOM)
+    try:
+        seen = await asyncio.gather(*(runtime.observe(r, options, with_preview=True) for r in good))
+        assert all(live is None for live, _ in seen)
+        assert [p.would_be["length"] for _, p in seen if p] == [8 + i for i in range(6)]
+        assert commands.count("plan") == 1 and commands.count("show") == 1
+
+        commands.clear()
+        lives = await asyncio.gather(
+            *(runtime.apply(r, options) for r in [*good, bad]), return_exceptions=True
+        )
+        assert isinstance(lives[-1], InvalidInput) and 'named "lenght"' in str(lives[-1])
+        assert str(lives[-1]).startswith("hashicorp:random:random_password:typo:")
+        applied = [live for live in lives[:-1] if isinstance(live, dict)]
+        assert [len(live["result"]) for live in applied] == [8 + i for i in range(6)]
+        # the batch failed on the bad member; each then ran alone
+        assert commands.count("apply") == 1 + 7
+
+        recorded = [
+            req(r.id, r.attributes, RANDOM, live) for r, live in zip(good, applied, strict=True)
+        ]
+        commands.clear()
+        again = await asyncio.gather(
+            *(runtime.observe(r, options, with_preview=True) for r in recorded)
+        )
+        for (live, result), before in zip(again, applied, strict=True):
+            assert live is not None and live["result"] == before["result"]
+            assert result is not None and result.would_be["result"] == before["result"]
+        assert commands == ["plan", "show"]  # the plan's refresh read every object
+
+        commands.clear()
+        await asyncio.gather(*(runtime.delete(r, options) for r in recorded))
+        assert commands == ["destroy"]
+        # nothing that holds values stays on disk between commands, batches included
+        left = {p.name for p in (tmp_path / "tf").rglob("*") if p.is_file()}
+        assert not left & {"terraform.tfstate", "stackflow.tfplan", "main.tf.json"}, left
+    finally:
+        backend.close()

@@ -425,3 +425,14 @@ def test_leaf_kinds_delete_in_the_background_workloads_in_the_foreground() -> No
     assert default_propagation(ref("apps/v1", "Deployment")) == "Foreground"
     assert default_propagation(ref("batch/v1", "Job")) == "Foreground"
     assert default_propagation(ref("example.com/v1", "Widget")) == "Foreground"
+
+
+def test_a_delete_answered_with_success_for_the_same_uid_needs_no_wait() -> None:
+    from runtimes.kubernetes.runtime import deleted_at_once
+
+    gone = {"kind": "Status", "status": "Success", "details": {"name": "c", "uid": "u1"}}
+    assert deleted_at_once(gone, "u1")
+    assert not deleted_at_once(gone, "u2")  # another object's answer proves nothing
+    assert not deleted_at_once(gone, "")
+    pending = {"kind": "ConfigMap", "metadata": {"uid": "u1", "deletionTimestamp": "now"}}
+    assert not deleted_at_once(pending, "u1")  # deferred (finalizers, grace): waited for

@@ -210,6 +210,25 @@ async def main() -> None:
         )
         await ungrouped.result()
         await save(client, ungrouped, "grouped_destroy")
+
+        # Terraform nodes sharing run_group activities (one tofu command per group)
+        data = [
+            {
+                "id": f"builtin:terraform:terraform_data:d{i}",
+                "type": "Terraform",
+                "attributes": {"input": {"i": i}},
+                "extensions": {"provider": "terraform.io/builtin/terraform"},
+            }
+            for i in range(4)
+        ]
+        tf = await start(f"golden-tfgroup-{tag}", spec={"resources": data}, auto_approve=True)
+        await tf.result()
+        await save(client, tf, "grouped_terraform_apply")
+        tf_gone = await start(
+            f"golden-tfgroup-{tag}", workflow="DestroyWorkflow", auto_approve=True
+        )
+        await tf_gone.result()
+        await save(client, tf_gone, "grouped_terraform_destroy")
     await activities.registry.close()
     backend.close()
 

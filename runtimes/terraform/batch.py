@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from runtimes.base import ResourceRequest, RuntimeOptions
-from runtimes.terraform.config import TerraformResource, escape_templates, required_providers
+from runtimes.terraform.config import TerraformResource
 from runtimes.terraform.state import State
 
 Verb = Literal["read", "preview", "observe", "apply", "delete"]
@@ -138,24 +138,7 @@ class Coalescer:
             call.settle(error=RuntimeError(f"{call.res.id}: batch ended without a result"))
 
 
-# ---- the merged root module -------------------------------------------------------------------
-def merged_config(members: Iterable[TerraformResource], *, with_resources: bool) -> dict[str, Any]:
-    """One ``main.tf.json`` for members sharing a provider configuration."""
-    members = list(members)
-    first = members[0]
-    doc: dict[str, Any] = {}
-    providers = required_providers(first)
-    if providers:
-        doc["terraform"] = {"required_providers": providers}
-        doc["provider"] = {first.provider.local_name: escape_templates(first.provider_meta)}
-    if with_resources:
-        blocks: dict[str, dict[str, Any]] = {}
-        for res in members:
-            blocks.setdefault(res.resource_type, {})[res.name] = escape_templates(res.arguments)
-        doc["resource"] = blocks
-    return doc
-
-
+# ---- the merged state ------------------------------------------------------------------------
 def merge_states(states: Iterable[State | None]) -> State | None:
     """One state holding every member's resources (None: nothing tracked)."""
     resources: list[Any] = []

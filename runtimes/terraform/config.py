@@ -17,6 +17,7 @@ A resource of type ``Terraform`` is written the way Kusion writes it:
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -171,21 +172,33 @@ def required_providers(res: TerraformResource) -> dict[str, Any]:
     return {res.provider.local_name: entry}
 
 
+def render_module(members: Sequence[TerraformResource], *, with_resources: bool) -> dict[str, Any]:
+    """The ``main.tf.json`` document (Kusion's layout: terraform, provider, resource) of
+    resources sharing one provider configuration (the first's).
+
+    Without the resource blocks, the configuration still names the provider, so refresh and
+    destroy can act on the objects the seeded state holds.
+    """
+    first = members[0]
+    doc: dict[str, Any] = {}
+    providers = required_providers(first)
+    if providers:
+        doc["terraform"] = {"required_providers": providers}
+        doc["provider"] = {first.provider.local_name: escape_templates(first.provider_meta)}
+    if with_resources:
+        blocks: dict[str, dict[str, Any]] = {}
+        for res in members:
+            blocks.setdefault(res.resource_type, {})[res.name] = escape_templates(res.arguments)
+        doc["resource"] = blocks
+    return doc
+
+
 def render_config(
     res: TerraformResource, *, with_resource: bool, import_existing: bool = False
 ) -> dict[str, Any]:
-    """The ``main.tf.json`` document (Kusion's layout: terraform, provider, resource).
-
-    Without the resource block, the configuration still names the provider, so refresh and
-    destroy can act on the object the seeded state holds.
-    """
-    doc: dict[str, Any] = {}
-    providers = required_providers(res)
-    if providers:
-        doc["terraform"] = {"required_providers": providers}
-        doc["provider"] = {res.provider.local_name: escape_templates(res.provider_meta)}
-    if with_resource:
-        doc["resource"] = {res.resource_type: {res.name: escape_templates(res.arguments)}}
-        if import_existing and res.import_id:
-            doc["import"] = [{"to": res.address, "id": escape_templates(res.import_id)}]
+    """One resource's ``main.tf.json`` (:func:`render_module`), with its import block when
+    ``import_existing`` and it names an import id."""
+    doc = render_module([res], with_resources=with_resource)
+    if with_resource and import_existing and res.import_id:
+        doc["import"] = [{"to": res.address, "id": escape_templates(res.import_id)}]
     return doc

@@ -55,7 +55,6 @@ from runtimes.terraform.batch import (
     held,
     leftovers,
     merge_states,
-    merged_config,
     split_state,
     write_members,
 )
@@ -72,6 +71,7 @@ from runtimes.terraform.config import (
     TerraformResource,
     parse_resource,
     render_config,
+    render_module,
     required_providers,
 )
 from runtimes.terraform.state import (
@@ -670,8 +670,8 @@ class TerraformRuntime(Runtime):
                 else:
                     _write_atomically(path / STATE_FILE, json.dumps(merged))
                 write_members(path, calls, workdirs)
-                doc = merged_config(
-                    (c.res for c in calls),
+                doc = render_module(
+                    [c.res for c in calls],
                     with_resources=first.verb in ("preview", "observe", "apply"),
                 )
                 _write_atomically(path / CONFIG_FILE, json.dumps(doc, indent=2, sort_keys=True))

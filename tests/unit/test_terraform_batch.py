@@ -17,11 +17,10 @@ from runtimes.terraform.batch import (
     batch_key,
     leftovers,
     merge_states,
-    merged_config,
     split_state,
     write_members,
 )
-from runtimes.terraform.config import parse_resource
+from runtimes.terraform.config import parse_resource, render_module
 
 OPTS = RuntimeOptions(project="p", workspace="w", revision=3)
 RANDOM = "registry.terraform.io/hashicorp/random/3.6.0"
@@ -77,10 +76,10 @@ def test_each_member_gets_its_own_part_back_as_its_next_serial() -> None:
 
 def test_one_configuration_holds_every_member_and_one_provider_block() -> None:
     members = [parse_resource(request(n)) for n in ("a", "b")]
-    doc = merged_config(members, with_resources=True)
+    doc = render_module(members, with_resources=True)
     assert set(doc["resource"]["random_id"]) == {"a", "b"}
     assert list(doc["provider"]) == ["random"]
-    assert "resource" not in merged_config(members, with_resources=False)
+    assert "resource" not in render_module(members, with_resources=False)
 
 
 def test_calls_that_cannot_share_a_command_get_different_keys() -> None:

@@ -14,8 +14,6 @@ from cli.output import stdout_console
 from stackflow.config import state_url
 from stackflow.crypto import KeyRing, new_key_line
 from stackflow.errors import ConflictError
-from stackflow.state.backend import open_backend, redact_url
-from stackflow.state.legacy import read_legacy_home
 
 state_app = typer.Typer(
     help="The state backend (STACKFLOW_STATE_URL): schema migrations and imports.",
@@ -44,6 +42,9 @@ def migrate(
     ] = None,
 ) -> None:
     """Bring the backend's schema up to date (idempotent); optionally import old releases."""
+    from stackflow.state.backend import open_backend, redact_url
+    from stackflow.state.legacy import read_legacy_home
+
     url = state_url()
     backend = open_backend(url, migrate=True)
     console = stdout_console()

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from stackflow.state.backend import StateBackend, default_state_url, open_backend
+if TYPE_CHECKING:  # the backend (SQLAlchemy) is imported by what opens it, not by the CLI's start
+    from stackflow.state.backend import StateBackend
 
 
 def stackflow_home() -> Path:
@@ -17,9 +19,13 @@ def stackflow_home() -> Path:
 
 
 def state_url() -> str:
+    from stackflow.state.backend import default_state_url
+
     return default_state_url()
 
 
 def default_backend(*, migrate: bool = False) -> StateBackend:
     """The state backend ``STACKFLOW_STATE_URL`` names (default: SQLite in the home)."""
+    from stackflow.state.backend import open_backend
+
     return open_backend(state_url(), migrate=migrate)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -15,7 +15,9 @@ from stackflow.diff import mask_release_data
 from stackflow.errors import ConflictError, KusionFormatError
 from stackflow.release import Release
 from stackflow.spec import load_yaml
-from stackflow.state.backend import StateBackend
+
+if TYPE_CHECKING:
+    from stackflow.state.backend import StateBackend
 
 METADATA_FILE = ".metadata.yml"
 _SAFE_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]*$")

@@ -618,8 +618,10 @@ class TerraformRuntime(Runtime):
             return await self._read(call.request, call.options, keep_state=True)
         if call.verb == "preview":
             return await self._preview_one(call.request, call.options)
-        if call.verb == "observe":
-            return await super().observe(call.request, call.options, with_preview=True)
+        if call.verb == "observe":  # alone: no second try at a batch
+            live = await self._read(call.request, call.options, keep_state=True)
+            preview = await self._preview_one(call.request, call.options)
+            return (None if live is None else strip_reserved(live)), preview
         if call.verb == "apply":
             return await self._apply_one(call.request, call.options)
         await self._delete_one(call.request, call.options)

@@ -388,6 +388,16 @@ async def test_concurrent_calls_share_one_tofu_command_and_fail_alone(
         commands.clear()
         await asyncio.gather(*(runtime.delete(r, options) for r in recorded))
         assert commands == ["destroy"]
+        # a preview whose batch plan fails: each member alone, the bad one says why
+        fresh = req("hashicorp:random:random_password:q", {"length": 9}, RANDOM)
+        (live, result), refused = await asyncio.gather(
+            runtime.observe(fresh, options, with_preview=True),
+            runtime.observe(bad, options, with_preview=True),
+            return_exceptions=True,
+        )
+        assert live is None and result is not None and result.would_be["length"] == 9
+        assert isinstance(refused, InvalidInput) and 'named "lenght"' in str(refused)
+
         # nothing that holds values stays on disk between commands, batches included
         left = {p.name for p in (tmp_path / "tf").rglob("*") if p.is_file()}
         assert not left & {"terraform.tfstate", "stackflow.tfplan", "main.tf.json"}, left

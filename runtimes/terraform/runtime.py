@@ -678,10 +678,15 @@ class TerraformRuntime(Runtime):
                 )
                 _write_atomically(path / CONFIG_FILE, json.dumps(doc, indent=2, sort_keys=True))
                 done = await self._batch_verb(wd, calls)
-                if done:
+                if done and first.verb in ("apply", "delete"):
                     for workdir in workdirs.values():  # superseded by what the batch kept
                         (workdir / STATE_FILE).unlink(missing_ok=True)
                 return done
+            except BaseException:
+                # e.g. the backend failed to keep what tofu wrote: it stays where this host's
+                # retry looks, each member's part in its own working directory
+                self._salvage(path)
+                raise
             finally:
                 for name in (STATE_FILE, f"{STATE_FILE}.backup", PLAN_FILE, CONFIG_FILE):
                     (path / name).unlink(missing_ok=True)

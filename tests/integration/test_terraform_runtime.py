@@ -403,3 +403,42 @@ async def test_concurrent_calls_share_one_tofu_command_and_fail_alone(
         assert not left & {"terraform.tfstate", "stackflow.tfplan", "main.tf.json"}, left
     finally:
         backend.close()
+
+
+async def test_a_batch_whose_state_cannot_be_kept_leaves_it_for_the_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """tofu created two objects in one batch, then the backend failed to keep their state:
+    the retry on this host finds each object's state and creates nothing a second time."""
+    from stackflow.errors import BackendUnavailableError
+    from stackflow.state.backend import open_backend
+
+    backend = open_backend(f"sqlite:///{tmp_path / 'state.db'}")
+    runtime = TerraformRuntime(root=tmp_path / "tf", backend=backend)
+    options = RuntimeOptions(project="keep", workspace="dev", timeout_seconds=120, revision=1)
+    ids = ext("random", "3.6.0", "random_id")
+    tokens = [req(f"hashicorp:random:random_id:t{i}", {"byte_length": 8}, ids) for i in range(2)]
+    kept: list[Any] = []
+
+    def down(*args: Any, **kwargs: Any) -> None:
+        raise BackendUnavailableError("state backend unavailable (test)")
+
+    def keep(project: str, workspace: str, bodies: dict[str, str], **kwargs: Any) -> None:
+        kept.append(bodies)  # (the stack lock that fences real writes is not held here)
+
+    try:
+        monkeypatch.setattr(backend, "put_terraform_states", down)
+        failed = await asyncio.gather(
+            *(runtime.apply(t, options) for t in tokens), return_exceptions=True
+        )
+        assert all(isinstance(f, BackendUnavailableError) for f in failed), failed
+        left = [runtime.workdir_path(t.id, options) / "terraform.tfstate" for t in tokens]
+        created = [json.loads(p.read_text())["resources"][0]["instances"][0] for p in left]
+
+        monkeypatch.setattr(backend, "put_terraform_states", keep)
+        lives = await asyncio.gather(*(runtime.apply(t, options) for t in tokens))
+        assert [live["id"] for live in lives] == [c["attributes"]["id"] for c in created]
+        assert [sorted(k) for k in kept] == [sorted(t.id for t in tokens)]  # one transaction
+        assert not any(p.exists() for p in left)  # used, kept, and gone from disk
+    finally:
+        backend.close()

@@ -109,6 +109,9 @@ APPLY_PATCH = "application/apply-patch+yaml; charset=utf-8"
 REQUEST_THREADS = POOL_CONNECTIONS
 """Blocking API calls the runtime runs at once (one connection each)."""
 DISCOVERY_WAIT_SECONDS = 15.0
+ABSENT_NAMESPACE_SECONDS = 2.0
+"""How long a preview trusts a dry run's "namespace not found": the objects of a stack that
+creates its namespace are previewed without one GET and one dry run each."""
 """How long apply waits for a kind to be served (a CRD just created is being established)."""
 
 
@@ -234,6 +237,7 @@ class KubernetesRuntime(Runtime):
         self._clients: dict[tuple[str | None, str | None], KubeClient] = {}
         self._lock = threading.Lock()
         self._policy = policy
+        self._absent_namespaces: dict[tuple[int, str], float] = {}
         # Requests block a thread each: threads of its own, as many as a client's connection
         # pool holds, so API calls are not capped by the event loop's default executor
         # (min(32, CPUs + 4) threads, shared with every other blocking call of the worker).
@@ -406,6 +410,9 @@ class KubernetesRuntime(Runtime):
                 self._unserved(client, resource, ref, wait=False)
             # else a custom kind whose CRD an earlier node of this run creates
             return None, PreviewResult(would_be=desired, sensitive_paths=sensitive)
+        if api.namespaced and self._namespace_absent(client, ref.namespace):
+            # nothing can exist in a namespace that does not: an earlier node creates it
+            return None, PreviewResult(would_be=desired, sensitive_paths=sensitive)
         live = self._get(client, api, ref, resource.id)
         if live is not None:
             check_owner(resource, ref, live, options)
@@ -448,7 +455,27 @@ class KubernetesRuntime(Runtime):
                 resource_id=resource.id,
             ) from None
         self._refuse_terminating(resource, ref, result)
+        if ref.kind == "Namespace" and ref.api_version == "v1":
+            with self._lock:
+                self._absent_namespaces.pop((id(client), ref.name), None)
         return normalise(result)
+
+    def _namespace_absent(
+        self, client: KubeClient, namespace: str | None, *, seen_absent: bool = False
+    ) -> bool:
+        """Whether a dry run found ``namespace`` missing within the last few seconds
+        (``seen_absent``: one just did); only previews rely on it."""
+        if not namespace:
+            return False
+        key, now = (id(client), namespace), time.monotonic()
+        with self._lock:
+            if seen_absent:
+                self._absent_namespaces[key] = now + ABSENT_NAMESPACE_SECONDS
+                return True
+            until = self._absent_namespaces.get(key)
+            if until is not None and until <= now:
+                del self._absent_namespaces[key]
+            return until is not None and until > now
 
     @staticmethod
     def _refuse_terminating(resource: ResourceRequest, ref: ObjectRef, obj: JSON) -> None:
@@ -484,6 +511,8 @@ class KubernetesRuntime(Runtime):
         try:
             return patch(force)
         except ApiError as exc:
+            if dry_run and exc.status == 404 and exc.details.get("kind") == "namespaces":
+                self._namespace_absent(client, ref.namespace, seen_absent=True)
             if exc.status != 409 or force:
                 raise failure(exc, resource.id, doing) from None
             fields, managers = conflict_fields(exc.causes, exc.message)

@@ -403,3 +403,41 @@ async def test_unreachable_server_is_unavailable_naming_it(
         assert message.startswith("v1:ConfigMap:default:x: Kubernetes API https://127.0.0.1:1 ")
         assert "unreachable" in message and "refused" in message and "\n" not in message
         assert err.value.retryable and time.monotonic() - started < 10
+
+
+async def test_objects_of_a_namespace_yet_to_be_created_preview_without_requests(
+    rt: KubernetesRuntime, opts: RuntimeOptions, api: k8s.ApiClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first dry run finds the namespace missing; the next objects there are previewed as
+    they are desired, with no request (nothing can exist in it); once the stack applies the
+    Namespace, previews dry-run again."""
+    from runtimes.kubernetes.client import KubeClient
+
+    sent: list[str] = []
+    real = KubeClient.request
+
+    def counted(self: KubeClient, method: str, path: str, **kw: Any) -> Any:
+        sent.append(method)
+        return real(self, method, path, **kw)
+
+    monkeypatch.setattr(KubeClient, "request", counted)
+    name = f"sf-{suffix()}"
+    maps = [request(config_map(name, f"c{i}", {"k": str(i)})) for i in range(3)]
+    try:
+        first = await rt.observe(maps[0], opts, with_preview=True)
+        assert first[0] is None and first[1] is not None and "PATCH" in sent
+        sent.clear()
+        for cm in maps[1:]:
+            live, result = await rt.observe(cm, opts, with_preview=True)
+            assert (
+                live is None
+                and result is not None
+                and result.would_be["data"] == cm.attributes["data"]
+            )
+        assert sent == []
+        await rt.apply(request(namespace(name)), opts)
+        sent.clear()
+        await rt.observe(maps[1], opts, with_preview=True)
+        assert sent.count("PATCH") == 1  # the dry run again, now that the namespace exists
+    finally:
+        delete_quietly(api, namespaces=[name])

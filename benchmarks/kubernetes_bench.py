@@ -9,7 +9,8 @@ its version, each tool in a namespace of its own:
   for every object, kubernetes/kubernetes#127095: ``--strict-peer`` times that too);
 - unchanged preview: ``stackflow preview`` vs ``kubectl diff --server-side``;
 - destroy: ``stackflow destroy --yes`` (foreground deletion, confirming each object is
-  gone) vs ``kubectl delete --wait=false`` (background deletion, kubectl's default), vs that
+  gone) vs ``kubectl delete --wait=false --ignore-not-found`` (background deletion, kubectl's
+  default; the namespace controller may remove a ConfigMap before kubectl gets to it), vs that
   delete plus waiting until the namespace is gone (``kubectl wait --for=delete``), and,
   with ``--foreground-peer``, vs ``kubectl delete --cascade=foreground`` of the same objects in
   a third namespace, which waits as stackflow does (foreground deletions go at the pace of
@@ -199,7 +200,10 @@ def bench_size(
         peer.seconds["apply-strict"] = harness.timed(
             [kubectl, "apply", "--server-side", "-f", str(strict_docs)], env=env
         )[0]
-        harness.timed([kubectl, "delete", "--wait=false", "-f", str(strict_docs)], env=env)
+        harness.timed(
+            [kubectl, "delete", "--wait=false", "--ignore-not-found", "-f", str(strict_docs)],
+            env=env,
+        )
     # unchanged preview: kubectl diff exits 0 when nothing would change, 1 when something would
     t0 = time.time()
     measure(kubectl, ours, "preview", lambda: sf.cli("preview", "-f", str(spec_path), *flags))
@@ -225,7 +229,9 @@ def bench_size(
         kubectl,
         peer,
         "destroy",
-        lambda: harness.timed([kubectl, "delete", "--wait=false", "-f", str(docs)], env=env)[0],
+        lambda: harness.timed(
+            [kubectl, "delete", "--wait=false", "--ignore-not-found", "-f", str(docs)], env=env
+        )[0],
     )
     wait, _ = harness.timed(
         [kubectl, "wait", "--for=delete", f"namespace/{kc_ns}", "--timeout=600s"],

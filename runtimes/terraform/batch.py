@@ -26,7 +26,7 @@ import hashlib
 import json
 import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -136,6 +136,69 @@ class Coalescer:
                 raise
         for call in batch:  # a runner that forgot one must not leave its caller hanging
             call.settle(error=RuntimeError(f"{call.res.id}: batch ended without a result"))
+
+
+class StateLoader:
+    """Kept states looked up by concurrent calls, one backend read per stack and loop turn:
+    the members of a batch (which all start in one turn) cost one query instead of one
+    each, and reach the batch together instead of trickling in through the thread pool."""
+
+    def __init__(self, fetch: Callable[[str, str, list[str]], Mapping[str, str]]) -> None:
+        self._fetch = fetch
+        self._pending: dict[tuple[str, str], dict[str, asyncio.Future[str | None]]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    async def get(self, project: str, workspace: str, resource_id: str) -> str | None:
+        loop = asyncio.get_running_loop()
+        stack = (project, workspace)
+        pending = self._pending.get(stack)
+        if pending is None:
+            pending = self._pending[stack] = {}
+            task = loop.create_task(self._load(stack, pending))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+        future = pending.get(resource_id)
+        if future is None:
+            future = pending[resource_id] = loop.create_future()
+        # a cancelled caller must not cancel the answer another caller of the id awaits
+        return await asyncio.shield(future)
+
+    async def _load(
+        self, stack: tuple[str, str], pending: dict[str, asyncio.Future[str | None]]
+    ) -> None:
+        await asyncio.sleep(0)  # the other calls of this turn join
+        if self._pending.get(stack) is pending:
+            del self._pending[stack]
+        ids = list(pending)
+        try:
+            found = await asyncio.to_thread(self._fetch, *stack, ids)
+        except Exception:
+            # e.g. one state that does not open: each id alone, so only its own call fails
+            for rid in ids:
+                try:
+                    one = await asyncio.to_thread(self._fetch, *stack, [rid])
+                except Exception as exc:
+                    _answer(pending[rid], error=exc)
+                else:
+                    _answer(pending[rid], one.get(rid))
+            return
+        except BaseException as exc:
+            for future in pending.values():
+                _answer(future, error=exc)
+            raise
+        for rid, future in pending.items():
+            _answer(future, found.get(rid))
+
+
+def _answer(
+    future: asyncio.Future[str | None], value: str | None = None, error: BaseException | None = None
+) -> None:
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
 
 
 # ---- the merged state ------------------------------------------------------------------------

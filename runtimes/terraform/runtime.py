@@ -49,6 +49,7 @@ from runtimes.terraform.batch import (
     MEMBERS_FILE,
     Call,
     Coalescer,
+    StateLoader,
     Verb,
     batch_dir,
     batch_key,
@@ -267,6 +268,7 @@ class TerraformRuntime(Runtime):
         self.schemas: dict[str, dict[str, Any]] = {}
         self._import_plans: dict[Path, tuple[str, dict[str, Any]]] = {}
         self._coalescer = Coalescer(self._run_batch)
+        self._states = StateLoader(self._kept_states)
         self._salvaged = False
 
     @property
@@ -476,10 +478,12 @@ class TerraformRuntime(Runtime):
         """The state the backend kept for the resource after its last command."""
         if self.backend is None:
             return None
-        body = await asyncio.to_thread(
-            self.backend.get_terraform_state, options.project, options.workspace, resource_id
-        )
+        body = await self._states.get(options.project, options.workspace, resource_id)
         return json.loads(body) if body else None
+
+    def _kept_states(self, project: str, workspace: str, ids: list[str]) -> Mapping[str, str]:
+        assert self.backend is not None
+        return self.backend.get_terraform_states(project, workspace, ids)
 
     async def _keep(self, wd: Workdir, options: RuntimeOptions) -> None:
         """Right after a command that may change the state: the backend keeps it (fenced by

@@ -1020,16 +1020,27 @@ class StateBackend:
         )
 
     def get_terraform_state(self, project: str, workspace: str, resource_id: str) -> str | None:
+        return self.get_terraform_states(project, workspace, [resource_id]).get(resource_id)
+
+    def get_terraform_states(
+        self, project: str, workspace: str, resource_ids: Iterable[str]
+    ) -> dict[str, str]:
+        """The kept OpenTofu states of several resources, read in one transaction (a
+        resource with none is left out)."""
         t = terraform_states.c
+        wanted = builtins.list(dict.fromkeys(resource_ids))
+        stored: dict[str, str] = {}
         with self._tx() as conn:
-            stored = conn.execute(
-                sa.select(t.body).where(
-                    t.project == project, t.workspace == workspace, t.resource_id == resource_id
+            for start in range(0, len(wanted), 500):
+                chunk = wanted[start : start + 500]
+                query = sa.select(t.resource_id, t.body).where(
+                    t.project == project, t.workspace == workspace, t.resource_id.in_(chunk)
                 )
-            ).scalar()
-        if stored is None:
-            return None
-        return self.sealer.open_text(stored, project, workspace, resource_id, "tfstate")
+                stored.update({row.resource_id: row.body for row in conn.execute(query)})
+        return {
+            rid: self.sealer.open_text(body, project, workspace, rid, "tfstate")
+            for rid, body in stored.items()
+        }
 
     def delete_terraform_state(
         self, project: str, workspace: str, resource_id: str, *, revision: int, run: RunRef | None

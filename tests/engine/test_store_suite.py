@@ -261,6 +261,21 @@ def test_terraform_state_keeps_the_newest_serial_and_is_fenced(backend: StateBac
     assert backend.get_terraform_state("p", "w", "tf") is None
 
 
+def test_terraform_states_read_together(backend: StateBackend) -> None:
+    backend.create("p", "w", Operation.apply, run=R1)
+    bodies = {f"tf{i}": f'{{"lineage":"L{i}","serial":1,"resources":[]}}' for i in range(600)}
+    backend.put_terraform_states("p", "w", bodies, revision=1, run=R1)
+    backend.create("q", "w", Operation.apply, run=R2)
+    backend.put_terraform_state("q", "w", "tf1", '{"lineage":"X","serial":1}', revision=1, run=R2)
+    # more ids than one query takes, a duplicate, one with no state, another stack's row
+    found = backend.get_terraform_states("p", "w", [*bodies, "tf1", "missing"])
+    assert found == bodies
+    assert backend.get_terraform_states("q", "w", ["tf1", "tf2"]) == {
+        "tf1": '{"lineage":"X","serial":1}'
+    }
+    assert backend.get_terraform_states("p", "w", []) == {}
+
+
 def test_import_keeps_revisions_and_an_in_progress_release_locks_with_no_run(
     backend: StateBackend,
 ) -> None:

@@ -414,6 +414,20 @@ class OnPremRuntime(Runtime):
         attrs, _ = await asyncio.to_thread(self._place, resource)
         return PreviewResult(would_be=desired_state(attrs))
 
+    async def observe(
+        self, resource: ResourceRequest, options: RuntimeOptions, *, with_preview: bool
+    ) -> tuple[Attributes | None, PreviewResult | None]:
+        """The file as it is and what it would become, from one policy check and one look."""
+
+        def observe() -> tuple[Attributes | None, PreviewResult | None]:
+            attrs, place = self._place(resource)
+            live = read_sync(resource.id, place)
+            if live is not None and attrs.host:
+                live["host"] = attrs.host
+            return live, (PreviewResult(would_be=desired_state(attrs)) if with_preview else None)
+
+        return await asyncio.to_thread(observe)
+
     async def apply(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
         def apply() -> Attributes:
             attrs, place = self._place(resource)

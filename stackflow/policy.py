@@ -577,7 +577,9 @@ class WorkerPolicy(PolicySettings):
         if not name or name in (".", ".."):
             raise PolicyViolation(resource_id, field, f"{path} names no file or directory")
         via_parent = os.path.join(parent, name) if name else parent
-        real = _real(lexical)
+        # realpath(path) is the resolved parent joined with the name unless the name itself
+        # is a symlink: one lstat instead of resolving every component a second time
+        real = _real(lexical) if os.path.islink(via_parent) else via_parent
         for candidate in dict.fromkeys((via_parent, real)):
             if not any(_within(candidate, root) for root in roots):
                 resolved = f" (it resolves to {candidate})" if candidate != lexical else ""

@@ -64,9 +64,14 @@ async def test_onprem_lifecycle_inside_a_root(tmp_path: Path) -> None:
     target = tmp_path / "root" / "a" / "b" / "c.txt"
     r = file_request(target, "hello\n")
     assert await rt.read(r, OPTS) is None
+    live, preview = await rt.observe(r, OPTS, with_preview=True)
+    assert live is None and preview is not None
+    want = {"kind": "File", "path": str(target), "mode": "0644", "content": "hello\n"}
+    assert preview.would_be == want
     live = await rt.apply(r, OPTS)
-    assert live == {"kind": "File", "path": str(target), "mode": "0644", "content": "hello\n"}
+    assert live == want
     assert await rt.read(r, OPTS) == live
+    assert await rt.observe(r, OPTS, with_preview=False) == (live, None)
     assert sorted(os.listdir(target.parent)) == ["c.txt"]  # no temporary file left
     d = file_request(tmp_path / "root" / "a" / "d", kind="Directory")
     assert (await rt.apply(d, OPTS))["kind"] == "Directory"
@@ -101,8 +106,17 @@ async def test_onprem_refusals_touch_nothing(tmp_path: Path) -> None:
     rt = OnPremRuntime(onprem_policy(tmp_path))
     (tmp_path / "outside").mkdir()
     (tmp_path / "root" / "link").symlink_to(tmp_path / "outside")
-    for path in (tmp_path / "outside" / "x", tmp_path / "root" / "link" / "x"):
-        for call in (rt.read, rt.preview, rt.apply, rt.delete):
+    (tmp_path / "root" / "escape").symlink_to(tmp_path / "outside" / "x")
+
+    async def observe(r: ResourceRequest, options: RuntimeOptions) -> object:
+        return await rt.observe(r, options, with_preview=True)
+
+    for path in (
+        tmp_path / "outside" / "x",
+        tmp_path / "root" / "link" / "x",
+        tmp_path / "root" / "escape",  # the file itself a symlink out of the root
+    ):
+        for call in (rt.read, rt.preview, observe, rt.apply, rt.delete):
             with pytest.raises(PolicyViolation, match="outside this worker's OnPrem roots"):
                 await call(file_request(path), OPTS)
     assert os.listdir(tmp_path / "outside") == []

@@ -104,7 +104,8 @@ class Coalescer:
     def __init__(self, run: Callable[[list[Call]], Awaitable[None]]) -> None:
         self._run = run
         self._open: dict[tuple[Verb, str], list[Call]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        """Each batch's task, by the batch's id."""
 
     async def submit(self, key: str, call: Call) -> Any:
         call.future = asyncio.get_running_loop().create_future()
@@ -116,17 +117,31 @@ class Coalescer:
         if batch is None:
             batch = self._open[slot] = []
             task = asyncio.get_running_loop().create_task(self._after_window(slot, batch))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            ident = id(batch)
+            self._tasks[ident] = task
+            task.add_done_callback(lambda _: self._tasks.pop(ident, None))
         batch.append(call)
         if len(batch) >= BATCH_LIMIT and self._open.get(slot) is batch:
             del self._open[slot]
-        return await call.future
+        try:
+            return await call.future
+        except asyncio.CancelledError:
+            # Every caller gave up (the run was cancelled, say): the command stops as a single
+            # resource's does (tofu interrupted, then killed), and its state is salvaged.
+            if all(c.future is not None and c.future.done() for c in batch):
+                if self._open.get(slot) is batch:
+                    del self._open[slot]
+                running = self._tasks.get(id(batch))
+                if running is not None:
+                    running.cancel()
+            raise
 
     async def _after_window(self, slot: tuple[Verb, str], batch: list[Call]) -> None:
-        await asyncio.sleep(WINDOW_SECONDS)
-        if self._open.get(slot) is batch:
-            del self._open[slot]
+        try:
+            await asyncio.sleep(WINDOW_SECONDS)
+        finally:
+            if self._open.get(slot) is batch:
+                del self._open[slot]
         try:
             await self._run(batch)
         except BaseException as exc:

@@ -442,3 +442,53 @@ async def test_a_batch_whose_state_cannot_be_kept_leaves_it_for_the_retry(
         assert not any(p.exists() for p in left)  # used, kept, and gone from disk
     finally:
         backend.close()
+
+
+async def test_a_batch_whose_callers_are_all_cancelled_stops_its_command(tmp_path: Path) -> None:
+    """A run cancelled during a batch apply: the shared tofu command is interrupted (then
+    killed) as a single resource's is, instead of running on after every caller left."""
+    from stackflow.state.backend import open_backend
+
+    backend = open_backend(f"sqlite:///{tmp_path / 'state.db'}")
+    policy = load_policy({**os.environ, "STACKFLOW_ALLOW_PROVISIONERS": "1"})
+    runtime = TerraformRuntime(root=tmp_path / "tf", backend=backend, policy=policy)
+    options = RuntimeOptions(project="stop", workspace="dev", timeout_seconds=300)
+    marker = f"sleep 47.{os.getpid()}"  # a command line no other process has
+    slow = [
+        req(
+            f"builtin:terraform:terraform_data:s{i}",
+            {"input": i, "provisioner": [{"local-exec": {"command": marker}}]},
+            BUILTIN,
+        )
+        for i in range(2)
+    ]
+
+    def sleeping() -> bool:
+        found = subprocess.run(["pgrep", "-f", marker], capture_output=True, check=False)
+        return found.returncode == 0
+
+    try:
+        calls = [asyncio.ensure_future(runtime.apply(r, options)) for r in slow]
+        for _ in range(300):
+            if sleeping():
+                break
+            await asyncio.sleep(0.1)
+        assert sleeping(), "the provisioner never started"
+        started = asyncio.get_running_loop().time()
+        for c in calls:
+            c.cancel()
+        ended = await asyncio.gather(*calls, return_exceptions=True)
+        assert all(isinstance(e, asyncio.CancelledError) for e in ended)
+        for _ in range(200):  # tofu gets SIGINT, then SIGKILL after its grace period
+            if not sleeping():
+                break
+            await asyncio.sleep(0.1)
+        assert not sleeping(), "the batch's command ran on after every caller was cancelled"
+        assert asyncio.get_running_loop().time() - started < 20
+        # nothing is left holding the batch: the retry (here without the provisioner) applies
+        quick = [req(r.id, {"input": i}, BUILTIN) for i, r in enumerate(slow)]
+        lives = await asyncio.gather(*(runtime.apply(r, options) for r in quick))
+        assert [live["input"] for live in lives] == [0, 1]
+    finally:
+        subprocess.run(["pkill", "-f", marker], check=False)
+        backend.close()

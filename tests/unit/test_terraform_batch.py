@@ -145,6 +145,48 @@ async def test_a_failing_or_forgetful_batch_answers_every_caller() -> None:
     assert both[0] == "done" and "without a result" in str(both[1])
 
 
+async def test_a_batch_stops_when_every_caller_gave_up() -> None:
+    started = asyncio.Event()
+    stopped: list[str] = []
+
+    async def slow(batch: list[Call]) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            stopped.append(",".join(c.res.name for c in batch))
+            raise
+        for c in batch:
+            c.settle("done")
+
+    coalescer = Coalescer(slow)
+    callers = [asyncio.ensure_future(coalescer.submit("k", call(n))) for n in ("a", "b")]
+    await started.wait()
+    callers[0].cancel()
+    await asyncio.sleep(0.01)
+    assert stopped == []  # b still waits for the command
+    callers[1].cancel()
+    await asyncio.gather(*callers, return_exceptions=True)
+    await asyncio.sleep(0.01)
+    assert stopped == ["a,b"]
+
+    # a caller that gives up inside the window: the batch never starts, the next call opens
+    # a new one
+    started.clear()
+    gone = asyncio.ensure_future(coalescer.submit("k", call("c")))
+    await asyncio.sleep(0)
+    gone.cancel()
+    await asyncio.gather(gone, return_exceptions=True)
+    await asyncio.sleep(0.1)
+    assert not started.is_set()
+    after = asyncio.ensure_future(coalescer.submit("k", call("d")))
+    await started.wait()
+    after.cancel()
+    await asyncio.gather(after, return_exceptions=True)
+    await asyncio.sleep(0.01)
+    assert stopped == ["a,b", "d"]
+
+
 async def test_states_asked_for_together_are_read_together() -> None:
     reads: list[tuple[str, str, list[str]]] = []
     kept = {"a": "A", "b": "B", "bad": "B4D"}

@@ -20,6 +20,7 @@ from stackflow.diff import (
     recorded_sensitive,
     sensitive_paths_for,
 )
+from stackflow.diff_store import load_changes
 from stackflow.drift import DriftReport, DriftSummary
 from stackflow.operation import DriftRecordInput, PreviewBatchResult, RefreshBatchInput
 from stackflow.spec import Resource
@@ -131,11 +132,7 @@ class ObserveActivities:
             return await asyncio.to_thread(self._record_drift, inp)
 
     def _record_drift(self, inp: DriftRecordInput) -> str | None:
-        drifted: list[dict[str, Any]] = []
-        for ref in inp.diff_refs:
-            drifted += [
-                c for c in json.loads(self.backend.get_blob("diff_ref", ref)) if c.get("drift")
-            ]
+        drifted = [c for c in load_changes(self.backend, inp.diff_refs) if c.get("drift")]
         report_ref = None
         if drifted:
             body = json.dumps(drifted, separators=(",", ":"), default=str).encode()

@@ -38,6 +38,7 @@ from stackflow.diff import (
     sensitive_paths_for,
     tainted_paths,
 )
+from stackflow.diff_store import put_changes, put_index
 from stackflow.errors import FencedError, NotFoundError, SpecError, StackLockedError
 from stackflow.graph import (
     Graph,
@@ -54,6 +55,7 @@ from stackflow.operation import (
     FLAG_UNRECORDED,
     PLAN_INLINE_LIMIT,
     DescribeInput,
+    DiffIndexInput,
     GroupInput,
     LoadBatchInput,
     LoadedBatch,
@@ -594,8 +596,7 @@ class OperationActivities:
         if any(change.get("diff") for change in changes):
             # The whole diff (every field, whole values; sensitive ones already masked)
             # goes to the backend; history gets the shortened one, within the byte budget.
-            body = json.dumps(changes, separators=(",", ":"), default=str).encode()
-            result.diff_ref = await asyncio.to_thread(self.backend.put_blob, "diff_ref", body)
+            result.diff_ref = await asyncio.to_thread(put_changes, self.backend, changes)
         result.details = fit_changes(result.details, BUDGET // 2)
         return result
 
@@ -892,6 +893,13 @@ class OperationActivities:
         # Not in state any more: an earlier attempt already deleted and recorded it.
         return NodeResult(id=inp.resource_id, action="Delete", status=NodeStatus.succeeded)
 
+    @activity.defn(name="index_diffs")
+    async def index_diffs(self, inp: DiffIndexInput) -> str:
+        """One ref standing for a run's diff refs (the workflow holds a few, whatever the
+        size of the stack)."""
+        with temporal_errors():
+            return await asyncio.to_thread(put_index, self.backend, inp.refs)
+
     # ---- groups of cheap nodes ---------------------------------------------------------------
     @activity.defn(name="run_group")
     async def run_group(self, inp: GroupInput) -> list[NodeResult]:
@@ -1029,4 +1037,5 @@ class OperationActivities:
             self.apply_resource,
             self.delete_resource,
             self.run_group,
+            self.index_diffs,
         ]

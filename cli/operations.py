@@ -326,14 +326,11 @@ def full_changes(view: dict[str, Any]) -> dict[str, Any]:
     """The preview with the full diffs its ``diff_refs`` name, read from the state backend
     (changes without a diff keep what the run showed)."""
     from stackflow.config import default_backend
+    from stackflow.diff_store import load_changes
 
-    refs = view.get("diff_refs") or []
     backend = default_backend()
     try:
-        full: dict[str, dict[str, Any]] = {}
-        for ref in refs:
-            for change in json.loads(backend.get_blob("diff_ref", ref)):
-                full[change["id"]] = change
+        full = {c["id"]: c for c in load_changes(backend, view.get("diff_refs") or [])}
     finally:
         backend.close()
     changes = [full.get(c["id"], c) for c in view.get("changes", [])]

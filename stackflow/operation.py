@@ -226,9 +226,16 @@ class DriftInput(BaseModel):
     unavailable_timeout_seconds: float = Field(default=300.0, gt=0, le=86400)
 
 
+class DiffIndexInput(BaseModel):
+    """Input of ``index_diffs``: diff refs (at most a few dozen) to fold into one."""
+
+    refs: list[str]
+
+
 class DriftRecordInput(BaseModel):
     """Input of ``record_drift``: the counts, and the refs of the preview's full diffs (one
-    per 200 resources) from which the activity keeps the drifted ones."""
+    per 200 resources, folded into indexes past a few) from which the activity keeps the
+    drifted ones."""
 
     project: str
     workspace: str

@@ -19,6 +19,7 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from stackflow.budget import fit_errors
+    from stackflow.diff_store import DIFF_REFS_LIMIT
     from stackflow.operation import (
         ACTION_CODES,
         CODE_ACTIONS,
@@ -27,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
         BatchInput,
         BatchResult,
         ChangeBrief,
+        DiffIndexInput,
         NodeResult,
         NodeStatus,
         OperationInput,
@@ -48,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         AWAITING_DECISION,
         FAIL_FAST_STOPS_DELETES,
         FINALIZE_ON_EVERY_EXIT,
+        INDEX_DIFF_REFS,
         PHASE_KEY,
         PROJECT_KEY,
         WORKSPACE_KEY,
@@ -342,6 +345,14 @@ class _Operation:
             ]
             for call, handle in zip(group, handles, strict=True):
                 lines.add(call, await handle)
+            if len(lines.diff_refs) > DIFF_REFS_LIMIT and workflow.patched(INDEX_DIFF_REFS):
+                index: str = await workflow.execute_activity(
+                    "index_diffs",
+                    DiffIndexInput(refs=lines.diff_refs),
+                    result_type=str,
+                    **common.store_call(f"index {len(lines.diff_refs)} diffs"),
+                )
+                lines.fold_diffs(index)
         lines.settle()
         describe = lines.undescribed()
         if describe is not None:

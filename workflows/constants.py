@@ -22,3 +22,6 @@ GROUP_READY_NODES = "group-ready-nodes"
 GROUP_TERRAFORM_NODES = "group-terraform-nodes"
 """Patch: ready Terraform nodes share a ``run_group`` activity too (its runtime runs them as
 one tofu command); runs started before keep one activity per Terraform node."""
+INDEX_DIFF_REFS = "index-diff-refs"
+"""Patch: past DIFF_REFS_LIMIT preview batches with diffs, their refs fold into one index blob
+(``index_diffs``), so the view, result and release carry a few refs at most."""

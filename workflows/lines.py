@@ -93,6 +93,11 @@ class PreviewLines:
         for node, ref, path in result.refs:
             self.refs.setdefault(node, []).append((ref, path))
 
+    def fold_diffs(self, index_ref: str) -> None:
+        """The diff refs so far are now held by one index blob."""
+        self.diff_refs = [index_ref]
+        self._view = None
+
     def _lists(self, kind: str) -> tuple[list[str], list[int]]:
         if kind == "n":
             return self.node_codes, self.node_flags

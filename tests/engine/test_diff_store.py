@@ -1,0 +1,20 @@
+"""Preview diffs kept in the state backend: indexes stand for many refs, readers expand them."""
+
+from __future__ import annotations
+
+import pytest
+
+from stackflow.diff_store import load_changes, put_changes, put_index
+from stackflow.errors import SpecError
+from stackflow.state.backend import StateBackend
+
+
+def test_indexes_expand_in_order_however_deep(backend: StateBackend) -> None:
+    refs = [put_changes(backend, [{"id": f"r{i}", "action": "Create"}]) for i in range(5)]
+    inner = put_index(backend, refs[1:3])
+    outer = put_index(backend, [refs[0], inner])
+    changes = load_changes(backend, [outer, refs[3], put_index(backend, [refs[4]])])
+    assert [c["id"] for c in changes] == ["r0", "r1", "r2", "r3", "r4"]
+    assert load_changes(backend, []) == []
+    with pytest.raises(SpecError, match="not found"):
+        load_changes(backend, [put_index(backend, ["sha256:" + "0" * 64])])

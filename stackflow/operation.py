@@ -18,6 +18,11 @@ BATCH_SIZE_DEFAULT = 800
 """Nodes one workflow run walks itself; larger graphs go to one child workflow per batch."""
 PLAN_INLINE_LIMIT = 1000
 """Plans up to this many nodes and deletions also travel inline in ``OperationPlan``."""
+NOT_OK_LIMIT = 2000
+"""Nodes of one walk that may fail or be skipped before the walk starts no further batch:
+each batch's input names the earlier ones (its nodes' dependencies among them are skipped),
+so past this the inputs would grow with the stack. The nodes not started are skipped, saying
+why; a paused run's retry walks them again."""
 DETAIL_LIMIT = 500
 """Per-field diffs and per-node results kept in workflow history, results, queries and the
 release's ``changes``; beyond it only summaries (and what did not succeed) are kept, so a run

@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
         ACTION_CODES,
         CODE_ACTIONS,
         DETAIL_LIMIT,
+        NOT_OK_LIMIT,
         ApprovalInput,
         BatchInput,
         BatchResult,
@@ -48,6 +49,7 @@ with workflow.unsafe.imports_passed_through():
     from workflows.constants import (
         AWAITING_APPROVAL,
         AWAITING_DECISION,
+        BOUNDED_NOT_OK,
         FAIL_FAST_STOPS_DELETES,
         FINALIZE_ON_EVERY_EXIT,
         INDEX_DIFF_REFS,
@@ -476,6 +478,17 @@ class _Operation:
                     tally,
                     NodeStatus.skipped,
                     "not started: an earlier node failed and fail_fast is set",
+                )
+                not_ok.extend(i for i, _ in chunk)
+                continue
+            if len(not_ok) > NOT_OK_LIMIT and workflow.patched(BOUNDED_NOT_OK):
+                await self._settle_batch(
+                    plan,
+                    batch_of(chunk, []),
+                    tally,
+                    NodeStatus.skipped,
+                    f"not started: more than {NOT_OK_LIMIT} nodes of this walk failed or "
+                    "were skipped (a walk starts no more batches past that)",
                 )
                 not_ok.extend(i for i, _ in chunk)
                 continue

@@ -25,3 +25,6 @@ one tofu command); runs started before keep one activity per Terraform node."""
 INDEX_DIFF_REFS = "index-diff-refs"
 """Patch: past DIFF_REFS_LIMIT preview batches with diffs, their refs fold into one index blob
 (``index_diffs``), so the view, result and release carry a few refs at most."""
+BOUNDED_NOT_OK = "bounded-not-ok"
+"""Patch: a walk past NOT_OK_LIMIT nodes that failed or were skipped starts no further batch
+(each batch's input lists them)."""

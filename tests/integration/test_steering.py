@@ -244,3 +244,56 @@ async def test_destroy_deletes_along_kusion_path_references(
     assert run_cli(stack_env, "destroy", "-p", project, "--yes").returncode == 0
     handle = temporal_client.get_workflow_handle(workflow_id_for(project, "default"))
     assert await scheduled_ids(handle, "delete_resource") == [user["id"], base["id"]]
+
+
+async def test_a_walk_past_the_failure_limit_starts_no_more_batches(
+    tmp_path: Path,
+    stack_env: dict[str, str],
+    temporal_client: Client,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each batch's input names the nodes that failed before it; past the limit the walk
+    skips the batches left, saying why, instead of sending ever longer inputs."""
+    import worker as worker_module
+    from stackflow.state.backend import open_backend
+    from workflows import base
+    from workflows.batch import BatchWorkflow
+
+    monkeypatch.setattr(base, "NOT_OK_LIMIT", 2)
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where a directory must go\n")
+    files = [file_resource(blocker / f"f{i}", f"{i}\n") for i in range(10)]
+    backend = open_backend(stack_env["STACKFLOW_STATE_URL"], migrate=True)
+    activities = worker_module.build_activities(None, backend=backend)
+    queue = f"limit-{uuid.uuid4().hex[:8]}"
+    project = new_project()
+    try:
+        async with Worker(
+            temporal_client,
+            task_queue=queue,
+            workflows=[ApplyWorkflow, BatchWorkflow],
+            activities=activities.all(),
+            workflow_runner=UnsandboxedWorkflowRunner(),
+        ):
+            handle = await start_run(
+                temporal_client,
+                stack_env,
+                OperationInput(
+                    project=project,
+                    spec={"resources": files},
+                    auto_approve=True,
+                    batch_size=2,
+                ),
+                queue=queue,
+            )
+            result = await asyncio.wait_for(handle.result(), timeout=120)
+        # batches of two: the first two fail (2 not ok, not past the limit), then none starts
+        assert result.phase == "failed" and result.counts == {"failed": 4, "skipped": 6}
+        skipped = [r for r in result.results if r.status == "skipped"]
+        assert [r.id for r in skipped] == [f["id"] for f in files[4:]]
+        assert all("more than 2 nodes of this walk failed" in (r.error or "") for r in skipped)
+        [release] = backend.list(project, "default")
+        assert release.phase == "failed" and backend.lock(project, "default") is None
+    finally:
+        await activities.registry.close()
+        backend.close()

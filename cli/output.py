@@ -11,7 +11,6 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from stackflow.diff import mask_release_data
 from stackflow.release import Release
 
 
@@ -57,4 +56,6 @@ def emit(fmt: OutputFormat, data: Callable[[], Any], table: Callable[[Console], 
 
 def masked_release_json(release: Release) -> dict[str, Any]:
     """A release as JSON with sensitive values masked in its spec and state."""
-    return mask_release_data(release.model_dump(mode="json", by_alias=True))
+    from stackflow.release_diff import masked_release_data
+
+    return masked_release_data(release)

@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from stackflow.diff import mask_release_data
 from stackflow.errors import ConflictError, KusionFormatError
 from stackflow.release import Release
+from stackflow.release_diff import masked_release_data
 from stackflow.spec import load_yaml
 
 if TYPE_CHECKING:
@@ -144,7 +144,7 @@ def import_kusion_releases(kusion_home: Path | str, release_store: StateBackend)
 
 def _kusion_document(release: Release) -> dict[str, Any]:
     """A release in Kusion's file form, sensitive values masked."""
-    data = mask_release_data(release.model_dump(mode="json", by_alias=True))
+    data = masked_release_data(release)
     doc: dict[str, Any] = {
         "project": release.project,
         "workspace": release.workspace,

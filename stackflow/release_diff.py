@@ -27,6 +27,7 @@ from stackflow.diff import (
     RUNTIME_KEY_PREFIX,
     _field_changes,
     _masked,
+    mask_release_data,
     sensitive_paths_for,
     tainted_paths,
 )
@@ -41,6 +42,7 @@ from stackflow.paths import (
     parse_path,
     pattern_below,
 )
+from stackflow.release import Release
 from stackflow.spec import Resource, Spec
 
 SEALED = "$sealed"  # the envelope of stackflow.state.sealing, left in place without keys
@@ -198,6 +200,19 @@ def mask_recorded(attributes: Mapping[str, Any], sensitive: Iterable[str]) -> di
     :func:`stackflow.diff.mask_attributes`, with the paths of :func:`release_sensitive_paths`
     given)."""
     return dict(mask_value((), dict(attributes), _patterns(sensitive)))
+
+
+def masked_release_data(release: Release) -> dict[str, Any]:
+    """A release's JSON form with every sensitive value masked (:func:`mask_release_data`)
+    and, in its recorded state, every value taken through the spec's ``$kusion_path``
+    references from a sensitive one (a release imported from Kusion records no such marks)."""
+    data = mask_release_data(release.model_dump(mode="json", by_alias=True))
+    sensitive = release_sensitive_paths(release.spec, release.state.resources)
+    for raw in (data.get("state") or {}).get("resources") or []:
+        paths = sensitive.get(str(raw.get("id")))
+        if paths:
+            raw["attributes"] = mask_recorded(raw.get("attributes") or {}, paths)
+    return data
 
 
 # ---- diffs -----------------------------------------------------------------------------------

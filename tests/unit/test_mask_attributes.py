@@ -55,3 +55,41 @@ def test_release_json_masks_state_and_spec() -> None:
     data = masked_release_json(release)
     assert "plain" not in str(data)
     assert data["state"]["resources"][0]["attributes"]["stringData"] == SENSITIVE_MARKER
+
+
+def test_values_taken_from_a_secret_are_masked_where_the_state_has_no_marks() -> None:
+    """A release as Kusion records it (imported): the ConfigMap holds the Secret's value,
+    resolved, with no sensitivity marks; the spec's reference is what says it is secret. The
+    Kusion export masks it too."""
+    from stackflow.kusion import _kusion_document
+    from stackflow.spec import Spec
+
+    secret = Resource(
+        id="v1:Secret:ns:s",
+        type="Kubernetes",
+        attributes={"apiVersion": "v1", "kind": "Secret", "stringData": {"k": "hunter2"}},
+    )
+
+    def config_map(value: str) -> Resource:
+        return Resource(
+            id="v1:ConfigMap:ns:c",
+            type="Kubernetes",
+            attributes={"apiVersion": "v1", "kind": "ConfigMap", "data": {"copy": value}},
+            depends_on=[secret.id],
+        )
+
+    now = datetime.now(UTC)
+    release = Release(
+        project="p",
+        workspace="w",
+        revision=1,
+        phase=Phase.succeeded,
+        spec=Spec(resources=[secret, config_map("$kusion_path.v1:Secret:ns:s.stringData.k")]),
+        state=State(resources=[secret, config_map("hunter2")]),
+        created_at=now,
+        modified_at=now,
+    )
+    for data in (masked_release_json(release), _kusion_document(release)):
+        assert "hunter2" not in str(data)
+    shown = masked_release_json(release)["state"]["resources"][1]["attributes"]
+    assert shown["data"] == {"copy": SENSITIVE_MARKER} and shown["kind"] == "ConfigMap"

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import subprocess
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 from temporalio.client import Client, WorkflowHandle
-from temporalio.worker import Replayer
+from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
 from stackflow.codec import data_converter
 from stackflow.operation import StatusView
@@ -22,6 +23,32 @@ from stackflow.state.backend import StateBackend, open_backend
 from workflows.operations import ALL_WORKFLOWS
 
 T = TypeVar("T")
+
+
+@contextlib.asynccontextmanager
+async def local_worker(
+    client: Client, env: dict[str, str], workflows: Sequence[type], prefix: str
+) -> AsyncIterator[tuple[str, StateBackend]]:
+    """A worker in this process (workflow classes as given, unsandboxed so a test can patch
+    module constants) with the real activities on the stack's state backend: its task queue
+    and that backend."""
+    import worker as worker_module
+
+    backend = open_backend(env["STACKFLOW_STATE_URL"], migrate=True)
+    activities = worker_module.build_activities(None, backend=backend)
+    queue = f"{prefix}-{uuid.uuid4().hex[:8]}"
+    try:
+        async with Worker(
+            client,
+            task_queue=queue,
+            workflows=list(workflows),
+            activities=activities.all(),
+            workflow_runner=UnsandboxedWorkflowRunner(),
+        ):
+            yield queue, backend
+    finally:
+        await activities.registry.close()
+        backend.close()
 
 
 def new_project() -> str:

@@ -4,16 +4,14 @@ into index blobs, so the run's view, result and release carry a few refs at any 
 from __future__ import annotations
 
 import asyncio
-import uuid
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from stackflow.diff_store import DIFF_REFS_LIMIT, load_changes
 from stackflow.operation import OperationInput
-from tests.integration.opshelp import file_resource, new_project, start_run
+from tests.integration.opshelp import file_resource, local_worker, new_project, start_run
 from workflows.apply import ApplyWorkflow
 
 
@@ -23,37 +21,28 @@ async def test_many_preview_batches_leave_a_few_diff_refs(
     temporal_client: Client,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import worker as worker_module
-    from stackflow.state.backend import open_backend
     from workflows import common
 
     monkeypatch.setattr(common, "PREVIEW_BATCH", 2)  # 50 files: 25 batches, each with a diff
-    backend = open_backend(stack_env["STACKFLOW_STATE_URL"], migrate=True)
-    activities = worker_module.build_activities(None, backend=backend)
-    queue = f"diffs-{uuid.uuid4().hex[:8]}"
     project = new_project()
     files = [file_resource(tmp_path / "d" / f"{i:02d}.txt", f"{i}\n") for i in range(50)]
-    try:
-        async with Worker(
+    async with local_worker(temporal_client, stack_env, [ApplyWorkflow], "diffs") as (
+        queue,
+        backend,
+    ):
+        handle = await start_run(
             temporal_client,
-            task_queue=queue,
-            workflows=[ApplyWorkflow],
-            activities=activities.all(),
-            workflow_runner=UnsandboxedWorkflowRunner(),
-        ):
-            handle = await start_run(
-                temporal_client,
-                stack_env,
-                OperationInput(project=project, spec={"resources": files}, auto_approve=True),
-                queue=queue,
-            )
-            result = await asyncio.wait_for(handle.result(), timeout=120)
-            indexed = [
-                e
-                async for e in handle.fetch_history_events()
-                if e.HasField("activity_task_scheduled_event_attributes")
-                and e.activity_task_scheduled_event_attributes.activity_type.name == "index_diffs"
-            ]
+            stack_env,
+            OperationInput(project=project, spec={"resources": files}, auto_approve=True),
+            queue=queue,
+        )
+        result = await asyncio.wait_for(handle.result(), timeout=120)
+        indexed = [
+            e
+            async for e in handle.fetch_history_events()
+            if e.HasField("activity_task_scheduled_event_attributes")
+            and e.activity_task_scheduled_event_attributes.activity_type.name == "index_diffs"
+        ]
         assert result.phase == "succeeded" and result.counts == {"succeeded": 50}
         refs = result.changes["diff_refs"]
         # 20 refs after five rounds of four batches fold into one; five more follow it
@@ -63,6 +52,3 @@ async def test_many_preview_batches_leave_a_few_diff_refs(
         assert all(c["action"] == "Create" and c["diff"] for c in changes)
         release = backend.get(project, "default", result.revision)
         assert release.changes is not None and release.changes["diff_refs"] == refs
-    finally:
-        await activities.registry.close()
-        backend.close()

@@ -5,7 +5,6 @@ deletion order along $kusion_path edges."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,6 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
-from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from stackflow.operation import (
     ApprovalInput,
@@ -32,6 +30,7 @@ from tests.integration.opshelp import (
     assert_histories_replay,
     cli_json,
     file_resource,
+    local_worker,
     new_project,
     scheduled_ids,
     start_run,
@@ -156,44 +155,33 @@ class BrokenApply(ApplyWorkflow):
     async def run(self, request: OperationInput) -> OperationResult:
         return await super().run(request)
 
-    async def _preview(self, plan: OperationPlan) -> None:
+    async def _preview(
+        self, plan: OperationPlan, activity: str = "preview_batch", record: bool = False
+    ) -> None:
         raise KeyError("planted bug")
 
 
 async def test_an_error_in_workflow_code_fails_the_run_and_closes_the_release(
     tmp_path: Path, stack_env: dict[str, str], temporal_client: Client
 ) -> None:
-    import worker as worker_module
-    from stackflow.state.backend import open_backend
-
-    backend = open_backend(stack_env["STACKFLOW_STATE_URL"], migrate=True)
-    activities = worker_module.build_activities(None, backend=backend)
-    queue = f"broken-{uuid.uuid4().hex[:8]}"
     project = new_project()
     spec = {"resources": [file_resource(tmp_path / "f", "f\n")]}
-    try:
-        async with Worker(
+    async with local_worker(temporal_client, stack_env, [BrokenApply], "broken") as (
+        queue,
+        backend,
+    ):
+        handle = await start_run(
             temporal_client,
-            task_queue=queue,
-            workflows=[BrokenApply],
-            activities=activities.all(),
-            workflow_runner=UnsandboxedWorkflowRunner(),
-        ):
-            handle = await start_run(
-                temporal_client,
-                stack_env,
-                OperationInput(project=project, spec=spec, auto_approve=True),
-                queue=queue,
-            )
-            with pytest.raises(WorkflowFailureError) as failed:
-                await asyncio.wait_for(handle.result(), timeout=60)
+            stack_env,
+            OperationInput(project=project, spec=spec, auto_approve=True),
+            queue=queue,
+        )
+        with pytest.raises(WorkflowFailureError) as failed:
+            await asyncio.wait_for(handle.result(), timeout=60)
         assert "internal error in the apply workflow: KeyError" in str(failed.value.cause)
         [release] = backend.list(project, "default")
         assert release.phase == "failed" and "planted bug" in (release.error or "")
         assert backend.lock(project, "default") is None
-    finally:
-        await activities.registry.close()
-        backend.close()
 
 
 async def test_fail_fast_also_stops_the_delete_walk(
@@ -254,8 +242,6 @@ async def test_a_walk_past_the_failure_limit_starts_no_more_batches(
 ) -> None:
     """Each batch's input names the nodes that failed before it; past the limit the walk
     skips the batches left, saying why, instead of sending ever longer inputs."""
-    import worker as worker_module
-    from stackflow.state.backend import open_backend
     from workflows import base
     from workflows.batch import BatchWorkflow
 
@@ -263,30 +249,18 @@ async def test_a_walk_past_the_failure_limit_starts_no_more_batches(
     blocker = tmp_path / "blocker"
     blocker.write_text("a file where a directory must go\n")
     files = [file_resource(blocker / f"f{i}", f"{i}\n") for i in range(10)]
-    backend = open_backend(stack_env["STACKFLOW_STATE_URL"], migrate=True)
-    activities = worker_module.build_activities(None, backend=backend)
-    queue = f"limit-{uuid.uuid4().hex[:8]}"
     project = new_project()
-    try:
-        async with Worker(
+    workflows = [ApplyWorkflow, BatchWorkflow]
+    async with local_worker(temporal_client, stack_env, workflows, "limit") as (queue, backend):
+        handle = await start_run(
             temporal_client,
-            task_queue=queue,
-            workflows=[ApplyWorkflow, BatchWorkflow],
-            activities=activities.all(),
-            workflow_runner=UnsandboxedWorkflowRunner(),
-        ):
-            handle = await start_run(
-                temporal_client,
-                stack_env,
-                OperationInput(
-                    project=project,
-                    spec={"resources": files},
-                    auto_approve=True,
-                    batch_size=2,
-                ),
-                queue=queue,
-            )
-            result = await asyncio.wait_for(handle.result(), timeout=120)
+            stack_env,
+            OperationInput(
+                project=project, spec={"resources": files}, auto_approve=True, batch_size=2
+            ),
+            queue=queue,
+        )
+        result = await asyncio.wait_for(handle.result(), timeout=120)
         # batches of two: the first two fail (2 not ok, not past the limit), then none starts
         assert result.phase == "failed" and result.counts == {"failed": 4, "skipped": 6}
         skipped = [r for r in result.results if r.status == "skipped"]
@@ -294,6 +268,3 @@ async def test_a_walk_past_the_failure_limit_starts_no_more_batches(
         assert all("more than 2 nodes of this walk failed" in (r.error or "") for r in skipped)
         [release] = backend.list(project, "default")
         assert release.phase == "failed" and backend.lock(project, "default") is None
-    finally:
-        await activities.registry.close()
-        backend.close()

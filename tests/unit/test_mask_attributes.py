@@ -7,7 +7,21 @@ from datetime import UTC, datetime
 from cli.output import masked_release_json
 from stackflow.diff import SENSITIVE_MARKER, mask_attributes
 from stackflow.release import Phase, Release, State
-from stackflow.spec import Resource
+from stackflow.spec import Resource, Spec
+
+
+def release_of(state: list[Resource], spec: Spec | None = None) -> Release:
+    now = datetime.now(UTC)
+    return Release(
+        project="p",
+        workspace="w",
+        revision=1,
+        phase=Phase.succeeded,
+        spec=spec,
+        state=State(resources=state),
+        created_at=now,
+        modified_at=now,
+    )
 
 
 def test_secret_data_is_masked_and_the_rest_kept() -> None:
@@ -42,17 +56,7 @@ def test_release_json_masks_state_and_spec() -> None:
         type="Kubernetes",
         attributes={"apiVersion": "v1", "kind": "Secret", "stringData": {"k": "plain"}},
     )
-    now = datetime.now(UTC)
-    release = Release(
-        project="p",
-        workspace="w",
-        revision=1,
-        phase=Phase.succeeded,
-        state=State(resources=[secret]),
-        created_at=now,
-        modified_at=now,
-    )
-    data = masked_release_json(release)
+    data = masked_release_json(release_of([secret]))
     assert "plain" not in str(data)
     assert data["state"]["resources"][0]["attributes"]["stringData"] == SENSITIVE_MARKER
 
@@ -62,7 +66,6 @@ def test_values_taken_from_a_secret_are_masked_where_the_state_has_no_marks() ->
     resolved, with no sensitivity marks; the spec's reference is what says it is secret. The
     Kusion export masks it too."""
     from stackflow.kusion import _kusion_document
-    from stackflow.spec import Spec
 
     secret = Resource(
         id="v1:Secret:ns:s",
@@ -78,16 +81,9 @@ def test_values_taken_from_a_secret_are_masked_where_the_state_has_no_marks() ->
             depends_on=[secret.id],
         )
 
-    now = datetime.now(UTC)
-    release = Release(
-        project="p",
-        workspace="w",
-        revision=1,
-        phase=Phase.succeeded,
-        spec=Spec(resources=[secret, config_map("$kusion_path.v1:Secret:ns:s.stringData.k")]),
-        state=State(resources=[secret, config_map("hunter2")]),
-        created_at=now,
-        modified_at=now,
+    release = release_of(
+        [secret, config_map("hunter2")],
+        Spec(resources=[secret, config_map("$kusion_path.v1:Secret:ns:s.stringData.k")]),
     )
     for data in (masked_release_json(release), _kusion_document(release)):
         assert "hunter2" not in str(data)

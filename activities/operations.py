@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import uuid
 from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,7 +28,7 @@ from activities.errors import temporal_errors, to_application_error
 from activities.heartbeat import heartbeating
 from activities.runs import RunOracle, TemporalRunOracle
 from runtimes import guard
-from runtimes.base import ResourceRequest, Runtime, RuntimeOptions
+from runtimes.base import ResourceRequest, Runtime, RuntimeOptions, read_scope
 from runtimes.registry import RuntimeRegistry
 from stackflow.budget import BUDGET, compact_change, fit_changes, short_error
 from stackflow.cache import PriorStateCache
@@ -89,6 +90,15 @@ from stackflow.state.backend import RunRef, StackLock, StateBackend
 PREVIEW_PARALLELISM = 16
 COALESCED_PARALLELISM = 64
 """Calls in flight at once to a runtime that merges concurrent calls into one command."""
+
+
+def _run_key() -> str:
+    """The run an activity works for (outside an activity, e.g. in tests: a key of its own)."""
+    try:
+        info = activity.info()
+    except RuntimeError:
+        return uuid.uuid4().hex
+    return f"{info.workflow_id}/{info.workflow_run_id}"
 
 
 def _digest(attributes: Mapping[str, Any]) -> str:
@@ -644,8 +654,11 @@ class OperationActivities:
                     resources[resource_id], resources, prior, current, options, inp.ignore_fields
                 )
 
-        jobs = [one(i, False) for i in ids] + [one(i, True) for i in delete_ids]
-        return list(await asyncio.gather(*jobs))
+        # one read scope: a runtime may answer many reads of one kind and place from one
+        # listing, kept as a snapshot for the run's later preview batches
+        with read_scope(_run_key(), (r.attributes for r in batch)):
+            jobs = [one(i, False) for i in ids] + [one(i, True) for i in delete_ids]
+            return list(await asyncio.gather(*jobs))
 
     async def _preview_apply(
         self,

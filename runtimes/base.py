@@ -8,7 +8,10 @@ never knows how; it only calls these five methods and reacts to the typed errors
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+import contextlib
+import contextvars
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -88,6 +91,40 @@ class PreviewResult(BaseModel):
     would_be: Attributes
     sensitive_paths: list[str] = Field(default_factory=list)
     replace: bool = False
+
+
+class ReadScope:
+    """The reads of one preview batch: which objects it will read (so a runtime can answer
+    many reads of one kind and place from one listing) and the run they belong to (a
+    listing may serve the run's later preview batches on this worker, as one snapshot)."""
+
+    def __init__(self, run: str, attributes: Iterable[Mapping[str, Any]]) -> None:
+        self.run = run
+        self._kinds: Counter[tuple[Any, Any, Any]] = Counter()
+        for attrs in attributes:
+            metadata = attrs.get("metadata")
+            namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+            self._kinds[(attrs.get("apiVersion"), attrs.get("kind"), namespace)] += 1
+
+    def count(self, api_version: str, kind: str, namespace: str | None) -> int:
+        """How many of the batch's objects have this apiVersion, kind and namespace."""
+        return self._kinds[(api_version, kind, namespace)]
+
+
+READ_SCOPE: contextvars.ContextVar[ReadScope | None] = contextvars.ContextVar(
+    "stackflow_read_scope", default=None
+)
+
+
+@contextlib.contextmanager
+def read_scope(run: str, attributes: Iterable[Mapping[str, Any]]) -> Iterator[ReadScope]:
+    """Reads made inside (by tasks started inside) belong to one preview batch of ``run``."""
+    scope = ReadScope(run, attributes)
+    token = READ_SCOPE.set(scope)
+    try:
+        yield scope
+    finally:
+        READ_SCOPE.reset(token)
 
 
 class Runtime(abc.ABC):

@@ -69,6 +69,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from runtimes.base import (
+    READ_SCOPE,
     Attributes,
     Conflict,
     InvalidInput,
@@ -102,6 +103,7 @@ from runtimes.kubernetes.manifest import (
     shaped_like,
 )
 from runtimes.kubernetes.readiness import parse_timeout, readiness
+from runtimes.kubernetes.snapshot import LIST_AT_LEAST, Listing, Snapshots, list_objects
 from stackflow.policy import WorkerPolicy, worker_policy
 
 T = TypeVar("T")
@@ -238,6 +240,7 @@ class KubernetesRuntime(Runtime):
         self._lock = threading.Lock()
         self._policy = policy
         self._absent_namespaces: dict[tuple[int, str], float] = {}
+        self._snapshots = Snapshots()
         # Requests block a thread each: threads of its own, as many as a client's connection
         # pool holds, so API calls are not capped by the event loop's default executor
         # (min(32, CPUs + 4) threads, shared with every other blocking call of the worker).
@@ -360,14 +363,26 @@ class KubernetesRuntime(Runtime):
         reason = reason or "is its CustomResourceDefinition applied and established?"
         raise InvalidInput(f"{text}: {reason}", resource_id=resource.id)
 
-    @staticmethod
-    def _get(client: KubeClient, api: ApiResource, ref: ObjectRef, rid: str) -> JSON | None:
+    def _get(self, client: KubeClient, api: ApiResource, ref: ObjectRef, rid: str) -> JSON | None:
+        listing = self._listing(client, api, ref)
+        if listing is not None:
+            return listing.get(ref.name)
         try:
             return client.request("GET", api.path(ref.namespace, ref.name))
         except ApiError as exc:
             if exc.status == 404:
                 return None
             raise failure(exc, rid, f"reading {ref.describe()}") from None
+
+    def _listing(self, client: KubeClient, api: ApiResource, ref: ObjectRef) -> Listing | None:
+        """In a preview batch that reads many objects of this kind and namespace, all of
+        them from one listing (see runtimes.kubernetes.snapshot); else None."""
+        scope = READ_SCOPE.get()
+        namespace = ref.namespace if api.namespaced else None
+        if scope is None or scope.count(ref.api_version, ref.kind, namespace) < LIST_AT_LEAST:
+            return None
+        key = (scope.run, id(client), api.path(namespace))
+        return self._snapshots.get(key, lambda: list_objects(client, api, namespace))
 
     # ---- read ----------------------------------------------------------------------------
     async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:

@@ -188,3 +188,17 @@ async def test_delete_needs_no_list_or_watch_permission(
             limited_client.close()  # type: ignore[no-untyped-call]
     assert refused.value.status == 403
     await _deletes_wait_for_the_finalizer(rt, opts, api, ns, {"kubeConfig": str(limited)})
+
+    # a preview batch of many objects of the kind: the listing is refused, each is read alone
+    from runtimes.base import read_scope
+
+    maps = [
+        request(config_map(ns, f"seen-{i}", {"i": str(i)}), kubeConfig=str(limited))
+        for i in range(10)
+    ]
+    for cm in maps[:5]:
+        await rt.apply(cm, opts)
+    with read_scope("limited-run", [cm.attributes for cm in maps]):
+        seen = await asyncio.gather(*(rt.observe(cm, opts, with_preview=True) for cm in maps))
+    assert [live is not None for live, _ in seen] == [True] * 5 + [False] * 5
+    assert all(result is not None for _, result in seen)

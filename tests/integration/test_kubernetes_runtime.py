@@ -5,6 +5,7 @@ Each test works in its own namespace (and CRD group) and removes them afterwards
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import time
@@ -441,3 +442,56 @@ async def test_objects_of_a_namespace_yet_to_be_created_preview_without_requests
         assert sent.count("PATCH") == 1  # the dry run again, now that the namespace exists
     finally:
         delete_quietly(api, namespaces=[name])
+
+
+async def test_a_preview_batch_reads_many_objects_of_a_kind_from_one_listing(
+    rt: KubernetesRuntime,
+    opts: RuntimeOptions,
+    ns: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Ten ConfigMaps of one namespace in a preview batch: one LIST answers their reads (the
+    dry runs stay one each), the run's next batch reuses it, another run lists anew, and
+    what each read returns is what a GET returns."""
+    from runtimes.base import read_scope
+    from runtimes.kubernetes.client import KubeClient
+    from runtimes.kubernetes.snapshot import LIST_AT_LEAST
+
+    maps = [request(config_map(ns, f"c{i}", {"k": str(i)})) for i in range(10)]
+    for cm in maps[:9]:  # the last one does not exist
+        await rt.apply(cm, opts)
+    alone = [await rt.read(cm, opts) for cm in maps]
+    sent: list[tuple[str, str]] = []
+    real = KubeClient.request
+
+    def counted(self: KubeClient, method: str, path: str, **kw: Any) -> Any:
+        sent.append((method, path))
+        return real(self, method, path, **kw)
+
+    monkeypatch.setattr(KubeClient, "request", counted)
+    listing = f"/api/v1/namespaces/{ns}/configmaps"
+
+    async def batch(run: str, reqs: list[ResourceRequest]) -> list[Any]:
+        with read_scope(run, [r.attributes for r in reqs]):
+            return list(
+                await asyncio.gather(*(rt.observe(r, opts, with_preview=True) for r in reqs))
+            )
+
+    seen = await batch("run-1", maps)
+    assert [live for live, _ in seen] == alone and alone[-1] is None
+    gets = [p for m, p in sent if m == "GET"]
+    assert gets == [listing]  # one LIST, no GET per object
+    assert sum(1 for m, _ in sent if m == "PATCH") == 10  # each dry run as before
+
+    sent.clear()
+    await batch("run-1", maps)  # the run's next preview batch: the same snapshot
+    assert [p for m, p in sent if m == "GET"] == []
+    sent.clear()
+    await batch("run-2", maps)
+    assert [p for m, p in sent if m == "GET"] == [listing]
+    sent.clear()
+    few = maps[: LIST_AT_LEAST - 1]  # too few of the kind to list: a GET each
+    await batch("run-3", few)
+    assert sorted(p for m, p in sent if m == "GET") == sorted(
+        f"{listing}/{cm.attributes['metadata']['name']}" for cm in few
+    )

@@ -1,0 +1,106 @@
+"""Listings that answer a preview's reads: one LIST per kind and namespace instead of a GET
+per object.
+
+A preview batch that reads at least :data:`LIST_AT_LEAST` objects of one kind in one
+namespace reads them all from one paginated LIST. The listing is kept for the run's later
+preview batches on this worker for :data:`SNAPSHOT_SECONDS` (a preview is one snapshot of
+the stack, as it is shown to be approved), and at most :data:`SNAPSHOT_ITEMS` objects are
+held in all. Only previews read this way: an apply's or delete's own reads (ownership, uid)
+are GETs at the moment they act. A listing the server refuses (no ``list`` permission,
+say) leaves each object to its own GET.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+from runtimes.base import RuntimeFailure
+from runtimes.kubernetes.client import JSON, ApiError, ApiResource, KubeClient
+
+LIST_AT_LEAST = 8
+"""Objects of one kind and namespace in a preview batch from which one LIST answers them."""
+LIST_PAGE = 500
+SNAPSHOT_SECONDS = 120.0
+SNAPSHOT_ITEMS = 50_000
+
+Listing = dict[str, JSON]
+"""Objects by name (None: the server would not list them)."""
+
+
+def list_objects(client: KubeClient, api: ApiResource, namespace: str | None) -> Listing | None:
+    """Every object of the kind in the namespace (or cluster), by name, shaped as a GET
+    returns it; None when the server refuses or fails (each object is then read alone)."""
+    path = api.path(namespace if api.namespaced else None)
+    found: Listing = {}
+    query = {"limit": str(LIST_PAGE)}
+    try:
+        while True:
+            answer = client.request("GET", path, query=query)
+            for item in answer.get("items") or []:
+                name = (item.get("metadata") or {}).get("name")
+                if isinstance(name, str):
+                    # list items carry no apiVersion and kind: as a GET answers them
+                    found[name] = {"apiVersion": api.api_version, "kind": api.kind, **item}
+            token = (answer.get("metadata") or {}).get("continue")
+            if not token:
+                return found
+            query = {"limit": str(LIST_PAGE), "continue": str(token)}
+    except (ApiError, RuntimeFailure):
+        return None
+
+
+class Snapshots:
+    """Listings by (run, cluster, path), each loaded once (concurrent readers wait for it)."""
+
+    def __init__(self, seconds: float = SNAPSHOT_SECONDS, items: int = SNAPSHOT_ITEMS) -> None:
+        self._seconds = seconds
+        self._items = items
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[tuple[Any, ...], tuple[float, Future[Listing | None]]] = (
+            OrderedDict()
+        )
+
+    def get(self, key: tuple[Any, ...], load: Callable[[], Listing | None]) -> Listing | None:
+        now = time.monotonic()
+        with self._lock:
+            self._expire(now)
+            entry = self._entries.get(key)
+            mine = entry is None
+            future: Future[Listing | None] = Future() if entry is None else entry[1]
+            if mine:
+                self._entries[key] = (now, future)
+        if mine:
+            try:
+                future.set_result(load())
+            except BaseException as exc:
+                future.set_exception(exc)
+                with self._lock:
+                    self._entries.pop(key, None)
+                raise
+            with self._lock:
+                self._trim()
+        return future.result()
+
+    def _expire(self, now: float) -> None:
+        for key, (at, _) in list(self._entries.items()):
+            if now - at > self._seconds:
+                del self._entries[key]
+
+    def _trim(self) -> None:
+        """The oldest loaded listings go first while more than ``items`` objects are held."""
+
+        def size(future: Future[Listing | None]) -> int:
+            return len(future.result() or {}) if future.done() else 0
+
+        held = sum(size(f) for _, f in self._entries.values())
+        for key, (_, future) in list(self._entries.items()):
+            if held <= self._items:
+                break
+            if future.done():
+                held -= size(future)
+                del self._entries[key]

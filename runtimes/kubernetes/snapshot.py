@@ -4,14 +4,16 @@ per object.
 A preview batch that reads at least :data:`LIST_AT_LEAST` objects of one kind in one
 namespace reads them all from one paginated LIST. The listing is kept for the run's later
 preview batches on this worker for :data:`SNAPSHOT_SECONDS` (a preview is one snapshot of
-the stack, as it is shown to be approved), and at most :data:`SNAPSHOT_ITEMS` objects are
-held in all. Only previews read this way: an apply's or delete's own reads (ownership, uid)
+the stack, as it is shown to be approved); listings of :data:`SNAPSHOT_BYTES` of JSON at most
+are held in all (older ones go first; one larger than that serves only the batch that made
+it). Only previews read this way: an apply's or delete's own reads (ownership, uid)
 are GETs at the moment they act. A listing the server refuses (no ``list`` permission,
 say) leaves each object to its own GET.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import OrderedDict
@@ -26,17 +28,20 @@ LIST_AT_LEAST = 8
 """Objects of one kind and namespace in a preview batch from which one LIST answers them."""
 LIST_PAGE = 500
 SNAPSHOT_SECONDS = 120.0
-SNAPSHOT_ITEMS = 50_000
+SNAPSHOT_BYTES = 64 * 1024 * 1024
 
-Listing = dict[str, JSON]
-"""Objects by name (None: the server would not list them)."""
+
+class Listing(dict[str, JSON]):
+    """Objects by name, and the size of their JSON."""
+
+    size: int = 0
 
 
 def list_objects(client: KubeClient, api: ApiResource, namespace: str | None) -> Listing | None:
     """Every object of the kind in the namespace (or cluster), by name, shaped as a GET
     returns it; None when the server refuses or fails (each object is then read alone)."""
     path = api.path(namespace if api.namespaced else None)
-    found: Listing = {}
+    found = Listing()
     query = {"limit": str(LIST_PAGE)}
     try:
         while True:
@@ -46,6 +51,7 @@ def list_objects(client: KubeClient, api: ApiResource, namespace: str | None) ->
                 if isinstance(name, str):
                     # list items carry no apiVersion and kind: as a GET answers them
                     found[name] = {"apiVersion": api.api_version, "kind": api.kind, **item}
+                    found.size += len(json.dumps(item, separators=(",", ":")))
             token = (answer.get("metadata") or {}).get("continue")
             if not token:
                 return found
@@ -57,16 +63,22 @@ def list_objects(client: KubeClient, api: ApiResource, namespace: str | None) ->
 class Snapshots:
     """Listings by (run, cluster, path), each loaded once (concurrent readers wait for it)."""
 
-    def __init__(self, seconds: float = SNAPSHOT_SECONDS, items: int = SNAPSHOT_ITEMS) -> None:
+    def __init__(
+        self,
+        seconds: float = SNAPSHOT_SECONDS,
+        size: int = SNAPSHOT_BYTES,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._seconds = seconds
-        self._items = items
+        self._size = size
+        self._clock = clock
         self._lock = threading.Lock()
         self._entries: OrderedDict[tuple[Any, ...], tuple[float, Future[Listing | None]]] = (
             OrderedDict()
         )
 
     def get(self, key: tuple[Any, ...], load: Callable[[], Listing | None]) -> Listing | None:
-        now = time.monotonic()
+        now = self._clock()
         with self._lock:
             self._expire(now)
             entry = self._entries.get(key)
@@ -92,14 +104,15 @@ class Snapshots:
                 del self._entries[key]
 
     def _trim(self) -> None:
-        """The oldest loaded listings go first while more than ``items`` objects are held."""
+        """The oldest loaded listings go first while more than ``size`` bytes are held."""
 
         def size(future: Future[Listing | None]) -> int:
-            return len(future.result() or {}) if future.done() else 0
+            listing = future.result() if future.done() else None
+            return listing.size if listing is not None else 0
 
         held = sum(size(f) for _, f in self._entries.values())
         for key, (_, future) in list(self._entries.items()):
-            if held <= self._items:
+            if held <= self._size:
                 break
             if future.done():
                 held -= size(future)

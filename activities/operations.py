@@ -997,7 +997,9 @@ class OperationActivities:
             except Exception as exc:  # classified below, per node
                 outcome[rid] = exc
 
-        await asyncio.gather(*(one(rid) for rid in wanted))
+        # a walk of the run whose preview may have listed these objects on this worker
+        with read_scope(f"{run.workflow_id}/{run.run_id}", lists=False):
+            await asyncio.gather(*(one(rid) for rid in wanted))
         order = [rid for rid, _ in inp.nodes]
         await self._fenced(
             run,

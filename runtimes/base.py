@@ -96,10 +96,15 @@ class PreviewResult(BaseModel):
 class ReadScope:
     """The reads of one preview batch: which objects it will read (so a runtime can answer
     many reads of one kind and place from one listing) and the run they belong to (a
-    listing may serve the run's later preview batches on this worker, as one snapshot)."""
+    listing may serve the run's later preview batches on this worker, as one snapshot).
+    In a walk (``lists`` False) nothing is listed; a runtime may still look up what the
+    run's preview listed, to act on exactly that object or read it afresh."""
 
-    def __init__(self, run: str, attributes: Iterable[Mapping[str, Any]]) -> None:
+    def __init__(
+        self, run: str, attributes: Iterable[Mapping[str, Any]], *, lists: bool = True
+    ) -> None:
         self.run = run
+        self.lists = lists
         self._kinds: Counter[tuple[Any, Any, Any]] = Counter()
         for attrs in attributes:
             metadata = attrs.get("metadata")
@@ -117,9 +122,12 @@ READ_SCOPE: contextvars.ContextVar[ReadScope | None] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
-def read_scope(run: str, attributes: Iterable[Mapping[str, Any]]) -> Iterator[ReadScope]:
-    """Reads made inside (by tasks started inside) belong to one preview batch of ``run``."""
-    scope = ReadScope(run, attributes)
+def read_scope(
+    run: str, attributes: Iterable[Mapping[str, Any]] = (), *, lists: bool = True
+) -> Iterator[ReadScope]:
+    """Reads made inside (by tasks started inside) belong to one preview batch of ``run``
+    (``lists`` False: to a walk of it)."""
+    scope = ReadScope(run, attributes, lists=lists)
     token = READ_SCOPE.set(scope)
     try:
         yield scope

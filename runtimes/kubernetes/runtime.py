@@ -117,6 +117,10 @@ creates its namespace are previewed without one GET and one dry run each."""
 """How long apply waits for a kind to be served (a CRD just created is being established)."""
 
 
+class _Changed(Exception):
+    """A conditional DELETE's precondition failed: the object changed or was replaced."""
+
+
 class NotReady(RuntimeFailure):
     """The object did not become ready (or go away) in time, or failed for good."""
 
@@ -379,7 +383,11 @@ class KubernetesRuntime(Runtime):
         them from one listing (see runtimes.kubernetes.snapshot); else None."""
         scope = READ_SCOPE.get()
         namespace = ref.namespace if api.namespaced else None
-        if scope is None or scope.count(ref.api_version, ref.kind, namespace) < LIST_AT_LEAST:
+        if (
+            scope is None
+            or not scope.lists
+            or scope.count(ref.api_version, ref.kind, namespace) < LIST_AT_LEAST
+        ):
             return None
         key = (scope.run, id(client), api.path(namespace))
         return self._snapshots.get(key, lambda: list_objects(client, api, namespace))
@@ -574,11 +582,6 @@ class KubernetesRuntime(Runtime):
         api = self._api(client, resource, ref)
         if api is None:
             return None  # its kind is gone (CRD deleted), and with it every object
-        live = self._get(client, api, ref, resource.id)
-        if live is None:
-            return None
-        check_owner(resource, ref, live, options, deleting=True)
-        uid = str((live.get("metadata") or {}).get("uid") or "")
         propagation = resource.extensions.get("deletionPropagation") or default_propagation(ref)
         if propagation not in ("Foreground", "Background", "Orphan"):
             raise InvalidInput(
@@ -586,19 +589,65 @@ class KubernetesRuntime(Runtime):
                 "Foreground, Background or Orphan",
                 resource_id=resource.id,
             )
+        seen = self._previewed(client, api, ref)
+        if seen is not None:
+            # as this run's preview read it: deleted only if it is still exactly that object
+            # (uid and resourceVersion), else read again below
+            check_owner(resource, ref, seen, options, deleting=True)
+            try:
+                return self._send_delete(client, api, ref, resource, seen, propagation, exact=True)
+            except _Changed:
+                pass
+        live = self._get(client, api, ref, resource.id)
+        if live is None:
+            return None
+        check_owner(resource, ref, live, options, deleting=True)
+        try:
+            return self._send_delete(client, api, ref, resource, live, propagation, exact=False)
+        except _Changed:  # replaced since it was read: not the object this stack deletes
+            return None
+
+    def _previewed(self, client: KubeClient, api: ApiResource, ref: ObjectRef) -> JSON | None:
+        """The object as the run's preview listed it on this worker, if it did."""
+        scope = READ_SCOPE.get()
+        if scope is None:
+            return None
+        namespace = ref.namespace if api.namespaced else None
+        listing = self._snapshots.peek((scope.run, id(client), api.path(namespace)))
+        return None if listing is None else listing.get(ref.name)
+
+    @staticmethod
+    def _send_delete(
+        client: KubeClient,
+        api: ApiResource,
+        ref: ObjectRef,
+        resource: ResourceRequest,
+        live: JSON,
+        propagation: str,
+        *,
+        exact: bool,
+    ) -> tuple[KubeClient, ApiResource, ObjectRef, str] | None:
+        """DELETE on the condition that it is ``live`` (its uid; ``exact``: and its
+        resourceVersion): what to wait on, or None when it is gone at once; :class:`_Changed`
+        when the condition failed."""
+        metadata = live.get("metadata") or {}
+        uid = str(metadata.get("uid") or "")
+        preconditions = {"uid": uid}
+        if exact:
+            preconditions["resourceVersion"] = str(metadata.get("resourceVersion") or "")
         body: JSON = {
             "apiVersion": "v1",
             "kind": "DeleteOptions",
             "propagationPolicy": propagation,
-            "preconditions": {"uid": uid},
+            "preconditions": preconditions,
         }
         try:
             answer = client.request("DELETE", api.path(ref.namespace, ref.name), body=body)
         except ApiError as exc:
             if exc.status == 404:
                 return None
-            if exc.status == 409:  # the uid precondition failed: it was replaced meanwhile
-                return None
+            if exc.status == 409:  # a precondition failed: it changed or was replaced meanwhile
+                raise _Changed from None
             raise failure(exc, resource.id, f"deleting {ref.describe()}") from None
         if deleted_at_once(answer, uid):
             return None

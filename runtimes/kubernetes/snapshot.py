@@ -98,6 +98,15 @@ class Snapshots:
                 self._trim()
         return future.result()
 
+    def peek(self, key: tuple[Any, ...]) -> Listing | None:
+        """The listing kept under ``key`` if one is loaded (never lists)."""
+        with self._lock:
+            self._expire(self._clock())
+            entry = self._entries.get(key)
+        if entry is None or not entry[1].done() or entry[1].exception() is not None:
+            return None
+        return entry[1].result()
+
     def _expire(self, now: float) -> None:
         for key, (at, _) in list(self._entries.items()):
             if now - at > self._seconds:

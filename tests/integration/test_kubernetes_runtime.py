@@ -495,3 +495,62 @@ async def test_a_preview_batch_reads_many_objects_of_a_kind_from_one_listing(
     assert sorted(p for m, p in sent if m == "GET") == sorted(
         f"{listing}/{cm.attributes['metadata']['name']}" for cm in few
     )
+
+
+async def test_deletes_after_a_listed_preview_need_no_read_unless_the_object_changed(
+    rt: KubernetesRuntime,
+    opts: RuntimeOptions,
+    ns: str,
+    api: k8s.ApiClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A destroy whose preview listed the objects deletes each on the condition that it is
+    still exactly what the preview read (uid and resourceVersion), with no GET; an object
+    changed, gone or replaced since is read again and handled as before."""
+    from runtimes.base import Conflict, read_scope
+    from runtimes.kubernetes.client import KubeClient
+    from runtimes.kubernetes.manifest import ANNOTATION_PROJECT, ANNOTATION_WORKSPACE
+
+    maps = [request(config_map(ns, f"d{i}", {"k": str(i)})) for i in range(9)]
+    for cm in maps:
+        await rt.apply(cm, opts)
+    with read_scope("destroy-run", [cm.attributes for cm in maps]):
+        await asyncio.gather(*(rt.read(cm, opts) for cm in maps))  # the preview: one LIST
+    core = k8s.CoreV1Api(api)
+    core.patch_namespaced_config_map("d6", ns, {"data": {"k": "changed"}})  # changed since
+    core.delete_namespaced_config_map("d7", ns)  # gone since
+    core.delete_namespaced_config_map("d8", ns)  # replaced by another stack's object
+    core.create_namespaced_config_map(
+        ns,
+        k8s.V1ConfigMap(
+            metadata=k8s.V1ObjectMeta(
+                name="d8", annotations={ANNOTATION_PROJECT: "other", ANNOTATION_WORKSPACE: "dev"}
+            ),
+            data={"k": "theirs"},
+        ),
+    )
+    sent: list[tuple[str, str]] = []
+    real = KubeClient.request
+
+    def counted(self: KubeClient, method: str, path: str, **kw: Any) -> Any:
+        sent.append((method, path.rsplit("/", 1)[-1]))
+        return real(self, method, path, **kw)
+
+    monkeypatch.setattr(KubeClient, "request", counted)
+    with read_scope("destroy-run", lists=False):  # the walk of the same run
+        done = await asyncio.gather(*(rt.delete(cm, opts) for cm in maps), return_exceptions=True)
+    assert done[:8] == [None] * 8
+    assert isinstance(done[8], Conflict) and "belongs to stackflow stack other/dev" in str(done[8])
+    assert sorted(name for method, name in sent if method == "GET") == ["d6", "d8"]
+    assert sorted(name for method, name in sent if method == "DELETE") == [
+        *(f"d{i}" for i in range(6)),
+        "d6",  # refused (changed), then sent again after reading it
+        "d6",
+        "d7",
+        "d8",
+    ]
+    left = [
+        str((cm.metadata and cm.metadata.name) or "")
+        for cm in core.list_namespaced_config_map(ns).items
+    ]
+    assert sorted(n for n in left if n.startswith("d")) == ["d8"]

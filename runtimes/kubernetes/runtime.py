@@ -592,11 +592,12 @@ class KubernetesRuntime(Runtime):
         seen = self._previewed(client, api, ref)
         if seen is not None:
             # as this run's preview read it: deleted only if it is still exactly that object
-            # (uid and resourceVersion), else read again below
-            check_owner(resource, ref, seen, options, deleting=True)
+            # (uid and resourceVersion) and this stack's; else read again below, and every
+            # refusal comes from that fresh read
             try:
+                check_owner(resource, ref, seen, options, deleting=True)
                 return self._send_delete(client, api, ref, resource, seen, propagation, exact=True)
-            except _Changed:
+            except (_Changed, Conflict):
                 pass
         live = self._get(client, api, ref, resource.id)
         if live is None:

@@ -103,7 +103,13 @@ from runtimes.kubernetes.manifest import (
     shaped_like,
 )
 from runtimes.kubernetes.readiness import parse_timeout, readiness
-from runtimes.kubernetes.snapshot import LIST_AT_LEAST, Listing, Snapshots, list_objects
+from runtimes.kubernetes.snapshot import (
+    LIST_AT_LEAST,
+    NEVER_LISTED,
+    Listing,
+    Snapshots,
+    list_objects,
+)
 from stackflow.policy import WorkerPolicy, worker_policy
 
 T = TypeVar("T")
@@ -386,6 +392,7 @@ class KubernetesRuntime(Runtime):
         if (
             scope is None
             or not scope.lists
+            or (ref.api_version, ref.kind) in NEVER_LISTED
             or scope.count(ref.api_version, ref.kind, namespace) < LIST_AT_LEAST
         ):
             return None

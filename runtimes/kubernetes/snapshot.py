@@ -6,9 +6,12 @@ namespace reads them all from one paginated LIST. The listing is kept for the ru
 preview batches on this worker for :data:`SNAPSHOT_SECONDS` (a preview is one snapshot of
 the stack, as it is shown to be approved); listings of :data:`SNAPSHOT_BYTES` of JSON at most
 are held in all (older ones go first; one larger than that serves only the batch that made
-it). Only previews read this way: an apply's or delete's own reads (ownership, uid)
-are GETs at the moment they act. A listing the server refuses (no ``list`` permission,
-say) leaves each object to its own GET.
+it). Secrets are never listed (:data:`NEVER_LISTED`). A listing the server refuses (no
+``list`` permission, say) leaves each object to its own GET.
+
+An apply reads afresh. A delete in the run's walk may act on the listed object, but only on
+the condition that it is still exactly that object (uid and resourceVersion preconditions);
+otherwise it reads afresh too.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from typing import Any
 from runtimes.base import RuntimeFailure
 from runtimes.kubernetes.client import JSON, ApiError, ApiResource, KubeClient
 
+NEVER_LISTED = frozenset({("v1", "Secret")})
+"""Kinds read one object at a time: a listing would hold every Secret of the namespace,
+other applications' included, in the worker's memory."""
 LIST_AT_LEAST = 8
 """Objects of one kind and namespace in a preview batch from which one LIST answers them."""
 LIST_PAGE = 500

@@ -495,6 +495,12 @@ async def test_a_preview_batch_reads_many_objects_of_a_kind_from_one_listing(
     assert sorted(p for m, p in sent if m == "GET") == sorted(
         f"{listing}/{cm.attributes['metadata']['name']}" for cm in few
     )
+    # Secrets are never listed (a listing would hold every Secret of the namespace)
+    secrets = [request(secret(ns, f"s{i}", {"k": str(i)})) for i in range(10)]
+    sent.clear()
+    await batch("run-4", secrets)
+    gets = [p for m, p in sent if m == "GET"]
+    assert len(gets) == 10 and f"/api/v1/namespaces/{ns}/secrets" not in gets
 
 
 async def test_deletes_after_a_listed_preview_need_no_read_unless_the_object_changed(

@@ -397,7 +397,8 @@ class KubernetesRuntime(Runtime):
         ):
             return None
         key = (scope.run, id(client), api.path(namespace))
-        return self._snapshots.get(key, lambda: list_objects(client, api, namespace))
+        wanted = scope.count(ref.api_version, ref.kind, namespace)
+        return self._snapshots.get(key, lambda: list_objects(client, api, namespace, wanted))
 
     # ---- read ----------------------------------------------------------------------------
     async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:

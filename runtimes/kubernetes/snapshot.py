@@ -6,7 +6,8 @@ namespace reads them all from one paginated LIST. The listing is kept for the ru
 preview batches on this worker for :data:`SNAPSHOT_SECONDS` (a preview is one snapshot of
 the stack, as it is shown to be approved); listings of :data:`SNAPSHOT_BYTES` of JSON at most
 are held in all (older ones go first; one larger than that serves only the batch that made
-it). Secrets are never listed (:data:`NEVER_LISTED`). A listing the server refuses (no
+it). Secrets are never listed (:data:`NEVER_LISTED`), nor a kind whose namespace holds far
+more objects than the batch reads (:data:`LIST_SPARE`). A listing the server refuses (no
 ``list`` permission, say) leaves each object to its own GET.
 
 An apply reads afresh. A delete in the run's walk may act on the listed object, but only on
@@ -33,6 +34,10 @@ other applications' included, in the worker's memory."""
 LIST_AT_LEAST = 8
 """Objects of one kind and namespace in a preview batch from which one LIST answers them."""
 LIST_PAGE = 500
+LIST_SPARE = 10
+"""A listing is given up (each object read alone) once the kind holds more than this many
+times the objects the batch reads there, and more than a page: a stack's few objects in a
+namespace shared with thousands of others are not worth the listing."""
 SNAPSHOT_SECONDS = 120.0
 SNAPSHOT_BYTES = 64 * 1024 * 1024
 
@@ -43,16 +48,24 @@ class Listing(dict[str, JSON]):
     size: int = 0
 
 
-def list_objects(client: KubeClient, api: ApiResource, namespace: str | None) -> Listing | None:
+def list_objects(
+    client: KubeClient, api: ApiResource, namespace: str | None, wanted: int
+) -> Listing | None:
     """Every object of the kind in the namespace (or cluster), by name, shaped as a GET
-    returns it; None when the server refuses or fails (each object is then read alone)."""
+    returns it; None when the server refuses or fails, or when the kind holds far more
+    objects than the ``wanted`` ones (each object is then read alone)."""
     path = api.path(namespace if api.namespaced else None)
     found = Listing()
     query = {"limit": str(LIST_PAGE)}
+    most = max(LIST_PAGE, LIST_SPARE * wanted)
     try:
         while True:
             answer = client.request("GET", path, query=query)
-            for item in answer.get("items") or []:
+            items = answer.get("items") or []
+            remaining = (answer.get("metadata") or {}).get("remainingItemCount")
+            if len(found) + len(items) + (remaining if isinstance(remaining, int) else 0) > most:
+                return None
+            for item in items:
                 name = (item.get("metadata") or {}).get("name")
                 if isinstance(name, str):
                     # list items carry no apiVersion and kind: as a GET answers them

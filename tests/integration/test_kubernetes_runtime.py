@@ -560,3 +560,53 @@ async def test_deletes_after_a_listed_preview_need_no_read_unless_the_object_cha
         for cm in core.list_namespaced_config_map(ns).items
     ]
     assert sorted(n for n in left if n.startswith("d")) == ["d8"]
+
+
+async def test_a_namespace_of_many_other_objects_is_not_listed(
+    rt: KubernetesRuntime,
+    opts: RuntimeOptions,
+    ns: str,
+    api: k8s.ApiClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Pages of 5, at most twice the wanted objects: the stack's 10 ConfigMaps alone are
+    listed page by page; beside 25 others, the listing is given up after its first page (the
+    server counts what remains) and each object is read alone."""
+    from runtimes.base import read_scope
+    from runtimes.kubernetes import snapshot
+    from runtimes.kubernetes.client import KubeClient
+
+    monkeypatch.setattr(snapshot, "LIST_PAGE", 5)
+    monkeypatch.setattr(snapshot, "LIST_SPARE", 2)
+    maps = [request(config_map(ns, f"c{i}", {"k": str(i)})) for i in range(10)]
+    for cm in maps:
+        await rt.apply(cm, opts)
+    sent: list[tuple[str, str]] = []
+    real = KubeClient.request
+
+    def counted(self: KubeClient, method: str, path: str, **kw: Any) -> Any:
+        if method == "GET":
+            sent.append((path.rsplit("/", 1)[-1], str((kw.get("query") or {}).get("limit"))))
+        return real(self, method, path, **kw)
+
+    monkeypatch.setattr(KubeClient, "request", counted)
+
+    async def preview(run: str) -> list[Any]:
+        with read_scope(run, [cm.attributes for cm in maps]):
+            return list(await asyncio.gather(*(rt.read(cm, opts) for cm in maps)))
+
+    first = await preview("few")
+    assert all(live is not None for live in first)
+    # the namespace's own kube-root-ca.crt is listed too: 11 objects, three pages of 5
+    assert sent == [("configmaps", "5")] * 3
+    core = k8s.CoreV1Api(api)
+    for i in range(25):
+        core.create_namespaced_config_map(
+            ns, k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name=f"other-{i}"), data={"i": "x"})
+        )
+    sent.clear()
+    again = await preview("many")
+    assert again == first
+    assert sent[0] == ("configmaps", "5") and sorted(name for name, _ in sent[1:]) == sorted(
+        cm.attributes["metadata"]["name"] for cm in maps
+    )

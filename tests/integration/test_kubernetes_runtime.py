@@ -11,7 +11,7 @@ import json
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 from kubernetes import client as k8s
@@ -53,6 +53,35 @@ async def ns(rt: KubernetesRuntime, opts: RuntimeOptions, api: k8s.ApiClient) ->
     await rt.apply(request(namespace(name)), opts)
     yield name
     delete_quietly(api, namespaces=[name])
+
+
+class Sent(NamedTuple):
+    """One request the runtime sent to the API server."""
+
+    method: str
+    path: str
+    limit: str | None
+
+    @property
+    def name(self) -> str:
+        return self.path.rsplit("/", 1)[-1]
+
+
+@pytest.fixture
+def sent(monkeypatch: pytest.MonkeyPatch) -> list[Sent]:
+    """Every request the runtime sends from here on (cleared by a test where it starts)."""
+    from runtimes.kubernetes.client import KubeClient
+
+    found: list[Sent] = []
+    real = KubeClient.request
+
+    def counted(self: KubeClient, method: str, path: str, **kw: Any) -> Any:
+        limit = (kw.get("query") or {}).get("limit")
+        found.append(Sent(method, path, None if limit is None else str(limit)))
+        return real(self, method, path, **kw)
+
+    monkeypatch.setattr(KubeClient, "request", counted)
+    return found
 
 
 async def change(
@@ -407,26 +436,16 @@ async def test_unreachable_server_is_unavailable_naming_it(
 
 
 async def test_objects_of_a_namespace_yet_to_be_created_preview_without_requests(
-    rt: KubernetesRuntime, opts: RuntimeOptions, api: k8s.ApiClient, monkeypatch: pytest.MonkeyPatch
+    rt: KubernetesRuntime, opts: RuntimeOptions, api: k8s.ApiClient, sent: list[Sent]
 ) -> None:
     """The first dry run finds the namespace missing; the next objects there are previewed as
     they are desired, with no request (nothing can exist in it); once the stack applies the
     Namespace, previews dry-run again."""
-    from runtimes.kubernetes.client import KubeClient
-
-    sent: list[str] = []
-    real = KubeClient.request
-
-    def counted(self: KubeClient, method: str, path: str, **kw: Any) -> Any:
-        sent.append(method)
-        return real(self, method, path, **kw)
-
-    monkeypatch.setattr(KubeClient, "request", counted)
     name = f"sf-{suffix()}"
     maps = [request(config_map(name, f"c{i}", {"k": str(i)})) for i in range(3)]
     try:
         first = await rt.observe(maps[0], opts, with_preview=True)
-        assert first[0] is None and first[1] is not None and "PATCH" in sent
+        assert first[0] is None and first[1] is not None and "PATCH" in [s.method for s in sent]
         sent.clear()
         for cm in maps[1:]:
             live, result = await rt.observe(cm, opts, with_preview=True)
@@ -439,7 +458,8 @@ async def test_objects_of_a_namespace_yet_to_be_created_preview_without_requests
         await rt.apply(request(namespace(name)), opts)
         sent.clear()
         await rt.observe(maps[1], opts, with_preview=True)
-        assert sent.count("PATCH") == 1  # the dry run again, now that the namespace exists
+        # the dry run again, now that the namespace exists
+        assert [s.method for s in sent].count("PATCH") == 1
     finally:
         delete_quietly(api, namespaces=[name])
 
@@ -448,27 +468,19 @@ async def test_a_preview_batch_reads_many_objects_of_a_kind_from_one_listing(
     rt: KubernetesRuntime,
     opts: RuntimeOptions,
     ns: str,
-    monkeypatch: pytest.MonkeyPatch,
+    sent: list[Sent],
 ) -> None:
     """Ten ConfigMaps of one namespace in a preview batch: one LIST answers their reads (the
     dry runs stay one each), the run's next batch reuses it, another run lists anew, and
     what each read returns is what a GET returns."""
     from runtimes.base import read_scope
-    from runtimes.kubernetes.client import KubeClient
     from runtimes.kubernetes.snapshot import LIST_AT_LEAST
 
     maps = [request(config_map(ns, f"c{i}", {"k": str(i)})) for i in range(10)]
     for cm in maps[:9]:  # the last one does not exist
         await rt.apply(cm, opts)
     alone = [await rt.read(cm, opts) for cm in maps]
-    sent: list[tuple[str, str]] = []
-    real = KubeClient.request
-
-    def counted(self: KubeClient, method: str, path: str, **kw: Any) -> Any:
-        sent.append((method, path))
-        return real(self, method, path, **kw)
-
-    monkeypatch.setattr(KubeClient, "request", counted)
+    sent.clear()
     listing = f"/api/v1/namespaces/{ns}/configmaps"
 
     async def batch(run: str, reqs: list[ResourceRequest]) -> list[Any]:
@@ -479,27 +491,27 @@ async def test_a_preview_batch_reads_many_objects_of_a_kind_from_one_listing(
 
     seen = await batch("run-1", maps)
     assert [live for live, _ in seen] == alone and alone[-1] is None
-    gets = [p for m, p in sent if m == "GET"]
+    gets = [p for m, p, _ in sent if m == "GET"]
     assert gets == [listing]  # one LIST, no GET per object
-    assert sum(1 for m, _ in sent if m == "PATCH") == 10  # each dry run as before
+    assert sum(1 for m, _, _ in sent if m == "PATCH") == 10  # each dry run as before
 
     sent.clear()
     await batch("run-1", maps)  # the run's next preview batch: the same snapshot
-    assert [p for m, p in sent if m == "GET"] == []
+    assert [p for m, p, _ in sent if m == "GET"] == []
     sent.clear()
     await batch("run-2", maps)
-    assert [p for m, p in sent if m == "GET"] == [listing]
+    assert [p for m, p, _ in sent if m == "GET"] == [listing]
     sent.clear()
     few = maps[: LIST_AT_LEAST - 1]  # too few of the kind to list: a GET each
     await batch("run-3", few)
-    assert sorted(p for m, p in sent if m == "GET") == sorted(
+    assert sorted(p for m, p, _ in sent if m == "GET") == sorted(
         f"{listing}/{cm.attributes['metadata']['name']}" for cm in few
     )
     # Secrets are never listed (a listing would hold every Secret of the namespace)
     secrets = [request(secret(ns, f"s{i}", {"k": str(i)})) for i in range(10)]
     sent.clear()
     await batch("run-4", secrets)
-    gets = [p for m, p in sent if m == "GET"]
+    gets = [p for m, p, _ in sent if m == "GET"]
     assert len(gets) == 10 and f"/api/v1/namespaces/{ns}/secrets" not in gets
 
 
@@ -508,13 +520,12 @@ async def test_deletes_after_a_listed_preview_need_no_read_unless_the_object_cha
     opts: RuntimeOptions,
     ns: str,
     api: k8s.ApiClient,
-    monkeypatch: pytest.MonkeyPatch,
+    sent: list[Sent],
 ) -> None:
     """A destroy whose preview listed the objects deletes each on the condition that it is
     still exactly what the preview read (uid and resourceVersion), with no GET; an object
     changed, gone or replaced since is read again and handled as before."""
     from runtimes.base import Conflict, read_scope
-    from runtimes.kubernetes.client import KubeClient
     from runtimes.kubernetes.manifest import ANNOTATION_PROJECT, ANNOTATION_WORKSPACE
 
     maps = [request(config_map(ns, f"d{i}", {"k": str(i)})) for i in range(9)]
@@ -535,20 +546,13 @@ async def test_deletes_after_a_listed_preview_need_no_read_unless_the_object_cha
             data={"k": "theirs"},
         ),
     )
-    sent: list[tuple[str, str]] = []
-    real = KubeClient.request
-
-    def counted(self: KubeClient, method: str, path: str, **kw: Any) -> Any:
-        sent.append((method, path.rsplit("/", 1)[-1]))
-        return real(self, method, path, **kw)
-
-    monkeypatch.setattr(KubeClient, "request", counted)
+    sent.clear()
     with read_scope("destroy-run", lists=False):  # the walk of the same run
         done = await asyncio.gather(*(rt.delete(cm, opts) for cm in maps), return_exceptions=True)
     assert done[:8] == [None] * 8
     assert isinstance(done[8], Conflict) and "belongs to stackflow stack other/dev" in str(done[8])
-    assert sorted(name for method, name in sent if method == "GET") == ["d6", "d8"]
-    assert sorted(name for method, name in sent if method == "DELETE") == [
+    assert sorted(s.name for s in sent if s.method == "GET") == ["d6", "d8"]
+    assert sorted(s.name for s in sent if s.method == "DELETE") == [
         *(f"d{i}" for i in range(6)),
         "d6",  # refused (changed), then sent again after reading it
         "d6",
@@ -567,6 +571,7 @@ async def test_a_namespace_of_many_other_objects_is_not_listed(
     opts: RuntimeOptions,
     ns: str,
     api: k8s.ApiClient,
+    sent: list[Sent],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Pages of 5, at most twice the wanted objects: the stack's 10 ConfigMaps alone are
@@ -574,22 +579,13 @@ async def test_a_namespace_of_many_other_objects_is_not_listed(
     server counts what remains) and each object is read alone."""
     from runtimes.base import read_scope
     from runtimes.kubernetes import snapshot
-    from runtimes.kubernetes.client import KubeClient
 
     monkeypatch.setattr(snapshot, "LIST_PAGE", 5)
     monkeypatch.setattr(snapshot, "LIST_SPARE", 2)
     maps = [request(config_map(ns, f"c{i}", {"k": str(i)})) for i in range(10)]
     for cm in maps:
         await rt.apply(cm, opts)
-    sent: list[tuple[str, str]] = []
-    real = KubeClient.request
-
-    def counted(self: KubeClient, method: str, path: str, **kw: Any) -> Any:
-        if method == "GET":
-            sent.append((path.rsplit("/", 1)[-1], str((kw.get("query") or {}).get("limit"))))
-        return real(self, method, path, **kw)
-
-    monkeypatch.setattr(KubeClient, "request", counted)
+    sent.clear()
 
     async def preview(run: str) -> list[Any]:
         with read_scope(run, [cm.attributes for cm in maps]):
@@ -598,7 +594,7 @@ async def test_a_namespace_of_many_other_objects_is_not_listed(
     first = await preview("few")
     assert all(live is not None for live in first)
     # the namespace's own kube-root-ca.crt is listed too: 11 objects, three pages of 5
-    assert sent == [("configmaps", "5")] * 3
+    assert [(s.method, s.name, s.limit) for s in sent] == [("GET", "configmaps", "5")] * 3
     core = k8s.CoreV1Api(api)
     for i in range(25):
         core.create_namespaced_config_map(
@@ -607,6 +603,7 @@ async def test_a_namespace_of_many_other_objects_is_not_listed(
     sent.clear()
     again = await preview("many")
     assert again == first
-    assert sent[0] == ("configmaps", "5") and sorted(name for name, _ in sent[1:]) == sorted(
+    gets = [(s.name, s.limit) for s in sent if s.method == "GET"]
+    assert gets[0] == ("configmaps", "5") and sorted(name for name, _ in gets[1:]) == sorted(
         cm.attributes["metadata"]["name"] for cm in maps
     )

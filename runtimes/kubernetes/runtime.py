@@ -24,13 +24,18 @@ How it behaves, in one place:
 - **read** returns the live object without ``status`` and server bookkeeping
   (``managedFields``, ``resourceVersion``, ``uid``, timestamps, ``generation``); the diff
   projects it onto ``would_be`` anyway, and what is recorded stays stable between applies.
+  In a preview batch that reads many objects of one kind and namespace, one paginated LIST
+  answers them, kept as the run's snapshot on this worker (:mod:`.snapshot`).
 - **Ownership**, as Helm does it: annotations ``stackflow.io/project`` and
   ``stackflow.io/workspace`` (plus labels, and ``app.kubernetes.io/managed-by:
   stackflow``) on every object. Another stack's object is never applied or deleted; an
   existing unowned object is taken over only with ``adopt`` (run option or
   ``extensions.adopt``). The markers are part of the applied manifest, so preview shows
   them only when they are really missing.
-- **Delete** uses foreground propagation (dependents first) and waits until the object is
+- **Delete** reads the object (uid, owner) and deletes it on the condition that it is that
+  object (uid precondition), or, when the run's preview listed it on this worker, deletes
+  the listed object on the condition that it is unchanged (uid and resourceVersion) with no
+  read. It uses foreground propagation (dependents first) and waits until the object is
   gone; built-in kinds nothing owns (ConfigMap, Secret, Service, Namespace, RBAC objects, …,
   see ``LEAF_KINDS``) are deleted with background propagation as kubectl does, which spares
   each one a round through the garbage collector (rate-limited: ~14 objects/s);

@@ -229,7 +229,10 @@ kube_api() {
 }
 # kwok fakes one node (kwok-node-0, created here if missing) and the status of pods on it,
 # so Deployments roll out and Jobs complete without a kubelet. Pod IPs stay outside the
-# service range 10.0.0.0/24.
+# service range 10.0.0.0/24. The node heartbeats through a Lease renewed every 10 s: without
+# one, kwok patched the node's status every 45 s, past the controller-manager's 40 s grace, so
+# the node went NotReady for 5 s in every 45 and a pod started in that window was marked not
+# ready for good (a rollout waited forever).
 cmd_kwok() {
   kube_api POST /api/v1/nodes '{"apiVersion":"v1","kind":"Node","metadata":{"name":"kwok-node-0",
     "annotations":{"kwok.x-k8s.io/node":"fake","node.alpha.kubernetes.io/ttl":"0"},
@@ -237,7 +240,8 @@ cmd_kwok() {
     "status":{"capacity":{"cpu":"32","memory":"256Gi","pods":"250"},"allocatable":{"cpu":"32","memory":"256Gi","pods":"250"}}}' >/dev/null
   echo kwok --kubeconfig "$KUBE_DIR/kubeconfig" --config /dev/null \
     --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
-    --server-address "127.0.0.1:$KWOK_PORT" --cidr 10.244.0.1/16 --node-ip 127.0.0.1
+    --server-address "127.0.0.1:$KWOK_PORT" --cidr 10.244.0.1/16 --node-ip 127.0.0.1 \
+    --node-lease-duration-seconds 40
 }
 # The dev loop's encryption key (payloads, sensitive state): made once, 0600, under .run/keys.
 KEY_FILE="$RUN_DIR/keys/stackflow.keys"

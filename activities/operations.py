@@ -92,13 +92,17 @@ COALESCED_PARALLELISM = 64
 """Calls in flight at once to a runtime that merges concurrent calls into one command."""
 
 
-def _run_key() -> str:
-    """The run an activity works for (outside an activity, e.g. in tests: a key of its own)."""
-    try:
-        info = activity.info()
-    except RuntimeError:
-        return uuid.uuid4().hex
-    return f"{info.workflow_id}/{info.workflow_run_id}"
+def _run_key(run: RunRef | None = None) -> str:
+    """Which run's reads a read scope holds: ``run``, else the calling activity's run (outside
+    an activity, e.g. in tests: a key of its own). One format for the preview that lists and
+    the walk that looks its listing up."""
+    if run is None:
+        try:
+            info = activity.info()
+        except RuntimeError:
+            return uuid.uuid4().hex
+        run = RunRef(info.workflow_id or "", info.workflow_run_id or "")
+    return f"{run.workflow_id}/{run.run_id}"
 
 
 def _digest(attributes: Mapping[str, Any]) -> str:
@@ -998,7 +1002,7 @@ class OperationActivities:
                 outcome[rid] = exc
 
         # a walk of the run whose preview may have listed these objects on this worker
-        with read_scope(f"{run.workflow_id}/{run.run_id}", lists=False):
+        with read_scope(_run_key(run), lists=False):
             await asyncio.gather(*(one(rid) for rid in wanted))
         order = [rid for rid, _ in inp.nodes]
         await self._fenced(

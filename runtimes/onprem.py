@@ -400,15 +400,17 @@ class OnPremRuntime(Runtime):
     def check_policy(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
         self._place(resource)
 
-    async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
-        def read() -> Attributes | None:
-            attrs, place = self._place(resource)
-            live = read_sync(resource.id, place)
-            if live is not None and attrs.host:
-                live["host"] = attrs.host
-            return live
+    def _look(self, resource: ResourceRequest) -> tuple[OnPremAttributes, Attributes | None]:
+        """The attributes (policy checked) and the file as it is (None: absent)."""
+        attrs, place = self._place(resource)
+        live = read_sync(resource.id, place)
+        if live is not None and attrs.host:
+            live["host"] = attrs.host
+        return attrs, live
 
-        return await asyncio.to_thread(read)
+    async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
+        _, live = await asyncio.to_thread(self._look, resource)
+        return live
 
     async def preview(self, resource: ResourceRequest, options: RuntimeOptions) -> PreviewResult:
         attrs, _ = await asyncio.to_thread(self._place, resource)
@@ -419,14 +421,8 @@ class OnPremRuntime(Runtime):
     ) -> tuple[Attributes | None, PreviewResult | None]:
         """The file as it is and what it would become, from one policy check and one look."""
 
-        def observe() -> tuple[Attributes | None, PreviewResult | None]:
-            attrs, place = self._place(resource)
-            live = read_sync(resource.id, place)
-            if live is not None and attrs.host:
-                live["host"] = attrs.host
-            return live, (PreviewResult(would_be=desired_state(attrs)) if with_preview else None)
-
-        return await asyncio.to_thread(observe)
+        attrs, live = await asyncio.to_thread(self._look, resource)
+        return live, (PreviewResult(would_be=desired_state(attrs)) if with_preview else None)
 
     async def apply(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
         def apply() -> Attributes:

@@ -80,6 +80,7 @@ from runtimes.base import (
     InvalidInput,
     NotFound,
     PreviewResult,
+    ReadScope,
     ResourceRequest,
     Runtime,
     RuntimeFailure,
@@ -126,6 +127,13 @@ ABSENT_NAMESPACE_SECONDS = 2.0
 """How long a preview trusts a dry run's "namespace not found": the objects of a stack that
 creates its namespace are previewed without one GET and one dry run each."""
 """How long apply waits for a kind to be served (a CRD just created is being established)."""
+
+
+def _snapshot_key(
+    scope: ReadScope, client: KubeClient, api: ApiResource, namespace: str | None
+) -> tuple[str, int, str]:
+    """Where a run's listing of a kind in a namespace (or the cluster) is kept."""
+    return (scope.run, id(client), api.path(namespace))
 
 
 class _Changed(Exception):
@@ -401,9 +409,11 @@ class KubernetesRuntime(Runtime):
             or scope.count(ref.api_version, ref.kind, namespace) < LIST_AT_LEAST
         ):
             return None
-        key = (scope.run, id(client), api.path(namespace))
         wanted = scope.count(ref.api_version, ref.kind, namespace)
-        return self._snapshots.get(key, lambda: list_objects(client, api, namespace, wanted))
+        return self._snapshots.get(
+            _snapshot_key(scope, client, api, namespace),
+            lambda: list_objects(client, api, namespace, wanted),
+        )
 
     # ---- read ----------------------------------------------------------------------------
     async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
@@ -627,7 +637,7 @@ class KubernetesRuntime(Runtime):
         if scope is None:
             return None
         namespace = ref.namespace if api.namespaced else None
-        listing = self._snapshots.peek((scope.run, id(client), api.path(namespace)))
+        listing = self._snapshots.peek(_snapshot_key(scope, client, api, namespace))
         return None if listing is None else listing.get(ref.name)
 
     @staticmethod

@@ -8,6 +8,7 @@ import base64
 import json
 import os
 import subprocess
+import time
 import urllib.parse
 from pathlib import Path
 
@@ -102,6 +103,11 @@ async def decoded_in_the_ui_ciphertext_without_the_codec(
     try:
         browser.open(history)
         text = browser.wait_for_text("Input", *in_clear, timeout=60)
+        # the page decodes event by event: once the input shows, the others follow
+        deadline = time.monotonic() + 30
+        while ("binary/encrypted" in text or encoding in text) and time.monotonic() < deadline:
+            time.sleep(0.5)
+            text = browser.text()
         assert "binary/encrypted" not in text and encoding not in text
         assert payload["data"] not in text
         assert "Codec Server could not connect" not in text

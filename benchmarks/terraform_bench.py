@@ -6,6 +6,10 @@ planned unchanged and destroyed
 - by stackflow as a user runs it: ``stackflow apply --yes`` / ``stackflow preview`` /
   ``stackflow destroy --yes`` against a worker process of the benchmark's own (own task queue,
   home and SQLite state backend; see benchmarks/_lib), one working directory per resource;
+- by stackflow as a service starts it: one Temporal client, connected once, starts the same
+  three runs on a second project and waits for each result (the run alone, without the CLI
+  process's start: Python and the Temporal SDK import in about 0.5 s, more than tofu's
+  whole run of 50 ``terraform_data``);
 - by ``tofu`` on one root module holding all N: ``apply -auto-approve -parallelism=10``,
   ``plan -parallelism=10`` (no changes), ``destroy -auto-approve -parallelism=10``, after a
   ``tofu init`` timed apart (not in the ratio);
@@ -199,6 +203,7 @@ def side_by_side(kind: str, size: int, run: int, backend: str, concurrency: int 
     tag = uuid.uuid4().hex[:6]
     project = f"tfbench-{size}-{tag}"
     ours: dict[str, float] = {}
+    served: dict[str, float] = {}
     theirs: dict[str, float] = {}
     extra = ["--max-concurrency", str(concurrency)] if concurrency else []
     with harness.stack(backend) as sf:
@@ -215,6 +220,17 @@ def side_by_side(kind: str, size: int, run: int, backend: str, concurrency: int 
             ours[phase] = sf.cli(*args)
             cpu[phase] = sf.meter.describe(ours[phase]) if sf.meter else ""
         stats = asyncio.run(stack_stats(f"stackflow/{project}/default", t0))
+        service = harness.Service(sf)
+        try:
+            doc = stackflow_spec(kind, size)
+            for phase, workflow, body in (
+                ("apply", "ApplyWorkflow", doc),
+                ("plan", "PreviewWorkflow", doc),
+                ("destroy", "DestroyWorkflow", None),
+            ):
+                served[phase] = service.run(workflow, f"{project}-svc", body)
+        finally:
+            service.close()
 
         module = sf.work / "root"
         module.mkdir()
@@ -239,14 +255,33 @@ def side_by_side(kind: str, size: int, run: int, backend: str, concurrency: int 
         [
             f"{phase} {size}",
             harness.fmt_s(ours[phase]),
+            harness.fmt_s(served[phase]),
             f"tofu {phase}" + (" (-detailed-exitcode 0)" if phase == "plan" else ""),
             harness.fmt_s(theirs[phase]),
             harness.ratio(ours[phase], theirs[phase]),
+            harness.ratio(served[phase], theirs[phase]),
         ]
         for phase in ("apply", "plan", "destroy")
     ]
     print(f"\n== {size} {kind}, run {run}: stackflow ({backend}) vs one tofu root module ({par})")
-    print(harness.table(["work", "stackflow s", "peer", "tofu s", "stackflow/tofu"], rows))
+    print(
+        harness.table(
+            [
+                "work",
+                "CLI s",
+                "service s",
+                "peer",
+                "tofu s",
+                "CLI/tofu",
+                "service/tofu",
+            ],
+            rows,
+        )
+    )
+    print(
+        "CLI: `stackflow apply --yes` / `preview` / `destroy --yes`, a new process each; "
+        "service: the same runs started by a connected Temporal client"
+    )
     print(f"tofu init of the root module (not in the ratios): {init:.2f} s")
     print(f"Temporal (apply + destroy runs): {stats.describe(size)}")
     for phase, text in cpu.items():

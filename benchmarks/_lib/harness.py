@@ -233,6 +233,60 @@ class Stack:
         return seconds
 
 
+class Service:
+    """Runs started as a service starts them (a CI system, a platform's backend): one
+    Temporal client, connected once, starts each run and waits for its result, so what is
+    timed is the run alone, without the ``stackflow`` process's start (Python and the
+    Temporal SDK's import, about 0.5 s of every CLI command)."""
+
+    def __init__(self, stack: Stack) -> None:
+        import asyncio
+
+        from temporalio.client import Client
+
+        from stackflow.codec import data_converter
+
+        self.stack = stack
+        self.loop = asyncio.new_event_loop()
+        self.client = self.loop.run_until_complete(
+            Client.connect(
+                stack.env["TEMPORAL_ADDRESS"],
+                namespace=stack.env.get("TEMPORAL_NAMESPACE", "default"),
+                data_converter=data_converter(),
+            )
+        )
+
+    def run(self, workflow: str, project: str, spec: dict[str, object] | None = None) -> float:
+        """Start ``workflow`` (approved up front, as ``--yes``) on the stack's task queue and
+        wait for its result; its wall seconds. A run that does not succeed stops the
+        benchmark."""
+        from stackflow.operation import OperationInput, OperationResult, workflow_id_for
+
+        request = OperationInput(
+            project=project, spec=spec, auto_approve=workflow != "PreviewWorkflow"
+        )
+        wid = workflow_id_for(project, request.workspace)
+        if workflow == "PreviewWorkflow":
+            wid += "/preview"
+        started = time.perf_counter()
+        result = self.loop.run_until_complete(
+            self.client.execute_workflow(
+                workflow,
+                request,
+                id=wid,
+                task_queue=self.stack.queue,
+                result_type=OperationResult,
+            )
+        )
+        seconds = time.perf_counter() - started
+        if result.phase != "succeeded":
+            raise SystemExit(f"{workflow} {project}: {result.phase}: {result.error}")
+        return seconds
+
+    def close(self) -> None:
+        self.loop.close()
+
+
 def code_root() -> Path:
     """Whose code the worker and the CLI run: this checkout, or the tree named by
     ``STACKFLOW_BENCH_CODE`` (e.g. an exported older commit, to compare two versions with

@@ -2,8 +2,9 @@
 
 Each resource keeps its own state, lineage and serial (recorded per resource, as ever); only
 the command is shared. Calls of one verb (refresh, plan, apply, destroy) for resources of one
-stack, one provider configuration and one ``context.env`` that arrive within
-:data:`WINDOW_SECONDS` of each other join one batch (at most :data:`BATCH_LIMIT`). The batch
+stack, one provider configuration and one ``context.env`` that arrive together join one
+batch (at most :data:`BATCH_LIMIT`): it stays open while calls keep coming, each within
+:data:`QUIET_SECONDS` of the one before, for :data:`WINDOW_SECONDS` at most. The batch
 merges their states into one, writes one configuration holding every resource block, runs
 one command, and splits the resulting state back by resource address.
 
@@ -38,7 +39,11 @@ from runtimes.terraform.state import State
 Verb = Literal["read", "preview", "observe", "apply", "delete"]
 
 WINDOW_SECONDS = 0.05
-"""How long a batch stays open for more calls after its first one."""
+"""How long a batch stays open for more calls after its first one, at most."""
+QUIET_SECONDS = 0.005
+"""A batch starts when no call joined it for this long: the calls of one activity arrive in
+one loop turn (their states are read together), so waiting the whole window only delayed
+every command (by about 0.1 s per 50-resource apply, preview included)."""
 BATCH_LIMIT = 64
 """Resources per command at most (a full batch starts at once)."""
 SLOTS = 4
@@ -101,8 +106,16 @@ def batch_key(res: TerraformResource, options: RuntimeOptions) -> str:
 class Coalescer:
     """Collects concurrent calls into batches and hands each full or timed-out batch over."""
 
-    def __init__(self, run: Callable[[list[Call]], Awaitable[None]]) -> None:
+    def __init__(
+        self,
+        run: Callable[[list[Call]], Awaitable[None]],
+        *,
+        window: float = WINDOW_SECONDS,
+        quiet: float = QUIET_SECONDS,
+    ) -> None:
         self._run = run
+        self._window = window
+        self._quiet = quiet
         self._open: dict[tuple[Verb, str], list[Call]] = {}
         self._tasks: dict[int, asyncio.Task[None]] = {}
         """Each batch's task, by the batch's id."""
@@ -137,8 +150,17 @@ class Coalescer:
             raise
 
     async def _after_window(self, slot: tuple[Verb, str], batch: list[Call]) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._window
         try:
-            await asyncio.sleep(WINDOW_SECONDS)
+            while self._open.get(slot) is batch:  # else full: it starts at once
+                joined = len(batch)
+                left = deadline - loop.time()
+                if left <= 0:
+                    break
+                await asyncio.sleep(min(self._quiet, left))
+                if len(batch) == joined:
+                    break
         finally:
             if self._open.get(slot) is batch:
                 del self._open[slot]

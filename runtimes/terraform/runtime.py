@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -145,9 +146,14 @@ class Workdir:
         self.res = res
         self.path = path
         self.options = options
-        # provider credentials: context.env (checked by the policy), passed, never written
-        policy = runtime.policy
-        self.env = base_env(policy.terraform_env(res.id, options.context.get("env")), policy)
+
+    @functools.cached_property
+    def env(self) -> dict[str, str]:
+        """The command's environment, made when a command first runs (a batch's members
+        only read their part of the state): provider credentials from context.env (checked
+        by the policy), passed, never written."""
+        policy = self.runtime.policy
+        return base_env(policy.terraform_env(self.res.id, self.options.context.get("env")), policy)
 
     # ---- files ------------------------------------------------------------------------------
     def local_state(self) -> State | None:

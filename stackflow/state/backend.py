@@ -59,6 +59,8 @@ log = logging.getLogger(__name__)
 
 REF_PREFIX = "sha256:"
 MIGRATIONS = Path(__file__).with_name("migrations")
+CHUNK = 500
+"""Rows one statement names at most (``IN`` lists, multi-row upserts)."""
 
 
 def now() -> datetime:
@@ -434,8 +436,8 @@ class StateBackend:
                 return {r.id: r for r in self._resources(conn, project, workspace, revision)}
             wanted = builtins.list(dict.fromkeys(ids))
             found: dict[str, Resource] = {}
-            for start in range(0, len(wanted), 500):
-                chunk = wanted[start : start + 500]
+            for start in range(0, len(wanted), CHUNK):
+                chunk = wanted[start : start + CHUNK]
                 for row in conn.execute(sa.select(t.body).where(*where, t.resource_id.in_(chunk))):
                     resource = self.sealer.open(project, workspace, row.body)
                     found[resource.id] = resource
@@ -978,46 +980,52 @@ class StateBackend:
         run: RunRef | None,
     ) -> None:
         """:meth:`put_terraform_state` for several resources in one transaction (what one
-        tofu command changed is kept all at once or not at all)."""
+        tofu command changed is kept all at once or not at all): one read of the serials kept
+        and one upsert for every row, per chunk of :data:`CHUNK` resources."""
+        t = terraform_states.c
+        docs = {rid: json.loads(body) for rid, body in bodies.items()}
+        ids = builtins.list(docs)
         with self._tx(write=True) as conn:
             self._fence(conn, project, workspace, revision, run, share=True)
-            for resource_id, body in bodies.items():
-                self._put_terraform_state(
-                    conn, project, workspace, resource_id, body, revision, run
+            for begin in range(0, len(ids), CHUNK):
+                chunk = ids[begin : begin + CHUNK]
+                query = sa.select(t.resource_id, t.serial, t.lineage).where(
+                    t.project == project, t.workspace == workspace, t.resource_id.in_(chunk)
                 )
-
-    def _put_terraform_state(
-        self,
-        conn: sa.Connection,
-        project: str,
-        workspace: str,
-        resource_id: str,
-        body: str,
-        revision: int,
-        run: RunRef | None,
-    ) -> None:
-        doc = json.loads(body)
-        serial, lineage = int(doc.get("serial", 0)), str(doc.get("lineage", ""))
-        t = terraform_states.c
-        key = [t.project == project, t.workspace == workspace, t.resource_id == resource_id]
-        row = conn.execute(sa.select(t.serial, t.lineage).where(*key)).first()
-        if row is not None and row.lineage == lineage and row.serial > serial:
-            return
-        values = {
-            "body": self.sealer.seal_text(body, project, workspace, resource_id, "tfstate"),
-            "serial": serial,
-            "lineage": lineage,
-            "revision": revision,
-            "run_id": run.run_id if run else None,
-            "updated_at": now(),
-        }
-        conn.execute(
-            self._insert(terraform_states)
-            .values(project=project, workspace=workspace, resource_id=resource_id, **values)
-            .on_conflict_do_update(
-                index_elements=["project", "workspace", "resource_id"], set_=values
-            )
-        )
+                kept = {row.resource_id: row for row in conn.execute(query)}
+                rows = []
+                for rid in chunk:
+                    doc = docs[rid]
+                    serial, lineage = int(doc.get("serial", 0)), str(doc.get("lineage", ""))
+                    row = kept.get(rid)
+                    if row is not None and row.lineage == lineage and row.serial > serial:
+                        continue  # an older serial of the same lineage never replaces a newer
+                    rows.append(
+                        {
+                            "project": project,
+                            "workspace": workspace,
+                            "resource_id": rid,
+                            "body": self.sealer.seal_text(
+                                bodies[rid], project, workspace, rid, "tfstate"
+                            ),
+                            "serial": serial,
+                            "lineage": lineage,
+                            "revision": revision,
+                            "run_id": run.run_id if run else None,
+                            "updated_at": now(),
+                        }
+                    )
+                if not rows:
+                    continue
+                upsert = self._insert(terraform_states)
+                changed = ("body", "serial", "lineage", "revision", "run_id", "updated_at")
+                conn.execute(
+                    upsert.on_conflict_do_update(
+                        index_elements=["project", "workspace", "resource_id"],
+                        set_={name: upsert.excluded[name] for name in changed},
+                    ),
+                    rows,
+                )
 
     def get_terraform_state(self, project: str, workspace: str, resource_id: str) -> str | None:
         return self.get_terraform_states(project, workspace, [resource_id]).get(resource_id)
@@ -1031,8 +1039,8 @@ class StateBackend:
         wanted = builtins.list(dict.fromkeys(resource_ids))
         stored: dict[str, str] = {}
         with self._tx() as conn:
-            for start in range(0, len(wanted), 500):
-                chunk = wanted[start : start + 500]
+            for start in range(0, len(wanted), CHUNK):
+                chunk = wanted[start : start + CHUNK]
                 query = sa.select(t.resource_id, t.body).where(
                     t.project == project, t.workspace == workspace, t.resource_id.in_(chunk)
                 )

@@ -275,6 +275,20 @@ def test_terraform_states_read_together(backend: StateBackend) -> None:
     }
     assert backend.get_terraform_states("p", "w", []) == {}
 
+    # written together as well (more rows than one statement takes): a newer serial replaces
+    # the kept one, an older serial of the same lineage does not, a new lineage does
+    again = {
+        f"tf{i}": f'{{"lineage":"L{i}","serial":{(2, 0, 0)[i % 3]},"resources":[]}}'
+        for i in range(600)
+    }
+    again = {k: v.replace('"L', '"M') if int(k[2:]) % 3 == 2 else v for k, v in again.items()}
+    backend.put_terraform_states("p", "w", again, revision=1, run=R1)
+    expected = {k: bodies[k] if int(k[2:]) % 3 == 1 else v for k, v in again.items()}
+    assert backend.get_terraform_states("p", "w", list(bodies)) == expected
+    with pytest.raises(FencedError):
+        backend.put_terraform_states("p", "w", {"tf0": bodies["tf0"]}, revision=1, run=R2)
+    assert backend.get_terraform_state("p", "w", "tf0") == again["tf0"]
+
 
 def test_import_keeps_revisions_and_an_in_progress_release_locks_with_no_run(
     backend: StateBackend,

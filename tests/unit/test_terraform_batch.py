@@ -122,6 +122,36 @@ async def test_concurrent_calls_run_as_batches() -> None:
     assert sorted(seen) == [["a"], ["b"]]
 
 
+async def test_a_batch_starts_once_calls_stop_coming_or_at_its_window() -> None:
+    seen: list[list[str]] = []
+
+    async def run(batch: list[Call]) -> None:
+        seen.append([c.res.name for c in batch])
+        for c in batch:
+            c.settle(None)
+
+    async def trickle(coalescer: Coalescer, names: list[str], gap: float) -> None:
+        callers = []
+        for name in names:
+            callers.append(asyncio.ensure_future(coalescer.submit("k", call(name))))
+            await asyncio.sleep(gap)
+        await asyncio.gather(*callers)
+
+    # calls that keep coming (each well within the quiet time of the last) share a batch;
+    # one after a quiet gap starts the next
+    coalescer = Coalescer(run, window=30.0, quiet=0.5)
+    await trickle(coalescer, ["a", "b", "c"], 0.02)
+    await asyncio.sleep(1.0)
+    await trickle(coalescer, ["d"], 0)
+    assert seen == [["a", "b", "c"], ["d"]]
+
+    # a quiet time longer than the window: the window still closes the batch
+    seen.clear()
+    coalescer = Coalescer(run, window=0.1, quiet=30.0)
+    await trickle(coalescer, ["a", "b"], 0.5)
+    assert seen == [["a"], ["b"]]
+
+
 async def test_a_failing_or_forgetful_batch_answers_every_caller() -> None:
     async def boom(batch: list[Call]) -> None:
         raise ValueError("tofu went away")

@@ -259,6 +259,7 @@ class TerraformRuntime(Runtime):
 
     type_name = "Terraform"
     coalesces_calls = True
+    checks_every_call = True  # each call starts with _check (in _join or _workdir)
 
     def __init__(
         self,

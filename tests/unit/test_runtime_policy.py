@@ -187,14 +187,25 @@ def tf_request(attributes: dict[str, Any], **extensions: Any) -> ResourceRequest
     )
 
 
-async def test_terraform_checks_before_anything_runs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kept", [False, True], ids=["alone", "batched"])
+async def test_terraform_checks_before_anything_runs(
+    tmp_path: Path, backend: StateBackend, kept: bool
+) -> None:
+    # Every call checks on its own (checks_every_call: callers skip theirs), alone or as a
+    # batch member (with a state backend to keep each member's state)
+    assert TerraformRuntime.checks_every_call
     rt = TerraformRuntime(
-        root=tmp_path / "tf", binary=str(tmp_path / "no-tofu"), policy=onprem_policy(tmp_path)
+        root=tmp_path / "tf",
+        binary=str(tmp_path / "no-tofu"),
+        backend=backend if kept else None,
+        policy=onprem_policy(tmp_path),
     )
     hostile = tf_request({"provisioner": [{"local-exec": {"command": "touch /tmp/x"}}]})
     for call in (rt.read, rt.preview, rt.apply, rt.delete, rt.wait_ready):
         with pytest.raises(PolicyViolation, match=r"attributes\.provisioner"):
             await call(hostile, OPTS)
+    with pytest.raises(PolicyViolation, match=r"attributes\.provisioner"):
+        await rt.observe(hostile, OPTS, with_preview=True)
     env = RuntimeOptions(project="p", workspace="w", context={"env": {"TF_CLI_ARGS": "-x"}})
     with pytest.raises(PolicyViolation, match=r"context\.env\.TF_CLI_ARGS"):
         await rt.apply(tf_request({"input": "x"}), env)

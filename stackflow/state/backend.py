@@ -980,8 +980,8 @@ class StateBackend:
         run: RunRef | None,
     ) -> None:
         """:meth:`put_terraform_state` for several resources in one transaction (what one
-        tofu command changed is kept all at once or not at all): one read of the serials kept
-        and one upsert for every row, per chunk of :data:`CHUNK` resources."""
+        tofu command changed is kept all at once or not at all): per chunk of :data:`CHUNK`
+        resources, one read of the serials kept and one upsert statement for its rows."""
         t = terraform_states.c
         docs = {rid: json.loads(body) for rid, body in bodies.items()}
         ids = builtins.list(docs)

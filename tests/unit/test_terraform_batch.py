@@ -137,11 +137,10 @@ async def test_a_batch_starts_once_calls_stop_coming_or_at_its_window() -> None:
             await asyncio.sleep(gap)
         await asyncio.gather(*callers)
 
-    # calls that keep coming (each well within the quiet time of the last) share a batch;
-    # one after a quiet gap starts the next
+    # calls that keep coming (each well within the quiet time of the last) share a batch,
+    # which starts once they stop (long before its window); the next call starts another
     coalescer = Coalescer(run, window=30.0, quiet=0.5)
     await trickle(coalescer, ["a", "b", "c"], 0.02)
-    await asyncio.sleep(1.0)
     await trickle(coalescer, ["d"], 0)
     assert seen == [["a", "b", "c"], ["d"]]
 

@@ -27,6 +27,18 @@ MAX_RESOURCE_BYTES = 1024 * 1024
 MAX_SPEC_BYTES = 512 * 1024 * 1024
 """A spec file larger than this is refused before parsing."""
 
+MAX_NESTING = 512
+"""Collections nested deeper than this are refused while parsing (libyaml's composer recurses
+in C: some 30,000 levels crash the interpreter; real manifests stay under 100)."""
+
+MAX_ALIASES = 10_000
+"""YAML aliases (``*name``) one document may use."""
+
+MAX_ALIAS_EXPANSION = 8 * 1024 * 1024
+"""What aliases may add to a document once expanded, counting one per node plus each scalar's
+length: an alias bomb of eight levels (700 bytes of text) would add 387 million nodes, a 1 MiB
+string aliased a thousand times a gigabyte."""
+
 _BaseLoader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml is ~10x faster
 _STR = "tag:yaml.org,2002:str"
 _INT = "tag:yaml.org,2002:int"
@@ -408,10 +420,73 @@ def _may_escape_surrogates(text: str | bytes) -> bool:
     return "\\ud" in text or "\\uD" in text
 
 
+_SCALAR, _OPEN, _CLOSE, _ALIAS = range(4)
+_EVENT_KINDS: dict[type, int] = {
+    yaml.ScalarEvent: _SCALAR,
+    yaml.SequenceStartEvent: _OPEN,
+    yaml.MappingStartEvent: _OPEN,
+    yaml.SequenceEndEvent: _CLOSE,
+    yaml.MappingEndEvent: _CLOSE,
+    yaml.AliasEvent: _ALIAS,
+}
+
+
+def _check_budget(text: str | bytes) -> None:
+    """Refuse deep nesting and alias expansion from the event stream, before anything is built.
+
+    Each collection's expanded size (one per node plus each scalar's length, aliases counted as
+    what they stand for) is summed as its events stream by, so an alias bomb is refused after
+    reading its few hundred bytes, not after expanding them; nesting is counted the same way.
+    """
+    open_sizes: list[int] = []
+    open_anchors: list[str | None] = []
+    anchors: dict[str, int] = {}
+    aliases = added = 0
+    kinds = _EVENT_KINDS
+    events: Iterator[Any] = yaml.parse(text, Loader=_BaseLoader)
+    for event in events:
+        kind = kinds.get(type(event))
+        if kind == _SCALAR:
+            size, anchor = 1 + len(event.value), event.anchor
+        elif kind == _OPEN:
+            if len(open_sizes) >= MAX_NESTING:
+                raise SyntaxProblem(
+                    f"line {event.start_mark.line + 1}: collections nested deeper than "
+                    f"{MAX_NESTING} levels"
+                )
+            open_sizes.append(1)
+            open_anchors.append(event.anchor)
+            continue
+        elif kind == _CLOSE:
+            size, anchor = open_sizes.pop(), open_anchors.pop()
+        elif kind == _ALIAS:
+            size, anchor = anchors.get(event.anchor, 1), None
+            aliases += 1
+            added += size
+            if aliases > MAX_ALIASES or added > MAX_ALIAS_EXPANSION:
+                what = (
+                    f"more than {MAX_ALIASES} aliases"
+                    if aliases > MAX_ALIASES
+                    else f"aliases that expand to more than {MAX_ALIAS_EXPANSION // 2**20} MiB"
+                )
+                raise SyntaxProblem(
+                    f"line {event.start_mark.line + 1}: excessive aliasing ({what}); "
+                    "write the values out or nest fewer aliases"
+                )
+        else:
+            continue
+        if anchor is not None:
+            anchors[anchor] = size
+        if open_sizes:
+            open_sizes[-1] += size
+
+
 def load_yaml(text: str | bytes) -> Any:
     """Parse YAML (or JSON) safely, as kubectl reads it (see ``_Loader``).
 
-    JSON takes a fast path. A key given twice in one mapping raises :class:`DuplicateKeyError`.
+    JSON takes a fast path. A key given twice in one mapping raises :class:`DuplicateKeyError`;
+    nesting past ``MAX_NESTING`` and aliases past ``MAX_ALIASES``/``MAX_ALIAS_EXPANSION`` raise
+    :class:`SyntaxProblem` before any value is built.
     """
     with gc_paused():
         if _looks_like_json(text):
@@ -419,12 +494,15 @@ def load_yaml(text: str | bytes) -> Any:
                 data = json.loads(text, object_pairs_hook=_json_object)
             except _JsonDuplicate:
                 raise _json_duplicate(_json_text(text)) from None
+            except RecursionError:
+                raise SyntaxProblem("collections nested too deeply for JSON") from None
             except ValueError:
                 pass  # not JSON after all: the YAML parser gives the better error
             else:
                 if _may_escape_surrogates(text):
                     _check_surrogates(_json_text(text), data)
                 return data
+        _check_budget(text)
         return yaml.load(text, Loader=_Loader)
 
 

@@ -19,6 +19,8 @@ STACKFLOW = Path(sys.executable).parent / "stackflow"
 
 # file -> a fragment the error line must contain
 EXPECTED = {
+    "alias_bomb.yaml": "alias_bomb.yaml: line 12: excessive aliasing (aliases that expand to",
+    "deep_nesting.yaml": "deep_nesting.yaml: line 6: collections nested deeper than 512 levels",
     "bad_kubernetes_id.yaml": "resources[0] (id 'web'): id: a Kubernetes id is",
     "cycle.yaml": "dependency cycle: a -> b -> c -> a",
     "dangling_dependency.yaml": "dependsOn: unknown resource 'v1:Namespace:ns'",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -276,3 +278,76 @@ def test_non_ascii_stdin_is_read_as_utf8_whatever_the_locale(
     stdin = io.TextIOWrapper(io.BytesIO(raw), encoding="ascii", errors="surrogateescape")
     monkeypatch.setattr("sys.stdin", stdin)
     assert load_spec("-").resources[0].id == "v1:ConfigMap:default:café-menü"
+
+
+def _alias_bomb(levels: int) -> str:
+    lines = ["resources:", "- id: bomb", "  type: OnPrem", "  attributes:"]
+    lines.append("    a0: &a0 [" + ", ".join(['"lol"'] * 9) + "]")
+    for i in range(1, levels + 1):
+        lines.append(f"    a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_alias_bomb_is_refused_before_expansion_cheaply() -> None:
+    """Nine levels (9^10 strings once expanded) in a child process: its peak memory and the
+    parse time are read there, so nothing else in the test process counts."""
+    probe = (
+        "import resource, sys, time\n"
+        "from stackflow.errors import SpecError\n"
+        "from stackflow.spec import parse_spec_text\n"
+        "text = sys.stdin.read()\n"
+        "t0 = time.perf_counter()\n"
+        "try:\n"
+        "    parse_spec_text(text, 'bomb.yaml')\n"
+        "except SpecError as err:\n"
+        "    print(err)\n"
+        "print(time.perf_counter() - t0)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", probe],
+        input=_alias_bomb(9),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    message, seconds, peak_mb = proc.stdout.splitlines()
+    assert message.startswith("bomb.yaml: line 11: excessive aliasing (aliases that expand to")
+    assert float(seconds) < 2.0
+    assert int(peak_mb) < 200
+
+
+def test_aliases_within_budget_still_expand() -> None:
+    spec = parse_spec_text(_alias_bomb(3))
+    assert len(spec.resources[0].attributes["a3"]) == 9
+    assert spec.resources[0].attributes["a3"][8][8][8] == ["lol"] * 9
+
+
+@pytest.mark.parametrize(
+    "nested",
+    [
+        "[" * 513 + "]" * 513,
+        "{a: " * 513 + "1" + "}" * 513,
+        "".join(f"\n{' ' * (4 + i)}k:" for i in range(513)) + " 1",
+        "\n      " + "- " * 513 + "x",
+    ],
+    ids=["flow-sequences", "flow-mappings", "block-mappings", "compact-sequences"],
+)
+def test_deep_nesting_is_refused_while_parsing(nested: str) -> None:
+    """30,000 levels crashed the interpreter in libyaml's recursive composer: the budget is
+    checked on the event stream, before anything is composed."""
+    text = "resources:\n- id: deep\n  type: OnPrem\n  attributes:\n    v: " + nested + "\n"
+    with pytest.raises(SpecError, match=r"collections nested deeper than 512 levels"):
+        parse_spec_text(text, "deep.yaml")
+    deeper = text.replace(nested, "[" * 30_000 + "]" * 30_000)
+    with pytest.raises(SpecError, match=r"line 5: collections nested deeper than 512 levels"):
+        parse_spec_text(deeper, "deep.yaml")
+
+
+def test_deep_json_is_one_spec_error() -> None:
+    text = '{"resources": [{"id": "a", "type": "OnPrem", "attributes": {"v": '
+    text += "[" * 30_000 + "]" * 30_000 + "}}]}"
+    with pytest.raises(SpecError, match=r"^deep.json: collections nested too deeply for JSON$"):
+        parse_spec_text(text, "deep.json")

@@ -40,11 +40,18 @@ from stackflow.diff import (
     tainted_paths,
 )
 from stackflow.diff_store import put_changes, put_index
-from stackflow.errors import FencedError, NotFoundError, SpecError, StackLockedError
+from stackflow.errors import (
+    FencedError,
+    GraphError,
+    NotFoundError,
+    SpecError,
+    StackLockedError,
+)
 from stackflow.graph import (
     Graph,
     build_graph,
     find_references,
+    implicit_dependencies,
     match_reference,
     resolve_references,
 )
@@ -203,10 +210,23 @@ class _Applying:
 
 
 def deletion_graph(resources: list[Resource]) -> tuple[Graph, dict[str, str]]:
-    """The recorded resources' graph (edges to resources not listed drop) and their types."""
+    """The recorded resources' graph (edges to resources not listed drop) and their types.
+
+    Implicit edges (a File inside a recorded Directory) are derived again from the recorded
+    attributes, so releases recorded before a rule existed are deleted in its order too,
+    unless that would close a cycle with recorded edges."""
     ids = {r.id for r in resources}
     deps = {r.id: [d for d in r.depends_on if d in ids] for r in resources}
-    return Graph.from_dependencies(deps), {r.id: str(r.type) for r in resources}
+    types = {r.id: str(r.type) for r in resources}
+    implicit = implicit_dependencies(resources)
+    if implicit:
+        try:
+            return Graph.from_dependencies(
+                {rid: [*found, *implicit.get(rid, ())] for rid, found in deps.items()}
+            ), types
+        except GraphError:
+            pass
+    return Graph.from_dependencies(deps), types
 
 
 OPERATIONS = {

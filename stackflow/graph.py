@@ -1,4 +1,4 @@
-"""The resource DAG: edges from ``dependsOn`` and ``$kusion_path`` references.
+"""The resource DAG: edges from ``dependsOn``, ``$kusion_path`` references and containment.
 
 Pure and deterministic (no I/O, no iteration over sets to decide order) so that Temporal
 workflow code may call it. Edges point from the dependency to the dependent.
@@ -6,8 +6,9 @@ workflow code may call it. Edges point from the dependency to the dependent.
 
 from __future__ import annotations
 
+import posixpath
 from collections.abc import Container, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from stackflow.errors import GraphError, SpecError
 from stackflow.paths import PathError, get_path, parse_path
@@ -197,6 +198,68 @@ class Graph:
         return [*cycle, cycle[0]]
 
 
+class Described(Protocol):
+    """What an implicit-edge rule reads of a resource (a spec's or a recorded one)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def type(self) -> Any: ...
+
+    @property
+    def attributes(self) -> dict[str, Any]: ...
+
+
+def _onprem_place(resource: Described) -> tuple[str, str, str] | None:
+    """(host, normalised absolute path, kind) of an OnPrem File or Directory, else None."""
+    if str(resource.type) != "OnPrem":
+        return None
+    attrs = resource.attributes
+    path, kind, host = attrs.get("path"), attrs.get("kind"), attrs.get("host") or ""
+    if kind not in ("File", "Directory") or not isinstance(path, str) or not isinstance(host, str):
+        return None
+    if not path.startswith("/") or path.startswith(KUSION_PATH_PREFIX):
+        return None
+    return (host if host not in ("localhost", "127.0.0.1") else "", posixpath.normpath(path), kind)
+
+
+def onprem_containment(resources: Sequence[Described]) -> dict[str, list[str]]:
+    """A File or Directory under a Directory of the same resources depends on the nearest
+    such Directory: created after it, deleted before it (as people write them, with no
+    ``dependsOn``)."""
+    places = {r.id: place for r in resources if (place := _onprem_place(r)) is not None}
+    directories = {
+        (host, path): rid for rid, (host, path, kind) in places.items() if kind == "Directory"
+    }
+    edges: dict[str, list[str]] = {}
+    if not directories:
+        return edges
+    for rid, (host, path, _) in places.items():
+        parent = posixpath.dirname(path)
+        while parent != path:
+            holder = directories.get((host, parent))
+            if holder is not None and holder != rid:
+                edges[rid] = [holder]
+                break
+            path, parent = parent, posixpath.dirname(parent)
+    return edges
+
+
+IMPLICIT_RULES = (onprem_containment,)
+"""Rules that add edges a spec implies without saying: each maps resources to
+``{dependent id: [dependency ids]}``."""
+
+
+def implicit_dependencies(resources: Sequence[Described]) -> dict[str, list[str]]:
+    """Every implicit edge of ``resources`` (see ``IMPLICIT_RULES``)."""
+    found: dict[str, list[str]] = {}
+    for rule in IMPLICIT_RULES:
+        for rid, deps in rule(resources).items():
+            found.setdefault(rid, []).extend(deps)
+    return found
+
+
 def build_graph(spec: Spec) -> Graph:
     """The DAG of a spec; raises GraphError for duplicate/unknown ids, bad references, cycles."""
     seen: dict[str, int] = {}
@@ -208,6 +271,7 @@ def build_graph(spec: Spec) -> Graph:
             )
         seen[resource.id] = index
     deps: dict[str, list[str]] = {}
+    implicit = implicit_dependencies(spec.resources)
     for index, resource in enumerate(spec.resources):
         where = f"resources[{index}] (id {resource.id!r})"
         for dep in resource.depends_on:
@@ -217,5 +281,9 @@ def build_graph(spec: Spec) -> Graph:
             refs = find_references(resource.attributes, seen)
         except GraphError as err:
             raise GraphError(f"{where}: attributes: {err}") from err
-        deps[resource.id] = [*resource.depends_on, *(ref.resource_id for ref in refs)]
+        deps[resource.id] = [
+            *resource.depends_on,
+            *(ref.resource_id for ref in refs),
+            *implicit.get(resource.id, ()),
+        ]
     return Graph([r.id for r in spec.resources], deps)

@@ -15,7 +15,7 @@ from stackflow.graph import (
     match_reference,
     resolve_references,
 )
-from stackflow.spec import Resource, ResourceType, Spec
+from stackflow.spec import Resource, ResourceType, Spec, parse_spec
 
 DEPLOY = "apps/v1:Deployment:ns:web"
 NS = "v1:Namespace:ns"
@@ -177,3 +177,55 @@ def test_resolve_missing_path_names_reference_and_resource() -> None:
         resolve_references(f"$kusion_path.{NS}.status.x", {NS: {"metadata": {}}})
     with pytest.raises(SpecError, match="has no live state"):
         resolve_references("$kusion_path.other.x", {NS: {}})
+
+
+def test_files_and_directories_inside_a_directory_depend_on_the_nearest_one() -> None:
+    def onprem(kind: str, path: str, **extra: object) -> dict[str, object]:
+        return {
+            "id": f"{kind}:{path}",
+            "type": "OnPrem",
+            "attributes": {"kind": kind, "path": path, **extra},
+        }
+
+    spec = parse_spec(
+        {
+            "resources": [
+                onprem("File", "/srv/app/conf/a.conf"),
+                onprem("File", "/srv/app/conf/../b.conf"),
+                onprem("Directory", "/srv/app/conf"),
+                onprem("Directory", "/srv/app"),
+                onprem("File", "/srv/other.conf"),
+                onprem("File", "/srv/app/remote.conf", host="db1"),
+                onprem("Directory", "/srv/app/x"),
+            ]
+        }
+    )
+    g = build_graph(spec)
+    assert g.dependencies("File:/srv/app/conf/a.conf") == ["Directory:/srv/app/conf"]
+    assert g.dependencies("File:/srv/app/conf/../b.conf") == ["Directory:/srv/app"]
+    assert g.dependencies("Directory:/srv/app/conf") == ["Directory:/srv/app"]
+    assert g.dependencies("Directory:/srv/app/x") == ["Directory:/srv/app"]
+    assert g.dependencies("File:/srv/other.conf") == []
+    assert g.dependencies("File:/srv/app/remote.conf") == []  # another host's file
+    assert g.reverse_topological_order()[-1] == "Directory:/srv/app"
+
+
+def test_recorded_directories_are_deleted_after_their_files_even_without_recorded_edges() -> None:
+    from activities.operations import deletion_graph
+    from stackflow.spec import Resource
+
+    def recorded(kind: str, path: str, deps: list[str] | None = None) -> Resource:
+        return Resource.model_validate(
+            {
+                "id": path,
+                "type": "OnPrem",
+                "attributes": {"kind": kind, "path": path, "mode": "0644"},
+                "dependsOn": deps or [],
+            }
+        )
+
+    graph, _ = deletion_graph([recorded("File", "/d/a"), recorded("Directory", "/d")])
+    assert graph.reverse_topological_order() == ["/d/a", "/d"]
+    # a recorded edge the other way round (written by hand) wins over the implicit one
+    graph, _ = deletion_graph([recorded("File", "/d/a"), recorded("Directory", "/d", ["/d/a"])])
+    assert graph.reverse_topological_order() == ["/d", "/d/a"]

@@ -34,9 +34,13 @@ from stackflow.budget import BUDGET, compact_change, fit_changes, short_error
 from stackflow.cache import PriorStateCache
 from stackflow.diff import (
     RECORDED_SENSITIVE_KEY,
+    derived_sensitive_paths,
     diff_resource,
+    equal_value_paths,
+    input_paths,
     recorded_sensitive,
     sensitive_paths_for,
+    sensitive_values,
     tainted_paths,
 )
 from stackflow.diff_store import put_changes, put_index
@@ -166,6 +170,62 @@ def _taint(
     return tainted_paths(resource.attributes, deps) if deps else []
 
 
+def _known_secrets(
+    resource: Resource,
+    spec_resources: Mapping[str, Resource],
+    state: Mapping[str, Resource],
+    context: Mapping[str, Any],
+) -> set[str]:
+    """The plaintext values known sensitive for this resource's run: the sensitive values
+    of the recorded state of what it references (and its own), and ``context.env``."""
+    ids = {resource.id, *_referenced_ids(resource, spec_resources)}
+    secrets: set[str] = set()
+    for rid in ids:
+        recorded = state.get(rid)
+        if recorded is not None:
+            paths = sensitive_paths_for(str(recorded.type), recorded.attributes)
+            secrets |= sensitive_values(recorded.attributes, paths)
+    env = context.get("env")
+    if isinstance(env, Mapping):
+        secrets |= sensitive_values(dict(env), ["*"])
+    return secrets
+
+
+def _sensitive_inputs(
+    resource_type: str,
+    desired: Mapping[str, Any],
+    tainted: list[str],
+    reported: list[str],
+) -> list[str]:
+    """Paths of the desired attributes (references resolved) that hold a sensitive value:
+    taint, what the type says (a Secret's data), and what the runtime reports sensitive
+    that is an input rather than a value it computed."""
+    own = sensitive_paths_for(resource_type, desired)
+    return sorted({*tainted, *own, *input_paths(desired, reported)})
+
+
+def sensitive_record(
+    resource_type: str,
+    desired: Mapping[str, Any],
+    live: Mapping[str, Any],
+    tainted: list[str],
+    secrets: set[str],
+) -> list[str]:
+    """Every path of ``live`` to record as sensitive: what the runtime reported, the tainted
+    inputs, what it derived from a sensitive input (:func:`derived_sensitive_paths`) and any
+    value equal to a known sensitive value (:func:`equal_value_paths`)."""
+    reported = recorded_sensitive(live)
+    inputs = _sensitive_inputs(resource_type, desired, tainted, reported)
+    return sorted(
+        {
+            *reported,
+            *tainted,
+            *derived_sensitive_paths(desired, live, inputs),
+            *equal_value_paths(live, secrets),
+        }
+    )
+
+
 async def _pre_check(runtime: Runtime, request: ResourceRequest, options: RuntimeOptions) -> None:
     """The worker policy right before a runtime call (resolved attributes), unless the
     runtime checks it inside that call anyway."""
@@ -193,12 +253,15 @@ class _Applying:
     options: RuntimeOptions
     depends: list[str]
     tainted: list[str]
+    secrets: set[str]
 
     def applied(self, live: dict[str, Any]) -> Resource:
-        """The state to record: the live attributes (values derived from a dependency's
-        sensitive ones marked so they stay masked wherever shown)."""
-        if self.tainted:
-            marked = sorted({*recorded_sensitive(live), *self.tainted})
+        """The state to record: the live attributes, with every path that may hold a secret
+        marked (:func:`sensitive_record`), so it is sealed at rest and masked wherever shown."""
+        marked = sensitive_record(
+            self.request.type, self.request.attributes, live, self.tainted, self.secrets
+        )
+        if marked or RECORDED_SENSITIVE_KEY in live:
             live = {**live, RECORDED_SENSITIVE_KEY: marked}
         return Resource(
             id=self.resource.id,
@@ -696,21 +759,34 @@ class OperationActivities:
         runtime = self.registry.get(str(resource.type))
         recorded = current.get(resource.id)
         attributes, resolved = self._resolve_for_preview(resource, spec_resources, current)
+        tainted = _taint(resource, spec_resources, current)
         request = ResourceRequest(
             id=resource.id,
             type=str(resource.type),
             attributes=attributes,
             extensions=resource.extensions,
             prior_state=recorded.attributes if recorded else None,
+            sensitive_paths=tainted if resolved else [],
         )
         live, result = await runtime.observe(request, options, with_preview=resolved)
         sensitive = sensitive_paths_for(str(resource.type), resource.attributes)
-        sensitive += _taint(resource, spec_resources, current)
+        sensitive += tainted
         if recorded is not None:
             sensitive += recorded_sensitive(recorded.attributes)
         if result is not None:
             would_be = result.would_be
             sensitive = result.sensitive_paths + sensitive
+            # what the runtime would compute from a sensitive input, and known secrets
+            # wherever they turn up, are masked as the apply will record them
+            inputs = _sensitive_inputs(
+                str(resource.type), attributes, tainted, result.sensitive_paths
+            )
+            secrets = _known_secrets(resource, spec_resources, current, options.context)
+            for side in (would_be, live):
+                sensitive += derived_sensitive_paths(
+                    attributes, side, inputs, placeholders=(UNKNOWN_UNTIL_APPLY,)
+                )
+                sensitive += equal_value_paths(side, secrets)
         else:
             # A dependency this run creates first: the referenced value is not known yet.
             would_be = _mark_unknown(resource.attributes, spec_resources)
@@ -832,12 +908,14 @@ class OperationActivities:
             live_deps = {rid: r.attributes for rid, r in state.items() if rid != resource.id}
             attributes = resolve_references(attributes, live_deps)
         recorded = state.get(resource.id)
+        tainted = _taint(resource, spec_resources, state)
         request = ResourceRequest(
             id=resource.id,
             type=str(resource.type),
             attributes=attributes,
             extensions=resource.extensions,
             prior_state=recorded.attributes if recorded else None,
+            sensitive_paths=tainted,
         )
         return _Applying(
             resource=resource,
@@ -846,7 +924,8 @@ class OperationActivities:
             options=options,
             # dependsOn plus the $kusion_path edges: destroy and deletions walk them in reverse
             depends=sorted({*resource.depends_on, *(ref.resource_id for ref in references)}),
-            tainted=_taint(resource, spec_resources, state),
+            tainted=tainted,
+            secrets=_known_secrets(resource, spec_resources, state, options.context),
         )
 
     def _node_options(self, inp: NodeInput | GroupInput, run: RunRef) -> RuntimeOptions:

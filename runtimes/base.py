@@ -83,6 +83,10 @@ class ResourceRequest(BaseModel):
     extensions: Attributes = Field(default_factory=dict)
     prior_state: Attributes | None = None
     """The attributes the last release recorded (e.g. Terraform state kept by stackflow)."""
+    sensitive_paths: list[str] = Field(default_factory=list)
+    """Paths of ``attributes`` holding a value taken from a sensitive one (taint through
+    ``$kusion_path``): a runtime that can keep values secret itself does (Terraform hands
+    them to OpenTofu as sensitive variables)."""
 
 
 class PreviewResult(BaseModel):

@@ -6,7 +6,9 @@ Secret values are masked here, once, so nothing downstream ever sees them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import base64
+import json
+from collections.abc import Container, Iterator, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -359,3 +361,163 @@ def mask_release_data(data: dict[str, Any]) -> dict[str, Any]:
     if isinstance(context, dict) and isinstance(context.get("env"), dict):
         context["env"] = dict.fromkeys(context["env"], SENSITIVE_MARKER)
     return data
+
+
+# ---- derived sensitivity -----------------------------------------------------------------------
+MIN_SECRET_LENGTH = 6
+"""Known sensitive values shorter than this are not looked for elsewhere (equal-value rule):
+``true``, ``80`` or ``admin`` would mask half a stack by coincidence."""
+
+
+def _all_patterns(paths: Sequence[str]) -> list[list[Segment]]:
+    out = []
+    for path in paths:
+        try:
+            out.append(parse_path(path))
+        except PathError:
+            continue
+    return out
+
+
+def input_paths(desired: Any, paths: Sequence[str]) -> list[str]:
+    """Of ``paths``, those that name a value present in ``desired`` (an input of the spec,
+    as opposed to one the runtime computes)."""
+    found = []
+    for path in paths:
+        try:
+            get_path(desired, parse_path(path))
+        except PathError:
+            continue
+        found.append(path)
+    return found
+
+
+def derived_sensitive_paths(
+    desired: Mapping[str, Any],
+    live: Mapping[str, Any] | None,
+    sensitive_inputs: Sequence[str],
+    *,
+    placeholders: Container[Any] = (),
+) -> list[str]:
+    """Paths of ``live`` that may carry a secret because the resource was given one.
+
+    When any of the resource's desired attributes (``desired``, references resolved) is
+    sensitive (``sensitive_inputs``: taint, a Secret's data, an argument the runtime marks
+    sensitive), everything the runtime computed for it is treated as sensitive too (a
+    ``terraform_data.output``, a hash, a connection string...): every path of ``live`` that
+    is not a plain copy of a non-sensitive desired input. A field whose value equals the
+    desired one at the same path (and no sensitive input lies at or under it) is a copy;
+    containers are compared field by field; ``None`` (and ``placeholders`` such as
+    ``(known after apply)``) carry nothing. Runtime-private keys (``_stackflow_…``) are left
+    out: they are sensitive anyway. Nothing is derived when no input is sensitive."""
+    patterns = _all_patterns(sensitive_inputs)
+    if not patterns or not live:
+        return []
+    found: list[str] = []
+
+    def carries(value: Any) -> bool:
+        if value is None or (isinstance(value, str | int | float) and value in placeholders):
+            return False
+        if isinstance(value, Mapping):
+            return any(carries(v) for v in value.values())
+        if isinstance(value, list):
+            return any(carries(v) for v in value)
+        return True
+
+    def walk(at: tuple[Segment, ...], want: Any, have: Any) -> None:
+        if any(matches_prefix(p, at) for p in patterns):
+            if carries(have):
+                found.append(format_path(at))  # a sensitive input itself, or inside one
+            return
+        if want is _Absent:
+            if carries(have):
+                found.append(format_path(at))
+            return
+        below = any(pattern_below(p, at) is not None for p in patterns)
+        if not below and want == have:
+            return  # a plain copy of a non-sensitive input
+        if isinstance(have, Mapping) and isinstance(want, Mapping):
+            for key, value in have.items():
+                walk((*at, key), want.get(key, _Absent), value)
+        elif isinstance(have, list) and isinstance(want, list):
+            for index, value in enumerate(have):
+                walk((*at, index), want[index] if index < len(want) else _Absent, value)
+        elif carries(have):
+            found.append(format_path(at))
+
+    for key, value in live.items():
+        if isinstance(key, str) and key.startswith(RUNTIME_KEY_PREFIX):
+            continue
+        walk((key,), desired.get(key, _Absent), value)
+    return sorted(set(found))
+
+
+def _secret_forms(value: Any) -> Iterator[str]:
+    """How a known sensitive scalar is looked for: its text (JSON for numbers) and, for a
+    string, its base64 form (Kubernetes Secret data); shorter ones are not looked for."""
+    if isinstance(value, bool) or value is None:
+        return
+    if isinstance(value, str):
+        if len(value) >= MIN_SECRET_LENGTH:
+            yield value
+            yield base64.b64encode(value.encode()).decode()
+    elif isinstance(value, int | float):
+        text = json.dumps(value)
+        if len(text) >= MIN_SECRET_LENGTH:
+            yield text
+
+
+def _scalar_key(value: Any) -> str | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        return json.dumps(value)
+    return None
+
+
+def sensitive_values(attributes: Any, paths: Sequence[str]) -> set[str]:
+    """The known sensitive values of ``attributes``: every scalar at or under one of
+    ``paths``, in the forms the equal-value rule looks for (:data:`MIN_SECRET_LENGTH`).
+    Runtime-private keys (whole documents such as a Terraform state) are not collected."""
+    out: set[str] = set()
+    for pattern in _all_patterns(paths):
+        if pattern and isinstance(pattern[0], str) and pattern[0].startswith(RUNTIME_KEY_PREFIX):
+            continue
+        for value in _matching(attributes, pattern):
+            for _, leaf in _leaves(value, ()):
+                out.update(_secret_forms(leaf))
+    return out
+
+
+def _matching(value: Any, pattern: Sequence[Segment]) -> Iterator[Any]:
+    if not pattern:
+        yield value
+        return
+    head, rest = pattern[0], pattern[1:]
+    if isinstance(value, Mapping):
+        for key, sub in value.items():
+            if head in ("*", key):
+                yield from _matching(sub, rest)
+    elif isinstance(value, list):
+        for index, sub in enumerate(value):
+            if head in ("*", index):
+                yield from _matching(sub, rest)
+
+
+def equal_value_paths(attributes: Mapping[str, Any] | None, secrets: Container[str]) -> list[str]:
+    """The last line of defence: paths of ``attributes`` whose scalar value equals a known
+    sensitive value of the stack (``secrets``, from :func:`sensitive_values`), wherever it
+    turns up. Runtime-private keys are left out (sensitive anyway)."""
+    if not attributes or not secrets:
+        return []
+    found = []
+    for key, value in attributes.items():
+        if isinstance(key, str) and key.startswith(RUNTIME_KEY_PREFIX):
+            continue
+        for path, leaf in _leaves(value, (key,)):
+            text = _scalar_key(leaf)
+            if text is not None and len(text) >= MIN_SECRET_LENGTH and text in secrets:
+                found.append(format_path(path))
+    return sorted(found)

@@ -16,12 +16,14 @@ A resource of type ``Terraform`` is written the way Kusion writes it:
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from runtimes.base import Attributes, InvalidInput, ResourceRequest
+from stackflow.paths import PathError, parse_path
 
 IMPORT_ID_KEY = "kusionstack.io/import-id"
 BUILTIN_SOURCE = "terraform.io/builtin/terraform"
@@ -59,6 +61,9 @@ class TerraformResource:
     name: str
     arguments: Attributes
     import_id: str | None
+    sensitive: tuple[str, ...] = ()
+    """Paths of ``arguments`` holding values taken from sensitive ones: written as sensitive
+    variables (:func:`render_variables`), so OpenTofu marks them and what it derives."""
 
     @property
     def address(self) -> str:
@@ -143,6 +148,7 @@ def parse_resource(resource: ResourceRequest) -> TerraformResource:
         name=_local_name(resource.id),
         arguments=dict(resource.attributes),
         import_id=import_id,
+        sensitive=tuple(sorted(set(resource.sensitive_paths))),
     )
 
 
@@ -172,12 +178,61 @@ def required_providers(res: TerraformResource) -> dict[str, Any]:
     return {res.provider.local_name: entry}
 
 
+def _variable_name(res: TerraformResource, index: int) -> str:
+    """A sensitive variable's name: unique per resource address and path (a batch's
+    members share one module)."""
+    digest = hashlib.sha256(res.address.encode()).hexdigest()[:12]
+    return f"stackflow_sensitive_{digest}_{index}"
+
+
+def _arguments(res: TerraformResource) -> tuple[Any, dict[str, Any]]:
+    """The resource block's arguments (templates escaped), each sensitive value replaced by
+    a reference to a variable of its own; and those variables' values."""
+    arguments = escape_templates(res.arguments)
+    values: dict[str, Any] = {}
+    for index, path in enumerate(res.sensitive):
+        try:
+            segments = parse_path(path)
+        except PathError:
+            continue
+        if not segments:
+            continue
+        parent: Any = arguments
+        plain: Any = res.arguments
+        try:
+            for seg in segments[:-1]:
+                parent, plain = parent[escape_templates(seg)], plain[seg]
+            last = segments[-1]
+            value = plain[last]
+            if not isinstance(parent, dict | list) or value is None:
+                continue
+            name = _variable_name(res, index)
+            parent[escape_templates(last)] = "${var." + name + "}"
+        except (KeyError, IndexError, TypeError):
+            continue
+        values[name] = value
+    return arguments, values
+
+
+def render_variables(members: Sequence[TerraformResource]) -> dict[str, Any]:
+    """The values of the members' sensitive variables: the ``*.auto.tfvars.json`` document
+    written next to the configuration for the command (templates escaped: in JSON syntax a
+    string is a template there too)."""
+    values: dict[str, Any] = {}
+    for res in members:
+        values.update(_arguments(res)[1])
+    return escape_templates(values)  # type: ignore[no-any-return]
+
+
 def render_module(members: Sequence[TerraformResource], *, with_resources: bool) -> dict[str, Any]:
     """The ``main.tf.json`` document (Kusion's layout: terraform, provider, resource) of
     resources sharing one provider configuration (the first's).
 
     Without the resource blocks, the configuration still names the provider, so refresh and
-    destroy can act on the objects the seeded state holds.
+    destroy can act on the objects the seeded state holds. A value taken from a sensitive
+    one (``sensitive``) is given through a ``variable`` with ``sensitive = true`` (its value
+    in :func:`render_variables`): OpenTofu then masks it in what it prints and records it in
+    the state's ``sensitive_attributes``.
     """
     first = members[0]
     doc: dict[str, Any] = {}
@@ -187,9 +242,14 @@ def render_module(members: Sequence[TerraformResource], *, with_resources: bool)
         doc["provider"] = {first.provider.local_name: escape_templates(first.provider_meta)}
     if with_resources:
         blocks: dict[str, dict[str, Any]] = {}
+        variables: dict[str, Any] = {}
         for res in members:
-            blocks.setdefault(res.resource_type, {})[res.name] = escape_templates(res.arguments)
+            arguments, values = _arguments(res)
+            blocks.setdefault(res.resource_type, {})[res.name] = arguments
+            variables.update({name: {"sensitive": True} for name in values})
         doc["resource"] = blocks
+        if variables:
+            doc["variable"] = variables
     return doc
 
 

@@ -74,6 +74,7 @@ from runtimes.terraform.config import (
     parse_resource,
     render_config,
     render_module,
+    render_variables,
     required_providers,
 )
 from runtimes.terraform.state import (
@@ -103,6 +104,8 @@ from stackflow.state.backend import RunRef, StateBackend
 STATE_FILE = "terraform.tfstate"
 CONFIG_FILE = GENERATED_CONFIG
 PLAN_FILE = "stackflow.tfplan"
+VARS_FILE = "stackflow.auto.tfvars.json"
+"""The sensitive variables' values (OpenTofu loads ``*.auto.tfvars.json`` by itself)."""
 INIT_STAMP = ".stackflow-init"
 LOCK_FILE = ".stackflow.lock"
 LOCK_TIMEOUT = "120s"
@@ -126,6 +129,16 @@ def _write_atomically(path: Path, text: str) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+def write_variables(path: Path, members: list[TerraformResource]) -> None:
+    """The members' sensitive variables next to their configuration (0600, removed after
+    the command with the configuration); none: no file."""
+    values = render_variables(members)
+    if values:
+        _write_atomically(path / VARS_FILE, json.dumps(values))
+    else:
+        (path / VARS_FILE).unlink(missing_ok=True)
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -177,6 +190,7 @@ class Workdir:
 
     def write_config(self, *, with_resource: bool, import_existing: bool = False) -> None:
         doc = render_config(self.res, with_resource=with_resource, import_existing=import_existing)
+        write_variables(self.path, [self.res] if with_resource else [])
         text = json.dumps(doc, indent=2, sort_keys=True)
         path = self.path / CONFIG_FILE
         with contextlib.suppress(FileNotFoundError):
@@ -329,7 +343,13 @@ class TerraformRuntime(Runtime):
                 if self.backend is not None:
                     # The backend keeps the state (sealed): nothing that holds values (state,
                     # plan, the rendered config) stays on this host's disk between commands.
-                    for name in (STATE_FILE, f"{STATE_FILE}.backup", PLAN_FILE, CONFIG_FILE):
+                    for name in (
+                        STATE_FILE,
+                        f"{STATE_FILE}.backup",
+                        PLAN_FILE,
+                        CONFIG_FILE,
+                        VARS_FILE,
+                    ):
                         (path / name).unlink(missing_ok=True)
 
     # ---- read -------------------------------------------------------------------------------
@@ -651,7 +671,14 @@ class TerraformRuntime(Runtime):
             local = _read_json(workdir / STATE_FILE)
             if newest(state, local) is state:
                 _write_atomically(workdir / STATE_FILE, json.dumps(state, indent=2))
-        for name in (STATE_FILE, f"{STATE_FILE}.backup", PLAN_FILE, CONFIG_FILE, MEMBERS_FILE):
+        for name in (
+            STATE_FILE,
+            f"{STATE_FILE}.backup",
+            PLAN_FILE,
+            CONFIG_FILE,
+            VARS_FILE,
+            MEMBERS_FILE,
+        ):
             (path / name).unlink(missing_ok=True)
 
     async def _batch_command(self, calls: list[Call]) -> bool:
@@ -683,10 +710,10 @@ class TerraformRuntime(Runtime):
                 else:
                     _write_atomically(path / STATE_FILE, json.dumps(merged))
                 write_members(path, calls, workdirs)
-                doc = render_module(
-                    [c.res for c in calls],
-                    with_resources=first.verb in ("preview", "observe", "apply"),
-                )
+                with_resources = first.verb in ("preview", "observe", "apply")
+                members = [c.res for c in calls]
+                doc = render_module(members, with_resources=with_resources)
+                write_variables(path, members if with_resources else [])
                 _write_atomically(path / CONFIG_FILE, json.dumps(doc, indent=2, sort_keys=True))
                 done = await self._batch_verb(wd, calls)
                 if done and first.verb in ("apply", "delete"):
@@ -699,7 +726,7 @@ class TerraformRuntime(Runtime):
                 self._salvage(path)
                 raise
             finally:
-                for name in (STATE_FILE, f"{STATE_FILE}.backup", PLAN_FILE, CONFIG_FILE):
+                for name in (STATE_FILE, f"{STATE_FILE}.backup", PLAN_FILE, CONFIG_FILE, VARS_FILE):
                     (path / name).unlink(missing_ok=True)
                 (path / MEMBERS_FILE).unlink(missing_ok=True)
 

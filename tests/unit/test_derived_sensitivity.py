@@ -1,0 +1,198 @@
+"""Derived sensitivity (what a runtime computes for a resource given a secret is a secret
+unless it is a plain copy of a non-sensitive input), the equal-value rule (a known secret is
+masked wherever it turns up), and how Terraform is handed sensitive values."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+from activities.operations import sensitive_record
+from runtimes.base import ResourceRequest
+from runtimes.terraform.config import parse_resource, render_module, render_variables
+from stackflow.crypto import KeyRing
+from stackflow.diff import (
+    MIN_SECRET_LENGTH,
+    RECORDED_SENSITIVE_KEY,
+    SENSITIVE_MARKER,
+    derived_sensitive_paths,
+    equal_value_paths,
+    mask_attributes,
+    sensitive_values,
+)
+from stackflow.spec import Resource
+from stackflow.state.sealing import Sealer
+
+PASSWORD = "hunter2-but-longer-Zq9"
+
+
+def test_terraform_data_output_of_a_tainted_input_is_derived() -> None:
+    desired = {"input": PASSWORD}
+    live = {"id": "6f1c-uuid", "input": PASSWORD, "output": PASSWORD, "triggers_replace": None}
+    assert derived_sensitive_paths(desired, live, ["input"]) == ["id", "input", "output"]
+
+
+def test_nothing_is_derived_without_a_sensitive_input() -> None:
+    desired = {"input": "plain"}
+    live = {"id": "x", "input": "plain", "output": "plain"}
+    assert derived_sensitive_paths(desired, live, []) == []
+
+
+def test_plain_copies_of_non_sensitive_inputs_stay_clear_field_by_field() -> None:
+    desired = {
+        "metadata": {"name": "cm", "labels": {"app": "web"}},
+        "data": {"user": "admin", "password": PASSWORD},
+    }
+    live = {
+        "metadata": {
+            "name": "cm",
+            "labels": {"app": "web"},
+            "uid": "1234-abcd",
+            "resourceVersion": "77",
+        },
+        "data": {"user": "admin", "password": PASSWORD},
+        "status": {"phase": None},
+        "_stackflow_tfstate": "{...}",
+    }
+    found = derived_sensitive_paths(desired, live, ["data.password"])
+    assert found == ["data.password", "metadata.resourceVersion", "metadata.uid"]
+
+
+def test_a_changed_copy_and_list_items_beyond_the_input_are_derived() -> None:
+    desired = {"args": ["a", "b"], "name": "web"}
+    live = {"args": ["a", "b", "c"], "name": "web-7f3a"}
+    assert derived_sensitive_paths(desired, live, ["secret"]) == ["args[2]", "name"]
+
+
+def test_placeholders_carry_nothing() -> None:
+    desired = {"input": PASSWORD}
+    would_be = {"input": PASSWORD, "output": "(known after apply)", "id": "(known after apply)"}
+    found = derived_sensitive_paths(
+        desired, would_be, ["input"], placeholders=("(known after apply)",)
+    )
+    assert found == ["input"]
+
+
+def test_known_values_include_base64_and_skip_short_ones() -> None:
+    attrs = {"result": PASSWORD, "pin": "1234", "nested": {"k": 1234567}, "_stackflow_x": "zzzzzzz"}
+    found = sensitive_values(attrs, ["result", "pin", "nested", "_stackflow_x"])
+    assert PASSWORD in found
+    assert base64.b64encode(PASSWORD.encode()).decode() in found
+    assert "1234" not in found  # shorter than MIN_SECRET_LENGTH
+    assert "1234567" in found
+    assert "zzzzzzz" not in found
+    assert MIN_SECRET_LENGTH == 6
+
+
+def test_equal_values_are_found_wherever_they_turn_up() -> None:
+    secrets = sensitive_values({"result": PASSWORD, "short": "abc"}, ["result", "short"])
+    live = {
+        "spec": {"containers": [{"env": [{"value": PASSWORD}, {"value": "abc"}]}]},
+        "encoded": base64.b64encode(PASSWORD.encode()).decode(),
+        "note": f"contains {PASSWORD} but is not equal",
+        "_stackflow_tfstate": PASSWORD,
+    }
+    assert equal_value_paths(live, secrets) == ["encoded", "spec.containers[0].env[0].value"]
+
+
+def test_sensitive_record_marks_derived_and_equal_values_so_masking_covers_them() -> None:
+    desired = {"input": PASSWORD}
+    live = {
+        "id": "0d9e2f5a-uuid",
+        "input": PASSWORD,
+        "output": PASSWORD,
+        "_stackflow_sensitive": ["input"],
+    }
+    marked = sensitive_record("Terraform", desired, live, ["input"], {PASSWORD})
+    assert marked == ["id", "input", "output"]
+    recorded = {**live, RECORDED_SENSITIVE_KEY: marked}
+    shown = mask_attributes("Terraform", recorded)
+    assert PASSWORD not in json.dumps(shown)
+    assert shown["output"] == SENSITIVE_MARKER
+
+
+def test_equal_value_rule_without_taint() -> None:
+    """A resource that got a secret some other way (the taint was lost) still has it masked."""
+    live = {"content": PASSWORD, "path": "/tmp/x", "mode": "0644"}
+    desired = dict(live)
+    assert sensitive_record("OnPrem", desired, live, [], {PASSWORD}) == ["content"]
+    assert sensitive_record("OnPrem", desired, live, [], set()) == []
+
+
+def test_reported_sensitive_input_argument_derives_the_rest() -> None:
+    """An argument the runtime marks sensitive (a schema-sensitive password given in the spec)
+    makes the values computed next to it sensitive too; a computed sensitive value does not."""
+    desired = {"length": 20}
+    live = {"length": 20, "result": PASSWORD, "id": "none", "_stackflow_sensitive": ["result"]}
+    assert sensitive_record("Terraform", desired, live, [], set()) == ["result"]
+    desired = {"password": PASSWORD, "name": "db"}
+    live = {"password": PASSWORD, "name": "db", "endpoint": "db:5432"}
+    live["_stackflow_sensitive"] = ["password"]
+    assert sensitive_record("Terraform", desired, live, [], set()) == ["endpoint", "password"]
+
+
+def test_derived_paths_are_sealed_at_rest() -> None:
+    keys = KeyRing.parse(f"k1:{base64.b64encode(b'k' * 32).decode()}", "test")
+    attributes = {
+        "id": "0d9e2f5a-uuid",
+        "input": PASSWORD,
+        "output": PASSWORD,
+        RECORDED_SENSITIVE_KEY: ["id", "input", "output"],
+    }
+    resource = Resource.model_validate(
+        {"id": "builtin:terraform:terraform_data:d", "type": "Terraform", "attributes": attributes}
+    )
+    sealer = Sealer(keys)
+    body = sealer.seal("p", "w", 1, resource)
+    assert PASSWORD not in body and "0d9e2f5a" not in body
+    assert sealer.open("p", "w", body).attributes == attributes
+
+
+def _terraform_data(sensitive: list[str]) -> Any:
+    return parse_resource(
+        ResourceRequest(
+            id="builtin:terraform:terraform_data:copy",
+            type="Terraform",
+            attributes={"input": "${oops}" + PASSWORD, "triggers_replace": ["a", "b"]},
+            extensions={"provider": "terraform.io/builtin/terraform"},
+            sensitive_paths=sensitive,
+        )
+    )
+
+
+def test_terraform_gets_tainted_values_as_sensitive_variables() -> None:
+    res = _terraform_data(["input"])
+    doc = render_module([res], with_resources=True)
+    text = json.dumps(doc)
+    assert PASSWORD not in text
+    block = doc["resource"]["terraform_data"]["copy"]
+    name = block["input"].removeprefix("${var.").removesuffix("}")
+    assert doc["variable"] == {name: {"sensitive": True}}
+    assert block["triggers_replace"] == ["a", "b"]
+    # the value goes to the tfvars file, templates escaped (JSON strings are templates there)
+    assert render_variables([res]) == {name: "$${oops}" + PASSWORD}
+
+
+def test_terraform_without_taint_renders_as_before_and_batches_keep_names_apart() -> None:
+    plain = _terraform_data([])
+    doc = render_module([plain], with_resources=True)
+    assert "variable" not in doc and render_variables([plain]) == {}
+    other = parse_resource(
+        ResourceRequest(
+            id="builtin:terraform:terraform_data:other",
+            type="Terraform",
+            attributes={"input": {"nested": PASSWORD}},
+            extensions={"provider": "terraform.io/builtin/terraform"},
+            sensitive_paths=["input.nested"],
+        )
+    )
+    both = render_module(
+        [_terraform_data(["input", "triggers_replace[1]"]), other], with_resources=True
+    )
+    assert len(both["variable"]) == 3
+    values = render_variables([_terraform_data(["input", "triggers_replace[1]"]), other])
+    assert sorted(values.values(), key=str) == sorted(["$${oops}" + PASSWORD, "b", PASSWORD])
+    assert PASSWORD not in json.dumps(both)
+    # without resource blocks (refresh, destroy) no variable is declared
+    assert "variable" not in render_module([other], with_resources=False)

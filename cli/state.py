@@ -93,19 +93,24 @@ def codec_server(
 ) -> None:
     """Serve Temporal's remote codec (/encode, /decode) for the Web UI and the temporal CLI.
 
-    Keys: STACKFLOW_ENCRYPTION_KEY or STACKFLOW_ENCRYPTION_KEY_FILE; an optional bearer
-    token: STACKFLOW_CODEC_TOKEN. Default origin: STACKFLOW_TEMPORAL_UI or the dev UI.
+    Keys: STACKFLOW_ENCRYPTION_KEY or STACKFLOW_ENCRYPTION_KEY_FILE. Who may decode: a
+    bearer token (STACKFLOW_CODEC_TOKEN) and/or OIDC access tokens (STACKFLOW_CODEC_OIDC_ISSUER,
+    _AUDIENCE, _JWKS_URL); with neither it listens on loopback only (exit 2 otherwise).
+    Default origin: STACKFLOW_TEMPORAL_UI or the dev UI.
     """
     import os
 
-    from stackflow.codec_server import serve
+    from stackflow.codec_server import CodecAuth, serve
 
     origins = origin or [os.environ.get("STACKFLOW_TEMPORAL_UI", "http://127.0.0.1:8233")]
     origins = [o.rstrip("/") for o in origins]
-    server = serve(host, port, origins, os.environ.get("STACKFLOW_CODEC_TOKEN") or None)
+    auth = CodecAuth.from_env()
+    server = serve(host, port, origins, auth)
     stdout_console().print(
-        f"stackflow codec server on http://{host}:{port} (origins {', '.join(origins)})",
+        f"stackflow codec server on http://{host}:{server.server_address[1]} "
+        f"(origins {', '.join(origins)}; {auth.describe()})",
         highlight=False,
+        soft_wrap=True,
     )
     try:
         server.serve_forever()

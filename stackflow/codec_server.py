@@ -2,22 +2,29 @@
 UI and ``temporal … --codec-endpoint`` show stackflow's compressed and encrypted payloads.
 
 ``POST /encode`` and ``POST /decode`` take and return ``{"payloads": [...]}`` (proto3 JSON);
-CORS answers the UI's origin only; with a token set, requests must carry
-``Authorization: Bearer <token>``. Decoding needs the keys (``STACKFLOW_ENCRYPTION_KEY`` /
-``_FILE``): whoever can reach this endpoint can read payloads, so it binds to loopback by
-default and should sit behind the same access control as the UI.
+CORS answers the UI's origin only. Decoding needs the keys (``STACKFLOW_ENCRYPTION_KEY`` /
+``_FILE``): whoever can reach this endpoint can read payloads. So requests carry
+``Authorization: Bearer <credential>``, a static token (``STACKFLOW_CODEC_TOKEN``) or an OIDC
+access token (a JWT verified against the issuer's keys: ``STACKFLOW_CODEC_OIDC_ISSUER``,
+``_AUDIENCE``, ``_JWKS_URL``; the Temporal UI passes its users' token with
+``TEMPORAL_CODEC_PASS_ACCESS_TOKEN``). A server with neither binds to loopback only (the dev
+loop) and says so when it starts; on any other address it refuses to start.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import ipaddress
 import json
 import logging
+import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+import jwt
 from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.converter import PayloadCodec
@@ -27,10 +34,105 @@ from stackflow.errors import StackflowError
 
 log = logging.getLogger("stackflow.codec_server")
 MAX_BODY = 8 * 1024 * 1024
+JWT_ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384"]
+"""Asymmetric only: a JWT signed with a shared secret (HS*) or none is never accepted."""
+
+
+class CodecAuthError(StackflowError):
+    """The codec server's authentication settings are missing or inconsistent."""
+
+    exit_code = 2
+
+
+class Oidc:
+    """Verifies OIDC access tokens (JWTs) of one issuer and audience against its JWKS."""
+
+    def __init__(self, issuer: str, audience: str, jwks_url: str) -> None:
+        self.issuer, self.audience = issuer, audience
+        # fetched once, and again only for a key id it does not know
+        self._keys = jwt.PyJWKClient(jwks_url, lifespan=300, timeout=5)
+
+    def verify(self, token: str) -> str | None:
+        """None when ``token`` is a valid, unexpired JWT of this issuer and audience, else
+        why not (one line, never the token)."""
+        try:
+            key = self._keys.get_signing_key_from_jwt(token)
+            jwt.decode(
+                token,
+                key.key,
+                algorithms=JWT_ALGORITHMS,
+                audience=self.audience,
+                issuer=self.issuer,
+                options={"require": ["exp", "iss", "aud"]},
+                leeway=30,
+            )
+        except jwt.PyJWKClientConnectionError:
+            return "the OIDC issuer's keys cannot be fetched"
+        except jwt.PyJWTError as err:
+            return f"not a valid access token: {err}"
+        return None
+
+
+@dataclass(frozen=True)
+class CodecAuth:
+    """Who may use the codec server: a static token, OIDC access tokens, or (loopback) anyone."""
+
+    token: str | None = None
+    oidc: Oidc | None = None
+
+    @classmethod
+    def from_env(cls) -> CodecAuth:
+        oidc = {
+            "STACKFLOW_CODEC_OIDC_ISSUER": os.environ.get("STACKFLOW_CODEC_OIDC_ISSUER", ""),
+            "STACKFLOW_CODEC_OIDC_AUDIENCE": os.environ.get("STACKFLOW_CODEC_OIDC_AUDIENCE", ""),
+            "STACKFLOW_CODEC_OIDC_JWKS_URL": os.environ.get("STACKFLOW_CODEC_OIDC_JWKS_URL", ""),
+        }
+        verifier = None
+        if any(v.strip() for v in oidc.values()):
+            missing = [name for name, value in oidc.items() if not value.strip()]
+            if missing:
+                raise CodecAuthError(f"OIDC for the codec server also needs {', '.join(missing)}")
+            verifier = Oidc(*(v.strip() for v in oidc.values()))
+        return cls(token=os.environ.get("STACKFLOW_CODEC_TOKEN") or None, oidc=verifier)
+
+    @property
+    def open(self) -> bool:
+        return self.token is None and self.oidc is None
+
+    def describe(self) -> str:
+        if self.open:
+            return "open: no token or OIDC configured, any local process can decode"
+        ways = ["bearer token"] * (self.token is not None)
+        if self.oidc is not None:
+            ways.append(f"OIDC tokens of {self.oidc.issuer} for {self.oidc.audience}")
+        return "requires " + " or ".join(ways)
+
+    def refusal(self, header: str) -> str | None:
+        """None when the ``Authorization`` header is accepted, else why not."""
+        if self.open:
+            return None
+        scheme, _, credential = header.partition(" ")
+        credential = credential.strip()
+        if scheme.lower() != "bearer" or not credential:
+            return "missing bearer token"
+        if self.token is not None and hmac.compare_digest(credential.encode(), self.token.encode()):
+            return None
+        if self.oidc is not None and credential.count(".") == 2:
+            return self.oidc.verify(credential)
+        return "wrong bearer token"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def make_handler(
-    codec: PayloadCodec, origins: Sequence[str], token: str | None
+    codec: PayloadCodec, origins: Sequence[str], auth: CodecAuth
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "stackflow-codec"
@@ -69,11 +171,10 @@ def make_handler(
             if not path.endswith(("/encode", "/decode")):
                 self._reply(404, {"error": "POST /encode or /decode"})
                 return
-            if token is not None:
-                given = self.headers.get("Authorization", "")
-                if not hmac.compare_digest(given.encode(), f"Bearer {token}".encode()):
-                    self._reply(401, {"error": "missing or wrong bearer token"})
-                    return
+            refused = auth.refusal(self.headers.get("Authorization", ""))
+            if refused is not None:
+                self._reply(401, {"error": refused})
+                return
             length = int(self.headers.get("Content-Length") or 0)
             if length > MAX_BODY:
                 self._reply(413, {"error": f"body over {MAX_BODY} bytes"})
@@ -94,8 +195,21 @@ def make_handler(
     return Handler
 
 
-def serve(host: str, port: int, origins: Sequence[str], token: str | None) -> ThreadingHTTPServer:
-    """A started-but-not-serving server (call ``serve_forever``); keys from the environment."""
-    server = ThreadingHTTPServer((host, port), make_handler(payload_codec(), origins, token))
+def serve(
+    host: str, port: int, origins: Sequence[str], auth: CodecAuth | str | None
+) -> ThreadingHTTPServer:
+    """A started-but-not-serving server (call ``serve_forever``); keys from the environment.
+
+    ``auth`` may be a static token. Refuses (``CodecAuthError``) to listen beyond loopback
+    without a token or OIDC."""
+    if not isinstance(auth, CodecAuth):
+        auth = CodecAuth(token=auth)
+    if auth.open and not is_loopback(host):
+        raise CodecAuthError(
+            f"codec server on {host}: decoding for anyone who reaches it; set "
+            "STACKFLOW_CODEC_TOKEN or STACKFLOW_CODEC_OIDC_ISSUER/_AUDIENCE/_JWKS_URL, "
+            "or listen on 127.0.0.1"
+        )
+    server = ThreadingHTTPServer((host, port), make_handler(payload_codec(), origins, auth))
     server.daemon_threads = True
     return server

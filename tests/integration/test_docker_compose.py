@@ -58,10 +58,14 @@ REQUIRED_SECRETS = {
     "STACKFLOW_DB_PASSWORD": "sf-Pass.2",
     "REDIS_PASSWORD": "rd-Pass.3",
     "STACKFLOW_ENCRYPTION_KEY": "ci:" + "A" * 43 + "=",  # id ci, 32 zero bytes
+    "STACKFLOW_CODEC_TOKEN": "cd-Token.4",
 }
 # Optional variables the compose file substitutes; unset so the defaults are checked.
 COMPOSE_VARIABLES = (
-    "STACKFLOW_CODEC_TOKEN",
+    "STACKFLOW_CODEC_OIDC_ISSUER",
+    "STACKFLOW_CODEC_OIDC_AUDIENCE",
+    "STACKFLOW_CODEC_OIDC_JWKS_URL",
+    "TEMPORAL_CODEC_PASS_ACCESS_TOKEN",
     "STACKFLOW_WORKER_KUBECONFIG",
     "STACKFLOW_WORKER_TF_BIN",
     "COMPOSE_FILE",
@@ -408,18 +412,18 @@ SECRET_REFERENCE = re.compile(
 
 
 def test_no_secret_has_a_default() -> None:
-    """Every password, secret or key the file substitutes is required (`${VAR:?message}`
-    naming the variable); the one optional token may only be empty (no token)."""
+    """Every password, secret, key or token the file substitutes is required (`${VAR:?message}`
+    naming the variable); the UI's switch to pass its users' access token is no secret."""
     found: dict[str, set[str]] = {}
     for match in SECRET_REFERENCE.finditer(COMPOSE_FILE.read_text()):
         found.setdefault(match["name"], set()).add(match["rest"])
-    assert set(found) == set(REQUIRED_SECRETS) | {"STACKFLOW_CODEC_TOKEN"}, found
+    assert set(found) == set(REQUIRED_SECRETS) | {"TEMPORAL_CODEC_PASS_ACCESS_TOKEN"}, found
     for name in REQUIRED_SECRETS:
         for rest in found[name]:
             assert rest.startswith(":?") and f"set {name} in .env" in rest, (
                 f"${{{name}{rest}}}: a secret must be required, with a message saying how to set it"
             )
-    assert found["STACKFLOW_CODEC_TOKEN"] == {":-"}
+    assert found["TEMPORAL_CODEC_PASS_ACCESS_TOKEN"] == {":-false"}
 
 
 @pytest.mark.parametrize("value", [None, ""], ids=["unset", "empty"])
@@ -768,7 +772,13 @@ def test_codec_server_is_the_worker_image_with_the_same_key(raw: dict[str, Any])
     assert words[words.index("--port") + 1] == str(container_port)
     env = environment(codec)
     assert env["STACKFLOW_ENCRYPTION_KEY"] == environment(worker)["STACKFLOW_ENCRYPTION_KEY"]
-    assert set(env) == {"STACKFLOW_ENCRYPTION_KEY", "STACKFLOW_CODEC_TOKEN"}
+    assert set(env) == {
+        "STACKFLOW_ENCRYPTION_KEY",
+        "STACKFLOW_CODEC_TOKEN",
+        "STACKFLOW_CODEC_OIDC_ISSUER",
+        "STACKFLOW_CODEC_OIDC_AUDIENCE",
+        "STACKFLOW_CODEC_OIDC_JWKS_URL",
+    }
     read: set[str] = set()
     for path in python_sources(("cli", "stackflow")):
         read |= env_names_read(path.read_text())
@@ -789,13 +799,37 @@ def post(
         return err.code, dict(err.headers), err.read()
 
 
-@pytest.mark.parametrize("token", [None, "s3cret-token"], ids=["no-token", "token"])
+def test_the_compose_codec_server_refuses_to_start_without_its_token(
+    resolved: dict[str, Any],
+) -> None:
+    """Its compose command listens on every interface: with no token (nor OIDC) it decodes
+    for anyone, so it refuses to start, exit 2, one line."""
+    import sys
+
+    svc = services(resolved)[CODEC]
+    env = {k: v for k, v in environment(svc).items() if v is not None}
+    env["STACKFLOW_CODEC_TOKEN"] = ""
+    words = command_words(svc)
+    words[words.index("--port") + 1] = str(free_port())
+    bin_dir = Path(sys.executable).parent
+    proc = subprocess.run(
+        words,
+        env={"PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(ROOT / ".run"), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 2, proc
+    assert proc.stderr.startswith("Error: codec server on 0.0.0.0: decoding for anyone")
+
+
+@pytest.mark.parametrize("token", [None, "s3cret-token"], ids=["compose-token", "other-token"])
 def test_codec_server_runs_with_the_compose_command(
     resolved: dict[str, Any], token: str | None
 ) -> None:
     """The compose command and environment, run for real (on a free loopback port instead of
     0.0.0.0:8081): it decodes what a client with the compose key encodes, answers CORS for
-    the UI's origins only, and with STACKFLOW_CODEC_TOKEN set refuses requests without it."""
+    the UI's origins only, and refuses requests without its STACKFLOW_CODEC_TOKEN."""
     import asyncio
     import json
     import sys
@@ -811,12 +845,11 @@ def test_codec_server_runs_with_the_compose_command(
     port = free_port()
     words[words.index("--host") + 1] = "127.0.0.1"
     words[words.index("--port") + 1] = str(port)
-    env = {
-        k: v for k, v in environment(svc).items() if v is not None and k != "STACKFLOW_CODEC_TOKEN"
-    }
-    assert environment(svc)["STACKFLOW_CODEC_TOKEN"] == ""  # optional: no token by default
-    if token is not None:
-        env["STACKFLOW_CODEC_TOKEN"] = token
+    env = {k: v for k, v in environment(svc).items() if v is not None}
+    assert env["STACKFLOW_CODEC_TOKEN"] == REQUIRED_SECRETS["STACKFLOW_CODEC_TOKEN"]
+    if token is None:
+        token = env["STACKFLOW_CODEC_TOKEN"]
+    env["STACKFLOW_CODEC_TOKEN"] = token
     bin_dir = Path(sys.executable).parent  # the image puts /app/.venv/bin first on PATH
     proc = subprocess.Popen(
         words,
@@ -847,10 +880,9 @@ def test_codec_server_runs_with_the_compose_command(
         assert "Access-Control-Allow-Origin" not in got
 
         status, _, reply = post(f"{base}/decode", body, headers)
-        if token is not None:
-            assert status == 401
-            headers["Authorization"] = f"Bearer {token}"
-            status, _, reply = post(f"{base}/decode", body, headers)
+        assert status == 401
+        headers["Authorization"] = f"Bearer {token}"
+        status, _, reply = post(f"{base}/decode", body, headers)
         assert status == 200, reply
         decoded = json_format.Parse(reply, Payloads())
         assert [json.loads(p.data) for p in decoded.payloads] == [{"project": "compose-codec"}]

@@ -7,25 +7,31 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
+from cli.connection import cli_error
 from cli.output import error_line
-from stackflow.errors import StackflowError
 
 EXIT_CODES_HELP = (
-    "Exit codes: 0 ok, 1 operation failed (or infrastructure unreachable), 2 bad input, "
+    "Exit codes: 0 ok, 1 operation failed (or infrastructure or Temporal unreachable), "
+    "2 bad input, "
     "3 stack locked by a running operation, 4 run paused on failed nodes "
     "(stackflow retry / abort), or drift found (drift check)."
 )
 
 
 class StackflowGroup(TyperGroup):
-    """Turns a StackflowError from any command into one red line on stderr and its exit code."""
+    """Turns a StackflowError from any command into one red line on stderr and its exit code,
+    and so a Temporal connection or RPC error (``cli.connection.cli_error``): never a
+    traceback for those."""
 
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
-        except StackflowError as err:
+        except Exception as exc:
+            err = cli_error(exc)
+            if err is None:
+                raise
             error_line(str(err))
-            raise typer.Exit(err.exit_code) from err
+            raise typer.Exit(err.exit_code) from exc
 
 
 app = typer.Typer(

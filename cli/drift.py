@@ -14,7 +14,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 from temporalio.client import (
-    Client,
     Schedule,
     ScheduleActionStartWorkflow,
     ScheduleAlreadyRunningError,
@@ -32,15 +31,15 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from cli.app import EXIT_CODES_HELP, app
+from cli.connection import Temporal
 from cli.operations import (
     BAD_INPUT_TYPES,
     OperationFailed,
     OutputOpt,
     ProjectOpt,
+    WaitOpt,
     WorkspaceOpt,
-    _connect,
     _console,
-    _settings,
     ui_link,
 )
 from cli.output import OutputFormat
@@ -115,16 +114,15 @@ def _failure(exc: WorkflowFailureError) -> StackflowError:
     return OperationFailed(f"drift check failed: {message}")
 
 
-async def _check(request: DriftInput) -> tuple[DriftResult, str, str | None]:
-    client = await _connect()
-    _, _, queue = _settings()
+async def _check(request: DriftInput, timeout: float) -> tuple[DriftResult, str, str | None]:
+    temporal = Temporal(timeout, request.project, request.workspace)
+    client = await temporal.connect()
     wid = drift_workflow_id(request.project, request.workspace)
     try:
-        handle = await client.start_workflow(
+        handle = await temporal.start(
             "DriftWorkflow",
             request,
             id=wid,
-            task_queue=queue,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             result_type=DriftResult,
             static_summary=f"drift check {request.project}/{request.workspace}",
@@ -135,7 +133,7 @@ async def _check(request: DriftInput) -> tuple[DriftResult, str, str | None]:
             f"({ui_link(client.namespace, wid, None)})"
         ) from None
     try:
-        result = await handle.result()
+        result = await temporal.call("the drift check", handle.result)
     except WorkflowFailureError as exc:
         raise _failure(exc) from None
     return result, ui_link(client.namespace, wid, handle.result_run_id), client.namespace
@@ -193,10 +191,11 @@ def drift_check(
     repair: RepairOpt = False,
     yes: YesOpt = False,
     output: OutputOpt = OutputFormat.table,
+    unavailable_timeout: WaitOpt = 600.0,
 ) -> None:
     """Run a drift check now: exit 0 no drift, 4 drift found."""
     request = _input(project, workspace, repair, yes)
-    result, link, _ = asyncio.run(_check(request))
+    result, link, _ = asyncio.run(_check(request, unavailable_timeout))
     rows = _report_rows(result.report_ref)
     stack = f"{project}/{workspace}"
     if output == OutputFormat.json:
@@ -223,9 +222,10 @@ def drift_check(
         raise DriftFound(f"drift found in {n} resource(s) of {stack}" + (f": {ids}" if ids else ""))
 
 
-async def _schedule(request: DriftInput, every: timedelta) -> tuple[str, bool]:
-    client = await _connect()
-    _, _, queue = _settings()
+async def _schedule(request: DriftInput, every: timedelta, timeout: float) -> tuple[str, bool]:
+    temporal = Temporal(timeout, request.project, request.workspace)
+    client = await temporal.connect()
+    queue = temporal.task_queue
     sid = schedule_id(request.project, request.workspace)
     schedule = Schedule(
         action=ScheduleActionStartWorkflow(
@@ -243,14 +243,16 @@ async def _schedule(request: DriftInput, every: timedelta) -> tuple[str, bool]:
         ),
     )
     try:
-        await client.create_schedule(sid, schedule)
+        await temporal.call("create schedule", lambda: client.create_schedule(sid, schedule))
         return sid, True
     except ScheduleAlreadyRunningError:
 
         def replace(_: ScheduleUpdateInput) -> ScheduleUpdate:
             return ScheduleUpdate(schedule=schedule)
 
-        await client.get_schedule_handle(sid).update(replace)
+        await temporal.call(
+            "update schedule", lambda: client.get_schedule_handle(sid).update(replace)
+        )
         return sid, False
 
 
@@ -261,11 +263,12 @@ def drift_schedule(
     workspace: WorkspaceOpt = "default",
     repair: RepairOpt = False,
     yes: YesOpt = False,
+    unavailable_timeout: WaitOpt = 600.0,
 ) -> None:
     """Check for drift on a Temporal Schedule (replaces the stack's schedule if it has one)."""
     interval = parse_every(every)
     request = _input(project, workspace, repair, yes)
-    sid, created = asyncio.run(_schedule(request, interval))
+    sid, created = asyncio.run(_schedule(request, interval, unavailable_timeout))
     verb = "scheduled" if created else "rescheduled"
     typer.echo(
         f"{verb} drift checks of {project}/{workspace} every {every}"
@@ -274,11 +277,25 @@ def drift_schedule(
     )
 
 
-async def _unschedule(project: str, workspace: str) -> str:
-    client: Client = await _connect()
+async def _unschedule(project: str, workspace: str, timeout: float) -> str:
+    temporal = Temporal(timeout, project, workspace)
+    client = await temporal.connect()
     sid = schedule_id(project, workspace)
+    attempts = 0
+
+    async def delete() -> None:
+        nonlocal attempts
+        attempts += 1
+        try:
+            await client.get_schedule_handle(sid).delete()
+        except RPCError as exc:
+            # gone on a retry: the attempt cut off by the outage deleted it
+            if exc.status == RPCStatusCode.NOT_FOUND and attempts > 1:
+                return
+            raise
+
     try:
-        await client.get_schedule_handle(sid).delete()
+        await temporal.call("delete schedule", delete)
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             raise NotFoundError(f"{project}/{workspace} has no drift schedule ({sid})") from None
@@ -287,9 +304,11 @@ async def _unschedule(project: str, workspace: str) -> str:
 
 
 @drift_app.command("unschedule")
-def drift_unschedule(project: ProjectOpt, workspace: WorkspaceOpt = "default") -> None:
+def drift_unschedule(
+    project: ProjectOpt, workspace: WorkspaceOpt = "default", unavailable_timeout: WaitOpt = 600.0
+) -> None:
     """Delete the stack's drift schedule."""
-    sid = asyncio.run(_unschedule(project, workspace))
+    sid = asyncio.run(_unschedule(project, workspace, unavailable_timeout))
     typer.echo(f"deleted drift schedule {sid}")
 
 

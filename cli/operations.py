@@ -15,6 +15,7 @@ import json
 import os
 import sys
 import urllib.parse
+import uuid
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
@@ -24,7 +25,6 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from temporalio.client import (
-    Client,
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
@@ -34,13 +34,13 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from cli.app import app
+from cli.connection import Temporal, settings
 from cli.output import OutputFormat, masked_release_json
 from stackflow.budget import BUDGET
-from stackflow.codec import PAYLOAD_LIMIT, data_converter, encoded_size
+from stackflow.codec import PAYLOAD_LIMIT, encoded_size
 from stackflow.diff import Preview
 from stackflow.errors import SpecError, StackflowError, StackLockedError
 from stackflow.operation import (
-    TASK_QUEUE_DEFAULT,
     ApprovalInput,
     OperationInput,
     OperationResult,
@@ -65,10 +65,6 @@ class OnFailure(StrEnum):
 
 
 class OperationFailed(StackflowError):
-    exit_code = 1
-
-
-class TemporalUnavailable(StackflowError):
     exit_code = 1
 
 
@@ -128,34 +124,28 @@ UnavailableOpt = Annotated[
     float,
     typer.Option(
         "--unavailable-timeout",
-        help="Seconds unreachable infrastructure is retried before its node fails.",
+        help="Seconds unreachable infrastructure is retried before its node fails; also how "
+        "long the CLI waits out an unreachable Temporal before it gives up following.",
     ),
 ]
 
 
-def _settings() -> tuple[str, str, str]:
-    return (
-        os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233"),
-        os.environ.get("TEMPORAL_NAMESPACE", "default"),
-        os.environ.get("STACKFLOW_TASK_QUEUE", TASK_QUEUE_DEFAULT),
-    )
+WaitOpt = Annotated[
+    float,
+    typer.Option(
+        "--unavailable-timeout",
+        min=0,
+        help="Seconds the CLI waits out an unreachable Temporal before it gives up.",
+    ),
+]
+
+_settings = settings
 
 
 def ui_link(namespace: str, workflow_id: str, run_id: str | None) -> str:
     base = os.environ.get("STACKFLOW_TEMPORAL_UI", "http://127.0.0.1:8233").rstrip("/")
     wid = urllib.parse.quote(workflow_id, safe="")
     return f"{base}/namespaces/{namespace}/workflows/{wid}" + (f"/{run_id}" if run_id else "")
-
-
-async def _connect() -> Client:
-    address, namespace, _ = _settings()
-    try:
-        return await Client.connect(address, namespace=namespace, data_converter=data_converter())
-    except (RPCError, RuntimeError, OSError) as exc:
-        raise TemporalUnavailable(
-            f"cannot reach Temporal at {address} ({exc}); start it with `make up` "
-            "or set TEMPORAL_ADDRESS"
-        ) from None
 
 
 def _console(output: OutputFormat) -> Console:
@@ -171,19 +161,21 @@ class Runner:
         self.request = request
         self.output = output
         self.console = _console(output)
+        self.temporal = Temporal(
+            request.unavailable_timeout_seconds, request.project, request.workspace
+        )
         self.workflow_id = workflow_id_for(request.project, request.workspace)
         if workflow == "PreviewWorkflow":
             self.workflow_id += "/preview"
         self._outcome: asyncio.Future[OperationResult] | None = None
 
-    async def start(self, client: Client) -> WorkflowHandle[Any, OperationResult]:
-        _, _, queue = _settings()
+    async def start(self) -> WorkflowHandle[Any, OperationResult]:
+        client = await self.temporal.connect()
         try:
-            return await client.start_workflow(
+            return await self.temporal.start(
                 self.workflow,
                 self.request,
                 id=self.workflow_id,
-                task_queue=queue,
                 id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
                 result_type=OperationResult,
@@ -213,18 +205,25 @@ class Runner:
         another workflow id) keeps answering the status query with its last phase forever.
         """
         if self._outcome is None:
-            self._outcome = asyncio.ensure_future(handle.result())
+            self._outcome = self.temporal.background("the run", handle.result)
         return self._outcome
+
+    async def query_status(self, handle: WorkflowHandle[Any, OperationResult]) -> StatusView | None:
+        """The run's status query, waiting out a Temporal outage; None when the run does not
+        answer it (e.g. no worker holds it right now)."""
+        try:
+            return await self.temporal.call(
+                "the run", lambda: handle.query("status", result_type=StatusView)
+            )
+        except RPCError:
+            return None
 
     async def wait_for(
         self, handle: WorkflowHandle[Any, OperationResult], phases: set[str]
     ) -> StatusView:
         outcome = self.outcome_of(handle)
         while True:
-            try:
-                status = await handle.query("status", result_type=StatusView)
-            except RPCError:
-                status = None
+            status = await self.query_status(handle)
             if isinstance(status, StatusView) and (status.phase in phases or status.phase in FINAL):
                 return status
             if outcome.done():
@@ -255,13 +254,23 @@ class Runner:
         if self.output == OutputFormat.table:
             render_preview(Preview.model_validate(changes), self.console, detail=detail)
 
+    async def update(
+        self, handle: WorkflowHandle[Any, OperationResult], name: str, arg: ApprovalInput
+    ) -> Any:
+        """The ``name`` Update, waiting out a Temporal outage (one update id for every
+        attempt, so a retried one is applied once)."""
+        update_id = f"{name}-{uuid.uuid4().hex}"
+        return await self.temporal.call(
+            name, lambda: handle.execute_update(name, arg, id=update_id)
+        )
+
     async def approve(self, handle: WorkflowHandle[Any, OperationResult], yes: bool) -> None:
         by = _user()
         if yes:
             decision = True
         elif not sys.stdin.isatty():
-            await handle.execute_update(
-                "reject", ApprovalInput(by=by, reason="no terminal to ask; pass --yes")
+            await self.update(
+                handle, "reject", ApprovalInput(by=by, reason="no terminal to ask; pass --yes")
             )
             raise CannotAsk(
                 "standard input is not a terminal, so stackflow cannot ask; pass --yes to approve"
@@ -273,7 +282,7 @@ class Runner:
             )
         name = "approve" if decision else "reject"
         try:
-            await handle.execute_update(name, ApprovalInput(by=by))
+            await self.update(handle, name, ApprovalInput(by=by))
         except WorkflowUpdateFailedError as exc:
             raise OperationFailed(f"{name} refused: {exc.cause or exc}") from None
 
@@ -295,7 +304,10 @@ class Runner:
             task = progress.add_task(self.request.project, total=None, running="", eta="")
             outcome = self.outcome_of(handle)
             while not outcome.done():
-                status = await handle.query("status", result_type=StatusView)
+                status = await self.query_status(handle)
+                if status is None:
+                    await asyncio.wait({outcome}, timeout=POLL_SECONDS)
+                    continue
                 running = ", ".join(_short(r) for r in status.running[:2]) + (
                     f" +{len(status.running) - 2}" if len(status.running) > 2 else ""
                 )
@@ -457,8 +469,7 @@ async def _run(
         # records "<user> (auto_approve)"), one round trip less than an approval Update.
         request = request.model_copy(update={"auto_approve": True})
     runner = Runner(workflow, request, output)
-    client = await _connect()
-    handle = await runner.start(client)
+    handle = await runner.start()
     if workflow == "PreviewWorkflow":
         result = await runner.result(handle)
         if full:
@@ -475,17 +486,19 @@ async def _run(
         _report(runner, await runner.result(handle), handle.result_run_id)
         return
     if status.phase not in FINAL or status.changes.get("changes"):
-        preview = await handle.query("preview", result_type=dict[str, Any])
+        preview = await runner.temporal.call(
+            "the run", lambda: handle.query("preview", result_type=dict[str, Any])
+        )
         runner.show_preview(preview, detail)
     if status.phase == "awaitingApproval":
         await runner.approve(handle, yes)
     await runner.follow(handle)
     if not runner.outcome_of(handle).done():
-        status = await handle.query("status", result_type=StatusView)
-        if status.phase == PAUSED:
+        paused = await runner.query_status(handle)
+        if paused is not None and paused.phase == PAUSED:
             raise RunPaused(
-                f"{request.project}/{request.workspace} paused: {status.failed} node(s) failed"
-                + (f" ({status.error})" if status.error else "")
+                f"{request.project}/{request.workspace} paused: {paused.failed} node(s) failed"
+                + (f" ({paused.error})" if paused.error else "")
                 + f"; re-run them with `stackflow retry -p {request.project} -w "
                 f"{request.workspace}` or end the run with `stackflow abort -p "
                 f"{request.project} -w {request.workspace}`"

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
+import uuid
 from typing import Annotated, Any
 
 import typer
@@ -15,12 +15,13 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from cli.app import app
+from cli.connection import Temporal
 from cli.operations import (
     OperationFailed,
     OutputOpt,
     ProjectOpt,
+    WaitOpt,
     WorkspaceOpt,
-    _connect,
     _user,
     ui_link,
 )
@@ -31,11 +32,11 @@ from stackflow.operation import ApprovalInput, StatusView, workflow_id_for
 ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Recorded with the decision.")]
 
 
-async def _handle(project: str, workspace: str) -> WorkflowHandle[Any, Any]:
-    client = await _connect()
+async def _handle(temporal: Temporal, project: str, workspace: str) -> WorkflowHandle[Any, Any]:
+    client = await temporal.connect()
     handle = client.get_workflow_handle(workflow_id_for(project, workspace))
     try:
-        described = await handle.describe()
+        described = await temporal.call("describe", handle.describe)
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             raise NotFoundError(
@@ -48,13 +49,19 @@ async def _handle(project: str, workspace: str) -> WorkflowHandle[Any, Any]:
             f"stack {project}/{workspace} has no running operation (its last run is {state}; "
             f"see `stackflow release list -p {project} -w {workspace}`)"
         )
+    temporal.run_started = True  # from here on, an outage message says how to follow it
     return handle
 
 
-async def _update(project: str, workspace: str, name: str, reason: str | None) -> str:
-    handle = await _handle(project, workspace)
+async def _update(
+    project: str, workspace: str, name: str, reason: str | None, timeout: float
+) -> str:
+    temporal = Temporal(timeout, project, workspace)
+    handle = await _handle(temporal, project, workspace)
+    arg = ApprovalInput(by=_user(), reason=reason)
+    update_id = f"{name}-{uuid.uuid4().hex}"  # one id for every attempt: applied once
     try:
-        result = await handle.execute_update(name, ApprovalInput(by=_user(), reason=reason))
+        result = await temporal.call(name, lambda: handle.execute_update(name, arg, id=update_id))
     except WorkflowUpdateFailedError as exc:
         cause = exc.cause
         raise OperationFailed(
@@ -63,49 +70,64 @@ async def _update(project: str, workspace: str, name: str, reason: str | None) -
     return str(result)
 
 
-def _steer(name: str, project: str, workspace: str, reason: str | None) -> None:
-    typer.echo(asyncio.run(_update(project, workspace, name, reason)))
+def _steer(name: str, project: str, workspace: str, reason: str | None, timeout: float) -> None:
+    typer.echo(asyncio.run(_update(project, workspace, name, reason, timeout)))
 
 
 @app.command()
 def approve(
-    project: ProjectOpt, workspace: WorkspaceOpt = "default", reason: ReasonOpt = None
+    project: ProjectOpt,
+    workspace: WorkspaceOpt = "default",
+    reason: ReasonOpt = None,
+    unavailable_timeout: WaitOpt = 600.0,
 ) -> None:
     """Approve the stack's operation waiting in awaitingApproval."""
-    _steer("approve", project, workspace, reason)
+    _steer("approve", project, workspace, reason, unavailable_timeout)
 
 
 @app.command()
 def reject(
-    project: ProjectOpt, workspace: WorkspaceOpt = "default", reason: ReasonOpt = None
+    project: ProjectOpt,
+    workspace: WorkspaceOpt = "default",
+    reason: ReasonOpt = None,
+    unavailable_timeout: WaitOpt = 600.0,
 ) -> None:
     """Reject the stack's operation waiting in awaitingApproval (it ends failed)."""
-    _steer("reject", project, workspace, reason)
+    _steer("reject", project, workspace, reason, unavailable_timeout)
 
 
 @app.command()
 def retry(
-    project: ProjectOpt, workspace: WorkspaceOpt = "default", reason: ReasonOpt = None
+    project: ProjectOpt,
+    workspace: WorkspaceOpt = "default",
+    reason: ReasonOpt = None,
+    unavailable_timeout: WaitOpt = 600.0,
 ) -> None:
     """Re-run the failed nodes (and those skipped because of them) of a paused run."""
-    _steer("retry", project, workspace, reason)
+    _steer("retry", project, workspace, reason, unavailable_timeout)
 
 
 @app.command()
 def abort(
-    project: ProjectOpt, workspace: WorkspaceOpt = "default", reason: ReasonOpt = None
+    project: ProjectOpt,
+    workspace: WorkspaceOpt = "default",
+    reason: ReasonOpt = None,
+    unavailable_timeout: WaitOpt = 600.0,
 ) -> None:
     """End a paused run as failed, as it is."""
-    _steer("abort", project, workspace, reason)
+    _steer("abort", project, workspace, reason, unavailable_timeout)
 
 
 @app.command()
-def cancel(project: ProjectOpt, workspace: WorkspaceOpt = "default") -> None:
+def cancel(
+    project: ProjectOpt, workspace: WorkspaceOpt = "default", unavailable_timeout: WaitOpt = 600.0
+) -> None:
     """Cancel the stack's running operation; its release ends failed, saying so."""
 
     async def run() -> str:
-        handle = await _handle(project, workspace)
-        await handle.cancel()
+        temporal = Temporal(unavailable_timeout, project, workspace)
+        handle = await _handle(temporal, project, workspace)
+        await temporal.call("cancel", handle.cancel)
         return handle.id
 
     typer.echo(f"cancel requested for {asyncio.run(run())}")
@@ -113,15 +135,18 @@ def cancel(project: ProjectOpt, workspace: WorkspaceOpt = "default") -> None:
 
 @app.command()
 def status(
-    project: ProjectOpt, workspace: WorkspaceOpt = "default", output: OutputOpt = OutputFormat.table
+    project: ProjectOpt,
+    workspace: WorkspaceOpt = "default",
+    output: OutputOpt = OutputFormat.table,
+    unavailable_timeout: WaitOpt = 600.0,
 ) -> None:
     """Phase and progress of the stack's running operation."""
 
     async def run() -> tuple[StatusView, str]:
-        handle = await _handle(project, workspace)
-        view = await handle.query("status", result_type=StatusView)
-        namespace = os.environ.get("TEMPORAL_NAMESPACE", "default")
-        return view, ui_link(namespace, handle.id, None)
+        temporal = Temporal(unavailable_timeout, project, workspace)
+        handle = await _handle(temporal, project, workspace)
+        view = await temporal.call("status", lambda: handle.query("status", result_type=StatusView))
+        return view, ui_link(temporal.namespace, handle.id, None)
 
     view, link = asyncio.run(run())
     if output == OutputFormat.json:

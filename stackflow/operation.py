@@ -41,6 +41,16 @@ def human_duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
+NAME_LIMIT = 200
+"""Characters of a project or workspace name at most (the state backend's columns; a
+longer one would also be refused as a Temporal search attribute, failing workflow tasks)."""
+WAIT_LIMIT = 10 * 365 * 86400.0
+"""Longest approval or decision wait, in seconds (past it a timer cannot be made)."""
+REVISION_LIMIT = 2**31 - 1
+"""Largest release revision (the state backend's integer columns)."""
+
+
 def workflow_id_for(project: str, workspace: str) -> str:
     """The default id: one operation per stack at a time."""
     return f"stackflow/{project}/{workspace}"
@@ -51,8 +61,10 @@ class OperationInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    project: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    workspace: str = Field(default="default", min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    project: str = Field(min_length=1, max_length=NAME_LIMIT, pattern=NAME_PATTERN)
+    workspace: str = Field(
+        default="default", min_length=1, max_length=NAME_LIMIT, pattern=NAME_PATTERN
+    )
     spec: dict[str, Any] | None = None
     """The Kusion v1 Spec: it travels with the run (compressed by the payload codec), so any
     Temporal client can start one; the first activity stores it in the state backend."""
@@ -65,7 +77,7 @@ class OperationInput(BaseModel):
     fail_fast: bool = False
     force: bool = False
     adopt: bool = False
-    approval_timeout_seconds: float = Field(default=3600.0, gt=0)
+    approval_timeout_seconds: float = Field(default=3600.0, gt=0, le=WAIT_LIMIT)
     batch_size: int = Field(default=BATCH_SIZE_DEFAULT, ge=1, le=1500)
     operator: str = "temporal"
     """Who started the run (recorded in the release); the CLI sets the user name."""
@@ -74,7 +86,7 @@ class OperationInput(BaseModel):
     on_failure: Literal["fail", "pause"] = "fail"
     """``pause``: when nodes failed and nothing is left to run, wait (phase
     ``awaitingDecision``) for the ``retry`` or ``abort`` Update instead of failing."""
-    decision_timeout_seconds: float = Field(default=3600.0, gt=0)
+    decision_timeout_seconds: float = Field(default=3600.0, gt=0, le=WAIT_LIMIT)
     """How long a paused run waits for retry/abort before it aborts."""
     targets: list[str] = Field(default_factory=list, max_length=100)
     """Glob patterns on resource ids: only these resources and what they depend on (for
@@ -82,7 +94,7 @@ class OperationInput(BaseModel):
     excludes: list[str] = Field(default_factory=list, max_length=100)
     """Glob patterns on resource ids: leave these out, and what depends on them (for
     deletions: and what they depend on)."""
-    to_revision: int | None = Field(default=None, ge=1)
+    to_revision: int | None = Field(default=None, ge=1, le=REVISION_LIMIT)
     """RollbackWorkflow: the release whose spec to apply again (instead of spec/spec_ref)."""
 
     @model_validator(mode="after")
@@ -222,8 +234,10 @@ class DriftInput(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    project: str = Field(min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    workspace: str = Field(default="default", min_length=1, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    project: str = Field(min_length=1, max_length=NAME_LIMIT, pattern=NAME_PATTERN)
+    workspace: str = Field(
+        default="default", min_length=1, max_length=NAME_LIMIT, pattern=NAME_PATTERN
+    )
     repair: bool = False
     """When drift is found, start an ApplyWorkflow of the last spec (normal approval rules
     unless ``auto_approve``)."""

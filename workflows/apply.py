@@ -12,6 +12,7 @@ with workflow.unsafe.imports_passed_through():
         OperationInput,
         OperationResult,
     )
+    from workflows import common
     from workflows.base import _Operation
 
 
@@ -22,7 +23,8 @@ class ApplyWorkflow(_Operation):
     operation = "apply"
 
     @workflow.run
-    async def run(self, request: OperationInput) -> OperationResult:
+    async def run(self, *args: object) -> OperationResult:
+        request = common.checked_input(OperationInput, args)
         if request.spec is None and request.spec_ref is None:
             raise ApplicationError(
                 "apply needs a spec or a spec_ref", type="InvalidInput", non_retryable=True

@@ -73,6 +73,11 @@ with workflow.unsafe.imports_passed_through():
 WALKING = ("applying", "destroying")
 
 
+def _approval_input(args: tuple[object, ...]) -> ApprovalInput:
+    """The argument of approve/reject/retry/abort (none: ``ApprovalInput()``)."""
+    return common.checked_input(ApprovalInput, args, what="update input", empty=ApprovalInput())
+
+
 class _Operation:
     """Shared state and steps of the three operation workflows."""
 
@@ -183,22 +188,29 @@ class _Operation:
         """The preview (with per-field diffs) once it is computed (capped at DETAIL_LIMIT)."""
         return self._changes_view()
 
+    # Update arguments come undecoded and are checked by the validators (and again by the
+    # handlers, which replays run without validators): a malformed argument rejects the
+    # update with one line, never the workflow task. No argument is ApprovalInput().
     @workflow.update
-    async def approve(self, approval: ApprovalInput) -> str:
+    async def approve(self, *args: object) -> str:
+        approval = _approval_input(args)
         self._decide("approved", approval)
         return f"approved by {approval.by}"
 
     @approve.validator
-    def _validate_approve(self, approval: ApprovalInput) -> None:
+    def _validate_approve(self, *args: object) -> None:
+        _approval_input(args)
         self._check_awaiting()
 
     @workflow.update
-    async def reject(self, approval: ApprovalInput) -> str:
+    async def reject(self, *args: object) -> str:
+        approval = _approval_input(args)
         self._decide("rejected", approval)
         return f"rejected by {approval.by}"
 
     @reject.validator
-    def _validate_reject(self, approval: ApprovalInput) -> None:
+    def _validate_reject(self, *args: object) -> None:
+        _approval_input(args)
         self._check_awaiting()
 
     def _check_awaiting(self) -> None:
@@ -209,23 +221,27 @@ class _Operation:
             )
 
     @workflow.update
-    async def retry(self, request: ApprovalInput) -> str:
+    async def retry(self, *args: object) -> str:
         """A paused run re-runs its failed nodes and the ones skipped because of them."""
+        request = _approval_input(args)
         self._steer("retry", request)
         return f"retry requested by {request.by}"
 
     @retry.validator
-    def _validate_retry(self, request: ApprovalInput) -> None:
+    def _validate_retry(self, *args: object) -> None:
+        _approval_input(args)
         self._check_paused()
 
     @workflow.update
-    async def abort(self, request: ApprovalInput) -> str:
+    async def abort(self, *args: object) -> str:
         """A paused run ends failed, as it is."""
+        request = _approval_input(args)
         self._steer("abort", request)
         return f"abort requested by {request.by}"
 
     @abort.validator
-    def _validate_abort(self, request: ApprovalInput) -> None:
+    def _validate_abort(self, *args: object) -> None:
+        _approval_input(args)
         self._check_paused()
 
     def _check_paused(self) -> None:

@@ -15,6 +15,7 @@ with workflow.unsafe.imports_passed_through():
         BatchResult,
         NodeStatus,
     )
+    from workflows import common
     from workflows.nodes import Tally, _load, batch_indices, walk_nodes
     from workflows.walker import WalkProgress
 
@@ -27,7 +28,8 @@ class BatchWorkflow:
         self._progress = WalkProgress()
 
     @workflow.run
-    async def run(self, batch: BatchInput) -> BatchResult:
+    async def run(self, *args: object) -> BatchResult:
+        batch = common.checked_input(BatchInput, args)
         loaded = await _load(batch)
         results = await walk_nodes(loaded.nodes, batch, loaded.blocked, self._progress)
         tally = Tally(batch.full_results)

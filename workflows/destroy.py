@@ -9,6 +9,7 @@ with workflow.unsafe.imports_passed_through():
         OperationInput,
         OperationResult,
     )
+    from workflows import common
     from workflows.base import _Operation
 
 
@@ -19,5 +20,5 @@ class DestroyWorkflow(_Operation):
     operation = "destroy"
 
     @workflow.run
-    async def run(self, request: OperationInput) -> OperationResult:
-        return await self._guarded(request)
+    async def run(self, *args: object) -> OperationResult:
+        return await self._guarded(common.checked_input(OperationInput, args))

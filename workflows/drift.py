@@ -31,7 +31,8 @@ class DriftWorkflow(_Operation):
     operation = "drift"
 
     @workflow.run
-    async def run(self, inp: DriftInput) -> DriftResult:
+    async def run(self, *args: object) -> DriftResult:
+        inp = common.checked_input(DriftInput, args)
         request = OperationInput(
             project=inp.project,
             workspace=inp.workspace,

@@ -12,6 +12,7 @@ with workflow.unsafe.imports_passed_through():
         OperationInput,
         OperationResult,
     )
+    from workflows import common
     from workflows.base import _Operation
     from workflows.constants import PHASE_KEY
     from workflows.nodes import Tally
@@ -24,7 +25,8 @@ class PreviewWorkflow(_Operation):
     operation = "preview"
 
     @workflow.run
-    async def run(self, request: OperationInput) -> OperationResult:
+    async def run(self, *args: object) -> OperationResult:
+        request = common.checked_input(OperationInput, args)
         if request.spec is None and request.spec_ref is None:
             raise ApplicationError(
                 "preview needs a spec or a spec_ref", type="InvalidInput", non_retryable=True

@@ -8,6 +8,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from stackflow.operation import DETAIL_LIMIT, NodeStatus, OperationInput, OperationResult
+    from workflows import common
     from workflows.base import _Operation
     from workflows.nodes import Tally, _cause, cause_type, raise_if_cancelled
 
@@ -21,8 +22,8 @@ class RefreshWorkflow(_Operation):
     operation = "refresh"
 
     @workflow.run
-    async def run(self, request: OperationInput) -> OperationResult:
-        return await self._guarded(request)
+    async def run(self, *args: object) -> OperationResult:
+        return await self._guarded(common.checked_input(OperationInput, args))
 
     async def _execute(self, request: OperationInput) -> OperationResult:
         plan = await self._prepare(request)

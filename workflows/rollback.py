@@ -7,6 +7,7 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from stackflow.operation import OperationInput, OperationResult
+    from workflows import common
     from workflows.base import _Operation
 
 
@@ -18,7 +19,8 @@ class RollbackWorkflow(_Operation):
     operation = "rollback"
 
     @workflow.run
-    async def run(self, request: OperationInput) -> OperationResult:
+    async def run(self, *args: object) -> OperationResult:
+        request = common.checked_input(OperationInput, args)
         if request.to_revision is None or request.spec is not None or request.spec_ref:
             raise ApplicationError(
                 "rollback needs to_revision (the release to restore) and no spec",

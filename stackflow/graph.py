@@ -246,7 +246,41 @@ def onprem_containment(resources: Sequence[Described]) -> dict[str, list[str]]:
     return edges
 
 
-IMPLICIT_RULES = (onprem_containment,)
+def _kubernetes_kind(resource: Described) -> tuple[str, str] | None:
+    """(API group, kind) of a Kubernetes resource's manifest, else None."""
+    if str(resource.type) != "Kubernetes":
+        return None
+    api_version, kind = resource.attributes.get("apiVersion"), resource.attributes.get("kind")
+    if not isinstance(api_version, str) or not isinstance(kind, str):
+        return None
+    return api_version.rpartition("/")[0], kind
+
+
+def kubernetes_custom_resources(resources: Sequence[Described]) -> dict[str, list[str]]:
+    """A custom resource depends on the CustomResourceDefinition of the same resources that
+    defines its group and kind: applied once its kind is served, deleted before it (as
+    people write them, with no ``dependsOn``)."""
+    definitions: dict[tuple[str, str], str] = {}
+    for resource in resources:
+        if _kubernetes_kind(resource) != ("apiextensions.k8s.io", "CustomResourceDefinition"):
+            continue
+        spec = resource.attributes.get("spec")
+        names = spec.get("names") if isinstance(spec, Mapping) else None
+        group = spec.get("group") if isinstance(spec, Mapping) else None
+        kind = names.get("kind") if isinstance(names, Mapping) else None
+        if isinstance(group, str) and isinstance(kind, str):
+            definitions.setdefault((group, kind), resource.id)
+    edges: dict[str, list[str]] = {}
+    if not definitions:
+        return edges
+    for resource in resources:
+        definition = definitions.get(_kubernetes_kind(resource) or ("", ""))
+        if definition is not None and definition != resource.id:
+            edges[resource.id] = [definition]
+    return edges
+
+
+IMPLICIT_RULES = (onprem_containment, kubernetes_custom_resources)
 """Rules that add edges a spec implies without saying: each maps resources to
 ``{dependent id: [dependency ids]}``."""
 

@@ -218,6 +218,17 @@ class KubeClient:
             self._resources[api_version] = found
         return found.get(kind)
 
+    def forget(self, api_version: str) -> None:
+        """Drop what discovery said of ``api_version``: the next lookup asks the server."""
+        with self._lock:
+            self._resources.pop(api_version, None)
+
+    def forget_group(self, group: str) -> None:
+        """Drop what discovery said of every version of ``group`` (its CRD was deleted)."""
+        with self._lock:
+            for known in [v for v in self._resources if v.rpartition("/")[0] == group]:
+                del self._resources[known]
+
     def _discover(self, api_version: str) -> dict[str, ApiResource]:
         try:
             listing = self.request("GET", _group_version_path(api_version))
@@ -257,9 +268,10 @@ class KubeClient:
             served = self._served_versions(group)
         except ApiError:
             return "", None
+        custom = "." in group
         if not served:
             reason = f"the API group {group!r} is not served"
-            if "." in group:
+            if custom:
                 reason += f" and no CustomResourceDefinition defines kind {kind}"
             return reason + " (is the apiVersion right? is its CRD applied?)", False
         if version not in served:
@@ -268,6 +280,10 @@ class KubeClient:
             kinds = sorted(self._resources.get(api_version) or {})
         alike = [k for k in kinds if k.lower() == kind.lower()]
         hint = f"; did you mean {alike[0]}? (kinds are case-sensitive)" if alike else ""
+        if custom:
+            hint += " (is its CRD applied?)"
+            missing = f"{api_version} has no kind {kind} and no CustomResourceDefinition"
+            return f"{missing} defines it{hint}", False
         return f"{api_version} has no kind {kind}{hint}", False
 
     def _get_or_none(self, path: str, query: dict[str, str] | None = None) -> JSON | None:

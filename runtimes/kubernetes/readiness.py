@@ -145,9 +145,36 @@ def namespace(obj: Obj) -> Readiness:
 
 
 def custom_resource_definition(obj: Obj) -> Readiness:
+    """Established and NamesAccepted (its kind is then served, once discovery lists it);
+    names another CRD holds, or a deletion under way, fail for good."""
+    names = condition(obj, "NamesAccepted")
+    if names is not None and names.get("status") == "False":
+        why = " ".join(str(names.get("message") or names.get("reason") or "").split())
+        return Readiness(False, f"its names are not accepted: {why}".rstrip(": "), failed=True)
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return Readiness(False, "it is being deleted", failed=True)
+    if not _is_true(names):
+        return _waiting("names not accepted yet")
     if not _is_true(condition(obj, "Established")):
         return _waiting("not established yet")
     return READY
+
+
+def is_crd(api_version: str, kind: str) -> bool:
+    return api_version.startswith("apiextensions.k8s.io/") and kind == "CustomResourceDefinition"
+
+
+def crd_served_kinds(obj: Obj) -> list[tuple[str, str]]:
+    """(apiVersion, kind) of every version a CustomResourceDefinition serves."""
+    spec = _spec(obj)
+    group, kind = spec.get("group"), (spec.get("names") or {}).get("kind")
+    if not isinstance(group, str) or not isinstance(kind, str):
+        return []
+    return [
+        (f"{group}/{v['name']}", kind)
+        for v in spec.get("versions") or []
+        if isinstance(v, Mapping) and v.get("served") and isinstance(v.get("name"), str)
+    ]
 
 
 def generic(obj: Obj) -> Readiness:

@@ -108,7 +108,14 @@ from runtimes.kubernetes.manifest import (
     owner_of,
     shaped_like,
 )
-from runtimes.kubernetes.readiness import parse_timeout, readiness
+from runtimes.kubernetes.readiness import (
+    Readiness,
+    crd_served_kinds,
+    custom_resource_definition,
+    is_crd,
+    parse_timeout,
+    readiness,
+)
 from runtimes.kubernetes.snapshot import (
     LIST_AT_LEAST,
     NEVER_LISTED,
@@ -123,10 +130,13 @@ APPLY_PATCH = "application/apply-patch+yaml; charset=utf-8"
 REQUEST_THREADS = POOL_CONNECTIONS
 """Blocking API calls the runtime runs at once (one connection each)."""
 DISCOVERY_WAIT_SECONDS = 15.0
+"""How long apply waits for a kind to be served (a CRD just created is being established)."""
+CRD_READY_SECONDS = 60.0
+"""How long applying a CustomResourceDefinition waits (unless ``extensions.readinessTimeout``
+says otherwise) until it is Established, its names accepted and its kind served."""
 ABSENT_NAMESPACE_SECONDS = 2.0
 """How long a preview trusts a dry run's "namespace not found": the objects of a stack that
 creates its namespace are previewed without one GET and one dry run each."""
-"""How long apply waits for a kind to be served (a CRD just created is being established)."""
 
 
 def _snapshot_key(
@@ -144,6 +154,35 @@ class NotReady(RuntimeFailure):
     """The object did not become ready (or go away) in time, or failed for good."""
 
     kind = "NotReady"
+
+
+class KindNotServed(NotFound):
+    """A request for an object found no route for its kind (a 404 that is not about the
+    object or its namespace): the kind is not served, or not yet (its CRD is being
+    established, or discovery was cached from before its CRD was deleted and made again)."""
+
+
+def namespace_missing(exc: ApiError) -> bool:
+    """Whether a 404 says the object's namespace does not exist."""
+    return exc.status == 404 and exc.details.get("kind") == "namespaces"
+
+
+def unserved_error(rid: str, ref: ObjectRef, reason: str, soon: bool | None) -> RuntimeFailure:
+    """Why ``ref``'s kind is not served, once waiting for it is over: ``soon`` (its CRD or
+    APIService exists and is being established) -> Unavailable, retried; else InvalidInput
+    naming the kind (``reason`` says whether a CustomResourceDefinition defines it)."""
+    text = f"{rid}: the API server does not serve kind {ref.kind} in apiVersion {ref.api_version}"
+    if soon:
+        return Unavailable(f"{text}: {reason} after {DISCOVERY_WAIT_SECONDS:g}s", resource_id=rid)
+    if not reason:
+        group = ref.api_version.rpartition("/")[0]
+        reason = (
+            f"is a CustomResourceDefinition of kind {ref.kind} in group {group} applied and "
+            "established? (the cluster did not let stackflow look)"
+            if "." in group
+            else "is the apiVersion right?"
+        )
+    return InvalidInput(f"{text}: {reason}", resource_id=rid)
 
 
 _TYPED = re.compile(
@@ -375,16 +414,7 @@ class KubernetesRuntime(Runtime):
             api = self._api(client, resource, ref, wait=DISCOVERY_WAIT_SECONDS)
             if api is not None:
                 return api
-        text = (
-            f"{resource.id}: the API server does not serve kind {ref.kind} in apiVersion "
-            f"{ref.api_version}"
-        )
-        if soon:  # its CRD exists but is still not established: try again later
-            raise Unavailable(
-                f"{text}: {reason} after {DISCOVERY_WAIT_SECONDS:g}s", resource_id=resource.id
-            )
-        reason = reason or "is its CustomResourceDefinition applied and established?"
-        raise InvalidInput(f"{text}: {reason}", resource_id=resource.id)
+        raise unserved_error(resource.id, ref, reason, soon)
 
     def _get(self, client: KubeClient, api: ApiResource, ref: ObjectRef, rid: str) -> JSON | None:
         listing = self._listing(client, api, ref)
@@ -466,17 +496,85 @@ class KubernetesRuntime(Runtime):
             result = self._server_side_apply(
                 client, api, ref, resource, options, desired, dry_run=True
             )
-        except NotFound:
-            if live is None:  # its namespace is created by an earlier node of this run
+        except NotFound as exc:
+            if isinstance(exc, KindNotServed):  # discovery was cached before its CRD went
+                client.forget(ref.api_version)
+            if live is None:  # its namespace or CRD is created by an earlier node of this run
                 return None, PreviewResult(would_be=desired, sensitive_paths=sensitive)
             raise
         would_be = shaped_like(normalise(result), desired)
         return live, PreviewResult(would_be=would_be, sensitive_paths=sensitive)
 
     async def apply(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
-        return await self._call(resource.id, self._apply, resource, options)
+        client, ref, result = await self._call(resource.id, self._apply, resource, options)
+        if is_crd(ref.api_version, ref.kind):
+            result = await self._crd_serving(client, resource, options, ref, result)
+        return normalise(result)
 
-    def _apply(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
+    async def _crd_serving(
+        self,
+        client: KubeClient,
+        resource: ResourceRequest,
+        options: RuntimeOptions,
+        ref: ObjectRef,
+        crd: JSON,
+    ) -> JSON:
+        """Wait until the CustomResourceDefinition just applied (``crd``: the server's
+        answer) is Established, its names accepted and its kind listed by discovery of
+        every version it serves (this client's discovery cache refreshed for each): custom
+        resources of it applied next find their kind served. NotReady past the
+        ``readinessTimeout`` (default ``CRD_READY_SECONDS``), InvalidInput for names another
+        CRD holds."""
+        timeout = self._readiness_timeout(resource) or min(
+            CRD_READY_SECONDS, options.timeout_seconds
+        )
+        deadline = time.monotonic() + timeout
+        delay = 0.05
+        while True:
+            state = custom_resource_definition(crd)
+            if state.failed:
+                raise InvalidInput(
+                    f"{resource.id}: {ref.describe()}: {state.message}", resource_id=resource.id
+                )
+            if state.ready:
+                missing = await self._call(resource.id, self._undiscovered, client, crd)
+                if not missing:
+                    return crd
+                state = Readiness(False, f"discovery does not list it in {', '.join(missing)}")
+            if time.monotonic() >= deadline:
+                raise NotReady(
+                    f"{resource.id}: {ref.describe()} does not serve its kind {timeout:g}s "
+                    f"after it was applied: {state.message} (extensions.readinessTimeout "
+                    "waits longer)",
+                    resource_id=resource.id,
+                )
+            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 0.5)
+            api = await self._call(resource.id, self._api, client, resource, ref)
+            assert api is not None  # the apply just used it
+            live = await self._call(resource.id, self._get, client, api, ref, resource.id)
+            if live is None:
+                raise Unavailable(
+                    f"{resource.id}: {ref.describe()} was deleted while stackflow waited for "
+                    "it to be established",
+                    resource_id=resource.id,
+                )
+            crd = live
+
+    @staticmethod
+    def _undiscovered(client: KubeClient, crd: JSON) -> list[str]:
+        """The versions whose discovery (asked again, refreshing the cache) does not list
+        the CRD's kind yet."""
+        return [
+            api_version
+            for api_version, kind in crd_served_kinds(crd)
+            if client.resource_for(api_version, kind, refresh=True) is None
+        ]
+
+    def _apply(
+        self, resource: ResourceRequest, options: RuntimeOptions
+    ) -> tuple[KubeClient, ObjectRef, JSON]:
+        """(the client, the object, the server's answer to the apply)."""
         client = self.client_for(resource, options)
         ref = object_ref(resource)
         desired = desired_object(resource, options)
@@ -491,9 +589,9 @@ class KubernetesRuntime(Runtime):
                 self._refuse_terminating(resource, ref, live)
                 check_owner(resource, ref, live, options)
         try:
-            result = self._server_side_apply(
-                client, api, ref, resource, options, desired, dry_run=False
-            )
+            result = self._apply_served(client, api, ref, resource, options, desired)
+        except KindNotServed:
+            raise
         except NotFound as exc:
             raise NotFound(
                 f"{exc} (does its namespace exist? add the Namespace to the spec and make this "
@@ -504,7 +602,41 @@ class KubernetesRuntime(Runtime):
         if ref.kind == "Namespace" and ref.api_version == "v1":
             with self._lock:
                 self._absent_namespaces.pop((id(client), ref.name), None)
-        return normalise(result)
+        return client, ref, result
+
+    def _apply_served(
+        self,
+        client: KubeClient,
+        api: ApiResource,
+        ref: ObjectRef,
+        resource: ResourceRequest,
+        options: RuntimeOptions,
+        desired: JSON,
+    ) -> JSON:
+        """Server-side apply; when the server has no route for the kind (discovery cached
+        from before its CRD was made again, or a CRD still being established), discovery is
+        asked again and the apply retried while the kind is on its way (up to
+        ``DISCOVERY_WAIT_SECONDS``): then Unavailable (retried later), or InvalidInput when
+        nothing in the cluster would serve the kind."""
+        deadline = time.monotonic() + DISCOVERY_WAIT_SECONDS
+        delay = 0.1
+        while True:
+            try:
+                return self._server_side_apply(
+                    client, api, ref, resource, options, desired, dry_run=False
+                )
+            except KindNotServed as exc:
+                if time.monotonic() >= deadline:
+                    raise Unavailable(
+                        f"{exc} (discovery lists kind {ref.kind} but the API server does not "
+                        f"serve it yet {DISCOVERY_WAIT_SECONDS:g}s later: is its "
+                        "CustomResourceDefinition being established?)",
+                        resource_id=resource.id,
+                    ) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+            client.forget(ref.api_version)
+            api = self._served_api(client, resource, ref)
 
     def _namespace_absent(
         self, client: KubeClient, namespace: str | None, *, seen_absent: bool = False
@@ -557,8 +689,14 @@ class KubernetesRuntime(Runtime):
         try:
             return patch(force)
         except ApiError as exc:
-            if dry_run and exc.status == 404 and exc.details.get("kind") == "namespaces":
+            if dry_run and namespace_missing(exc):
                 self._namespace_absent(client, ref.namespace, seen_absent=True)
+            if exc.status == 404 and not namespace_missing(exc):
+                # an apply creates what is missing: a 404 not about the namespace means the
+                # server has no route for the kind (404 page not found)
+                raise KindNotServed(
+                    f"{resource.id}: {doing}: {_one_line(exc.message)}", resource_id=resource.id
+                ) from None
             if exc.status != 409 or force:
                 raise failure(exc, resource.id, doing) from None
             fields, managers = conflict_fields(exc.causes, exc.message)
@@ -577,6 +715,16 @@ class KubernetesRuntime(Runtime):
 
     # ---- delete --------------------------------------------------------------------------
     async def delete(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
+        await self._delete(resource, options)
+        ref = object_ref(resource)
+        if is_crd(ref.api_version, ref.kind):
+            # its kind is gone: the next apply of it must not trust what discovery said
+            client = await self._call(resource.id, self.client_for, resource, options)
+            group = (resource.attributes.get("spec") or {}).get("group")
+            if isinstance(group, str):
+                client.forget_group(group)
+
+    async def _delete(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
         started = await self._call(resource.id, self._start_delete, resource, options)
         if started is None:
             return
@@ -678,14 +826,18 @@ class KubernetesRuntime(Runtime):
         return client, api, ref, uid
 
     # ---- readiness -----------------------------------------------------------------------
-    async def wait_ready(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
+    @staticmethod
+    def _readiness_timeout(resource: ResourceRequest) -> float | None:
+        """``extensions.readinessTimeout`` in seconds, None when not given."""
         try:
-            timeout = parse_timeout(resource.extensions.get("readinessTimeout"))
+            return parse_timeout(resource.extensions.get("readinessTimeout"))
         except ValueError as exc:
             raise InvalidInput(
                 f"{resource.id}: extensions.{exc}", resource_id=resource.id
             ) from None
-        timeout = timeout or options.timeout_seconds
+
+    async def wait_ready(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
+        timeout = self._readiness_timeout(resource) or options.timeout_seconds
         client = await self._call(resource.id, self.client_for, resource, options)
         ref = object_ref(resource)
         api = await self._call(resource.id, self._api, client, resource, ref)

@@ -42,7 +42,7 @@ from cli.operations import (
     _console,
     ui_link,
 )
-from cli.output import OutputFormat
+from cli.output import OutputFormat, echo_safe
 from stackflow.drift import DriftReport
 from stackflow.errors import NotFoundError, SpecError, StackflowError, StackLockedError
 from stackflow.operation import DriftInput, DriftResult, workflow_id_for
@@ -215,7 +215,7 @@ def drift_check(
             )
         console.print(f"  Temporal UI: {link}", highlight=False)
     if result.repair_error:
-        typer.echo(result.repair_error, err=True)
+        echo_safe(result.repair_error, err=True)
     if result.drifted:
         ids = ", ".join(result.summary.get("ids") or [])
         n = int(result.summary.get("drifted", 0)) + int(result.summary.get("missing", 0))

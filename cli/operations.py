@@ -35,7 +35,7 @@ from temporalio.service import RPCError
 
 from cli.app import app
 from cli.connection import Temporal, settings
-from cli.output import OutputFormat, masked_release_json
+from cli.output import OutputFormat, SafeConsole, masked_release_json
 from stackflow.budget import BUDGET
 from stackflow.codec import PAYLOAD_LIMIT, encoded_size
 from stackflow.diff import Preview
@@ -150,7 +150,7 @@ def ui_link(namespace: str, workflow_id: str, run_id: str | None) -> str:
 
 def _console(output: OutputFormat) -> Console:
     # In JSON mode everything human goes to stderr so stdout stays parseable.
-    return Console(stderr=output == OutputFormat.json, soft_wrap=True, emoji=False)
+    return SafeConsole(stderr=output == OutputFormat.json, soft_wrap=True, emoji=False)
 
 
 class Runner:

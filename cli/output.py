@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from enum import StrEnum
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.segment import Segment
 
 from stackflow.release import Release
+from stackflow.terminal import terminal_safe
 
 
 class OutputFormat(StrEnum):
@@ -25,12 +27,31 @@ OutputOption = Annotated[
 ]
 
 
+class SafeConsole(Console):
+    """A rich Console that never writes a control character it was given as text.
+
+    Rich's own styling and cursor movement come as control segments and pass; every text
+    segment (ids, values, messages, whatever their source) has its control, bidi and
+    line-separator characters shown as escapes (``stackflow.terminal``) on the way out."""
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            segment if segment.control else Segment(terminal_safe(segment.text), segment.style)
+            for segment in buffer
+        )
+
+
 def stdout_console() -> Console:
-    return Console(file=sys.stdout, emoji=False)
+    return SafeConsole(file=sys.stdout, emoji=False)
 
 
 def stderr_console() -> Console:
-    return Console(file=sys.stderr, emoji=False)
+    return SafeConsole(file=sys.stderr, emoji=False)
+
+
+def echo_safe(text: str, err: bool = False) -> None:
+    """``typer.echo`` for text that may carry spec- or client-supplied characters."""
+    typer.echo(terminal_safe(text), err=err)
 
 
 def error_line(message: str) -> None:

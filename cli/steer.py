@@ -25,7 +25,7 @@ from cli.operations import (
     _user,
     ui_link,
 )
-from cli.output import OutputFormat, stdout_console
+from cli.output import OutputFormat, echo_safe, stdout_console
 from stackflow.errors import NotFoundError
 from stackflow.operation import ApprovalInput, StatusView, workflow_id_for
 
@@ -71,7 +71,7 @@ async def _update(
 
 
 def _steer(name: str, project: str, workspace: str, reason: str | None, timeout: float) -> None:
-    typer.echo(asyncio.run(_update(project, workspace, name, reason, timeout)))
+    echo_safe(asyncio.run(_update(project, workspace, name, reason, timeout)))
 
 
 @app.command()

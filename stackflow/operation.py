@@ -7,9 +7,9 @@ activities keep full live state in the release store and return summaries.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from stackflow.selection import LeftOut
 
@@ -49,6 +49,8 @@ WAIT_LIMIT = 10 * 365 * 86400.0
 """Longest approval or decision wait, in seconds (past it a timer cannot be made)."""
 REVISION_LIMIT = 2**31 - 1
 """Largest release revision (the state backend's integer columns)."""
+Pattern = Annotated[str, StringConstraints(max_length=1000)]
+"""A glob or a field path of an input (errors quote them: they stay short)."""
 
 
 def workflow_id_for(project: str, workspace: str) -> str:
@@ -68,18 +70,18 @@ class OperationInput(BaseModel):
     spec: dict[str, Any] | None = None
     """The Kusion v1 Spec: it travels with the run (compressed by the payload codec), so any
     Temporal client can start one; the first activity stores it in the state backend."""
-    spec_ref: str | None = None
+    spec_ref: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
     """A spec already in the state backend (``sha256:<hex>``), instead of ``spec``."""
     auto_approve: bool = False
     max_concurrency: int = Field(default=8, ge=1, le=500)
-    ignore_fields: list[str] = Field(default_factory=list)
+    ignore_fields: list[Pattern] = Field(default_factory=list, max_length=1000)
     watch: bool = False
     fail_fast: bool = False
     force: bool = False
     adopt: bool = False
     approval_timeout_seconds: float = Field(default=3600.0, gt=0, le=WAIT_LIMIT)
     batch_size: int = Field(default=BATCH_SIZE_DEFAULT, ge=1, le=1500)
-    operator: str = "temporal"
+    operator: str = Field(default="temporal", max_length=200)
     """Who started the run (recorded in the release); the CLI sets the user name."""
     unavailable_timeout_seconds: float = Field(default=600.0, gt=0, le=86400)
     """How long unreachable infrastructure is retried before its node fails saying so."""
@@ -88,10 +90,10 @@ class OperationInput(BaseModel):
     ``awaitingDecision``) for the ``retry`` or ``abort`` Update instead of failing."""
     decision_timeout_seconds: float = Field(default=3600.0, gt=0, le=WAIT_LIMIT)
     """How long a paused run waits for retry/abort before it aborts."""
-    targets: list[str] = Field(default_factory=list, max_length=100)
+    targets: list[Pattern] = Field(default_factory=list, max_length=100)
     """Glob patterns on resource ids: only these resources and what they depend on (for
     deletions: and what depends on them). See ``stackflow.selection``."""
-    excludes: list[str] = Field(default_factory=list, max_length=100)
+    excludes: list[Pattern] = Field(default_factory=list, max_length=100)
     """Glob patterns on resource ids: leave these out, and what depends on them (for
     deletions: and what they depend on)."""
     to_revision: int | None = Field(default=None, ge=1, le=REVISION_LIMIT)

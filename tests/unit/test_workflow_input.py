@@ -79,8 +79,13 @@ def test_a_valid_input_is_its_model() -> None:
             "invalid workflow input: targets[1]: Input should be a valid string (got 7)",
         ),
         (
-            {"project": "p", "spec": {}, "spec_ref": "sha256:00"},
+            {"project": "p", "spec": {}, "spec_ref": "sha256:" + "0" * 64},
             "invalid workflow input: give either spec or spec_ref, not both",
+        ),
+        (
+            {"project": "p", "spec_ref": "latest"},
+            "invalid workflow input: spec_ref: String should match pattern "
+            "'^sha256:[0-9a-f]{64}$' (got \"latest\")",
         ),
         (
             {"project": "p", "on_failure": "retry"},
@@ -143,8 +148,14 @@ def test_huge_values_are_never_echoed() -> None:
     assert line.count("a" * 41) == 0
     line = refused(OperationInput, {"project": "p", "max_concurrency": 10**5000})
     assert line.endswith("(got a very large number)")
-    line = refused(OperationInput, {"project": "p", "ignore_fields": ["x"] * 100_000 + [1]})
-    assert line.startswith("invalid workflow input: ignore_fields[100000]: ")
+    line = refused(OperationInput, {"project": "p", "ignore_fields": ["x"] * 100_000})
+    assert line == (
+        "invalid workflow input: ignore_fields: List should have at most 1000 items after "
+        "validation, not 100000 (got a list of 100000 items)"
+    )
+    line = refused(OperationInput, {"project": "p", "targets": ["web", "*" * 100_000]})
+    assert line.startswith("invalid workflow input: targets[1]: String should have at most 1000")
+    assert line.endswith('"' + "*" * 40 + '"… (100000 characters))')
 
 
 def test_a_spec_is_never_quoted() -> None:

@@ -16,9 +16,13 @@ from activities.heartbeat import heartbeating
 from runtimes.base import RuntimeOptions
 from stackflow.diff import (
     RECORDED_SENSITIVE_KEY,
+    RUNTIME_KEY_PREFIX,
+    derived_sensitive_paths,
     diff_recorded,
+    equal_value_paths,
     recorded_sensitive,
     sensitive_paths_for,
+    sensitive_values,
 )
 from stackflow.diff_store import load_changes
 from stackflow.drift import DriftReport, DriftSummary
@@ -93,6 +97,14 @@ class ObserveActivities:
         live = await runtime.read(request, options)
         marked = recorded_sensitive(recorded.attributes)
         sensitive = [*sensitive_paths_for(kind, recorded.attributes), *marked]
+        held = [p for p in sensitive if not p.startswith(RUNTIME_KEY_PREFIX)]
+        if live is not None and held:
+            # what changed behind stackflow's back on a resource that holds secrets may carry
+            # them (derived), and its known secrets are masked wherever they turn up now
+            secrets = sensitive_values(recorded.attributes, held)
+            found = derived_sensitive_paths(_as_desired(recorded.attributes), live, held)
+            marked = sorted({*marked, *found, *equal_value_paths(live, secrets)})
+            sensitive = [*sensitive, *marked]
         change = diff_recorded(
             recorded.id,
             kind,

@@ -486,9 +486,24 @@ def sensitive_values(attributes: Any, paths: Sequence[str]) -> set[str]:
         if pattern and isinstance(pattern[0], str) and pattern[0].startswith(RUNTIME_KEY_PREFIX):
             continue
         for value in _matching(attributes, pattern):
-            for _, leaf in _leaves(value, ()):
+            for leaf in _plain_leaves(value):
                 out.update(_secret_forms(leaf))
     return out
+
+
+def _plain_leaves(value: Any) -> Iterator[Any]:
+    """Scalars of ``value``, sealed values (``{"$sealed": …}``: ciphertext, key id, path)
+    left out: only a value in clear is a known secret."""
+    if isinstance(value, Mapping):
+        if "$sealed" in value:
+            return
+        for sub in value.values():
+            yield from _plain_leaves(sub)
+    elif isinstance(value, list):
+        for sub in value:
+            yield from _plain_leaves(sub)
+    else:
+        yield value
 
 
 def _matching(value: Any, pattern: Sequence[Segment]) -> Iterator[Any]:

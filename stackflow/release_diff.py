@@ -27,8 +27,10 @@ from stackflow.diff import (
     RUNTIME_KEY_PREFIX,
     _field_changes,
     _masked,
+    equal_value_paths,
     mask_release_data,
     sensitive_paths_for,
+    sensitive_values,
     tainted_paths,
 )
 from stackflow.errors import GraphError, NotFoundError
@@ -136,7 +138,23 @@ def release_sensitive_paths(spec: Spec | None, state: Iterable[Resource]) -> dic
     what the spec and the recorded state say for themselves (:func:`sensitive_paths_for`,
     which includes the paths the apply recorded as tainted), plus taint through the spec's
     ``$kusion_path`` references, followed along chains (a value taken from a value taken from
-    a secret is masked too)."""
+    a secret is masked too), plus any recorded value equal to a sensitive value of the
+    release (:func:`stackflow.diff.equal_value_paths`: also in releases recorded before
+    derived values were marked, say a ``terraform_data.output`` of a password)."""
+    state = list(state)
+    paths = _own_and_tainted_paths(spec, state)
+    secrets: set[str] = set()
+    for resource in state:
+        secrets |= sensitive_values(resource.attributes, sorted(paths.get(resource.id, ())))
+    if secrets:
+        for resource in state:
+            found = equal_value_paths(resource.attributes, secrets)
+            if found:
+                paths.setdefault(resource.id, set()).update(found)
+    return paths
+
+
+def _own_and_tainted_paths(spec: Spec | None, state: list[Resource]) -> dict[str, set[str]]:
     types: dict[str, str] = {}
     paths: dict[str, set[str]] = {}
     for resource in state:

@@ -21,6 +21,7 @@ from stackflow.diff import (
     mask_attributes,
     sensitive_values,
 )
+from stackflow.release_diff import mask_recorded, release_sensitive_paths
 from stackflow.spec import Resource
 from stackflow.state.sealing import Sealer
 
@@ -196,3 +197,45 @@ def test_terraform_without_taint_renders_as_before_and_batches_keep_names_apart(
     assert PASSWORD not in json.dumps(both)
     # without resource blocks (refresh, destroy) no variable is declared
     assert "variable" not in render_module([other], with_resources=False)
+
+
+def test_releases_recorded_without_derived_marks_mask_equal_values_when_shown() -> None:
+    """A release recorded before derived values were marked: terraform_data.output holds the
+    password in its recorded state; release show / output mask it by the equal-value rule."""
+    pw = Resource.model_validate(
+        {
+            "id": "hashicorp:random:random_password:pw",
+            "type": "Terraform",
+            "attributes": {"length": 22, "result": PASSWORD, RECORDED_SENSITIVE_KEY: ["result"]},
+        }
+    )
+    copy = Resource.model_validate(
+        {
+            "id": "builtin:terraform:terraform_data:copy",
+            "type": "Terraform",
+            "attributes": {
+                "id": "uuid-1",
+                "input": PASSWORD,
+                "output": PASSWORD,
+                RECORDED_SENSITIVE_KEY: ["input"],
+            },
+        }
+    )
+    paths = release_sensitive_paths(None, [pw, copy])
+    assert paths[copy.id] >= {"input", "output"} and "id" not in paths[copy.id]
+    shown = mask_recorded(copy.attributes, paths[copy.id])
+    assert PASSWORD not in json.dumps(shown)
+    # sealed values (no keys in this process) are not known secrets: the envelope's key id,
+    # path or ciphertext do not mask fields that happen to equal them
+    envelope = {"kid": "key-one", "rev": 1, "path": "result", "ct": "c2VhbGVkLXZhbHVl"}
+    sealed = pw.model_copy(
+        update={"attributes": {"result": {"$sealed": envelope}, RECORDED_SENSITIVE_KEY: ["result"]}}
+    )
+    plain = Resource.model_validate(
+        {
+            "id": "onprem:File:/tmp/x",
+            "type": "OnPrem",
+            "attributes": {"a": "result", "b": "key-one"},
+        }
+    )
+    assert release_sensitive_paths(None, [sealed, plain]).get(plain.id, set()) == set()

@@ -7,8 +7,8 @@ import os
 import sys
 
 from cli.app import app
+from cli.connection import cli_error
 from cli.output import error_line
-from stackflow.errors import StackflowError
 
 COMMAND_MODULES = ("cli.offline", "cli.state", "cli.operations", "cli.steer", "cli.drift")
 
@@ -29,7 +29,10 @@ def main() -> None:
     try:
         load_commands()
         app(prog_name="stackflow")
-    except StackflowError as err:  # raised outside a command (e.g. while loading commands)
+    except Exception as exc:  # raised outside a command (e.g. while loading commands)
+        err = cli_error(exc)
+        if err is None:
+            raise
         error_line(str(err))
         code = err.exit_code
     except SystemExit as exit_:

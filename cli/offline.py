@@ -261,6 +261,7 @@ async def _holder_ended(holder: Any) -> str | None:
     from temporalio.client import Client
 
     from activities.runs import run_ended
+    from cli.connection import quiet_runtime
     from stackflow.codec import data_converter
     from stackflow.errors import StackflowError
 
@@ -270,6 +271,7 @@ async def _holder_ended(holder: Any) -> str | None:
             address,
             namespace=os.environ.get("TEMPORAL_NAMESPACE", "default"),
             data_converter=data_converter(),
+            runtime=quiet_runtime(),
         )
         return await run_ended(client, holder)
     except Exception as exc:

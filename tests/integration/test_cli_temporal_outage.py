@@ -400,3 +400,57 @@ def test_apply_with_temporal_unreachable_is_one_error_line(tmp_path: Path) -> No
     assert "Traceback" not in err, err
     [line] = err.strip().splitlines()
     assert line.startswith("Error: Temporal at ") and "unreachable" in line, line
+
+
+@pytest.mark.parametrize(
+    ("raised", "line"),
+    [
+        (
+            RPCError("tcp connect error", RPCStatusCode.UNAVAILABLE, b""),
+            "Error: cannot reach Temporal at 127.0.0.1:1 (tcp connect error)",
+        ),
+        (
+            RPCError("Deadline Exceeded", RPCStatusCode.DEADLINE_EXCEEDED, b""),
+            "Error: cannot reach Temporal at 127.0.0.1:1 (Deadline Exceeded)",
+        ),
+        (
+            RuntimeError(
+                "Failed client connect: Server connection error: tonic::transport::Error("
+                'Transport, ConnectError("tcp connect error", Os { code: 111, kind: '
+                'ConnectionRefused, message: "Connection refused" }))'
+            ),
+            "Error: cannot reach Temporal at 127.0.0.1:1 (tcp connect error)",
+        ),
+        (
+            ConnectionRefusedError(111, "Connection refused"),
+            "Error: cannot reach Temporal at 127.0.0.1:1 (connection refused)",
+        ),
+        (
+            RPCError("namespace nope is not found", RPCStatusCode.NOT_FOUND, b""),
+            "Error: Temporal at 127.0.0.1:1 refused the call (NOT_FOUND: namespace nope is not "
+            "found)",
+        ),
+    ],
+    ids=["unavailable", "deadline", "connect", "refused", "rpc-other"],
+)
+def test_a_connection_error_raised_by_any_command_is_one_line_exit_1(
+    raised: Exception, line: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The command group maps what a command lets escape, once for every command."""
+    from typer.testing import CliRunner
+
+    from cli.app import app
+
+    monkeypatch.setenv("TEMPORAL_ADDRESS", "127.0.0.1:1")
+
+    @app.command("outage-probe", hidden=True)
+    def probe() -> None:
+        raise raised
+
+    try:
+        result = CliRunner().invoke(app, ["outage-probe"])
+    finally:
+        app.registered_commands.pop()
+    assert result.exit_code == 1, result.output
+    assert result.stderr.startswith(line), result.stderr
+    assert len(result.stderr.splitlines()) == 1 and "Traceback" not in result.stderr

@@ -12,7 +12,6 @@ with workflow.unsafe.imports_passed_through():
         OperationInput,
         OperationResult,
     )
-    from workflows import common
     from workflows.base import _Operation
 
 
@@ -24,7 +23,7 @@ class ApplyWorkflow(_Operation):
 
     @workflow.run
     async def run(self, *args: object) -> OperationResult:
-        request = common.checked_input(OperationInput, args)
+        request = self._input(OperationInput, args)
         if request.spec is None and request.spec_ref is None:
             raise ApplicationError(
                 "apply needs a spec or a spec_ref", type="InvalidInput", non_retryable=True

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.exceptions import (
@@ -18,6 +18,8 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from pydantic import BaseModel
+
     from stackflow.budget import fit_errors
     from stackflow.diff_store import DIFF_REFS_LIMIT
     from stackflow.operation import (
@@ -71,6 +73,7 @@ with workflow.unsafe.imports_passed_through():
 
 
 WALKING = ("applying", "destroying")
+M = TypeVar("M", bound=BaseModel)
 
 
 def _approval_input(args: tuple[object, ...]) -> ApprovalInput:
@@ -273,6 +276,17 @@ class _Operation:
         }
 
     # ---- steps ----------------------------------------------------------------------------
+    def _input(self, model: type[M], args: tuple[object, ...]) -> M:
+        """The run's argument as ``model`` (``common.checked_input``); when it is not one,
+        the run fails at once and its ``status`` query says why."""
+        try:
+            return common.checked_input(model, args)
+        except ApplicationError as err:
+            self._phase = "failed"
+            self._error = err.message
+            self._error_type = err.type
+            raise
+
     async def _prepare(self, request: OperationInput) -> OperationPlan:
         self._request = request
         workflow.upsert_search_attributes(

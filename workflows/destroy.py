@@ -9,7 +9,6 @@ with workflow.unsafe.imports_passed_through():
         OperationInput,
         OperationResult,
     )
-    from workflows import common
     from workflows.base import _Operation
 
 
@@ -21,4 +20,4 @@ class DestroyWorkflow(_Operation):
 
     @workflow.run
     async def run(self, *args: object) -> OperationResult:
-        return await self._guarded(common.checked_input(OperationInput, args))
+        return await self._guarded(self._input(OperationInput, args))

@@ -32,7 +32,7 @@ class DriftWorkflow(_Operation):
 
     @workflow.run
     async def run(self, *args: object) -> DriftResult:
-        inp = common.checked_input(DriftInput, args)
+        inp = self._input(DriftInput, args)
         request = OperationInput(
             project=inp.project,
             workspace=inp.workspace,

@@ -12,7 +12,6 @@ with workflow.unsafe.imports_passed_through():
         OperationInput,
         OperationResult,
     )
-    from workflows import common
     from workflows.base import _Operation
     from workflows.constants import PHASE_KEY
     from workflows.nodes import Tally
@@ -26,7 +25,7 @@ class PreviewWorkflow(_Operation):
 
     @workflow.run
     async def run(self, *args: object) -> OperationResult:
-        request = common.checked_input(OperationInput, args)
+        request = self._input(OperationInput, args)
         if request.spec is None and request.spec_ref is None:
             raise ApplicationError(
                 "preview needs a spec or a spec_ref", type="InvalidInput", non_retryable=True

@@ -8,7 +8,6 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from stackflow.operation import DETAIL_LIMIT, NodeStatus, OperationInput, OperationResult
-    from workflows import common
     from workflows.base import _Operation
     from workflows.nodes import Tally, _cause, cause_type, raise_if_cancelled
 
@@ -23,7 +22,7 @@ class RefreshWorkflow(_Operation):
 
     @workflow.run
     async def run(self, *args: object) -> OperationResult:
-        return await self._guarded(common.checked_input(OperationInput, args))
+        return await self._guarded(self._input(OperationInput, args))
 
     async def _execute(self, request: OperationInput) -> OperationResult:
         plan = await self._prepare(request)

@@ -7,7 +7,6 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from stackflow.operation import OperationInput, OperationResult
-    from workflows import common
     from workflows.base import _Operation
 
 
@@ -20,7 +19,7 @@ class RollbackWorkflow(_Operation):
 
     @workflow.run
     async def run(self, *args: object) -> OperationResult:
-        request = common.checked_input(OperationInput, args)
+        request = self._input(OperationInput, args)
         if request.to_revision is None or request.spec is not None or request.spec_ref:
             raise ApplicationError(
                 "rollback needs to_revision (the release to restore) and no spec",

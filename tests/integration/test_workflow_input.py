@@ -31,7 +31,7 @@ from temporalio.client import (
 )
 from temporalio.exceptions import ApplicationError, FailureError
 
-from stackflow.operation import ApprovalInput, OperationResult, workflow_id_for
+from stackflow.operation import ApprovalInput, OperationResult, StatusView, workflow_id_for
 from tests.integration.conftest import WorkerProcess
 from tests.integration.opshelp import file_resource, new_project, releases, wait_phase
 
@@ -206,6 +206,9 @@ async def test_malformed_inputs_fail_the_run_at_once(
         assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in events, case.name
         if case.error_type == "InvalidInput":  # refused in workflow code, before any activity
             assert EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED not in events, case.name
+            if case.workflow != "BatchWorkflow":  # `stackflow status` says why
+                status = await handle.query("status", result_type=StatusView)
+                assert (status.phase, status.error) == ("failed", line), case.name
     assert max(took.values()) < FAIL_WITHIN, took
 
     backend = releases(stack_env)

@@ -241,6 +241,9 @@ async def test_malformed_inputs_fail_the_run_at_once(
             await plain.execute_update("approve", args=args)
         assert isinstance(refused.value.cause, ApplicationError)
         assert refused.value.cause.message.startswith(names), refused.value.cause.message
+    # queries take no argument: one given anyway does not disturb the run
+    status = await handle.query("status", {"verbose": 5}, result_type=StatusView)
+    assert status.phase == "awaitingApproval"
     answer = await handle.execute_update("approve", ApprovalInput(by="ann"))
     assert answer == "approved by ann"
     result = await asyncio.wait_for(handle.result(), 120)

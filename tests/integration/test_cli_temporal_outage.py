@@ -8,6 +8,7 @@ and started again on the same ports and db. The shared services on 7233 are neve
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import pty
 import shutil
@@ -30,9 +31,15 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from cli.connection import START_TOKEN, Temporal, quiet_runtime
 from stackflow.codec import data_converter
-from stackflow.operation import OperationResult, workflow_id_for
+from stackflow.operation import OperationInput, OperationResult, workflow_id_for
 from tests.integration.conftest import REPO, WorkerProcess
-from tests.integration.opshelp import file_resource, new_project, write_spec
+from tests.integration.opshelp import (
+    file_resource,
+    new_project,
+    start_run,
+    wait_phase,
+    write_spec,
+)
 
 FILES = 150
 OUTAGE = 12.0
@@ -197,6 +204,22 @@ class TtyStderr:
                 return
             self._chunks.append(data)
 
+    def stderr_so_far(self) -> str:
+        return b"".join(self._chunks).decode(errors="replace")
+
+    def wait_stderr(self, text: str, timeout: float = 60) -> None:
+        """Block until the CLI has written ``text`` on stderr (fail if it ends first)."""
+        deadline = time.monotonic() + timeout
+        while text not in self.stderr_so_far():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                if self.proc.poll() is None:
+                    self.proc.kill()
+                out, err = self.communicate(timeout=10)
+                pytest.fail(
+                    f"no {text!r} from the CLI (exit {self.proc.returncode}):\n{out}\n{err}"
+                )
+            time.sleep(0.05)
+
     def communicate(self, timeout: float) -> tuple[str, str]:
         out, _ = self.proc.communicate(timeout=timeout)
         self._reader.join(timeout=10)
@@ -268,6 +291,57 @@ def test_apply_rides_out_a_temporal_restart_and_exits_with_the_runs_result(
     assert f"{project}/default: release 1 succeeded" in out, out
     assert f"{FILES} succeeded" in out, out
     assert_all_files(root)
+
+
+def test_status_and_approve_wait_for_temporal_to_come_back(
+    tmp_path: Path, dev_server: DevServer, own_env: dict[str, str], own_worker: WorkerProcess
+) -> None:
+    """Steering during an outage: `status` and `approve` started while Temporal is down wait
+    for it, then do their work (exit 0)."""
+    project = new_project()
+    root = tmp_path / "files"
+    spec = {"resources": [file_resource(root / f"f{i}", f"content {i}\n") for i in range(3)]}
+
+    async def start() -> None:
+        client = await Client.connect(
+            dev_server.address, data_converter=data_converter(), runtime=quiet_runtime()
+        )
+        handle = await start_run(client, own_env, OperationInput(project=project, spec=spec))
+        await wait_phase(handle, "awaitingApproval")
+
+    asyncio.run(start())
+    waiting = f"Temporal at {dev_server.address} is unreachable"
+
+    dev_server.kill()
+    status = TtyStderr(own_env, "status", "-p", project, "-o", "json")
+    status.wait_stderr(waiting)  # it found Temporal down and waits
+    dev_server.start()
+    out, err = status.communicate(timeout=120)
+    assert status.proc.returncode == 0, f"exit {status.proc.returncode}\n{out}\n{err}"
+    assert "Traceback" not in err and "answers again" in err, err
+    assert json.loads(out)["phase"] == "awaitingApproval", out
+
+    dev_server.kill()
+    approve = TtyStderr(own_env, "approve", "-p", project, "--reason", "after the outage")
+    approve.wait_stderr(waiting)
+    dev_server.start()
+    out, err = approve.communicate(timeout=120)
+    assert approve.proc.returncode == 0, f"exit {approve.proc.returncode}\n{out}\n{err}"
+    assert "Traceback" not in err and "answers again" in err, err
+
+    async def outcome() -> OperationResult:
+        client = await Client.connect(
+            dev_server.address, data_converter=data_converter(), runtime=quiet_runtime()
+        )
+        handle = client.get_workflow_handle(
+            workflow_id_for(project, "default"), result_type=OperationResult
+        )
+        result: OperationResult = await asyncio.wait_for(handle.result(), timeout=120)
+        return result
+
+    result = asyncio.run(outcome())
+    assert result.phase == "succeeded", result.error
+    assert sorted(p.name for p in root.iterdir()) == ["f0", "f1", "f2"]
 
 
 def test_apply_gives_up_after_unavailable_timeout_with_one_line_and_the_run_goes_on(

@@ -549,7 +549,7 @@ class KubernetesRuntime(Runtime):
                     resource_id=resource.id,
                 )
             await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-            delay = min(delay * 2, 0.5)
+            delay = min(delay * 2, 0.25)
             api = await self._call(resource.id, self._api, client, resource, ref)
             assert api is not None  # the apply just used it
             live = await self._call(resource.id, self._get, client, api, ref, resource.id)

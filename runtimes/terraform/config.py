@@ -216,12 +216,12 @@ def _arguments(res: TerraformResource) -> tuple[Any, dict[str, Any]]:
 
 def render_variables(members: Sequence[TerraformResource]) -> dict[str, Any]:
     """The values of the members' sensitive variables: the ``*.auto.tfvars.json`` document
-    written next to the configuration for the command (templates escaped: in JSON syntax a
-    string is a template there too)."""
+    written next to the configuration for the command (its values are literal: ``${`` in a
+    password stays ``${``)."""
     values: dict[str, Any] = {}
     for res in members:
         values.update(_arguments(res)[1])
-    return escape_templates(values)  # type: ignore[no-any-return]
+    return values
 
 
 def render_module(members: Sequence[TerraformResource], *, with_resources: bool) -> dict[str, Any]:

@@ -124,12 +124,21 @@ def test_equal_value_rule_without_taint() -> None:
 def test_reported_sensitive_input_argument_derives_the_rest() -> None:
     """An argument the runtime marks sensitive (a schema-sensitive password given in the spec)
     makes the values computed next to it sensitive too; a computed sensitive value does not."""
-    desired = {"length": 20}
-    live = {"length": 20, "result": PASSWORD, "id": "none", "_stackflow_sensitive": ["result"]}
+    desired: dict[str, Any] = {"length": 20}
+    live: dict[str, Any] = {
+        "length": 20,
+        "result": PASSWORD,
+        "id": "none",
+        "_stackflow_sensitive": ["result"],
+    }
     assert sensitive_record("Terraform", desired, live, [], set()) == ["result"]
     desired = {"password": PASSWORD, "name": "db"}
-    live = {"password": PASSWORD, "name": "db", "endpoint": "db:5432"}
-    live["_stackflow_sensitive"] = ["password"]
+    live = {
+        "password": PASSWORD,
+        "name": "db",
+        "endpoint": "db:5432",
+        "_stackflow_sensitive": ["password"],
+    }
     assert sensitive_record("Terraform", desired, live, [], set()) == ["endpoint", "password"]
 
 
@@ -171,8 +180,8 @@ def test_terraform_gets_tainted_values_as_sensitive_variables() -> None:
     name = block["input"].removeprefix("${var.").removesuffix("}")
     assert doc["variable"] == {name: {"sensitive": True}}
     assert block["triggers_replace"] == ["a", "b"]
-    # the value goes to the tfvars file, templates escaped (JSON strings are templates there)
-    assert render_variables([res]) == {name: "$${oops}" + PASSWORD}
+    # the value goes to the tfvars file as it is (its strings are literal, not templates)
+    assert render_variables([res]) == {name: "${oops}" + PASSWORD}
 
 
 def test_terraform_without_taint_renders_as_before_and_batches_keep_names_apart() -> None:
@@ -193,7 +202,7 @@ def test_terraform_without_taint_renders_as_before_and_batches_keep_names_apart(
     )
     assert len(both["variable"]) == 3
     values = render_variables([_terraform_data(["input", "triggers_replace[1]"]), other])
-    assert sorted(values.values(), key=str) == sorted(["$${oops}" + PASSWORD, "b", PASSWORD])
+    assert sorted(values.values(), key=str) == sorted(["${oops}" + PASSWORD, "b", PASSWORD])
     assert PASSWORD not in json.dumps(both)
     # without resource blocks (refresh, destroy) no variable is declared
     assert "variable" not in render_module([other], with_resources=False)

@@ -414,8 +414,13 @@ async def test_a_worker_whose_discovery_predates_the_crd_applies_its_custom_reso
                 live = await rt.apply(request(item), opts)
                 monkeypatch.setattr(KubeClient, "request", real)
                 assert live["spec"]["replicas"] == 1
+            # the CRD goes (and its objects with it): this runtime, its discovery still
+            # listing the kind, counts the custom resource as deleted
+            await other.delete(request(definition), opts)
         finally:
             await other.close()
+        await rt.delete(request(item, deletionPropagation="Background"), opts)
+        assert await rt.read(request(item), opts) is None
         print(f"\nfailed applies answered (then retried): {answers}")
         assert set(answers) <= {404}
     finally:

@@ -380,6 +380,19 @@ async def test_preview_of_a_kind_not_served_yet_is_its_manifest(server: Server) 
     assert result.would_be["kind"] == "Prometheus"
 
 
+async def test_a_custom_resource_whose_kind_is_gone_counts_as_deleted(server: Server) -> None:
+    # discovery cached from before its CRD was deleted: every request for the object is
+    # answered 404 page not found
+    server.serve(f"{GROUP}/v1", "Prometheus", "prometheuses")
+    server.gets[CR_PATH] = [PAGE_NOT_FOUND]
+    assert await run(server, "delete", prometheus()) is None
+    assert await run(server, "read", prometheus()) is None
+    # and with discovery asked again: the kind is not served, nothing to delete
+    server.discovery.clear()
+    assert await run(server, "delete", prometheus()) is None
+    assert ("DELETE", CR_PATH) not in server.sent
+
+
 # ---- applying a CRD ------------------------------------------------------------------------
 
 

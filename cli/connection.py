@@ -147,15 +147,26 @@ def _notice(text: str) -> None:
 class Temporal:
     """One command's Temporal connection: connect and call, riding out outages.
 
-    ``timeout`` bounds one outage (seconds without an answer); ``follow_hint`` is set once a
-    run is known to exist, so the final line says how to follow it.
+    ``timeout`` bounds one outage (seconds without an answer); ``follow`` says how to follow
+    the run from another command, and ``run_started`` is set once a run is known to exist, so
+    the final line says the run goes on and how to follow it.
     """
 
-    def __init__(self, timeout: float, project: str | None = None, workspace: str | None = None):
+    def __init__(
+        self,
+        timeout: float,
+        project: str | None = None,
+        workspace: str | None = None,
+        follow: str | None = None,
+    ) -> None:
         self.address, self.namespace, self.task_queue = settings()
         self.timeout = timeout
         self.project = project
         self.workspace = workspace
+        self.follow = follow or (
+            f"follow it with `stackflow status --project {project} --workspace {workspace}` "
+            "once Temporal is back"
+        )
         self.run_started = False
         self._client: Client | None = None
         self._waiting = False
@@ -166,19 +177,19 @@ class Temporal:
         return self._client
 
     async def connect(self) -> Client:
-        if self._client is None:
-            from stackflow.codec import data_converter
+        from stackflow.codec import data_converter
 
-            async def connect() -> Client:
-                return await Client.connect(
+        async def connect() -> Client:
+            if self._client is None:
+                self._client = await Client.connect(
                     self.address,
                     namespace=self.namespace,
                     data_converter=data_converter(),
                     runtime=quiet_runtime(),
                 )
+            return self._client
 
-            self._client = await self._retrying("connect", connect, probe=connect)
-        return self._client
+        return await self._retrying("connect", connect, probe=connect)
 
     async def call(self, what: str, fn: Callable[[], Awaitable[T]]) -> T:
         """``fn()``, retried while Temporal is unreachable (up to ``timeout`` per outage)."""
@@ -247,16 +258,11 @@ class Temporal:
             f"Temporal at {self.address} unreachable for {self.timeout:g}s "
             f"(--unavailable-timeout) during {what} ({_reason(exc)})"
         )
-        stack = f"--project {self.project} --workspace {self.workspace}"
         if self.run_started and self.project is not None:
-            return TemporalUnreachable(
-                f"{head}; the run continues on the server: follow it with "
-                f"`stackflow status {stack}` once Temporal is back"
-            )
+            return TemporalUnreachable(f"{head}; the run continues on the server: {self.follow}")
         if what == "start" and self.project is not None:
             return TemporalUnreachable(
-                f"{head}; the run may or may not have started: look with "
-                f"`stackflow status {stack}` once Temporal is back"
+                f"{head}; the run may have started on the server: {self.follow}"
             )
         return TemporalUnreachable(
             f"{head}; start it (`make up`) or set TEMPORAL_ADDRESS, and run the command again"

@@ -115,7 +115,9 @@ def _failure(exc: WorkflowFailureError) -> StackflowError:
 
 
 async def _check(request: DriftInput, timeout: float) -> tuple[DriftResult, str, str | None]:
-    temporal = Temporal(timeout, request.project, request.workspace)
+    stack = f"--project {request.project} --workspace {request.workspace}"
+    follow = f"`stackflow drift status {stack}` shows its report once it has ended"
+    temporal = Temporal(timeout, request.project, request.workspace, follow)
     client = await temporal.connect()
     wid = drift_workflow_id(request.project, request.workspace)
     try:

@@ -161,12 +161,14 @@ class Runner:
         self.request = request
         self.output = output
         self.console = _console(output)
-        self.temporal = Temporal(
-            request.unavailable_timeout_seconds, request.project, request.workspace
-        )
         self.workflow_id = workflow_id_for(request.project, request.workspace)
+        follow = None
         if workflow == "PreviewWorkflow":
             self.workflow_id += "/preview"
+            follow = "run the preview again once Temporal is back"
+        self.temporal = Temporal(
+            request.unavailable_timeout_seconds, request.project, request.workspace, follow
+        )
         self._outcome: asyncio.Future[OperationResult] | None = None
 
     async def start(self) -> WorkflowHandle[Any, OperationResult]:

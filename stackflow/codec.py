@@ -11,10 +11,13 @@ import dataclasses
 import logging
 import zlib
 from collections.abc import Sequence
+from typing import Any
 
+from pydantic import ValidationError
 from temporalio.api.common.v1 import Payload
-from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
 from temporalio.converter import DataConverter, PayloadCodec
+from temporalio.exceptions import ApplicationError, FailureError
 
 from stackflow.crypto import KeyRing
 
@@ -52,8 +55,14 @@ class CompressionCodec(PayloadCodec):
             if payload.metadata.get("encoding") != ENCODING:
                 out.append(payload)
                 continue
-            inner = Payload()
-            inner.ParseFromString(zlib.decompress(payload.data))
+            try:
+                inner = Payload()
+                inner.ParseFromString(zlib.decompress(payload.data))
+            except Exception:
+                # not what this codec wrote: left as it came, the payload converter refuses
+                # it (a workflow's input: the run fails, see PayloadConverter)
+                out.append(payload)
+                continue
             out.append(inner)
         return out
 
@@ -134,8 +143,61 @@ def payload_codec(keys: KeyRing | None = None) -> PayloadCodec:
     return ChainCodec(CompressionCodec(), EncryptionCodec(keys))
 
 
+class PayloadConverter(PydanticPayloadConverter):
+    """Pydantic JSON; and a payload decoded without a type (a workflow's or an Update's
+    arguments: workflow code checks them itself, see ``workflows.common.checked_input``)
+    that cannot be decoded at all raises a non-retryable ``InvalidInput`` ApplicationError,
+    so the run (or the Update) fails at once, where the SDK's own error would fail the
+    workflow task, retried forever. Such payloads come from clients that set an encoding of
+    their own (``temporal workflow start --input-meta encoding=…``, a protobuf message).
+    An encrypted payload a process without the key cannot read still fails as before: that
+    task is retried until the worker has the keys."""
+
+    def from_payloads(
+        self, payloads: Sequence[Payload], type_hints: list[type] | None = None
+    ) -> list[Any]:
+        try:
+            return super().from_payloads(payloads, type_hints)
+        except FailureError:
+            raise
+        except Exception as err:
+            if type_hints or any(p.metadata.get("encoding") == ENCRYPTED for p in payloads):
+                raise
+            index, reason = self._first_failure(payloads, err)
+            encoding = payloads[index].metadata.get("encoding", b"").decode(errors="replace")
+            raise ApplicationError(
+                f"invalid input: argument {index + 1} cannot be decoded (encoding "
+                f"{encoding[:40]!r}): {reason}; send JSON (json/plain)",
+                type="InvalidInput",
+                non_retryable=True,
+            ) from None
+
+    def _first_failure(self, payloads: Sequence[Payload], err: Exception) -> tuple[int, str]:
+        """Which payload cannot be decoded, and why (one short line)."""
+        for index, payload in enumerate(payloads):
+            try:
+                super().from_payloads([payload])
+            except Exception as one:
+                return index, _reason(one)
+        return 0, _reason(err)
+
+
+def _reason(err: Exception) -> str:
+    if isinstance(err, KeyError):
+        return "not an encoding stackflow reads"
+    if isinstance(err, ValidationError):
+        return str(err.errors(include_url=False)[0].get("msg", "invalid JSON"))[:200]
+    cause = err.__cause__
+    text = str(cause if isinstance(cause, Exception) else err) or type(err).__name__
+    return text.splitlines()[0][:200]
+
+
 def data_converter(keys: KeyRing | None = None) -> DataConverter:
-    return dataclasses.replace(pydantic_data_converter, payload_codec=payload_codec(keys))
+    return dataclasses.replace(
+        pydantic_data_converter,
+        payload_converter_class=PayloadConverter,
+        payload_codec=payload_codec(keys),
+    )
 
 
 async def encoded_size(value: object) -> int:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.common.v1 import Payload
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import (
     Client,
@@ -29,6 +30,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
+from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError, FailureError
 
 from stackflow.operation import ApprovalInput, OperationResult, StatusView, workflow_id_for
@@ -44,12 +46,17 @@ class Case:
     name: str
     workflow: str
     args: list[Any]
-    """One JSON value per workflow argument."""
+    """One value per workflow argument (JSON, or a raw payload)."""
     names: str
     """What the error line must say (the field, or what is wrong)."""
     error_type: str = "InvalidInput"
     cli: bool = False
     """Started with `temporal workflow start` (else a plain SDK client)."""
+    meta: tuple[str, ...] = ()
+    """`--input-meta` of the CLI."""
+    decodes: bool = True
+    """The arguments decode (as JSON); else the data converter refuses them before any
+    workflow code runs."""
 
 
 def cases(project: str, spec: dict[str, Any]) -> list[Case]:
@@ -107,6 +114,40 @@ def cases(project: str, spec: dict[str, Any]) -> list[Case]:
         Case("cli-a-list", "ApplyWorkflow", [[1, 2]], "expected a JSON object", cli=True),
         Case("cli-two-inputs", "DestroyWorkflow", [stack, stack], "one argument", cli=True),
         Case("cli-no-input", "RefreshWorkflow", [], "one argument", cli=True),
+        # payloads that are not JSON: an encoding of the client's own, a protobuf message
+        # this worker does not know, bytes that are not JSON, a compressed payload that is not
+        Case(
+            "cli-unknown-encoding",
+            "ApplyWorkflow",
+            [stack],
+            "argument 1 cannot be decoded (encoding 'acme/custom')",
+            cli=True,
+            meta=("encoding=acme/custom",),
+            decodes=False,
+        ),
+        Case(
+            "cli-protobuf",
+            "DestroyWorkflow",
+            [stack],
+            "Unknown Protobuf type acme.v1.Input",
+            cli=True,
+            meta=("encoding=json/protobuf", "messageType=acme.v1.Input"),
+            decodes=False,
+        ),
+        Case(
+            "not-json",
+            "ApplyWorkflow",
+            [RawValue(Payload(metadata={"encoding": b"json/plain"}, data=b"{project: x"))],
+            "Invalid JSON",
+            decodes=False,
+        ),
+        Case(
+            "not-zlib",
+            "PreviewWorkflow",
+            [RawValue(Payload(metadata={"encoding": b"binary/zlib"}, data=b"\x78garbage"))],
+            "encoding 'binary/zlib'",
+            decodes=False,
+        ),
     ]
 
 
@@ -143,7 +184,7 @@ async def plain_client(temporal_address: str) -> Client:
     )
 
 
-def cli_start(env: dict[str, str], workflow: str, wid: str, args: list[Any]) -> None:
+def cli_start(env: dict[str, str], case: Case, wid: str) -> None:
     temporal = shutil.which("temporal", path=env.get("PATH"))
     assert temporal, 'the Temporal CLI is not on PATH: eval "$(make -s env)"'
     command = [
@@ -155,13 +196,15 @@ def cli_start(env: dict[str, str], workflow: str, wid: str, args: list[Any]) -> 
         "--task-queue",
         env["STACKFLOW_TASK_QUEUE"],
         "--type",
-        workflow,
+        case.workflow,
         "--workflow-id",
         wid,
         "--id-conflict-policy",
         "Fail",
     ]
-    for arg in args:
+    for meta in case.meta:
+        command += ["--input-meta", meta]
+    for arg in case.args:
         command += ["--input", json.dumps(arg)]
     started = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
     assert started.returncode == 0, started.stdout + started.stderr
@@ -183,7 +226,7 @@ async def test_malformed_inputs_fail_the_run_at_once(
         wid = workflow_id(project, case.workflow)
         began = time.monotonic()
         if case.cli:
-            cli_start(stack_env, case.workflow, wid, case.args)
+            cli_start(stack_env, case, wid)
         else:
             await plain_client.start_workflow(
                 case.workflow, args=case.args, id=wid, task_queue=queue
@@ -199,14 +242,15 @@ async def test_malformed_inputs_fail_the_run_at_once(
         assert kind == case.error_type, f"{case.name}: {errors}"
         assert case.names in line and "\n" not in line and len(line) <= 400, (case.name, line)
         if case.error_type == "InvalidInput":
-            assert line.startswith("invalid workflow input: "), (case.name, line)
+            prefix = "invalid workflow input: " if case.decodes else "invalid input: "
+            assert line.startswith(prefix), (case.name, line)
         described = await handle.describe()
         assert described.status == WorkflowExecutionStatus.FAILED, case.name
         events = await event_types(handle)
         assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in events, case.name
         if case.error_type == "InvalidInput":  # refused in workflow code, before any activity
             assert EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED not in events, case.name
-            if case.workflow != "BatchWorkflow":  # `stackflow status` says why
+            if case.decodes and case.workflow != "BatchWorkflow":  # `stackflow status` says why
                 status = await handle.query("status", result_type=StatusView)
                 assert (status.phase, status.error) == ("failed", line), case.name
     assert max(took.values()) < FAIL_WITHIN, took
@@ -236,6 +280,10 @@ async def test_malformed_inputs_fail_the_run_at_once(
         (["alice"], "invalid update input: expected a JSON object"),
         ([{"by": "x"}, {"by": "y"}], "invalid update input: expected one argument"),
         ([{"by": "x", "reason": ["no"]}], "invalid update input: reason: "),
+        (
+            [RawValue(Payload(metadata={"encoding": b"acme/custom"}, data=b"{}"))],
+            "invalid input: argument 1 cannot be decoded",
+        ),
     ):
         with pytest.raises(WorkflowUpdateFailedError) as refused:
             await plain.execute_update("approve", args=args)

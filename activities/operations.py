@@ -782,9 +782,13 @@ class OperationActivities:
                 str(resource.type), attributes, tainted, result.sensitive_paths
             )
             secrets = _known_secrets(resource, spec_resources, current, options.context)
-            for side in (would_be, live):
+            for side, computed_only in ((would_be, False), (live, True)):
                 sensitive += derived_sensitive_paths(
-                    attributes, side, inputs, placeholders=(UNKNOWN_UNTIL_APPLY,)
+                    attributes,
+                    side,
+                    inputs,
+                    placeholders=(UNKNOWN_UNTIL_APPLY,),
+                    computed_only=computed_only,
                 )
                 sensitive += equal_value_paths(side, secrets)
         else:

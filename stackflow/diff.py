@@ -398,6 +398,7 @@ def derived_sensitive_paths(
     sensitive_inputs: Sequence[str],
     *,
     placeholders: Container[Any] = (),
+    computed_only: bool = False,
 ) -> list[str]:
     """Paths of ``live`` that may carry a secret because the resource was given one.
 
@@ -409,7 +410,9 @@ def derived_sensitive_paths(
     desired one at the same path (and no sensitive input lies at or under it) is a copy;
     containers are compared field by field; ``None`` (and ``placeholders`` such as
     ``(known after apply)``) carry nothing. Runtime-private keys (``_stackflow_…``) are left
-    out: they are sensitive anyway. Nothing is derived when no input is sensitive."""
+    out: they are sensitive anyway. Nothing is derived when no input is sensitive.
+    ``computed_only``: only fields the spec does not give (a live object's previous values
+    of the spec's own fields are what a preview's diff is about)."""
     patterns = _all_patterns(sensitive_inputs)
     if not patterns or not live:
         return []
@@ -442,7 +445,7 @@ def derived_sensitive_paths(
         elif isinstance(have, list) and isinstance(want, list):
             for index, value in enumerate(have):
                 walk((*at, index), want[index] if index < len(want) else _Absent, value)
-        elif carries(have):
+        elif carries(have) and not computed_only:
             found.append(format_path(at))
 
     for key, value in live.items():

@@ -248,3 +248,19 @@ def test_releases_recorded_without_derived_marks_mask_equal_values_when_shown() 
         }
     )
     assert release_sensitive_paths(None, [sealed, plain]).get(plain.id, set()) == set()
+
+
+def test_a_previews_live_side_keeps_the_specs_own_fields_readable() -> None:
+    """The live object's previous value of a field the spec gives (a label being changed) is
+    what the preview's diff shows; only fields the spec does not give are derived there."""
+    desired = {"metadata": {"labels": {"app": "new"}}, "stringData": {"pw": PASSWORD}}
+    live = {
+        "metadata": {"labels": {"app": "old"}, "uid": "u-123456"},
+        "data": {"pw": "aHVudGVy"},
+    }
+    inputs = ["stringData"]
+    assert derived_sensitive_paths(desired, live, inputs, computed_only=True) == [
+        "data",
+        "metadata.uid",
+    ]
+    assert "metadata.labels.app" in derived_sensitive_paths(desired, live, inputs)

@@ -47,6 +47,16 @@ How it behaves, in one place:
 - **Readiness** (``wait_ready``) polls the object: rollouts, Job completion, PVC bound,
   Namespace active, CRD established, else a ``Ready`` condition; the timeout is
   ``extensions.readinessTimeout`` or the run's ``timeout_seconds``.
+- **CustomResourceDefinitions.** Applying one returns only once its kind is served:
+  ``NamesAccepted`` and ``Established`` True and discovery of each served version listing
+  the kind (asked again, so this client's cache is fresh), within ``readinessTimeout``
+  (default ``CRD_READY_SECONDS``) else ``NotReady``; names another CRD holds are
+  ``InvalidInput`` at once. A custom resource whose apply is answered 404 for no missing
+  namespace (``404 page not found``: discovery cached from before its CRD was made again,
+  or a CRD still being established) has its kind discovered again and the apply retried
+  while the kind is on its way (``Unavailable`` past ``DISCOVERY_WAIT_SECONDS``); a kind no
+  CRD in the cluster defines is ``InvalidInput`` saying so. Deleting a CRD drops its
+  group from the discovery cache; a custom resource whose kind is gone counts as deleted.
 - **Errors** (:func:`failure`), each one line naming the resource:
   400 BadRequest and 422 Invalid (naming the fields of ``details.causes``) -> ``InvalidInput``
   with the server's message; server-side apply's 500 "failed to create typed patch object"
@@ -506,28 +516,32 @@ class KubernetesRuntime(Runtime):
         return live, PreviewResult(would_be=would_be, sensitive_paths=sensitive)
 
     async def apply(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
+        attrs = resource.attributes
+        definition = is_crd(str(attrs.get("apiVersion")), str(attrs.get("kind")))
+        timeout = 0.0
+        if definition:  # how long it may take to be served: checked before it is applied
+            timeout = self._readiness_timeout(resource) or min(
+                CRD_READY_SECONDS, options.timeout_seconds
+            )
         client, ref, result = await self._call(resource.id, self._apply, resource, options)
-        if is_crd(ref.api_version, ref.kind):
-            result = await self._crd_serving(client, resource, options, ref, result)
+        if definition:
+            result = await self._crd_serving(client, resource, ref, result, timeout)
         return normalise(result)
 
     async def _crd_serving(
         self,
         client: KubeClient,
         resource: ResourceRequest,
-        options: RuntimeOptions,
         ref: ObjectRef,
         crd: JSON,
+        timeout: float,
     ) -> JSON:
         """Wait until the CustomResourceDefinition just applied (``crd``: the server's
         answer) is Established, its names accepted and its kind listed by discovery of
         every version it serves (this client's discovery cache refreshed for each): custom
-        resources of it applied next find their kind served. NotReady past the
-        ``readinessTimeout`` (default ``CRD_READY_SECONDS``), InvalidInput for names another
-        CRD holds."""
-        timeout = self._readiness_timeout(resource) or min(
-            CRD_READY_SECONDS, options.timeout_seconds
-        )
+        resources of it applied next find their kind served. NotReady past ``timeout``
+        seconds (``readinessTimeout``, default ``CRD_READY_SECONDS``), InvalidInput for names
+        another CRD holds."""
         deadline = time.monotonic() + timeout
         delay = 0.05
         while True:

@@ -445,3 +445,12 @@ async def test_a_crd_never_established_is_not_ready_after_its_timeout(server: Se
         NotReady, match=r"does not serve its kind 0\.3s after it was applied: not established yet"
     ):
         await run(server, "apply", crd_manifest(), readinessTimeout="300ms")
+
+
+async def test_a_bad_readiness_timeout_on_a_crd_is_refused_before_it_is_applied(
+    server: Server,
+) -> None:
+    serve_crds(server)
+    with pytest.raises(InvalidInput, match=r"extensions\.readinessTimeout 'soon'"):
+        await run(server, "apply", crd_manifest(), readinessTimeout="soon")
+    assert server.sent == []

@@ -145,7 +145,17 @@ def status(
     async def run() -> tuple[StatusView, str]:
         temporal = Temporal(unavailable_timeout, project, workspace)
         handle = await _handle(temporal, project, workspace)
-        view = await temporal.call("status", lambda: handle.query("status", result_type=StatusView))
+        try:
+            view = await temporal.call(
+                "status", lambda: handle.query("status", result_type=StatusView)
+            )
+        except RPCError as exc:
+            if exc.status not in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED):
+                raise
+            raise OperationFailed(
+                f"the run of {project}/{workspace} did not answer the status query "
+                f"({exc.message}): is a worker running on its task queue? (`stackflow worker`)"
+            ) from None
         return view, ui_link(temporal.namespace, handle.id, None)
 
     view, link = asyncio.run(run())

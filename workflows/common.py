@@ -162,8 +162,10 @@ def _where(loc: tuple[Any, ...]) -> str:
             out += f"[{part}]"
             continue
         name = str(part)
-        if len(name) > QUOTE_LIMIT or not name.isprintable():
+        if len(name) > QUOTE_LIMIT:
             name = json.dumps(name[:QUOTE_LIMIT]) + f"… ({len(name)} characters)"
+        elif not name.isprintable():
+            name = json.dumps(name)
         out += f".{name}" if out else name
     return out
 

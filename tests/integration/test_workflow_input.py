@@ -135,6 +135,14 @@ def cases(project: str, spec: dict[str, Any]) -> list[Case]:
             decodes=False,
         ),
         Case(
+            "cli-nested-too-deep",
+            "ApplyWorkflow",
+            [{**stack, "spec": {"resources": [], "x": json.loads("[" * 300 + "]" * 300)}}],
+            "recursion limit exceeded",
+            cli=True,
+            decodes=False,
+        ),
+        Case(
             "not-json",
             "ApplyWorkflow",
             [RawValue(Payload(metadata={"encoding": b"json/plain"}, data=b"{project: x"))],

@@ -175,7 +175,7 @@ def test_more_errors_are_counted() -> None:
 
 def test_keys_that_are_not_printable_stay_on_one_line() -> None:
     line = refused(OperationInput, {"project": "p", "a\nb": 1})
-    assert '"a\\nb"' in line
+    assert line == 'invalid workflow input: "a\\nb": unknown field (got 1)'
 
 
 def test_other_models() -> None:

@@ -545,6 +545,7 @@ class KubernetesRuntime(Runtime):
         deadline = time.monotonic() + timeout
         delay = 0.05
         while True:
+            self._refuse_terminating(resource, ref, crd)  # deleted meanwhile: retried
             state = custom_resource_definition(crd)
             if state.failed:
                 raise InvalidInput(

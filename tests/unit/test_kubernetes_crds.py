@@ -454,3 +454,13 @@ async def test_a_bad_readiness_timeout_on_a_crd_is_refused_before_it_is_applied(
     with pytest.raises(InvalidInput, match=r"extensions\.readinessTimeout 'soon'"):
         await run(server, "apply", crd_manifest(), readinessTimeout="soon")
     assert server.sent == []
+
+
+async def test_a_crd_deleted_while_it_is_waited_for_is_retried(server: Server) -> None:
+    serve_crds(server)
+    server.patches[CRD_PATH] = [crd_manifest()]
+    going = with_status(crd_manifest(), NamesAccepted="True")
+    going["metadata"] = {**going["metadata"], "deletionTimestamp": "2026-11-24T18:00:00Z"}
+    server.gets[CRD_PATH] = [ABSENT, going]
+    with pytest.raises(Unavailable, match="is being deleted; applying once it is gone"):
+        await run(server, "apply", crd_manifest())

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import threading
 import uuid
 from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from stackflow.budget import BUDGET, compact_change, fit_changes, short_error
 from stackflow.cache import PriorStateCache
 from stackflow.diff import (
     RECORDED_SENSITIVE_KEY,
+    SecretSet,
     derived_sensitive_paths,
     diff_resource,
     equal_value_paths,
@@ -100,6 +102,8 @@ from stackflow.state.backend import RunRef, StackLock, StateBackend
 
 PREVIEW_PARALLELISM = 16
 COALESCED_PARALLELISM = 64
+STACK_SECRETS_KEPT = 256
+"""Stacks whose known secrets (digests) a worker remembers, the latest revision of each."""
 """Calls in flight at once to a runtime that merges concurrent calls into one command."""
 
 
@@ -177,7 +181,8 @@ def _known_secrets(
     context: Mapping[str, Any],
 ) -> set[str]:
     """The plaintext values known sensitive for this resource's run: the sensitive values
-    of the recorded state of what it references (and its own), and ``context.env``."""
+    of the recorded state of what it references (and its own), and ``context.env`` (the
+    rest of the stack's: :meth:`OperationActivities._stack_secrets`)."""
     ids = {resource.id, *_referenced_ids(resource, spec_resources)}
     secrets: set[str] = set()
     for rid in ids:
@@ -209,7 +214,7 @@ def sensitive_record(
     desired: Mapping[str, Any],
     live: Mapping[str, Any],
     tainted: list[str],
-    secrets: set[str],
+    secrets: Container[str],
 ) -> list[str]:
     """Every path of ``live`` to record as sensitive: what the runtime reported, the tainted
     inputs, what it derived from a sensitive input (:func:`derived_sensitive_paths`) and any
@@ -253,7 +258,7 @@ class _Applying:
     options: RuntimeOptions
     depends: list[str]
     tainted: list[str]
-    secrets: set[str]
+    secrets: Container[str]
 
     def applied(self, live: dict[str, Any]) -> Resource:
         """The state to record: the live attributes, with every path that may hold a secret
@@ -315,6 +320,8 @@ class OperationActivities:
         self.specs = SpecStore(backend)
         self.plans = PlanStore(backend)
         self.cache = cache
+        self._secrets: dict[tuple[str, str], tuple[int, SecretSet]] = {}
+        self._secrets_lock = threading.Lock()
         self.oracle: RunOracle = oracle or TemporalRunOracle()
 
     # ---- prepare ---------------------------------------------------------------------------
@@ -725,6 +732,11 @@ class OperationActivities:
         await asyncio.to_thread(
             guard.check_preview, self.registry, inp.spec_ref, resources, batch, options
         )
+        stack_secrets = (
+            await asyncio.to_thread(self._stack_secrets, inp.project, inp.workspace)
+            if ids
+            else SecretSet()
+        )
         gate = asyncio.Semaphore(PREVIEW_PARALLELISM)
         merged = asyncio.Semaphore(COALESCED_PARALLELISM)
 
@@ -738,7 +750,13 @@ class OperationActivities:
                 if deleting:
                     return await self._preview_delete(current[resource_id], prior, options)
                 return await self._preview_apply(
-                    resources[resource_id], resources, prior, current, options, inp.ignore_fields
+                    resources[resource_id],
+                    resources,
+                    prior,
+                    current,
+                    options,
+                    inp.ignore_fields,
+                    stack_secrets,
                 )
 
         # one read scope: a runtime may answer many reads of one kind and place from one
@@ -755,6 +773,7 @@ class OperationActivities:
         current: Mapping[str, Resource],
         options: RuntimeOptions,
         ignore_fields: list[str],
+        stack_secrets: SecretSet,
     ) -> dict[str, Any]:
         runtime = self.registry.get(str(resource.type))
         recorded = current.get(resource.id)
@@ -773,27 +792,29 @@ class OperationActivities:
         sensitive += tainted
         if recorded is not None:
             sensitive += recorded_sensitive(recorded.attributes)
+        reported = result.sensitive_paths if result is not None else []
         if result is not None:
             would_be = result.would_be
             sensitive = result.sensitive_paths + sensitive
-            # what the runtime would compute from a sensitive input, and known secrets
-            # wherever they turn up, are masked as the apply will record them
-            inputs = _sensitive_inputs(
-                str(resource.type), attributes, tainted, result.sensitive_paths
-            )
-            secrets = _known_secrets(resource, spec_resources, current, options.context)
-            for side, computed_only in ((would_be, False), (live, True)):
-                sensitive += derived_sensitive_paths(
-                    attributes,
-                    side,
-                    inputs,
-                    placeholders=(UNKNOWN_UNTIL_APPLY,),
-                    computed_only=computed_only,
-                )
-                sensitive += equal_value_paths(side, secrets)
         else:
             # A dependency this run creates first: the referenced value is not known yet.
             would_be = _mark_unknown(resource.attributes, spec_resources)
+        # what the runtime would compute from a sensitive input, and known secrets wherever
+        # they turn up, are masked as the apply will record them
+        inputs = _sensitive_inputs(str(resource.type), attributes, tainted, reported)
+        secrets = (
+            SecretSet(_known_secrets(resource, spec_resources, current, options.context))
+            | stack_secrets
+        )
+        for side, computed_only in ((would_be, False), (live, True)):
+            sensitive += derived_sensitive_paths(
+                attributes,
+                side,
+                inputs,
+                placeholders=(UNKNOWN_UNTIL_APPLY,),
+                computed_only=computed_only,
+            )
+            sensitive += equal_value_paths(side, secrets)
         before = prior.get(resource.id)
         change = diff_resource(
             resource.id,
@@ -875,6 +896,28 @@ class OperationActivities:
             if release.phase == Phase.succeeded:
                 await asyncio.to_thread(self._remember, inp.project, inp.workspace, inp.revision)
 
+    def _stack_secrets(self, project: str, workspace: str) -> SecretSet:
+        """The sensitive values of the stack's latest succeeded release (as digests),
+        remembered per revision: the equal-value rule looks for them in every resource."""
+        revision = self.backend.latest_succeeded_revision(project, workspace)
+        if revision is None:
+            return SecretSet()
+        key = (project, workspace)
+        with self._secrets_lock:
+            known = self._secrets.get(key)
+        if known is not None and known[0] == revision:
+            return known[1]
+        values: set[str] = set()
+        for resource in self.cache.prior(project, workspace).values():
+            paths = sensitive_paths_for(str(resource.type), resource.attributes)
+            values |= sensitive_values(resource.attributes, paths)
+        secrets = SecretSet(values)
+        with self._secrets_lock:
+            if len(self._secrets) >= STACK_SECRETS_KEPT and key not in self._secrets:
+                self._secrets.pop(next(iter(self._secrets)))
+            self._secrets[key] = (revision, secrets)
+        return secrets
+
     def _remember(self, project: str, workspace: str, revision: int) -> None:
         self.cache.remember(self.backend.get(project, workspace, revision, with_spec=False))
 
@@ -902,6 +945,7 @@ class OperationActivities:
         spec_resources: Mapping[str, Resource],
         state: Mapping[str, Resource],
         options: RuntimeOptions,
+        stack_secrets: SecretSet,
     ) -> _Applying:
         """What applying one node takes: the request with references resolved from the
         recorded state of the dependencies, its runtime, and how to record the result."""
@@ -929,7 +973,8 @@ class OperationActivities:
             # dependsOn plus the $kusion_path edges: destroy and deletions walk them in reverse
             depends=sorted({*resource.depends_on, *(ref.resource_id for ref in references)}),
             tainted=tainted,
-            secrets=_known_secrets(resource, spec_resources, state, options.context),
+            secrets=SecretSet(_known_secrets(resource, spec_resources, state, options.context))
+            | stack_secrets,
         )
 
     def _node_options(self, inp: NodeInput | GroupInput, run: RunRef) -> RuntimeOptions:
@@ -958,7 +1003,8 @@ class OperationActivities:
             self.backend.resources, inp.project, inp.workspace, inp.revision, wanted
         )
         run = self._owner(inp.owner)
-        job = self._applying(inp, spec_resources, state, self._node_options(inp, run))
+        secrets = await asyncio.to_thread(self._stack_secrets, inp.project, inp.workspace)
+        job = self._applying(inp, spec_resources, state, self._node_options(inp, run), secrets)
         await _pre_check(job.runtime, job.request, job.options)  # resolved
         await self._holds(run, inp.project, inp.workspace, inp.revision)
         live = await job.runtime.apply(job.request, job.options)
@@ -1065,6 +1111,11 @@ class OperationActivities:
                 outcome[rid] = exc
         every = sorted({i for ids in wanted.values() for i in ids})
         state = await asyncio.to_thread(self.backend.resources, project, workspace, revision, every)
+        secrets = (
+            await asyncio.to_thread(self._stack_secrets, project, workspace)
+            if any(action != "Delete" for _, action in inp.nodes)
+            else SecretSet()
+        )
         await self._holds(run, project, workspace, revision)
         applied: dict[str, Resource] = {}
         deleted: list[str] = []
@@ -1094,7 +1145,7 @@ class OperationActivities:
                     outcome[rid] = NodeResult(id=rid, action="Delete", status=NodeStatus.succeeded)
                     return
                 mine = {i: state[i] for i in wanted[rid] if i in state}
-                job = self._applying(node, spec_resources, mine, options)
+                job = self._applying(node, spec_resources, mine, options, secrets)
                 await _pre_check(job.runtime, job.request, options)
                 live = await job.runtime.apply(job.request, options)
                 applied[rid] = job.applied(live)

@@ -7,8 +7,10 @@ Secret values are masked here, once, so nothing downstream ever sees them.
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
-from collections.abc import Container, Iterator, Mapping, Sequence
+import os
+from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -522,6 +524,33 @@ def _matching(value: Any, pattern: Sequence[Segment]) -> Iterator[Any]:
         for index, sub in enumerate(value):
             if head in ("*", index):
                 yield from _matching(sub, rest)
+
+
+class SecretSet(Container[str]):
+    """Known sensitive values kept as keyed digests (the key is random, per process): a
+    value can be looked up, never read back, so a worker may remember a stack's secrets
+    between activities without holding them in clear."""
+
+    _KEY = os.urandom(32)
+
+    def __init__(self, values: Iterable[str] = ()) -> None:
+        self._digests = {self._digest(v) for v in values}
+
+    @classmethod
+    def _digest(cls, value: str) -> bytes:
+        data = value.encode("utf-8", errors="surrogatepass")
+        return hashlib.blake2b(data, key=cls._KEY, digest_size=16).digest()
+
+    def __contains__(self, value: object) -> bool:
+        return isinstance(value, str) and self._digest(value) in self._digests
+
+    def __len__(self) -> int:
+        return len(self._digests)
+
+    def __or__(self, other: SecretSet) -> SecretSet:
+        joined = SecretSet()
+        joined._digests = self._digests | other._digests
+        return joined
 
 
 def equal_value_paths(attributes: Mapping[str, Any] | None, secrets: Container[str]) -> list[str]:

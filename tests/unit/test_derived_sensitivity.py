@@ -8,21 +8,28 @@ import base64
 import json
 from typing import Any
 
-from activities.operations import sensitive_record
-from runtimes.base import ResourceRequest
+from activities.operations import OperationActivities, sensitive_record
+from runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
+from runtimes.registry import RuntimeRegistry
 from runtimes.terraform.config import parse_resource, render_module, render_variables
+from stackflow.cache import PriorStateCache
 from stackflow.crypto import KeyRing
 from stackflow.diff import (
     MIN_SECRET_LENGTH,
     RECORDED_SENSITIVE_KEY,
     SENSITIVE_MARKER,
+    SecretSet,
     derived_sensitive_paths,
     equal_value_paths,
     mask_attributes,
+    recorded_sensitive,
     sensitive_values,
 )
+from stackflow.operation import NodeInput, OperationInput, PrepareInput, RunOwner
+from stackflow.release import Phase
 from stackflow.release_diff import mask_recorded, release_sensitive_paths
 from stackflow.spec import Resource
+from stackflow.state.backend import RunRef, StateBackend
 from stackflow.state.sealing import Sealer
 
 PASSWORD = "hunter2-but-longer-Zq9"
@@ -264,3 +271,81 @@ def test_a_previews_live_side_keeps_the_specs_own_fields_readable() -> None:
         "metadata.uid",
     ]
     assert "metadata.labels.app" in derived_sensitive_paths(desired, live, inputs)
+
+
+def test_secret_sets_look_values_up_without_holding_them() -> None:
+    secrets = SecretSet(sensitive_values({"result": PASSWORD}, ["result"]))
+    assert PASSWORD in secrets and "other-value" not in secrets
+    assert PASSWORD not in repr(vars(secrets))
+    joined = secrets | SecretSet(["another-secret"])
+    assert len(joined) == 3  # the password, its base64 form, the other one
+    live = {"a": "another-secret", "b": PASSWORD, "c": "plain-value"}
+    assert equal_value_paths(live, joined) == ["a", "b"]
+
+
+class _Generating(Runtime):
+    """``gen`` generates a secret (marked sensitive, as Terraform marks a password); ``copy``
+    hands its input back as a computed ``output``; ``echo`` returns what it was given."""
+
+    type_name = "OnPrem"
+
+    def __init__(self) -> None:
+        self.requests: dict[str, ResourceRequest] = {}
+
+    async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
+        return None
+
+    async def apply(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
+        self.requests[resource.id] = resource
+        attributes = dict(resource.attributes)
+        if resource.id == "gen":
+            return {**attributes, "token": PASSWORD, RECORDED_SENSITIVE_KEY: ["token"]}
+        if resource.id == "copy":
+            return {**attributes, "output": attributes["input"], "id": "copy-7f3a9c"}
+        return attributes
+
+    async def delete(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
+        return None
+
+
+async def test_apply_records_derived_and_equal_values_of_the_stack(backend: StateBackend) -> None:
+    runtime = _Generating()
+    registry = RuntimeRegistry()
+    registry.register("OnPrem", lambda: runtime)
+    acts = OperationActivities(registry, backend, PriorStateCache(None, backend))
+
+    async def apply(run: str, resources: list[dict[str, Any]]) -> int:
+        request = OperationInput(project="p", workspace="w", spec={"resources": resources})
+        plan = await acts.prepare_operation(
+            PrepareInput(operation="apply", request=request, workflow_id="wf", run_id=run)
+        )
+        assert plan.revision is not None and plan.spec_ref is not None
+        for node in plan.nodes:
+            await acts.apply_resource(
+                NodeInput(
+                    project="p",
+                    workspace="w",
+                    revision=plan.revision,
+                    spec_ref=plan.spec_ref,
+                    resource_id=node.id,
+                    action="Create",
+                    owner=RunOwner(workflow_id="wf", run_id=run),
+                )
+            )
+        backend.set_phase("p", "w", plan.revision, Phase.succeeded, run=RunRef("wf", run))
+        return plan.revision
+
+    gen = {"id": "gen", "type": "OnPrem", "attributes": {"kind": "File", "path": "/gen"}}
+    await apply("r1", [gen])
+    copy = {"id": "copy", "type": "OnPrem", "attributes": {"input": "$kusion_path.gen.token"}}
+    # a resource that got the secret without a reference (typed in, or a lost taint)
+    echo = {"id": "echo", "type": "OnPrem", "attributes": {"note": PASSWORD, "kind": "File"}}
+    revision = await apply("r2", [gen, copy, echo])
+    assert runtime.requests["copy"].sensitive_paths == ["input"]  # handed to the runtime
+    state = backend.get("p", "w", revision).state.by_id()
+    assert recorded_sensitive(state["copy"].attributes) == ["id", "input", "output"]
+    assert recorded_sensitive(state["echo"].attributes) == ["note"]  # the stack's secret
+    for rid in ("copy", "echo"):
+        shown = mask_attributes("OnPrem", state[rid].attributes)
+        assert PASSWORD not in json.dumps(shown)
+    assert state["echo"].attributes["kind"] == "File"

@@ -91,8 +91,13 @@ def to_application_error(
 
 @contextlib.contextmanager
 def temporal_errors(unavailable_timeout: float = DEFAULT_UNAVAILABLE_TIMEOUT) -> Iterator[None]:
-    """Wraps an activity body: whatever it raises leaves classified (see the module)."""
+    """Wraps an activity body: whatever it raises leaves classified (see the module).
+
+    The original exception is not chained: Temporal would record it as the failure's cause,
+    in clear in history, and its text may quote a value (pydantic quotes the input it
+    refused, an API server the field it rejected). A bug's traceback travels in the
+    failure's details, which the payload codec encrypts."""
     try:
         yield
     except Exception as exc:
-        raise to_application_error(exc, unavailable_timeout) from exc
+        raise to_application_error(exc, unavailable_timeout) from None

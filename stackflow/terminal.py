@@ -34,3 +34,22 @@ def terminal_safe(text: str) -> str:
 def one_line_safe(text: str) -> str:
     """``terminal_safe`` for a one-line message: newlines and tabs are escaped too."""
     return terminal_safe(text).replace("\n", "\\n").replace("\t", "\\t")
+
+
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()<>#+!|~])")
+
+
+def markdown_text(text: str) -> str:
+    """One line of spec-supplied text for Markdown (the Temporal UI's current details):
+    controls escaped as on a terminal, and Markdown punctuation backslashed, so a message
+    cannot add a link, an image or emphasis of its own."""
+    return _MARKDOWN.sub(r"\\\1", one_line_safe(text))
+
+
+def markdown_code(text: str) -> str:
+    """``text`` as an inline code span that no backtick in it can close early."""
+    text = one_line_safe(text)
+    longest = max((len(run) for run in re.findall("`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"

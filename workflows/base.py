@@ -47,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         StatusView,
         human_duration,
     )
+    from stackflow.terminal import markdown_code, markdown_text
     from workflows import common
     from workflows.constants import (
         AWAITING_APPROVAL,
@@ -131,10 +132,13 @@ class _Operation:
             lines.append(line)
         if p.running:
             more = f" and {len(p.running) - 5} more" if len(p.running) > 5 else ""
-            lines.append("running: " + ", ".join(f"`{r}`" for r in p.running[:5]) + more)
+            lines.append("running: " + ", ".join(markdown_code(r) for r in p.running[:5]) + more)
         if self._failures:
             lines.append("failed:")
-            lines += [f"- `{r.id}`: {(r.error or '')[:200]}" for r in self._failures[:5]]
+            lines += [
+                f"- {markdown_code(r.id)}: {markdown_text((r.error or '')[:200])}"
+                for r in self._failures[:5]
+            ]
         flags = f"--project {request.project} --workspace {request.workspace}"
         wid = workflow.info().workflow_id
         if self._phase == AWAITING_APPROVAL:
@@ -150,7 +154,7 @@ class _Operation:
                 f"(give up: `stackflow abort {flags}`)"
             )
         if self._error:
-            lines.append(f"error: {self._error[:300]}")
+            lines.append(f"error: {markdown_text(self._error[:300])}")
         workflow.set_current_details("\n\n".join(lines))
 
     def _tick(self) -> None:

@@ -132,3 +132,19 @@ def test_the_real_cli_escapes_ids_in_tables_and_errors_but_json_stays_exact(
     assert bad.returncode == 2
     _assert_no_raw(bad.stderr)
     assert "dependsOn: unknown resource 'gone\\x1b[2J\\u202e'" in bad.stderr
+
+
+def test_current_details_markdown_cannot_be_steered_by_ids_or_errors() -> None:
+    """The Temporal UI renders current details as Markdown: an id or an error message may
+    not close its code span, add a link or an image, or carry control characters."""
+    from stackflow.terminal import markdown_code, markdown_text
+
+    assert markdown_code("v1:ConfigMap:ns:a") == "`v1:ConfigMap:ns:a`"
+    assert markdown_code("a`b") == "``a`b``"
+    assert markdown_code("`x``") == "``` `x`` ```"
+    assert markdown_code(f"id{CLEAR}\nnext") == "`id\\x1b[2J\\nnext`"
+    text = markdown_text("refused: see [docs](http://evil.example) ![x](y) **now**\r\u202e")
+    assert text == (
+        "refused: see \\[docs\\]\\(http://evil.example\\) \\!\\[x\\]\\(y\\) \\*\\*now\\*\\*"
+        "\\x0d\\u202e"
+    )

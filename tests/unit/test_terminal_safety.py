@@ -146,5 +146,5 @@ def test_current_details_markdown_cannot_be_steered_by_ids_or_errors() -> None:
     text = markdown_text("refused: see [docs](http://evil.example) ![x](y) **now**\r\u202e")
     assert text == (
         "refused: see \\[docs\\]\\(http://evil.example\\) \\!\\[x\\]\\(y\\) \\*\\*now\\*\\*"
-        "\\x0d\\u202e"
+        "\\\\x0d\\\\u202e"  # the escapes' own backslashes are backslashed: shown as \x0d
     )

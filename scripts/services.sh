@@ -71,6 +71,18 @@ code_hash() {
     sort -z | xargs -0 cat | sha256sum | cut -c1-16)
 }
 stale_worker() { [ "$(cat "$RUN_DIR/pids/worker.code" 2>/dev/null)" != "$(code_hash)" ]; }
+# The tool versions a service runs with: a running service started with other versions (after an
+# upgrade, or with another STACKFLOW_KUBE_VERSION) is restarted by `up`.
+version_of() {
+  case "$1" in
+    temporal) echo "temporal $TEMPORAL_CLI_VERSION" ;;
+    etcd) echo "etcd $ETCD_VERSION $ETCD_DATA_DIR" ;;
+    kube-apiserver|kube-controller-manager|kube-scheduler) echo "kubernetes $KUBERNETES_VERSION etcd $ETCD_VERSION" ;;
+    kwok) echo "kwok $KWOK_VERSION kubernetes $KUBERNETES_VERSION" ;;
+    *) echo "" ;;
+  esac
+}
+stale_version() { [ "$(cat "$RUN_DIR/pids/$1.version" 2>/dev/null)" != "$(version_of "$1")" ]; }
 
 # ---- kube certificates & kubeconfig ------------------------------------------------------------
 kube_pki() {
@@ -191,7 +203,7 @@ cmd_temporal() {
     --search-attribute StackflowPhase=Keyword --search-attribute StackflowDrift=Bool
 }
 cmd_etcd() {
-  echo etcd --name stackflow-dev --data-dir "$RUN_DIR/etcd" \
+  echo etcd --name stackflow-dev --data-dir "$ETCD_DATA_DIR" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
     --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
     --initial-cluster "stackflow-dev=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync --log-level warn
@@ -277,6 +289,9 @@ start_one() {
   if is_running "$name" && [ "$name" = worker ] && stale_worker; then
     warn "worker code changed since it started: restarting it"; stop_one worker
   fi
+  if is_running "$name" && stale_version "$name"; then
+    warn "$name runs other versions than $(version_of "$name"): restarting it"; stop_one "$name"
+  fi
   if is_running "$name"; then
     if "health_$name"; then ok "$name already running (pid $(cat "$(pidfile "$name")"))"; return; fi
     warn "$name is running but unhealthy: restarting it"; stop_one "$name"
@@ -293,6 +308,7 @@ start_one() {
   pid=$!
   echo "$pid" > "$(pidfile "$name")"
   [ "$name" != worker ] || code_hash > "$RUN_DIR/pids/worker.code"
+  version_of "$name" > "$RUN_DIR/pids/$name.version"
   until "health_$name"; do
     if ! kill -0 "$pid" 2>/dev/null; then
       rm -f "$(pidfile "$name")"
@@ -339,12 +355,13 @@ export STACKFLOW_CODEC_ENDPOINT=http://127.0.0.1:$CODEC_PORT
 export REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
 export STACKFLOW_POSTGRES_URL=$(pg_url)
 export KUBECONFIG=$KUBECONFIG_PATH
-export STACKFLOW_TF_BIN=$TOOLS_BIN/tofu
-export STACKFLOW_KUBECTL=$TOOLS_BIN/kubectl
+export STACKFLOW_TF_BIN=$TOFU_BIN_DIR/tofu
+export STACKFLOW_KUBECTL=$KUBE_BIN_DIR/kubectl
 export TF_CLI_CONFIG_FILE=$TF_CLI_CONFIG
 export STACKFLOW_HOME=${STACKFLOW_HOME:-$RUN_DIR/home}
 export STACKFLOW_ONPREM_ROOTS=${STACKFLOW_ONPREM_ROOTS:-${TMPDIR:-/tmp}}
-export PATH=$TOOLS_BIN:$VENV/bin:\$PATH
+export STACKFLOW_KUBE_VERSION=$KUBE_MINOR
+export PATH=$TOOLS_PATH:$VENV/bin:\$PATH
 ENV
 }
 

@@ -208,6 +208,9 @@ cmd_etcd() {
     --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
     --initial-cluster "stackflow-dev=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync --log-level warn
 }
+# --endpoint-reconciler-type none: the apiserver advertises 127.0.0.1, which 1.37 refuses to
+# publish as the `kubernetes` Service's endpoint ("may not be in the loopback range"); no pod
+# here talks to the API through that Service (kwok's pods run nothing).
 cmd_kube-apiserver() {
   kube_pki
   local d="$KUBE_DIR"
@@ -218,6 +221,7 @@ cmd_kube-apiserver() {
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$d/sa.pub" --service-account-signing-key-file "$d/sa.key" \
     --service-cluster-ip-range 10.0.0.0/24 --authorization-mode RBAC --allow-privileged=true \
+    --endpoint-reconciler-type none \
     --cert-dir "$d/certs" --v 1
 }
 cmd_kube-controller-manager() {
@@ -239,7 +243,8 @@ kube_api() {
   curl -sS --cacert "$KUBE_DIR/ca.crt" -H "Authorization: Bearer $(cat "$KUBE_DIR/admin.token")" \
     -H 'Content-Type: application/json' -X "$1" "https://127.0.0.1:$KUBE_API_PORT$2" ${3:+--data "$3"} 2>/dev/null | tr -d ' \n'
 }
-# kwok fakes one node (kwok-node-0, created here if missing) and the status of pods on it,
+# kwok fakes one node (kwok-node-0, created here if missing) and the status of pods on it
+# (the stages setup.sh copies from kwok's module),
 # so Deployments roll out and Jobs complete without a kubelet. Pod IPs stay outside the
 # service range 10.0.0.0/24. The node heartbeats through a Lease renewed every 10 s: without
 # one, kwok patched the node's status every 45 s, past the controller-manager's 40 s grace, so
@@ -250,7 +255,8 @@ cmd_kwok() {
     "annotations":{"kwok.x-k8s.io/node":"fake","node.alpha.kubernetes.io/ttl":"0"},
     "labels":{"type":"kwok","kubernetes.io/hostname":"kwok-node-0","kubernetes.io/os":"linux","kubernetes.io/arch":"amd64"}},
     "status":{"capacity":{"cpu":"32","memory":"256Gi","pods":"250"},"allocatable":{"cpu":"32","memory":"256Gi","pods":"250"}}}' >/dev/null
-  echo kwok --kubeconfig "$KUBE_DIR/kubeconfig" --config /dev/null \
+  [ -s "$KWOK_BIN_DIR/stages.yaml" ] || die "kwok: no stages file $KWOK_BIN_DIR/stages.yaml; run 'make setup' first"
+  echo kwok --kubeconfig "$KUBE_DIR/kubeconfig" --config "$KWOK_BIN_DIR/stages.yaml" \
     --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
     --server-address "127.0.0.1:$KWOK_PORT" --cidr 10.244.0.1/16 --node-ip 127.0.0.1 \
     --node-lease-duration-seconds 40

@@ -80,8 +80,13 @@ setup_go_tools() {
   done
   go_tool kubernetes "$KUBERNETES_VERSION-$(gomod_hash "kubernetes/v$KUBE_MINOR")" "$KUBE_BIN_DIR" kube-apiserver kube-controller-manager kube-scheduler kubectl -- \
     bash -c "cd '$KUBE_GOMOD' && go build -ldflags '-s -w$vflags' -o '$KUBE_BIN_DIR/' k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl"
-  go_tool kwok "$KWOK_VERSION-$(gomod_hash kwok)" "$KWOK_BIN_DIR" kwok -- \
-    bash -c "cd '$REPO_ROOT/tools/gomod/kwok' && go build -ldflags '-s -w' -o '$KWOK_BIN_DIR/' sigs.k8s.io/kwok/cmd/kwok"
+  # kwok 0.7+ has no built-in stages: its own "fast" node and pod stages (as 0.6 defaulted to:
+  # node-initialize and node-heartbeat, the lease beside it; pod-ready, pod-complete, pod-delete) are copied
+  # from its module into one config file beside the binary.
+  local stages="node/fast/node-initialize.yaml node/heartbeat/node-heartbeat.yaml pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml"
+  go_tool kwok "$KWOK_VERSION-$(gomod_hash kwok)-stages" "$KWOK_BIN_DIR" kwok -- \
+    bash -c "cd '$REPO_ROOT/tools/gomod/kwok' && go build -ldflags '-s -w' -o '$KWOK_BIN_DIR/' sigs.k8s.io/kwok/cmd/kwok &&
+      dir=\$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok) && for f in $stages; do echo ---; cat \"\$dir/kustomize/stage/\$f\"; done > '$KWOK_BIN_DIR/stages.yaml'"
   go_tool opentofu "$OPENTOFU_VERSION-$(gomod_hash opentofu)" "$TOFU_BIN_DIR" tofu -- \
     bash -c "cd '$REPO_ROOT/tools/gomod/opentofu' && go build -ldflags '-s -w -X github.com/opentofu/opentofu/version.dev=no' -o '$TOFU_BIN_DIR/' github.com/opentofu/opentofu/cmd/tofu"
 }

@@ -34,7 +34,7 @@ test: up ## run the whole test suite against the real services
 # it (their own etcd data), and leaves them there; `make up` goes back to the default minor.
 KUBE_COMPAT ?= 1.35
 test-compat: setup ## Kubernetes integration tests on the oldest supported minor, 1.35 (not in `make test`)
-	@export STACKFLOW_KUBE_VERSION=$(KUBE_COMPAT) && scripts/setup.sh go-tools && scripts/services.sh up && \
+	@export STACKFLOW_KUBE_VERSION=$(KUBE_COMPAT) && scripts/setup.sh kubernetes && scripts/services.sh up && \
 	  eval "$$(scripts/services.sh env)" && $(PY) -m pytest -q tests/integration/test_kubernetes_*.py
 
 test-unit: setup ## only the tests that need no service

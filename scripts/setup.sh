@@ -47,7 +47,7 @@ go_tool() {
   if [ $all -eq 1 ] && [ "$(cat "$stamp" 2>/dev/null)" = "$value" ]; then ok "$name $value cached"; return; fi
   mkdir -p "$dir" "$STACKFLOW_CACHE/logs"
   rm -f "$stamp"
-  local log="$STACKFLOW_CACHE/logs/build-$name.log" t0=$SECONDS
+  local log="$STACKFLOW_CACHE/logs/build-$(basename "${dir%/bin}").log" t0=$SECONDS
   printf '    building %s %s (log: %s)…\n' "$name" "$value" "$log"
   if ! "$@" >"$log" 2>&1; then tail -n 20 "$log" >&2; die "building $name failed; full log: $log"; fi
   printf '%s' "$value" > "$stamp"
@@ -63,30 +63,53 @@ go_env() {
   export GOFLAGS="-trimpath" CGO_ENABLED=0 GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
 }
 
+# One step per Go-built tool (`scripts/setup.sh kubernetes` builds only the control plane of
+# the current STACKFLOW_KUBE_VERSION); go-tools runs them all.
 setup_go_tools() {
   go_env
   step "Go-built tools in $STACKFLOW_CACHE/tools (first build takes a while on 2 cores)"
-  # The Temporal CLI through a wrapper module (tools/gomod/temporal: its cliext replace).
+  setup_temporal; setup_etcd; setup_kubernetes; setup_kwok; setup_opentofu
+}
+
+# The Temporal CLI through a wrapper module (tools/gomod/temporal: its cliext replace).
+setup_temporal() {
+  go_env
   go_tool temporal "$TEMPORAL_CLI_VERSION-$(gomod_hash temporal)" "$TEMPORAL_BIN_DIR" temporal -- \
     bash -c "cd '$REPO_ROOT/tools/gomod/temporal' && go build -ldflags '-s -w -X github.com/temporalio/cli/internal/temporalcli.Version=${TEMPORAL_CLI_VERSION#v}' -o '$TEMPORAL_BIN_DIR/' github.com/temporalio/cli/cmd/temporal"
+}
+
+setup_etcd() {
+  go_env
   go_tool etcd "$ETCD_VERSION-$(gomod_hash etcd)" "$ETCD_BIN_DIR" etcd -- \
     bash -c "cd '$REPO_ROOT/tools/gomod/etcd' && go build -ldflags '-s -w' -o '$ETCD_BIN_DIR/etcd' ."
-  # The control plane and kubectl at the same version, one build of the k8s.io/kubernetes module.
-  # The version is stamped into both packages that report it (kubectl's client version comes
-  # from client-go's), so `kubectl version` shows no skew against the dev kube-apiserver.
+}
+
+# The control plane and kubectl at the same version, one build of the k8s.io/kubernetes module.
+# The version is stamped into both packages that report it (kubectl's client version comes
+# from client-go's), so `kubectl version` shows no skew against the dev kube-apiserver.
+setup_kubernetes() {
+  go_env
   local vflags="" v
   for v in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     vflags+=" -X $v.gitVersion=$KUBERNETES_VERSION -X $v.gitMajor=1 -X $v.gitMinor=${KUBE_MINOR#1.} -X $v.gitTreeState=clean"
   done
   go_tool kubernetes "$KUBERNETES_VERSION-$(gomod_hash "kubernetes/v$KUBE_MINOR")" "$KUBE_BIN_DIR" kube-apiserver kube-controller-manager kube-scheduler kubectl -- \
     bash -c "cd '$KUBE_GOMOD' && go build -ldflags '-s -w$vflags' -o '$KUBE_BIN_DIR/' k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl"
-  # kwok 0.7+ has no built-in stages: its own "fast" node and pod stages (as 0.6 defaulted to:
-  # node-initialize and node-heartbeat, the lease beside it; pod-ready, pod-complete, pod-delete) are copied
-  # from its module into one config file beside the binary.
+}
+
+# kwok 0.7+ has no built-in stages: the ones 0.6 defaulted to (node-initialize and
+# node-heartbeat, the Lease renewed beside them; pod-ready, pod-complete, pod-delete) are copied
+# from its module into one config file beside the binary.
+setup_kwok() {
+  go_env
   local stages="node/fast/node-initialize.yaml node/heartbeat/node-heartbeat.yaml pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml"
   go_tool kwok "$KWOK_VERSION-$(gomod_hash kwok)-stages" "$KWOK_BIN_DIR" kwok -- \
     bash -c "cd '$REPO_ROOT/tools/gomod/kwok' && go build -ldflags '-s -w' -o '$KWOK_BIN_DIR/' sigs.k8s.io/kwok/cmd/kwok &&
       dir=\$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok) && for f in $stages; do echo ---; cat \"\$dir/kustomize/stage/\$f\"; done > '$KWOK_BIN_DIR/stages.yaml'"
+}
+
+setup_opentofu() {
+  go_env
   go_tool opentofu "$OPENTOFU_VERSION-$(gomod_hash opentofu)" "$TOFU_BIN_DIR" tofu -- \
     bash -c "cd '$REPO_ROOT/tools/gomod/opentofu' && go build -ldflags '-s -w -X github.com/opentofu/opentofu/version.dev=no' -o '$TOFU_BIN_DIR/' github.com/opentofu/opentofu/cmd/tofu"
 }
@@ -139,7 +162,7 @@ main() {
   local t0=$SECONDS steps=("$@")
   [ ${#steps[@]} -gt 0 ] || steps=(apt python go_tools terraform_config terraform_providers)
   for s in "${steps[@]}"; do
-    declare -F "setup_${s//-/_}" >/dev/null || die "unknown setup step '$s' (apt, python, go-tools, terraform-config, terraform-providers)"
+    declare -F "setup_${s//-/_}" >/dev/null || die "unknown setup step '$s' (apt, python, go-tools or one of temporal, etcd, kubernetes, kwok, opentofu; terraform-config, terraform-providers)"
     "setup_${s//-/_}"
   done
   step "setup done in $((SECONDS - t0))s"

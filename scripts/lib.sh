@@ -23,13 +23,20 @@ KUBE_DEFAULT_MINOR="1.37"
 KUBE_MINOR="${STACKFLOW_KUBE_VERSION:-$KUBE_DEFAULT_MINOR}"
 KUBE_MINOR="${KUBE_MINOR#v}"; KUBE_MINOR="$(printf '%s' "$KUBE_MINOR" | cut -d. -f1,2)"
 KUBE_GOMOD="$REPO_ROOT/tools/gomod/kubernetes/v$KUBE_MINOR"
-kube_minors() { (cd "$REPO_ROOT/tools/gomod/kubernetes" && ls -d v1.* 2>/dev/null | sed 's/^v//' | sort -V | tr '\n' ' '); }
+kube_minors() { (cd "$REPO_ROOT/tools/gomod/kubernetes" && ls -d v1.* 2>/dev/null | sed 's/^v//' | sort -V | xargs); }
 if [ ! -f "$KUBE_GOMOD/go.mod" ]; then
   printf 'error: STACKFLOW_KUBE_VERSION=%s is not a supported Kubernetes minor (supported: %s)\n' \
     "${STACKFLOW_KUBE_VERSION:-}" "$(kube_minors)" >&2
   exit 1
 fi
 KUBERNETES_VERSION="$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$KUBE_GOMOD/go.mod")"
+case "${STACKFLOW_KUBE_VERSION:-}" in
+  *.*.*) [ "v${STACKFLOW_KUBE_VERSION#v}" = "$KUBERNETES_VERSION" ] || {
+    printf 'error: STACKFLOW_KUBE_VERSION=%s: the %s wrapper module pins %s (give the minor, %s)\n' \
+      "$STACKFLOW_KUBE_VERSION" "$KUBE_MINOR" "$KUBERNETES_VERSION" "$KUBE_MINOR" >&2
+    exit 1
+  } ;;
+esac
 
 # tool_dir NAME VERSION: where one version of a Go-built tool lives (binaries under bin/).
 tool_dir() { echo "$STACKFLOW_CACHE/tools/$1-$2"; }

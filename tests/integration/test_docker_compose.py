@@ -673,7 +673,8 @@ def test_ui_variables_are_ones_the_ui_reads(raw: dict[str, Any]) -> None:
 def test_ui_write_actions_are_configured_explicitly(resolved: dict[str, Any]) -> None:
     env = environment(services(resolved)[UI])
     # Steering runs (Updates), cancel, terminate, reset: on; batch actions, starting runs
-    # from hand-written input and pausing a run: off. Each one said, none left to the image's defaults.
+    # from hand-written input and pausing a run: off. Each one said, none left to the image's
+    # defaults.
     expected = {
         "TEMPORAL_DISABLE_WRITE_ACTIONS": "false",
         "TEMPORAL_WORKFLOW_UPDATE_DISABLED": "false",

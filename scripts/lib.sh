@@ -76,8 +76,4 @@ ok()   { printf '    %sok%s %s\n' "$_G" "$_N" "$*"; }
 warn() { printf '    %swarn%s %s\n' "$_Y" "$_N" "$*" >&2; }
 die()  { printf '%serror:%s %s\n' "$_R" "$_N" "$*" >&2; exit 1; }
 
-# stamp NAME VALUE: true when the stamp file for NAME holds VALUE (the step is done).
-stamp_ok() { [ -f "$STACKFLOW_CACHE/stamps/$1" ] && [ "$(cat "$STACKFLOW_CACHE/stamps/$1")" = "$2" ]; }
-stamp_set() { mkdir -p "$STACKFLOW_CACHE/stamps"; printf '%s' "$2" > "$STACKFLOW_CACHE/stamps/$1"; }
-
 export PATH="$TOOLS_PATH:$VENV/bin:$PATH"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs everything stackflow's dev loop needs, from package registries only:
 # Debian packages, the locked Python venv, and Go-built tools (Temporal CLI, etcd, Kubernetes
-# control plane and kubectl, kwok, OpenTofu, Terraform providers). Idempotent: each step is skipped when its stamp matches.
+# control plane and kubectl, kwok, OpenTofu, Terraform providers). Idempotent: each tool is
+# skipped when the stamp in its own versioned directory matches (see go_tool).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # postgresql: Debian's server (bookworm: 15, under /usr/lib/postgresql/15/bin). services.sh runs

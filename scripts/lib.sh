@@ -5,15 +5,47 @@ set -euo pipefail
 
 REPO_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 STACKFLOW_CACHE="${STACKFLOW_CACHE:-$HOME/.cache/stackflow}"
-TOOLS_BIN="$STACKFLOW_CACHE/bin"
 RUN_DIR="${STACKFLOW_RUN_DIR:-$REPO_ROOT/.run}"
 VENV="$REPO_ROOT/.venv"
 
-# Pinned versions (bump here, the stamps force a rebuild).
-TEMPORAL_CLI_VERSION="v1.5.1"
-KUBERNETES_VERSION="v1.30.14"   # 1.30.x works with Debian's etcd 3.4.23
-OPENTOFU_VERSION="v1.8.11"
-KWOK_VERSION="v0.6.1"           # its k8s.io deps are 0.30, like the control plane
+# Pinned versions (bump here; tools/gomod/<tool>/go.mod pins the modules). Each Go-built tool
+# lives in a directory of its own per version, $STACKFLOW_CACHE/tools/<tool>-<version>/bin, so
+# an upgrade builds only what changed and two versions (or two Kubernetes minors) coexist.
+TEMPORAL_CLI_VERSION="v1.9.1"
+ETCD_VERSION="v3.6.16"          # go.etcd.io/etcd/server/v3, built by the wrapper tools/gomod/etcd
+OPENTOFU_VERSION="v1.12.6"
+KWOK_VERSION="v0.8.0"           # k8s.io libraries 0.36; fakes nodes for the 1.35-1.37 control planes
+
+# Kubernetes: one wrapper module per supported minor, tools/gomod/kubernetes/v<minor>/go.mod
+# (its require line holds the patch version). STACKFLOW_KUBE_VERSION (e.g. 1.35) builds and runs
+# another supported minor; the default is the newest.
+KUBE_DEFAULT_MINOR="1.37"
+KUBE_MINOR="${STACKFLOW_KUBE_VERSION:-$KUBE_DEFAULT_MINOR}"
+KUBE_MINOR="${KUBE_MINOR#v}"; KUBE_MINOR="$(printf '%s' "$KUBE_MINOR" | cut -d. -f1,2)"
+KUBE_GOMOD="$REPO_ROOT/tools/gomod/kubernetes/v$KUBE_MINOR"
+kube_minors() { (cd "$REPO_ROOT/tools/gomod/kubernetes" && ls -d v1.* 2>/dev/null | sed 's/^v//' | sort -V | xargs); }
+if [ ! -f "$KUBE_GOMOD/go.mod" ]; then
+  printf 'error: STACKFLOW_KUBE_VERSION=%s is not a supported Kubernetes minor (supported: %s)\n' \
+    "${STACKFLOW_KUBE_VERSION:-}" "$(kube_minors)" >&2
+  exit 1
+fi
+KUBERNETES_VERSION="$(awk '$1 == "require" && $2 == "k8s.io/kubernetes" {print $3}' "$KUBE_GOMOD/go.mod")"
+case "${STACKFLOW_KUBE_VERSION:-}" in
+  *.*.*) [ "v${STACKFLOW_KUBE_VERSION#v}" = "$KUBERNETES_VERSION" ] || {
+    printf 'error: STACKFLOW_KUBE_VERSION=%s: the %s wrapper module pins %s (give the minor, %s)\n' \
+      "$STACKFLOW_KUBE_VERSION" "$KUBE_MINOR" "$KUBERNETES_VERSION" "$KUBE_MINOR" >&2
+    exit 1
+  } ;;
+esac
+
+# tool_dir NAME VERSION: where one version of a Go-built tool lives (binaries under bin/).
+tool_dir() { echo "$STACKFLOW_CACHE/tools/$1-$2"; }
+TEMPORAL_BIN_DIR="$(tool_dir temporal "$TEMPORAL_CLI_VERSION")/bin"
+ETCD_BIN_DIR="$(tool_dir etcd "$ETCD_VERSION")/bin"
+KUBE_BIN_DIR="$(tool_dir kubernetes "$KUBERNETES_VERSION")/bin"
+KWOK_BIN_DIR="$(tool_dir kwok "$KWOK_VERSION")/bin"
+TOFU_BIN_DIR="$(tool_dir opentofu "$OPENTOFU_VERSION")/bin"
+TOOLS_PATH="$TEMPORAL_BIN_DIR:$ETCD_BIN_DIR:$KUBE_BIN_DIR:$KWOK_BIN_DIR:$TOFU_BIN_DIR"
 
 # Loopback ports of the dev services.
 TEMPORAL_PORT="${STACKFLOW_TEMPORAL_PORT:-7233}"
@@ -32,6 +64,9 @@ TF_MIRROR_DIR="$STACKFLOW_CACHE/terraform/mirror"
 TF_PLUGIN_CACHE_DIR="$STACKFLOW_CACHE/terraform/plugin-cache"
 TF_CLI_CONFIG="$STACKFLOW_CACHE/terraform/tofurc"
 KUBE_DIR="$RUN_DIR/kube"
+# etcd data per etcd minor and Kubernetes minor: a cluster written by one minor is never read
+# by another (no downgrade of stored objects; etcd 3.6 cannot open 3.4 data).
+ETCD_DATA_DIR="$RUN_DIR/etcd-${ETCD_VERSION%.*}-kube-$KUBE_MINOR"
 KUBECONFIG_PATH="$KUBE_DIR/kubeconfig"
 PG_DIR="$RUN_DIR/postgres"      # data/ (initdb'd once), socket/, pg_hba.conf, password
 
@@ -41,8 +76,4 @@ ok()   { printf '    %sok%s %s\n' "$_G" "$_N" "$*"; }
 warn() { printf '    %swarn%s %s\n' "$_Y" "$_N" "$*" >&2; }
 die()  { printf '%serror:%s %s\n' "$_R" "$_N" "$*" >&2; exit 1; }
 
-# stamp NAME VALUE: true when the stamp file for NAME holds VALUE (the step is done).
-stamp_ok() { [ -f "$STACKFLOW_CACHE/stamps/$1" ] && [ "$(cat "$STACKFLOW_CACHE/stamps/$1")" = "$2" ]; }
-stamp_set() { mkdir -p "$STACKFLOW_CACHE/stamps"; printf '%s' "$2" > "$STACKFLOW_CACHE/stamps/$1"; }
-
-export PATH="$TOOLS_BIN:$VENV/bin:$PATH"
+export PATH="$TOOLS_PATH:$VENV/bin:$PATH"

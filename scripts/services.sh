@@ -71,6 +71,18 @@ code_hash() {
     sort -z | xargs -0 cat | sha256sum | cut -c1-16)
 }
 stale_worker() { [ "$(cat "$RUN_DIR/pids/worker.code" 2>/dev/null)" != "$(code_hash)" ]; }
+# The tool versions a service runs with: a running service started with other versions (after an
+# upgrade, or with another STACKFLOW_KUBE_VERSION) is restarted by `up`.
+version_of() {
+  case "$1" in
+    temporal) echo "temporal $TEMPORAL_CLI_VERSION" ;;
+    etcd) echo "etcd $ETCD_VERSION $ETCD_DATA_DIR" ;;
+    kube-apiserver|kube-controller-manager|kube-scheduler) echo "kubernetes $KUBERNETES_VERSION etcd $ETCD_VERSION" ;;
+    kwok) echo "kwok $KWOK_VERSION kubernetes $KUBERNETES_VERSION" ;;
+    *) echo "" ;;
+  esac
+}
+stale_version() { [ "$(cat "$RUN_DIR/pids/$1.version" 2>/dev/null)" != "$(version_of "$1")" ]; }
 
 # ---- kube certificates & kubeconfig ------------------------------------------------------------
 kube_pki() {
@@ -191,11 +203,14 @@ cmd_temporal() {
     --search-attribute StackflowPhase=Keyword --search-attribute StackflowDrift=Bool
 }
 cmd_etcd() {
-  echo etcd --name stackflow-dev --data-dir "$RUN_DIR/etcd" \
+  echo etcd --name stackflow-dev --data-dir "$ETCD_DATA_DIR" \
     --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
     --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
     --initial-cluster "stackflow-dev=http://127.0.0.1:$ETCD_PEER_PORT" --unsafe-no-fsync --log-level warn
 }
+# --endpoint-reconciler-type none: the apiserver advertises 127.0.0.1, which 1.37 refuses to
+# publish as the `kubernetes` Service's endpoint ("may not be in the loopback range"); no pod
+# here talks to the API through that Service (kwok's pods run nothing).
 cmd_kube-apiserver() {
   kube_pki
   local d="$KUBE_DIR"
@@ -206,6 +221,7 @@ cmd_kube-apiserver() {
     --service-account-issuer https://kubernetes.default.svc.cluster.local \
     --service-account-key-file "$d/sa.pub" --service-account-signing-key-file "$d/sa.key" \
     --service-cluster-ip-range 10.0.0.0/24 --authorization-mode RBAC --allow-privileged=true \
+    --endpoint-reconciler-type none \
     --cert-dir "$d/certs" --v 1
 }
 cmd_kube-controller-manager() {
@@ -227,7 +243,8 @@ kube_api() {
   curl -sS --cacert "$KUBE_DIR/ca.crt" -H "Authorization: Bearer $(cat "$KUBE_DIR/admin.token")" \
     -H 'Content-Type: application/json' -X "$1" "https://127.0.0.1:$KUBE_API_PORT$2" ${3:+--data "$3"} 2>/dev/null | tr -d ' \n'
 }
-# kwok fakes one node (kwok-node-0, created here if missing) and the status of pods on it,
+# kwok fakes one node (kwok-node-0, created here if missing) and the status of pods on it
+# (the stages setup.sh copies from kwok's module),
 # so Deployments roll out and Jobs complete without a kubelet. Pod IPs stay outside the
 # service range 10.0.0.0/24. The node heartbeats through a Lease renewed every 10 s: without
 # one, kwok patched the node's status every 45 s, past the controller-manager's 40 s grace, so
@@ -238,7 +255,8 @@ cmd_kwok() {
     "annotations":{"kwok.x-k8s.io/node":"fake","node.alpha.kubernetes.io/ttl":"0"},
     "labels":{"type":"kwok","kubernetes.io/hostname":"kwok-node-0","kubernetes.io/os":"linux","kubernetes.io/arch":"amd64"}},
     "status":{"capacity":{"cpu":"32","memory":"256Gi","pods":"250"},"allocatable":{"cpu":"32","memory":"256Gi","pods":"250"}}}' >/dev/null
-  echo kwok --kubeconfig "$KUBE_DIR/kubeconfig" --config /dev/null \
+  [ -s "$KWOK_BIN_DIR/stages.yaml" ] || die "kwok: no stages file $KWOK_BIN_DIR/stages.yaml; run 'make setup' first"
+  echo kwok --kubeconfig "$KUBE_DIR/kubeconfig" --config "$KWOK_BIN_DIR/stages.yaml" \
     --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
     --server-address "127.0.0.1:$KWOK_PORT" --cidr 10.244.0.1/16 --node-ip 127.0.0.1 \
     --node-lease-duration-seconds 40
@@ -277,6 +295,9 @@ start_one() {
   if is_running "$name" && [ "$name" = worker ] && stale_worker; then
     warn "worker code changed since it started: restarting it"; stop_one worker
   fi
+  if is_running "$name" && stale_version "$name"; then
+    warn "$name runs other versions than $(version_of "$name"): restarting it"; stop_one "$name"
+  fi
   if is_running "$name"; then
     if "health_$name"; then ok "$name already running (pid $(cat "$(pidfile "$name")"))"; return; fi
     warn "$name is running but unhealthy: restarting it"; stop_one "$name"
@@ -293,6 +314,7 @@ start_one() {
   pid=$!
   echo "$pid" > "$(pidfile "$name")"
   [ "$name" != worker ] || code_hash > "$RUN_DIR/pids/worker.code"
+  version_of "$name" > "$RUN_DIR/pids/$name.version"
   until "health_$name"; do
     if ! kill -0 "$pid" 2>/dev/null; then
       rm -f "$(pidfile "$name")"
@@ -339,12 +361,12 @@ export STACKFLOW_CODEC_ENDPOINT=http://127.0.0.1:$CODEC_PORT
 export REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
 export STACKFLOW_POSTGRES_URL=$(pg_url)
 export KUBECONFIG=$KUBECONFIG_PATH
-export STACKFLOW_TF_BIN=$TOOLS_BIN/tofu
-export STACKFLOW_KUBECTL=$TOOLS_BIN/kubectl
+export STACKFLOW_TF_BIN=$TOFU_BIN_DIR/tofu
+export STACKFLOW_KUBECTL=$KUBE_BIN_DIR/kubectl
 export TF_CLI_CONFIG_FILE=$TF_CLI_CONFIG
 export STACKFLOW_HOME=${STACKFLOW_HOME:-$RUN_DIR/home}
 export STACKFLOW_ONPREM_ROOTS=${STACKFLOW_ONPREM_ROOTS:-${TMPDIR:-/tmp}}
-export PATH=$TOOLS_BIN:$VENV/bin:\$PATH
+export PATH=$TOOLS_PATH:$VENV/bin:\$PATH
 ENV
 }
 

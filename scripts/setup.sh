@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Installs everything stackflow's dev loop needs, from package registries only:
-# Debian packages, the locked Python venv, and Go-built tools (Temporal CLI, Kubernetes
-# control plane and kubectl, OpenTofu). Idempotent: each step is skipped when its stamp matches.
+# Debian packages, the locked Python venv, and Go-built tools (Temporal CLI, etcd, Kubernetes
+# control plane and kubectl, kwok, OpenTofu, Terraform providers). Idempotent: each tool is
+# skipped when the stamp in its own versioned directory matches (see go_tool).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # postgresql: Debian's server (bookworm: 15, under /usr/lib/postgresql/15/bin). services.sh runs
 # its own cluster from it under the run dir; the cluster `main` the package may create (port
 # 5432, /var/lib/postgresql) is neither started nor used by stackflow.
-APT_PACKAGES=(redis-server etcd-server postgresql docker-compose openssl ca-certificates chromium)
+APT_PACKAGES=(redis-server postgresql docker-compose openssl ca-certificates chromium)
 
 setup_apt() {
   step "Debian packages: ${APT_PACKAGES[*]}"
@@ -35,46 +36,83 @@ setup_python() {
   ok "$("$VENV/bin/python" --version), $(wc -l < "$REPO_ROOT/uv.lock") lock lines"
 }
 
-# go_tool NAME STAMP_VALUE BINARIES... -- COMMAND...: runs COMMAND unless the stamp matches
-# and every binary exists; times the build and keeps its log.
+# go_tool NAME VERSION BIN_DIR BINARIES... -- COMMAND...: runs COMMAND (which builds BINARIES into
+# BIN_DIR, a directory of this version alone) unless BIN_DIR's stamp holds VERSION and the hash of
+# the tool's go.mod/go.sum and every binary exists; times the build and keeps its log.
 go_tool() {
-  local name="$1" value="$2"; shift 2
+  local name="$1" value="$2" dir="$3"; shift 3
   local bins=()
   while [ "$1" != "--" ]; do bins+=("$1"); shift; done; shift
-  local all=1
-  for b in "${bins[@]}"; do [ -x "$TOOLS_BIN/$b" ] || all=0; done
-  if [ $all -eq 1 ] && stamp_ok "$name" "$value"; then ok "$name cached (${bins[*]})"; return; fi
-  mkdir -p "$TOOLS_BIN" "$STACKFLOW_CACHE/logs"
-  local log="$STACKFLOW_CACHE/logs/build-$name.log" t0=$SECONDS
-  printf '    building %s (log: %s)…\n' "$name" "$log"
+  local all=1 stamp="${dir%/bin}/stamp"
+  for b in "${bins[@]}"; do [ -x "$dir/$b" ] || all=0; done
+  if [ $all -eq 1 ] && [ "$(cat "$stamp" 2>/dev/null)" = "$value" ]; then ok "$name $value cached"; return; fi
+  mkdir -p "$dir" "$STACKFLOW_CACHE/logs"
+  rm -f "$stamp"
+  local log="$STACKFLOW_CACHE/logs/build-$(basename "${dir%/bin}").log" t0=$SECONDS
+  printf '    building %s %s (log: %s)…\n' "$name" "$value" "$log"
   if ! "$@" >"$log" 2>&1; then tail -n 20 "$log" >&2; die "building $name failed; full log: $log"; fi
-  stamp_set "$name" "$value"
+  printf '%s' "$value" > "$stamp"
   ok "$name built in $((SECONDS - t0))s"
 }
 
 gomod_hash() { cat "$REPO_ROOT/tools/gomod/$1/go.mod" "$REPO_ROOT/tools/gomod/$1/go.sum" | sha256sum | cut -c1-16; }
 
+# Go builds: static, reproducible paths. GOTOOLCHAIN=auto: when a pinned module needs a newer Go
+# than the installed one, the go command fetches that toolchain through the module proxy.
+go_env() {
+  command -v go >/dev/null 2>&1 || die "go is not installed: it builds the Temporal CLI, etcd, Kubernetes, kwok, OpenTofu and the Terraform providers"
+  export GOFLAGS="-trimpath" CGO_ENABLED=0 GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
+}
+
+# One step per Go-built tool (`scripts/setup.sh kubernetes` builds only the control plane of
+# the current STACKFLOW_KUBE_VERSION); go-tools runs them all.
 setup_go_tools() {
-  command -v go >/dev/null 2>&1 || die "go is not installed: it builds the Temporal CLI, Kubernetes and OpenTofu"
-  step "Go-built tools in $TOOLS_BIN (first build takes a while on 2 cores)"
-  export GOFLAGS="-trimpath" CGO_ENABLED=0
-  go_tool temporal "$TEMPORAL_CLI_VERSION" temporal -- \
-    env GOBIN="$TOOLS_BIN" go install -ldflags "-s -w -X github.com/temporalio/cli/temporalcli.Version=${TEMPORAL_CLI_VERSION#v}" \
-    "github.com/temporalio/cli/cmd/temporal@$TEMPORAL_CLI_VERSION"
-  # The control plane and kubectl at the same version, one build of the k8s.io/kubernetes module.
-  # The version is stamped into both packages that report it (kubectl's client version comes
-  # from client-go's), so `kubectl version` shows no skew against the dev kube-apiserver.
-  local minor vflags="" v
-  minor="${KUBERNETES_VERSION#v1.}"; minor="${minor%%.*}"
+  go_env
+  step "Go-built tools in $STACKFLOW_CACHE/tools (first build takes a while on 2 cores)"
+  setup_temporal; setup_etcd; setup_kubernetes; setup_kwok; setup_opentofu
+}
+
+# The Temporal CLI through a wrapper module (tools/gomod/temporal: its cliext replace).
+setup_temporal() {
+  go_env
+  go_tool temporal "$TEMPORAL_CLI_VERSION-$(gomod_hash temporal)" "$TEMPORAL_BIN_DIR" temporal -- \
+    bash -c "cd '$REPO_ROOT/tools/gomod/temporal' && go build -ldflags '-s -w -X github.com/temporalio/cli/internal/temporalcli.Version=${TEMPORAL_CLI_VERSION#v}' -o '$TEMPORAL_BIN_DIR/' github.com/temporalio/cli/cmd/temporal"
+}
+
+setup_etcd() {
+  go_env
+  go_tool etcd "$ETCD_VERSION-$(gomod_hash etcd)" "$ETCD_BIN_DIR" etcd -- \
+    bash -c "cd '$REPO_ROOT/tools/gomod/etcd' && go build -ldflags '-s -w' -o '$ETCD_BIN_DIR/etcd' ."
+}
+
+# The control plane and kubectl at the same version, one build of the k8s.io/kubernetes module.
+# The version is stamped into both packages that report it (kubectl's client version comes
+# from client-go's), so `kubectl version` shows no skew against the dev kube-apiserver.
+setup_kubernetes() {
+  go_env
+  local vflags="" v
   for v in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-    vflags+=" -X $v.gitVersion=$KUBERNETES_VERSION -X $v.gitMajor=1 -X $v.gitMinor=$minor -X $v.gitTreeState=clean"
+    vflags+=" -X $v.gitVersion=$KUBERNETES_VERSION -X $v.gitMajor=1 -X $v.gitMinor=${KUBE_MINOR#1.} -X $v.gitTreeState=clean"
   done
-  go_tool kubernetes "$KUBERNETES_VERSION-$(gomod_hash kubernetes)" kube-apiserver kube-controller-manager kube-scheduler kubectl -- \
-    bash -c "cd '$REPO_ROOT/tools/gomod/kubernetes' && go build -ldflags '-s -w$vflags' -o '$TOOLS_BIN/' k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl"
-  go_tool kwok "$KWOK_VERSION-$(gomod_hash kwok)" kwok -- \
-    bash -c "cd '$REPO_ROOT/tools/gomod/kwok' && go build -ldflags '-s -w' -o '$TOOLS_BIN/' sigs.k8s.io/kwok/cmd/kwok"
-  go_tool opentofu "$OPENTOFU_VERSION-$(gomod_hash opentofu)" tofu -- \
-    bash -c "cd '$REPO_ROOT/tools/gomod/opentofu' && go build -ldflags '-s -w -X github.com/opentofu/opentofu/version.dev=no' -o '$TOOLS_BIN/' github.com/opentofu/opentofu/cmd/tofu"
+  go_tool kubernetes "$KUBERNETES_VERSION-$(gomod_hash "kubernetes/v$KUBE_MINOR")" "$KUBE_BIN_DIR" kube-apiserver kube-controller-manager kube-scheduler kubectl -- \
+    bash -c "cd '$KUBE_GOMOD' && go build -ldflags '-s -w$vflags' -o '$KUBE_BIN_DIR/' k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl"
+}
+
+# kwok 0.7+ has no built-in stages: the ones 0.6 defaulted to (node-initialize and
+# node-heartbeat, the Lease renewed beside them; pod-ready, pod-complete, pod-delete) are copied
+# from its module into one config file beside the binary.
+setup_kwok() {
+  go_env
+  local stages="node/fast/node-initialize.yaml node/heartbeat/node-heartbeat.yaml pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml"
+  go_tool kwok "$KWOK_VERSION-$(gomod_hash kwok)-stages" "$KWOK_BIN_DIR" kwok -- \
+    bash -c "cd '$REPO_ROOT/tools/gomod/kwok' && go build -ldflags '-s -w' -o '$KWOK_BIN_DIR/' sigs.k8s.io/kwok/cmd/kwok &&
+      dir=\$(go list -m -f '{{.Dir}}' sigs.k8s.io/kwok) && for f in $stages; do echo ---; cat \"\$dir/kustomize/stage/\$f\"; done > '$KWOK_BIN_DIR/stages.yaml'"
+}
+
+setup_opentofu() {
+  go_env
+  go_tool opentofu "$OPENTOFU_VERSION-$(gomod_hash opentofu)" "$TOFU_BIN_DIR" tofu -- \
+    bash -c "cd '$REPO_ROOT/tools/gomod/opentofu' && go build -ldflags '-s -w -X github.com/opentofu/opentofu/version.dev=no' -o '$TOFU_BIN_DIR/' github.com/opentofu/opentofu/cmd/tofu"
 }
 
 setup_terraform_config() {
@@ -104,19 +142,18 @@ CFG
 TF_PROVIDERS=(random:3.6.0 null:2.1.2 local:1.4.0)
 
 setup_terraform_providers() {
-  command -v go >/dev/null 2>&1 || die "go is not installed: it builds the Terraform providers"
+  go_env
   step "Terraform providers into $TF_MIRROR_DIR"
-  export GOFLAGS="-trimpath" CGO_ENABLED=0
-  local entry name version bin host dest
+  local entry name version dir bin host dest
   for entry in "${TF_PROVIDERS[@]}"; do
     name="${entry%%:*}" version="${entry#*:}"
-    bin="terraform-providers/terraform-provider-${name}_v$version"
-    go_tool "terraform-provider-$name" "$version-$(gomod_hash "terraform-provider-$name")" "$bin" -- \
-      bash -c "cd '$REPO_ROOT/tools/gomod/terraform-provider-$name' && go build -ldflags '-s -w' -o '$TOOLS_BIN/$bin' github.com/terraform-providers/terraform-provider-$name"
+    dir="$(tool_dir "terraform-provider-$name" "v$version")/bin" bin="terraform-provider-${name}_v$version"
+    go_tool "terraform-provider-$name" "$version-$(gomod_hash "terraform-provider-$name")" "$dir" "$bin" -- \
+      bash -c "cd '$REPO_ROOT/tools/gomod/terraform-provider-$name' && go build -ldflags '-s -w' -o '$dir/$bin' github.com/terraform-providers/terraform-provider-$name"
     for host in registry.terraform.io registry.opentofu.org; do
       dest="$TF_MIRROR_DIR/$host/hashicorp/$name/$version/linux_amd64"
       mkdir -p "$dest"
-      cmp -s "$TOOLS_BIN/$bin" "$dest/terraform-provider-${name}_v$version" || install -m 0755 "$TOOLS_BIN/$bin" "$dest/terraform-provider-${name}_v$version"
+      cmp -s "$dir/$bin" "$dest/$bin" || install -m 0755 "$dir/$bin" "$dest/$bin"
     done
   done
   ok "${TF_PROVIDERS[*]}"
@@ -126,7 +163,7 @@ main() {
   local t0=$SECONDS steps=("$@")
   [ ${#steps[@]} -gt 0 ] || steps=(apt python go_tools terraform_config terraform_providers)
   for s in "${steps[@]}"; do
-    declare -F "setup_${s//-/_}" >/dev/null || die "unknown setup step '$s' (apt, python, go-tools, terraform-config, terraform-providers)"
+    declare -F "setup_${s//-/_}" >/dev/null || die "unknown setup step '$s' (apt, python, go-tools or one of temporal, etcd, kubernetes, kwok, opentofu; terraform-config, terraform-providers)"
     "setup_${s//-/_}"
   done
   step "setup done in $((SECONDS - t0))s"

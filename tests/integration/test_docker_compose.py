@@ -73,41 +73,64 @@ COMPOSE_VARIABLES = (
 )
 CODEC = "codec-server"
 UI = "temporal-ui"
-# Every variable the Temporal UI image (temporalio/ui 2.x) reads into its configuration
-# (ui-server's config/docker.yaml template); a name outside it is a typo the UI ignores.
+# Every variable the Temporal UI image (temporalio/ui 2.54) reads into its configuration
+# (ui-server v2.54.1's config/docker.yaml template, the UI the Temporal CLI v1.9.1 embeds);
+# a name outside it is a typo the UI ignores.
 UI_VARIABLES = {
-    "TEMPORAL_ADDRESS",
-    "TEMPORAL_UI_PORT",
-    "TEMPORAL_UI_PUBLIC_PATH",
-    "TEMPORAL_UI_ENABLED",
-    "TEMPORAL_BANNER_TEXT",
-    "TEMPORAL_CLOUD_UI",
-    "TEMPORAL_DEFAULT_NAMESPACE",
-    "TEMPORAL_FEEDBACK_URL",
-    "TEMPORAL_NOTIFY_ON_NEW_VERSION",
-    "TEMPORAL_CONFIG_REFRESH_INTERVAL",
-    "TEMPORAL_SHOW_TEMPORAL_SYSTEM_NAMESPACE",
-    "TEMPORAL_DISABLE_WRITE_ACTIONS",
-    "TEMPORAL_WORKFLOW_TERMINATE_DISABLED",
-    "TEMPORAL_WORKFLOW_CANCEL_DISABLED",
-    "TEMPORAL_WORKFLOW_SIGNAL_DISABLED",
-    "TEMPORAL_WORKFLOW_UPDATE_DISABLED",
-    "TEMPORAL_WORKFLOW_RESET_DISABLED",
-    "TEMPORAL_BATCH_ACTIONS_DISABLED",
-    "TEMPORAL_START_WORKFLOW_DISABLED",
-    "TEMPORAL_HIDE_WORKFLOW_QUERY_ERRORS",
-    "TEMPORAL_REFRESH_WORKFLOW_COUNTS_DISABLED",
     "TEMPORAL_ACTIVITY_COMMANDS_DISABLED",
-    "TEMPORAL_CSRF_COOKIE_INSECURE",
-    "TEMPORAL_CORS_UNSAFE_ALLOW_ALL_ORIGINS",
-    "TEMPORAL_CORS_ORIGINS",
-    "TEMPORAL_CODEC_ENDPOINT",
-    "TEMPORAL_CODEC_PASS_ACCESS_TOKEN",
-    "TEMPORAL_CODEC_INCLUDE_CREDENTIALS",
-    "TEMPORAL_CODEC_DEFAULT_ERROR_MESSAGE",
+    "TEMPORAL_ADDRESS",
+    "TEMPORAL_AUTH_CALLBACK_URL",
+    "TEMPORAL_AUTH_CLIENT_ID",
+    "TEMPORAL_AUTH_CLIENT_SECRET",
+    "TEMPORAL_AUTH_ENABLED",
+    "TEMPORAL_AUTH_ISSUER_URL",
+    "TEMPORAL_AUTH_LABEL",
+    "TEMPORAL_AUTH_PROVIDER_URL",
+    "TEMPORAL_AUTH_REDIRECT_TO_PROVIDER",
+    "TEMPORAL_AUTH_SCOPES",
+    "TEMPORAL_AUTH_TYPE",
+    "TEMPORAL_AUTH_USE_ID_TOKEN_AS_BEARER",
+    "TEMPORAL_BATCH_ACTIONS_DISABLED",
+    "TEMPORAL_CLOUD_UI",
     "TEMPORAL_CODEC_DEFAULT_ERROR_LINK",
+    "TEMPORAL_CODEC_DEFAULT_ERROR_MESSAGE",
+    "TEMPORAL_CODEC_ENDPOINT",
+    "TEMPORAL_CODEC_INCLUDE_CREDENTIALS",
+    "TEMPORAL_CODEC_PASS_ACCESS_TOKEN",
+    "TEMPORAL_CONFIG_REFRESH_INTERVAL",
+    "TEMPORAL_CORS_ORIGINS",
+    "TEMPORAL_CORS_UNSAFE_ALLOW_ALL_ORIGINS",
+    "TEMPORAL_CSRF_COOKIE_INSECURE",
+    "TEMPORAL_DEFAULT_NAMESPACE",
+    "TEMPORAL_DISABLE_NEWS_FETCH",
+    "TEMPORAL_DISABLE_WRITE_ACTIONS",
+    "TEMPORAL_FEEDBACK_URL",
     "TEMPORAL_FORWARD_HEADERS",
     "TEMPORAL_HIDE_LOGS",
+    "TEMPORAL_HIDE_WORKFLOW_QUERY_ERRORS",
+    "TEMPORAL_NAV_COLLAPSED_BY_DEFAULT",
+    "TEMPORAL_REFRESH_WORKFLOW_COUNTS_DISABLED",
+    "TEMPORAL_SHOW_TEMPORAL_SYSTEM_NAMESPACE",
+    "TEMPORAL_START_WORKFLOW_DISABLED",
+    "TEMPORAL_TLS_CA",
+    "TEMPORAL_TLS_CA_DATA",
+    "TEMPORAL_TLS_CERT",
+    "TEMPORAL_TLS_CERT_DATA",
+    "TEMPORAL_TLS_ENABLE_HOST_VERIFICATION",
+    "TEMPORAL_TLS_KEY",
+    "TEMPORAL_TLS_KEY_DATA",
+    "TEMPORAL_TLS_SERVER_NAME",
+    "TEMPORAL_UI_ENABLED",
+    "TEMPORAL_UI_PORT",
+    "TEMPORAL_UI_PUBLIC_PATH",
+    "TEMPORAL_UI_SERVER_TLS_CERT",
+    "TEMPORAL_UI_SERVER_TLS_KEY",
+    "TEMPORAL_WORKFLOW_CANCEL_DISABLED",
+    "TEMPORAL_WORKFLOW_PAUSE_DISABLED",
+    "TEMPORAL_WORKFLOW_RESET_DISABLED",
+    "TEMPORAL_WORKFLOW_SIGNAL_DISABLED",
+    "TEMPORAL_WORKFLOW_TERMINATE_DISABLED",
+    "TEMPORAL_WORKFLOW_UPDATE_DISABLED",
 }
 
 
@@ -649,8 +672,9 @@ def test_ui_variables_are_ones_the_ui_reads(raw: dict[str, Any]) -> None:
 
 def test_ui_write_actions_are_configured_explicitly(resolved: dict[str, Any]) -> None:
     env = environment(services(resolved)[UI])
-    # Steering runs (Updates), cancel, terminate, reset: on; batch actions and starting runs
-    # from hand-written input: off. Each one said, none left to the image's defaults.
+    # Steering runs (Updates), cancel, terminate, reset: on; batch actions, starting runs
+    # from hand-written input and pausing a run: off. Each one said, none left to the image's
+    # defaults.
     expected = {
         "TEMPORAL_DISABLE_WRITE_ACTIONS": "false",
         "TEMPORAL_WORKFLOW_UPDATE_DISABLED": "false",
@@ -660,6 +684,7 @@ def test_ui_write_actions_are_configured_explicitly(resolved: dict[str, Any]) ->
         "TEMPORAL_WORKFLOW_RESET_DISABLED": "false",
         "TEMPORAL_BATCH_ACTIONS_DISABLED": "true",
         "TEMPORAL_START_WORKFLOW_DISABLED": "true",
+        "TEMPORAL_WORKFLOW_PAUSE_DISABLED": "true",
     }
     assert {name: env.get(name) for name in expected} == expected
 

@@ -185,6 +185,56 @@ async def test_crd_and_custom_resource_in_one_run(
         delete_quietly(api, crds=[definition["metadata"]["name"]])
 
 
+async def test_crd_fields_added_since_1_30_are_kept_and_enforced(
+    rt: KubernetesRuntime, opts: RuntimeOptions, ns: str, api: k8s.ApiClient
+) -> None:
+    """selectableFields (GA in 1.32) and CEL validation rules with messageExpression, reason
+    and fieldPath: a 1.30 server dropped selectableFields silently. Applied, they are read back
+    as sent, preview afterwards is UnChanged, and the server enforces both."""
+    group = f"g{suffix()}.stackflow.test"
+    definition = crd(group)
+    version = definition["spec"]["versions"][0]
+    version["selectableFields"] = [{"jsonPath": ".spec.color"}]
+    # a messageExpression's estimated cost must fit the budget: color gets a maxLength (1.37
+    # refused "'... got ' + string(self.size)" as over it by more than 100x)
+    rules = [
+        {
+            "rule": "!has(self.color) || self.color != 'red'",
+            "messageExpression": "'color ' + self.color + ' is reserved'",
+            "reason": "FieldValueForbidden",
+            "fieldPath": ".color",
+        }
+    ]
+    spec_props = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    spec_props["properties"]["color"]["maxLength"] = 32
+    spec_props["x-kubernetes-validations"] = rules
+    try:
+        assert (await change(rt, request(definition), opts)).action == "Create"
+        await rt.apply(request(definition), opts)
+        live = await rt.read(request(definition), opts)
+        assert live is not None
+        [got] = live["spec"]["versions"]
+        assert got["selectableFields"] == [{"jsonPath": ".spec.color"}]
+        assert got["schema"]["openAPIV3Schema"]["properties"]["spec"] == spec_props
+        assert got == version  # nothing dropped, nothing defaulted into the version
+        assert (await change(rt, request(definition), opts)).action == "UnChanged"
+        await rt.wait_ready(request(definition), opts)
+
+        with pytest.raises(InvalidInput, match="color red is reserved"):
+            await rt.apply(request(widget(group, ns, "w0", "red")), opts)
+        for name, color in (("w1", "blue"), ("w2", "green")):
+            await rt.apply(request(widget(group, ns, name, color)), opts)
+        listed = k8s.CustomObjectsApi(api).list_namespaced_custom_object(
+            group, "v1", ns, "widgets", field_selector="spec.color=green"
+        )
+        assert [item["metadata"]["name"] for item in listed["items"]] == ["w2"]
+        assert (await change(rt, request(widget(group, ns, "w1", "blue")), opts)).action == (
+            "UnChanged"
+        )
+    finally:
+        delete_quietly(api, crds=[definition["metadata"]["name"]])
+
+
 async def test_invalid_manifests_fail_at_preview_with_the_servers_message(
     rt: KubernetesRuntime, opts: RuntimeOptions, ns: str
 ) -> None:

@@ -111,6 +111,8 @@ async def test_codec_server_decodes_what_workers_encode(codec_server: str) -> No
     assert status == 200 and headers["Access-Control-Allow-Origin"] == "http://ui.example"
     [decoded] = answer["payloads"]
     assert base64.b64decode(decoded["data"]).startswith(b'{"secret": "hunter2"}')
+    # the Web UI (2.54+) asks with a query; the answer is the same
+    assert post(f"{codec_server}/decode?preserveStorageRefs=true", body)[2] == answer
     status, _, again = post(f"{codec_server}/encode", answer)
     assert (
         status == 200

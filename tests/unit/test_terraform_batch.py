@@ -47,7 +47,7 @@ def call(name: str, verb: str = "apply", state: dict[str, Any] | None = None) ->
 def state_of(name: str, lineage: str, serial: int, value: str) -> dict[str, Any]:
     return {
         "version": 4,
-        "terraform_version": "1.8.11",
+        "terraform_version": "1.12.6",
         "serial": serial,
         "lineage": lineage,
         "outputs": {},

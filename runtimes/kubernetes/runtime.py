@@ -126,6 +126,7 @@ from runtimes.kubernetes.readiness import (
     parse_timeout,
     readiness,
 )
+from runtimes.kubernetes.rules import TYPE_NAME, scope_key
 from runtimes.kubernetes.snapshot import (
     LIST_AT_LEAST,
     NEVER_LISTED,
@@ -305,7 +306,7 @@ def default_propagation(ref: ObjectRef) -> str:
 class KubernetesRuntime(Runtime):
     """Any Kubernetes object, built-in or custom, by server-side apply."""
 
-    type_name = "Kubernetes"
+    type_name = TYPE_NAME
 
     def __init__(self, policy: WorkerPolicy | None = None) -> None:
         self._clients: dict[tuple[str | None, str | None], KubeClient] = {}
@@ -446,10 +447,10 @@ class KubernetesRuntime(Runtime):
             scope is None
             or not scope.lists
             or (ref.api_version, ref.kind) in NEVER_LISTED
-            or scope.count(ref.api_version, ref.kind, namespace) < LIST_AT_LEAST
+            or scope.count(scope_key, (ref.api_version, ref.kind, namespace)) < LIST_AT_LEAST
         ):
             return None
-        wanted = scope.count(ref.api_version, ref.kind, namespace)
+        wanted = scope.count(scope_key, (ref.api_version, ref.kind, namespace))
         return self._snapshots.get(
             _snapshot_key(scope, client, api, namespace),
             lambda: list_objects(client, api, namespace, wanted),

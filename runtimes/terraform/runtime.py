@@ -77,6 +77,7 @@ from runtimes.terraform.config import (
     render_variables,
     required_providers,
 )
+from runtimes.terraform.rules import TYPE_NAME
 from runtimes.terraform.state import (
     BUILTIN_SCHEMAS,
     RESERVED_KEYS,
@@ -271,7 +272,7 @@ class Workdir:
 class TerraformRuntime(Runtime):
     """Resources of type ``Terraform`` (Kusion's form), driven through the Terraform CLI."""
 
-    type_name = "Terraform"
+    type_name = TYPE_NAME
     coalesces_calls = True
     checks_every_call = True  # each call starts with _check (in _join or _workdir)
 

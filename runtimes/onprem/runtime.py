@@ -36,6 +36,7 @@ from runtimes.base import (
     RuntimeOptions,
     Unavailable,
 )
+from runtimes.onprem.rules import TYPE_NAME
 from stackflow.policy import OnPremTarget, PolicyViolation, WorkerPolicy, worker_policy
 
 _MODE = re.compile(r"^0?[0-7]{3,4}$")
@@ -373,7 +374,7 @@ def _delete_sync(resource_id: str, attrs: OnPremAttributes, place: _Confined) ->
 class OnPremRuntime(Runtime):
     """Files and directories on the local machine, inside the worker policy's roots."""
 
-    type_name = "OnPrem"
+    type_name = TYPE_NAME
     checks_every_call = True  # every call starts with _place: the policy on that very path
 
     def __init__(self, policy: WorkerPolicy | None = None) -> None:

@@ -118,6 +118,7 @@ from runtimes.kubernetes.manifest import (
     owner_of,
     shaped_like,
 )
+from runtimes.kubernetes.policy import check_kubeconfig
 from runtimes.kubernetes.readiness import (
     Readiness,
     crd_served_kinds,
@@ -365,7 +366,8 @@ class KubernetesRuntime(Runtime):
 
     def check_policy(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
         (kubeconfig, config_field), (context, context_field) = self._cluster(resource, options)
-        self.policy.check_kubeconfig(
+        check_kubeconfig(
+            self.policy,
             resource.id,
             kubeconfig,
             context,

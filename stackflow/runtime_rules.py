@@ -9,6 +9,7 @@ its ``pyproject.toml`` the same way)::
 
 The rules say which ``type`` a resource names to reach the runtime, what a valid id of that
 type looks like, which of its attributes are secret, whether its nodes may share an activity,
+which edges its resources imply,
 and how to build the runtime itself (:meth:`RuntimeRules.create`, called by
 :mod:`runtimes.registry`). The rules module must be cheap to import (no client libraries):
 spec validation and masking load it in the CLI. Policy checks belong to the runtime
@@ -21,7 +22,7 @@ This module finds runtimes by entry point only, so ``stackflow`` imports no runt
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -29,6 +30,7 @@ from stackflow.errors import StackflowError
 
 if TYPE_CHECKING:
     from runtimes.base import Runtime
+    from stackflow.graph import Described
     from stackflow.state.backend import StateBackend
 
 ENTRY_POINT_GROUP = "stackflow.runtimes"
@@ -63,6 +65,12 @@ class RuntimeRules:
         ``data``), never shown. Default: none (values the runtime records as sensitive are
         masked anyway, see :func:`stackflow.diff.sensitive_paths_for`)."""
         return []
+
+    def implicit_dependencies(self, resources: Sequence[Described]) -> dict[str, list[str]]:
+        """Edges ``resources`` imply without saying (``{dependent id: [dependency ids]}``),
+        among this runtime's resources (a spec's, or a release's recorded ones: destroy
+        derives them again). Default: none."""
+        return {}
 
 
 _lock = threading.Lock()

@@ -7,6 +7,7 @@ import importlib.util
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,7 +60,7 @@ def test_each_runtime_owns_its_id_rule_and_secrets() -> None:
 
 
 def test_read_scope_counts_by_the_runtimes_key() -> None:
-    attrs = [
+    attrs: list[dict[str, Any]] = [
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "a"}},
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "a"}},
         {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}},

@@ -22,8 +22,10 @@ This module finds runtimes by entry point only, so ``stackflow`` imports no runt
 from __future__ import annotations
 
 import threading
+import tomllib
 from collections.abc import Mapping, Sequence
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from stackflow.errors import StackflowError
@@ -77,9 +79,26 @@ _lock = threading.Lock()
 _found: dict[str, RuntimeRules] | None = None
 
 
+def _declared_in_checkout() -> list[EntryPoint]:
+    """The group as this source checkout's ``pyproject.toml`` declares it: a virtualenv
+    installed before a runtime was declared there still finds it (`make setup` brings the
+    installed metadata up to date). Empty for an installed wheel."""
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    try:
+        data = tomllib.loads(pyproject.read_text())
+    except (OSError, tomllib.TOMLDecodeError):
+        return []
+    if data.get("project", {}).get("name") != "stackflow":
+        return []
+    group = data["project"].get("entry-points", {}).get(ENTRY_POINT_GROUP, {})
+    return [EntryPoint(name, str(value), ENTRY_POINT_GROUP) for name, value in group.items()]
+
+
 def _discover() -> dict[str, RuntimeRules]:
     found: dict[str, RuntimeRules] = {}
-    for point in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda p: p.name):
+    points = {point.name: point for point in _declared_in_checkout()}
+    points.update((point.name, point) for point in entry_points(group=ENTRY_POINT_GROUP))
+    for point in sorted(points.values(), key=lambda p: p.name):
         try:
             rules = point.load()
         except Exception as exc:  # a broken plug-in names itself, not a traceback

@@ -106,3 +106,19 @@ def test_the_core_imports_no_runtime_and_the_graph_has_no_circles() -> None:
         if name.startswith("stackflow") and not target.startswith("stackflow")
     }
     assert core == set(), "stackflow/ imports a runtime, an activity or a workflow"
+
+
+def test_a_stale_install_still_finds_the_declared_built_ins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A virtualenv installed before pyproject.toml declared a runtime has no such entry
+    point in its metadata: the checkout's declaration is read instead."""
+    import stackflow.runtime_rules as runtime_rules
+
+    monkeypatch.setattr(runtime_rules, "entry_points", lambda group: [])
+    reload_runtimes()
+    try:
+        assert {"Kubernetes", "OnPrem", "Terraform"} <= set(all_rules())
+    finally:
+        monkeypatch.undo()
+        reload_runtimes()

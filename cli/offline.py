@@ -180,7 +180,7 @@ def release_show(
                 )
         t = Table("ID", "Type", title="State")
         for resource in release.state.resources:
-            t.add_row(Text(resource.id), resource.type.value)
+            t.add_row(Text(resource.id), str(resource.type))
         console.print(t)
         if changes is not None:
             from stackflow.diff import Preview

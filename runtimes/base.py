@@ -11,7 +11,7 @@ import abc
 import contextlib
 import contextvars
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -102,22 +102,27 @@ class ReadScope:
     many reads of one kind and place from one listing) and the run they belong to (a
     listing may serve the run's later preview batches on this worker, as one snapshot).
     In a walk (``lists`` False) nothing is listed; a runtime may still look up what the
-    run's preview listed, to act on exactly that object or read it afresh."""
+    run's preview listed, to act on exactly that object or read it afresh.
+
+    The scope knows nothing of any runtime's objects: a runtime counts the batch's
+    attributes by a key of its own (:meth:`count`, e.g. Kubernetes' apiVersion, kind and
+    namespace)."""
 
     def __init__(
         self, run: str, attributes: Iterable[Mapping[str, Any]], *, lists: bool = True
     ) -> None:
         self.run = run
         self.lists = lists
-        self._kinds: Counter[tuple[Any, Any, Any]] = Counter()
-        for attrs in attributes:
-            metadata = attrs.get("metadata")
-            namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
-            self._kinds[(attrs.get("apiVersion"), attrs.get("kind"), namespace)] += 1
+        self._attributes = list(attributes)
+        self._tallies: dict[Callable[[Mapping[str, Any]], Hashable], Counter[Hashable]] = {}
 
-    def count(self, api_version: str, kind: str, namespace: str | None) -> int:
-        """How many of the batch's objects have this apiVersion, kind and namespace."""
-        return self._kinds[(api_version, kind, namespace)]
+    def count(self, key: Callable[[Mapping[str, Any]], Hashable], value: Hashable) -> int:
+        """How many of the batch's objects ``key`` maps to ``value`` (one tally per key)."""
+        tally = self._tallies.get(key)
+        if tally is None:
+            tally = Counter(key(attrs) for attrs in self._attributes)
+            self._tallies[key] = tally
+        return tally[value]
 
 
 READ_SCOPE: contextvars.ContextVar[ReadScope | None] = contextvars.ContextVar(

@@ -1,15 +1,18 @@
 """Maps a resource ``type`` to the runtime that manages it.
 
-A new infrastructure plugs in by registering a factory here (or through
-``register``) without touching the engine.
+A new infrastructure plugs in by declaring its :class:`~stackflow.runtime_rules.RuntimeRules`
+in the entry-point group ``stackflow.runtimes`` (see the README, "Adding a runtime"), or,
+in-process, through ``register``, without touching the engine.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from runtimes.base import InvalidInput, Runtime
+from stackflow.runtime_rules import all_rules
 
 if TYPE_CHECKING:
     from stackflow.state.backend import StateBackend
@@ -51,28 +54,11 @@ class RuntimeRegistry:
 
 
 def default_registry(backend: StateBackend | None = None) -> RuntimeRegistry:
-    """The runtimes stackflow ships with; imported lazily so a missing client costs nothing.
-    ``backend`` keeps the Terraform runtime's state between commands on any host."""
+    """Every installed runtime: stackflow's own and any other distribution's, found through
+    the entry-point group ``stackflow.runtimes`` (:mod:`stackflow.runtime_rules`) and built
+    lazily, so a missing client costs nothing. ``backend`` is handed to each runtime's
+    factory (the Terraform runtime keeps its state there, readable from any host)."""
     registry = RuntimeRegistry()
-
-    def onprem() -> Runtime:
-        from runtimes.onprem import OnPremRuntime
-
-        return OnPremRuntime()
-
-    registry.register("OnPrem", onprem)
-
-    def kubernetes() -> Runtime:
-        from runtimes.kubernetes import KubernetesRuntime
-
-        return KubernetesRuntime()
-
-    registry.register("Kubernetes", kubernetes)
-
-    def terraform() -> Runtime:
-        from runtimes.terraform import TerraformRuntime
-
-        return TerraformRuntime(backend=backend)
-
-    registry.register("Terraform", terraform)
+    for type_name, rules in all_rules().items():
+        registry.register(type_name, functools.partial(rules.create, backend))
     return registry

@@ -26,6 +26,7 @@ from stackflow.paths import (
     parse_path,
     pattern_below,
 )
+from stackflow.runtime_rules import rules_for
 
 SENSITIVE_MARKER = "(sensitive value)"
 
@@ -105,11 +106,15 @@ def recorded_sensitive(attributes: Mapping[str, Any] | None) -> list[str]:
 
 
 def sensitive_paths_for(resource_type: str, attributes: Mapping[str, Any] | None) -> list[str]:
-    """Default sensitive paths: a Kubernetes Secret's ``data`` and ``stringData``, and for
-    recorded state, the runtime's own keys and the paths it recorded as sensitive."""
-    if resource_type == "Kubernetes" and attributes and attributes.get("kind") == "Secret":
-        return ["data", "stringData"]
+    """Default sensitive paths: those the runtime declares by nature (a Kubernetes Secret's
+    ``data`` and ``stringData``, :meth:`RuntimeRules.sensitive_paths`), else, for recorded
+    state, the runtime's own keys and the paths it recorded as sensitive."""
     if not attributes:
+        return []
+    rules = rules_for(resource_type)
+    own = rules.sensitive_paths(attributes) if rules is not None else []
+    if own:
+        return own
         return []
     paths = [k for k in attributes if isinstance(k, str) and k.startswith(RUNTIME_KEY_PREFIX)]
     recorded = attributes.get(RECORDED_SENSITIVE_KEY)

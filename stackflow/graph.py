@@ -6,12 +6,12 @@ workflow code may call it. Edges point from the dependency to the dependent.
 
 from __future__ import annotations
 
-import posixpath
 from collections.abc import Container, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from stackflow.errors import GraphError, SpecError
 from stackflow.paths import PathError, get_path, parse_path
+from stackflow.runtime_rules import all_rules
 
 if TYPE_CHECKING:
     from stackflow.spec import Spec
@@ -211,85 +211,13 @@ class Described(Protocol):
     def attributes(self) -> dict[str, Any]: ...
 
 
-def _onprem_place(resource: Described) -> tuple[str, str, str] | None:
-    """(host, normalised absolute path, kind) of an OnPrem File or Directory, else None."""
-    if str(resource.type) != "OnPrem":
-        return None
-    attrs = resource.attributes
-    path, kind, host = attrs.get("path"), attrs.get("kind"), attrs.get("host") or ""
-    if kind not in ("File", "Directory") or not isinstance(path, str) or not isinstance(host, str):
-        return None
-    if not path.startswith("/") or path.startswith(KUSION_PATH_PREFIX):
-        return None
-    return (host if host not in ("localhost", "127.0.0.1") else "", posixpath.normpath(path), kind)
-
-
-def onprem_containment(resources: Sequence[Described]) -> dict[str, list[str]]:
-    """A File or Directory under a Directory of the same resources depends on the nearest
-    such Directory: created after it, deleted before it (as people write them, with no
-    ``dependsOn``)."""
-    places = {r.id: place for r in resources if (place := _onprem_place(r)) is not None}
-    directories = {
-        (host, path): rid for rid, (host, path, kind) in places.items() if kind == "Directory"
-    }
-    edges: dict[str, list[str]] = {}
-    if not directories:
-        return edges
-    for rid, (host, path, _) in places.items():
-        parent = posixpath.dirname(path)
-        while parent != path:
-            holder = directories.get((host, parent))
-            if holder is not None and holder != rid:
-                edges[rid] = [holder]
-                break
-            path, parent = parent, posixpath.dirname(parent)
-    return edges
-
-
-def _kubernetes_kind(resource: Described) -> tuple[str, str] | None:
-    """(API group, kind) of a Kubernetes resource's manifest, else None."""
-    if str(resource.type) != "Kubernetes":
-        return None
-    api_version, kind = resource.attributes.get("apiVersion"), resource.attributes.get("kind")
-    if not isinstance(api_version, str) or not isinstance(kind, str):
-        return None
-    return api_version.rpartition("/")[0], kind
-
-
-def kubernetes_custom_resources(resources: Sequence[Described]) -> dict[str, list[str]]:
-    """A custom resource depends on the CustomResourceDefinition of the same resources that
-    defines its group and kind: applied once its kind is served, deleted before it (as
-    people write them, with no ``dependsOn``)."""
-    definitions: dict[tuple[str, str], str] = {}
-    for resource in resources:
-        if _kubernetes_kind(resource) != ("apiextensions.k8s.io", "CustomResourceDefinition"):
-            continue
-        spec = resource.attributes.get("spec")
-        names = spec.get("names") if isinstance(spec, Mapping) else None
-        group = spec.get("group") if isinstance(spec, Mapping) else None
-        kind = names.get("kind") if isinstance(names, Mapping) else None
-        if isinstance(group, str) and isinstance(kind, str):
-            definitions.setdefault((group, kind), resource.id)
-    edges: dict[str, list[str]] = {}
-    if not definitions:
-        return edges
-    for resource in resources:
-        definition = definitions.get(_kubernetes_kind(resource) or ("", ""))
-        if definition is not None and definition != resource.id:
-            edges[resource.id] = [definition]
-    return edges
-
-
-IMPLICIT_RULES = (onprem_containment, kubernetes_custom_resources)
-"""Rules that add edges a spec implies without saying: each maps resources to
-``{dependent id: [dependency ids]}``."""
-
-
 def implicit_dependencies(resources: Sequence[Described]) -> dict[str, list[str]]:
-    """Every implicit edge of ``resources`` (see ``IMPLICIT_RULES``)."""
+    """Every implicit edge of ``resources``: each runtime adds those its resources imply
+    (:meth:`RuntimeRules.implicit_dependencies`: an OnPrem File inside a Directory of the
+    same stack, a Kubernetes custom resource after its CustomResourceDefinition)."""
     found: dict[str, list[str]] = {}
-    for rule in IMPLICIT_RULES:
-        for rid, deps in rule(resources).items():
+    for rules in all_rules().values():
+        for rid, deps in rules.implicit_dependencies(resources).items():
             found.setdefault(rid, []).extend(deps)
     return found
 

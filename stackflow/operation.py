@@ -392,7 +392,10 @@ class GroupInput(BaseModel):
 
 
 GROUPED_TYPES = ("OnPrem", "Kubernetes")
-"""Runtimes whose nodes are cheap enough to share an activity."""
+"""Runtimes whose nodes are cheap enough to share an activity. Each runtime declares this
+itself (``RuntimeRules.grouped``); the workflows keep the list as a constant because it
+shapes their history (a type joins it behind a workflow patch, as Terraform did), and a test
+checks it against the declarations."""
 TERRAFORM_GROUPED = "Terraform"
 """Grouped as well in runs that have the ``group-terraform-nodes`` patch: its runtime runs a
 group's concurrent calls as one tofu command."""

@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictStr, ValidationError, field_validator
 
 from stackflow.errors import SpecError
+from stackflow.runtime_rules import known_types, rules_for
 
 MAX_RESOURCE_BYTES = 1024 * 1024
 """Serialised attributes of one resource may not exceed this (1 MiB)."""
@@ -166,13 +167,12 @@ _Loader.add_constructor(_INT, _Loader.construct_yaml_int)
 
 
 class ResourceType(StrEnum):
+    """The types of the runtimes stackflow ships (names for callers and tests). A resource's
+    ``type`` may name any installed runtime (:mod:`stackflow.runtime_rules`)."""
+
     Kubernetes = "Kubernetes"
     Terraform = "Terraform"
     OnPrem = "OnPrem"
-
-
-_K8S_ID = re.compile(r"^[^:\s]+:[^:\s]+(:[^:\s]+)?:[^:\s]+$")
-_TF_ID = re.compile(r"^[^:\s]+:[^:\s]+:[^:\s]+:[^:\s]+$")
 
 
 class Resource(BaseModel):
@@ -181,7 +181,8 @@ class Resource(BaseModel):
     model_config = ConfigDict(populate_by_name=True, extra="forbid")
 
     id: StrictStr = Field(min_length=1)
-    type: ResourceType
+    type: str = Field(min_length=1)
+    """The runtime's type name; :func:`parse_spec` checks that a runtime declares it."""
     attributes: dict[str, Any] = Field(default_factory=dict)
     depends_on: list[StrictStr] = Field(default_factory=list, alias="dependsOn")
     extensions: dict[str, Any] = Field(default_factory=dict)
@@ -215,15 +216,20 @@ class Spec(BaseModel):
 
 
 def check_id_convention(resource: Resource) -> str | None:
-    """Why ``resource.id`` breaks Kusion's id convention for its type, or None."""
-    if resource.type is ResourceType.Kubernetes and not _K8S_ID.match(resource.id):
-        return (
-            "a Kubernetes id is <apiVersion>:<Kind>:<namespace>:<name> "
-            "(cluster-scoped: <apiVersion>:<Kind>:<name>)"
-        )
-    if resource.type is ResourceType.Terraform and not _TF_ID.match(resource.id):
-        return "a Terraform id is <provider namespace>:<provider name>:<resource type>:<name>"
-    return None
+    """Why ``resource.id`` breaks the id convention its runtime declares, or None."""
+    rules = rules_for(resource.type)
+    return rules.id_problem(resource.id) if rules is not None else None
+
+
+def unknown_type(type_name: str) -> str | None:
+    """Why no runtime takes ``type_name``, or None."""
+    if rules_for(type_name) is not None:
+        return None
+    known = known_types()
+    expected = (
+        f"{', '.join(known[:-1])} or {known[-1]}" if len(known) > 1 else "".join(known) or "none"
+    )
+    return f"unknown type {type_name!r}, expected {expected}"
 
 
 def _canonical(value: Any) -> bytes:
@@ -268,9 +274,9 @@ def _validation_message(data: Any, err: ValidationError) -> str:
     first = errors[0]
     loc = tuple(first["loc"])
     msg = first["msg"]
-    if first["type"] == "enum" and loc[-1:] == ("type",):
-        got = repr(first.get("input"))
-        msg = f"unknown type {got}, expected Kubernetes, Terraform or OnPrem"
+    if len(loc) == 3 and loc[0] == "resources" and loc[-1] == "type" and first["type"] != "missing":
+        got = first.get("input")
+        msg = unknown_type(got if isinstance(got, str) else repr(got)) or msg
     elif first["type"] == "extra_forbidden":
         msg = "unknown field"
     text = f"{_describe(data, loc)}: {msg}"
@@ -299,6 +305,9 @@ def _validate(data: dict[str, Any], source: str) -> Spec:
         raise SpecError(f"{source}: {_validation_message(data, err)}") from err
     for index, resource in enumerate(spec.resources):
         where = f"{source}: resources[{index}] (id {resource.id!r})"
+        problem = unknown_type(resource.type)
+        if problem:
+            raise SpecError(f"{where}: type: {problem}")
         problem = check_id_convention(resource)
         if problem:
             raise SpecError(f"{where}: id: {problem}")

@@ -118,6 +118,7 @@ from runtimes.kubernetes.manifest import (
     owner_of,
     shaped_like,
 )
+from runtimes.kubernetes.policy import check_kubeconfig
 from runtimes.kubernetes.readiness import (
     Readiness,
     crd_served_kinds,
@@ -126,6 +127,7 @@ from runtimes.kubernetes.readiness import (
     parse_timeout,
     readiness,
 )
+from runtimes.kubernetes.rules import TYPE_NAME, scope_key
 from runtimes.kubernetes.snapshot import (
     LIST_AT_LEAST,
     NEVER_LISTED,
@@ -305,7 +307,7 @@ def default_propagation(ref: ObjectRef) -> str:
 class KubernetesRuntime(Runtime):
     """Any Kubernetes object, built-in or custom, by server-side apply."""
 
-    type_name = "Kubernetes"
+    type_name = TYPE_NAME
 
     def __init__(self, policy: WorkerPolicy | None = None) -> None:
         self._clients: dict[tuple[str | None, str | None], KubeClient] = {}
@@ -364,7 +366,8 @@ class KubernetesRuntime(Runtime):
 
     def check_policy(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
         (kubeconfig, config_field), (context, context_field) = self._cluster(resource, options)
-        self.policy.check_kubeconfig(
+        check_kubeconfig(
+            self.policy,
             resource.id,
             kubeconfig,
             context,
@@ -446,10 +449,10 @@ class KubernetesRuntime(Runtime):
             scope is None
             or not scope.lists
             or (ref.api_version, ref.kind) in NEVER_LISTED
-            or scope.count(ref.api_version, ref.kind, namespace) < LIST_AT_LEAST
+            or scope.count(scope_key, (ref.api_version, ref.kind, namespace)) < LIST_AT_LEAST
         ):
             return None
-        wanted = scope.count(ref.api_version, ref.kind, namespace)
+        wanted = scope.count(scope_key, (ref.api_version, ref.kind, namespace))
         return self._snapshots.get(
             _snapshot_key(scope, client, api, namespace),
             lambda: list_objects(client, api, namespace, wanted),

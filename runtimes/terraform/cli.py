@@ -25,6 +25,7 @@ from typing import Any
 from python_terraform import Terraform
 
 from runtimes.base import InvalidInput, RuntimeFailure, Unavailable
+from runtimes.terraform.policy import tool_env
 from stackflow.policy import WorkerPolicy, worker_policy
 
 DEFAULT_CACHE = Path.home() / ".cache" / "stackflow"
@@ -88,9 +89,9 @@ def base_env(
     extra: Mapping[str, Any] | None = None, policy: WorkerPolicy | None = None
 ) -> dict[str, str]:
     """The CLI's environment: only what it needs from the worker's (the policy's
-    :meth:`~stackflow.policy.WorkerPolicy.tool_env`: never the state URL, keys or service
+    :func:`runtimes.terraform.policy.tool_env`: never the state URL, keys or service
     addresses), stackflow's settings, then ``extra`` (``context.env``, checked by the policy)."""
-    env = (policy or worker_policy()).tool_env()
+    env = tool_env(policy or worker_policy())
     env.update(TF_IN_AUTOMATION="1", TF_INPUT="0", CHECKPOINT_DISABLE="1")
     config = cli_config_file()
     if config:

@@ -77,6 +77,8 @@ from runtimes.terraform.config import (
     render_variables,
     required_providers,
 )
+from runtimes.terraform.policy import check_terraform, terraform_env
+from runtimes.terraform.rules import TYPE_NAME
 from runtimes.terraform.state import (
     BUILTIN_SCHEMAS,
     RESERVED_KEYS,
@@ -166,7 +168,7 @@ class Workdir:
         only read their part of the state): provider credentials from context.env (checked
         by the policy), passed, never written."""
         policy = self.runtime.policy
-        return base_env(policy.terraform_env(self.res.id, self.options.context.get("env")), policy)
+        return base_env(terraform_env(policy, self.res.id, self.options.context.get("env")), policy)
 
     # ---- files ------------------------------------------------------------------------------
     def local_state(self) -> State | None:
@@ -271,7 +273,7 @@ class Workdir:
 class TerraformRuntime(Runtime):
     """Resources of type ``Terraform`` (Kusion's form), driven through the Terraform CLI."""
 
-    type_name = "Terraform"
+    type_name = TYPE_NAME
     coalesces_calls = True
     checks_every_call = True  # each call starts with _check (in _join or _workdir)
 
@@ -301,7 +303,8 @@ class TerraformRuntime(Runtime):
 
     def _check(self, res: TerraformResource, options: RuntimeOptions) -> None:
         policy = self.policy
-        policy.check_terraform(
+        check_terraform(
+            policy,
             res.id,
             provider_source=res.provider.source,
             provider_name=res.provider.local_name,
@@ -309,7 +312,7 @@ class TerraformRuntime(Runtime):
             arguments=res.arguments,
             provider_meta=res.provider_meta,
         )
-        policy.terraform_env(res.id, options.context.get("env"))
+        terraform_env(policy, res.id, options.context.get("env"))
 
     def root(self) -> Path:
         return self._root if self._root is not None else stackflow_home() / "terraform"

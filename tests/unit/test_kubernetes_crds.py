@@ -18,6 +18,7 @@ from runtimes.base import InvalidInput, NotFound, ResourceRequest, RuntimeOption
 from runtimes.kubernetes.client import ApiError, KubeClient
 from runtimes.kubernetes.manifest import ObjectRef
 from runtimes.kubernetes.readiness import crd_served_kinds, custom_resource_definition, readiness
+from runtimes.kubernetes.rules import custom_resources as kubernetes_custom_resources
 from runtimes.kubernetes.runtime import (
     KindNotServed,
     KubernetesRuntime,
@@ -25,7 +26,7 @@ from runtimes.kubernetes.runtime import (
     namespace_missing,
     unserved_error,
 )
-from stackflow.graph import Graph, build_graph, kubernetes_custom_resources
+from stackflow.graph import Graph, build_graph
 from stackflow.spec import Spec
 
 JSON = dict[str, Any]

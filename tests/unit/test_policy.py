@@ -10,12 +10,20 @@ from typing import Any
 import pytest
 import yaml
 
+from runtimes.kubernetes.policy import check_kubeconfig
+from runtimes.onprem.policy import check_content, onprem_target
+from runtimes.terraform.policy import (
+    check_terraform,
+    provider_allowed,
+    refused_env_reason,
+    terraform_env,
+    tool_env,
+)
 from stackflow.policy import (
     PolicyConfigError,
     PolicyViolation,
     WorkerPolicy,
     load_policy,
-    refused_env_reason,
     worker_policy,
 )
 
@@ -45,7 +53,7 @@ def test_defaults_refuse_what_is_not_configured(tmp_path: Path) -> None:
     assert not p.kubernetes.allow_exec
     assert p.onprem.roots == () and int(p.onprem.max_bytes) == 1024 * 1024
     assert p.source == "defaults"
-    err = refused(p.onprem_target, RID, str(tmp_path / "f"))
+    err = refused(onprem_target, p, RID, str(tmp_path / "f"))
     assert err.field == "attributes.path" and "STACKFLOW_ONPREM_ROOTS" in str(err)
 
 
@@ -185,7 +193,7 @@ def tf_check(p: WorkerPolicy, **overrides: Any) -> None:
         "provider_meta": {},
     }
     args.update(overrides)
-    p.check_terraform(RID, **args)
+    check_terraform(p, RID, **args)
 
 
 @pytest.mark.parametrize("block", ["provisioner", "connection"])
@@ -226,7 +234,7 @@ def test_code_running_providers_need_provisioners(tmp_path: Path, source: str) -
 )
 def test_provider_allowlist(tmp_path: Path, patterns: str, source: str, allowed: bool) -> None:
     p = policy(tmp_path, STACKFLOW_ALLOWED_TF_PROVIDERS=patterns)
-    assert p.provider_allowed(source) is allowed
+    assert provider_allowed(p, source) is allowed
     if not allowed:
         err = refused(tf_check, p, provider_source=source, provider_name="random")
         assert err.field == "extensions.provider" and "STACKFLOW_ALLOWED_TF_PROVIDERS" in str(err)
@@ -319,20 +327,20 @@ def test_files_named_by_resources_are_confined_like_onprem(tmp_path: Path) -> No
 def test_env_names_must_be_allowed(tmp_path: Path) -> None:
     p = policy(tmp_path, STACKFLOW_ALLOWED_ENV="AWS_*,ARM_CLIENT_ID")
     env = {"AWS_ACCESS_KEY_ID": "k", "AWS_REGION": "eu", "ARM_CLIENT_ID": 42}
-    assert p.terraform_env(RID, env) == {
+    assert terraform_env(p, RID, env) == {
         "AWS_ACCESS_KEY_ID": "k",
         "AWS_REGION": "eu",
         "ARM_CLIENT_ID": "42",
     }
-    assert p.terraform_env(RID, None) == {}
-    err = refused(p.terraform_env, RID, {"GITHUB_TOKEN": "x"})
+    assert terraform_env(p, RID, None) == {}
+    err = refused(terraform_env, p, RID, {"GITHUB_TOKEN": "x"})
     assert err.field == "context.env.GITHUB_TOKEN" and "AWS_*, ARM_CLIENT_ID" in str(err)
-    err = refused(policy(tmp_path).terraform_env, RID, {"AWS_REGION": "x"})
+    err = refused(terraform_env, policy(tmp_path), RID, {"AWS_REGION": "x"})
     assert "STACKFLOW_ALLOWED_ENV: none" in str(err)
-    err = refused(p.terraform_env, RID, ["AWS_REGION"])
+    err = refused(terraform_env, p, RID, ["AWS_REGION"])
     assert err.field == "context.env"
     for bad in ({"A=B": "x"}, {"1X": "x"}, {"AWS_X": {"a": 1}}, {"AWS_X": None}, {"AWS_X": "a\0"}):
-        refused(p.terraform_env, RID, bad)
+        refused(terraform_env, p, RID, bad)
 
 
 @pytest.mark.parametrize(
@@ -377,7 +385,7 @@ def test_env_names_must_be_allowed(tmp_path: Path) -> None:
 def test_tool_control_variables_are_always_refused(tmp_path: Path, name: str) -> None:
     assert refused_env_reason(name) is not None
     p = policy(tmp_path, STACKFLOW_ALLOWED_ENV="*")  # even when every name is allowed
-    err = refused(p.terraform_env, RID, {name: "x"})
+    err = refused(terraform_env, p, RID, {name: "x"})
     assert err.field == f"context.env.{name}" and "never taken from a spec" in str(err)
 
 
@@ -402,7 +410,7 @@ def test_tool_env_keeps_the_worker_secrets_out(tmp_path: Path) -> None:
         "AWS_PROFILE": "worker",
         "LD_PRELOAD": "/x.so",
     }
-    env = policy(tmp_path).tool_env(worker)
+    env = tool_env(policy(tmp_path), worker)
     assert env == {
         k: worker[k]
         for k in (
@@ -414,7 +422,7 @@ def test_tool_env_keeps_the_worker_secrets_out(tmp_path: Path) -> None:
             "TF_CLI_CONFIG_FILE",
         )
     }
-    passing = policy(tmp_path, STACKFLOW_TF_PASS_ENV="AWS_*,*").tool_env(worker)
+    passing = tool_env(policy(tmp_path, STACKFLOW_TF_PASS_ENV="AWS_*,*"), worker)
     assert passing["AWS_PROFILE"] == "worker" and passing["DATABASE_PASSWORD"] == "pw"
     assert not any(k.startswith(("STACKFLOW_", "TEMPORAL_", "REDIS_")) for k in passing)
 
@@ -445,7 +453,8 @@ EXEC = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "/b
 
 
 def kube_check(p: WorkerPolicy, path: str | None, context: str | None = None) -> None:
-    p.check_kubeconfig(
+    check_kubeconfig(
+        p,
         RID,
         path,
         context,
@@ -546,12 +555,12 @@ def onprem_policy(tree: Path, **env: str) -> WorkerPolicy:
 
 def test_paths_inside_the_roots(tree: Path) -> None:
     p = onprem_policy(tree)
-    target = p.onprem_target(RID, str(tree / "root" / "sub" / "a" / "b.txt"))
+    target = onprem_target(p, RID, str(tree / "root" / "sub" / "a" / "b.txt"))
     assert target.anchor == str(tree / "root")
     assert target.parent == str(tree / "root" / "sub" / "a") and target.name == "b.txt"
-    via = p.onprem_target(RID, str(tree / "root" / "in-link" / "c.txt"))  # stays inside
+    via = onprem_target(p, RID, str(tree / "root" / "in-link" / "c.txt"))  # stays inside
     assert via.real == str(tree / "root" / "sub" / "c.txt")
-    whole = p.onprem_target(RID, str(tree / "root" / "sub"), directory=True)
+    whole = onprem_target(p, RID, str(tree / "root" / "sub"), directory=True)
     assert whole.anchor == str(tree / "root")
 
 
@@ -568,29 +577,29 @@ def test_paths_inside_the_roots(tree: Path) -> None:
     ],
 )
 def test_paths_out_of_the_roots_or_into_stackflow(tree: Path, relative: str, fragment: str) -> None:
-    err = refused(onprem_policy(tree).onprem_target, RID, f"{tree}/{relative}")
+    err = refused(onprem_target, onprem_policy(tree), RID, f"{tree}/{relative}")
     assert err.field == "attributes.path" and fragment in str(err)
 
 
 def test_directories_holding_stackflow_paths(tree: Path) -> None:
     p = onprem_policy(tree)
-    err = refused(p.onprem_target, RID, str(tree / "root"), directory=True)
+    err = refused(onprem_target, p, RID, str(tree / "root"), directory=True)
     assert "holds" in str(err) and "sfhome" in str(err)
-    p.onprem_target(RID, str(tree / "root" / "sub"), directory=True)
+    onprem_target(p, RID, str(tree / "root" / "sub"), directory=True)
     free = policy(tree, STACKFLOW_ONPREM_ROOTS=str(tree / "root" / "sub"))
-    target = free.onprem_target(RID, str(tree / "root" / "sub"), directory=True)
+    target = onprem_target(free, RID, str(tree / "root" / "sub"), directory=True)
     assert target.anchor == str(tree / "root") and target.name == "sub"  # the root itself
 
 
 def test_sizes(tree: Path) -> None:
     p = onprem_policy(tree, STACKFLOW_ONPREM_MAX_BYTES="1KiB")
-    p.check_content(RID, "é" * 512)  # 1024 bytes
-    err = refused(p.check_content, RID, "é" * 513)
+    check_content(p, RID, "é" * 512)  # 1024 bytes
+    err = refused(check_content, p, RID, "é" * 513)
     assert err.field == "attributes.content" and "1026 bytes" in str(err)
     big = tree / "root" / "sub" / "big"
     big.write_bytes(b"x" * 1025)
-    p.onprem_target(RID, str(big))  # writing over it is fine
-    err = refused(p.onprem_target, RID, str(big), reading=True)
+    onprem_target(p, RID, str(big))  # writing over it is fine
+    err = refused(onprem_target, p, RID, str(big), reading=True)
     assert err.field == "attributes.path" and "1025 bytes" in str(err)
     os.truncate(big, 1024)
-    p.onprem_target(RID, str(big), reading=True)
+    onprem_target(p, RID, str(big), reading=True)

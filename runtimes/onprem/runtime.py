@@ -36,7 +36,9 @@ from runtimes.base import (
     RuntimeOptions,
     Unavailable,
 )
-from stackflow.policy import OnPremTarget, PolicyViolation, WorkerPolicy, worker_policy
+from runtimes.onprem.policy import OnPremTarget, check_content, check_size, onprem_target
+from runtimes.onprem.rules import TYPE_NAME
+from stackflow.policy import PolicyViolation, WorkerPolicy, worker_policy
 
 _MODE = re.compile(r"^0?[0-7]{3,4}$")
 _LOCAL_HOSTS = {None, "", "localhost", "127.0.0.1"}
@@ -110,8 +112,8 @@ _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
 
 class _Confined:
-    """One checked path (:meth:`WorkerPolicy.onprem_target`), acted on through a descriptor
-    of its parent directory, opened by walking down from the root without following any
+    """One checked path (:func:`~runtimes.onprem.policy.onprem_target`), acted on through a
+    descriptor of its parent directory, opened by walking down from the root without following any
     symlink: a symlink planted (or swapped in) after the check is refused, never followed.
     Files are opened with O_NOFOLLOW and read at most ``max_bytes``."""
 
@@ -226,12 +228,12 @@ class _Confined:
             st = os.fstat(handle.fileno())
             if not stat.S_ISREG(st.st_mode):
                 return {"kind": "Other", "path": path, "mode": mode}
-            self.policy.check_size(
-                self.resource_id, "attributes.path", st.st_size, f"the file at {path}"
+            check_size(
+                self.policy, self.resource_id, "attributes.path", st.st_size, f"the file at {path}"
             )
             data = handle.read(limit + 1)
-        self.policy.check_size(
-            self.resource_id, "attributes.path", len(data), f"the file at {path}"
+        check_size(
+            self.policy, self.resource_id, "attributes.path", len(data), f"the file at {path}"
         )
         mode = f"{stat.S_IMODE(st.st_mode):04o}"
         text = data.decode("utf-8", errors="replace")
@@ -373,7 +375,7 @@ def _delete_sync(resource_id: str, attrs: OnPremAttributes, place: _Confined) ->
 class OnPremRuntime(Runtime):
     """Files and directories on the local machine, inside the worker policy's roots."""
 
-    type_name = "OnPrem"
+    type_name = TYPE_NAME
     checks_every_call = True  # every call starts with _place: the policy on that very path
 
     def __init__(self, policy: WorkerPolicy | None = None) -> None:
@@ -390,11 +392,11 @@ class OnPremRuntime(Runtime):
         there), and where the path really lives."""
         attrs = parse_attributes(resource)
         policy = self.policy
-        target = policy.onprem_target(
-            resource.id, attrs.path, directory=attrs.kind == "Directory", reading=reading
+        target = onprem_target(
+            policy, resource.id, attrs.path, directory=attrs.kind == "Directory", reading=reading
         )
         if content:
-            policy.check_content(resource.id, attrs.content)
+            check_content(policy, resource.id, attrs.content)
         return attrs, _Confined(resource.id, target, policy)
 
     def check_policy(self, resource: ResourceRequest, options: RuntimeOptions) -> None:

@@ -1,0 +1,181 @@
+"""The Kubernetes runtime's part of the worker policy: kubeconfigs, contexts and plugins.
+
+kubeconfig paths only from ``STACKFLOW_ALLOWED_KUBECONFIGS`` (files or directories; the
+worker's own ``KUBECONFIG`` is always allowed); contexts from
+``STACKFLOW_ALLOWED_KUBE_CONTEXTS`` when set; exec credential and auth-provider plugins only
+with ``STACKFLOW_ALLOW_KUBE_EXEC=1`` (read from the file before the client loads it). The
+settings themselves are read by :mod:`stackflow.policy`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import stat
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from stackflow.policy import MIB, PolicyViolation, WorkerPolicy, real_path, split_list, within
+
+KUBECONFIG_MAX_BYTES = 4 * MIB
+"""A kubeconfig larger than this is not read (nor loaded)."""
+
+
+def check_kubeconfig(
+    policy: WorkerPolicy,
+    resource_id: str,
+    kubeconfig: str | None,
+    context: str | None,
+    *,
+    config_field: str,
+    context_field: str,
+) -> None:
+    """Refuse a kubeconfig (a path or ``os.pathsep`` list; None: the worker's own) or a
+    context the policy forbids, and kubeconfigs whose user runs a plugin."""
+    kube = policy.kubernetes
+    if kubeconfig:
+        files = []
+        for entry in split_list(kubeconfig, os.pathsep):
+            real = real_path(entry)
+            if not kubeconfig_allowed(policy, real):
+                raise PolicyViolation(
+                    resource_id,
+                    config_field,
+                    f"{entry} is not a kubeconfig this worker allows "
+                    "(STACKFLOW_ALLOWED_KUBECONFIGS)",
+                )
+            files.append(real)
+        field = config_field
+    else:
+        files = list(policy.worker_kubeconfigs)
+        field = "the worker's KUBECONFIG"
+    if kube.allow_exec and kube.allowed_contexts is None:
+        return  # nothing to look for in the files
+    docs: list[tuple[str, dict[str, Any]]] = []
+    for path in files:
+        doc = _kubeconfig_doc(resource_id, field, path)
+        if doc is not None:
+            docs.append((path, doc))
+    if not docs:
+        if context and kube.allowed_contexts is not None:
+            check_context(policy, resource_id, context_field, context)
+        return  # no file: in-cluster, or the client reports the missing file
+    chosen = context or next(
+        (str(c["current-context"]) for _, c in docs if c.get("current-context")), None
+    )
+    if kube.allowed_contexts is not None:
+        if chosen is None:
+            raise PolicyViolation(
+                resource_id,
+                context_field,
+                "no context is named and the kubeconfig has no current-context; this "
+                "worker allows only named contexts (STACKFLOW_ALLOWED_KUBE_CONTEXTS)",
+            )
+        check_context(policy, resource_id, context_field if context else field, chosen)
+    if kube.allow_exec:
+        return
+    users = {
+        str((entry.get("context") or {}).get("user"))
+        for _, config in docs
+        for entry in _named(config, "contexts")
+        if chosen is None or entry.get("name") == chosen
+    }
+    for path, config in docs:
+        for item in _named(config, "users"):
+            if str(item.get("name")) not in users:
+                continue
+            found = item.get("user")
+            user: dict[str, Any] = found if isinstance(found, dict) else {}
+            for key, what in (("exec", "an exec credential plugin"), ("auth-provider", "")):
+                if user.get(key):
+                    plugin = what or f"the {_provider_name(user[key])} auth-provider plugin"
+                    raise PolicyViolation(
+                        resource_id,
+                        field,
+                        f"user {item.get('name')!r} in {path} runs {plugin}; this "
+                        "worker does not allow kubeconfig plugins "
+                        "(STACKFLOW_ALLOW_KUBE_EXEC)",
+                    )
+
+
+def kubeconfig_allowed(policy: WorkerPolicy, real: str) -> bool:
+    if real in policy.worker_kubeconfigs:
+        return True
+    for entry in policy.kubernetes.allowed_kubeconfigs:
+        allowed = real_path(entry)
+        if real == allowed or (os.path.isdir(allowed) and within(real, allowed)):
+            return True
+    return False
+
+
+def check_context(policy: WorkerPolicy, resource_id: str, field: str, context: str) -> None:
+    allowed = policy.kubernetes.allowed_contexts or ()
+    if not any(fnmatch.fnmatchcase(context, pattern) for pattern in allowed):
+        raise PolicyViolation(
+            resource_id,
+            field,
+            f"context {context!r} is not one this worker allows "
+            f"(STACKFLOW_ALLOWED_KUBE_CONTEXTS: {', '.join(allowed) or 'none'})",
+        )
+
+
+def _named(doc: Mapping[str, Any], key: str) -> list[dict[str, Any]]:
+    items = doc.get(key)
+    return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+
+def _provider_name(value: Any) -> str:
+    return str(value.get("name")) if isinstance(value, dict) else "?"
+
+
+_kube_cache: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}
+_kube_lock = threading.Lock()
+
+
+def _kubeconfig_doc(resource_id: str, field: str, path: str) -> dict[str, Any] | None:
+    """A kubeconfig file's content (cached by identity and mtime); None if it does not exist
+    (the client says so). Read without following a final symlink (``path`` is real)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        raise PolicyViolation(
+            resource_id, field, f"cannot read the kubeconfig {path}: {exc.strerror}"
+        ) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PolicyViolation(resource_id, field, f"{path} is not a regular file")
+        if st.st_size > KUBECONFIG_MAX_BYTES:
+            raise PolicyViolation(
+                resource_id,
+                field,
+                f"the kubeconfig {path} is {st.st_size} bytes, more than a kubeconfig needs",
+            )
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        with _kube_lock:
+            cached = _kube_cache.get(path)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        with os.fdopen(os.dup(fd), "rb") as handle:
+            raw = handle.read(KUBECONFIG_MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    try:
+        doc = yaml.safe_load(raw.decode("utf-8"))
+    except (UnicodeDecodeError, yaml.YAMLError) as exc:
+        problem = " ".join(str(exc).split())[:200]
+        raise PolicyViolation(
+            resource_id, field, f"{path} cannot be read as a kubeconfig: {problem}"
+        ) from None
+    if not isinstance(doc, dict):
+        raise PolicyViolation(resource_id, field, f"{path} is not a kubeconfig (not a mapping)")
+    with _kube_lock:
+        if len(_kube_cache) > 64:
+            _kube_cache.clear()
+        _kube_cache[path] = (key, doc)
+    return doc

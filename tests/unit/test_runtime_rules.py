@@ -1,0 +1,124 @@
+"""Runtimes bring their own rules, found through the ``stackflow.runtimes`` entry points;
+the core asks them (spec types and ids, secrets, grouping) and imports no runtime."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runtimes.base import ReadScope
+from runtimes.kubernetes.rules import scope_key
+from runtimes.registry import default_registry
+from stackflow.diff import sensitive_paths_for
+from stackflow.operation import GROUPED_TYPES, TERRAFORM_GROUPED
+from stackflow.runtime_rules import (
+    ENTRY_POINT_GROUP,
+    RuntimeLoadError,
+    all_rules,
+    reload_runtimes,
+    rules_for,
+)
+from stackflow.spec import ResourceType
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_built_in_runtimes_are_entry_points() -> None:
+    assert {"Kubernetes", "OnPrem", "Terraform"} <= set(all_rules())
+    assert {t.value for t in ResourceType} <= set(all_rules())
+    registry = default_registry()
+    assert {"Kubernetes", "OnPrem", "Terraform"} <= set(registry.types())
+    for type_name in ("Kubernetes", "OnPrem", "Terraform"):
+        assert type(registry.get(type_name)).type_name == type_name
+
+
+def test_the_workflows_group_what_the_runtimes_declare_grouped() -> None:
+    """The workflows keep the grouped types as constants (they shape the history); each
+    runtime declares whether it may be grouped: the two must agree."""
+    declared = {name for name, rules in all_rules().items() if rules.grouped}
+    assert declared == {*GROUPED_TYPES, TERRAFORM_GROUPED}
+
+
+def test_each_runtime_owns_its_id_rule_and_secrets() -> None:
+    kube, tf, onprem = rules_for("Kubernetes"), rules_for("Terraform"), rules_for("OnPrem")
+    assert kube is not None and tf is not None and onprem is not None
+    assert kube.id_problem("v1:ConfigMap:ns:name") is None
+    assert kube.id_problem("v1:Namespace:name") is None
+    assert "Kubernetes id" in (kube.id_problem("name") or "")
+    assert tf.id_problem("hashicorp:random:random_password:db") is None
+    assert "Terraform id" in (tf.id_problem("random_password.db") or "")
+    assert onprem.id_problem("anything at all") is None
+    secret = {"kind": "Secret", "data": {"a": "b"}}
+    assert sensitive_paths_for("Kubernetes", secret) == ["data", "stringData"]
+    assert sensitive_paths_for("OnPrem", secret) == []
+    assert sensitive_paths_for("Nope", {"_stackflow_x": 1}) == ["_stackflow_x"]
+
+
+def test_read_scope_counts_by_the_runtimes_key() -> None:
+    attrs: list[dict[str, Any]] = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "a"}},
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "a"}},
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "a"}},
+        {"kind": "File", "path": "/x"},
+    ]
+    scope = ReadScope("run", iter(attrs))
+    assert scope.count(scope_key, ("v1", "ConfigMap", "a")) == 2
+    assert scope.count(scope_key, ("v1", "Namespace", None)) == 1
+    assert scope.count(lambda a: a.get("kind"), "File") == 1
+
+
+@pytest.fixture
+def broken_entry_point(tmp_path: Path) -> Iterator[None]:
+    dist = tmp_path / "broken_runtime-0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: broken-runtime\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\nbroken = json:dumps\n")
+    sys.path.insert(0, str(tmp_path))
+    reload_runtimes()
+    try:
+        yield
+    finally:
+        sys.path.remove(str(tmp_path))
+        reload_runtimes()
+
+
+def test_an_entry_point_that_is_no_runtime_names_itself(broken_entry_point: None) -> None:
+    with pytest.raises(RuntimeLoadError, match=r"'broken' \(json:dumps\) is not a RuntimeRules"):
+        all_rules()
+
+
+def test_the_core_imports_no_runtime_and_the_graph_has_no_circles() -> None:
+    spec = importlib.util.spec_from_file_location("import_graph", REPO / "scripts/import_graph.py")
+    assert spec is not None and spec.loader is not None
+    graph_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(graph_module)
+    graph = graph_module.edges(REPO)
+    assert graph_module.circles(graph) == []
+    core = {
+        (name, target)
+        for name, targets in graph.items()
+        for target in targets
+        if name.startswith("stackflow") and not target.startswith("stackflow")
+    }
+    assert core == set(), "stackflow/ imports a runtime, an activity or a workflow"
+
+
+def test_a_stale_install_still_finds_the_declared_built_ins(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A virtualenv installed before pyproject.toml declared a runtime has no such entry
+    point in its metadata: the checkout's declaration is read instead."""
+    import stackflow.runtime_rules as runtime_rules
+
+    monkeypatch.setattr(runtime_rules, "entry_points", lambda group: [])
+    reload_runtimes()
+    try:
+        assert {"Kubernetes", "OnPrem", "Terraform"} <= set(all_rules())
+    finally:
+        monkeypatch.undo()
+        reload_runtimes()

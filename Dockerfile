@@ -27,11 +27,6 @@ COPY pyproject.toml uv.lock README.md ./
 RUN uv sync --frozen --no-dev --no-install-project
 
 COPY stackflow/ stackflow/
-COPY workflows/ workflows/
-COPY activities/ activities/
-COPY runtimes/ runtimes/
-COPY cli/ cli/
-COPY worker.py ./
 RUN uv sync --frozen --no-dev
 
 # Unprivileged runtime user with a fixed uid/gid (10001), for the worker and
@@ -52,6 +47,6 @@ ENV PATH="/app/.venv/bin:${PATH}" \
 USER stackflow:stackflow
 VOLUME ["/data/stackflow", "/data/onprem"]
 
-# worker.py is expected to shut down gracefully on SIGTERM; compose allows it 60s.
+# The worker (stackflow.worker) is expected to shut down gracefully on SIGTERM; compose allows it 60s.
 STOPSIGNAL SIGTERM
-CMD ["/app/.venv/bin/python", "worker.py"]
+CMD ["/app/.venv/bin/python", "-m", "stackflow.worker"]

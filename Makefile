@@ -41,7 +41,7 @@ test-unit: setup ## only the tests that need no service
 	@$(PY) -m pytest -q -m "not integration" tests/unit tests/engine
 
 lint: ## ruff + mypy
-	@.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy stackflow workflows activities runtimes cli worker.py
+	@.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy stackflow
 
 bench: up ## run the benchmarks under benchmarks/
 	@eval "$$(scripts/services.sh env)" && for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b; done

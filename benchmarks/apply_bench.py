@@ -246,7 +246,7 @@ async def _bench(
     rates: dict[tuple[str, int], float],
 ) -> None:
     queue = f"bench-{uuid.uuid4().hex[:8]}"
-    import worker as worker_module
+    import stackflow.worker as worker_module
 
     log = server_log()
     log_start = log.stat().st_size if log else 0

@@ -60,8 +60,8 @@ def spec_for(root: Path, size: int) -> dict[str, Any]:
 
 async def direct(spec: dict[str, Any], *, with_reads: bool) -> float:
     """The OnPrem runtime called in-process, one file after another; wall seconds."""
-    from runtimes.base import ResourceRequest, RuntimeOptions
-    from runtimes.onprem import OnPremRuntime
+    from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
+    from stackflow.runtimes.onprem import OnPremRuntime
 
     runtime = OnPremRuntime()
     options = RuntimeOptions(project="direct", workspace="default")

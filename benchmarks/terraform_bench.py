@@ -52,8 +52,8 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks._lib import harness  # noqa: E402
 from benchmarks._lib.temporal_stats import stack_stats  # noqa: E402
-from runtimes.base import ResourceRequest, RuntimeOptions  # noqa: E402
-from runtimes.terraform import TerraformRuntime  # noqa: E402
+from stackflow.runtimes.base import ResourceRequest, RuntimeOptions  # noqa: E402
+from stackflow.runtimes.terraform import TerraformRuntime  # noqa: E402
 
 MIRROR = Path.home() / ".cache" / "stackflow" / "terraform" / "mirror"
 KINDS: dict[str, dict[str, Any]] = {

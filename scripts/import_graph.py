@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-PACKAGES = ("stackflow", "runtimes", "activities", "workflows", "cli")
-TOP_MODULES = ("worker",)
+PACKAGES = ("stackflow",)
+TOP_MODULES: tuple[str, ...] = ()
 
 
 def modules(repo: Path = REPO) -> dict[str, Path]:

@@ -67,7 +67,7 @@ health_worker() { grep -q "stackflow worker ready" "$(logfile worker)" 2>/dev/nu
 # The worker runs this checkout's code: a running one whose code changed since it started is
 # restarted by `up`, so `make demo`/`make test` never run against stale workflows.
 code_hash() {
-  (cd "$REPO_ROOT" && find worker.py stackflow workflows activities runtimes -name '*.py' -print0 |
+  (cd "$REPO_ROOT" && find stackflow -name '*.py' -print0 |
     sort -z | xargs -0 cat | sha256sum | cut -c1-16)
 }
 stale_worker() { [ "$(cat "$RUN_DIR/pids/worker.code" 2>/dev/null)" != "$(code_hash)" ]; }
@@ -277,7 +277,7 @@ cmd_codec() {
     --port "$CODEC_PORT" --origin "http://127.0.0.1:$TEMPORAL_UI_PORT"
 }
 cmd_worker() {
-  echo env $(env_exports | sed 's/^export //') "$VENV/bin/python" "$REPO_ROOT/worker.py"
+  echo env $(env_exports | sed 's/^export //') "$VENV/bin/python" -m stackflow.worker
 }
 port_of() {
   case "$1" in

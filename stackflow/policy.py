@@ -301,9 +301,7 @@ def stackflow_paths(environ: Mapping[str, str], settings: PolicySettings) -> lis
         found.append((path, "the worker's kubeconfig"))
     for path in settings.kubernetes.allowed_kubeconfigs:
         found.append((path, "an allowed kubeconfig"))
-    code = Path(__file__).resolve().parent.parent
-    for name in ("stackflow", "activities", "runtimes", "workflows", "cli", "worker.py"):
-        found.append((str(code / name), "stackflow's code"))
+    found.append((str(Path(__file__).resolve().parent), "stackflow's code"))
     if site.ENABLE_USER_SITE:
         found.append((site.getusersitepackages(), "the user's Python packages"))
     for path in settings.onprem.protected:

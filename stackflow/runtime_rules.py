@@ -31,8 +31,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from stackflow.errors import StackflowError
 
 if TYPE_CHECKING:
-    from runtimes.base import Runtime
     from stackflow.graph import Described
+    from stackflow.runtimes.base import Runtime
     from stackflow.state.backend import StateBackend
 
 ENTRY_POINT_GROUP = "stackflow.runtimes"

@@ -115,7 +115,7 @@ class Worker:
     def start(self, timeout: float = 90.0) -> None:
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
-                [PYTHON, str(code_root() / "worker.py")],
+                [PYTHON, "-m", "stackflow.worker"],
                 env=self.env,
                 cwd=code_root(),
                 stdout=out,

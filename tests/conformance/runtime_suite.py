@@ -26,11 +26,17 @@ from typing import Any
 
 import pytest
 
-from runtimes.base import Attributes, InvalidInput, ResourceRequest, Runtime, RuntimeOptions
-from runtimes.registry import default_registry
 from stackflow.diff import Action, Change, diff_resource, sensitive_paths_for
 from stackflow.policy import PolicyViolation
 from stackflow.runtime_rules import rules_for
+from stackflow.runtimes.base import (
+    Attributes,
+    InvalidInput,
+    ResourceRequest,
+    Runtime,
+    RuntimeOptions,
+)
+from stackflow.runtimes.registry import default_registry
 
 
 @dataclass

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from runtimes.base import ResourceRequest, RuntimeOptions
-from runtimes.guard import check_preview
-from runtimes.registry import default_registry
 from stackflow.diff import SENSITIVE_MARKER, Action, sensitive_paths_for
 from stackflow.errors import SpecError
 from stackflow.graph import build_graph
 from stackflow.policy import PolicyViolation
 from stackflow.runtime_rules import known_types, rules_for
+from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
+from stackflow.runtimes.guard import check_preview
+from stackflow.runtimes.registry import default_registry
 from stackflow.spec import parse_spec
 from tests.conformance.runtime_suite import RuntimeCase, RuntimeSuite, preview
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from runtimes.base import ResourceRequest, RuntimeOptions
+from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
 from tests.conformance.runtime_suite import RuntimeCase, RuntimeSuite
 
 pytestmark = pytest.mark.integration

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from cli.app import app
-from cli.main import load_commands
+from stackflow.cli.app import app
+from stackflow.cli.main import load_commands
 
 BAD = Path(__file__).resolve().parents[1] / "badinput"
 STACKFLOW = Path(sys.executable).parent / "stackflow"

@@ -13,9 +13,8 @@ import typer
 import yaml
 from typer.testing import CliRunner, Result
 
-import cli.offline
-from cli.app import EXIT_CODES_HELP, StackflowGroup, app
-from cli.main import load_commands
+from stackflow.cli.app import EXIT_CODES_HELP, StackflowGroup, app
+from stackflow.cli.main import load_commands
 from stackflow.errors import FencedError, StackLockedError
 from stackflow.kusion import read_kusion_stack
 from stackflow.release import Operation, Phase, Release, State
@@ -158,7 +157,7 @@ def test_unlock_refuses_while_the_holding_run_is_open(
     run = RunRef("apply-p-w", "run-1")
     store.create("p", "w", Operation.apply, None, run=run)
     asked: list[RunRef] = []
-    monkeypatch.setattr(cli.offline, "_holder_ended", _ended(None, asked))
+    monkeypatch.setattr("stackflow.cli.offline._holder_ended", _ended(None, asked))
     result = invoke(home, "release", "unlock", "-p", "p", "-w", "w")
     assert result.exit_code == 3 and asked == [run]
     assert f"held by {run}, which is still running" in result.stderr
@@ -167,7 +166,8 @@ def test_unlock_refuses_while_the_holding_run_is_open(
     assert store.phase_of("p", "w", 1) is Phase.generating
 
     # once Temporal says the run has ended, its release is closed as failed, saying why
-    monkeypatch.setattr(cli.offline, "_holder_ended", _ended(f"{run} was terminated", asked))
+    ended = _ended(f"{run} was terminated", asked)
+    monkeypatch.setattr("stackflow.cli.offline._holder_ended", ended)
     result = invoke(home, "release", "unlock", "-p", "p", "-w", "w")
     assert result.exit_code == 0, result.stderr
     assert "release 1 is now failed" in result.stdout and len(asked) == 2
@@ -183,7 +183,7 @@ def test_unlock_force_does_not_ask_temporal(
     run = RunRef("apply-p-w", "run-1")
     store.create("p", "w", Operation.apply, None, run=run)
     asked: list[RunRef] = []
-    monkeypatch.setattr(cli.offline, "_holder_ended", _ended(None, asked))
+    monkeypatch.setattr("stackflow.cli.offline._holder_ended", _ended(None, asked))
     result = invoke(home, "release", "unlock", "-p", "p", "-w", "w", "--force")
     assert result.exit_code == 0, result.stderr
     assert "release 1 is now failed" in result.stdout and asked == []

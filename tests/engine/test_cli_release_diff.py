@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner, Result
 
-from cli.app import app
-from cli.main import load_commands
+from stackflow.cli.app import app
+from stackflow.cli.main import load_commands
 from stackflow.crypto import KeyRing, new_key_line
 from stackflow.errors import NotFoundError, SpecError
 from stackflow.release import Operation, Phase

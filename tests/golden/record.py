@@ -27,7 +27,7 @@ sys.path.insert(0, str(HERE.parents[1]))
 
 from temporalio.client import Client, WorkflowHandle  # noqa: E402
 
-import worker as worker_module  # noqa: E402
+import stackflow.worker as worker_module  # noqa: E402
 from stackflow.codec import data_converter  # noqa: E402
 from stackflow.operation import (  # noqa: E402
     ApprovalInput,

@@ -20,8 +20,8 @@ import pytest
 from kubernetes import client as k8s
 from temporalio.client import Client
 
-from runtimes.kubernetes.runtime import KubernetesRuntime
 from stackflow.codec import data_converter
+from stackflow.runtimes.kubernetes.runtime import KubernetesRuntime
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -103,7 +103,7 @@ class WorkerProcess:
     def start(self, timeout: float = 60.0) -> None:
         handle = self.log.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, str(REPO / "worker.py")],
+            [sys.executable, "-m", "stackflow.worker"],
             cwd=REPO,
             env=self.env,
             stdout=handle,

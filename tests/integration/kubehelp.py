@@ -13,7 +13,7 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from runtimes.base import ResourceRequest
+from stackflow.runtimes.base import ResourceRequest
 from tests.integration.conftest import REPO
 
 Obj = dict[str, Any]

@@ -20,7 +20,7 @@ from stackflow.codec import data_converter
 from stackflow.operation import StatusView
 from stackflow.release import Release
 from stackflow.state.backend import StateBackend, open_backend
-from workflows.operations import ALL_WORKFLOWS
+from stackflow.workflows.operations import ALL_WORKFLOWS
 
 T = TypeVar("T")
 
@@ -32,7 +32,7 @@ async def local_worker(
     """A worker in this process (workflow classes as given, unsandboxed so a test can patch
     module constants) with the real activities on the stack's state backend: its task queue
     and that backend."""
-    import worker as worker_module
+    import stackflow.worker as worker_module
 
     backend = open_backend(env["STACKFLOW_STATE_URL"], migrate=True)
     activities = worker_module.build_activities(None, backend=backend)

@@ -29,7 +29,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from cli.connection import START_TOKEN, Temporal, quiet_runtime
+from stackflow.cli.connection import START_TOKEN, Temporal, quiet_runtime
 from stackflow.codec import data_converter
 from stackflow.operation import OperationInput, OperationResult, workflow_id_for
 from tests.integration.conftest import REPO, WorkerProcess
@@ -513,7 +513,7 @@ def test_a_connection_error_raised_by_any_command_is_one_line_exit_1(
     """The command group maps what a command lets escape, once for every command."""
     from typer.testing import CliRunner
 
-    from cli.app import app
+    from stackflow.cli.app import app
 
     monkeypatch.setenv("TEMPORAL_ADDRESS", "127.0.0.1:1")
 

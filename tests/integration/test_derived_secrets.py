@@ -23,11 +23,11 @@ from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 
-from runtimes.base import ResourceRequest, RuntimeOptions
-from runtimes.terraform import SENSITIVE_KEY, STATE_KEY, TerraformRuntime
-from runtimes.terraform.state import instance, state_sensitive_paths
 from stackflow.crypto import KeyRing
 from stackflow.diff import SENSITIVE_MARKER
+from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
+from stackflow.runtimes.terraform import SENSITIVE_KEY, STATE_KEY, TerraformRuntime
+from stackflow.runtimes.terraform.state import instance, state_sensitive_paths
 from stackflow.state.backend import open_backend
 from tests.integration.conftest import WorkerProcess, run_cli
 

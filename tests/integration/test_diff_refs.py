@@ -11,8 +11,8 @@ from temporalio.client import Client
 
 from stackflow.diff_store import DIFF_REFS_LIMIT, load_changes
 from stackflow.operation import OperationInput
+from stackflow.workflows.apply import ApplyWorkflow
 from tests.integration.opshelp import file_resource, local_worker, new_project, start_run
-from workflows.apply import ApplyWorkflow
 
 
 async def test_many_preview_batches_leave_a_few_diff_refs(
@@ -21,7 +21,7 @@ async def test_many_preview_batches_leave_a_few_diff_refs(
     temporal_client: Client,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from workflows import common
+    from stackflow.workflows import common
 
     monkeypatch.setattr(common, "PREVIEW_BATCH", 2)  # 50 files: 25 batches, each with a diff
     project = new_project()

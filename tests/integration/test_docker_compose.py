@@ -45,7 +45,7 @@ SEARCH_ATTRIBUTES = {
     "StackflowDrift": "Bool",
 }
 # Sources whose os.environ / os.getenv reads define the worker's environment.
-ENV_SOURCES = ("worker.py", "stackflow", "activities", "runtimes")
+ENV_SOURCES = ("stackflow",)
 # Variables set on the worker that a dependency, not stackflow code, reads.
 READ_BY_LIBRARIES = {
     "KUBECONFIG": "kubernetes.config.load_kube_config()",
@@ -942,16 +942,14 @@ def test_dockerfile() -> None:
     assert "uv sync --frozen --no-dev" in runs
 
     copied = " ".join(arg for kw, arg in instructions if kw == "COPY")
-    for item in ("pyproject.toml", "uv.lock", "README.md", "worker.py"):
+    for item in ("pyproject.toml", "uv.lock", "README.md", "stackflow/"):
         assert item in copied
-    for package in ("stackflow", "workflows", "activities", "runtimes", "cli"):
-        assert f"{package}/" in copied
 
     users = [arg for kw, arg in instructions if kw == "USER"]
     assert users and users[-1].split(":")[0] not in {"root", "0"}
     assert ("STOPSIGNAL", "SIGTERM") in instructions
     cmds = [arg for kw, arg in instructions if kw == "CMD"]
-    assert cmds == ['["/app/.venv/bin/python", "worker.py"]']
+    assert cmds == ['["/app/.venv/bin/python", "-m", "stackflow.worker"]']
     assert any(
         kw == "ENV" and "UV_PROJECT_ENVIRONMENT=/app/.venv" in arg for kw, arg in instructions
     )
@@ -996,7 +994,7 @@ def test_dockerignore() -> None:
     for entry in (".venv", ".git", ".run", "**/__pycache__", ".pytest_cache", ".mypy_cache"):
         assert entry in entries, f".dockerignore does not exclude {entry}"
     # Everything the Dockerfile copies must stay in the build context.
-    for needed in ("pyproject.toml", "uv.lock", "README.md", "worker.py", "stackflow"):
+    for needed in ("pyproject.toml", "uv.lock", "README.md", "stackflow"):
         assert needed not in entries
 
 
@@ -1019,7 +1017,7 @@ def dev_key_line() -> str:
 async def test_worker_runs_with_the_compose_environment_against_the_dev_postgres(
     resolved: dict[str, Any], tmp_path: Path
 ) -> None:
-    """worker.py started with exactly the variables the compose file gives the worker, their
+    """The worker started with exactly the variables the compose file gives the worker, their
     values pointed from compose host names at the dev services: it migrates its own database
     and applies a stack into it."""
     import uuid

@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from runtimes.base import RuntimeOptions
-from runtimes.kubernetes import KubernetesRuntime
-from runtimes.kubernetes.client import KubeClient
+from stackflow.runtimes.base import RuntimeOptions
+from stackflow.runtimes.kubernetes import KubernetesRuntime
+from stackflow.runtimes.kubernetes.client import KubeClient
 from tests.integration.conftest import WorkerProcess, run_cli
 from tests.integration.kubehelp import (
     delete_quietly,

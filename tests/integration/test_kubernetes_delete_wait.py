@@ -17,8 +17,8 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from runtimes.base import RuntimeOptions
-from runtimes.kubernetes import KubernetesRuntime
+from stackflow.runtimes.base import RuntimeOptions
+from stackflow.runtimes.kubernetes import KubernetesRuntime
 from tests.integration.kubehelp import (
     api_client,
     config_map,
@@ -190,7 +190,7 @@ async def test_delete_needs_no_list_or_watch_permission(
     await _deletes_wait_for_the_finalizer(rt, opts, api, ns, {"kubeConfig": str(limited)})
 
     # a preview batch of many objects of the kind: the listing is refused, each is read alone
-    from runtimes.base import read_scope
+    from stackflow.runtimes.base import read_scope
 
     maps = [
         request(config_map(ns, f"seen-{i}", {"i": str(i)}), kubeConfig=str(limited))

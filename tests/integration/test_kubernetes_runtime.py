@@ -16,15 +16,15 @@ from typing import Any, NamedTuple
 import pytest
 from kubernetes import client as k8s
 
-from runtimes.base import (
+from stackflow.diff import Change, diff_resource, sensitive_paths_for
+from stackflow.runtimes.base import (
     Conflict,
     InvalidInput,
     ResourceRequest,
     RuntimeOptions,
     Unavailable,
 )
-from runtimes.kubernetes import KubernetesRuntime, NotReady
-from stackflow.diff import Change, diff_resource, sensitive_paths_for
+from stackflow.runtimes.kubernetes import KubernetesRuntime, NotReady
 from tests.integration.kubehelp import (
     config_map,
     crd,
@@ -70,7 +70,7 @@ class Sent(NamedTuple):
 @pytest.fixture
 def sent(monkeypatch: pytest.MonkeyPatch) -> list[Sent]:
     """Every request the runtime sends from here on (cleared by a test where it starts)."""
-    from runtimes.kubernetes.client import KubeClient
+    from stackflow.runtimes.kubernetes.client import KubeClient
 
     found: list[Sent] = []
     real = KubeClient.request
@@ -523,8 +523,8 @@ async def test_a_preview_batch_reads_many_objects_of_a_kind_from_one_listing(
     """Ten ConfigMaps of one namespace in a preview batch: one LIST answers their reads (the
     dry runs stay one each), the run's next batch reuses it, another run lists anew, and
     what each read returns is what a GET returns."""
-    from runtimes.base import read_scope
-    from runtimes.kubernetes.snapshot import LIST_AT_LEAST
+    from stackflow.runtimes.base import read_scope
+    from stackflow.runtimes.kubernetes.snapshot import LIST_AT_LEAST
 
     maps = [request(config_map(ns, f"c{i}", {"k": str(i)})) for i in range(10)]
     for cm in maps[:9]:  # the last one does not exist
@@ -575,8 +575,8 @@ async def test_deletes_after_a_listed_preview_need_no_read_unless_the_object_cha
     """A destroy whose preview listed the objects deletes each on the condition that it is
     still exactly what the preview read (uid and resourceVersion), with no GET; an object
     changed, gone or replaced since is read again and handled as before."""
-    from runtimes.base import Conflict, read_scope
-    from runtimes.kubernetes.manifest import ANNOTATION_PROJECT, ANNOTATION_WORKSPACE
+    from stackflow.runtimes.base import Conflict, read_scope
+    from stackflow.runtimes.kubernetes.manifest import ANNOTATION_PROJECT, ANNOTATION_WORKSPACE
 
     maps = [request(config_map(ns, f"d{i}", {"k": str(i)})) for i in range(9)]
     for cm in maps:
@@ -627,8 +627,8 @@ async def test_a_namespace_of_many_other_objects_is_not_listed(
     """Pages of 5, at most twice the wanted objects: the stack's 10 ConfigMaps alone are
     listed page by page; beside 25 others, the listing is given up after its first page (the
     server counts what remains) and each object is read alone."""
-    from runtimes.base import read_scope
-    from runtimes.kubernetes import snapshot
+    from stackflow.runtimes.base import read_scope
+    from stackflow.runtimes.kubernetes import snapshot
 
     monkeypatch.setattr(snapshot, "LIST_PAGE", 5)
     monkeypatch.setattr(snapshot, "LIST_SPARE", 2)

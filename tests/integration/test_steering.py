@@ -24,6 +24,7 @@ from stackflow.operation import (
     OperationResult,
     workflow_id_for,
 )
+from stackflow.workflows.apply import ApplyWorkflow
 from tests.integration.conftest import WorkerProcess, run_cli
 from tests.integration.opshelp import (
     all_releases,
@@ -37,7 +38,6 @@ from tests.integration.opshelp import (
     wait_phase,
     write_spec,
 )
-from workflows.apply import ApplyWorkflow
 
 
 def blocked_spec(tmp_path: Path) -> tuple[dict[str, Any], Path]:
@@ -242,8 +242,8 @@ async def test_a_walk_past_the_failure_limit_starts_no_more_batches(
 ) -> None:
     """Each batch's input names the nodes that failed before it; past the limit the walk
     skips the batches left, saying why, instead of sending ever longer inputs."""
-    from workflows import base
-    from workflows.batch import BatchWorkflow
+    from stackflow.workflows import base
+    from stackflow.workflows.batch import BatchWorkflow
 
     monkeypatch.setattr(base, "NOT_OK_LIMIT", 2)
     blocker = tmp_path / "blocker"

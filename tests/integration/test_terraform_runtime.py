@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from runtimes.base import InvalidInput, ResourceRequest, RuntimeOptions
-from runtimes.terraform import SENSITIVE_KEY, STATE_KEY, TerraformRuntime
 from stackflow.diff import SENSITIVE_MARKER, Change, diff_resource, sensitive_paths_for
 from stackflow.policy import PolicyViolation, load_policy
+from stackflow.runtimes.base import InvalidInput, ResourceRequest, RuntimeOptions
+from stackflow.runtimes.terraform import SENSITIVE_KEY, STATE_KEY, TerraformRuntime
 
 BUILTIN = {"provider": "terraform.io/builtin/terraform"}
 MIRROR = Path.home() / ".cache" / "stackflow" / "terraform" / "mirror"

@@ -15,7 +15,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
-from runtimes.terraform import STATE_KEY
+from stackflow.runtimes.terraform import STATE_KEY
 from stackflow.state.backend import open_backend
 from tests.integration.conftest import WorkerProcess, run_cli
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from activities.operations import OperationActivities
-from runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
-from runtimes.registry import RuntimeRegistry
+from stackflow.activities.operations import OperationActivities
 from stackflow.cache import PriorStateCache
 from stackflow.operation import NodeInput, OperationInput, PrepareInput, RunOwner
 from stackflow.release import Phase
+from stackflow.runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
+from stackflow.runtimes.registry import RuntimeRegistry
 from stackflow.spec import parse_spec
 from stackflow.state.backend import RunRef, StateBackend
 

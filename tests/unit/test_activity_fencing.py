@@ -14,12 +14,12 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.operations import OperationActivities
-from runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
-from runtimes.registry import RuntimeRegistry
+from stackflow.activities.operations import OperationActivities
 from stackflow.cache import PriorStateCache
 from stackflow.operation import NodeInput, OperationInput, PhaseInput, PrepareInput
 from stackflow.release import Operation, Phase
+from stackflow.runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
+from stackflow.runtimes.registry import RuntimeRegistry
 from stackflow.spec import Resource, ResourceType
 from stackflow.state.backend import RunRef, StackLock, StateBackend
 

@@ -8,10 +8,7 @@ import base64
 import json
 from typing import Any
 
-from activities.operations import OperationActivities, sensitive_record
-from runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
-from runtimes.registry import RuntimeRegistry
-from runtimes.terraform.config import parse_resource, render_module, render_variables
+from stackflow.activities.operations import OperationActivities, sensitive_record
 from stackflow.cache import PriorStateCache
 from stackflow.crypto import KeyRing
 from stackflow.diff import (
@@ -28,6 +25,9 @@ from stackflow.diff import (
 from stackflow.operation import NodeInput, OperationInput, PrepareInput, RunOwner
 from stackflow.release import Phase
 from stackflow.release_diff import mask_recorded, release_sensitive_paths
+from stackflow.runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
+from stackflow.runtimes.registry import RuntimeRegistry
+from stackflow.runtimes.terraform.config import parse_resource, render_module, render_variables
 from stackflow.spec import Resource
 from stackflow.state.backend import RunRef, StateBackend
 from stackflow.state.sealing import Sealer

@@ -13,9 +13,12 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from activities.errors import BUG_ATTEMPTS, temporal_errors, to_application_error
-from activities.operations import OperationActivities
-from runtimes.base import (
+from stackflow.activities.errors import BUG_ATTEMPTS, temporal_errors, to_application_error
+from stackflow.activities.operations import OperationActivities
+from stackflow.cache import PriorStateCache
+from stackflow.errors import BackendUnavailableError, FencedError, SpecError, StackLockedError
+from stackflow.operation import NodeInput, OperationInput, PrepareInput, RunOwner
+from stackflow.runtimes.base import (
     Attributes,
     Conflict,
     InvalidInput,
@@ -24,10 +27,7 @@ from runtimes.base import (
     RuntimeOptions,
     Unavailable,
 )
-from runtimes.registry import RuntimeRegistry
-from stackflow.cache import PriorStateCache
-from stackflow.errors import BackendUnavailableError, FencedError, SpecError, StackLockedError
-from stackflow.operation import NodeInput, OperationInput, PrepareInput, RunOwner
+from stackflow.runtimes.registry import RuntimeRegistry
 from stackflow.state.backend import StateBackend
 
 

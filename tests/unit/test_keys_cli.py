@@ -7,8 +7,8 @@ import re
 
 from typer.testing import CliRunner
 
-from cli.app import app
-from cli.main import load_commands
+from stackflow.cli.app import app
+from stackflow.cli.main import load_commands
 from stackflow.codec import data_converter
 from stackflow.crypto import KeyRing
 

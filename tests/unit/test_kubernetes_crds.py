@@ -13,20 +13,30 @@ from typing import Any
 
 import pytest
 
-import runtimes.kubernetes.runtime as kube_runtime
-from runtimes.base import InvalidInput, NotFound, ResourceRequest, RuntimeOptions, Unavailable
-from runtimes.kubernetes.client import ApiError, KubeClient
-from runtimes.kubernetes.manifest import ObjectRef
-from runtimes.kubernetes.readiness import crd_served_kinds, custom_resource_definition, readiness
-from runtimes.kubernetes.rules import custom_resources as kubernetes_custom_resources
-from runtimes.kubernetes.runtime import (
+import stackflow.runtimes.kubernetes.runtime as kube_runtime
+from stackflow.graph import Graph, build_graph
+from stackflow.runtimes.base import (
+    InvalidInput,
+    NotFound,
+    ResourceRequest,
+    RuntimeOptions,
+    Unavailable,
+)
+from stackflow.runtimes.kubernetes.client import ApiError, KubeClient
+from stackflow.runtimes.kubernetes.manifest import ObjectRef
+from stackflow.runtimes.kubernetes.readiness import (
+    crd_served_kinds,
+    custom_resource_definition,
+    readiness,
+)
+from stackflow.runtimes.kubernetes.rules import custom_resources as kubernetes_custom_resources
+from stackflow.runtimes.kubernetes.runtime import (
     KindNotServed,
     KubernetesRuntime,
     NotReady,
     namespace_missing,
     unserved_error,
 )
-from stackflow.graph import Graph, build_graph
 from stackflow.spec import Spec
 
 JSON = dict[str, Any]

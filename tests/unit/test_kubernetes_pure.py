@@ -11,7 +11,7 @@ import urllib3
 import yaml
 from kubernetes.client import ApiException
 
-from runtimes.base import (
+from stackflow.runtimes.base import (
     Conflict,
     InvalidInput,
     NotFound,
@@ -19,14 +19,14 @@ from runtimes.base import (
     RuntimeOptions,
     Unavailable,
 )
-from runtimes.kubernetes.client import (
+from stackflow.runtimes.kubernetes.client import (
     ApiError,
     api_service_waiting,
     crd_state,
     encode_body,
     transport_failure,
 )
-from runtimes.kubernetes.manifest import (
+from stackflow.runtimes.kubernetes.manifest import (
     MISSING,
     check_id,
     conflict_fields,
@@ -36,8 +36,8 @@ from runtimes.kubernetes.manifest import (
     object_ref,
     shaped_like,
 )
-from runtimes.kubernetes.readiness import parse_timeout, readiness
-from runtimes.kubernetes.runtime import failure
+from stackflow.runtimes.kubernetes.readiness import parse_timeout, readiness
+from stackflow.runtimes.kubernetes.runtime import failure
 
 OPTS = RuntimeOptions(project="shop", workspace="prod")
 DEPLOY: dict[str, Any] = {
@@ -412,8 +412,8 @@ def test_readiness_timeout_parsing() -> None:
 
 
 def test_leaf_kinds_delete_in_the_background_workloads_in_the_foreground() -> None:
-    from runtimes.kubernetes.manifest import ObjectRef
-    from runtimes.kubernetes.runtime import default_propagation
+    from stackflow.runtimes.kubernetes.manifest import ObjectRef
+    from stackflow.runtimes.kubernetes.runtime import default_propagation
 
     def ref(api_version: str, kind: str) -> ObjectRef:
         return ObjectRef(api_version=api_version, kind=kind, namespace="ns", name="x")
@@ -428,7 +428,7 @@ def test_leaf_kinds_delete_in_the_background_workloads_in_the_foreground() -> No
 
 
 def test_a_delete_answered_with_success_for_the_same_uid_needs_no_wait() -> None:
-    from runtimes.kubernetes.runtime import deleted_at_once
+    from stackflow.runtimes.kubernetes.runtime import deleted_at_once
 
     gone = {"kind": "Status", "status": "Success", "details": {"name": "c", "uid": "u1"}}
     assert deleted_at_once(gone, "u1")

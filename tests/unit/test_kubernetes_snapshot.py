@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from runtimes.kubernetes.snapshot import Listing, Snapshots
+from stackflow.runtimes.kubernetes.snapshot import Listing, Snapshots
 
 
 def listing(size: int, **objects: dict[str, str]) -> Listing:

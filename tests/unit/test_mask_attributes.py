@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from cli.output import masked_release_json
+from stackflow.cli.output import masked_release_json
 from stackflow.diff import SENSITIVE_MARKER, mask_attributes
 from stackflow.release import Phase, Release, State
 from stackflow.spec import Resource, Spec

@@ -10,21 +10,21 @@ from typing import Any
 import pytest
 import yaml
 
-from runtimes.kubernetes.policy import check_kubeconfig
-from runtimes.onprem.policy import check_content, onprem_target
-from runtimes.terraform.policy import (
-    check_terraform,
-    provider_allowed,
-    refused_env_reason,
-    terraform_env,
-    tool_env,
-)
 from stackflow.policy import (
     PolicyConfigError,
     PolicyViolation,
     WorkerPolicy,
     load_policy,
     worker_policy,
+)
+from stackflow.runtimes.kubernetes.policy import check_kubeconfig
+from stackflow.runtimes.onprem.policy import check_content, onprem_target
+from stackflow.runtimes.terraform.policy import (
+    check_terraform,
+    provider_allowed,
+    refused_env_reason,
+    terraform_env,
+    tool_env,
 )
 
 RID = "r:1"

@@ -16,13 +16,7 @@ import pytest
 import yaml
 from temporalio.exceptions import ApplicationError
 
-from activities.operations import OperationActivities
-from runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
-from runtimes.kubernetes import KubernetesRuntime
-from runtimes.onprem import OnPremRuntime, apply_sync
-from runtimes.registry import RuntimeRegistry
-from runtimes.terraform import TerraformRuntime
-from runtimes.terraform.config import parse_resource, render_config
+from stackflow.activities.operations import OperationActivities
 from stackflow.cache import PriorStateCache
 from stackflow.operation import (
     NodeInput,
@@ -32,6 +26,12 @@ from stackflow.operation import (
     RunOwner,
 )
 from stackflow.policy import PolicyViolation, WorkerPolicy, load_policy
+from stackflow.runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
+from stackflow.runtimes.kubernetes import KubernetesRuntime
+from stackflow.runtimes.onprem import OnPremRuntime, apply_sync
+from stackflow.runtimes.registry import RuntimeRegistry
+from stackflow.runtimes.terraform import TerraformRuntime
+from stackflow.runtimes.terraform.config import parse_resource, render_config
 from stackflow.state.backend import StateBackend
 
 OPTS = RuntimeOptions(project="p", workspace="w")
@@ -170,7 +170,7 @@ def test_a_symlink_as_the_file_itself_is_not_written_through(tmp_path: Path) -> 
     link.symlink_to(inside)  # both inside: allowed, but a symlink is not a File
     r = file_request(link, "new\n")
     attrs, place = rt._place(r)
-    from runtimes.base import Conflict
+    from stackflow.runtimes.base import Conflict
 
     with pytest.raises(Conflict, match="exists as a Other"):
         apply_sync(r.id, attrs, place)

@@ -11,9 +11,6 @@ from typing import Any
 
 import pytest
 
-from runtimes.base import ReadScope
-from runtimes.kubernetes.rules import scope_key
-from runtimes.registry import default_registry
 from stackflow.diff import sensitive_paths_for
 from stackflow.operation import GROUPED_TYPES, TERRAFORM_GROUPED
 from stackflow.runtime_rules import (
@@ -23,6 +20,9 @@ from stackflow.runtime_rules import (
     reload_runtimes,
     rules_for,
 )
+from stackflow.runtimes.base import ReadScope
+from stackflow.runtimes.kubernetes.rules import scope_key
+from stackflow.runtimes.registry import default_registry
 from stackflow.spec import ResourceType
 
 REPO = Path(__file__).resolve().parents[2]

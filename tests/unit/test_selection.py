@@ -9,7 +9,7 @@ import pytest
 from stackflow.errors import SpecError
 from stackflow.graph import Graph
 from stackflow.selection import LeftOutReason, Selection, check_patterns, select
-from workflows.walker import WalkProgress
+from stackflow.workflows.walker import WalkProgress
 
 # app-db <- app-web <- app-lb ; cache (alone) ; app-web also needs cache
 GRAPH = Graph.from_dependencies(

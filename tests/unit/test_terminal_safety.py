@@ -16,7 +16,7 @@ import yaml
 from rich.table import Table
 from rich.text import Text
 
-from cli.output import SafeConsole, error_line
+from stackflow.cli.output import SafeConsole, error_line
 from stackflow.diff import Preview, diff_resource
 from stackflow.render import render_preview
 from stackflow.terminal import one_line_safe, terminal_safe

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from runtimes.base import ResourceRequest, RuntimeOptions
-from runtimes.terraform.batch import (
+from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
+from stackflow.runtimes.terraform.batch import (
     BATCH_LIMIT,
     Call,
     Coalescer,
@@ -21,7 +21,7 @@ from runtimes.terraform.batch import (
     split_state,
     write_members,
 )
-from runtimes.terraform.config import parse_resource, render_module
+from stackflow.runtimes.terraform.config import parse_resource, render_module
 
 OPTS = RuntimeOptions(project="p", workspace="w", revision=3)
 RANDOM = "registry.terraform.io/hashicorp/random/3.6.0"

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from runtimes.base import InvalidInput, ResourceRequest, RuntimeOptions, Unavailable
-from runtimes.terraform import TerraformRuntime
-from runtimes.terraform.cli import Result, error_line, failure, find_binary
+from stackflow.runtimes.base import InvalidInput, ResourceRequest, RuntimeOptions, Unavailable
+from stackflow.runtimes.terraform import TerraformRuntime
+from stackflow.runtimes.terraform.cli import Result, error_line, failure, find_binary
 
 RID = "hashicorp:random:random_password:pw"
 

@@ -17,7 +17,7 @@ from stackflow.operation import (
     DriftInput,
     OperationInput,
 )
-from workflows.common import INVALID_INPUT, LINE_LIMIT, checked_input
+from stackflow.workflows.common import INVALID_INPUT, LINE_LIMIT, checked_input
 
 
 def refused(model: type[Any], *args: object, **kw: Any) -> str:

@@ -1,0 +1,351 @@
+"""`stackflow drift check|schedule|unschedule|status`: drift detection through DriftWorkflow,
+now or on a Temporal Schedule (listed on the UI's Schedules page)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from datetime import timedelta
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+from temporalio.client import (
+    Schedule,
+    ScheduleActionStartWorkflow,
+    ScheduleAlreadyRunningError,
+    ScheduleIntervalSpec,
+    ScheduleOverlapPolicy,
+    SchedulePolicy,
+    ScheduleSpec,
+    ScheduleState,
+    ScheduleUpdate,
+    ScheduleUpdateInput,
+    WorkflowFailureError,
+)
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from stackflow.cli.app import EXIT_CODES_HELP, app
+from stackflow.cli.connection import Temporal
+from stackflow.cli.operations import (
+    BAD_INPUT_TYPES,
+    OperationFailed,
+    OutputOpt,
+    ProjectOpt,
+    WaitOpt,
+    WorkspaceOpt,
+    _console,
+    ui_link,
+)
+from stackflow.cli.output import OutputFormat, echo_safe
+from stackflow.drift import DriftReport
+from stackflow.errors import NotFoundError, SpecError, StackflowError, StackLockedError
+from stackflow.operation import DriftInput, DriftResult, workflow_id_for
+
+drift_app = typer.Typer(
+    help="Detect drift: live objects changed behind stackflow's back.",
+    epilog=EXIT_CODES_HELP,
+    no_args_is_help=True,
+)
+app.add_typer(drift_app, name="drift")
+
+RepairOpt = Annotated[
+    bool,
+    typer.Option(
+        "--repair",
+        help="On drift, start an apply of the last spec (it waits for approval unless --yes).",
+    ),
+]
+YesOpt = Annotated[
+    bool, typer.Option("--yes", "-y", help="With --repair: the repair apply needs no approval.")
+]
+
+
+class DriftFound(StackflowError):
+    """``drift check`` found drift: exit 4."""
+
+    exit_code = 4
+
+
+def drift_workflow_id(project: str, workspace: str) -> str:
+    return workflow_id_for(project, workspace) + "/drift"
+
+
+def schedule_id(project: str, workspace: str) -> str:
+    return f"stackflow-drift/{project}/{workspace}"
+
+
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def parse_every(text: str) -> timedelta:
+    """``30s``, ``5m``, ``1h``, ``1h30m``: at least 10 seconds."""
+    m = _DURATION.match(text.strip())
+    if not text.strip() or m is None:
+        raise SpecError(f"--every {text}: write a duration such as 30s, 5m, 1h or 1h30m")
+    hours, minutes, seconds = (int(g or 0) for g in m.groups())
+    every = timedelta(hours=hours, minutes=minutes, seconds=seconds)
+    if every < timedelta(seconds=10):
+        raise SpecError(f"--every {text}: at least 10s between checks")
+    return every
+
+
+def _input(project: str, workspace: str, repair: bool, yes: bool) -> DriftInput:
+    try:
+        return DriftInput(project=project, workspace=workspace, repair=repair, auto_approve=yes)
+    except ValueError as exc:
+        raise SpecError(f"invalid option: {str(exc).splitlines()[-1].strip()}") from None
+
+
+def _failure(exc: WorkflowFailureError) -> StackflowError:
+    chain: list[BaseException] = [exc]
+    while chain[-1].__cause__ is not None:
+        chain.append(chain[-1].__cause__)
+    typed = [c for c in chain if getattr(c, "type", None)]
+    cause = typed[0] if typed else chain[-1]
+    message = getattr(cause, "message", None) or str(cause)
+    if getattr(cause, "type", None) in BAD_INPUT_TYPES:
+        return SpecError(message)
+    return OperationFailed(f"drift check failed: {message}")
+
+
+async def _check(request: DriftInput, timeout: float) -> tuple[DriftResult, str, str | None]:
+    stack = f"--project {request.project} --workspace {request.workspace}"
+    follow = f"`stackflow drift status {stack}` shows its report once it has ended"
+    temporal = Temporal(timeout, request.project, request.workspace, follow)
+    client = await temporal.connect()
+    wid = drift_workflow_id(request.project, request.workspace)
+    try:
+        handle = await temporal.start(
+            "DriftWorkflow",
+            request,
+            id=wid,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            result_type=DriftResult,
+            static_summary=f"drift check {request.project}/{request.workspace}",
+        )
+    except WorkflowAlreadyStartedError:
+        raise StackLockedError(
+            f"a drift check of {request.project}/{request.workspace} is already running "
+            f"({ui_link(client.namespace, wid, None)})"
+        ) from None
+    try:
+        result = await temporal.call("the drift check", handle.result)
+    except WorkflowFailureError as exc:
+        raise _failure(exc) from None
+    return result, ui_link(client.namespace, wid, handle.result_run_id), client.namespace
+
+
+def _report_rows(ref: str | None) -> list[dict[str, Any]]:
+    """The drifted resources' masked diffs, when this machine reaches the state backend."""
+    if ref is None:
+        return []
+    from stackflow.config import default_backend
+
+    try:
+        backend = default_backend()
+        try:
+            rows: list[dict[str, Any]] = json.loads(backend.get_blob("drift_report", ref))
+            return rows
+        finally:
+            backend.close()
+    except StackflowError:
+        return []
+
+
+def _print_summary(console: Console, stack: str, summary: dict[str, Any], drifted: bool) -> None:
+    colour = "red" if drifted else "green"
+    console.print(
+        f"[bold]drift[/] {stack}: [{colour}]{'drift found' if drifted else 'no drift'}[/] — "
+        f"{summary.get('checked', 0)} checked, {summary.get('drifted', 0)} changed, "
+        f"{summary.get('missing', 0)} missing, {summary.get('pending', 0)} not yet applied",
+        highlight=False,
+    )
+
+
+def _print_diffs(console: Console, rows: list[dict[str, Any]]) -> None:
+    if not rows:
+        return
+    table = Table("ID", "Change", "Field", "Recorded / desired", "Live")
+    for change in rows:
+        action = "missing" if change.get("action") == "Create" else "changed"
+        fields = change.get("diff") or [{}]
+        for field in fields[:20]:
+            table.add_row(
+                Text(change["id"]),
+                action,
+                Text(str(field.get("path", ""))),
+                Text(json.dumps(field.get("new"), default=str)),
+                Text(json.dumps(field.get("old"), default=str)),
+            )
+    console.print(table)
+
+
+@drift_app.command("check")
+def drift_check(
+    project: ProjectOpt,
+    workspace: WorkspaceOpt = "default",
+    repair: RepairOpt = False,
+    yes: YesOpt = False,
+    output: OutputOpt = OutputFormat.table,
+    unavailable_timeout: WaitOpt = 600.0,
+) -> None:
+    """Run a drift check now: exit 0 no drift, 4 drift found."""
+    request = _input(project, workspace, repair, yes)
+    result, link, _ = asyncio.run(_check(request, unavailable_timeout))
+    rows = _report_rows(result.report_ref)
+    stack = f"{project}/{workspace}"
+    if output == OutputFormat.json:
+        data = result.model_dump(mode="json")
+        data["drifted_resources"] = rows
+        data["ui"] = link
+        typer.echo(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        console = _console(output)
+        _print_summary(console, stack, result.summary, result.drifted)
+        _print_diffs(console, rows)
+        if result.repair_workflow_id:
+            console.print(
+                f"  repair started: {result.repair_workflow_id} (approve it with "
+                f"`stackflow approve -p {project} -w {workspace}` unless --yes)",
+                highlight=False,
+            )
+        console.print(f"  Temporal UI: {link}", highlight=False)
+    if result.repair_error:
+        echo_safe(result.repair_error, err=True)
+    if result.drifted:
+        ids = ", ".join(result.summary.get("ids") or [])
+        n = int(result.summary.get("drifted", 0)) + int(result.summary.get("missing", 0))
+        raise DriftFound(f"drift found in {n} resource(s) of {stack}" + (f": {ids}" if ids else ""))
+
+
+async def _schedule(request: DriftInput, every: timedelta, timeout: float) -> tuple[str, bool]:
+    temporal = Temporal(timeout, request.project, request.workspace)
+    client = await temporal.connect()
+    queue = temporal.task_queue
+    sid = schedule_id(request.project, request.workspace)
+    schedule = Schedule(
+        action=ScheduleActionStartWorkflow(
+            "DriftWorkflow",
+            request,
+            id=drift_workflow_id(request.project, request.workspace),
+            task_queue=queue,
+            static_summary=f"drift check {request.project}/{request.workspace}",
+        ),
+        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
+        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
+        state=ScheduleState(
+            note=f"stackflow drift schedule --project {request.project} "
+            f"--workspace {request.workspace}"
+        ),
+    )
+    try:
+        await temporal.call("create schedule", lambda: client.create_schedule(sid, schedule))
+        return sid, True
+    except ScheduleAlreadyRunningError:
+
+        def replace(_: ScheduleUpdateInput) -> ScheduleUpdate:
+            return ScheduleUpdate(schedule=schedule)
+
+        await temporal.call(
+            "update schedule", lambda: client.get_schedule_handle(sid).update(replace)
+        )
+        return sid, False
+
+
+@drift_app.command("schedule")
+def drift_schedule(
+    project: ProjectOpt,
+    every: Annotated[str, typer.Option("--every", help="Interval: 30s, 5m, 1h, 1h30m.")],
+    workspace: WorkspaceOpt = "default",
+    repair: RepairOpt = False,
+    yes: YesOpt = False,
+    unavailable_timeout: WaitOpt = 600.0,
+) -> None:
+    """Check for drift on a Temporal Schedule (replaces the stack's schedule if it has one)."""
+    interval = parse_every(every)
+    request = _input(project, workspace, repair, yes)
+    sid, created = asyncio.run(_schedule(request, interval, unavailable_timeout))
+    verb = "scheduled" if created else "rescheduled"
+    typer.echo(
+        f"{verb} drift checks of {project}/{workspace} every {every}"
+        + (" with repair" if repair else "")
+        + f" (schedule {sid}; `temporal schedule list`)"
+    )
+
+
+async def _unschedule(project: str, workspace: str, timeout: float) -> str:
+    temporal = Temporal(timeout, project, workspace)
+    client = await temporal.connect()
+    sid = schedule_id(project, workspace)
+    attempts = 0
+
+    async def delete() -> None:
+        nonlocal attempts
+        attempts += 1
+        try:
+            await client.get_schedule_handle(sid).delete()
+        except RPCError as exc:
+            # gone on a retry: the attempt cut off by the outage deleted it
+            if exc.status == RPCStatusCode.NOT_FOUND and attempts > 1:
+                return
+            raise
+
+    try:
+        await temporal.call("delete schedule", delete)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise NotFoundError(f"{project}/{workspace} has no drift schedule ({sid})") from None
+        raise
+    return sid
+
+
+@drift_app.command("unschedule")
+def drift_unschedule(
+    project: ProjectOpt, workspace: WorkspaceOpt = "default", unavailable_timeout: WaitOpt = 600.0
+) -> None:
+    """Delete the stack's drift schedule."""
+    sid = asyncio.run(_unschedule(project, workspace, unavailable_timeout))
+    typer.echo(f"deleted drift schedule {sid}")
+
+
+@drift_app.command("status")
+def drift_status(
+    project: ProjectOpt,
+    workspace: WorkspaceOpt = "default",
+    output: OutputOpt = OutputFormat.table,
+) -> None:
+    """The last drift report of the stack (from the state backend)."""
+    from stackflow.config import default_backend
+
+    backend = default_backend()
+    try:
+        reports = backend.drift_reports(project, workspace, limit=1)
+    finally:
+        backend.close()
+    if not reports:
+        raise NotFoundError(
+            f"{project}/{workspace} has no drift report yet; run `stackflow drift check`"
+        )
+    report: DriftReport = reports[0]
+    rows = _report_rows(report.report_ref)
+    if output == OutputFormat.json:
+        data = report.model_dump(mode="json")
+        data["drifted_resources"] = rows
+        typer.echo(json.dumps(data, indent=2, sort_keys=True))
+        return
+    console = _console(output)
+    _print_summary(console, f"{project}/{workspace}", report.summary.model_dump(), report.drifted)
+    console.print(
+        f"  checked at {report.checked_at.isoformat(timespec='seconds')} against release "
+        f"{report.revision} by {report.workflow_id}",
+        highlight=False,
+    )
+    if report.repair_workflow_id:
+        console.print(f"  repair started: {report.repair_workflow_id}", highlight=False)
+    _print_diffs(console, rows)

@@ -1,0 +1,576 @@
+"""Commands that work on files and the state backend: validate, graph, release list/show/
+diff/unlock/import/export, output. Only `release unlock` asks Temporal (whether the holding
+run is alive)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from stackflow.cli.app import app, release_app
+from stackflow.cli.output import (
+    OutputFormat,
+    OutputOption,
+    emit,
+    masked_release_json,
+    print_json,
+    stderr_console,
+    stdout_console,
+)
+from stackflow.config import default_backend
+from stackflow.errors import ConflictError, NotFoundError
+from stackflow.graph import Graph, build_graph
+from stackflow.kusion import export_kusion_releases, import_kusion_releases
+from stackflow.release import Release
+from stackflow.spec import load_spec
+
+SpecFile = Annotated[
+    str, typer.Option("--file", "-f", help="Spec file (YAML or JSON); '-' reads stdin.")
+]
+Project = Annotated[str, typer.Option("--project", "-p", help="Project name.")]
+Workspace = Annotated[str, typer.Option("--workspace", "-w", help="Workspace name.")]
+
+
+class GraphFormat(StrEnum):
+    table = "table"
+    json = "json"
+    dot = "dot"
+
+
+@app.command()
+def validate(file: SpecFile) -> None:
+    """Check a spec: shape, id conventions, dependencies, references, cycles."""
+    spec = load_spec(file)
+    layers = build_graph(spec).layers()
+    typer.echo(f"valid: {_count(len(spec.resources), 'resource')}, {_count(len(layers), 'layer')}")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def graph_json(graph: Graph) -> dict[str, Any]:
+    return {"layers": graph.layers(), "edges": [list(edge) for edge in graph.edges]}
+
+
+def graph_dot(graph: Graph) -> str:
+    def q(text: str) -> str:
+        return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    lines = ["digraph stackflow {", "  rankdir=LR;"]
+    lines += [f"  {q(rid)};" for rid in graph.ids]
+    lines += [f"  {q(dep)} -> {q(rid)};" for dep, rid in graph.edges]
+    lines.append("}")
+    return "\n".join(lines)
+
+
+@app.command()
+def graph(
+    file: SpecFile,
+    output: Annotated[
+        GraphFormat, typer.Option("--output", "-o", help="table, json or dot (Graphviz).")
+    ] = GraphFormat.table,
+) -> None:
+    """Show the dependency graph: layers in apply order (edges: dependency -> dependent)."""
+    g = build_graph(load_spec(file))
+    if output is GraphFormat.dot:
+        typer.echo(graph_dot(g))
+        return
+
+    def table(console: Console) -> None:
+        for number, layer in enumerate(g.layers(), 1):
+            console.print(f"[bold]Layer {number}[/bold]")
+            for rid in layer:
+                deps = g.dependencies(rid)
+                after = f"  [dim](after {escape(', '.join(deps))})[/dim]" if deps else ""
+                console.print(f"  {escape(rid)}{after}", highlight=False, soft_wrap=True)
+
+    emit(OutputFormat(output.value), lambda: graph_json(g), table)
+
+
+def _release_summary(r: Release) -> dict[str, Any]:
+    return {
+        "revision": r.revision,
+        "operation": r.operation.value,
+        "source_revision": r.source_revision,
+        "phase": r.phase.value,
+        "resources": r.resource_count if r.resource_count is not None else len(r.state.resources),
+        "created_at": r.created_at.isoformat(),
+        "modified_at": r.modified_at.isoformat(),
+        "error": r.error,
+    }
+
+
+@release_app.command("list")
+def release_list(
+    project: Project, workspace: Workspace = "default", output: OutputOption = OutputFormat.table
+) -> None:
+    """List the releases of a stack."""
+    backend = default_backend()
+    releases = backend.list(project, workspace)
+    backend.close()
+
+    def table(console: Console) -> None:
+        t = Table()
+        for name in ("Rev", "Operation", "Phase", "Resources", "Modified"):
+            t.add_column(name, no_wrap=True)
+        with_errors = any(r.error for r in releases)
+        if with_errors:
+            # One line per release: the whole error is in `release show` and the JSON form.
+            t.add_column("Error", no_wrap=True)
+        for r in releases:
+            count = r.resource_count if r.resource_count is not None else len(r.state.resources)
+            operation = r.operation.value + (
+                f" ← {r.source_revision}" if r.source_revision is not None else ""
+            )
+            row = [str(r.revision), operation, r.phase.value, str(count)]
+            row.append(r.modified_at.strftime("%Y-%m-%d %H:%M"))
+            error = " ".join((r.error or "").split())
+            room = max(12, console.width - 66)  # what the other columns leave on this terminal
+            error = error if len(error) <= room else error[: room - 1] + "…"
+            t.add_row(*row, *([error] if with_errors else []))
+        console.print(t)
+
+    emit(output, lambda: [_release_summary(r) for r in releases], table)
+
+
+@release_app.command("show")
+def release_show(
+    project: Project,
+    workspace: Workspace = "default",
+    revision: Annotated[
+        int | None, typer.Option("--revision", "-r", help="Default: the latest.")
+    ] = None,
+    output: OutputOption = OutputFormat.table,
+    diff: Annotated[
+        bool, typer.Option("--diff", help="Also the preview's full diff (every field).")
+    ] = False,
+) -> None:
+    """Show one release (default: the latest) with its resources."""
+    store = default_backend()
+    release = (
+        store.get(project, workspace, revision)
+        if revision is not None
+        else store.latest(project, workspace)
+    )
+    store.close()
+    if release is None:
+        raise NotFoundError(f"stack {project}/{workspace} has no releases")
+
+    changes = None
+    if diff:
+        from stackflow.cli.operations import full_changes
+
+        changes = full_changes(release.changes or {"changes": [], "summary": {}})
+
+    def table(console: Console) -> None:
+        for key, value in _release_summary(release).items():
+            if value is not None:
+                console.print(
+                    f"[bold]{key}:[/bold] {escape(str(value))}", highlight=False, soft_wrap=True
+                )
+        t = Table("ID", "Type", title="State")
+        for resource in release.state.resources:
+            t.add_row(Text(resource.id), str(resource.type))
+        console.print(t)
+        if changes is not None:
+            from stackflow.diff import Preview
+            from stackflow.render import render_preview
+
+            render_preview(Preview.model_validate(changes), console, detail=True)
+
+    def data() -> dict[str, Any]:
+        out = masked_release_json(release)
+        if changes is not None:
+            out["diff"] = changes
+        return out
+
+    emit(output, data, table)
+
+
+@release_app.command("unlock")
+def release_unlock(
+    project: Project,
+    workspace: Workspace = "default",
+    force: Annotated[
+        bool,
+        typer.Option(
+            "--force",
+            help="Unlock even while the holding run is open (its later writes are refused).",
+        ),
+    ] = False,
+) -> None:
+    """Free a stack whose run ended without releasing it; its release becomes failed.
+
+    Refused while the holding run is still open in Temporal (TEMPORAL_ADDRESS), unless
+    --force. The next operation recovers such a stack by itself, so this is rarely needed.
+    """
+    import asyncio
+
+    from stackflow.activities.runs import run_link
+    from stackflow.errors import StackLockedError
+
+    store = default_backend()
+    lock = store.lock(project, workspace)
+    if lock is None:
+        latest = store.latest(project, workspace, with_spec=False)
+        if latest is None:
+            raise NotFoundError(f"stack {project}/{workspace} has no releases")
+        typer.echo(
+            f"stack {project}/{workspace} is not locked "
+            f"(release {latest.revision} is {latest.phase})"
+        )
+        return
+    holder = lock.holder()
+    reason: str | None = None
+    if holder is not None and not force:
+        ended = asyncio.run(_holder_ended(holder))
+        if ended is None:
+            raise StackLockedError(
+                f"stack {project}/{workspace} is held by {holder}, which is still running "
+                f"({run_link(holder)}); cancel it (temporal workflow cancel, or the Temporal "
+                "UI) or pass --force"
+            )
+        reason = f"{ended}; unlocked by hand"
+    elif holder is not None:
+        reason = f"unlocked by hand with --force while {holder} held it"
+    if not store.recover(lock, reason or "unlocked by hand; the operation may not have finished"):
+        store.close()
+        raise ConflictError(
+            f"stack {project}/{workspace} changed hands while unlocking ({lock.describe()} "
+            "no longer holds it); look again with `stackflow release list`"
+        )
+    after = store.latest(project, workspace, with_spec=False)
+    assert after is not None
+    store.close()
+    typer.echo(f"unlocked {project}/{workspace}: release {after.revision} is now {after.phase}")
+
+
+async def _holder_ended(holder: Any) -> str | None:
+    import os
+
+    from temporalio.client import Client
+
+    from stackflow.activities.runs import run_ended
+    from stackflow.cli.connection import quiet_runtime
+    from stackflow.codec import data_converter
+    from stackflow.errors import StackflowError
+
+    address = os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233")
+    try:
+        client = await Client.connect(
+            address,
+            namespace=os.environ.get("TEMPORAL_NAMESPACE", "default"),
+            data_converter=data_converter(),
+            runtime=quiet_runtime(),
+        )
+        return await run_ended(client, holder)
+    except Exception as exc:
+        raise StackflowError(
+            f"cannot ask Temporal at {address} whether {holder} is still running ({exc}); "
+            "set TEMPORAL_ADDRESS, or pass --force if you know it is not"
+        ) from None
+
+
+@release_app.command("import")
+def release_import(
+    kusion_home: Annotated[
+        Path, typer.Option("--kusion-home", help="Kusion's home directory.")
+    ] = Path("~/.kusion"),
+) -> None:
+    """Import a Kusion user's release history (every project/workspace/revision)."""
+    store = default_backend()
+    imported = import_kusion_releases(kusion_home.expanduser(), store)
+    store.close()
+    console = stdout_console()
+    for stack, count in imported.items():
+        console.print(f"imported {count} release(s) of {stack}", highlight=False)
+    if not imported:
+        console.print("nothing to import", highlight=False)
+
+
+@release_app.command("export")
+def release_export(
+    kusion_layout: Annotated[
+        Path,
+        typer.Option(
+            "--kusion-layout",
+            help="Directory to write Kusion's layout into: releases/<project>/<workspace>/.",
+        ),
+    ],
+    project: Annotated[
+        str | None, typer.Option("--project", "-p", help="Only this project.")
+    ] = None,
+    workspace: Annotated[
+        str | None, typer.Option("--workspace", "-w", help="Only this workspace.")
+    ] = None,
+) -> None:
+    """Write releases as Kusion keeps them (<n>.yaml and .metadata.yml), sensitive values
+    masked, files 0600."""
+    store = default_backend()
+    written = export_kusion_releases(store, kusion_layout.expanduser(), project, workspace)
+    store.close()
+    console = stdout_console()
+    for stack, count in written.items():
+        console.print(f"exported {count} release(s) of {stack}", highlight=False)
+    if not written:
+        console.print("nothing to export", highlight=False)
+
+
+@release_app.command("diff")
+def release_diff(
+    old: Annotated[int, typer.Argument(metavar="A", help="The revision to compare from.")],
+    new: Annotated[int, typer.Argument(metavar="B", help="The revision to compare to.")],
+    project: Project,
+    workspace: Workspace = "default",
+    output: OutputOption = OutputFormat.table,
+) -> None:
+    """What changed from revision A to revision B: resources added, removed and changed in
+    the spec and in the recorded state, with the fields that differ. Sensitive values are
+    masked on both sides; a changed one says so without its values."""
+    from stackflow.release_diff import diff_releases
+
+    store = default_backend()
+    try:
+        revisions = store.revisions(project, workspace)
+        if not revisions:
+            raise NotFoundError(f"stack {project}/{workspace} has no releases")
+        for revision in dict.fromkeys((old, new)):
+            if revision not in revisions:
+                raise NotFoundError(
+                    f"release {revision} of {project}/{workspace} does not exist "
+                    f"(revisions {_span(revisions)})"
+                )
+        before = store.get(project, workspace, old)
+        after = before if new == old else store.get(project, workspace, new)
+    finally:
+        store.close()
+    found = diff_releases(
+        project,
+        workspace,
+        old,
+        before.spec,
+        before.state.resources,
+        new,
+        after.spec,
+        after.state.resources,
+    )
+    emit(output, lambda: found.model_dump(mode="json"), lambda c: _render_release_diff(found, c))
+
+
+def _span(revisions: list[int]) -> str:
+    if revisions == list(range(revisions[0], revisions[-1] + 1)):
+        return f"{revisions[0]}-{revisions[-1]}" if len(revisions) > 1 else str(revisions[0])
+    return ", ".join(map(str, revisions))
+
+
+_MARKS = {"added": ("+", "green"), "removed": ("-", "red"), "changed": ("~", "yellow")}
+
+
+def _shown(value: Any, room: int = 120) -> str:
+    text = json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+    return text if len(text) <= room else text[: room - 1] + "…"
+
+
+def _field_line(change: Any) -> Text:
+    from stackflow.release_diff import FieldChangeKind
+
+    line = Text(f"      {change.path}: ")
+    kind = change.kind
+    if kind is FieldChangeKind.unknown:
+        line.append("sealed, cannot compare without the encryption keys", style="dim")
+    elif change.sensitive and kind is FieldChangeKind.changed:
+        line.append("changed (sensitive)", style="yellow")
+    elif change.sensitive:
+        line.append(f"{kind.value} (sensitive)", style=_MARKS[kind.value][1])
+    elif kind is FieldChangeKind.added:
+        line.append(f"+ {_shown(change.new)}", style="green")
+    elif kind is FieldChangeKind.removed:
+        line.append(f"- {_shown(change.old)}", style="red")
+    else:
+        line.append(_shown(change.old), style="red")
+        line.append(" → ")
+        line.append(_shown(change.new), style="green")
+    return line
+
+
+def _render_release_diff(found: Any, console: Console) -> None:
+    head = (
+        f"{found.project}/{found.workspace}: revision {found.old_revision} → {found.new_revision}"
+    )
+    console.print(Text(head, style="bold"), soft_wrap=True)
+    if found.empty:
+        console.print("no changes", highlight=False)
+        return
+    sections = (("Spec", found.spec), ("State", found.state))
+    for title, section in sections:
+        counts = section.summary
+        summary = ", ".join(f"{counts[k]} {k}" for k in ("added", "removed", "changed"))
+        console.print(
+            Text(f"{title}: {summary}, {counts['unchanged']} unchanged", style="bold"),
+            soft_wrap=True,
+        )
+        if title == "Spec" and found.spec.missing:
+            missing = ", ".join(map(str, found.spec.missing))
+            console.print(
+                Text(f"  not compared: no spec recorded in revision {missing}", style="dim"),
+                soft_wrap=True,
+            )
+        if title == "Spec" and found.spec.fields:
+            console.print(Text("  ~ spec settings", style="yellow"), soft_wrap=True)
+            for change in found.spec.fields:
+                console.print(_field_line(change), soft_wrap=True, highlight=False)
+        for resource in section.resources:
+            mark, style = _MARKS[resource.change.value]
+            line = Text(f"  {mark} {resource.id}", style=style)
+            kind = (
+                resource.type
+                if resource.old_type is None
+                else (f"{resource.old_type} → {resource.type}")
+            )
+            line.append(f"  ({kind})", style="dim")
+            console.print(line, soft_wrap=True, highlight=False)
+            for change in resource.fields:
+                console.print(_field_line(change), soft_wrap=True, highlight=False)
+            for dep in resource.depends_on_added:
+                console.print(Text(f"      dependsOn: + {dep}", style="green"), soft_wrap=True)
+            for dep in resource.depends_on_removed:
+                console.print(Text(f"      dependsOn: - {dep}", style="red"), soft_wrap=True)
+            for change in resource.extensions:
+                change = change.model_copy(update={"path": f"extensions.{change.path}"})
+                console.print(_field_line(change), soft_wrap=True, highlight=False)
+
+
+@app.command()
+def output(
+    project: Project,
+    target: Annotated[
+        str | None,
+        typer.Argument(
+            metavar="ID[.PATH]",
+            help="A resource id, optionally followed by a dotted path into its attributes "
+            "(list items by number: svc.spec.ports.0.port). A single value prints plain.",
+        ),
+    ] = None,
+    workspace: Workspace = "default",
+    resource: Annotated[
+        str | None, typer.Option("--resource", "-r", help="Only this resource id.")
+    ] = None,
+    show_sensitive: Annotated[
+        bool,
+        typer.Option(
+            "--show-sensitive",
+            help="Print sensitive values in clear (the one way to see them; needs the keys).",
+        ),
+    ] = False,
+    out: Annotated[
+        OutputFormat | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="json, or table: a single value plain (for $(...)), else a table. "
+            "Default: table with ID[.PATH], json without.",
+        ),
+    ] = None,
+) -> None:
+    """The recorded attributes of the stack's resources (latest release), or one value of
+    them, sensitive values masked unless --show-sensitive."""
+    from stackflow.crypto import EncryptionKeyError
+    from stackflow.errors import SpecError
+    from stackflow.release_diff import (
+        lookup,
+        mask_recorded,
+        release_sensitive_paths,
+        still_sealed,
+    )
+
+    if target is not None and resource is not None:
+        raise SpecError("give a resource as ID[.PATH] or as --resource, not both")
+    store = default_backend()
+    try:
+        latest = store.latest(project, workspace, with_spec=False)
+        spec = None
+        if latest is not None and latest.spec_ref:
+            try:
+                spec = store.get_spec(latest.spec_ref)
+            except SpecError:
+                if store.keys is not None:
+                    raise
+                # an encrypted spec and no keys: its sealed values stay sealed anyway, and
+                # the paths the apply recorded as tainted are masked as always
+    finally:
+        store.close()
+    if latest is None:
+        raise NotFoundError(f"stack {project}/{workspace} has no releases")
+    sensitive = release_sensitive_paths(spec, latest.state.resources)
+    where = f"release {latest.revision} of {project}/{workspace}"
+
+    def sealed_check(what: str, value: Any) -> None:
+        if show_sensitive and still_sealed(value):
+            raise EncryptionKeyError(
+                f"{what} is sealed and this process has no encryption keys "
+                "(STACKFLOW_ENCRYPTION_KEY or STACKFLOW_ENCRYPTION_KEY_FILE)"
+            )
+
+    if target is not None:
+        found = lookup(
+            target,
+            latest.state.resources,
+            sensitive,
+            show_sensitive=show_sensitive,
+            where=where,
+        )
+        name = f"{found.id}.{found.path}" if found.path else found.id
+        sealed_check(name, found.value)
+        if found.sensitive and not show_sensitive:
+            stderr_console().print(
+                f"note: {name} holds sensitive values (masked); --show-sensitive prints them",
+                style="dim",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+        if (out or OutputFormat.table) is OutputFormat.json:
+            print_json(found.value)
+        else:
+            _print_plain(found.value)
+        return
+    chosen = [r for r in latest.state.resources if resource is None or r.id == resource]
+    if resource is not None and not chosen:
+        raise NotFoundError(f"{resource}: not in {where}")
+    data = {
+        r.id: dict(r.attributes)
+        if show_sensitive
+        else mask_recorded(r.attributes, sensitive.get(r.id, ()))
+        for r in chosen
+    }
+    for rid, attributes in data.items():
+        sealed_check(rid, attributes)
+
+    def table(console: Console) -> None:
+        t = Table("ID", "Attributes")
+        for rid, attributes in data.items():
+            t.add_row(Text(rid), Text(json.dumps(attributes, sort_keys=True, default=str)))
+        console.print(t)
+
+    emit(out or OutputFormat.json, lambda: data, table)
+
+
+def _print_plain(value: Any) -> None:
+    """A string as it is, another scalar as JSON (80, true, null), anything else as JSON."""
+    if isinstance(value, str):
+        text = value
+    elif isinstance(value, dict | list):
+        text = json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    else:
+        text = json.dumps(value, default=str)
+    sys.stdout.write(text if text.endswith("\n") else text + "\n")

@@ -1,0 +1,176 @@
+"""Verbs that attach to a stack's running operation (workflow ``stackflow/<p>/<w>``):
+``status``, ``approve``, ``reject``, ``retry``, ``abort``, ``cancel``. The same Updates work
+from the Temporal UI and ``temporal workflow update execute``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from stackflow.cli.app import app
+from stackflow.cli.connection import Temporal
+from stackflow.cli.operations import (
+    OperationFailed,
+    OutputOpt,
+    ProjectOpt,
+    WaitOpt,
+    WorkspaceOpt,
+    _user,
+    ui_link,
+)
+from stackflow.cli.output import OutputFormat, echo_safe, stdout_console
+from stackflow.errors import NotFoundError
+from stackflow.operation import ApprovalInput, StatusView, workflow_id_for
+
+ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Recorded with the decision.")]
+
+
+async def _handle(temporal: Temporal, project: str, workspace: str) -> WorkflowHandle[Any, Any]:
+    client = await temporal.connect()
+    handle = client.get_workflow_handle(workflow_id_for(project, workspace))
+    try:
+        described = await temporal.call("describe", handle.describe)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise NotFoundError(
+                f"stack {project}/{workspace} has no operation (workflow {handle.id})"
+            ) from None
+        raise
+    if described.status is None or described.status.name != "RUNNING":
+        state = described.status.name.lower() if described.status else "unknown"
+        raise NotFoundError(
+            f"stack {project}/{workspace} has no running operation (its last run is {state}; "
+            f"see `stackflow release list -p {project} -w {workspace}`)"
+        )
+    temporal.run_started = True  # from here on, an outage message says how to follow it
+    return handle
+
+
+async def _update(
+    project: str, workspace: str, name: str, reason: str | None, timeout: float
+) -> str:
+    temporal = Temporal(timeout, project, workspace)
+    handle = await _handle(temporal, project, workspace)
+    arg = ApprovalInput(by=_user(), reason=reason)
+    update_id = f"{name}-{uuid.uuid4().hex}"  # one id for every attempt: applied once
+    try:
+        result = await temporal.call(name, lambda: handle.execute_update(name, arg, id=update_id))
+    except WorkflowUpdateFailedError as exc:
+        cause = exc.cause
+        raise OperationFailed(
+            f"{name} refused: {getattr(cause, 'message', None) or cause}"
+        ) from None
+    return str(result)
+
+
+def _steer(name: str, project: str, workspace: str, reason: str | None, timeout: float) -> None:
+    echo_safe(asyncio.run(_update(project, workspace, name, reason, timeout)))
+
+
+@app.command()
+def approve(
+    project: ProjectOpt,
+    workspace: WorkspaceOpt = "default",
+    reason: ReasonOpt = None,
+    unavailable_timeout: WaitOpt = 600.0,
+) -> None:
+    """Approve the stack's operation waiting in awaitingApproval."""
+    _steer("approve", project, workspace, reason, unavailable_timeout)
+
+
+@app.command()
+def reject(
+    project: ProjectOpt,
+    workspace: WorkspaceOpt = "default",
+    reason: ReasonOpt = None,
+    unavailable_timeout: WaitOpt = 600.0,
+) -> None:
+    """Reject the stack's operation waiting in awaitingApproval (it ends failed)."""
+    _steer("reject", project, workspace, reason, unavailable_timeout)
+
+
+@app.command()
+def retry(
+    project: ProjectOpt,
+    workspace: WorkspaceOpt = "default",
+    reason: ReasonOpt = None,
+    unavailable_timeout: WaitOpt = 600.0,
+) -> None:
+    """Re-run the failed nodes (and those skipped because of them) of a paused run."""
+    _steer("retry", project, workspace, reason, unavailable_timeout)
+
+
+@app.command()
+def abort(
+    project: ProjectOpt,
+    workspace: WorkspaceOpt = "default",
+    reason: ReasonOpt = None,
+    unavailable_timeout: WaitOpt = 600.0,
+) -> None:
+    """End a paused run as failed, as it is."""
+    _steer("abort", project, workspace, reason, unavailable_timeout)
+
+
+@app.command()
+def cancel(
+    project: ProjectOpt, workspace: WorkspaceOpt = "default", unavailable_timeout: WaitOpt = 600.0
+) -> None:
+    """Cancel the stack's running operation; its release ends failed, saying so."""
+
+    async def run() -> str:
+        temporal = Temporal(unavailable_timeout, project, workspace)
+        handle = await _handle(temporal, project, workspace)
+        await temporal.call("cancel", handle.cancel)
+        return handle.id
+
+    typer.echo(f"cancel requested for {asyncio.run(run())}")
+
+
+@app.command()
+def status(
+    project: ProjectOpt,
+    workspace: WorkspaceOpt = "default",
+    output: OutputOpt = OutputFormat.table,
+    unavailable_timeout: WaitOpt = 600.0,
+) -> None:
+    """Phase and progress of the stack's running operation."""
+
+    async def run() -> tuple[StatusView, str]:
+        temporal = Temporal(unavailable_timeout, project, workspace)
+        handle = await _handle(temporal, project, workspace)
+        try:
+            view = await temporal.call(
+                "status", lambda: handle.query("status", result_type=StatusView)
+            )
+        except RPCError as exc:
+            if exc.status not in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED):
+                raise
+            raise OperationFailed(
+                f"the run of {project}/{workspace} did not answer the status query "
+                f"({exc.message}): is a worker running on its task queue? (`stackflow worker`)"
+            ) from None
+        return view, ui_link(temporal.namespace, handle.id, None)
+
+    view, link = asyncio.run(run())
+    if output == OutputFormat.json:
+        data = view.model_dump(mode="json")
+        data["ui"] = link
+        typer.echo(json.dumps(data, indent=2, sort_keys=True))
+        return
+    table = Table(show_header=False)
+    table.add_row("phase", view.phase)
+    table.add_row("release", str(view.revision) if view.revision is not None else "-")
+    table.add_row("done", f"{view.done}/{view.total}, {view.failed} failed")
+    if view.running:
+        table.add_row("running", ", ".join(view.running[:5]))
+    if view.error:
+        table.add_row("error", view.error)
+    table.add_row("ui", link)
+    stdout_console().print(table)

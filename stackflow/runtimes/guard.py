@@ -1,0 +1,99 @@
+"""The worker policy (:mod:`stackflow.policy`) applied to many resources at once, before any
+runtime call: what the preview and apply activities call.
+
+A spec previewed in several batches is checked whole by the first batch that runs on a
+worker (the verdict is kept per spec and policy), and each batch checks its own resources
+again right before touching them, so a refusal anywhere in a spec stops its preview before
+any runtime call, and no resource ever reaches its runtime unchecked.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from stackflow.policy import worker_policy
+from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
+from stackflow.runtimes.registry import RuntimeRegistry
+from stackflow.spec import Resource
+
+_CHECKED_SPECS = 64
+
+
+def request_for(resource: Resource, attributes: dict[str, Any] | None = None) -> ResourceRequest:
+    return ResourceRequest(
+        id=resource.id,
+        type=str(resource.type),
+        attributes=resource.attributes if attributes is None else attributes,
+        extensions=resource.extensions,
+    )
+
+
+def check_requests(
+    registry: RuntimeRegistry, requests: Iterable[ResourceRequest], options: RuntimeOptions
+) -> None:
+    """Each resource's runtime checks it; the first refusal is raised (PolicyViolation)."""
+    for request in requests:
+        registry.get(request.type).check_policy(request, options)
+
+
+class SpecGate:
+    """Remembers the specs whose every resource passed the policy, per policy."""
+
+    def __init__(self) -> None:
+        self._passed: OrderedDict[tuple[str, Any], None] = OrderedDict()
+        self._checking: dict[tuple[str, Any], threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    def check_spec(
+        self,
+        registry: RuntimeRegistry,
+        spec_ref: str | None,
+        resources: Mapping[str, Resource],
+        options: RuntimeOptions,
+    ) -> None:
+        key = (spec_ref or "", worker_policy())
+        if spec_ref is None:
+            check_requests(registry, (request_for(r) for r in resources.values()), options)
+            return
+        with self._lock:
+            if key in self._passed:
+                self._passed.move_to_end(key)
+                return
+            checking = self._checking.setdefault(key, threading.Lock())
+        # One thread checks a spec; the preview batches that ask meanwhile wait for its word.
+        with checking:
+            with self._lock:
+                if key in self._passed:
+                    return
+            try:
+                check_requests(registry, (request_for(r) for r in resources.values()), options)
+            except BaseException:
+                with self._lock:
+                    self._checking.pop(key, None)
+                raise
+            with self._lock:
+                self._checking.pop(key, None)
+                self._passed[key] = None
+                while len(self._passed) > _CHECKED_SPECS:
+                    self._passed.popitem(last=False)
+
+
+SPECS = SpecGate()
+"""This process's memo (the activities share it)."""
+
+
+def check_preview(
+    registry: RuntimeRegistry,
+    spec_ref: str | None,
+    resources: Mapping[str, Resource],
+    batch: Iterable[Resource],
+    options: RuntimeOptions,
+) -> None:
+    """A preview batch: the whole spec (once per spec and policy), then the batch's own
+    resources (their deletions included) again, right before they are touched."""
+    SPECS.check_spec(registry, spec_ref, resources, options)
+    again = (r for r in batch if not registry.get(str(r.type)).checks_every_call)
+    check_requests(registry, (request_for(r) for r in again), options)

@@ -1,0 +1,895 @@
+"""Kubernetes runtime: server-side apply, dry-run preview, readiness, ownership, deletion.
+
+How it behaves, in one place:
+
+- **Cluster.** ``extensions.kubeConfig`` / ``extensions.kubeContext`` of the resource, else
+  the spec context's ``kubeConfig`` / ``kubeContext`` (``RuntimeOptions.context``), else
+  ``KUBECONFIG`` (or ~/.kube/config), else the in-cluster service account. The worker policy
+  (:mod:`stackflow.policy`) decides which kubeconfigs and contexts specs may name, and
+  refuses exec and auth-provider plugins unless allowed, before a kubeconfig is loaded.
+  One client per (kubeconfig, context), with its own discovery cache; a kind missing from
+  the cache is re-discovered, so a CRD applied earlier in the same run is found.
+- **Apply** is server-side apply with field manager ``stackflow``. A field conflict with
+  another manager fails as ``Conflict`` naming the managers and fields, unless ``force``
+  (run option or ``extensions.force``). One exception, *drift repair*: when every
+  conflicting field is one the last release recorded with the very value the spec still
+  asks for, someone changed it behind stackflow's back and stackflow takes it back
+  (forces just that apply). A field the spec newly sets or changes while another manager
+  owns it still conflicts.
+- **Preview** is the same apply with ``dryRun=All``: the server validates, defaults and
+  merges; ``would_be`` is its answer reduced to the fields of the applied manifest, so
+  defaults, status and bookkeeping never show as changes. A create whose namespace (or
+  CRD) does not exist yet - made by an earlier node of the same run - previews as the
+  manifest itself.
+- **read** returns the live object without ``status`` and server bookkeeping
+  (``managedFields``, ``resourceVersion``, ``uid``, timestamps, ``generation``); the diff
+  projects it onto ``would_be`` anyway, and what is recorded stays stable between applies.
+  In a preview batch that reads many objects of one kind and namespace, one paginated LIST
+  answers them, kept as the run's snapshot on this worker (:mod:`.snapshot`).
+- **Ownership**, as Helm does it: annotations ``stackflow.io/project`` and
+  ``stackflow.io/workspace`` (plus labels, and ``app.kubernetes.io/managed-by:
+  stackflow``) on every object. Another stack's object is never applied or deleted; an
+  existing unowned object is taken over only with ``adopt`` (run option or
+  ``extensions.adopt``). The markers are part of the applied manifest, so preview shows
+  them only when they are really missing.
+- **Delete** reads the object (uid, owner) and deletes it on the condition that it is that
+  object (uid precondition), or, when the run's preview listed it on this worker, deletes
+  the listed object on the condition that it is unchanged (uid and resourceVersion) with no
+  read. It uses foreground propagation (dependents first) and waits until the object is
+  gone; built-in kinds nothing owns (ConfigMap, Secret, Service, Namespace, RBAC objects, …,
+  see ``LEAF_KINDS``) are deleted with background propagation as kubectl does, which spares
+  each one a round through the garbage collector (rate-limited: ~14 objects/s);
+  ``extensions.deletionPropagation`` (``Foreground``, ``Background``, ``Orphan``) overrides
+  either. Note:
+  the garbage collector learns a new custom kind only at its next discovery resync (up to
+  ~30 s), so foreground deletion of a custom resource whose CRD was created seconds before
+  waits until then.
+- **Readiness** (``wait_ready``) polls the object: rollouts, Job completion, PVC bound,
+  Namespace active, CRD established, else a ``Ready`` condition; the timeout is
+  ``extensions.readinessTimeout`` or the run's ``timeout_seconds``.
+- **CustomResourceDefinitions.** Applying one returns only once its kind is served:
+  ``NamesAccepted`` and ``Established`` True and discovery of each served version listing
+  the kind (asked again, so this client's cache is fresh), within ``readinessTimeout``
+  (default ``CRD_READY_SECONDS``) else ``NotReady``; names another CRD holds are
+  ``InvalidInput`` at once. A custom resource whose apply is answered 404 for no missing
+  namespace (``404 page not found``: discovery cached from before its CRD was made again,
+  or a CRD still being established) has its kind discovered again and the apply retried
+  while the kind is on its way (``Unavailable`` past ``DISCOVERY_WAIT_SECONDS``); a kind no
+  CRD in the cluster defines is ``InvalidInput`` saying so. Deleting a CRD drops its
+  group from the discovery cache; a custom resource whose kind is gone counts as deleted.
+- **Errors** (:func:`failure`), each one line naming the resource:
+  400 BadRequest and 422 Invalid (naming the fields of ``details.causes``) -> ``InvalidInput``
+  with the server's message; server-side apply's 500 "failed to create typed patch object"
+  (a value of the wrong type, a field not in the schema) -> ``InvalidInput`` naming the field
+  paths; 401/403 -> ``InvalidInput`` (credentials and RBAC are fixed by people, not by
+  retrying), except the transient 403 of a namespace being terminated -> ``Unavailable``;
+  409 -> ``Conflict``; 404 -> ``NotFound``; a kind nothing in the cluster serves (no such
+  apiVersion, no CRD) -> ``InvalidInput`` naming kind and apiVersion at once, while a CRD
+  that exists but is not established yet is waited for; 408, 410, 429, other 5xx, refused or
+  reset connections, timeouts, DNS failures -> ``Unavailable`` naming the server (retried);
+  a TLS certificate the kubeconfig does not trust -> ``InvalidInput``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import os
+import re
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from stackflow.policy import WorkerPolicy, worker_policy
+from stackflow.runtimes.base import (
+    READ_SCOPE,
+    Attributes,
+    Conflict,
+    InvalidInput,
+    NotFound,
+    PreviewResult,
+    ReadScope,
+    ResourceRequest,
+    Runtime,
+    RuntimeFailure,
+    RuntimeOptions,
+    Unavailable,
+)
+from stackflow.runtimes.kubernetes.client import (
+    JSON,
+    POOL_CONNECTIONS,
+    ApiError,
+    ApiResource,
+    KubeClient,
+    connect,
+)
+from stackflow.runtimes.kubernetes.manifest import (
+    FIELD_MANAGER,
+    ObjectRef,
+    check_id,
+    check_owner,
+    conflict_fields,
+    desired_object,
+    drift_repair,
+    normalise,
+    object_ref,
+    owner_of,
+    shaped_like,
+)
+from stackflow.runtimes.kubernetes.policy import check_kubeconfig
+from stackflow.runtimes.kubernetes.readiness import (
+    Readiness,
+    crd_served_kinds,
+    custom_resource_definition,
+    is_crd,
+    parse_timeout,
+    readiness,
+)
+from stackflow.runtimes.kubernetes.rules import TYPE_NAME, scope_key
+from stackflow.runtimes.kubernetes.snapshot import (
+    LIST_AT_LEAST,
+    NEVER_LISTED,
+    Listing,
+    Snapshots,
+    list_objects,
+)
+
+T = TypeVar("T")
+APPLY_PATCH = "application/apply-patch+yaml; charset=utf-8"
+REQUEST_THREADS = POOL_CONNECTIONS
+"""Blocking API calls the runtime runs at once (one connection each)."""
+DISCOVERY_WAIT_SECONDS = 15.0
+"""How long apply waits for a kind to be served (a CRD just created is being established)."""
+CRD_READY_SECONDS = 60.0
+"""How long applying a CustomResourceDefinition waits (unless ``extensions.readinessTimeout``
+says otherwise) until it is Established, its names accepted and its kind served."""
+ABSENT_NAMESPACE_SECONDS = 2.0
+"""How long a preview trusts a dry run's "namespace not found": the objects of a stack that
+creates its namespace are previewed without one GET and one dry run each."""
+
+
+def _snapshot_key(
+    scope: ReadScope, client: KubeClient, api: ApiResource, namespace: str | None
+) -> tuple[str, int, str]:
+    """Where a run's listing of a kind in a namespace (or the cluster) is kept."""
+    return (scope.run, id(client), api.path(namespace))
+
+
+class _Changed(Exception):
+    """A conditional DELETE's precondition failed: the object changed or was replaced."""
+
+
+class NotReady(RuntimeFailure):
+    """The object did not become ready (or go away) in time, or failed for good."""
+
+    kind = "NotReady"
+
+
+class KindNotServed(NotFound):
+    """A request for an object found no route for its kind (a 404 that is not about the
+    object or its namespace): the kind is not served, or not yet (its CRD is being
+    established, or discovery was cached from before its CRD was deleted and made again)."""
+
+
+def namespace_missing(exc: ApiError) -> bool:
+    """Whether a 404 says the object's namespace does not exist."""
+    return exc.status == 404 and exc.details.get("kind") == "namespaces"
+
+
+def unserved_error(rid: str, ref: ObjectRef, reason: str, soon: bool | None) -> RuntimeFailure:
+    """Why ``ref``'s kind is not served, once waiting for it is over: ``soon`` (its CRD or
+    APIService exists and is being established) -> Unavailable, retried; else InvalidInput
+    naming the kind (``reason`` says whether a CustomResourceDefinition defines it)."""
+    text = f"{rid}: the API server does not serve kind {ref.kind} in apiVersion {ref.api_version}"
+    if soon:
+        return Unavailable(f"{text}: {reason} after {DISCOVERY_WAIT_SECONDS:g}s", resource_id=rid)
+    if not reason:
+        group = ref.api_version.rpartition("/")[0]
+        reason = (
+            f"is a CustomResourceDefinition of kind {ref.kind} in group {group} applied and "
+            "established? (the cluster did not let stackflow look)"
+            if "." in group
+            else "is the apiVersion right?"
+        )
+    return InvalidInput(f"{text}: {reason}", resource_id=rid)
+
+
+_TYPED = re.compile(
+    r"failed to create typed (patch|live) object(?:\s*\([^()]*\))?:\s*(?:errors:)?\s*(.*)", re.S
+)
+_GO_POINTER = re.compile(r"got &\{(.*)\}$")
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _typed_errors(text: str) -> str:
+    """structured-merge-diff's errors (one per line) as ``path: problem; path: problem``."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return "; ".join(_GO_POINTER.sub(r"got \1", line) for line in lines)
+
+
+def failure(exc: ApiError, rid: str, doing: str) -> RuntimeFailure:
+    """The runtime error for a failure status of the API server (one line, naming ``rid``)."""
+    status, message = exc.status, _one_line(exc.message)
+    server = f"Kubernetes API {exc.server}" if exc.server else "the Kubernetes API"
+    typed = _TYPED.search(exc.message) if status == 500 else None
+    if typed is not None and typed.group(1) == "patch":
+        # server-side apply could not read the manifest against the schema: a value of the
+        # wrong type, a field the kind does not have. Older servers say so with a 500.
+        return InvalidInput(f"{rid}: {_typed_errors(typed.group(2))}", resource_id=rid)
+    if typed is not None:
+        return InvalidInput(
+            f"{rid}: {doing}: the live object does not match its schema (fix or replace it; "
+            f"retrying will not help): {_typed_errors(typed.group(2))}",
+            resource_id=rid,
+        )
+    if status == 422 or exc.reason == "Invalid":
+        fields = list(dict.fromkeys(str(c["field"]) for c in exc.causes if c.get("field")))
+        named = f", invalid {', '.join(fields)}" if fields else ""
+        return InvalidInput(
+            f"{rid}: {doing} rejected by the API server{named}: {message}", resource_id=rid
+        )
+    if status == 400:
+        return InvalidInput(
+            f"{rid}: {doing} rejected by the API server: {message}", resource_id=rid
+        )
+    text = f"{rid}: {doing}: {message}"
+    if status == 401:
+        return InvalidInput(
+            f"{text} ({server} does not accept the kubeconfig's credentials; retrying will not "
+            "help: fix or renew them)",
+            resource_id=rid,
+        )
+    if status == 403:
+        if "being terminated" in message:
+            return Unavailable(text, resource_id=rid)
+        return InvalidInput(
+            f"{text} (the kubeconfig's user lacks RBAC permission; retrying will not help: "
+            "grant it, or use another kubeconfig or context)",
+            resource_id=rid,
+        )
+    if status == 404:
+        return NotFound(text, resource_id=rid)
+    if status == 409:
+        return Conflict(text, resource_id=rid)
+    if status in (408, 410, 429) or status >= 500:
+        answered = f"{status} {exc.reason}".strip()
+        return Unavailable(
+            f"{rid}: {doing}: {server} answered {answered}: {message}", resource_id=rid
+        )
+    return InvalidInput(text, resource_id=rid)
+
+
+LEAF_KINDS = frozenset(
+    {
+        ("v1", "ConfigMap"),
+        ("v1", "Secret"),
+        ("v1", "Service"),
+        ("v1", "ServiceAccount"),
+        ("v1", "Namespace"),
+        ("v1", "LimitRange"),
+        ("v1", "ResourceQuota"),
+        ("v1", "PersistentVolumeClaim"),
+        ("rbac.authorization.k8s.io/v1", "Role"),
+        ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+        ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
+        ("networking.k8s.io/v1", "Ingress"),
+        ("networking.k8s.io/v1", "NetworkPolicy"),
+        ("policy/v1", "PodDisruptionBudget"),
+        ("scheduling.k8s.io/v1", "PriorityClass"),
+        ("storage.k8s.io/v1", "StorageClass"),
+    }
+)
+"""Built-in kinds no controller makes dependents of: foreground deletion would only add a
+round through the garbage collector (a Namespace's contents go by its own finalizer)."""
+
+
+def deleted_at_once(answer: JSON, uid: str) -> bool:
+    """Whether a DELETE's answer says the object is already gone: when nothing defers the
+    removal (no finalizers, no grace period) the server answers ``Status: Success`` naming
+    the removed object's uid; a deferred removal comes back as the object, marked with
+    ``deletionTimestamp``, and is waited for."""
+    if not uid or answer.get("kind") != "Status" or answer.get("status") != "Success":
+        return False
+    return bool((answer.get("details") or {}).get("uid") == uid)
+
+
+def default_propagation(ref: ObjectRef) -> str:
+    return "Background" if (ref.api_version, ref.kind) in LEAF_KINDS else "Foreground"
+
+
+class KubernetesRuntime(Runtime):
+    """Any Kubernetes object, built-in or custom, by server-side apply."""
+
+    type_name = TYPE_NAME
+
+    def __init__(self, policy: WorkerPolicy | None = None) -> None:
+        self._clients: dict[tuple[str | None, str | None], KubeClient] = {}
+        self._lock = threading.Lock()
+        self._policy = policy
+        self._absent_namespaces: dict[tuple[int, str], float] = {}
+        self._snapshots = Snapshots()
+        # Requests block a thread each: threads of its own, as many as a client's connection
+        # pool holds, so API calls are not capped by the event loop's default executor
+        # (min(32, CPUs + 4) threads, shared with every other blocking call of the worker).
+        self._threads: ThreadPoolExecutor | None = None
+
+    @property
+    def policy(self) -> WorkerPolicy:
+        return self._policy if self._policy is not None else worker_policy()
+
+    async def _call(self, rid: str, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking step in one of the runtime's threads; every failure names the
+        resource."""
+        threads = self._threads  # made and dropped on the event loop's thread only
+        if threads is None:
+            threads = self._threads = ThreadPoolExecutor(
+                REQUEST_THREADS, thread_name_prefix="stackflow-kube"
+            )
+        context = contextvars.copy_context()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                threads, functools.partial(context.run, fn, *args)
+            )
+        except RuntimeFailure as exc:
+            if exc.resource_id is None:
+                raise type(exc)(f"{rid}: {exc}", resource_id=rid) from None
+            raise
+        except ApiError as exc:  # a request no step mapped (none should be left)
+            raise failure(exc, rid, "request") from None
+
+    # ---- connection & discovery ----------------------------------------------------------
+    @staticmethod
+    def _cluster(
+        resource: ResourceRequest, options: RuntimeOptions
+    ) -> tuple[tuple[str | None, str], tuple[str | None, str]]:
+        """(kubeconfig, the field naming it), (context, its field): the resource's
+        extensions, else the spec context; no kubeconfig: the worker's own."""
+        ext, ctx = resource.extensions, options.context
+        picked = []
+        for name in ("kubeConfig", "kubeContext"):
+            field, value = f"extensions.{name}", ext.get(name)
+            if not value:
+                field, value = f"context.{name}", ctx.get(name)
+            if value is not None and not isinstance(value, str):
+                raise InvalidInput(
+                    f"{resource.id}: {field} must be a string", resource_id=resource.id
+                )
+            picked.append((value or None, field))
+        return picked[0], picked[1]
+
+    def check_policy(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
+        (kubeconfig, config_field), (context, context_field) = self._cluster(resource, options)
+        check_kubeconfig(
+            self.policy,
+            resource.id,
+            kubeconfig,
+            context,
+            config_field=config_field,
+            context_field=context_field,
+        )
+
+    def client_for(self, resource: ResourceRequest, options: RuntimeOptions) -> KubeClient:
+        # the worker policy, every time: before a kubeconfig is loaded or a client reused
+        self.check_policy(resource, options)
+        (kubeconfig, _), (context, _) = self._cluster(resource, options)
+        key = (kubeconfig or os.environ.get("KUBECONFIG") or None, context)
+        with self._lock:
+            found = self._clients.get(key)
+            if found is None:
+                found = self._clients[key] = connect(*key)
+            return found
+
+    def _api(
+        self, client: KubeClient, resource: ResourceRequest, ref: ObjectRef, wait: float = 0.0
+    ) -> ApiResource | None:
+        """Where objects of the resource's kind live; None while the kind is not served."""
+        deadline = time.monotonic() + wait
+        try:
+            while True:
+                api = client.resource_for(ref.api_version, ref.kind)
+                if api is not None or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.5)
+        except ApiError as exc:
+            raise failure(exc, resource.id, f"discovery of {ref.api_version}") from None
+        check_id(resource, ref, None if api is None else api.namespaced)
+        return api
+
+    def _served_api(
+        self, client: KubeClient, resource: ResourceRequest, ref: ObjectRef
+    ) -> ApiResource:
+        """Where objects of the kind live, for an apply: a kind whose CRD was just applied
+        is waited for (it is being established); one nothing would serve fails at once."""
+        api = self._api(client, resource, ref) or self._unserved(client, resource, ref, wait=True)
+        assert api is not None  # _unserved(wait=True) raises instead
+        return api
+
+    def _unserved(
+        self, client: KubeClient, resource: ResourceRequest, ref: ObjectRef, *, wait: bool
+    ) -> ApiResource | None:
+        """The kind is not served: InvalidInput when nothing in the cluster would serve it.
+        Else ``wait`` waits a while for it, then raises Unavailable (InvalidInput when the
+        cluster would not say why); without ``wait``, None."""
+        try:
+            reason, soon = client.unserved(ref.api_version, ref.kind)
+        except ApiError as exc:
+            raise failure(exc, resource.id, f"discovery of {ref.api_version}") from None
+        if soon is not False:
+            if not wait:
+                return None
+            api = self._api(client, resource, ref, wait=DISCOVERY_WAIT_SECONDS)
+            if api is not None:
+                return api
+        raise unserved_error(resource.id, ref, reason, soon)
+
+    def _get(self, client: KubeClient, api: ApiResource, ref: ObjectRef, rid: str) -> JSON | None:
+        listing = self._listing(client, api, ref)
+        if listing is not None:
+            return listing.get(ref.name)
+        try:
+            return client.request("GET", api.path(ref.namespace, ref.name))
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise failure(exc, rid, f"reading {ref.describe()}") from None
+
+    def _listing(self, client: KubeClient, api: ApiResource, ref: ObjectRef) -> Listing | None:
+        """In a preview batch that reads many objects of this kind and namespace, all of
+        them from one listing (see runtimes.kubernetes.snapshot); else None."""
+        scope = READ_SCOPE.get()
+        namespace = ref.namespace if api.namespaced else None
+        if (
+            scope is None
+            or not scope.lists
+            or (ref.api_version, ref.kind) in NEVER_LISTED
+            or scope.count(scope_key, (ref.api_version, ref.kind, namespace)) < LIST_AT_LEAST
+        ):
+            return None
+        wanted = scope.count(scope_key, (ref.api_version, ref.kind, namespace))
+        return self._snapshots.get(
+            _snapshot_key(scope, client, api, namespace),
+            lambda: list_objects(client, api, namespace, wanted),
+        )
+
+    # ---- read ----------------------------------------------------------------------------
+    async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
+        return await self._call(resource.id, self._read, resource, options)
+
+    def _read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
+        client = self.client_for(resource, options)
+        ref = object_ref(resource)
+        api = self._api(client, resource, ref)
+        if api is None:
+            return None  # the kind is not served (yet): no such object can exist
+        live = self._get(client, api, ref, resource.id)
+        return None if live is None else normalise(live)
+
+    # ---- preview & apply -----------------------------------------------------------------
+    async def preview(self, resource: ResourceRequest, options: RuntimeOptions) -> PreviewResult:
+        _, result = await self._call(resource.id, self._preview, resource, options)
+        return result
+
+    async def observe(
+        self, resource: ResourceRequest, options: RuntimeOptions, *, with_preview: bool
+    ) -> tuple[Attributes | None, PreviewResult | None]:
+        """One GET serves both the live object and the preview (then the dry-run apply)."""
+        if not with_preview:
+            return await self.read(resource, options), None
+        live, result = await self._call(resource.id, self._preview, resource, options)
+        return (None if live is None else normalise(live)), result
+
+    def _preview(
+        self, resource: ResourceRequest, options: RuntimeOptions
+    ) -> tuple[JSON | None, PreviewResult]:
+        """(the object as read, None if absent; the preview)."""
+        client = self.client_for(resource, options)
+        ref = object_ref(resource)
+        desired = desired_object(resource, options)
+        sensitive = ["data"] if ref.kind == "Secret" and ref.api_version == "v1" else []
+        api = self._api(client, resource, ref)
+        if api is None:
+            if "." not in ref.api_version.rpartition("/")[0]:  # a built-in group never grows
+                self._unserved(client, resource, ref, wait=False)
+            # else a custom kind whose CRD an earlier node of this run creates
+            return None, PreviewResult(would_be=desired, sensitive_paths=sensitive)
+        if api.namespaced and self._namespace_absent(client, ref.namespace):
+            # nothing can exist in a namespace that does not: an earlier node creates it
+            return None, PreviewResult(would_be=desired, sensitive_paths=sensitive)
+        live = self._get(client, api, ref, resource.id)
+        if live is not None:
+            check_owner(resource, ref, live, options)
+        try:
+            result = self._server_side_apply(
+                client, api, ref, resource, options, desired, dry_run=True
+            )
+        except NotFound as exc:
+            if isinstance(exc, KindNotServed):  # discovery was cached before its CRD went
+                client.forget(ref.api_version)
+            if live is None:  # its namespace or CRD is created by an earlier node of this run
+                return None, PreviewResult(would_be=desired, sensitive_paths=sensitive)
+            raise
+        would_be = shaped_like(normalise(result), desired)
+        return live, PreviewResult(would_be=would_be, sensitive_paths=sensitive)
+
+    async def apply(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
+        attrs = resource.attributes
+        definition = is_crd(str(attrs.get("apiVersion")), str(attrs.get("kind")))
+        timeout = 0.0
+        if definition:  # how long it may take to be served: checked before it is applied
+            timeout = self._readiness_timeout(resource) or min(
+                CRD_READY_SECONDS, options.timeout_seconds
+            )
+        client, ref, result = await self._call(resource.id, self._apply, resource, options)
+        if definition:
+            result = await self._crd_serving(client, resource, ref, result, timeout)
+        return normalise(result)
+
+    async def _crd_serving(
+        self,
+        client: KubeClient,
+        resource: ResourceRequest,
+        ref: ObjectRef,
+        crd: JSON,
+        timeout: float,
+    ) -> JSON:
+        """Wait until the CustomResourceDefinition just applied (``crd``: the server's
+        answer) is Established, its names accepted and its kind listed by discovery of
+        every version it serves (this client's discovery cache refreshed for each): custom
+        resources of it applied next find their kind served. NotReady past ``timeout``
+        seconds (``readinessTimeout``, default ``CRD_READY_SECONDS``), InvalidInput for names
+        another CRD holds."""
+        deadline = time.monotonic() + timeout
+        delay = 0.05
+        while True:
+            self._refuse_terminating(resource, ref, crd)  # deleted meanwhile: retried
+            state = custom_resource_definition(crd)
+            if state.failed:
+                raise InvalidInput(
+                    f"{resource.id}: {ref.describe()}: {state.message}", resource_id=resource.id
+                )
+            if state.ready:
+                missing = await self._call(resource.id, self._undiscovered, client, crd)
+                if not missing:
+                    return crd
+                state = Readiness(False, f"discovery does not list it in {', '.join(missing)}")
+            if time.monotonic() >= deadline:
+                raise NotReady(
+                    f"{resource.id}: {ref.describe()} does not serve its kind {timeout:g}s "
+                    f"after it was applied: {state.message} (extensions.readinessTimeout "
+                    "waits longer)",
+                    resource_id=resource.id,
+                )
+            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 2, 0.25)
+            api = await self._call(resource.id, self._api, client, resource, ref)
+            assert api is not None  # the apply just used it
+            live = await self._call(resource.id, self._get, client, api, ref, resource.id)
+            if live is None:
+                raise Unavailable(
+                    f"{resource.id}: {ref.describe()} was deleted while stackflow waited for "
+                    "it to be established",
+                    resource_id=resource.id,
+                )
+            crd = live
+
+    @staticmethod
+    def _undiscovered(client: KubeClient, crd: JSON) -> list[str]:
+        """The versions whose discovery (asked again, refreshing the cache) does not list
+        the CRD's kind yet."""
+        return [
+            api_version
+            for api_version, kind in crd_served_kinds(crd)
+            if client.resource_for(api_version, kind, refresh=True) is None
+        ]
+
+    def _apply(
+        self, resource: ResourceRequest, options: RuntimeOptions
+    ) -> tuple[KubeClient, ObjectRef, JSON]:
+        """(the client, the object, the server's answer to the apply)."""
+        client = self.client_for(resource, options)
+        ref = object_ref(resource)
+        desired = desired_object(resource, options)
+        api = self._served_api(client, resource, ref)
+        prior = resource.prior_state
+        # An object this stack recorded with its own ownership markers is this stack's (no
+        # other stack applies or adopts an owned object): apply without reading it first.
+        ours = prior is not None and owner_of(prior) == (options.project, options.workspace)
+        if not ours:
+            live = self._get(client, api, ref, resource.id)
+            if live is not None:
+                self._refuse_terminating(resource, ref, live)
+                check_owner(resource, ref, live, options)
+        try:
+            result = self._apply_served(client, api, ref, resource, options, desired)
+        except KindNotServed:
+            raise
+        except NotFound as exc:
+            raise NotFound(
+                f"{exc} (does its namespace exist? add the Namespace to the spec and make this "
+                "resource depend on it)",
+                resource_id=resource.id,
+            ) from None
+        self._refuse_terminating(resource, ref, result)
+        if ref.kind == "Namespace" and ref.api_version == "v1":
+            with self._lock:
+                self._absent_namespaces.pop((id(client), ref.name), None)
+        return client, ref, result
+
+    def _apply_served(
+        self,
+        client: KubeClient,
+        api: ApiResource,
+        ref: ObjectRef,
+        resource: ResourceRequest,
+        options: RuntimeOptions,
+        desired: JSON,
+    ) -> JSON:
+        """Server-side apply; when the server has no route for the kind (discovery cached
+        from before its CRD was made again, or a CRD still being established), discovery is
+        asked again and the apply retried while the kind is on its way (up to
+        ``DISCOVERY_WAIT_SECONDS``): then Unavailable (retried later), or InvalidInput when
+        nothing in the cluster would serve the kind."""
+        deadline = time.monotonic() + DISCOVERY_WAIT_SECONDS
+        delay = 0.1
+        while True:
+            try:
+                return self._server_side_apply(
+                    client, api, ref, resource, options, desired, dry_run=False
+                )
+            except KindNotServed as exc:
+                if time.monotonic() >= deadline:
+                    raise Unavailable(
+                        f"{exc} (discovery lists kind {ref.kind} but the API server does not "
+                        f"serve it yet {DISCOVERY_WAIT_SECONDS:g}s later: is its "
+                        "CustomResourceDefinition being established?)",
+                        resource_id=resource.id,
+                    ) from None
+            time.sleep(delay)
+            delay = min(delay * 2, 1.0)
+            client.forget(ref.api_version)
+            api = self._served_api(client, resource, ref)
+
+    def _namespace_absent(
+        self, client: KubeClient, namespace: str | None, *, seen_absent: bool = False
+    ) -> bool:
+        """Whether a dry run found ``namespace`` missing within the last few seconds
+        (``seen_absent``: one just did); only previews rely on it."""
+        if not namespace:
+            return False
+        key, now = (id(client), namespace), time.monotonic()
+        with self._lock:
+            if seen_absent:
+                self._absent_namespaces[key] = now + ABSENT_NAMESPACE_SECONDS
+                return True
+            until = self._absent_namespaces.get(key)
+            if until is not None and until <= now:
+                del self._absent_namespaces[key]
+            return until is not None and until > now
+
+    @staticmethod
+    def _refuse_terminating(resource: ResourceRequest, ref: ObjectRef, obj: JSON) -> None:
+        if (obj.get("metadata") or {}).get("deletionTimestamp"):
+            raise Unavailable(
+                f"{resource.id}: {ref.describe()} is being deleted; applying once it is gone",
+                resource_id=resource.id,
+            )
+
+    def _server_side_apply(
+        self,
+        client: KubeClient,
+        api: ApiResource,
+        ref: ObjectRef,
+        resource: ResourceRequest,
+        options: RuntimeOptions,
+        desired: JSON,
+        *,
+        dry_run: bool,
+    ) -> JSON:
+        force = options.force or bool(resource.extensions.get("force"))
+        path = api.path(ref.namespace, ref.name)
+        doing = f"{'dry-run ' if dry_run else ''}apply of {ref.describe()}"
+
+        def patch(force: bool) -> JSON:
+            query = {"fieldManager": FIELD_MANAGER, "force": "true" if force else "false"}
+            if dry_run:
+                query["dryRun"] = "All"
+            return client.request(
+                "PATCH", path, query=query, body=desired, content_type=APPLY_PATCH
+            )
+
+        try:
+            return patch(force)
+        except ApiError as exc:
+            if dry_run and namespace_missing(exc):
+                self._namespace_absent(client, ref.namespace, seen_absent=True)
+            if exc.status == 404 and not namespace_missing(exc):
+                # an apply creates what is missing: a 404 not about the namespace means the
+                # server has no route for the kind (404 page not found)
+                raise KindNotServed(
+                    f"{resource.id}: {doing}: {_one_line(exc.message)}", resource_id=resource.id
+                ) from None
+            if exc.status != 409 or force:
+                raise failure(exc, resource.id, doing) from None
+            fields, managers = conflict_fields(exc.causes, exc.message)
+            if not drift_repair(fields, desired, resource.prior_state):
+                who = ", ".join(managers) or "another field manager"
+                raise Conflict(
+                    f"{resource.id}: {ref.describe()}: field(s) {', '.join(fields) or '?'} "
+                    f"are managed by {who}; apply with force (run option or extensions.force: "
+                    f"true) to take them over. Server: {exc.message}",
+                    resource_id=resource.id,
+                ) from None
+        try:  # drift repair: take back fields stackflow applied before
+            return patch(True)
+        except ApiError as exc:
+            raise failure(exc, resource.id, doing) from None
+
+    # ---- delete --------------------------------------------------------------------------
+    async def delete(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
+        await self._delete(resource, options)
+        ref = object_ref(resource)
+        if is_crd(ref.api_version, ref.kind):
+            # its kind is gone: the next apply of it must not trust what discovery said
+            client = await self._call(resource.id, self.client_for, resource, options)
+            group = (resource.attributes.get("spec") or {}).get("group")
+            if isinstance(group, str):
+                client.forget_group(group)
+
+    async def _delete(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
+        started = await self._call(resource.id, self._start_delete, resource, options)
+        if started is None:
+            return
+        client, api, ref, uid = started
+        deadline = time.monotonic() + options.timeout_seconds
+        delay = 0.1
+        while True:
+            live = await self._call(resource.id, self._get, client, api, ref, resource.id)
+            if live is None or (live.get("metadata") or {}).get("uid") != uid:
+                return
+            if time.monotonic() >= deadline:
+                finalizers = (live.get("metadata") or {}).get("finalizers") or []
+                raise NotReady(
+                    f"{resource.id}: {ref.describe()} still exists {options.timeout_seconds:g}s "
+                    f"after deletion (finalizers: {', '.join(finalizers) or 'none'})",
+                    resource_id=resource.id,
+                )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    def _start_delete(
+        self, resource: ResourceRequest, options: RuntimeOptions
+    ) -> tuple[KubeClient, ApiResource, ObjectRef, str] | None:
+        client = self.client_for(resource, options)
+        ref = object_ref(resource)
+        api = self._api(client, resource, ref)
+        if api is None:
+            return None  # its kind is gone (CRD deleted), and with it every object
+        propagation = resource.extensions.get("deletionPropagation") or default_propagation(ref)
+        if propagation not in ("Foreground", "Background", "Orphan"):
+            raise InvalidInput(
+                f"{resource.id}: extensions.deletionPropagation {propagation!r}: use "
+                "Foreground, Background or Orphan",
+                resource_id=resource.id,
+            )
+        seen = self._previewed(client, api, ref)
+        if seen is not None:
+            # as this run's preview read it: deleted only if it is still exactly that object
+            # (uid and resourceVersion) and this stack's; else read again below, and every
+            # refusal comes from that fresh read
+            try:
+                check_owner(resource, ref, seen, options, deleting=True)
+                return self._send_delete(client, api, ref, resource, seen, propagation, exact=True)
+            except (_Changed, Conflict):
+                pass
+        live = self._get(client, api, ref, resource.id)
+        if live is None:
+            return None
+        check_owner(resource, ref, live, options, deleting=True)
+        try:
+            return self._send_delete(client, api, ref, resource, live, propagation, exact=False)
+        except _Changed:  # replaced since it was read: not the object this stack deletes
+            return None
+
+    def _previewed(self, client: KubeClient, api: ApiResource, ref: ObjectRef) -> JSON | None:
+        """The object as the run's preview listed it on this worker, if it did."""
+        scope = READ_SCOPE.get()
+        if scope is None:
+            return None
+        namespace = ref.namespace if api.namespaced else None
+        listing = self._snapshots.peek(_snapshot_key(scope, client, api, namespace))
+        return None if listing is None else listing.get(ref.name)
+
+    @staticmethod
+    def _send_delete(
+        client: KubeClient,
+        api: ApiResource,
+        ref: ObjectRef,
+        resource: ResourceRequest,
+        live: JSON,
+        propagation: str,
+        *,
+        exact: bool,
+    ) -> tuple[KubeClient, ApiResource, ObjectRef, str] | None:
+        """DELETE on the condition that it is ``live`` (its uid; ``exact``: and its
+        resourceVersion): what to wait on, or None when it is gone at once; :class:`_Changed`
+        when the condition failed."""
+        metadata = live.get("metadata") or {}
+        uid = str(metadata.get("uid") or "")
+        preconditions = {"uid": uid}
+        if exact:
+            preconditions["resourceVersion"] = str(metadata.get("resourceVersion") or "")
+        body: JSON = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "propagationPolicy": propagation,
+            "preconditions": preconditions,
+        }
+        try:
+            answer = client.request("DELETE", api.path(ref.namespace, ref.name), body=body)
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            if exc.status == 409:  # a precondition failed: it changed or was replaced meanwhile
+                raise _Changed from None
+            raise failure(exc, resource.id, f"deleting {ref.describe()}") from None
+        if deleted_at_once(answer, uid):
+            return None
+        return client, api, ref, uid
+
+    # ---- readiness -----------------------------------------------------------------------
+    @staticmethod
+    def _readiness_timeout(resource: ResourceRequest) -> float | None:
+        """``extensions.readinessTimeout`` in seconds, None when not given."""
+        try:
+            return parse_timeout(resource.extensions.get("readinessTimeout"))
+        except ValueError as exc:
+            raise InvalidInput(
+                f"{resource.id}: extensions.{exc}", resource_id=resource.id
+            ) from None
+
+    async def wait_ready(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
+        timeout = self._readiness_timeout(resource) or options.timeout_seconds
+        client = await self._call(resource.id, self.client_for, resource, options)
+        ref = object_ref(resource)
+        api = await self._call(resource.id, self._api, client, resource, ref)
+        if api is None:
+            raise NotFound(f"{resource.id}: kind {ref.kind} is not served", resource_id=resource.id)
+        deadline = time.monotonic() + timeout
+        delay = 0.2
+        while True:
+            live = await self._call(resource.id, self._get, client, api, ref, resource.id)
+            if live is None:
+                raise NotFound(
+                    f"{resource.id}: {ref.describe()} does not exist", resource_id=resource.id
+                )
+            state = readiness(live)
+            if state.ready:
+                return normalise(live)
+            if state.failed:
+                raise NotReady(
+                    f"{resource.id}: {ref.describe()}: {state.message}", resource_id=resource.id
+                )
+            if time.monotonic() >= deadline:
+                raise NotReady(
+                    f"{resource.id}: {ref.describe()} not ready after {timeout:g}s: "
+                    f"{state.message}",
+                    resource_id=resource.id,
+                )
+            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(delay * 1.5, 2.0)
+
+    async def close(self) -> None:
+        threads, self._threads = self._threads, None
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        if threads is not None:
+            threads.shutdown(wait=False, cancel_futures=True)
+        for client in clients:
+            client.close()

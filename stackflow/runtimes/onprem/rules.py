@@ -1,0 +1,69 @@
+"""What the engine asks of the OnPrem runtime."""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, ClassVar
+
+from stackflow.graph import KUSION_PATH_PREFIX, Described
+from stackflow.runtime_rules import RuntimeRules
+
+if TYPE_CHECKING:
+    from stackflow.runtimes.base import Runtime
+    from stackflow.state.backend import StateBackend
+
+TYPE_NAME = "OnPrem"
+
+
+def _place(resource: Described) -> tuple[str, str, str] | None:
+    """(host, normalised absolute path, kind) of an OnPrem File or Directory, else None."""
+    if str(resource.type) != TYPE_NAME:
+        return None
+    attrs = resource.attributes
+    path, kind, host = attrs.get("path"), attrs.get("kind"), attrs.get("host") or ""
+    if kind not in ("File", "Directory") or not isinstance(path, str) or not isinstance(host, str):
+        return None
+    if not path.startswith("/") or path.startswith(KUSION_PATH_PREFIX):
+        return None
+    return (host if host not in ("localhost", "127.0.0.1") else "", posixpath.normpath(path), kind)
+
+
+def containment(resources: Sequence[Described]) -> dict[str, list[str]]:
+    """A File or Directory under a Directory of the same resources depends on the nearest
+    such Directory: created after it, deleted before it (as people write them, with no
+    ``dependsOn``)."""
+    places = {r.id: place for r in resources if (place := _place(r)) is not None}
+    directories = {
+        (host, path): rid for rid, (host, path, kind) in places.items() if kind == "Directory"
+    }
+    edges: dict[str, list[str]] = {}
+    if not directories:
+        return edges
+    for rid, (host, path, _) in places.items():
+        parent = posixpath.dirname(path)
+        while parent != path:
+            holder = directories.get((host, parent))
+            if holder is not None and holder != rid:
+                edges[rid] = [holder]
+                break
+            path, parent = parent, posixpath.dirname(parent)
+    return edges
+
+
+class OnPremRules(RuntimeRules):
+    """Any unique id; file content is not secret by name; nodes share activities."""
+
+    type_name: ClassVar[str] = TYPE_NAME
+    grouped: ClassVar[bool] = True
+
+    def create(self, backend: StateBackend | None) -> Runtime:
+        from stackflow.runtimes.onprem.runtime import OnPremRuntime
+
+        return OnPremRuntime()
+
+    def implicit_dependencies(self, resources: Sequence[Described]) -> dict[str, list[str]]:
+        return containment(resources)
+
+
+RULES = OnPremRules()

@@ -1,0 +1,64 @@
+"""Maps a resource ``type`` to the runtime that manages it.
+
+A new infrastructure plugs in by declaring its :class:`~stackflow.runtime_rules.RuntimeRules`
+in the entry-point group ``stackflow.runtimes`` (see the README, "Adding a runtime"), or,
+in-process, through ``register``, without touching the engine.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from stackflow.runtime_rules import all_rules
+from stackflow.runtimes.base import InvalidInput, Runtime
+
+if TYPE_CHECKING:
+    from stackflow.state.backend import StateBackend
+
+RuntimeFactory = Callable[[], Runtime]
+
+
+class RuntimeRegistry:
+    """Lazily builds one runtime instance per type and hands it out."""
+
+    def __init__(self) -> None:
+        self._factories: dict[str, RuntimeFactory] = {}
+        self._instances: dict[str, Runtime] = {}
+
+    def register(self, type_name: str, factory: RuntimeFactory) -> None:
+        self._factories[type_name] = factory
+        self._instances.pop(type_name, None)
+
+    def types(self) -> list[str]:
+        return sorted(self._factories)
+
+    def get(self, type_name: str) -> Runtime:
+        if type_name not in self._instances:
+            factory = self._factories.get(type_name)
+            if factory is None:
+                known = ", ".join(self.types()) or "none"
+                raise InvalidInput(f"no runtime for resource type {type_name!r} (known: {known})")
+            self._instances[type_name] = factory()
+        return self._instances[type_name]
+
+    def find(self, type_name: str) -> Runtime | None:
+        """The runtime for the type, or None (no error) when there is none."""
+        return self.get(type_name) if type_name in self._factories else None
+
+    async def close(self) -> None:
+        for runtime in self._instances.values():
+            await runtime.close()
+        self._instances.clear()
+
+
+def default_registry(backend: StateBackend | None = None) -> RuntimeRegistry:
+    """Every installed runtime: stackflow's own and any other distribution's, found through
+    the entry-point group ``stackflow.runtimes`` (:mod:`stackflow.runtime_rules`) and built
+    lazily, so a missing client costs nothing. ``backend`` is handed to each runtime's
+    factory (the Terraform runtime keeps its state there, readable from any host)."""
+    registry = RuntimeRegistry()
+    for type_name, rules in all_rules().items():
+        registry.register(type_name, functools.partial(rules.create, backend))
+    return registry

@@ -1,0 +1,811 @@
+"""The Terraform runtime: one working directory per resource, state kept by stackflow.
+
+- ``read``: ``apply -refresh-only`` against the seeded state, then the state's values
+  (None when the state tracks nothing, or the refresh finds the object gone).
+- ``preview``: ``plan -out`` + ``show -json``; never an apply. The planned values are the
+  would-be object, values unknown until apply read ``(known after apply)``, a planned
+  replacement sets ``replace``, sensitive values become ``sensitive_paths``.
+- ``apply``: ``apply -auto-approve``; returns the resource's attribute values at top level
+  (so ``$kusion_path.<id>.result`` resolves) plus the Terraform state under
+  :data:`STATE_KEY` and the sensitive paths under :data:`SENSITIVE_KEY`.
+- ``delete``: ``destroy`` of what the seeded state tracks; nothing tracked is success.
+
+Every command first seeds ``terraform.tfstate`` from the state stackflow recorded, so a
+fresh worker (or another machine) can read, change or destroy what an earlier one created.
+``init`` runs only when the provider requirements changed (a stamp in the working
+directory), under a lock per provider (OpenTofu 1.8's plugin cache is not safe for
+concurrent installs); everything else for independent resources runs in parallel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from python_terraform import IsFlagged
+
+from stackflow.config import stackflow_home
+from stackflow.paths import format_path
+from stackflow.policy import WorkerPolicy, worker_policy
+from stackflow.runtimes.base import (
+    Attributes,
+    Conflict,
+    NotFound,
+    PreviewResult,
+    ResourceRequest,
+    Runtime,
+    RuntimeFailure,
+    RuntimeOptions,
+    Unavailable,
+)
+from stackflow.runtimes.faults import fault_point
+from stackflow.runtimes.terraform.batch import (
+    MEMBERS_FILE,
+    Call,
+    Coalescer,
+    StateLoader,
+    Verb,
+    batch_dir,
+    batch_key,
+    held,
+    leftovers,
+    merge_states,
+    split_state,
+    write_members,
+)
+from stackflow.runtimes.terraform.cli import (
+    GENERATED_CONFIG,
+    Cli,
+    Result,
+    base_env,
+    failure,
+    file_locks,
+    lock_dir,
+)
+from stackflow.runtimes.terraform.config import (
+    TerraformResource,
+    parse_resource,
+    render_config,
+    render_module,
+    render_variables,
+    required_providers,
+)
+from stackflow.runtimes.terraform.policy import check_terraform, terraform_env
+from stackflow.runtimes.terraform.rules import TYPE_NAME
+from stackflow.runtimes.terraform.state import (
+    BUILTIN_SCHEMAS,
+    RESERVED_KEYS,
+    SENSITIVE_KEY,
+    STATE_KEY,
+    State,
+    choose_state,
+    compact,
+    decode_block,
+    instance,
+    marked_paths,
+    newest,
+    planned_live,
+    recorded_state,
+    resource_change,
+    schema_sensitive_paths,
+    state_sensitive_paths,
+    with_unknowns,
+)
+from stackflow.state.backend import RunRef, StateBackend
+
+STATE_FILE = "terraform.tfstate"
+CONFIG_FILE = GENERATED_CONFIG
+PLAN_FILE = "stackflow.tfplan"
+VARS_FILE = "stackflow.auto.tfvars.json"
+"""The sensitive variables' values (OpenTofu loads ``*.auto.tfvars.json`` by itself)."""
+INIT_STAMP = ".stackflow-init"
+LOCK_FILE = ".stackflow.lock"
+LOCK_TIMEOUT = "120s"
+TOFU_PARALLELISM = 10
+"""OpenTofu's default ``-parallelism``: resources one command works on at once."""
+BATCH_TIMEOUT_SECONDS = 1500.0
+"""A batch command's time at most (within the activity's 30-minute start-to-close)."""
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text) or "_"
+
+
+def _write_atomically(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=".stackflow-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_variables(path: Path, members: list[TerraformResource]) -> None:
+    """The members' sensitive variables next to their configuration (0600, removed after
+    the command with the configuration); none: no file."""
+    values = render_variables(members)
+    if values:
+        _write_atomically(path / VARS_FILE, json.dumps(values))
+    else:
+        (path / VARS_FILE).unlink(missing_ok=True)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+class Workdir:
+    """A resource's working directory: a cache of config, providers and state."""
+
+    def __init__(
+        self, runtime: TerraformRuntime, res: TerraformResource, path: Path, options: RuntimeOptions
+    ) -> None:
+        self.runtime = runtime
+        self.res = res
+        self.path = path
+        self.options = options
+
+    @functools.cached_property
+    def env(self) -> dict[str, str]:
+        """The command's environment, made when a command first runs (a batch's members
+        only read their part of the state): provider credentials from context.env (checked
+        by the policy), passed, never written."""
+        policy = self.runtime.policy
+        return base_env(terraform_env(policy, self.res.id, self.options.context.get("env")), policy)
+
+    # ---- files ------------------------------------------------------------------------------
+    def local_state(self) -> State | None:
+        return _read_json(self.path / STATE_FILE)
+
+    def seed(self, prior: Mapping[str, Any] | None, stored: State | None = None) -> State | None:
+        """Put the state to act on in place; returns it (None: nothing is tracked).
+
+        ``stored`` is the state the backend kept after the last command on any host: a
+        fresh working directory on another worker starts from it, not from nothing.
+        """
+        local = self.local_state()
+        chosen = choose_state(recorded_state(prior), newest(stored, local))
+        if chosen is None:
+            if local is not None:
+                (self.path / STATE_FILE).unlink(missing_ok=True)
+            return None
+        if chosen is not local:
+            _write_atomically(self.path / STATE_FILE, json.dumps(chosen, indent=2))
+        return chosen
+
+    def write_config(self, *, with_resource: bool, import_existing: bool = False) -> None:
+        doc = render_config(self.res, with_resource=with_resource, import_existing=import_existing)
+        write_variables(self.path, [self.res] if with_resource else [])
+        text = json.dumps(doc, indent=2, sort_keys=True)
+        path = self.path / CONFIG_FILE
+        with contextlib.suppress(FileNotFoundError):
+            if path.read_text(encoding="utf-8") == text:
+                return
+        _write_atomically(path, text)
+
+    # ---- commands ---------------------------------------------------------------------------
+    async def run(self, command: str, *args: str, **flags: Any) -> Result:
+        return await self.runtime.cli.run(
+            self.path, command, *args, env=self.env, timeout=self.options.timeout_seconds, **flags
+        )
+
+    async def ensure_init(self) -> None:
+        """``init`` when the provider requirements changed since the last one (stamp)."""
+        providers = required_providers(self.res)
+        stamp = hashlib.sha256(
+            json.dumps([providers, self.runtime.cli.binary], sort_keys=True).encode()
+        ).hexdigest()
+        stamp_path = self.path / INIT_STAMP
+        lockfile = self.path / ".terraform.lock.hcl"
+        with contextlib.suppress(FileNotFoundError):
+            if stamp_path.read_text() == stamp and (not providers or lockfile.exists()):
+                return
+        lockfile.unlink(missing_ok=True)
+        shutil.rmtree(self.path / ".terraform", ignore_errors=True)
+        if providers:
+            # init needs a configuration naming the providers; the resource block is not needed
+            self.write_config(with_resource=False)
+            locks = lock_dir()
+            template = locks / f"{self.res.provider.key}.terraform.lock.hcl"
+            async with file_locks([locks / f"{self.res.provider.key}.lock"]):
+                # With a dependency lock file naming the cached package, init only links the
+                # shared cache; without one, OpenTofu 1.8 re-installs the package into the
+                # cache, briefly removing it under the feet of every other working directory.
+                if template.exists():
+                    shutil.copyfile(template, lockfile)
+                result = await self.run("init", input=False, no_color=IsFlagged, backend=False)
+                if result.code != 0 and template.exists():
+                    # the mirror's package changed since the template was taken: start over
+                    template.unlink(missing_ok=True)
+                    lockfile.unlink(missing_ok=True)
+                    result = await self.run("init", input=False, no_color=IsFlagged, backend=False)
+                if result.code == 0 and not template.exists():
+                    _write_atomically(template, lockfile.read_text())
+            if result.code != 0:
+                raise failure(self.res.id, "terraform init", result, config_stage=True)
+        _write_atomically(stamp_path, stamp)
+
+    async def schema(self) -> dict[str, Any] | None:
+        """The resource type's schema block (cached per provider and version)."""
+        if self.res.provider.builtin:
+            return BUILTIN_SCHEMAS.get(self.res.resource_type)
+        key = f"{self.res.provider.source}@{self.res.provider.version}"
+        schemas = self.runtime.schemas.get(key)
+        if schemas is None:
+            result = await self.run("providers schema", json=IsFlagged)
+            schemas = {}
+            if result.code == 0:
+                with contextlib.suppress(ValueError):
+                    doc = json.loads(result.out)
+                    for provider in (doc.get("provider_schemas") or {}).values():
+                        for rtype, spec in (provider.get("resource_schemas") or {}).items():
+                            schemas[rtype] = spec.get("block") or {}
+            self.runtime.schemas[key] = schemas
+        return schemas.get(self.res.resource_type)
+
+    async def values(self, state: State) -> tuple[Attributes, list[str]] | None:
+        inst = instance(state, self.res.address) or instance(state)
+        if inst is None:
+            return None
+        block = await self.schema()
+        raw = inst.get("attributes") or {}
+        values = decode_block(raw, block) if block else dict(raw)
+        return values, state_sensitive_paths(inst, block)
+
+
+class TerraformRuntime(Runtime):
+    """Resources of type ``Terraform`` (Kusion's form), driven through the Terraform CLI."""
+
+    type_name = TYPE_NAME
+    coalesces_calls = True
+    checks_every_call = True  # each call starts with _check (in _join or _workdir)
+
+    def __init__(
+        self,
+        root: Path | None = None,
+        binary: str | None = None,
+        backend: StateBackend | None = None,
+        policy: WorkerPolicy | None = None,
+    ) -> None:
+        self._root = root
+        self._policy = policy
+        self.backend = backend
+        self.cli = Cli(binary)
+        self.schemas: dict[str, dict[str, Any]] = {}
+        self._import_plans: dict[Path, tuple[str, dict[str, Any]]] = {}
+        self._coalescer = Coalescer(self._run_batch)
+        self._states = StateLoader(self._kept_states)
+        self._salvaged = False
+
+    @property
+    def policy(self) -> WorkerPolicy:
+        return self._policy if self._policy is not None else worker_policy()
+
+    def check_policy(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
+        self._check(parse_resource(resource), options)
+
+    def _check(self, res: TerraformResource, options: RuntimeOptions) -> None:
+        policy = self.policy
+        check_terraform(
+            policy,
+            res.id,
+            provider_source=res.provider.source,
+            provider_name=res.provider.local_name,
+            resource_type=res.resource_type,
+            arguments=res.arguments,
+            provider_meta=res.provider_meta,
+        )
+        terraform_env(policy, res.id, options.context.get("env"))
+
+    def root(self) -> Path:
+        return self._root if self._root is not None else stackflow_home() / "terraform"
+
+    def workdir_path(self, resource_id: str, options: RuntimeOptions) -> Path:
+        digest = hashlib.sha256(resource_id.encode()).hexdigest()[:8]
+        return (
+            self.root()
+            / _safe(options.project)
+            / _safe(options.workspace)
+            / f"{_safe(resource_id)}-{digest}"
+        )
+
+    @contextlib.asynccontextmanager
+    async def _workdir(
+        self, resource: ResourceRequest, options: RuntimeOptions
+    ) -> AsyncIterator[Workdir]:
+        res = parse_resource(resource)
+        self._check(res, options)  # the worker policy, before anything is written or run
+        path = self.workdir_path(resource.id, options)
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # one command sequence per resource at a time, across processes
+        async with file_locks([path / LOCK_FILE]):
+            try:
+                yield Workdir(self, res, path, options)
+            except RuntimeFailure as exc:  # e.g. no CLI, a timeout: name the resource
+                if exc.resource_id is not None:
+                    raise
+                raise type(exc)(f"{resource.id}: {exc}", resource_id=resource.id) from None
+            finally:
+                if self.backend is not None:
+                    # The backend keeps the state (sealed): nothing that holds values (state,
+                    # plan, the rendered config) stays on this host's disk between commands.
+                    for name in (
+                        STATE_FILE,
+                        f"{STATE_FILE}.backup",
+                        PLAN_FILE,
+                        CONFIG_FILE,
+                        VARS_FILE,
+                    ):
+                        (path / name).unlink(missing_ok=True)
+
+    # ---- read -------------------------------------------------------------------------------
+    async def _read(
+        self, resource: ResourceRequest, options: RuntimeOptions, *, keep_state: bool
+    ) -> Attributes | None:
+        async with self._workdir(resource, options) as wd:
+            state = wd.seed(resource.prior_state, await self._stored(resource.id, options))
+            if instance(state) is None:
+                if wd.res.import_id:
+                    return await self._read_importable(wd)
+                return None
+            await wd.ensure_init()
+            wd.write_config(with_resource=False)
+            result = await wd.run(
+                "apply",
+                refresh_only=IsFlagged,
+                auto_approve=IsFlagged,
+                input=False,
+                json=IsFlagged,
+                lock_timeout=LOCK_TIMEOUT,
+            )
+            if result.code != 0:
+                raise failure(resource.id, "terraform refresh", result, config_stage=False)
+            state = wd.local_state()
+            found = await wd.values(state) if state else None
+            if found is None:
+                return None
+            values, sensitive = found
+            if keep_state:
+                assert state is not None
+                values[STATE_KEY] = compact(state)
+                values[SENSITIVE_KEY] = sensitive
+            return values
+
+    async def _read_importable(self, wd: Workdir) -> Attributes | None:
+        """The object an import id names, as the provider reads it (None if it is absent)."""
+        await wd.ensure_init()
+        wd.write_config(with_resource=True, import_existing=True)
+        plan = await self._plan(wd)
+        # preview reuses this plan: a second import would read the object again, and
+        # providers that derive values on import (random_password's bcrypt_hash) differ
+        self._import_plans[wd.path] = ((wd.path / CONFIG_FILE).read_text(), plan)
+        change = resource_change(plan, wd.res.address) or {}
+        before = (change.get("change") or {}).get("before")
+        return dict(before) if isinstance(before, dict) else None
+
+    async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
+        live = await self._refreshed(resource, options)
+        return None if live is None else strip_reserved(live)
+
+    async def wait_ready(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
+        live = await self._refreshed(resource, options)
+        if live is None:
+            raise NotFound(f"{resource.id} does not exist", resource_id=resource.id)
+        return live
+
+    async def _refreshed(
+        self, resource: ResourceRequest, options: RuntimeOptions
+    ) -> Attributes | None:
+        """The live values with the state kept (None: gone or never created)."""
+        call = await self._join("read", resource, options)
+        if call is None:
+            return await self._read(resource, options, keep_state=True)
+        if instance(call.state) is None:
+            return None
+        found: Attributes | None = await self._coalescer.submit(call.key, call)
+        return found
+
+    # ---- preview ----------------------------------------------------------------------------
+    async def _plan(self, wd: Workdir) -> dict[str, Any]:
+        (wd.path / PLAN_FILE).unlink(missing_ok=True)
+        result = await wd.run(
+            "plan", input=False, json=IsFlagged, out=PLAN_FILE, lock_timeout=LOCK_TIMEOUT
+        )
+        if result.code != 0:
+            raise failure(wd.res.id, "terraform plan", result, config_stage=True)
+        shown = await wd.run("show", PLAN_FILE, json=IsFlagged, no_color=IsFlagged)
+        if shown.code != 0:
+            raise failure(wd.res.id, "terraform show", shown, config_stage=False)
+        try:
+            doc = json.loads(shown.out)
+        except ValueError:
+            raise Unavailable(
+                f"{wd.res.id}: terraform show -json printed no JSON", resource_id=wd.res.id
+            ) from None
+        return doc if isinstance(doc, dict) else {}
+
+    async def preview(self, resource: ResourceRequest, options: RuntimeOptions) -> PreviewResult:
+        call = await self._join("preview", resource, options)
+        if call is None:
+            return await self._preview_one(resource, options)
+        result: PreviewResult = await self._coalescer.submit(call.key, call)
+        return result
+
+    async def observe(
+        self, resource: ResourceRequest, options: RuntimeOptions, *, with_preview: bool
+    ) -> tuple[Attributes | None, PreviewResult | None]:
+        """With the preview: one plan answers both (it refreshes the state it starts from)."""
+        call = await self._join("observe", resource, options) if with_preview else None
+        if call is None:
+            return await super().observe(resource, options, with_preview=with_preview)
+        found: tuple[Attributes | None, PreviewResult] = await self._coalescer.submit(
+            call.key, call
+        )
+        return found
+
+    async def _preview_one(
+        self, resource: ResourceRequest, options: RuntimeOptions
+    ) -> PreviewResult:
+        async with self._workdir(resource, options) as wd:
+            state = wd.seed(resource.prior_state, await self._stored(resource.id, options))
+            await wd.ensure_init()
+            importing = instance(state) is None and wd.res.import_id is not None
+            wd.write_config(with_resource=True, import_existing=importing)
+            cached = self._import_plans.pop(wd.path, None)
+            if importing and cached and cached[0] == (wd.path / CONFIG_FILE).read_text():
+                plan = cached[1]
+            else:
+                plan = await self._plan(wd)
+            block = await wd.schema() if not wd.res.provider.builtin else None
+        return self._preview_result(wd.res, plan, block)
+
+    @staticmethod
+    def _preview_result(
+        res: TerraformResource, plan: dict[str, Any], block: dict[str, Any] | None
+    ) -> PreviewResult:
+        change = resource_change(plan, res.address)
+        if change is None:
+            raise Unavailable(
+                f"{res.id}: the plan has no change for {res.address}", resource_id=res.id
+            )
+        body = change.get("change") or {}
+        actions = list(body.get("actions") or [])
+        after = body.get("after") if isinstance(body.get("after"), dict) else {}
+        would_be = with_unknowns(after, body.get("after_unknown"))
+        sensitive = {
+            format_path(p)
+            for key in ("after_sensitive", "before_sensitive")
+            for p in marked_paths(body.get(key))
+            if p
+        }
+        if block:
+            sensitive.update(schema_sensitive_paths(block))
+        return PreviewResult(
+            would_be=dict(would_be) if isinstance(would_be, dict) else {},
+            sensitive_paths=sorted(sensitive),
+            replace="delete" in actions and "create" in actions,
+        )
+
+    # ---- apply ------------------------------------------------------------------------------
+    async def _stored(self, resource_id: str, options: RuntimeOptions) -> State | None:
+        """The state the backend kept for the resource after its last command."""
+        if self.backend is None:
+            return None
+        body = await self._states.get(options.project, options.workspace, resource_id)
+        return json.loads(body) if body else None
+
+    def _kept_states(self, project: str, workspace: str, ids: list[str]) -> Mapping[str, str]:
+        assert self.backend is not None
+        return self.backend.get_terraform_states(project, workspace, ids)
+
+    async def _keep(self, wd: Workdir, options: RuntimeOptions) -> None:
+        """Right after a command that may change the state: the backend keeps it (fenced by
+        the run), so a retry on any host resumes from it instead of creating twice."""
+        await self._keep_state(wd.res.id, wd.local_state(), options)
+
+    async def _keep_state(
+        self, resource_id: str, state: State | None, options: RuntimeOptions
+    ) -> None:
+        if self.backend is None or options.revision is None or state is None:
+            return
+        run = RunRef(options.owner.workflow_id, options.owner.run_id) if options.owner else None
+        await asyncio.to_thread(
+            self.backend.put_terraform_state,
+            options.project,
+            options.workspace,
+            resource_id,
+            json.dumps(state, separators=(",", ":")),
+            revision=options.revision,
+            run=run,
+        )
+
+    async def apply(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
+        call = await self._join("apply", resource, options)
+        if call is None:
+            return await self._apply_one(resource, options)
+        live: Attributes = await self._coalescer.submit(call.key, call)
+        return live
+
+    async def _apply_one(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
+        async with self._workdir(resource, options) as wd:
+            state = wd.seed(resource.prior_state, await self._stored(resource.id, options))
+            await wd.ensure_init()
+            wd.write_config(with_resource=True, import_existing=instance(state) is None)
+            result = await wd.run(
+                "apply",
+                auto_approve=IsFlagged,
+                input=False,
+                json=IsFlagged,
+                lock_timeout=LOCK_TIMEOUT,
+            )
+            await self._keep(wd, options)
+            fault_point("after-tofu-apply", resource.id)
+            if result.code != 0:
+                raise failure(resource.id, "terraform apply", result, config_stage=False)
+            state = wd.local_state()
+            found = await wd.values(state) if state else None
+            if found is None or state is None:
+                raise Conflict(
+                    f"{resource.id}: terraform apply succeeded but the state tracks no "
+                    f"{wd.res.address}",
+                    resource_id=resource.id,
+                )
+            values, sensitive = found
+            values[STATE_KEY] = compact(state)
+            values[SENSITIVE_KEY] = sensitive
+            return values
+
+    # ---- delete -----------------------------------------------------------------------------
+    async def delete(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
+        call = await self._join("delete", resource, options)
+        if call is None:
+            await self._delete_one(resource, options)
+        elif instance(call.state) is not None:
+            await self._coalescer.submit(call.key, call)
+
+    async def _delete_one(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
+        prior = resource.prior_state if resource.prior_state is not None else resource.attributes
+        async with self._workdir(resource, options) as wd:
+            state = wd.seed(prior, await self._stored(resource.id, options))
+            if instance(state) is None:
+                return
+            await wd.ensure_init()
+            wd.write_config(with_resource=False)
+            result = await wd.run(
+                "destroy",
+                auto_approve=IsFlagged,
+                input=False,
+                json=IsFlagged,
+                lock_timeout=LOCK_TIMEOUT,
+            )
+            await self._keep(wd, options)
+            if result.code != 0:
+                raise failure(resource.id, "terraform destroy", result, config_stage=False)
+
+    # ---- batches: concurrent calls of one provider configuration, one command --------------
+    async def _join(
+        self, verb: Verb, resource: ResourceRequest, options: RuntimeOptions
+    ) -> Call | None:
+        """The call as a batch member, its state chosen; None: it runs on its own (no state
+        backend to keep each member's state in, or an import, which plans apart)."""
+        if self.backend is None:
+            return None
+        res = parse_resource(resource)
+        if res.import_id:
+            return None
+        self._check(res, options)  # the worker policy, before anything is written or run
+        if not self._salvaged:
+            self._salvaged = True
+            await asyncio.to_thread(self._salvage_all)
+        stored = await self._stored(resource.id, options)
+        prior = resource.prior_state
+        if verb == "delete" and prior is None:
+            prior = resource.attributes
+        call = Call(verb, resource, options, res, None, stored=stored, prior=prior)
+        call.key = batch_key(res, options)
+        self._choose(call)
+        return call
+
+    def _choose(self, call: Call) -> None:
+        """The state the call acts on: as :meth:`Workdir.seed` chooses it."""
+        local = _read_json(self.workdir_path(call.res.id, call.options) / STATE_FILE)
+        call.state = choose_state(recorded_state(call.prior), newest(call.stored, local))
+
+    async def _run_batch(self, calls: list[Call]) -> None:
+        if len(calls) > 1:
+            try:
+                done = await self._batch_command(calls)
+            except RuntimeFailure:
+                done = False  # each member on its own says what is wrong with it
+            if done:
+                return
+        gate = asyncio.Semaphore(4)
+
+        async def alone(call: Call) -> None:
+            async with gate:
+                try:
+                    call.settle(await self._single(call))
+                except Exception as exc:
+                    call.settle(error=exc)
+
+        await asyncio.gather(*(alone(c) for c in calls if not c.settled))
+
+    async def _single(self, call: Call) -> Any:
+        if call.verb == "read":
+            return await self._read(call.request, call.options, keep_state=True)
+        if call.verb == "preview":
+            return await self._preview_one(call.request, call.options)
+        if call.verb == "observe":  # alone: no second try at a batch
+            live = await self._read(call.request, call.options, keep_state=True)
+            preview = await self._preview_one(call.request, call.options)
+            return (None if live is None else strip_reserved(live)), preview
+        if call.verb == "apply":
+            return await self._apply_one(call.request, call.options)
+        await self._delete_one(call.request, call.options)
+        return None
+
+    def _salvage_all(self) -> None:
+        """What batches killed on this host left (see runtimes.terraform.batch)."""
+        for path in self.root().glob(f"*/*/_batch-*/{MEMBERS_FILE}"):
+            with held(path.parent) as free:
+                if free:  # else another process's batch is running there
+                    self._salvage(path.parent)
+
+    def _salvage(self, path: Path) -> None:
+        for workdir, state in leftovers(path, STATE_FILE):
+            workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            local = _read_json(workdir / STATE_FILE)
+            if newest(state, local) is state:
+                _write_atomically(workdir / STATE_FILE, json.dumps(state, indent=2))
+        for name in (
+            STATE_FILE,
+            f"{STATE_FILE}.backup",
+            PLAN_FILE,
+            CONFIG_FILE,
+            VARS_FILE,
+            MEMBERS_FILE,
+        ):
+            (path / name).unlink(missing_ok=True)
+
+    async def _batch_command(self, calls: list[Call]) -> bool:
+        """One command for every call; False: it failed, each member runs on its own."""
+        first = calls[0]
+        options = first.options
+        base = self.root() / _safe(options.project) / _safe(options.workspace)
+        workdirs = {c.res.id: self.workdir_path(c.res.id, c.options) for c in calls}
+        for path in workdirs.values():
+            path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        async with (
+            batch_dir(base, first.key) as path,
+            file_locks([p / LOCK_FILE for p in workdirs.values()]),
+        ):
+            self._salvage(path)
+            for call in calls:
+                self._choose(call)
+            # tofu runs 10 resources at a time: the batch gets each round's time
+            rounds = -(-len(calls) // TOFU_PARALLELISM)
+            timeout = min(options.timeout_seconds * rounds, BATCH_TIMEOUT_SECONDS)
+            wd = Workdir(
+                self, first.res, path, options.model_copy(update={"timeout_seconds": timeout})
+            )
+            try:
+                await wd.ensure_init()
+                merged = merge_states(c.state for c in calls)
+                if merged is None:
+                    (path / STATE_FILE).unlink(missing_ok=True)
+                else:
+                    _write_atomically(path / STATE_FILE, json.dumps(merged))
+                write_members(path, calls, workdirs)
+                with_resources = first.verb in ("preview", "observe", "apply")
+                members = [c.res for c in calls]
+                doc = render_module(members, with_resources=with_resources)
+                write_variables(path, members if with_resources else [])
+                _write_atomically(path / CONFIG_FILE, json.dumps(doc, indent=2, sort_keys=True))
+                done = await self._batch_verb(wd, calls)
+                if done and first.verb in ("apply", "delete"):
+                    for workdir in workdirs.values():  # superseded by what the batch kept
+                        (workdir / STATE_FILE).unlink(missing_ok=True)
+                return done
+            except BaseException:
+                # e.g. the backend failed to keep what tofu wrote: it stays where this host's
+                # retry looks, each member's part in its own working directory
+                self._salvage(path)
+                raise
+            finally:
+                for name in (STATE_FILE, f"{STATE_FILE}.backup", PLAN_FILE, CONFIG_FILE, VARS_FILE):
+                    (path / name).unlink(missing_ok=True)
+                (path / MEMBERS_FILE).unlink(missing_ok=True)
+
+    async def _batch_verb(self, wd: Workdir, calls: list[Call]) -> bool:
+        verb, options = calls[0].verb, calls[0].options
+        if verb in ("preview", "observe"):
+            plan = await self._plan(wd)
+            for call in calls:
+                member = Workdir(self, call.res, wd.path, call.options)
+                block = await member.schema() if not call.res.provider.builtin else None
+                try:
+                    preview = self._preview_result(call.res, plan, block)
+                except RuntimeFailure as exc:
+                    call.settle(error=exc)
+                    continue
+                if verb == "preview":
+                    call.settle(preview)
+                else:
+                    call.settle((planned_live(plan, call.res.address), preview))
+            return True
+        command = {"read": "apply", "apply": "apply", "delete": "destroy"}[verb]
+        flags: dict[str, Any] = {"refresh_only": IsFlagged} if verb == "read" else {}
+        result = await wd.run(
+            command,
+            auto_approve=IsFlagged,
+            input=False,
+            json=IsFlagged,
+            lock_timeout=LOCK_TIMEOUT,
+            **flags,
+        )
+        merged = wd.local_state()
+        parts = {c.res.id: split_state(merged, c.res.address, c.state) for c in calls}
+        if verb != "read" and merged is not None and self.backend is not None:
+            # kept (all in one transaction) before anything else: a retry on any host resumes
+            # from each member's state
+            if options.revision is not None:
+                owner = options.owner
+                await asyncio.to_thread(
+                    self.backend.put_terraform_states,
+                    options.project,
+                    options.workspace,
+                    {rid: json.dumps(part, separators=(",", ":")) for rid, part in parts.items()},
+                    revision=options.revision,
+                    run=RunRef(owner.workflow_id, owner.run_id) if owner else None,
+                )
+            if verb == "apply":
+                for call in calls:
+                    fault_point("after-tofu-apply", call.res.id)
+        if result.code != 0 or merged is None:
+            return False
+        for call in calls:
+            if verb == "delete":
+                call.settle(None)
+                continue
+            part = parts[call.res.id]
+            member = Workdir(self, call.res, wd.path, call.options)
+            found = await member.values(part)
+            if found is None:
+                if verb == "read":
+                    call.settle(None)
+                else:
+                    call.settle(
+                        error=Conflict(
+                            f"{call.res.id}: terraform apply succeeded but the state tracks no "
+                            f"{call.res.address}",
+                            resource_id=call.res.id,
+                        )
+                    )
+                continue
+            values, sensitive = found
+            values[STATE_KEY] = compact(part)
+            values[SENSITIVE_KEY] = sensitive
+            call.settle(values)
+        return True
+
+
+def strip_reserved(attributes: Mapping[str, Any]) -> Attributes:
+    """The attributes without stackflow's reserved keys (state and sensitive paths)."""
+    return {k: v for k, v in attributes.items() if k not in RESERVED_KEYS}

@@ -1,0 +1,31 @@
+"""ApplyWorkflow: preview, approval, then apply the spec node by node; deletes what left it."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.exceptions import (
+    ApplicationError,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from stackflow.operation import (
+        OperationInput,
+        OperationResult,
+    )
+    from stackflow.workflows.base import _Operation
+
+
+@workflow.defn(name="ApplyWorkflow")
+class ApplyWorkflow(_Operation):
+    """Preview, approval, then apply the spec node by node; deletes what left the spec."""
+
+    operation = "apply"
+
+    @workflow.run
+    async def run(self, *args: object) -> OperationResult:
+        request = self._input(OperationInput, args)
+        if request.spec is None and request.spec_ref is None:
+            raise ApplicationError(
+                "apply needs a spec or a spec_ref", type="InvalidInput", non_retryable=True
+            )
+        return await self._guarded(request)

@@ -1,0 +1,740 @@
+"""The steps the three operation workflows share: prepare, preview, approval, walk, finish,
+and closing the release on every way out. Thin and deterministic: every read or write goes
+through an activity (named by string). The workflow's state is the release phase; each
+phase change is persisted by an activity and mirrored to search attributes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any, TypeVar
+
+from temporalio import workflow
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import BaseModel
+
+    from stackflow.budget import fit_errors
+    from stackflow.diff_store import DIFF_REFS_LIMIT
+    from stackflow.operation import (
+        ACTION_CODES,
+        CODE_ACTIONS,
+        DETAIL_LIMIT,
+        NOT_OK_LIMIT,
+        ApprovalInput,
+        BatchInput,
+        BatchResult,
+        ChangeBrief,
+        DiffIndexInput,
+        NodeResult,
+        NodeStatus,
+        OperationInput,
+        OperationPlan,
+        OperationResult,
+        PhaseInput,
+        PlannedNode,
+        PrepareInput,
+        PreviewBatchInput,
+        PreviewBatchResult,
+        RefreshBatchInput,
+        RunOwner,
+        StatusView,
+        human_duration,
+    )
+    from stackflow.terminal import markdown_code, markdown_text
+    from stackflow.workflows import common
+    from stackflow.workflows.constants import (
+        AWAITING_APPROVAL,
+        AWAITING_DECISION,
+        BOUNDED_NOT_OK,
+        FAIL_FAST_STOPS_DELETES,
+        FINALIZE_ON_EVERY_EXIT,
+        INDEX_DIFF_REFS,
+        PHASE_KEY,
+        PROJECT_KEY,
+        WORKSPACE_KEY,
+    )
+    from stackflow.workflows.lines import PreviewLines, _range_size, brief_changes, summarise
+    from stackflow.workflows.nodes import (
+        Tally,
+        _cause,
+        _load,
+        batch_indices,
+        cause_type,
+        raise_if_cancelled,
+        walk_nodes,
+    )
+    from stackflow.workflows.walker import WalkProgress
+
+
+WALKING = ("applying", "destroying")
+M = TypeVar("M", bound=BaseModel)
+
+
+def _approval_input(args: tuple[object, ...]) -> ApprovalInput:
+    """The argument of approve/reject/retry/abort (none: ``ApprovalInput()``)."""
+    return common.checked_input(ApprovalInput, args, what="update input", empty=ApprovalInput())
+
+
+class _Operation:
+    """Shared state and steps of the three operation workflows."""
+
+    operation = "apply"
+
+    def __init__(self) -> None:
+        self._phase = "generating"
+        self._revision: int | None = None
+        self._total = 0
+        self._progress = WalkProgress(self._tick)
+        self._shown_done = 0
+        self._lines: PreviewLines | None = None
+        self._error: str | None = None
+        self._decision: str | None = None
+        self._approval: dict[str, Any] | None = None
+        self._request: OperationInput | None = None
+        self._step: str | None = None
+        """``retry`` or ``abort`` while a paused run is told what to do."""
+        self._step_by: str | None = None
+        self._not_ok: dict[bool, list[int]] = {False: [], True: []}
+        """Plan indices (nodes, deletions) of the last walk that did not succeed."""
+        self._failures: list[NodeResult] = []
+        self._error_type: str | None = None
+
+    def _show(self) -> None:
+        """What the Temporal UI shows for the run (Markdown, a few hundred bytes)."""
+        request = self._request
+        if request is None:
+            return
+        stack = f"{request.project}/{request.workspace}"
+        lines = [f"**{self.operation} {stack}**: phase `{self._phase}`"]
+        if self._revision is not None:
+            lines[0] += f", release {self._revision}"
+        if self._lines is not None:
+            summary = self._lines.view()["summary"]
+            lines.append(
+                ", ".join(
+                    f"{summary.get(a, 0)} {a.lower()}" for a in ("Create", "Update", "Delete")
+                )
+                + f", {summary.get('UnChanged', 0)} unchanged"
+            )
+        p = self._progress
+        if self._total:
+            line = f"{p.done}/{self._total} done, {p.failed} failed"
+            eta = p.eta_seconds(workflow.now(), self._total)
+            if eta and self._phase in WALKING:
+                line += f", about {human_duration(eta)} left"
+            lines.append(line)
+        if p.running:
+            more = f" and {len(p.running) - 5} more" if len(p.running) > 5 else ""
+            lines.append("running: " + ", ".join(markdown_code(r) for r in p.running[:5]) + more)
+        if self._failures:
+            lines.append("failed:")
+            lines += [
+                f"- {markdown_code(r.id)}: {markdown_text((r.error or '')[:200])}"
+                for r in self._failures[:5]
+            ]
+        flags = f"--project {request.project} --workspace {request.workspace}"
+        wid = workflow.info().workflow_id
+        if self._phase == AWAITING_APPROVAL:
+            lines.append(
+                f"approve: `stackflow approve {flags}` or `temporal workflow update execute "
+                f'--workflow-id {wid} --name approve --input \'{{"by":"you"}}\'` '
+                f"(reject: `stackflow reject {flags}`)"
+            )
+        elif self._phase == AWAITING_DECISION:
+            lines.append(
+                f"retry the failed nodes: `stackflow retry {flags}` or `temporal workflow update "
+                f'execute --workflow-id {wid} --name retry --input \'{{"by":"you"}}\'` '
+                f"(give up: `stackflow abort {flags}`)"
+            )
+        if self._error:
+            lines.append(f"error: {markdown_text(self._error[:300])}")
+        workflow.set_current_details("\n\n".join(lines))
+
+    def _tick(self) -> None:
+        """Nodes finished: refresh the UI's current details every ~5% of the walk."""
+        step = max(1, self._total // 20)
+        if self._progress.done - self._shown_done >= step:
+            self._shown_done = self._progress.done
+            self._show()
+
+    def _changes_view(self) -> dict[str, Any]:
+        return summarise([]) if self._lines is None else self._lines.view()
+
+    # ---- queries & updates ----------------------------------------------------------------
+    @workflow.query
+    def status(self) -> StatusView:
+        brief = self._changes_view()
+        briefs = [
+            ChangeBrief(id=c["id"], type=c["type"], action=c["action"], drift=c.get("drift", False))
+            for c in brief["changes"]
+        ]
+        summary = brief["summary"]
+        return StatusView(
+            phase=self._phase,
+            revision=self._revision,
+            total=self._total,
+            done=self._progress.done,
+            failed=self._progress.failed,
+            running=list(self._progress.running),
+            changes={"changes": [b.model_dump() for b in briefs], "summary": summary},
+            error=self._error,
+            eta_seconds=self._progress.eta_seconds(workflow.now(), self._total)
+            if self._phase in WALKING
+            else None,
+        )
+
+    @workflow.query
+    def preview(self) -> dict[str, Any]:
+        """The preview (with per-field diffs) once it is computed (capped at DETAIL_LIMIT)."""
+        return self._changes_view()
+
+    # Update arguments come undecoded and are checked by the validators (and again by the
+    # handlers, which replays run without validators): a malformed argument rejects the
+    # update with one line, never the workflow task. No argument is ApprovalInput().
+    @workflow.update
+    async def approve(self, *args: object) -> str:
+        approval = _approval_input(args)
+        self._decide("approved", approval)
+        return f"approved by {approval.by}"
+
+    @approve.validator
+    def _validate_approve(self, *args: object) -> None:
+        _approval_input(args)
+        self._check_awaiting()
+
+    @workflow.update
+    async def reject(self, *args: object) -> str:
+        approval = _approval_input(args)
+        self._decide("rejected", approval)
+        return f"rejected by {approval.by}"
+
+    @reject.validator
+    def _validate_reject(self, *args: object) -> None:
+        _approval_input(args)
+        self._check_awaiting()
+
+    def _check_awaiting(self) -> None:
+        if self._phase != AWAITING_APPROVAL or self._decision is not None:
+            raise ApplicationError(
+                f"this run is not awaiting approval (phase {self._phase})",
+                type="NotAwaitingApproval",
+            )
+
+    @workflow.update
+    async def retry(self, *args: object) -> str:
+        """A paused run re-runs its failed nodes and the ones skipped because of them."""
+        request = _approval_input(args)
+        self._steer("retry", request)
+        return f"retry requested by {request.by}"
+
+    @retry.validator
+    def _validate_retry(self, *args: object) -> None:
+        _approval_input(args)
+        self._check_paused()
+
+    @workflow.update
+    async def abort(self, *args: object) -> str:
+        """A paused run ends failed, as it is."""
+        request = _approval_input(args)
+        self._steer("abort", request)
+        return f"abort requested by {request.by}"
+
+    @abort.validator
+    def _validate_abort(self, *args: object) -> None:
+        _approval_input(args)
+        self._check_paused()
+
+    def _check_paused(self) -> None:
+        if self._phase != AWAITING_DECISION or self._step is not None:
+            raise ApplicationError(
+                f"this run is not paused on failed nodes (phase {self._phase})",
+                type="NotAwaitingDecision",
+            )
+
+    def _steer(self, step: str, request: ApprovalInput) -> None:
+        # Validators of two updates in one activation both pass: the handler decides.
+        self._check_paused()
+        self._step = step
+        self._step_by = request.by
+
+    def _decide(self, decision: str, approval: ApprovalInput) -> None:
+        # Validators of an approve and a reject in one activation both pass; only the first
+        # handler to run decides, the other update fails.
+        if self._decision is not None:
+            raise ApplicationError(
+                f"this run was already {self._decision}", type="NotAwaitingApproval"
+            )
+        self._decision = decision
+        self._approval = {
+            "decision": decision,
+            "by": approval.by,
+            "reason": approval.reason,
+            "at": workflow.now().isoformat(),
+        }
+
+    # ---- steps ----------------------------------------------------------------------------
+    def _input(self, model: type[M], args: tuple[object, ...]) -> M:
+        """The run's argument as ``model`` (``common.checked_input``); when it is not one,
+        the run fails at once and its ``status`` query says why."""
+        try:
+            return common.checked_input(model, args)
+        except ApplicationError as err:
+            self._phase = "failed"
+            self._error = err.message
+            self._error_type = err.type
+            raise
+
+    async def _prepare(self, request: OperationInput) -> OperationPlan:
+        self._request = request
+        workflow.upsert_search_attributes(
+            [
+                PROJECT_KEY.value_set(request.project),
+                WORKSPACE_KEY.value_set(request.workspace),
+                PHASE_KEY.value_set(self._phase),
+            ]
+        )
+        info = workflow.info()
+        plan: OperationPlan = await workflow.execute_activity(
+            "prepare_operation",
+            PrepareInput(
+                operation=self.operation,
+                request=request,
+                workflow_id=info.workflow_id,
+                run_id=info.run_id,
+            ),
+            result_type=OperationPlan,
+            **common.store_call(f"prepare {self.operation} {request.project}/{request.workspace}"),
+        )
+        self._revision = plan.revision
+        return plan
+
+    async def _set_phase(self, phase: str, **extra: Any) -> None:
+        self._phase = phase
+        if phase in WALKING:
+            self._progress.started = workflow.now()
+        workflow.upsert_search_attributes([PHASE_KEY.value_set(phase)])
+        self._show()
+        if self._revision is None or phase in (AWAITING_APPROVAL, AWAITING_DECISION):
+            return
+        assert self._request is not None
+        await workflow.execute_activity(
+            "set_phase",
+            PhaseInput(
+                project=self._request.project,
+                workspace=self._request.workspace,
+                revision=self._revision,
+                phase=phase,
+                **extra,
+            ),
+            **common.store_call(f"release {self._revision} → {phase}"),
+        )
+
+    async def _preview(
+        self, plan: OperationPlan, activity: str = "preview_batch", record: bool = False
+    ) -> None:
+        """Preview batches of plan ranges, then settle references; large runs also fetch
+        the lines they show but hold only as codes. ``refresh_batch`` instead diffs each
+        recorded resource against its live object (and with ``record`` writes it)."""
+        assert self._request is not None and plan.plan_ref is not None
+        request = self._request
+        step = common.PREVIEW_BATCH
+        kind = RefreshBatchInput if activity == "refresh_batch" else PreviewBatchInput
+        extra = {"record": record} if kind is RefreshBatchInput else {}
+        calls = [
+            kind(
+                **extra,
+                project=request.project,
+                workspace=request.workspace,
+                spec_ref=plan.spec_ref,
+                revision=plan.revision,
+                plan_ref=plan.plan_ref,
+                start=start,
+                end=start + step,
+                ignore_fields=request.ignore_fields,
+                force=request.force,
+                adopt=request.adopt,
+                unavailable_timeout_seconds=request.unavailable_timeout_seconds,
+                with_diff=start < DETAIL_LIMIT,
+            )
+            for start in range(0, max(plan.node_count, plan.deletion_count), step)
+        ]
+        lines = PreviewLines(plan)
+        # Preview batches are read-only; a few run side by side.
+        for first in range(0, len(calls), 4):
+            group = calls[first : first + 4]
+            verb = "record" if record else activity.removesuffix("_batch")
+            handles = [
+                workflow.start_activity(
+                    activity,
+                    call,
+                    result_type=PreviewBatchResult,
+                    **common.resource_call(f"{verb} {_range_size(call, plan)} resources"),
+                )
+                for call in group
+            ]
+            for call, handle in zip(group, handles, strict=True):
+                lines.add(call, await handle)
+            if len(lines.diff_refs) > DIFF_REFS_LIMIT and workflow.patched(INDEX_DIFF_REFS):
+                index: str = await workflow.execute_activity(
+                    "index_diffs",
+                    DiffIndexInput(refs=lines.diff_refs),
+                    result_type=str,
+                    **common.store_call(f"index {len(lines.diff_refs)} diffs"),
+                )
+                lines.fold_diffs(index)
+        lines.settle()
+        describe = lines.undescribed()
+        if describe is not None:
+            described: list[dict[str, Any]] = await workflow.execute_activity(
+                "describe_changes",
+                describe,
+                result_type=list[dict[str, Any]],
+                **common.store_call(f"describe {len(describe.items)} changes"),
+            )
+            lines.described(describe, described)
+        self._lines = lines
+
+    async def _await_approval(self) -> bool:
+        assert self._request is not None
+        if self._request.auto_approve:
+            self._approval = {
+                "decision": "approved",
+                "by": f"{self._request.operator} (auto_approve)",
+                "reason": None,
+                "at": workflow.now().isoformat(),
+            }
+            return True
+        await self._set_phase(AWAITING_APPROVAL)
+        try:
+            await workflow.wait_condition(
+                lambda: self._decision is not None,
+                timeout=timedelta(seconds=self._request.approval_timeout_seconds),
+            )
+        except TimeoutError:
+            self._decision = "timeout"
+            self._approval = {
+                "decision": "rejected",
+                "by": "timeout",
+                "reason": f"no approval within {self._request.approval_timeout_seconds:g}s",
+                "at": workflow.now().isoformat(),
+            }
+        return self._decision == "approved"
+
+    async def _nodes(self, plan: OperationPlan, batch: BatchInput) -> list[PlannedNode]:
+        if not plan.inline:
+            return (await _load(batch)).nodes
+        every = plan.deletions if batch.deletions else plan.nodes
+        return [
+            every[batch.start + i].model_copy(update={"action": CODE_ACTIONS[code]})
+            for i, code in enumerate(batch.actions)
+            if code != "."
+        ]
+
+    async def _walk(
+        self,
+        plan: OperationPlan,
+        deletions: bool,
+        picks: list[tuple[int, str]],
+        tally: Tally,
+        skip_reason: str | None = None,
+    ) -> None:
+        """Walk nodes inline, or one child workflow per batch when there are many. A batch
+        names plan indices and actions; its nodes are read from the plan store. With a
+        ``skip_reason`` every node is settled as skipped without running."""
+        assert self._request is not None and self._revision is not None
+        assert plan.plan_ref is not None
+        request = self._request
+        info = workflow.info()
+        # Distinct child ids for an apply's two walks: apply-N, then delete-N (destroy-N).
+        walk_name = "delete" if deletions and self.operation != "destroy" else self.operation
+
+        def batch_of(chunk: list[tuple[int, str]], not_ok: list[int]) -> BatchInput:
+            assert self._revision is not None and plan.plan_ref is not None
+            start = chunk[0][0]
+            actions = ["."] * (chunk[-1][0] + 1 - start)
+            for index, action in chunk:
+                actions[index - start] = ACTION_CODES[action]
+            return BatchInput(
+                project=request.project,
+                workspace=request.workspace,
+                revision=self._revision,
+                spec_ref=plan.spec_ref,
+                operation=self.operation,
+                plan_ref=plan.plan_ref,
+                deletions=deletions,
+                start=start,
+                actions="".join(actions),
+                not_ok=not_ok,
+                owner=RunOwner(workflow_id=info.workflow_id, run_id=info.run_id),
+                unavailable_timeout_seconds=request.unavailable_timeout_seconds,
+                full_results=tally.full,
+                max_concurrency=request.max_concurrency,
+                fail_fast=request.fail_fast,
+                watch=request.watch,
+                force=request.force,
+                adopt=request.adopt,
+            )
+
+        not_ok: list[int] = []
+        self._not_ok[deletions] = not_ok
+        if skip_reason is not None:
+            for start in range(0, len(picks), request.batch_size):
+                chunk = picks[start : start + request.batch_size]
+                await self._settle_batch(
+                    plan, batch_of(chunk, []), tally, NodeStatus.skipped, skip_reason
+                )
+                not_ok.extend(i for i, _ in chunk)
+            return
+        if len(picks) <= request.batch_size:
+            batch = batch_of(picks, [])
+            nodes = await self._nodes(plan, batch)
+            results = await walk_nodes(nodes, batch, [], self._progress)
+            for index, result in zip(batch_indices(batch), results, strict=True):
+                tally.add(result)
+                if result.status != NodeStatus.succeeded:
+                    not_ok.append(index)
+            return
+
+        for index, start in enumerate(range(0, len(picks), request.batch_size)):
+            chunk = picks[start : start + request.batch_size]
+            batch = batch_of(chunk, list(not_ok))
+            if request.fail_fast and not_ok:
+                await self._settle_batch(
+                    plan,
+                    batch,
+                    tally,
+                    NodeStatus.skipped,
+                    "not started: an earlier node failed and fail_fast is set",
+                )
+                not_ok.extend(i for i, _ in chunk)
+                continue
+            if len(not_ok) > NOT_OK_LIMIT and workflow.patched(BOUNDED_NOT_OK):
+                await self._settle_batch(
+                    plan,
+                    batch_of(chunk, []),
+                    tally,
+                    NodeStatus.skipped,
+                    f"not started: more than {NOT_OK_LIMIT} nodes of this walk failed or "
+                    "were skipped (a walk starts no more batches past that)",
+                )
+                not_ok.extend(i for i, _ in chunk)
+                continue
+            try:
+                result = await workflow.execute_child_workflow(
+                    "BatchWorkflow",
+                    batch,
+                    id=f"{info.workflow_id}/r{self._revision}/{walk_name}-{index}",
+                    result_type=BatchResult,
+                )
+            except ChildWorkflowError as exc:
+                raise_if_cancelled(exc)
+                await self._settle_batch(plan, batch, tally, NodeStatus.failed, _cause(exc))
+                not_ok.extend(i for i, _ in chunk)
+                continue
+            tally.merge(result)
+            self._progress.done += sum(result.counts.values())
+            self._progress.failed += result.counts.get(NodeStatus.failed.value, 0)
+            self._progress.changed()
+            not_ok.extend(result.not_ok)
+
+    async def _settle_batch(
+        self,
+        plan: OperationPlan,
+        batch: BatchInput,
+        tally: Tally,
+        status: NodeStatus,
+        error: str,
+    ) -> None:
+        """Every node of a batch that did not run gets ``status``; ids are read only while
+        the run still shows such results."""
+        n = len(batch_indices(batch))
+        self._progress.done += n
+        if status == NodeStatus.failed:
+            self._progress.failed += n
+        if not tally.wants_ids():
+            tally.count(status, n)
+            return
+        for node in await self._nodes(plan, batch):
+            tally.add(NodeResult(id=node.id, action=node.action, status=status, error=error))
+
+    async def _finish(
+        self, tally: Tally, rejected: bool = False, aborted: bool = False
+    ) -> OperationResult:
+        assert self._request is not None
+        failures = tally.counts.get(NodeStatus.failed.value, 0)
+        if aborted:
+            self._error_type = "Aborted"
+            first = tally.first_failed
+            what = f"{first.id}: {first.error}" if first is not None else "failed nodes"
+            self._error = f"{self.operation} aborted by {self._step_by} after {what}" + (
+                f" (and {failures - 1} more)" if failures > 1 else ""
+            )
+        elif rejected:
+            self._error_type = "Rejected"
+            assert self._approval is not None
+            reason = self._approval.get("reason")
+            self._error = f"{self.operation} rejected by {self._approval['by']}" + (
+                f": {reason}" if reason else ""
+            )
+        elif failures:
+            first = tally.first_failed
+            assert first is not None
+            more = f" (and {failures - 1} more)" if failures > 1 else ""
+            error = first.error or "failed"
+            self._error = (error if error.startswith(first.id) else f"{first.id}: {error}") + more
+            self._error_type = self._error_type or first.error_type
+        phase = "failed" if self._error else "succeeded"
+        await self._set_phase(
+            phase,
+            error=self._error,
+            changes=brief_changes(self._changes_view()),
+            approval=self._approval,
+        )
+        return self._result(phase, tally)
+
+    def _result(self, phase: str, tally: Tally) -> OperationResult:
+        assert self._request is not None
+        changes = self._changes_view()
+        lines = len(self._lines) if self._lines is not None else 0
+        return OperationResult(
+            project=self._request.project,
+            workspace=self._request.workspace,
+            operation=self.operation,
+            revision=self._revision,
+            phase=phase,
+            changes=changes,
+            results=fit_errors(tally.results),
+            error=self._error,
+            error_type=self._error_type if self._error else None,
+            counts=dict(tally.counts),
+            truncated=not tally.full or lines > DETAIL_LIMIT,
+        )
+
+    async def _guarded(self, request: OperationInput) -> OperationResult:
+        """``_execute``, and whatever way it ends — cancelled (CLI, Temporal UI), an activity
+        or child failure, an error in this code — the release ends final, saying why."""
+        if not workflow.patched(FINALIZE_ON_EVERY_EXIT):
+            return await self._execute(request)
+        try:
+            return await self._execute(request)
+        except asyncio.CancelledError:
+            await self._close(f"{self.operation} cancelled (a cancel request reached the run)")
+            raise
+        except ApplicationError as exc:
+            await self._close(f"{self.operation} failed: {exc}")
+            raise
+        except (ActivityError, ChildWorkflowError) as exc:
+            await self._close(f"{self.operation} failed: {_cause(exc)}")
+            raise  # a failure error: it fails the workflow
+        except Exception as exc:
+            reason = f"internal error in the {self.operation} workflow: {type(exc).__name__}: {exc}"
+            await self._close(reason)
+            # A plain exception would only fail the workflow task, retried forever.
+            raise ApplicationError(reason, type="WorkflowError", non_retryable=True) from exc
+
+    async def _close(self, reason: str) -> None:
+        """The release becomes ``failed`` with ``reason`` (a no-op if already final)."""
+        self._error = self._error or reason
+        self._phase = "failed"
+        workflow.upsert_search_attributes([PHASE_KEY.value_set("failed")])
+        if self._revision is None or self._request is None:
+            return
+        try:
+            await workflow.execute_activity(
+                "set_phase",
+                PhaseInput(
+                    project=self._request.project,
+                    workspace=self._request.workspace,
+                    revision=self._revision,
+                    phase="failed",
+                    error=reason,
+                    approval=self._approval,
+                ),
+                **common.store_call(f"release {self._revision} → failed", closing=True),
+            )
+        except ActivityError:
+            # Already final, or the stack was taken from this run: the next operation's
+            # recovery (it asks Temporal whether this run is alive) closes it.
+            workflow.logger.warning("could not close release %s", self._revision)
+
+    async def _execute(self, request: OperationInput) -> OperationResult:
+        plan = await self._prepare(request)
+        self._total = plan.node_count + plan.deletion_count
+        try:
+            await self._set_phase("previewing")
+            await self._preview(plan)
+        except ActivityError as exc:
+            raise_if_cancelled(exc)
+            self._error = f"preview failed: {_cause(exc)}"
+            self._error_type = cause_type(exc)
+            return await self._finish(Tally(full=True))
+        assert self._lines is not None
+        to_apply, to_delete = self._lines.picks()
+        self._total = len(to_apply) + len(to_delete)
+        tally = Tally(full=self._total <= DETAIL_LIMIT)
+        if not to_apply and not to_delete:
+            return await self._finish(tally)
+        changes_anything = len(to_delete) + len(to_apply) > len(self._lines.record_only)
+        if changes_anything and not await self._await_approval():
+            return await self._finish(Tally(full=True), rejected=True)
+        walking = "destroying" if self.operation == "destroy" else "applying"
+        await self._set_phase(walking)
+        await self._walks(plan, to_apply, to_delete, tally)
+        while request.on_failure == "pause" and self._not_ok[False] + self._not_ok[True]:
+            if await self._await_decision(tally) != "retry":
+                return await self._finish(tally, aborted=True)
+            retry_apply = [p for p in to_apply if p[0] in set(self._not_ok[False])]
+            retry_delete = [p for p in to_delete if p[0] in set(self._not_ok[True])]
+            self._total = len(retry_apply) + len(retry_delete)
+            self._progress = WalkProgress(self._tick)
+            self._shown_done = 0
+            await self._set_phase(walking)
+            again = Tally(full=tally.full)
+            await self._walks(plan, retry_apply, retry_delete, again)
+            tally = tally.after_retry(again)
+        return await self._finish(tally)
+
+    async def _walks(
+        self,
+        plan: OperationPlan,
+        to_apply: list[tuple[int, str]],
+        to_delete: list[tuple[int, str]],
+        tally: Tally,
+    ) -> None:
+        """The apply walk, then the delete walk (which fail_fast skips after a failure)."""
+        assert self._request is not None
+        self._not_ok = {False: [], True: []}
+        if to_apply:
+            await self._walk(plan, False, to_apply, tally)
+        if to_delete:
+            stop = (
+                self._request.fail_fast
+                and bool(self._not_ok[False])
+                and workflow.patched(FAIL_FAST_STOPS_DELETES)
+            )
+            reason = "not started: an earlier node failed and fail_fast is set" if stop else None
+            await self._walk(plan, True, to_delete, tally, skip_reason=reason)
+        self._failures = [r for r in tally.results if r.status == NodeStatus.failed][:10]
+        self._show()
+
+    async def _await_decision(self, tally: Tally) -> str:
+        """Paused on failed nodes: wait for the retry or abort Update (abort on timeout)."""
+        assert self._request is not None
+        self._step = None
+        await self._set_phase(AWAITING_DECISION)
+        try:
+            await workflow.wait_condition(
+                lambda: self._step is not None,
+                timeout=timedelta(seconds=self._request.decision_timeout_seconds),
+            )
+        except TimeoutError:
+            self._step, self._step_by = "abort", "timeout"
+        assert self._step is not None
+        return self._step

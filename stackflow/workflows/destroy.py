@@ -1,0 +1,23 @@
+"""DestroyWorkflow: deletes everything the stack's last release holds, dependents first."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+
+with workflow.unsafe.imports_passed_through():
+    from stackflow.operation import (
+        OperationInput,
+        OperationResult,
+    )
+    from stackflow.workflows.base import _Operation
+
+
+@workflow.defn(name="DestroyWorkflow")
+class DestroyWorkflow(_Operation):
+    """Deletes everything the stack's last release holds, dependents first."""
+
+    operation = "destroy"
+
+    @workflow.run
+    async def run(self, *args: object) -> OperationResult:
+        return await self._guarded(self._input(OperationInput, args))

@@ -1,0 +1,270 @@
+"""Running resource nodes: one activity per node, walks of a batch, and the tally of results.
+
+Shared by the operation workflows and the BatchWorkflow child; deterministic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from temporalio import workflow
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    CancelledError,
+    ChildWorkflowError,
+    FailureError,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from stackflow.budget import short_error
+    from stackflow.operation import (
+        DETAIL_LIMIT,
+        GROUP_LIMIT,
+        GROUPED_TYPES,
+        TERRAFORM_GROUPED,
+        BatchInput,
+        BatchResult,
+        GroupInput,
+        LoadBatchInput,
+        LoadedBatch,
+        NodeInput,
+        NodeResult,
+        NodeStatus,
+        PlannedNode,
+    )
+    from stackflow.workflows import common
+    from stackflow.workflows.constants import (
+        FINALIZE_ON_EVERY_EXIT,
+        GROUP_READY_NODES,
+        GROUP_TERRAFORM_NODES,
+    )
+    from stackflow.workflows.walker import WalkProgress, walk
+
+
+def _innermost(exc: BaseException) -> BaseException:
+    while isinstance(exc, ActivityError | ChildWorkflowError) and exc.cause is not None:
+        exc = exc.cause
+    return exc
+
+
+def _cause(exc: BaseException) -> str:
+    """The innermost message of an activity/child failure: what the user needs to read."""
+    inner = _innermost(exc)
+    text = inner.message if isinstance(inner, ApplicationError) else str(inner)
+    return short_error(text) or type(inner).__name__
+
+
+def cause_type(exc: BaseException) -> str | None:
+    """The class of the innermost failure (activities.errors' taxonomy)."""
+    inner = _innermost(exc)
+    if isinstance(inner, ApplicationError):
+        return inner.type
+    if isinstance(inner, CancelledError):
+        return "Cancelled"
+    return None
+
+
+def raise_if_cancelled(exc: BaseException) -> None:
+    """An activity or child that failed because this run is being cancelled: the run stops
+    (as a cancel, so the release is closed saying so) instead of counting a failed node."""
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, CancelledError):
+            if workflow.patched(FINALIZE_ON_EVERY_EXIT):
+                raise asyncio.CancelledError(str(cause) or "cancelled") from exc
+            return
+        cause = cause.cause if isinstance(cause, FailureError) else None
+
+
+async def run_resource_node(node: PlannedNode, batch: BatchInput) -> NodeResult:
+    """One activity per resource; its summary names the resource so the UI shows it."""
+    name = "delete_resource" if node.action == "Delete" else "apply_resource"
+    try:
+        result: NodeResult = await workflow.execute_activity(
+            name,
+            NodeInput(
+                project=batch.project,
+                workspace=batch.workspace,
+                revision=batch.revision,
+                spec_ref=batch.spec_ref,
+                resource_id=node.id,
+                action=node.action,
+                watch=batch.watch,
+                force=batch.force,
+                adopt=batch.adopt,
+                owner=batch.owner,
+                unavailable_timeout_seconds=batch.unavailable_timeout_seconds,
+            ),
+            result_type=NodeResult,
+            **common.resource_call(f"{node.action} {node.id}"),
+        )
+        return result
+    except ActivityError as exc:
+        raise_if_cancelled(exc)
+        return NodeResult(
+            id=node.id,
+            action=node.action,
+            status=NodeStatus.failed,
+            error=_cause(exc),
+            error_type=cause_type(exc),
+        )
+
+
+async def run_resource_group(
+    nodes: list[PlannedNode], batch: BatchInput, concurrency: int
+) -> list[NodeResult]:
+    """Ready nodes of cheap runtimes in one activity; one result per node. If the activity
+    itself fails (retries spent, worker gone past its timeouts), every node fails with it."""
+    verb = "delete" if nodes[0].action == "Delete" else "apply"
+    try:
+        results: list[NodeResult] = await workflow.execute_activity(
+            "run_group",
+            GroupInput(
+                project=batch.project,
+                workspace=batch.workspace,
+                revision=batch.revision,
+                spec_ref=batch.spec_ref,
+                nodes=[(node.id, node.action) for node in nodes],
+                concurrency=concurrency,
+                force=batch.force,
+                adopt=batch.adopt,
+                owner=batch.owner,
+                unavailable_timeout_seconds=batch.unavailable_timeout_seconds,
+            ),
+            result_type=list[NodeResult],
+            **common.resource_call(f"{verb} {len(nodes)} resources: {nodes[0].id} …"),
+        )
+        return results
+    except ActivityError as exc:
+        raise_if_cancelled(exc)
+        error, kind = _cause(exc), cause_type(exc)
+        return [
+            NodeResult(
+                id=node.id,
+                action=node.action,
+                status=NodeStatus.failed,
+                error=error,
+                error_type=kind,
+            )
+            for node in nodes
+        ]
+
+
+def group_key(
+    batch: BatchInput, types: tuple[str, ...] = GROUPED_TYPES
+) -> Callable[[PlannedNode], str | None]:
+    """Nodes that may share an activity: runtimes in ``types`` (cheap ones, or Terraform,
+    whose runtime runs a group's calls as one command), same kind of step, no readiness
+    wait (``watch`` can take minutes per node)."""
+
+    def key(node: PlannedNode) -> str | None:
+        if batch.watch or node.type not in types:
+            return None
+        return "delete" if node.action == "Delete" else "apply"
+
+    return key
+
+
+async def walk_nodes(
+    nodes: list[PlannedNode], batch: BatchInput, blocked: list[str], progress: WalkProgress
+) -> list[NodeResult]:
+    async def run(node: PlannedNode) -> NodeResult:
+        return await run_resource_node(node, batch)
+
+    async def run_group(group: list[PlannedNode], concurrency: int) -> list[NodeResult]:
+        return await run_resource_group(group, batch, concurrency)
+
+    grouped = workflow.patched(GROUP_READY_NODES)
+    types: tuple[str, ...] = GROUPED_TYPES
+    terraform = grouped and any(n.type == TERRAFORM_GROUPED for n in nodes)
+    if terraform and workflow.patched(GROUP_TERRAFORM_NODES):
+        types = (*GROUPED_TYPES, TERRAFORM_GROUPED)
+    return await walk(
+        nodes,
+        run,
+        max_concurrency=batch.max_concurrency,
+        fail_fast=batch.fail_fast,
+        blocked=blocked,
+        progress=progress,
+        run_group=run_group if grouped else None,
+        group_key=group_key(batch, types) if grouped else None,
+        group_limit=GROUP_LIMIT,
+    )
+
+
+async def _load(batch: BatchInput) -> LoadedBatch:
+    """The nodes of a batch, from the plan store (they then live only in this history)."""
+    result: LoadedBatch = await workflow.execute_activity(
+        "load_batch",
+        LoadBatchInput(
+            plan_ref=batch.plan_ref,
+            deletions=batch.deletions,
+            start=batch.start,
+            actions=batch.actions,
+            not_ok=batch.not_ok,
+        ),
+        result_type=LoadedBatch,
+        **common.store_call(f"load {len(batch.actions) - batch.actions.count('.')} nodes"),
+    )
+    return result
+
+
+def batch_indices(batch: BatchInput) -> list[int]:
+    return [batch.start + i for i, code in enumerate(batch.actions) if code != "."]
+
+
+class Tally:
+    """Walk results as a run keeps them: every result when the run has at most DETAIL_LIMIT
+    nodes, else counts by status, the first DETAIL_LIMIT results that did not succeed and
+    the first failure (so 30,000 results never enter a history)."""
+
+    def __init__(self, full: bool) -> None:
+        self.full = full
+        self.results: list[NodeResult] = []
+        self.counts: dict[str, int] = {}
+        self.first_failed: NodeResult | None = None
+
+    def wants_ids(self) -> bool:
+        return self.full or len(self.results) < DETAIL_LIMIT or self.first_failed is None
+
+    def add(self, result: NodeResult) -> None:
+        key = result.status.value
+        self.counts[key] = self.counts.get(key, 0) + 1
+        if result.status == NodeStatus.failed and self.first_failed is None:
+            self.first_failed = result
+        if self.full or (
+            result.status != NodeStatus.succeeded and len(self.results) < DETAIL_LIMIT
+        ):
+            self.results.append(result)
+
+    def count(self, status: NodeStatus, n: int) -> None:
+        self.counts[status.value] = self.counts.get(status.value, 0) + n
+
+    def after_retry(self, again: Tally) -> Tally:
+        """This tally once ``again`` (the retried nodes: every one that did not succeed)
+        has run: what succeeded before stays, the rest is the retry's word."""
+        merged = Tally(self.full)
+        ok = NodeStatus.succeeded.value
+        merged.counts = dict(again.counts)
+        merged.counts[ok] = self.counts.get(ok, 0) + again.counts.get(ok, 0)
+        if self.full:
+            merged.results = [r for r in self.results if r.status == NodeStatus.succeeded]
+            merged.results += again.results
+        else:
+            merged.results = list(again.results)
+        merged.first_failed = again.first_failed
+        return merged
+
+    def merge(self, batch: BatchResult) -> None:
+        if self.full:
+            for result in batch.results:
+                self.add(result)
+            return
+        for key, n in batch.counts.items():
+            self.counts[key] = self.counts.get(key, 0) + n
+        if self.first_failed is None:
+            self.first_failed = batch.first_failed
+        room = DETAIL_LIMIT - len(self.results)
+        self.results.extend(batch.results[: max(room, 0)])

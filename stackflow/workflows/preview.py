@@ -1,0 +1,39 @@
+"""PreviewWorkflow: the three-way diff only; no release, no lock, nothing changed."""
+
+from __future__ import annotations
+
+from temporalio import workflow
+from temporalio.exceptions import (
+    ApplicationError,
+)
+
+with workflow.unsafe.imports_passed_through():
+    from stackflow.operation import (
+        OperationInput,
+        OperationResult,
+    )
+    from stackflow.workflows.base import _Operation
+    from stackflow.workflows.constants import PHASE_KEY
+    from stackflow.workflows.nodes import Tally
+
+
+@workflow.defn(name="PreviewWorkflow")
+class PreviewWorkflow(_Operation):
+    """The three-way diff only: no release, no lock, nothing changed."""
+
+    operation = "preview"
+
+    @workflow.run
+    async def run(self, *args: object) -> OperationResult:
+        request = self._input(OperationInput, args)
+        if request.spec is None and request.spec_ref is None:
+            raise ApplicationError(
+                "preview needs a spec or a spec_ref", type="InvalidInput", non_retryable=True
+            )
+        plan = await self._prepare(request)
+        self._total = plan.node_count + plan.deletion_count
+        await self._set_phase("previewing")
+        await self._preview(plan)
+        self._phase = "succeeded"
+        workflow.upsert_search_attributes([PHASE_KEY.value_set("succeeded")])
+        return self._result("succeeded", Tally(full=True))

@@ -17,7 +17,6 @@ import sys
 import urllib.parse
 import uuid
 from enum import StrEnum
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -663,8 +662,7 @@ def refresh(
 
 @app.command()
 def worker() -> None:
-    """Run a worker (same as `python worker.py`): TEMPORAL_ADDRESS, STACKFLOW_TASK_QUEUE, …"""
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    """Run a worker (as `python -m stackflow.worker`): TEMPORAL_ADDRESS, STACKFLOW_TASK_QUEUE, …"""
     import stackflow.worker as worker_module
 
     worker_module.main()

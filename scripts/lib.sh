@@ -67,6 +67,10 @@ KUBE_DIR="$RUN_DIR/kube"
 # etcd data per etcd minor and Kubernetes minor: a cluster written by one minor is never read
 # by another (no downgrade of stored objects; etcd 3.6 cannot open 3.4 data).
 ETCD_DATA_DIR="$RUN_DIR/etcd-${ETCD_VERSION%.*}-kube-$KUBE_MINOR"
+# The dev server's SQLite file per Temporal CLI version: `start-dev` creates its schema but never
+# migrates it, so a newer server on an older file fails its first workflow start ("no such
+# table: current_chasm_executions"). Runs of the old dev server stay in the old directory.
+TEMPORAL_DATA_DIR="$RUN_DIR/temporal-$TEMPORAL_CLI_VERSION"
 KUBECONFIG_PATH="$KUBE_DIR/kubeconfig"
 PG_DIR="$RUN_DIR/postgres"      # data/ (initdb'd once), socket/, pg_hba.conf, password
 

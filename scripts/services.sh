@@ -75,7 +75,7 @@ stale_worker() { [ "$(cat "$RUN_DIR/pids/worker.code" 2>/dev/null)" != "$(code_h
 # upgrade, or with another STACKFLOW_KUBE_VERSION) is restarted by `up`.
 version_of() {
   case "$1" in
-    temporal) echo "temporal $TEMPORAL_CLI_VERSION" ;;
+    temporal) echo "temporal $TEMPORAL_CLI_VERSION $TEMPORAL_DATA_DIR" ;;
     etcd) echo "etcd $ETCD_VERSION $ETCD_DATA_DIR" ;;
     kube-apiserver|kube-controller-manager|kube-scheduler) echo "kubernetes $KUBERNETES_VERSION etcd $ETCD_VERSION" ;;
     kwok) echo "kwok $KWOK_VERSION kubernetes $KUBERNETES_VERSION" ;;
@@ -195,9 +195,9 @@ cmd_redis() {
 # benchmarks/onprem_bench.py). A killed server loses nothing committed; a power cut may lose
 # the last transactions, acceptable for the dev server.
 cmd_temporal() {
-  mkdir -p "$RUN_DIR/temporal"
+  mkdir -p "$TEMPORAL_DATA_DIR"
   echo temporal server start-dev --ip 127.0.0.1 --port "$TEMPORAL_PORT" --ui-ip 127.0.0.1 \
-    --ui-port "$TEMPORAL_UI_PORT" --ui-codec-endpoint "http://127.0.0.1:$CODEC_PORT" --db-filename "$RUN_DIR/temporal/temporal.db" --log-level warn \
+    --ui-port "$TEMPORAL_UI_PORT" --ui-codec-endpoint "http://127.0.0.1:$CODEC_PORT" --db-filename "$TEMPORAL_DATA_DIR/temporal.db" --log-level warn \
     --sqlite-pragma journal_mode=wal --sqlite-pragma synchronous=NORMAL \
     --search-attribute StackflowProject=Keyword --search-attribute StackflowWorkspace=Keyword \
     --search-attribute StackflowPhase=Keyword --search-attribute StackflowDrift=Bool

@@ -1,6 +1,6 @@
 """The stackflow worker: runs the operation workflows and their activities.
 
-`python worker.py` (or `stackflow worker`) reads TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
+`python -m stackflow.worker` (or `stackflow worker`) reads TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
 STACKFLOW_TASK_QUEUE, STACKFLOW_STATE_URL (default: SQLite under STACKFLOW_HOME), REDIS_URL
 and STACKFLOW_HOME (local caches only), migrates the state backend's schema, registers
 everything, and shuts down gracefully on SIGTERM/SIGINT (in-flight activities finish or are
@@ -19,7 +19,7 @@ from datetime import timedelta
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from stackflow.activities.operations import OperationActivities
+from stackflow.activities import WorkerActivities
 from stackflow.cache import PriorStateCache
 from stackflow.codec import data_converter
 from stackflow.config import default_backend, stackflow_home
@@ -69,9 +69,9 @@ def build_activities(
     redis_url: str | None,
     registry: RuntimeRegistry | None = None,
     backend: StateBackend | None = None,
-) -> OperationActivities:
+) -> WorkerActivities:
     backend = backend or default_backend(migrate=True)
-    return OperationActivities(
+    return WorkerActivities.create(
         registry=registry or default_registry(backend),
         backend=backend,
         cache=PriorStateCache(redis_url, backend),
@@ -79,7 +79,7 @@ def build_activities(
 
 
 def build_worker(
-    client: Client, task_queue: str, activities: OperationActivities, max_concurrent: int = 64
+    client: Client, task_queue: str, activities: WorkerActivities, max_concurrent: int = 64
 ) -> Worker:
     return Worker(
         client,

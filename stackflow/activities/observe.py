@@ -1,18 +1,22 @@
 """Activities that observe the infrastructure without changing it: refresh (read every
 recorded resource, diff it against its recorded state, optionally record what changed) and
-drift reports. They share the clients of :class:`OperationActivities`."""
+drift reports."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from temporalio import activity
 
+from stackflow.activities.deps import Deps
 from stackflow.activities.errors import temporal_errors
 from stackflow.activities.heartbeat import heartbeating
+from stackflow.activities.preview import batch_result
+from stackflow.activities.resource_step import ResourceStep, desired_from_recorded
+from stackflow.activities.stack_guard import StackGuard, calling_run
 from stackflow.diff import (
     RECORDED_SENSITIVE_KEY,
     RUNTIME_KEY_PREFIX,
@@ -30,16 +34,15 @@ from stackflow.runtimes.base import RuntimeOptions
 from stackflow.spec import Resource
 from stackflow.state.backend import RunRef
 
-if TYPE_CHECKING:
-    from stackflow.activities.operations import OperationActivities
-
 REFRESH_PARALLELISM = 16
 
 
 class ObserveActivities:
-    def __init__(self, ops: OperationActivities) -> None:
-        self.ops = ops
-        self.backend = ops.backend
+    def __init__(self, deps: Deps, guard: StackGuard, step: ResourceStep) -> None:
+        self.backend = deps.backend
+        self.plans = deps.plans
+        self.guard = guard
+        self.step = step
 
     @activity.defn(name="refresh_batch")
     async def refresh_batch(self, inp: RefreshBatchInput) -> PreviewBatchResult:
@@ -48,15 +51,14 @@ class ObserveActivities:
                 return await self._refresh_batch(inp)
 
     async def _refresh_batch(self, inp: RefreshBatchInput) -> PreviewBatchResult:
-        ops = self.ops
         assert inp.revision is not None
-        plan = await asyncio.to_thread(ops.plans.get, inp.plan_ref)
+        plan = await asyncio.to_thread(self.plans.get, inp.plan_ref)
         ids = [n.id for n in plan.nodes[inp.start : inp.end]]
         current = await asyncio.to_thread(
             self.backend.resources, inp.project, inp.workspace, inp.revision, ids
         )
-        run = ops._owner(None) if inp.record else None
-        options = ops._options(
+        run = calling_run() if inp.record else None
+        options = self.step.options(
             inp.project,
             inp.workspace,
             inp.spec_ref,
@@ -78,7 +80,7 @@ class ObserveActivities:
         for change, rid in zip(changes, ids, strict=True):
             if not change["type"]:
                 change["type"] = next(n.type for n in plan.nodes if n.id == rid)
-        return await ops._batch_result(inp, changes)
+        return await batch_result(self.backend, inp, changes)
 
     async def _refresh_one(
         self,
@@ -87,55 +89,54 @@ class ObserveActivities:
         options: RuntimeOptions,
         run: RunRef | None,
     ) -> dict[str, Any]:
-        from stackflow.activities.operations import _as_desired, _deletion_request, _pre_check
-
-        ops = self.ops
         kind = str(recorded.type)
-        request = _deletion_request(recorded)  # recorded attributes as the request, as deletes
-        runtime = ops.registry.get(kind)
-        await _pre_check(runtime, request, options)
-        live = await runtime.read(request, options)
+        # recorded attributes as the request, as deletes
+        live = await self.step.read_recorded(recorded, options)
         marked = recorded_sensitive(recorded.attributes)
         sensitive = [*sensitive_paths_for(kind, recorded.attributes), *marked]
         held = [p for p in sensitive if not p.startswith(RUNTIME_KEY_PREFIX)]
+        desired = desired_from_recorded(recorded.attributes)
         if live is not None and held:
             # what changed behind stackflow's back on a resource that holds secrets may carry
             # them (derived), and its known secrets are masked wherever they turn up now
             secrets = sensitive_values(recorded.attributes, held)
-            found = derived_sensitive_paths(_as_desired(recorded.attributes), live, held)
+            found = derived_sensitive_paths(desired, live, held)
             marked = sorted({*marked, *found, *equal_value_paths(live, secrets)})
             sensitive = [*sensitive, *marked]
-        change = diff_recorded(
-            recorded.id,
-            kind,
-            _as_desired(recorded.attributes),
-            live,
-            sensitive_paths=sensitive,
-        )
+        change = diff_recorded(recorded.id, kind, desired, live, sensitive_paths=sensitive)
         if inp.record and change.diff and run is not None:
-            project, workspace, revision = inp.project, inp.workspace, inp.revision
-            assert revision is not None
-            if live is None:
-                await ops._fenced(
-                    run,
-                    project,
-                    workspace,
-                    lambda: self.backend.record_deletion(
-                        project, workspace, revision, recorded.id, run=run
-                    ),
-                )
-            else:
-                attributes = {**live, RECORDED_SENSITIVE_KEY: marked} if marked else dict(live)
-                fresh = recorded.model_copy(update={"attributes": attributes})
-                await ops._fenced(
-                    run,
-                    project,
-                    workspace,
-                    lambda: self.backend.record_resource(
-                        project, workspace, revision, fresh, run=run
-                    ),
-                )
+            await self._record(inp, run, recorded, live, marked)
         return change.model_dump(mode="json")
+
+    async def _record(
+        self,
+        inp: RefreshBatchInput,
+        run: RunRef,
+        recorded: Resource,
+        live: dict[str, Any] | None,
+        marked: list[str],
+    ) -> None:
+        """What a refresh found, recorded as the run that holds the stack."""
+        project, workspace, revision = inp.project, inp.workspace, inp.revision
+        assert revision is not None
+        if live is None:
+            await self.guard.write(
+                run,
+                project,
+                workspace,
+                lambda: self.backend.record_deletion(
+                    project, workspace, revision, recorded.id, run=run
+                ),
+            )
+            return
+        attributes = {**live, RECORDED_SENSITIVE_KEY: marked} if marked else dict(live)
+        fresh = recorded.model_copy(update={"attributes": attributes})
+        await self.guard.write(
+            run,
+            project,
+            workspace,
+            lambda: self.backend.record_resource(project, workspace, revision, fresh, run=run),
+        )
 
     @activity.defn(name="record_drift")
     async def record_drift(self, inp: DriftRecordInput) -> str | None:
@@ -165,6 +166,3 @@ class ObserveActivities:
             )
         )
         return report_ref
-
-    def all(self) -> list[Any]:
-        return [self.refresh_batch, self.record_drift]

@@ -7,6 +7,7 @@ phase change is persisted by an activity and mirrored to search attributes.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -20,6 +21,10 @@ from temporalio.exceptions import (
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
+    from stackflow.activities.observe import ObserveActivities
+    from stackflow.activities.prepare import PrepareActivities
+    from stackflow.activities.preview import PreviewActivities
+    from stackflow.activities.walk import WalkActivities
     from stackflow.budget import fit_errors
     from stackflow.diff_store import DIFF_REFS_LIMIT
     from stackflow.operation import (
@@ -301,15 +306,14 @@ class _Operation:
             ]
         )
         info = workflow.info()
-        plan: OperationPlan = await workflow.execute_activity(
-            "prepare_operation",
+        plan: OperationPlan = await workflow.execute_activity_method(
+            PrepareActivities.prepare_operation,
             PrepareInput(
                 operation=self.operation,
                 request=request,
                 workflow_id=info.workflow_id,
                 run_id=info.run_id,
             ),
-            result_type=OperationPlan,
             **common.store_call(f"prepare {self.operation} {request.project}/{request.workspace}"),
         )
         self._revision = plan.revision
@@ -324,8 +328,8 @@ class _Operation:
         if self._revision is None or phase in (AWAITING_APPROVAL, AWAITING_DECISION):
             return
         assert self._request is not None
-        await workflow.execute_activity(
-            "set_phase",
+        await workflow.execute_activity_method(
+            WalkActivities.set_phase,
             PhaseInput(
                 project=self._request.project,
                 workspace=self._request.workspace,
@@ -337,15 +341,16 @@ class _Operation:
         )
 
     async def _preview(
-        self, plan: OperationPlan, activity: str = "preview_batch", record: bool = False
+        self, plan: OperationPlan, refresh: bool = False, record: bool = False
     ) -> None:
         """Preview batches of plan ranges, then settle references; large runs also fetch
-        the lines they show but hold only as codes. ``refresh_batch`` instead diffs each
-        recorded resource against its live object (and with ``record`` writes it)."""
+        the lines they show but hold only as codes. With ``refresh``, ``refresh_batch``
+        instead diffs each recorded resource against its live object (and with ``record``
+        writes it)."""
         assert self._request is not None and plan.plan_ref is not None
         request = self._request
         step = common.PREVIEW_BATCH
-        kind = RefreshBatchInput if activity == "refresh_batch" else PreviewBatchInput
+        kind = RefreshBatchInput if refresh else PreviewBatchInput
         extra = {"record": record} if kind is RefreshBatchInput else {}
         calls = [
             kind(
@@ -366,15 +371,17 @@ class _Operation:
             for start in range(0, max(plan.node_count, plan.deletion_count), step)
         ]
         lines = PreviewLines(plan)
+        batch_activity: Callable[[Any, Any], Coroutine[Any, Any, PreviewBatchResult]] = (
+            ObserveActivities.refresh_batch if refresh else PreviewActivities.preview_batch
+        )
         # Preview batches are read-only; a few run side by side.
         for first in range(0, len(calls), 4):
             group = calls[first : first + 4]
-            verb = "record" if record else activity.removesuffix("_batch")
+            verb = "record" if record else "refresh" if refresh else "preview"
             handles = [
-                workflow.start_activity(
-                    activity,
+                workflow.start_activity_method(
+                    batch_activity,
                     call,
-                    result_type=PreviewBatchResult,
                     **common.resource_call(f"{verb} {_range_size(call, plan)} resources"),
                 )
                 for call in group
@@ -382,20 +389,18 @@ class _Operation:
             for call, handle in zip(group, handles, strict=True):
                 lines.add(call, await handle)
             if len(lines.diff_refs) > DIFF_REFS_LIMIT and workflow.patched(INDEX_DIFF_REFS):
-                index: str = await workflow.execute_activity(
-                    "index_diffs",
+                index: str = await workflow.execute_activity_method(
+                    PreviewActivities.index_diffs,
                     DiffIndexInput(refs=lines.diff_refs),
-                    result_type=str,
                     **common.store_call(f"index {len(lines.diff_refs)} diffs"),
                 )
                 lines.fold_diffs(index)
         lines.settle()
         describe = lines.undescribed()
         if describe is not None:
-            described: list[dict[str, Any]] = await workflow.execute_activity(
-                "describe_changes",
+            described: list[dict[str, Any]] = await workflow.execute_activity_method(
+                PreviewActivities.describe_changes,
                 describe,
-                result_type=list[dict[str, Any]],
                 **common.store_call(f"describe {len(describe.items)} changes"),
             )
             lines.described(describe, described)
@@ -647,8 +652,8 @@ class _Operation:
         if self._revision is None or self._request is None:
             return
         try:
-            await workflow.execute_activity(
-                "set_phase",
+            await workflow.execute_activity_method(
+                WalkActivities.set_phase,
                 PhaseInput(
                     project=self._request.project,
                     workspace=self._request.workspace,

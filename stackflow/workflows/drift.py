@@ -9,6 +9,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
+    from stackflow.activities.observe import ObserveActivities
     from stackflow.drift import DRIFT_ID_LIMIT
     from stackflow.operation import (
         DriftInput,
@@ -54,8 +55,8 @@ class DriftWorkflow(_Operation):
             repair_id, repair_error = await self._repair(inp, plan.spec_ref)
         info = workflow.info()
         checked_at = workflow.now().isoformat()
-        report_ref: str | None = await workflow.execute_activity(
-            "record_drift",
+        report_ref: str | None = await workflow.execute_activity_method(
+            ObserveActivities.record_drift,
             DriftRecordInput(
                 project=inp.project,
                 workspace=inp.workspace,
@@ -67,7 +68,6 @@ class DriftWorkflow(_Operation):
                 run_id=info.run_id,
                 repair_workflow_id=repair_id,
             ),
-            result_type=str,
             **common.store_call(f"drift report {inp.project}/{inp.workspace}"),
         )
         self._phase = "succeeded"

@@ -18,6 +18,7 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from stackflow.activities.walk import WalkActivities
     from stackflow.budget import short_error
     from stackflow.operation import (
         DETAIL_LIMIT,
@@ -80,10 +81,12 @@ def raise_if_cancelled(exc: BaseException) -> None:
 
 async def run_resource_node(node: PlannedNode, batch: BatchInput) -> NodeResult:
     """One activity per resource; its summary names the resource so the UI shows it."""
-    name = "delete_resource" if node.action == "Delete" else "apply_resource"
+    method = (
+        WalkActivities.delete_resource if node.action == "Delete" else WalkActivities.apply_resource
+    )
     try:
-        result: NodeResult = await workflow.execute_activity(
-            name,
+        result: NodeResult = await workflow.execute_activity_method(
+            method,
             NodeInput(
                 project=batch.project,
                 workspace=batch.workspace,
@@ -97,7 +100,6 @@ async def run_resource_node(node: PlannedNode, batch: BatchInput) -> NodeResult:
                 owner=batch.owner,
                 unavailable_timeout_seconds=batch.unavailable_timeout_seconds,
             ),
-            result_type=NodeResult,
             **common.resource_call(f"{node.action} {node.id}"),
         )
         return result
@@ -119,8 +121,8 @@ async def run_resource_group(
     itself fails (retries spent, worker gone past its timeouts), every node fails with it."""
     verb = "delete" if nodes[0].action == "Delete" else "apply"
     try:
-        results: list[NodeResult] = await workflow.execute_activity(
-            "run_group",
+        results: list[NodeResult] = await workflow.execute_activity_method(
+            WalkActivities.run_group,
             GroupInput(
                 project=batch.project,
                 workspace=batch.workspace,
@@ -133,7 +135,6 @@ async def run_resource_group(
                 owner=batch.owner,
                 unavailable_timeout_seconds=batch.unavailable_timeout_seconds,
             ),
-            result_type=list[NodeResult],
             **common.resource_call(f"{verb} {len(nodes)} resources: {nodes[0].id} …"),
         )
         return results
@@ -196,8 +197,8 @@ async def walk_nodes(
 
 async def _load(batch: BatchInput) -> LoadedBatch:
     """The nodes of a batch, from the plan store (they then live only in this history)."""
-    result: LoadedBatch = await workflow.execute_activity(
-        "load_batch",
+    result: LoadedBatch = await workflow.execute_activity_method(
+        WalkActivities.load_batch,
         LoadBatchInput(
             plan_ref=batch.plan_ref,
             deletions=batch.deletions,
@@ -205,7 +206,6 @@ async def _load(batch: BatchInput) -> LoadedBatch:
             actions=batch.actions,
             not_ok=batch.not_ok,
         ),
-        result_type=LoadedBatch,
         **common.store_call(f"load {len(batch.actions) - batch.actions.count('.')} nodes"),
     )
     return result

@@ -29,7 +29,7 @@ class RefreshWorkflow(_Operation):
         self._total = plan.node_count
         try:
             await self._set_phase("previewing")
-            await self._preview(plan, activity="refresh_batch")
+            await self._preview(plan, refresh=True)
         except ActivityError as exc:
             raise_if_cancelled(exc)
             self._error = f"refresh failed: {_cause(exc)}"
@@ -45,7 +45,7 @@ class RefreshWorkflow(_Operation):
             return await self._finish(Tally(full=True), rejected=True)
         await self._set_phase("applying")
         self._total = changed
-        await self._preview(plan, activity="refresh_batch", record=True)
+        await self._preview(plan, refresh=True, record=True)
         tally.count(NodeStatus.succeeded, changed)
         self._progress.done = changed
         return await self._finish(tally)

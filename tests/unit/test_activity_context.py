@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stackflow.activities.operations import OperationActivities
+from stackflow.activities import WorkerActivities
 from stackflow.cache import PriorStateCache
 from stackflow.operation import NodeInput, OperationInput, PrepareInput, RunOwner
 from stackflow.release import Phase
@@ -43,7 +43,7 @@ async def test_context_reaches_apply_and_destroy(backend: StateBackend) -> None:
     runtime = RecordingRuntime()
     registry = RuntimeRegistry()
     registry.register("OnPrem", lambda: runtime)
-    acts = OperationActivities(registry, backend, PriorStateCache(None, backend))
+    acts = WorkerActivities.create(registry, backend, PriorStateCache(None, backend))
     applier = RunOwner(workflow_id="wf", run_id="r1")
     destroyer = RunOwner(workflow_id="wf", run_id="r2")
     spec = {
@@ -52,7 +52,7 @@ async def test_context_reaches_apply_and_destroy(backend: StateBackend) -> None:
     }
     parse_spec(spec)
     request = OperationInput(project="p", workspace="w", spec=spec, auto_approve=True)
-    plan = await acts.prepare_operation(
+    plan = await acts.prepare.prepare_operation(
         PrepareInput(operation="apply", request=request, workflow_id="wf", run_id="r1")
     )
     assert plan.revision == 1 and plan.spec_ref is not None
@@ -66,11 +66,11 @@ async def test_context_reaches_apply_and_destroy(backend: StateBackend) -> None:
         action="Create",
         owner=applier,
     )
-    await acts.apply_resource(node)
+    await acts.walk.apply_resource(node)
     assert [r.id for r in backend.get("p", "w", 1).state.resources] == ["a"]
     backend.set_phase("p", "w", 1, Phase.succeeded, run=RunRef("wf", "r1"))
 
-    destroy = await acts.prepare_operation(
+    destroy = await acts.prepare.prepare_operation(
         PrepareInput(
             operation="destroy",
             request=OperationInput(project="p", workspace="w"),
@@ -80,7 +80,7 @@ async def test_context_reaches_apply_and_destroy(backend: StateBackend) -> None:
     )
     assert [n.id for n in destroy.deletions] == ["a"]
     assert destroy.revision == 2 and destroy.spec_ref == plan.spec_ref  # the applied spec
-    await acts.delete_resource(
+    await acts.walk.delete_resource(
         node.model_copy(
             update={"revision": destroy.revision, "spec_ref": destroy.spec_ref, "owner": destroyer}
         )

@@ -14,7 +14,7 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
-from stackflow.activities.operations import OperationActivities
+from stackflow.activities import WorkerActivities
 from stackflow.cache import PriorStateCache
 from stackflow.operation import NodeInput, OperationInput, PhaseInput, PrepareInput
 from stackflow.release import Operation, Phase
@@ -66,11 +66,13 @@ def env(workflow_id: str, run_id: str) -> ActivityEnvironment:
     return environment
 
 
-def activities(backend: StateBackend, oracle: FakeOracle) -> tuple[OperationActivities, Any]:
+def activities(backend: StateBackend, oracle: FakeOracle) -> tuple[WorkerActivities, Any]:
     runtime = CountingRuntime()
     registry = RuntimeRegistry()
     registry.register("OnPrem", lambda: runtime)
-    return OperationActivities(registry, backend, PriorStateCache(None, backend), oracle), runtime
+    return WorkerActivities.create(
+        registry, backend, PriorStateCache(None, backend), oracle
+    ), runtime
 
 
 def prepare(workflow_id: str, run_id: str) -> PrepareInput:
@@ -95,7 +97,7 @@ async def test_prepare_refuses_while_the_holder_runs(backend: StateBackend) -> N
     oracle = FakeOracle(None)
     acts, _ = activities(backend, oracle)
     with pytest.raises(ApplicationError) as info:
-        await env("other", "r9").run(acts.prepare_operation, prepare("other", "r9"))
+        await env("other", "r9").run(acts.prepare.prepare_operation, prepare("other", "r9"))
     assert info.value.type == "StackLocked" and info.value.non_retryable
     assert "still running" in str(info.value) and "http://ui/apply-p-w/r1" in str(info.value)
     assert [lock.holder() for lock in oracle.asked] == [holder]
@@ -106,7 +108,9 @@ async def test_prepare_refuses_while_the_holder_runs(backend: StateBackend) -> N
 async def test_prepare_recovers_a_stack_whose_holder_ended(backend: StateBackend) -> None:
     backend.create("p", "w", Operation.apply, None, run=RunRef("apply-p-w", "r1"))
     acts, _ = activities(backend, FakeOracle("run r1 of workflow apply-p-w was terminated"))
-    plan = await env("apply-p-w-2", "r2").run(acts.prepare_operation, prepare("apply-p-w-2", "r2"))
+    plan = await env("apply-p-w-2", "r2").run(
+        acts.prepare.prepare_operation, prepare("apply-p-w-2", "r2")
+    )
     assert plan.revision == 2
     old = backend.get("p", "w", 1)
     assert old.phase is Phase.failed
@@ -119,24 +123,25 @@ async def test_prepare_recovers_a_stack_whose_holder_ended(backend: StateBackend
 async def test_prepare_retried_by_the_same_run_reopens_its_release(backend: StateBackend) -> None:
     oracle = FakeOracle(None)
     acts, _ = activities(backend, oracle)
-    first = await env("wf", "r1").run(acts.prepare_operation, prepare("wf", "r1"))
-    again = await env("wf", "r1").run(acts.prepare_operation, prepare("wf", "r1"))
+    first = await env("wf", "r1").run(acts.prepare.prepare_operation, prepare("wf", "r1"))
+    again = await env("wf", "r1").run(acts.prepare.prepare_operation, prepare("wf", "r1"))
     assert first.revision == again.revision == 1
     assert backend.revisions("p", "w") == [1] and oracle.asked == []
 
 
 async def test_a_run_that_lost_the_stack_changes_nothing(backend: StateBackend) -> None:
     acts, runtime = activities(backend, FakeOracle(None))
-    plan = await env("wf", "r1").run(acts.prepare_operation, prepare("wf", "r1"))
+    plan = await env("wf", "r1").run(acts.prepare.prepare_operation, prepare("wf", "r1"))
     backend.unlock("p", "w", "unlocked by hand")  # e.g. `stackflow release unlock --force`
     with pytest.raises(ApplicationError) as info:
-        await env("wf", "r1").run(acts.apply_resource, node(plan.spec_ref, 1))
+        await env("wf", "r1").run(acts.walk.apply_resource, node(plan.spec_ref, 1))
     assert info.value.type == "Fenced" and info.value.non_retryable
     assert runtime.applied == []  # refused before the runtime was called
     assert backend.get("p", "w", 1).state.resources == []
     with pytest.raises(ApplicationError) as phase:
         await env("other", "r9").run(
-            acts.set_phase, PhaseInput(project="p", workspace="w", revision=1, phase="succeeded")
+            acts.walk.set_phase,
+            PhaseInput(project="p", workspace="w", revision=1, phase="succeeded"),
         )
     assert phase.value.type == "PhaseConflictError"
     assert backend.phase_of("p", "w", 1) is Phase.failed
@@ -145,16 +150,16 @@ async def test_a_run_that_lost_the_stack_changes_nothing(backend: StateBackend) 
 async def test_the_new_run_of_a_reset_takes_the_stack_over(backend: StateBackend) -> None:
     oracle = FakeOracle("run r1 of workflow wf was reset")
     acts, runtime = activities(backend, oracle)
-    plan = await env("wf", "r1").run(acts.prepare_operation, prepare("wf", "r1"))
+    plan = await env("wf", "r1").run(acts.prepare.prepare_operation, prepare("wf", "r1"))
     # the reset's new run continues the same release: its writes take the stack over
-    await env("wf", "r2").run(acts.apply_resource, node(plan.spec_ref, 1))
+    await env("wf", "r2").run(acts.walk.apply_resource, node(plan.spec_ref, 1))
     assert runtime.applied == ["a"]
     assert backend.lock("p", "w").holder() == RunRef("wf", "r2")  # type: ignore[union-attr]
     assert backend.get("p", "w", 1).state.resources == [
         Resource(id="a", type=ResourceType.OnPrem, attributes={"v": 1})
     ]
     await env("wf", "r2").run(
-        acts.set_phase, PhaseInput(project="p", workspace="w", revision=1, phase="succeeded")
+        acts.walk.set_phase, PhaseInput(project="p", workspace="w", revision=1, phase="succeeded")
     )
     assert backend.phase_of("p", "w", 1) is Phase.succeeded and backend.lock("p", "w") is None
 
@@ -162,9 +167,9 @@ async def test_the_new_run_of_a_reset_takes_the_stack_over(backend: StateBackend
 async def test_another_workflow_never_takes_the_stack_over(backend: StateBackend) -> None:
     oracle = FakeOracle("run r1 of workflow wf was terminated")
     acts, runtime = activities(backend, oracle)
-    plan = await env("wf", "r1").run(acts.prepare_operation, prepare("wf", "r1"))
+    plan = await env("wf", "r1").run(acts.prepare.prepare_operation, prepare("wf", "r1"))
     with pytest.raises(ApplicationError) as info:
-        await env("intruder", "r2").run(acts.apply_resource, node(plan.spec_ref, 1))
+        await env("intruder", "r2").run(acts.walk.apply_resource, node(plan.spec_ref, 1))
     assert info.value.type == "Fenced"
     assert runtime.applied == [] and oracle.asked == []
     assert backend.lock("p", "w").holder() == RunRef("wf", "r1")  # type: ignore[union-attr]

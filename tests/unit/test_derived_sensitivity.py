@@ -8,7 +8,8 @@ import base64
 import json
 from typing import Any
 
-from stackflow.activities.operations import OperationActivities, sensitive_record
+from stackflow.activities import WorkerActivities
+from stackflow.activities.resource_step import sensitive_record
 from stackflow.cache import PriorStateCache
 from stackflow.crypto import KeyRing
 from stackflow.diff import (
@@ -312,16 +313,16 @@ async def test_apply_records_derived_and_equal_values_of_the_stack(backend: Stat
     runtime = _Generating()
     registry = RuntimeRegistry()
     registry.register("OnPrem", lambda: runtime)
-    acts = OperationActivities(registry, backend, PriorStateCache(None, backend))
+    acts = WorkerActivities.create(registry, backend, PriorStateCache(None, backend))
 
     async def apply(run: str, resources: list[dict[str, Any]]) -> int:
         request = OperationInput(project="p", workspace="w", spec={"resources": resources})
-        plan = await acts.prepare_operation(
+        plan = await acts.prepare.prepare_operation(
             PrepareInput(operation="apply", request=request, workflow_id="wf", run_id=run)
         )
         assert plan.revision is not None and plan.spec_ref is not None
         for node in plan.nodes:
-            await acts.apply_resource(
+            await acts.walk.apply_resource(
                 NodeInput(
                     project="p",
                     workspace="w",

@@ -13,8 +13,8 @@ import pytest
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
+from stackflow.activities import WorkerActivities
 from stackflow.activities.errors import BUG_ATTEMPTS, temporal_errors, to_application_error
-from stackflow.activities.operations import OperationActivities
 from stackflow.cache import PriorStateCache
 from stackflow.errors import BackendUnavailableError, FencedError, SpecError, StackLockedError
 from stackflow.operation import NodeInput, OperationInput, PrepareInput, RunOwner
@@ -113,7 +113,7 @@ async def test_watch_records_the_object_before_waiting_and_keeps_reference_edges
 ) -> None:
     registry = RuntimeRegistry()
     registry.register("OnPrem", NeverReady)
-    acts = OperationActivities(registry, backend, PriorStateCache(None, backend))
+    acts = WorkerActivities.create(registry, backend, PriorStateCache(None, backend))
     spec = {
         "resources": [
             {"id": "a", "type": "OnPrem", "attributes": {"v": 1}},
@@ -121,7 +121,7 @@ async def test_watch_records_the_object_before_waiting_and_keeps_reference_edges
         ]
     }
     request = OperationInput(project="p", workspace="w", spec=spec, auto_approve=True)
-    plan = await acts.prepare_operation(
+    plan = await acts.prepare.prepare_operation(
         PrepareInput(operation="apply", request=request, workflow_id="wf", run_id="r1")
     )
     owner = RunOwner(workflow_id="wf", run_id="r1")
@@ -137,10 +137,10 @@ async def test_watch_records_the_object_before_waiting_and_keeps_reference_edges
             owner=owner,
         )
         if not watch:
-            await acts.apply_resource(node)
+            await acts.walk.apply_resource(node)
             continue
         with pytest.raises(ApplicationError, match="b is not ready"):
-            await acts.apply_resource(node)
+            await acts.walk.apply_resource(node)
     state = backend.resources("p", "w", plan.revision or 0)
     assert state["b"].attributes == {"from_a": 1, "status": "created"}  # recorded, not vanished
     assert state["b"].depends_on == ["a"]  # the $kusion_path edge: destroy deletes b first

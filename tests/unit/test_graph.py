@@ -211,7 +211,7 @@ def test_files_and_directories_inside_a_directory_depend_on_the_nearest_one() ->
 
 
 def test_recorded_directories_are_deleted_after_their_files_even_without_recorded_edges() -> None:
-    from stackflow.activities.operations import deletion_graph
+    from stackflow.activities.prepare import deletion_graph
     from stackflow.spec import Resource
 
     def recorded(kind: str, path: str, deps: list[str] | None = None) -> Resource:

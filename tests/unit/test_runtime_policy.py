@@ -16,7 +16,7 @@ import pytest
 import yaml
 from temporalio.exceptions import ApplicationError
 
-from stackflow.activities.operations import OperationActivities
+from stackflow.activities import WorkerActivities
 from stackflow.cache import PriorStateCache
 from stackflow.operation import (
     NodeInput,
@@ -301,11 +301,11 @@ class Gated(Runtime):
         self.calls.append(f"delete {resource.id}")
 
 
-def activities(backend: StateBackend) -> tuple[OperationActivities, Gated]:
+def activities(backend: StateBackend) -> tuple[WorkerActivities, Gated]:
     runtime = Gated()
     registry = RuntimeRegistry()
     registry.register("OnPrem", lambda: runtime)
-    return OperationActivities(registry, backend, PriorStateCache(None, backend)), runtime
+    return WorkerActivities.create(registry, backend, PriorStateCache(None, backend)), runtime
 
 
 async def test_a_refusal_anywhere_stops_the_preview_before_any_runtime_call(
@@ -317,7 +317,7 @@ async def test_a_refusal_anywhere_stops_the_preview_before_any_runtime_call(
         + [{"id": "bad", "type": "OnPrem", "attributes": {"v": 9}}]
     }
     request = OperationInput(project="p", workspace="w", spec=spec)
-    plan = await acts.prepare_operation(
+    plan = await acts.prepare.prepare_operation(
         PrepareInput(operation="preview", request=request, workflow_id="wf", run_id="r")
     )
     assert plan.plan_ref is not None
@@ -331,7 +331,7 @@ async def test_a_refusal_anywhere_stops_the_preview_before_any_runtime_call(
         end=2,  # a batch without the refused resource
     )
     with pytest.raises(ApplicationError) as err:
-        await acts.preview_batch(batch)
+        await acts.preview.preview_batch(batch)
     assert err.value.type == "SpecError" and err.value.non_retryable
     assert err.value.message == "bad: attributes.v: refused"
     assert runtime.calls == []
@@ -346,12 +346,12 @@ async def test_a_spec_that_passed_is_checked_whole_once(backend: StateBackend) -
         ]
     }
     request = OperationInput(project="p2", workspace="w", spec=spec)
-    plan = await acts.prepare_operation(
+    plan = await acts.prepare.prepare_operation(
         PrepareInput(operation="preview", request=request, workflow_id="wf", run_id="r")
     )
     assert plan.plan_ref is not None
     for start in (0, 2, 4):
-        await acts.preview_batch(
+        await acts.preview.preview_batch(
             PreviewBatchInput(
                 project="p2",
                 workspace="w",
@@ -374,7 +374,7 @@ async def test_apply_checks_again_with_references_resolved(backend: StateBackend
         ]
     }
     request = OperationInput(project="p3", workspace="w", spec=spec, auto_approve=True)
-    plan = await acts.prepare_operation(
+    plan = await acts.prepare.prepare_operation(
         PrepareInput(operation="apply", request=request, workflow_id="wf", run_id="r1")
     )
     node = NodeInput(
@@ -387,6 +387,6 @@ async def test_apply_checks_again_with_references_resolved(backend: StateBackend
         owner=RunOwner(workflow_id="wf", run_id="r1"),
     )
     with pytest.raises(ApplicationError) as err:
-        await acts.apply_resource(node)
+        await acts.walk.apply_resource(node)
     assert err.value.type == "SpecError" and "a: attributes.v" in err.value.message
     assert runtime.calls == []

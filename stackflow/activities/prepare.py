@@ -1,0 +1,252 @@
+"""Preparing an operation: load (or look up) the spec, open the release for the calling run
+(taking the stack lock), and plan the walk: which nodes apply, which recorded resources are
+deleted, in which order. The plan goes to the state backend by ref; only a small one
+travels inline."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+from temporalio import activity
+
+from stackflow.activities.deps import Deps
+from stackflow.activities.errors import temporal_errors
+from stackflow.activities.stack_guard import StackGuard
+from stackflow.errors import GraphError, NotFoundError, SpecError
+from stackflow.graph import Graph, build_graph, find_references, implicit_dependencies
+from stackflow.operation import (
+    PLAN_INLINE_LIMIT,
+    OperationInput,
+    OperationPlan,
+    PlannedNode,
+    PrepareInput,
+    check_request,
+)
+from stackflow.release import Operation, Release
+from stackflow.selection import LEFT_OUT_LIMIT, Selected, Selection, check_patterns, select
+from stackflow.spec import Resource, Spec, parse_spec
+from stackflow.state.backend import RunRef
+
+OPERATIONS = {
+    "apply": Operation.apply,
+    "destroy": Operation.destroy,
+    "rollback": Operation.rollback,
+    "refresh": Operation.refresh,
+}
+"""The operations that open a release (preview and drift do not)."""
+
+
+def state_by_id(release: Release | None) -> dict[str, Resource]:
+    return {} if release is None else {r.id: r for r in release.state.resources}
+
+
+def planned(graph: Graph, types: Mapping[str, str], reverse: bool = False) -> list[PlannedNode]:
+    """Nodes in walk order; for deletes, a node waits for its dependents instead."""
+    if reverse:
+        order = graph.reverse_topological_order()
+        return [PlannedNode(id=i, type=types[i], deps=graph.dependents(i)) for i in order]
+    order = graph.topological_order()
+    return [PlannedNode(id=i, type=types[i], deps=graph.dependencies(i)) for i in order]
+
+
+def deletion_graph(resources: list[Resource]) -> tuple[Graph, dict[str, str]]:
+    """The recorded resources' graph (edges to resources not listed drop) and their types.
+
+    Implicit edges (a File inside a recorded Directory) are derived again from the recorded
+    attributes, so releases recorded before a rule existed are deleted in its order too,
+    unless that would close a cycle with recorded edges."""
+    ids = {r.id for r in resources}
+    deps = {r.id: [d for d in r.depends_on if d in ids] for r in resources}
+    types = {r.id: str(r.type) for r in resources}
+    implicit = implicit_dependencies(resources)
+    if implicit:
+        try:
+            return Graph.from_dependencies(
+                {rid: [*found, *implicit.get(rid, ())] for rid, found in deps.items()}
+            ), types
+        except GraphError:
+            pass
+    return Graph.from_dependencies(deps), types
+
+
+class PrepareActivities:
+    def __init__(self, deps: Deps, guard: StackGuard) -> None:
+        self.backend = deps.backend
+        self.specs = deps.specs
+        self.plans = deps.plans
+        self.guard = guard
+
+    @activity.defn(name="prepare_operation")
+    async def prepare_operation(self, inp: PrepareInput) -> OperationPlan:
+        with temporal_errors():
+            request = inp.request
+            check_request(request)
+            spec: Spec | None
+            ref: str | None
+            if inp.operation == "drift":
+                return await asyncio.to_thread(self._prepare_drift, request)
+            if inp.operation == "rollback":
+                spec, ref = await asyncio.to_thread(self._rollback_spec, request)
+            else:
+                spec, ref = await asyncio.to_thread(self._load_spec, inp)
+            selection = Selection(targets=request.targets, excludes=request.excludes)
+            if inp.operation == "preview":
+                assert spec is not None
+                return await asyncio.to_thread(self._prepare_preview, inp, spec, ref, selection)
+            operation = OPERATIONS.get(inp.operation, Operation.apply)
+            run = RunRef(inp.workflow_id, inp.run_id)
+            if operation in (Operation.destroy, Operation.refresh):
+                ref = await asyncio.to_thread(
+                    self.backend.latest_spec_ref, request.project, request.workspace
+                )
+            release = await self.guard.open_release(
+                request.project,
+                request.workspace,
+                operation,
+                ref,
+                run,
+                source_revision=request.to_revision if operation == Operation.rollback else None,
+            )
+            return await asyncio.to_thread(
+                self._prepare_walk, operation, spec, ref, release, selection
+            )
+
+    def _load_spec(self, inp: PrepareInput) -> tuple[Spec | None, str | None]:
+        request = inp.request
+        if request.spec is not None:
+            spec = parse_spec(request.spec, source="input.spec")
+            return spec, self.specs.put(spec)
+        if request.spec_ref is not None:
+            return self.specs.get(request.spec_ref), request.spec_ref
+        return None, None
+
+    def _rollback_spec(self, request: OperationInput) -> tuple[Spec, str]:
+        """The spec of release ``to_revision``: it must exist, be an apply (or rollback) and
+        still have its spec."""
+        stack = f"{request.project}/{request.workspace}"
+        n = request.to_revision
+        if n is None:
+            raise SpecError("rollback: to_revision is required (the release to restore)")
+        try:
+            source = self.backend.get(request.project, request.workspace, n, with_spec=False)
+        except NotFoundError:
+            known = self.backend.revisions(request.project, request.workspace)
+            raise NotFoundError(
+                f"rollback --to {n}: {stack} has no release {n}"
+                + (f" (its releases are {known[0]}..{known[-1]})" if known else " (none yet)")
+            ) from None
+        if source.operation in (Operation.destroy, Operation.refresh):
+            raise SpecError(
+                f"rollback --to {n}: release {n} of {stack} is a {source.operation}, not an "
+                "apply; roll back to a release that applied a spec"
+            )
+        if source.spec_ref is None:
+            raise NotFoundError(
+                f"rollback --to {n}: release {n} of {stack} has no spec (imported without one)"
+            )
+        try:
+            return self.specs.get(source.spec_ref), source.spec_ref
+        except NotFoundError:
+            raise NotFoundError(
+                f"rollback --to {n}: the spec of release {n} of {stack} "
+                f"({source.spec_ref}) is gone from the state backend"
+            ) from None
+
+    def _prepare_drift(self, request: OperationInput) -> OperationPlan:
+        """The last spec against the latest release's state, limited to the resources that
+        state records (no lock, no release): what a drift check previews."""
+        stack = f"{request.project}/{request.workspace}"
+        latest = self.backend.latest(request.project, request.workspace, with_spec=False)
+        if latest is None:
+            raise NotFoundError(f"drift: stack {stack} has no releases; apply it first")
+        ref = self.backend.latest_spec_ref(request.project, request.workspace)
+        state = state_by_id(latest)
+        if ref is None or latest.operation == Operation.destroy:
+            spec = Spec(resources=[])
+        else:
+            spec = self.specs.get(ref)
+        return self._plan(spec, ref, latest.revision, {}, Selection(), only=set(state))
+
+    def _prepare_preview(
+        self, inp: PrepareInput, spec: Spec, ref: str | None, selection: Selection
+    ) -> OperationPlan:
+        request = inp.request
+        latest = self.backend.latest(request.project, request.workspace, with_spec=False)
+        return self._plan(spec, ref, None, state_by_id(latest), selection)
+
+    def _prepare_walk(
+        self,
+        operation: Operation,
+        spec: Spec | None,
+        ref: str | None,
+        release: Release,
+        selection: Selection,
+    ) -> OperationPlan:
+        state = state_by_id(release)
+        if operation in (Operation.destroy, Operation.refresh):
+            graph, types = deletion_graph(list(state.values()))
+            check_patterns(selection, graph.ids)
+            chosen = select(graph, selection, deleting=operation == Operation.destroy)
+            nodes = [n for n in planned(graph, types, reverse=True) if n.id in chosen.kept]
+            if operation == Operation.refresh:
+                return self._store_plan(ref, release.revision, nodes, [], chosen)
+            return self._store_plan(ref, release.revision, [], nodes, chosen)
+        assert spec is not None
+        return self._plan(spec, ref, release.revision, state, selection)
+
+    def _plan(
+        self,
+        spec: Spec,
+        ref: str | None,
+        revision: int | None,
+        state: Mapping[str, Resource],
+        selection: Selection,
+        only: set[str] | None = None,
+    ) -> OperationPlan:
+        """The walk plan of ``spec`` over ``state`` (``only``: just these spec resources)."""
+        graph = build_graph(spec)
+        types = {r.id: str(r.type) for r in spec.resources}
+        gone_graph, gone_types = deletion_graph([r for r in state.values() if r.id not in types])
+        check_patterns(selection, [*graph.ids, *gone_graph.ids])
+        chosen = select(graph, selection)
+        gone = select(gone_graph, selection, deleting=True)
+        nodes = [
+            n
+            for n in planned(graph, types)
+            if n.id in chosen.kept and (only is None or n.id in only)
+        ]
+        by_id = {r.id: r for r in spec.resources}
+        for node in nodes:
+            refs = find_references(by_id[node.id].attributes, types)
+            node.refs = sorted({(ref.resource_id, ref.path) for ref in refs})
+        deletions = [n for n in planned(gone_graph, gone_types, reverse=True) if n.id in gone.kept]
+        left = Selected(
+            kept=chosen.kept | gone.kept,
+            left_out=[*chosen.left_out, *gone.left_out][:LEFT_OUT_LIMIT],
+            left_out_count=chosen.left_out_count + gone.left_out_count,
+        )
+        return self._store_plan(ref, revision, nodes, deletions, left)
+
+    def _store_plan(
+        self,
+        spec_ref: str | None,
+        revision: int | None,
+        nodes: list[PlannedNode],
+        deletions: list[PlannedNode],
+        selected: Selected | None = None,
+    ) -> OperationPlan:
+        """Store the plan; return its ref, its size and, when small, the plan itself."""
+        inline = len(nodes) + len(deletions) <= PLAN_INLINE_LIMIT
+        return OperationPlan(
+            spec_ref=spec_ref,
+            plan_ref=self.plans.put(nodes, deletions),
+            revision=revision,
+            node_count=len(nodes),
+            deletion_count=len(deletions),
+            inline=inline,
+            nodes=nodes if inline else [],
+            deletions=deletions if inline else [],
+            left_out=selected.left_out if selected else [],
+            left_out_count=selected.left_out_count if selected else 0,
+        )

@@ -1,0 +1,198 @@
+"""Previewing: what each node of a plan would change (a batch of nodes per activity, read
+side by side), the details the workflow shows, and one ref standing for a run's diffs.
+
+A batch returns compact codes (one action code and flags per node), the first details within
+the byte budget, and the whole masked diff in the state backend by ref."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+from temporalio import activity
+
+from stackflow.activities.deps import Deps
+from stackflow.activities.errors import temporal_errors
+from stackflow.activities.heartbeat import heartbeating
+from stackflow.activities.resource_step import (
+    COALESCED_PARALLELISM,
+    ResourceStep,
+    desired_from_recorded,
+)
+from stackflow.activities.stack_guard import read_scope_key
+from stackflow.budget import BUDGET, compact_change, fit_changes
+from stackflow.diff import SecretSet
+from stackflow.diff_store import put_changes, put_index
+from stackflow.operation import (
+    ACTION_CODES,
+    FLAG_DIFF_OMITTED,
+    FLAG_DRIFT,
+    FLAG_UNRECORDED,
+    DescribeInput,
+    DiffIndexInput,
+    PreviewBatchInput,
+    PreviewBatchResult,
+    references_entry,
+)
+from stackflow.runtimes import guard
+from stackflow.runtimes.base import read_scope
+from stackflow.spec import Resource
+from stackflow.state.backend import StateBackend
+
+PREVIEW_PARALLELISM = 16
+
+
+async def batch_result(
+    backend: StateBackend,
+    inp: PreviewBatchInput,
+    changes: list[dict[str, Any]],
+) -> PreviewBatchResult:
+    """Changes as a preview (or refresh) batch returns them: codes, the first details within
+    the byte budget, the whole diff in the backend by ref."""
+    result = PreviewBatchResult()
+    codes = []
+    for change in changes:
+        flags = FLAG_UNRECORDED if change.pop("unrecorded", False) else 0
+        if change.get("drift"):
+            flags |= FLAG_DRIFT
+        if inp.with_diff:
+            result.details.append(compact_change(change))
+        elif change.get("diff"):
+            flags |= FLAG_DIFF_OMITTED
+        codes.append(f"{ACTION_CODES[change['action']]}{flags}")
+    result.codes = "".join(codes)
+    if any(change.get("diff") for change in changes):
+        # The whole diff (every field, whole values; sensitive ones already masked)
+        # goes to the backend; history gets the shortened one, within the byte budget.
+        result.diff_ref = await asyncio.to_thread(put_changes, backend, changes)
+    result.details = fit_changes(result.details, BUDGET // 2)
+    return result
+
+
+class PreviewActivities:
+    def __init__(self, deps: Deps, step: ResourceStep) -> None:
+        self.registry = deps.registry
+        self.backend = deps.backend
+        self.specs = deps.specs
+        self.plans = deps.plans
+        self.cache = deps.cache
+        self.step = step
+
+    @activity.defn(name="preview_batch")
+    async def preview_batch(self, inp: PreviewBatchInput) -> PreviewBatchResult:
+        with temporal_errors(inp.unavailable_timeout_seconds):
+            async with heartbeating(f"preview {inp.start}-{inp.end}"):
+                return await self._preview_batch(inp)
+
+    async def _preview_batch(self, inp: PreviewBatchInput) -> PreviewBatchResult:
+        plan = await asyncio.to_thread(self.plans.get, inp.plan_ref)
+        nodes = plan.nodes[inp.start : inp.end]
+        ids = [n.id for n in nodes]
+        delete_ids = [n.id for n in plan.deletions[inp.start : inp.end]]
+        changes = await self._preview_changes(inp, ids, delete_ids)
+        result = await batch_result(self.backend, inp, changes)
+        for offset, node in enumerate(nodes):
+            if node.refs and changes[offset]["action"] == "UnChanged":
+                result.refs.extend(
+                    (inp.start + offset, plan.node_index[rid], path)
+                    for rid, path in node.refs
+                    if rid in plan.node_index
+                )
+        return result
+
+    async def _preview_changes(
+        self, inp: PreviewBatchInput, ids: list[str], delete_ids: list[str]
+    ) -> list[dict[str, Any]]:
+        prior = await asyncio.to_thread(self.cache.prior, inp.project, inp.workspace)
+        current: Mapping[str, Resource]
+        if inp.revision is not None:
+            current = await asyncio.to_thread(
+                self.backend.resources,
+                inp.project,
+                inp.workspace,
+                inp.revision,
+                [*ids, *delete_ids],
+            )
+        else:
+            current = prior
+        resources = self.specs.resources(inp.spec_ref) if inp.spec_ref else {}
+        step = self.step
+        options = step.options(
+            inp.project, inp.workspace, inp.spec_ref, force=inp.force, adopt=inp.adopt
+        )
+        # The worker policy, before any runtime call: the whole spec, then this batch.
+        deleting = [
+            current[i].model_copy(
+                update={"attributes": desired_from_recorded(current[i].attributes)}
+            )
+            for i in delete_ids
+        ]
+        batch = [*(resources[i] for i in ids), *deleting]
+        await asyncio.to_thread(
+            guard.check_preview, self.registry, inp.spec_ref, resources, batch, options
+        )
+        stack_secrets = (
+            await asyncio.to_thread(step.secrets.of, inp.project, inp.workspace)
+            if ids
+            else SecretSet()
+        )
+        gate = asyncio.Semaphore(PREVIEW_PARALLELISM)
+        merged = asyncio.Semaphore(COALESCED_PARALLELISM)
+
+        def gate_for(resource_id: str, deleting: bool) -> asyncio.Semaphore:
+            found = current[resource_id] if deleting else resources[resource_id]
+            runtime = self.registry.find(str(found.type))
+            return merged if runtime is not None and runtime.coalesces_calls else gate
+
+        async def one(resource_id: str, deleting: bool) -> dict[str, Any]:
+            async with gate_for(resource_id, deleting):
+                if deleting:
+                    return await step.preview_delete(current[resource_id], prior, options)
+                return await step.preview_apply(
+                    resources[resource_id],
+                    resources,
+                    prior,
+                    current,
+                    options,
+                    inp.ignore_fields,
+                    stack_secrets,
+                )
+
+        # one read scope: a runtime may answer many reads of one kind and place from one
+        # listing, kept as a snapshot for the run's later preview batches
+        with read_scope(read_scope_key(), (r.attributes for r in batch)):
+            jobs = [one(i, False) for i in ids] + [one(i, True) for i in delete_ids]
+            return list(await asyncio.gather(*jobs))
+
+    @activity.defn(name="describe_changes")
+    async def describe_changes(self, inp: DescribeInput) -> list[dict[str, Any]]:
+        with temporal_errors():
+            return await asyncio.to_thread(self._describe, inp)
+
+    def _describe(self, inp: DescribeInput) -> list[dict[str, Any]]:
+        plan = self.plans.get(inp.plan_ref)
+        described = []
+        for kind, index, action, flags, ref_index, ref_path in inp.items:
+            node = plan.of(kind == "d")[index]
+            change: dict[str, Any] = {
+                "id": node.id,
+                "type": node.type,
+                "action": action,
+                "drift": bool(flags & FLAG_DRIFT),
+                "diff": [],
+            }
+            if flags & FLAG_DIFF_OMITTED:
+                change["diff_omitted"] = True
+            if ref_index >= 0:
+                rid = plan.nodes[ref_index].id
+                change["diff"] = [references_entry(f"{rid}.{ref_path}" if ref_path else rid)]
+            described.append(change)
+        return described
+
+    @activity.defn(name="index_diffs")
+    async def index_diffs(self, inp: DiffIndexInput) -> str:
+        """One ref standing for a run's diff refs (the workflow holds a few, whatever the
+        size of the stack)."""
+        with temporal_errors():
+            return await asyncio.to_thread(put_index, self.backend, inp.refs)

@@ -1,0 +1,144 @@
+"""The stack lock, seen from the activities: the one place a release is opened, a stale
+lock recovered and a state write fenced.
+
+The lock belongs to a run (:class:`RunRef`): :meth:`StackGuard.open_release` takes it for the
+calling run (or finds the release this very run opened before a retry); a stack held by a run
+that Temporal says has closed is recovered first (its release closed as failed, saying why).
+Every state write goes through :meth:`StackGuard.write`, a compare-and-set on the run in the
+backend's transaction; when the holder is an earlier run of the same workflow that has closed
+(a ``temporal workflow reset`` replaced it), the new run takes the stack over and writes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from typing import TypeVar
+
+from temporalio import activity
+
+from stackflow.activities.deps import Deps
+from stackflow.errors import FencedError, StackLockedError
+from stackflow.operation import RunOwner
+from stackflow.release import Operation, Release
+from stackflow.state.backend import RunRef, StackLock
+
+T = TypeVar("T")
+
+OPEN_ATTEMPTS = 5
+"""How often opening a release looks at a new holder before giving up (contention)."""
+
+
+def calling_run(owner: RunOwner | None = None) -> RunRef:
+    """The run whose writes these are: the one named (a batch child's parent) or the run of
+    the calling activity."""
+    if owner is not None:
+        return RunRef(owner.workflow_id, owner.run_id)
+    info = activity.info()
+    return RunRef(info.workflow_id or "", info.workflow_run_id or "")
+
+
+def read_scope_key(run: RunRef | None = None) -> str:
+    """Which run's reads a read scope holds: ``run``, else the calling activity's run (outside
+    an activity, e.g. in tests: a key of its own). One format for the preview that lists and
+    the walk that looks its listing up."""
+    if run is None:
+        try:
+            info = activity.info()
+        except RuntimeError:
+            return uuid.uuid4().hex
+        run = RunRef(info.workflow_id or "", info.workflow_run_id or "")
+    return f"{run.workflow_id}/{run.run_id}"
+
+
+class StackGuard:
+    def __init__(self, deps: Deps) -> None:
+        self.backend = deps.backend
+        self.oracle = deps.oracle
+
+    async def open_release(
+        self,
+        project: str,
+        workspace: str,
+        operation: Operation,
+        spec_ref: str | None,
+        run: RunRef,
+        source_revision: int | None = None,
+    ) -> Release:
+        """Create the next release for ``run``, or find the one this very run created before
+        a retry. A stack held by a run that has closed is recovered first."""
+        for _ in range(OPEN_ATTEMPTS):
+            lock = await asyncio.to_thread(self.backend.lock, project, workspace)
+            if lock is not None and lock.held_by(run):
+                return await asyncio.to_thread(
+                    self.backend.get, project, workspace, lock.revision, with_spec=False
+                )
+            if lock is not None:
+                await self.recover_or_refuse(lock)
+            try:
+                return await asyncio.to_thread(
+                    lambda: self.backend.create(
+                        project,
+                        workspace,
+                        operation,
+                        spec_ref=spec_ref,
+                        run=run,
+                        source_revision=source_revision,
+                    )
+                )
+            except StackLockedError:
+                continue  # taken meanwhile: look at the new holder
+        raise StackLockedError(f"stack {project}/{workspace}: too much contention for its lock")
+
+    async def recover_or_refuse(self, lock: StackLock) -> None:
+        """Close the release of a holder that has ended; refuse (naming it) one still open."""
+        ended = await self.oracle.ended(lock)
+        if ended is None:
+            holder = lock.holder()
+            link = self.oracle.link(holder) if holder else None
+            raise StackLockedError(
+                f"stack {lock.project}/{lock.workspace} is locked by {lock.describe()}, which "
+                f"is still running"
+                + (f" ({link})" if link else "")
+                + "; wait for it, or approve/cancel it in the Temporal UI"
+                if holder
+                else f"stack {lock.project}/{lock.workspace} is locked by {lock.describe()}; "
+                f"if no operation is running, unlock it: stackflow release unlock "
+                f"--project {lock.project} --workspace {lock.workspace}"
+            )
+        recovered = await asyncio.to_thread(
+            self.backend.recover, lock, f"{ended}; recovered by the next operation"
+        )
+        if recovered:
+            activity.logger.warning(
+                "recovered stack %s/%s: %s", lock.project, lock.workspace, ended
+            )
+
+    async def write(self, run: RunRef, project: str, workspace: str, write: Callable[[], T]) -> T:
+        """Run the fenced ``write`` (a backend call that checks ``run`` holds the stack); if
+        the stack is held by an earlier run of the same workflow that has closed (a reset
+        replaced it), take the stack over and write."""
+        try:
+            return await asyncio.to_thread(write)
+        except FencedError:
+            lock = await asyncio.to_thread(self.backend.lock, project, workspace)
+            if (
+                lock is None
+                or lock.workflow_id != run.workflow_id
+                or lock.run_id == run.run_id
+                or await self.oracle.ended(lock) is None
+                or not await asyncio.to_thread(self.backend.transfer, lock, run)
+            ):
+                raise
+            activity.logger.warning("%s took over %s from a closed run", run, lock.describe())
+            return await asyncio.to_thread(write)
+
+    async def assert_holds(self, run: RunRef, project: str, workspace: str, revision: int) -> None:
+        """Before a runtime call: ``run`` still holds the stack at ``revision``."""
+        await self.write(
+            run,
+            project,
+            workspace,
+            lambda: self.backend.assert_holds(project, workspace, revision, run),
+        )

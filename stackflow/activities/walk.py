@@ -1,0 +1,313 @@
+"""Walking a plan: apply or delete one node, or a group of cheap nodes in one activity, load a
+batch child's nodes, and move the release through its phases.
+
+Each activity is idempotent (apply is declarative, deleting a missing object succeeds,
+release writes are upserts) and returns a small summary: the full live state goes to the
+state backend, never into workflow history. Every state write is fenced by the run that
+holds the stack (:class:`~stackflow.activities.stack_guard.StackGuard`): the calling run, or
+for a batch child the parent named in the input."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from stackflow.activities.deps import Deps
+from stackflow.activities.errors import temporal_errors, to_application_error
+from stackflow.activities.heartbeat import heartbeating
+from stackflow.activities.resource_step import COALESCED_PARALLELISM, ResourceStep, digest
+from stackflow.activities.stack_guard import StackGuard, calling_run, read_scope_key
+from stackflow.budget import short_error
+from stackflow.diff import SecretSet
+from stackflow.operation import (
+    CODE_ACTIONS,
+    GroupInput,
+    LoadBatchInput,
+    LoadedBatch,
+    NodeInput,
+    NodeResult,
+    NodeStatus,
+    PhaseInput,
+    PlannedNode,
+)
+from stackflow.release import Approval, Phase, Release
+from stackflow.runtimes.base import read_scope
+from stackflow.spec import Resource
+
+
+class WalkActivities:
+    def __init__(self, deps: Deps, guard: StackGuard, step: ResourceStep) -> None:
+        self.registry = deps.registry
+        self.backend = deps.backend
+        self.specs = deps.specs
+        self.plans = deps.plans
+        self.cache = deps.cache
+        self.guard = guard
+        self.step = step
+
+    # ---- one node --------------------------------------------------------------------------
+    @activity.defn(name="apply_resource")
+    async def apply_resource(self, inp: NodeInput) -> NodeResult:
+        with temporal_errors(inp.unavailable_timeout_seconds):
+            async with heartbeating(f"apply {inp.resource_id}"):
+                return await self._apply(inp)
+
+    async def _apply(self, inp: NodeInput) -> NodeResult:
+        step, guard = self.step, self.guard
+        spec_resources = self.specs.resources(inp.spec_ref) if inp.spec_ref else {}
+        wanted = step.ids_to_read(inp, spec_resources)
+        state = await asyncio.to_thread(
+            self.backend.resources, inp.project, inp.workspace, inp.revision, wanted
+        )
+        run = calling_run(inp.owner)
+        secrets = await asyncio.to_thread(step.secrets.of, inp.project, inp.workspace)
+        job = step.apply_job(inp, spec_resources, state, step.node_options(inp, run), secrets)
+
+        async def fence() -> None:
+            await guard.assert_holds(run, inp.project, inp.workspace, inp.revision)
+
+        live = await step.apply(job, fence)
+
+        async def record(attributes: dict[str, Any]) -> None:
+            applied = job.applied(attributes)
+            await guard.write(
+                run,
+                inp.project,
+                inp.workspace,
+                lambda: self.backend.record_resource(
+                    inp.project, inp.workspace, inp.revision, applied, run=run
+                ),
+            )
+
+        # Recorded before any readiness wait: an object that never gets ready is still the
+        # stack's (a later destroy removes it).
+        await record(live)
+        if inp.watch:
+            live = await job.runtime.wait_ready(job.request, job.options)
+            await record(live)
+        return NodeResult(
+            id=job.resource.id, action=inp.action, status=NodeStatus.succeeded, digest=digest(live)
+        )
+
+    @activity.defn(name="delete_resource")
+    async def delete_resource(self, inp: NodeInput) -> NodeResult:
+        with temporal_errors(inp.unavailable_timeout_seconds):
+            async with heartbeating(f"delete {inp.resource_id}"):
+                return await self._delete(inp)
+
+    async def _delete(self, inp: NodeInput) -> NodeResult:
+        guard = self.guard
+        recorded = await asyncio.to_thread(
+            self.backend.resource_state, inp.project, inp.workspace, inp.revision, inp.resource_id
+        )
+        run = calling_run(inp.owner)
+        if recorded is not None:
+
+            async def fence() -> None:
+                await guard.assert_holds(run, inp.project, inp.workspace, inp.revision)
+
+            await self.step.delete(recorded, self.step.node_options(inp, run), fence)
+            await guard.write(
+                run,
+                inp.project,
+                inp.workspace,
+                lambda: self.backend.record_deletion(
+                    inp.project, inp.workspace, inp.revision, inp.resource_id, run=run
+                ),
+            )
+        # Not in state any more: an earlier attempt already deleted and recorded it.
+        return NodeResult(id=inp.resource_id, action="Delete", status=NodeStatus.succeeded)
+
+    # ---- groups of cheap nodes ---------------------------------------------------------------
+    @activity.defn(name="run_group")
+    async def run_group(self, inp: GroupInput) -> list[NodeResult]:
+        """Apply or delete several ready nodes at once, each on its own (idempotent, as one
+        node's activity). A node that fails for good (invalid input, conflict, fenced,
+        unreachable past the timeout) gets a failed result; a failure worth retrying
+        (unavailable, a first bug) makes the whole group retry, and the nodes that already
+        succeeded simply apply again."""
+        with temporal_errors(inp.unavailable_timeout_seconds):
+            async with heartbeating(f"{len(inp.nodes)} resources"):
+                return await self._run_group(inp)
+
+    async def _run_group(self, inp: GroupInput) -> list[NodeResult]:
+        """One state read, one lock check and one write per group; each node's runtime call
+        on its own (side by side), each node's failure its own."""
+        step, guard = self.step, self.guard
+        run = calling_run(inp.owner)
+        project, workspace, revision = inp.project, inp.workspace, inp.revision
+        options = step.node_options(inp, run)
+        spec_resources = self.specs.resources(inp.spec_ref) if inp.spec_ref else {}
+        nodes = {
+            rid: NodeInput(
+                project=project,
+                workspace=workspace,
+                revision=revision,
+                spec_ref=inp.spec_ref,
+                resource_id=rid,
+                action=action,
+                force=inp.force,
+                adopt=inp.adopt,
+                owner=inp.owner,
+                unavailable_timeout_seconds=inp.unavailable_timeout_seconds,
+            )
+            for rid, action in inp.nodes
+        }
+        outcome: dict[str, NodeResult | Exception] = {}
+        wanted: dict[str, list[str]] = {}
+        for rid, node in nodes.items():
+            try:
+                wanted[rid] = (
+                    [rid] if node.action == "Delete" else step.ids_to_read(node, spec_resources)
+                )
+            except Exception as exc:
+                outcome[rid] = exc
+        every = sorted({i for ids in wanted.values() for i in ids})
+        state = await asyncio.to_thread(self.backend.resources, project, workspace, revision, every)
+        secrets = (
+            await asyncio.to_thread(step.secrets.of, project, workspace)
+            if any(action != "Delete" for _, action in inp.nodes)
+            else SecretSet()
+        )
+        await guard.assert_holds(run, project, workspace, revision)
+        applied: dict[str, Resource] = {}
+        deleted: list[str] = []
+        gate = asyncio.Semaphore(inp.concurrency)
+        merged = asyncio.Semaphore(COALESCED_PARALLELISM)
+
+        def gate_for(rid: str) -> asyncio.Semaphore:
+            found = state.get(rid) if nodes[rid].action == "Delete" else spec_resources.get(rid)
+            runtime = self.registry.find(str(found.type)) if found is not None else None
+            return merged if runtime is not None and runtime.coalesces_calls else gate
+
+        async def one(rid: str) -> None:
+            async with gate_for(rid):
+                await node_step(rid)
+
+        async def node_step(rid: str) -> None:
+            node = nodes[rid]
+            try:
+                if node.action == "Delete":
+                    recorded = state.get(rid)
+                    if recorded is not None:
+                        await step.delete(recorded, options)
+                        deleted.append(rid)
+                    outcome[rid] = NodeResult(id=rid, action="Delete", status=NodeStatus.succeeded)
+                    return
+                mine = {i: state[i] for i in wanted[rid] if i in state}
+                job = step.apply_job(node, spec_resources, mine, options, secrets)
+                live = await step.apply(job)
+                applied[rid] = job.applied(live)
+                outcome[rid] = NodeResult(
+                    id=rid, action=node.action, status=NodeStatus.succeeded, digest=digest(live)
+                )
+            except Exception as exc:  # classified below, per node
+                outcome[rid] = exc
+
+        # a walk of the run whose preview may have listed these objects on this worker
+        with read_scope(read_scope_key(run), lists=False):
+            await asyncio.gather(*(one(rid) for rid in wanted))
+        order = [rid for rid, _ in inp.nodes]
+        await guard.write(
+            run,
+            project,
+            workspace,
+            lambda: self.backend.record_resources(
+                project, workspace, revision, [applied[i] for i in order if i in applied], run=run
+            ),
+        )
+        await guard.write(
+            run,
+            project,
+            workspace,
+            lambda: self.backend.record_deletions(project, workspace, revision, deleted, run=run),
+        )
+        return self._group_results(inp, outcome)
+
+    @staticmethod
+    def _group_results(
+        inp: GroupInput, outcome: dict[str, NodeResult | Exception]
+    ) -> list[NodeResult]:
+        """Each node's result, in the group's order; raises the first failure worth a retry
+        (what succeeded is recorded: the retry applies it again, harmlessly)."""
+        results: list[NodeResult] = []
+        again: BaseException | None = None
+        for rid, action in inp.nodes:
+            done = outcome[rid]
+            if isinstance(done, NodeResult):
+                results.append(done)
+                continue
+            error = to_application_error(done, inp.unavailable_timeout_seconds)
+            if isinstance(error, ApplicationError) and error.non_retryable:
+                results.append(
+                    NodeResult(
+                        id=rid,
+                        action=action,
+                        status=NodeStatus.failed,
+                        error=short_error(error.message) or error.type,
+                        error_type=error.type,
+                    )
+                )
+            elif again is None:
+                again = error
+        if again is not None:
+            raise again
+        return results
+
+    # ---- plan reads and phases ---------------------------------------------------------------
+    @activity.defn(name="load_batch")
+    async def load_batch(self, inp: LoadBatchInput) -> LoadedBatch:
+        with temporal_errors():
+            return await asyncio.to_thread(self._load_batch, inp)
+
+    def _load_batch(self, inp: LoadBatchInput) -> LoadedBatch:
+        plan = self.plans.get(inp.plan_ref)
+        every = plan.of(inp.deletions)
+        picked = [(every[inp.start + i], code) for i, code in enumerate(inp.actions) if code != "."]
+        inside = {node.id for node, _ in picked}
+        not_ok = {every[i].id for i in inp.not_ok}
+        blocked = sorted({d for node, _ in picked for d in node.deps if d in not_ok})
+        # The walk only looks at deps inside the batch and at blocked ones: the others
+        # succeeded in earlier batches, so they stay out of the child's history.
+        relevant = inside.union(blocked)
+        nodes = [
+            PlannedNode(
+                id=node.id,
+                type=node.type,
+                action=CODE_ACTIONS[code],
+                deps=[d for d in node.deps if d in relevant],
+            )
+            for node, code in picked
+        ]
+        return LoadedBatch(nodes=nodes, blocked=blocked)
+
+    @activity.defn(name="set_phase")
+    async def set_phase(self, inp: PhaseInput) -> None:
+        with temporal_errors():
+            run = calling_run()
+            approval = Approval.model_validate(inp.approval) if inp.approval else None
+
+            def write() -> Release:
+                return self.backend.set_phase(
+                    inp.project,
+                    inp.workspace,
+                    inp.revision,
+                    Phase(inp.phase),
+                    run=run,
+                    error=inp.error,
+                    changes=inp.changes,
+                    approval=approval,
+                )
+
+            release = await self.guard.write(run, inp.project, inp.workspace, write)
+            if release.phase == Phase.succeeded:
+                await asyncio.to_thread(
+                    self._cache_release, inp.project, inp.workspace, inp.revision
+                )
+
+    def _cache_release(self, project: str, workspace: str, revision: int) -> None:
+        """A succeeded release becomes the prior state the next diff reads (Redis)."""
+        self.cache.remember(self.backend.get(project, workspace, revision, with_spec=False))

@@ -180,7 +180,9 @@ def _mask(value: Any, rest: Sequence[Segment]) -> Any:
     return value
 
 
-def _masked(path: tuple[Segment, ...], value: Any, patterns: Sequence[Sequence[Segment]]) -> Any:
+def masked_value(
+    path: tuple[Segment, ...], value: Any, patterns: Sequence[Sequence[Segment]]
+) -> Any:
     for pattern in patterns:
         if matches_prefix(pattern, path):
             return _mask(value, ())
@@ -197,7 +199,7 @@ def mask_attributes(resource_type: str, attributes: Mapping[str, Any]) -> dict[s
     so Secret data, generated passwords and runtime-private state are never printed.
     """
     patterns = [parse_path(p) for p in sensitive_paths_for(resource_type, attributes)]
-    return dict(_masked((), dict(attributes), patterns))
+    return dict(masked_value((), dict(attributes), patterns))
 
 
 class _Absent:
@@ -211,7 +213,7 @@ def _value_at(value: Any, path: Sequence[Segment]) -> Any:
         return _Absent
 
 
-def _field_changes(old: Any, new: Any) -> list[tuple[tuple[Segment, ...], Any, Any]]:
+def leaf_changes(old: Any, new: Any) -> list[tuple[tuple[Segment, ...], Any, Any]]:
     """Leaf-level (path, old, new) differences, via deepdiff; a missing field shows as None."""
     if old == new:  # fast path: most resources are unchanged
         return []
@@ -267,7 +269,7 @@ def diff_resource(
     else:
         want = prune(desired, ignore)
         have = prune(project(live, desired), ignore)
-        raw = _field_changes(have, want)
+        raw = leaf_changes(have, want)
         action = Action.Update if raw else Action.UnChanged
         if raw and prior is not None:
             # A field differs from desired although the spec left it as it was in prior:
@@ -277,8 +279,8 @@ def diff_resource(
     diff = [
         FieldChange(
             path=format_path(path),
-            old=_masked(path, old_value, secret),
-            new=_masked(path, new_value, secret),
+            old=masked_value(path, old_value, secret),
+            new=masked_value(path, new_value, secret),
         )
         for path, old_value, new_value in raw
         if path or old_value or new_value  # an empty object created/deleted has no fields
@@ -301,13 +303,13 @@ def diff_recorded(
         action = Action.Delete
         raw = [(p, v, None) for p, v in _leaves(recorded, ())]
     else:
-        raw = _field_changes(dict(recorded), dict(live))
+        raw = leaf_changes(dict(recorded), dict(live))
         action = Action.Update if raw else Action.UnChanged
     diff = [
         FieldChange(
             path=format_path(path),
-            old=_masked(path, old_value, secret),
-            new=_masked(path, new_value, secret),
+            old=masked_value(path, old_value, secret),
+            new=masked_value(path, new_value, secret),
         )
         for path, old_value, new_value in raw
         if path or old_value or new_value

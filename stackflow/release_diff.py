@@ -25,10 +25,10 @@ from pydantic import BaseModel, Field, computed_field
 from stackflow.diff import (
     RECORDED_SENSITIVE_KEY,
     RUNTIME_KEY_PREFIX,
-    _field_changes,
-    _masked,
     equal_value_paths,
+    leaf_changes,
     mask_release_data,
+    masked_value,
     sensitive_paths_for,
     sensitive_values,
     tainted_paths,
@@ -210,7 +210,7 @@ def _touches(patterns: Sequence[Sequence[Segment]], at: Sequence[Segment]) -> bo
 
 def mask_value(at: Sequence[Segment], value: Any, patterns: Sequence[Sequence[Segment]]) -> Any:
     """``value`` (found at ``at``) with its sensitive parts replaced by the marker."""
-    return _masked(tuple(at), value, patterns)
+    return masked_value(tuple(at), value, patterns)
 
 
 def mask_recorded(attributes: Mapping[str, Any], sensitive: Iterable[str]) -> dict[str, Any]:
@@ -279,7 +279,7 @@ def field_changes(
     patterns = _patterns(sensitive)
     before, after = _seal_tokens(dict(old)), _seal_tokens(dict(new))
     out = []
-    for segments, old_value, new_value in _field_changes(before, after):
+    for segments, old_value, new_value in leaf_changes(before, after):
         at = tuple(segments)
         sealed = _holds_token(old_value) or _holds_token(new_value)
         if not _present(before, segments):

@@ -28,7 +28,7 @@ from stackflow.operation import TASK_QUEUE_DEFAULT
 from stackflow.policy import worker_policy
 from stackflow.runtimes.registry import RuntimeRegistry, default_registry
 from stackflow.state.backend import StateBackend, redact_url
-from stackflow.workflows.operations import ALL_WORKFLOWS
+from stackflow.workflows.catalog import ALL_WORKFLOWS
 
 log = logging.getLogger("stackflow.worker")
 

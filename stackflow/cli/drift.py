@@ -39,7 +39,7 @@ from stackflow.cli.operations import (
     ProjectOpt,
     WaitOpt,
     WorkspaceOpt,
-    _console,
+    console_for,
     ui_link,
 )
 from stackflow.cli.output import OutputFormat, echo_safe
@@ -206,7 +206,7 @@ def drift_check(
         data["ui"] = link
         typer.echo(json.dumps(data, indent=2, sort_keys=True))
     else:
-        console = _console(output)
+        console = console_for(output)
         _print_summary(console, stack, result.summary, result.drifted)
         _print_diffs(console, rows)
         if result.repair_workflow_id:
@@ -339,7 +339,7 @@ def drift_status(
         data["drifted_resources"] = rows
         typer.echo(json.dumps(data, indent=2, sort_keys=True))
         return
-    console = _console(output)
+    console = console_for(output)
     _print_summary(console, f"{project}/{workspace}", report.summary.model_dump(), report.drifted)
     console.print(
         f"  checked at {report.checked_at.isoformat(timespec='seconds')} against release "

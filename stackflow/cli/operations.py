@@ -147,7 +147,7 @@ def ui_link(namespace: str, workflow_id: str, run_id: str | None) -> str:
     return f"{base}/namespaces/{namespace}/workflows/{wid}" + (f"/{run_id}" if run_id else "")
 
 
-def _console(output: OutputFormat) -> Console:
+def console_for(output: OutputFormat) -> Console:
     # In JSON mode everything human goes to stderr so stdout stays parseable.
     return SafeConsole(stderr=output == OutputFormat.json, soft_wrap=True, emoji=False)
 
@@ -159,7 +159,7 @@ class Runner:
         self.workflow = workflow
         self.request = request
         self.output = output
-        self.console = _console(output)
+        self.console = console_for(output)
         self.workflow_id = workflow_id_for(request.project, request.workspace)
         follow = None
         if workflow == "PreviewWorkflow":
@@ -266,7 +266,7 @@ class Runner:
         )
 
     async def approve(self, handle: WorkflowHandle[Any, OperationResult], yes: bool) -> None:
-        by = _user()
+        by = current_user()
         if yes:
             decision = True
         elif not sys.stdin.isatty():
@@ -352,7 +352,7 @@ def full_changes(view: dict[str, Any]) -> dict[str, Any]:
     return {**view, "changes": changes}
 
 
-def _user() -> str:
+def current_user() -> str:
     try:
         return getpass.getuser()
     except Exception:
@@ -361,7 +361,9 @@ def _user() -> str:
 
 def _request(project: str, workspace: str, **fields: Any) -> OperationInput:
     try:
-        request = OperationInput(project=project, workspace=workspace, operator=_user(), **fields)
+        request = OperationInput(
+            project=project, workspace=workspace, operator=current_user(), **fields
+        )
     except ValueError as exc:
         raise SpecError(f"invalid option: {_option_error(exc)}") from None
     check_request(request)

@@ -22,7 +22,7 @@ from stackflow.cli.operations import (
     ProjectOpt,
     WaitOpt,
     WorkspaceOpt,
-    _user,
+    current_user,
     ui_link,
 )
 from stackflow.cli.output import OutputFormat, echo_safe, stdout_console
@@ -58,7 +58,7 @@ async def _update(
 ) -> str:
     temporal = Temporal(timeout, project, workspace)
     handle = await _handle(temporal, project, workspace)
-    arg = ApprovalInput(by=_user(), reason=reason)
+    arg = ApprovalInput(by=current_user(), reason=reason)
     update_id = f"{name}-{uuid.uuid4().hex}"  # one id for every attempt: applied once
     try:
         result = await temporal.call(name, lambda: handle.execute_update(name, arg, id=update_id))

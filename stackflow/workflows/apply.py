@@ -12,11 +12,11 @@ with workflow.unsafe.imports_passed_through():
         OperationInput,
         OperationResult,
     )
-    from stackflow.workflows.base import _Operation
+    from stackflow.workflows.base import OperationWorkflow
 
 
 @workflow.defn(name="ApplyWorkflow")
-class ApplyWorkflow(_Operation):
+class ApplyWorkflow(OperationWorkflow):
     """Preview, approval, then apply the spec node by node; deletes what left the spec."""
 
     operation = "apply"

@@ -1,7 +1,9 @@
-"""The steps the three operation workflows share: prepare, preview, approval, walk, finish,
-and closing the release on every way out. Thin and deterministic: every read or write goes
-through an activity (named by string). The workflow's state is the release phase; each
-phase change is persisted by an activity and mirrored to search attributes.
+"""The steps the operation workflows (apply, destroy, preview, rollback, refresh, drift)
+share: prepare, preview, approval, walk, finish, and closing the release on every way out.
+Thin and deterministic: every read or write goes through an activity (called by method
+reference; its name in history is the one in ``@activity.defn``). The workflow's state is
+the release phase; each phase change is persisted by an activity and mirrored to search
+attributes.
 """
 
 from __future__ import annotations
@@ -65,13 +67,13 @@ with workflow.unsafe.imports_passed_through():
         PROJECT_KEY,
         WORKSPACE_KEY,
     )
-    from stackflow.workflows.lines import PreviewLines, _range_size, brief_changes, summarise
+    from stackflow.workflows.lines import PreviewLines, brief_changes, range_size, summarise
     from stackflow.workflows.nodes import (
         Tally,
-        _cause,
-        _load,
         batch_indices,
         cause_type,
+        failure_message,
+        load_batch_nodes,
         raise_if_cancelled,
         walk_nodes,
     )
@@ -87,8 +89,8 @@ def _approval_input(args: tuple[object, ...]) -> ApprovalInput:
     return common.checked_input(ApprovalInput, args, what="update input", empty=ApprovalInput())
 
 
-class _Operation:
-    """Shared state and steps of the three operation workflows."""
+class OperationWorkflow:
+    """Shared state and steps of the operation workflows (each subclass is one)."""
 
     operation = "apply"
 
@@ -382,7 +384,7 @@ class _Operation:
                 workflow.start_activity_method(
                     batch_activity,
                     call,
-                    **common.resource_call(f"{verb} {_range_size(call, plan)} resources"),
+                    **common.resource_call(f"{verb} {range_size(call, plan)} resources"),
                 )
                 for call in group
             ]
@@ -434,7 +436,7 @@ class _Operation:
 
     async def _nodes(self, plan: OperationPlan, batch: BatchInput) -> list[PlannedNode]:
         if not plan.inline:
-            return (await _load(batch)).nodes
+            return (await load_batch_nodes(batch)).nodes
         every = plan.deletions if batch.deletions else plan.nodes
         return [
             every[batch.start + i].model_copy(update={"action": CODE_ACTIONS[code]})
@@ -540,7 +542,9 @@ class _Operation:
                 )
             except ChildWorkflowError as exc:
                 raise_if_cancelled(exc)
-                await self._settle_batch(plan, batch, tally, NodeStatus.failed, _cause(exc))
+                await self._settle_batch(
+                    plan, batch, tally, NodeStatus.failed, failure_message(exc)
+                )
                 not_ok.extend(i for i, _ in chunk)
                 continue
             tally.merge(result)
@@ -636,7 +640,7 @@ class _Operation:
             await self._close(f"{self.operation} failed: {exc}")
             raise
         except (ActivityError, ChildWorkflowError) as exc:
-            await self._close(f"{self.operation} failed: {_cause(exc)}")
+            await self._close(f"{self.operation} failed: {failure_message(exc)}")
             raise  # a failure error: it fails the workflow
         except Exception as exc:
             reason = f"internal error in the {self.operation} workflow: {type(exc).__name__}: {exc}"
@@ -677,7 +681,7 @@ class _Operation:
             await self._preview(plan)
         except ActivityError as exc:
             raise_if_cancelled(exc)
-            self._error = f"preview failed: {_cause(exc)}"
+            self._error = f"preview failed: {failure_message(exc)}"
             self._error_type = cause_type(exc)
             return await self._finish(Tally(full=True))
         assert self._lines is not None

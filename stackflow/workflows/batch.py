@@ -16,7 +16,7 @@ with workflow.unsafe.imports_passed_through():
         NodeStatus,
     )
     from stackflow.workflows import common
-    from stackflow.workflows.nodes import Tally, _load, batch_indices, walk_nodes
+    from stackflow.workflows.nodes import Tally, batch_indices, load_batch_nodes, walk_nodes
     from stackflow.workflows.walker import WalkProgress
 
 
@@ -30,7 +30,7 @@ class BatchWorkflow:
     @workflow.run
     async def run(self, *args: object) -> BatchResult:
         batch = common.checked_input(BatchInput, args)
-        loaded = await _load(batch)
+        loaded = await load_batch_nodes(batch)
         results = await walk_nodes(loaded.nodes, batch, loaded.blocked, self._progress)
         tally = Tally(batch.full_results)
         for result in results:

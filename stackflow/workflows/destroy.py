@@ -9,11 +9,11 @@ with workflow.unsafe.imports_passed_through():
         OperationInput,
         OperationResult,
     )
-    from stackflow.workflows.base import _Operation
+    from stackflow.workflows.base import OperationWorkflow
 
 
 @workflow.defn(name="DestroyWorkflow")
-class DestroyWorkflow(_Operation):
+class DestroyWorkflow(OperationWorkflow):
     """Deletes everything the stack's last release holds, dependents first."""
 
     operation = "destroy"

@@ -20,12 +20,12 @@ with workflow.unsafe.imports_passed_through():
         workflow_id_for,
     )
     from stackflow.workflows import common
-    from stackflow.workflows.base import _Operation
+    from stackflow.workflows.base import OperationWorkflow
     from stackflow.workflows.constants import DRIFT_KEY, PHASE_KEY
 
 
 @workflow.defn(name="DriftWorkflow")
-class DriftWorkflow(_Operation):
+class DriftWorkflow(OperationWorkflow):
     """A drift check: ``stackflow drift check`` runs one now, ``stackflow drift schedule``
     a Temporal Schedule of them."""
 

@@ -245,7 +245,7 @@ class PreviewLines:
         return to_apply, to_delete
 
 
-def _range_size(call: PreviewBatchInput, plan: OperationPlan) -> int:
+def range_size(call: PreviewBatchInput, plan: OperationPlan) -> int:
     nodes = max(0, min(call.end, plan.node_count) - call.start)
     return nodes + max(0, min(call.end, plan.deletion_count) - call.start)
 

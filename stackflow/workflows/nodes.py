@@ -50,7 +50,7 @@ def _innermost(exc: BaseException) -> BaseException:
     return exc
 
 
-def _cause(exc: BaseException) -> str:
+def failure_message(exc: BaseException) -> str:
     """The innermost message of an activity/child failure: what the user needs to read."""
     inner = _innermost(exc)
     text = inner.message if isinstance(inner, ApplicationError) else str(inner)
@@ -109,7 +109,7 @@ async def run_resource_node(node: PlannedNode, batch: BatchInput) -> NodeResult:
             id=node.id,
             action=node.action,
             status=NodeStatus.failed,
-            error=_cause(exc),
+            error=failure_message(exc),
             error_type=cause_type(exc),
         )
 
@@ -140,7 +140,7 @@ async def run_resource_group(
         return results
     except ActivityError as exc:
         raise_if_cancelled(exc)
-        error, kind = _cause(exc), cause_type(exc)
+        error, kind = failure_message(exc), cause_type(exc)
         return [
             NodeResult(
                 id=node.id,
@@ -195,7 +195,7 @@ async def walk_nodes(
     )
 
 
-async def _load(batch: BatchInput) -> LoadedBatch:
+async def load_batch_nodes(batch: BatchInput) -> LoadedBatch:
     """The nodes of a batch, from the plan store (they then live only in this history)."""
     result: LoadedBatch = await workflow.execute_activity_method(
         WalkActivities.load_batch,

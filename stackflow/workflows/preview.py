@@ -12,13 +12,13 @@ with workflow.unsafe.imports_passed_through():
         OperationInput,
         OperationResult,
     )
-    from stackflow.workflows.base import _Operation
+    from stackflow.workflows.base import OperationWorkflow
     from stackflow.workflows.constants import PHASE_KEY
     from stackflow.workflows.nodes import Tally
 
 
 @workflow.defn(name="PreviewWorkflow")
-class PreviewWorkflow(_Operation):
+class PreviewWorkflow(OperationWorkflow):
     """The three-way diff only: no release, no lock, nothing changed."""
 
     operation = "preview"

@@ -8,12 +8,12 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from stackflow.operation import DETAIL_LIMIT, NodeStatus, OperationInput, OperationResult
-    from stackflow.workflows.base import _Operation
-    from stackflow.workflows.nodes import Tally, _cause, cause_type, raise_if_cancelled
+    from stackflow.workflows.base import OperationWorkflow
+    from stackflow.workflows.nodes import Tally, cause_type, failure_message, raise_if_cancelled
 
 
 @workflow.defn(name="RefreshWorkflow")
-class RefreshWorkflow(_Operation):
+class RefreshWorkflow(OperationWorkflow):
     """Read every resource the latest release records, show what differs (the preview:
     what it would record), ask (or ``auto_approve``), then record it as a new release
     (``operation: refresh``). The infrastructure is never changed."""
@@ -32,7 +32,7 @@ class RefreshWorkflow(_Operation):
             await self._preview(plan, refresh=True)
         except ActivityError as exc:
             raise_if_cancelled(exc)
-            self._error = f"refresh failed: {_cause(exc)}"
+            self._error = f"refresh failed: {failure_message(exc)}"
             self._error_type = cause_type(exc)
             return await self._finish(Tally(full=True))
         assert self._lines is not None

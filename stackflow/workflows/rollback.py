@@ -7,11 +7,11 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from stackflow.operation import OperationInput, OperationResult
-    from stackflow.workflows.base import _Operation
+    from stackflow.workflows.base import OperationWorkflow
 
 
 @workflow.defn(name="RollbackWorkflow")
-class RollbackWorkflow(_Operation):
+class RollbackWorkflow(OperationWorkflow):
     """Apply release ``to_revision``'s spec as a new release (``operation: rollback``,
     ``source_revision``): preview, approval and walk exactly as ApplyWorkflow."""
 

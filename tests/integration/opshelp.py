@@ -20,7 +20,7 @@ from stackflow.codec import data_converter
 from stackflow.operation import StatusView
 from stackflow.release import Release
 from stackflow.state.backend import StateBackend, open_backend
-from stackflow.workflows.operations import ALL_WORKFLOWS
+from stackflow.workflows.catalog import ALL_WORKFLOWS
 
 T = TypeVar("T")
 

@@ -13,7 +13,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from stackflow.codec import data_converter
-from stackflow.workflows.operations import ALL_WORKFLOWS
+from stackflow.workflows.catalog import ALL_WORKFLOWS
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 IDS = json.loads((GOLDEN / "workflow_ids.json").read_text())

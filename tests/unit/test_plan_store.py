@@ -17,7 +17,8 @@ from stackflow.operation import (
 )
 from stackflow.plan_store import PlanStore
 from stackflow.state.backend import StateBackend
-from stackflow.workflows.operations import PreviewLines, Tally
+from stackflow.workflows.lines import PreviewLines
+from stackflow.workflows.nodes import Tally
 
 
 def test_plan_round_trip_is_content_addressed(backend: StateBackend) -> None:

@@ -34,10 +34,8 @@ with workflow.unsafe.imports_passed_through():
         CODE_ACTIONS,
         DETAIL_LIMIT,
         NOT_OK_LIMIT,
-        ApprovalInput,
         BatchInput,
         BatchResult,
-        ChangeBrief,
         DiffIndexInput,
         NodeResult,
         NodeStatus,
@@ -51,10 +49,7 @@ with workflow.unsafe.imports_passed_through():
         PreviewBatchResult,
         RefreshBatchInput,
         RunOwner,
-        StatusView,
-        human_duration,
     )
-    from stackflow.terminal import markdown_code, markdown_text
     from stackflow.workflows import common
     from stackflow.workflows.constants import (
         AWAITING_APPROVAL,
@@ -67,7 +62,7 @@ with workflow.unsafe.imports_passed_through():
         PROJECT_KEY,
         WORKSPACE_KEY,
     )
-    from stackflow.workflows.lines import PreviewLines, brief_changes, range_size, summarise
+    from stackflow.workflows.lines import PreviewLines, brief_changes, range_size
     from stackflow.workflows.nodes import (
         Tally,
         batch_indices,
@@ -77,214 +72,16 @@ with workflow.unsafe.imports_passed_through():
         raise_if_cancelled,
         walk_nodes,
     )
+    from stackflow.workflows.steering import WALKING, SteeredRun
     from stackflow.workflows.walker import WalkProgress
 
 
-WALKING = ("applying", "destroying")
 M = TypeVar("M", bound=BaseModel)
 
 
-def _approval_input(args: tuple[object, ...]) -> ApprovalInput:
-    """The argument of approve/reject/retry/abort (none: ``ApprovalInput()``)."""
-    return common.checked_input(ApprovalInput, args, what="update input", empty=ApprovalInput())
-
-
-class OperationWorkflow:
-    """Shared state and steps of the operation workflows (each subclass is one)."""
-
-    operation = "apply"
-
-    def __init__(self) -> None:
-        self._phase = "generating"
-        self._revision: int | None = None
-        self._total = 0
-        self._progress = WalkProgress(self._tick)
-        self._shown_done = 0
-        self._lines: PreviewLines | None = None
-        self._error: str | None = None
-        self._decision: str | None = None
-        self._approval: dict[str, Any] | None = None
-        self._request: OperationInput | None = None
-        self._step: str | None = None
-        """``retry`` or ``abort`` while a paused run is told what to do."""
-        self._step_by: str | None = None
-        self._not_ok: dict[bool, list[int]] = {False: [], True: []}
-        """Plan indices (nodes, deletions) of the last walk that did not succeed."""
-        self._failures: list[NodeResult] = []
-        self._error_type: str | None = None
-
-    def _show(self) -> None:
-        """What the Temporal UI shows for the run (Markdown, a few hundred bytes)."""
-        request = self._request
-        if request is None:
-            return
-        stack = f"{request.project}/{request.workspace}"
-        lines = [f"**{self.operation} {stack}**: phase `{self._phase}`"]
-        if self._revision is not None:
-            lines[0] += f", release {self._revision}"
-        if self._lines is not None:
-            summary = self._lines.view()["summary"]
-            lines.append(
-                ", ".join(
-                    f"{summary.get(a, 0)} {a.lower()}" for a in ("Create", "Update", "Delete")
-                )
-                + f", {summary.get('UnChanged', 0)} unchanged"
-            )
-        p = self._progress
-        if self._total:
-            line = f"{p.done}/{self._total} done, {p.failed} failed"
-            eta = p.eta_seconds(workflow.now(), self._total)
-            if eta and self._phase in WALKING:
-                line += f", about {human_duration(eta)} left"
-            lines.append(line)
-        if p.running:
-            more = f" and {len(p.running) - 5} more" if len(p.running) > 5 else ""
-            lines.append("running: " + ", ".join(markdown_code(r) for r in p.running[:5]) + more)
-        if self._failures:
-            lines.append("failed:")
-            lines += [
-                f"- {markdown_code(r.id)}: {markdown_text((r.error or '')[:200])}"
-                for r in self._failures[:5]
-            ]
-        flags = f"--project {request.project} --workspace {request.workspace}"
-        wid = workflow.info().workflow_id
-        if self._phase == AWAITING_APPROVAL:
-            lines.append(
-                f"approve: `stackflow approve {flags}` or `temporal workflow update execute "
-                f'--workflow-id {wid} --name approve --input \'{{"by":"you"}}\'` '
-                f"(reject: `stackflow reject {flags}`)"
-            )
-        elif self._phase == AWAITING_DECISION:
-            lines.append(
-                f"retry the failed nodes: `stackflow retry {flags}` or `temporal workflow update "
-                f'execute --workflow-id {wid} --name retry --input \'{{"by":"you"}}\'` '
-                f"(give up: `stackflow abort {flags}`)"
-            )
-        if self._error:
-            lines.append(f"error: {markdown_text(self._error[:300])}")
-        workflow.set_current_details("\n\n".join(lines))
-
-    def _tick(self) -> None:
-        """Nodes finished: refresh the UI's current details every ~5% of the walk."""
-        step = max(1, self._total // 20)
-        if self._progress.done - self._shown_done >= step:
-            self._shown_done = self._progress.done
-            self._show()
-
-    def _changes_view(self) -> dict[str, Any]:
-        return summarise([]) if self._lines is None else self._lines.view()
-
-    # ---- queries & updates ----------------------------------------------------------------
-    @workflow.query
-    def status(self) -> StatusView:
-        brief = self._changes_view()
-        briefs = [
-            ChangeBrief(id=c["id"], type=c["type"], action=c["action"], drift=c.get("drift", False))
-            for c in brief["changes"]
-        ]
-        summary = brief["summary"]
-        return StatusView(
-            phase=self._phase,
-            revision=self._revision,
-            total=self._total,
-            done=self._progress.done,
-            failed=self._progress.failed,
-            running=list(self._progress.running),
-            changes={"changes": [b.model_dump() for b in briefs], "summary": summary},
-            error=self._error,
-            eta_seconds=self._progress.eta_seconds(workflow.now(), self._total)
-            if self._phase in WALKING
-            else None,
-        )
-
-    @workflow.query
-    def preview(self) -> dict[str, Any]:
-        """The preview (with per-field diffs) once it is computed (capped at DETAIL_LIMIT)."""
-        return self._changes_view()
-
-    # Update arguments come undecoded and are checked by the validators (and again by the
-    # handlers, which replays run without validators): a malformed argument rejects the
-    # update with one line, never the workflow task. No argument is ApprovalInput().
-    @workflow.update
-    async def approve(self, *args: object) -> str:
-        approval = _approval_input(args)
-        self._decide("approved", approval)
-        return f"approved by {approval.by}"
-
-    @approve.validator
-    def _validate_approve(self, *args: object) -> None:
-        _approval_input(args)
-        self._check_awaiting()
-
-    @workflow.update
-    async def reject(self, *args: object) -> str:
-        approval = _approval_input(args)
-        self._decide("rejected", approval)
-        return f"rejected by {approval.by}"
-
-    @reject.validator
-    def _validate_reject(self, *args: object) -> None:
-        _approval_input(args)
-        self._check_awaiting()
-
-    def _check_awaiting(self) -> None:
-        if self._phase != AWAITING_APPROVAL or self._decision is not None:
-            raise ApplicationError(
-                f"this run is not awaiting approval (phase {self._phase})",
-                type="NotAwaitingApproval",
-            )
-
-    @workflow.update
-    async def retry(self, *args: object) -> str:
-        """A paused run re-runs its failed nodes and the ones skipped because of them."""
-        request = _approval_input(args)
-        self._steer("retry", request)
-        return f"retry requested by {request.by}"
-
-    @retry.validator
-    def _validate_retry(self, *args: object) -> None:
-        _approval_input(args)
-        self._check_paused()
-
-    @workflow.update
-    async def abort(self, *args: object) -> str:
-        """A paused run ends failed, as it is."""
-        request = _approval_input(args)
-        self._steer("abort", request)
-        return f"abort requested by {request.by}"
-
-    @abort.validator
-    def _validate_abort(self, *args: object) -> None:
-        _approval_input(args)
-        self._check_paused()
-
-    def _check_paused(self) -> None:
-        if self._phase != AWAITING_DECISION or self._step is not None:
-            raise ApplicationError(
-                f"this run is not paused on failed nodes (phase {self._phase})",
-                type="NotAwaitingDecision",
-            )
-
-    def _steer(self, step: str, request: ApprovalInput) -> None:
-        # Validators of two updates in one activation both pass: the handler decides.
-        self._check_paused()
-        self._step = step
-        self._step_by = request.by
-
-    def _decide(self, decision: str, approval: ApprovalInput) -> None:
-        # Validators of an approve and a reject in one activation both pass; only the first
-        # handler to run decides, the other update fails.
-        if self._decision is not None:
-            raise ApplicationError(
-                f"this run was already {self._decision}", type="NotAwaitingApproval"
-            )
-        self._decision = decision
-        self._approval = {
-            "decision": decision,
-            "by": approval.by,
-            "reason": approval.reason,
-            "at": workflow.now().isoformat(),
-        }
+class OperationWorkflow(SteeredRun):
+    """The steps of the operation workflows (each subclass is one): prepare, preview,
+    approval, walk, finish, close."""
 
     # ---- steps ----------------------------------------------------------------------------
     def _input(self, model: type[M], args: tuple[object, ...]) -> M:

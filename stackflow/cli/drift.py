@@ -32,17 +32,19 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from stackflow.cli.app import EXIT_CODES_HELP, app
 from stackflow.cli.connection import Temporal
-from stackflow.cli.operations import (
-    BAD_INPUT_TYPES,
-    OperationFailed,
+from stackflow.cli.options import (
     OutputOpt,
     ProjectOpt,
     WaitOpt,
     WorkspaceOpt,
+)
+from stackflow.cli.output import OutputFormat, echo_safe
+from stackflow.cli.runner import (
+    BAD_INPUT_TYPES,
+    OperationFailed,
     console_for,
     ui_link,
 )
-from stackflow.cli.output import OutputFormat, echo_safe
 from stackflow.drift import DriftReport
 from stackflow.errors import NotFoundError, SpecError, StackflowError, StackLockedError
 from stackflow.operation import DriftInput, DriftResult, workflow_id_for
@@ -61,7 +63,7 @@ RepairOpt = Annotated[
         help="On drift, start an apply of the last spec (it waits for approval unless --yes).",
     ),
 ]
-YesOpt = Annotated[
+RepairYesOpt = Annotated[
     bool, typer.Option("--yes", "-y", help="With --repair: the repair apply needs no approval.")
 ]
 
@@ -191,7 +193,7 @@ def drift_check(
     project: ProjectOpt,
     workspace: WorkspaceOpt = "default",
     repair: RepairOpt = False,
-    yes: YesOpt = False,
+    yes: RepairYesOpt = False,
     output: OutputOpt = OutputFormat.table,
     unavailable_timeout: WaitOpt = 600.0,
 ) -> None:
@@ -264,7 +266,7 @@ def drift_schedule(
     every: Annotated[str, typer.Option("--every", help="Interval: 30s, 5m, 1h, 1h30m.")],
     workspace: WorkspaceOpt = "default",
     repair: RepairOpt = False,
-    yes: YesOpt = False,
+    yes: RepairYesOpt = False,
     unavailable_timeout: WaitOpt = 600.0,
 ) -> None:
     """Check for drift on a Temporal Schedule (replaces the stack's schedule if it has one)."""

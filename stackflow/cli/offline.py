@@ -17,9 +17,9 @@ from rich.table import Table
 from rich.text import Text
 
 from stackflow.cli.app import app, release_app
+from stackflow.cli.options import FileOpt, OutputOpt, ProjectOpt, WorkspaceOpt
 from stackflow.cli.output import (
     OutputFormat,
-    OutputOption,
     emit,
     masked_release_json,
     print_json,
@@ -33,12 +33,6 @@ from stackflow.kusion import export_kusion_releases, import_kusion_releases
 from stackflow.release import Release
 from stackflow.spec import load_spec
 
-SpecFile = Annotated[
-    str, typer.Option("--file", "-f", help="Spec file (YAML or JSON); '-' reads stdin.")
-]
-Project = Annotated[str, typer.Option("--project", "-p", help="Project name.")]
-Workspace = Annotated[str, typer.Option("--workspace", "-w", help="Workspace name.")]
-
 
 class GraphFormat(StrEnum):
     table = "table"
@@ -47,7 +41,7 @@ class GraphFormat(StrEnum):
 
 
 @app.command()
-def validate(file: SpecFile) -> None:
+def validate(file: FileOpt) -> None:
     """Check a spec: shape, id conventions, dependencies, references, cycles."""
     spec = load_spec(file)
     layers = build_graph(spec).layers()
@@ -75,7 +69,7 @@ def graph_dot(graph: Graph) -> str:
 
 @app.command()
 def graph(
-    file: SpecFile,
+    file: FileOpt,
     output: Annotated[
         GraphFormat, typer.Option("--output", "-o", help="table, json or dot (Graphviz).")
     ] = GraphFormat.table,
@@ -112,7 +106,9 @@ def _release_summary(r: Release) -> dict[str, Any]:
 
 @release_app.command("list")
 def release_list(
-    project: Project, workspace: Workspace = "default", output: OutputOption = OutputFormat.table
+    project: ProjectOpt,
+    workspace: WorkspaceOpt = "default",
+    output: OutputOpt = OutputFormat.table,
 ) -> None:
     """List the releases of a stack."""
     backend = default_backend()
@@ -145,12 +141,12 @@ def release_list(
 
 @release_app.command("show")
 def release_show(
-    project: Project,
-    workspace: Workspace = "default",
+    project: ProjectOpt,
+    workspace: WorkspaceOpt = "default",
     revision: Annotated[
         int | None, typer.Option("--revision", "-r", help="Default: the latest.")
     ] = None,
-    output: OutputOption = OutputFormat.table,
+    output: OutputOpt = OutputFormat.table,
     diff: Annotated[
         bool, typer.Option("--diff", help="Also the preview's full diff (every field).")
     ] = False,
@@ -168,7 +164,7 @@ def release_show(
 
     changes = None
     if diff:
-        from stackflow.cli.operations import full_changes
+        from stackflow.cli.runner import full_changes
 
         changes = full_changes(release.changes or {"changes": [], "summary": {}})
 
@@ -199,8 +195,8 @@ def release_show(
 
 @release_app.command("unlock")
 def release_unlock(
-    project: Project,
-    workspace: Workspace = "default",
+    project: ProjectOpt,
+    workspace: WorkspaceOpt = "default",
     force: Annotated[
         bool,
         typer.Option(
@@ -330,9 +326,9 @@ def release_export(
 def release_diff(
     old: Annotated[int, typer.Argument(metavar="A", help="The revision to compare from.")],
     new: Annotated[int, typer.Argument(metavar="B", help="The revision to compare to.")],
-    project: Project,
-    workspace: Workspace = "default",
-    output: OutputOption = OutputFormat.table,
+    project: ProjectOpt,
+    workspace: WorkspaceOpt = "default",
+    output: OutputOpt = OutputFormat.table,
 ) -> None:
     """What changed from revision A to revision B: resources added, removed and changed in
     the spec and in the recorded state, with the fields that differ. Sensitive values are
@@ -452,7 +448,7 @@ def _render_release_diff(found: Any, console: Console) -> None:
 
 @app.command()
 def output(
-    project: Project,
+    project: ProjectOpt,
     target: Annotated[
         str | None,
         typer.Argument(
@@ -461,7 +457,7 @@ def output(
             "(list items by number: svc.spec.ports.0.port). A single value prints plain.",
         ),
     ] = None,
-    workspace: Workspace = "default",
+    workspace: WorkspaceOpt = "default",
     resource: Annotated[
         str | None, typer.Option("--resource", "-r", help="Only this resource id.")
     ] = None,

@@ -6,7 +6,7 @@ import json
 import sys
 from collections.abc import Callable, Iterable
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -19,12 +19,6 @@ from stackflow.terminal import terminal_safe
 class OutputFormat(StrEnum):
     table = "table"
     json = "json"
-
-
-OutputOption = Annotated[
-    OutputFormat,
-    typer.Option("--output", "-o", help="table (for people) or json (stable, for scripts)."),
-]
 
 
 class SafeConsole(Console):

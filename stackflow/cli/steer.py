@@ -16,16 +16,18 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from stackflow.cli.app import app
 from stackflow.cli.connection import Temporal
-from stackflow.cli.operations import (
-    OperationFailed,
+from stackflow.cli.options import (
     OutputOpt,
     ProjectOpt,
     WaitOpt,
     WorkspaceOpt,
+)
+from stackflow.cli.output import OutputFormat, echo_safe, stdout_console
+from stackflow.cli.runner import (
+    OperationFailed,
     current_user,
     ui_link,
 )
-from stackflow.cli.output import OutputFormat, echo_safe, stdout_console
 from stackflow.errors import NotFoundError
 from stackflow.operation import ApprovalInput, StatusView, workflow_id_for
 

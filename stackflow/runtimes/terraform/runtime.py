@@ -101,7 +101,8 @@ from stackflow.runtimes.terraform.state import (
     state_sensitive_paths,
     with_unknowns,
 )
-from stackflow.state.backend import RunRef, StateBackend
+from stackflow.state.backend import RunRef
+from stackflow.state.protocols import TerraformStateStore
 
 STATE_FILE = "terraform.tfstate"
 CONFIG_FILE = GENERATED_CONFIG
@@ -281,7 +282,7 @@ class TerraformRuntime(Runtime):
         self,
         root: Path | None = None,
         binary: str | None = None,
-        backend: StateBackend | None = None,
+        backend: TerraformStateStore | None = None,
         policy: WorkerPolicy | None = None,
     ) -> None:
         self._root = root

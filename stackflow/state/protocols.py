@@ -1,0 +1,215 @@
+"""The state backend's interface, as small protocols, one per concern (as cosi-project's
+``CoreState`` and Kusion's release ``Storage``): a part of stackflow that needs one concern
+takes that protocol, and a new backend can be checked protocol by protocol by the state
+conformance suite (``tests/conformance/state/``). :class:`~stackflow.state.backend.StateBackend`
+(SQLite and PostgreSQL) satisfies all of them.
+"""
+
+from __future__ import annotations
+
+import builtins
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from stackflow.drift import DriftReport
+from stackflow.release import Approval, Operation, Phase, Release
+from stackflow.spec import Resource, Spec
+from stackflow.state.models import RunRef, StackLock
+
+
+@runtime_checkable
+class SchemaAdmin(Protocol):
+    """The schema's lifecycle: the newest migration, the current one, migrating to it,
+    refusing to run against another, closing the engine."""
+
+    def head_revision(self) -> str: ...
+    def schema_revision(self) -> str | None: ...
+    def migrate(self) -> str: ...
+    def check_schema(self) -> None: ...
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class BlobStore(Protocol):
+    """Content-addressed blobs (specs, plans, diffs, reports): stored once under their
+    sha256, the hash checked on every read, sealed at rest when keys are configured."""
+
+    def put_blob(self, kind: str, body: bytes) -> str: ...
+    def get_blob(self, kind: str, ref: str) -> bytes: ...
+    def put_spec(self, spec: Spec) -> str: ...
+    def get_spec(self, ref: str) -> Spec: ...
+
+
+@runtime_checkable
+class ReleaseReader(Protocol):
+    """Releases (revision 1, 2, 3... per project and workspace) and the state of each
+    resource per release, as recorded."""
+
+    def get(
+        self,
+        project: str,
+        workspace: str,
+        revision: int,
+        *,
+        with_spec: bool = True,
+        with_state: bool = True,
+    ) -> Release: ...
+    def revisions(self, project: str, workspace: str) -> builtins.list[int]: ...
+    def list(
+        self, project: str, workspace: str, *, with_state: bool = False
+    ) -> builtins.list[Release]: ...
+    def stacks(self) -> builtins.list[tuple[str, str]]: ...
+    def latest(self, project: str, workspace: str, *, with_spec: bool = True) -> Release | None: ...
+    def phase_of(self, project: str, workspace: str, revision: int) -> Phase: ...
+    def latest_succeeded_revision(self, project: str, workspace: str) -> int | None: ...
+    def latest_succeeded(self, project: str, workspace: str) -> Release | None: ...
+    def latest_spec_ref(self, project: str, workspace: str) -> str | None: ...
+    def resources(
+        self, project: str, workspace: str, revision: int, ids: Iterable[str] | None = None
+    ) -> dict[str, Resource]: ...
+    def resource_state(
+        self, project: str, workspace: str, revision: int, resource_id: str
+    ) -> Resource | None: ...
+
+
+@runtime_checkable
+class StackLocks(Protocol):
+    """The stack lock, owned by a run. ``create`` opens the next release and takes the lock
+    for ``run`` (refused while another release of the stack is not final); ``assert_holds``
+    checks that ``run`` still holds it; ``recover`` closes the release of a holder that has
+    ended, ``transfer`` hands the lock to the new run of a reset, ``unlock`` frees it by
+    hand. Every write of :class:`ReleaseWriter` and :class:`TerraformStateStore` is a
+    compare-and-set on the holding run in its own transaction: any other run's write raises
+    ``FencedError`` and writes nothing."""
+
+    def lock(self, project: str, workspace: str) -> StackLock | None: ...
+    def create(
+        self,
+        project: str,
+        workspace: str,
+        operation: Operation,
+        spec: Spec | None = None,
+        *,
+        spec_ref: str | None = None,
+        run: RunRef | None = None,
+        source_revision: int | None = None,
+    ) -> Release: ...
+    def assert_holds(
+        self, project: str, workspace: str, revision: int, run: RunRef | None
+    ) -> None: ...
+    def recover(self, holder: StackLock, reason: str) -> bool: ...
+    def transfer(self, holder: StackLock, run: RunRef) -> bool: ...
+    def unlock(self, project: str, workspace: str, reason: str | None = None) -> Release: ...
+
+
+@runtime_checkable
+class ReleaseWriter(Protocol):
+    """Fenced writes to the open release: its phase (a final phase frees the lock), each
+    resource's state as its node finishes, deletions; and importing a finished release
+    (Kusion)."""
+
+    def set_phase(
+        self,
+        project: str,
+        workspace: str,
+        revision: int,
+        phase: Phase,
+        *,
+        run: RunRef | None = None,
+        error: str | None = None,
+        changes: dict[str, Any] | None = None,
+        approval: Approval | None = None,
+    ) -> Release: ...
+    def record_resource(
+        self,
+        project: str,
+        workspace: str,
+        revision: int,
+        resource: Resource,
+        *,
+        run: RunRef | None = None,
+    ) -> None: ...
+    def record_resources(
+        self,
+        project: str,
+        workspace: str,
+        revision: int,
+        resources: Iterable[Resource],
+        *,
+        run: RunRef | None = None,
+    ) -> None: ...
+    def record_deletion(
+        self,
+        project: str,
+        workspace: str,
+        revision: int,
+        resource_id: str,
+        *,
+        run: RunRef | None = None,
+    ) -> None: ...
+    def record_deletions(
+        self,
+        project: str,
+        workspace: str,
+        revision: int,
+        resource_ids: Iterable[str],
+        *,
+        run: RunRef | None = None,
+    ) -> None: ...
+    def import_release(self, release: Release) -> Release: ...
+
+
+@runtime_checkable
+class DriftReportStore(Protocol):
+    """Drift checks' reports per stack, newest first."""
+
+    def put_drift_report(self, report: DriftReport) -> None: ...
+    def drift_reports(
+        self, project: str, workspace: str, limit: int = 1
+    ) -> builtins.list[DriftReport]: ...
+
+
+@runtime_checkable
+class TerraformStateStore(Protocol):
+    """The latest OpenTofu state of each Terraform resource of a stack, written (fenced by
+    the run) right after every apply or destroy, so a fresh working directory on any worker
+    starts from it; the newest serial wins."""
+
+    def put_terraform_state(
+        self,
+        project: str,
+        workspace: str,
+        resource_id: str,
+        body: str,
+        *,
+        revision: int,
+        run: RunRef | None,
+    ) -> None: ...
+    def put_terraform_states(
+        self,
+        project: str,
+        workspace: str,
+        bodies: Mapping[str, str],
+        *,
+        revision: int,
+        run: RunRef | None,
+    ) -> None: ...
+    def get_terraform_state(self, project: str, workspace: str, resource_id: str) -> str | None: ...
+    def get_terraform_states(
+        self, project: str, workspace: str, resource_ids: Iterable[str]
+    ) -> dict[str, str]: ...
+    def delete_terraform_state(
+        self, project: str, workspace: str, resource_id: str, *, revision: int, run: RunRef | None
+    ) -> None: ...
+
+
+STATE_PROTOCOLS: tuple[type, ...] = (
+    SchemaAdmin,
+    BlobStore,
+    ReleaseReader,
+    StackLocks,
+    ReleaseWriter,
+    DriftReportStore,
+    TerraformStateStore,
+)
+"""Every protocol a complete state backend satisfies."""

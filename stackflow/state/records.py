@@ -1,0 +1,199 @@
+"""Records beside the releases: drift reports and the latest OpenTofu state of each Terraform
+resource (:class:`~stackflow.state.protocols.DriftReportStore`,
+:class:`~stackflow.state.protocols.TerraformStateStore`)."""
+
+from __future__ import annotations
+
+import builtins
+import json
+from collections.abc import Iterable, Mapping
+from datetime import UTC
+
+import sqlalchemy as sa
+
+from stackflow.drift import DriftReport, DriftSummary
+from stackflow.state.models import (
+    CHUNK,
+    RunRef,
+    as_utc,
+    now,
+)
+from stackflow.state.schema import (
+    drift_reports,
+    terraform_states,
+)
+from stackflow.state.writes import ReleaseWrites
+
+
+class Records(ReleaseWrites):
+    # ---- drift reports ---------------------------------------------------------------------
+
+    def put_drift_report(self, report: DriftReport) -> None:
+        """Keep what a drift check found (no lock: a check reads only); idempotent per
+        (stack, checked_at)."""
+        summary = report.summary.model_dump(mode="json")
+        if report.repair_workflow_id:
+            summary["repair_workflow_id"] = report.repair_workflow_id
+        values = {
+            "revision": report.revision,
+            "drifted": report.drifted,
+            "summary": summary,
+            "report_ref": report.report_ref,
+            "workflow_id": report.workflow_id,
+            "run_id": report.run_id,
+        }
+        with self._tx(write=True) as conn:
+            conn.execute(
+                self._insert(drift_reports)
+                .values(
+                    project=report.project,
+                    workspace=report.workspace,
+                    checked_at=report.checked_at.astimezone(UTC),
+                    **values,
+                )
+                .on_conflict_do_update(
+                    index_elements=["project", "workspace", "checked_at"], set_=values
+                )
+            )
+
+    def drift_reports(
+        self, project: str, workspace: str, limit: int = 1
+    ) -> builtins.list[DriftReport]:
+        """The newest ``limit`` drift reports of a stack, newest first."""
+        d = drift_reports.c
+        with self._tx() as conn:
+            rows = conn.execute(
+                sa.select(drift_reports)
+                .where(d.project == project, d.workspace == workspace)
+                .order_by(d.checked_at.desc())
+                .limit(limit)
+            ).all()
+        reports = []
+        for row in rows:
+            summary = dict(row.summary or {})
+            repair = summary.pop("repair_workflow_id", None)
+            reports.append(
+                DriftReport(
+                    project=row.project,
+                    workspace=row.workspace,
+                    checked_at=as_utc(row.checked_at),
+                    revision=row.revision,
+                    drifted=bool(row.drifted),
+                    summary=DriftSummary.model_validate(summary),
+                    report_ref=row.report_ref,
+                    workflow_id=row.workflow_id,
+                    run_id=row.run_id,
+                    repair_workflow_id=repair,
+                )
+            )
+        return reports
+
+    # ---- Terraform state -------------------------------------------------------------------
+
+    def put_terraform_state(
+        self,
+        project: str,
+        workspace: str,
+        resource_id: str,
+        body: str,
+        *,
+        revision: int,
+        run: RunRef | None,
+    ) -> None:
+        """Keep the resource's newest OpenTofu state (fenced on ``run``); an older serial of
+        the same lineage never replaces a newer one."""
+        self.put_terraform_states(
+            project, workspace, {resource_id: body}, revision=revision, run=run
+        )
+
+    def put_terraform_states(
+        self,
+        project: str,
+        workspace: str,
+        bodies: Mapping[str, str],
+        *,
+        revision: int,
+        run: RunRef | None,
+    ) -> None:
+        """:meth:`put_terraform_state` for several resources in one transaction (what one
+        tofu command changed is kept all at once or not at all): per chunk of :data:`CHUNK`
+        resources, one read of the serials kept and one upsert statement for its rows."""
+        t = terraform_states.c
+        docs = {rid: json.loads(body) for rid, body in bodies.items()}
+        ids = builtins.list(docs)
+        with self._tx(write=True) as conn:
+            self._fence(conn, project, workspace, revision, run, share=True)
+            for begin in range(0, len(ids), CHUNK):
+                chunk = ids[begin : begin + CHUNK]
+                query = sa.select(t.resource_id, t.serial, t.lineage).where(
+                    t.project == project, t.workspace == workspace, t.resource_id.in_(chunk)
+                )
+                kept = {row.resource_id: row for row in conn.execute(query)}
+                rows = []
+                for rid in chunk:
+                    doc = docs[rid]
+                    serial, lineage = int(doc.get("serial", 0)), str(doc.get("lineage", ""))
+                    row = kept.get(rid)
+                    if row is not None and row.lineage == lineage and row.serial > serial:
+                        continue  # an older serial of the same lineage never replaces a newer
+                    rows.append(
+                        {
+                            "project": project,
+                            "workspace": workspace,
+                            "resource_id": rid,
+                            "body": self.sealer.seal_text(
+                                bodies[rid], project, workspace, rid, "tfstate"
+                            ),
+                            "serial": serial,
+                            "lineage": lineage,
+                            "revision": revision,
+                            "run_id": run.run_id if run else None,
+                            "updated_at": now(),
+                        }
+                    )
+                if not rows:
+                    continue
+                upsert = self._insert(terraform_states)
+                changed = ("body", "serial", "lineage", "revision", "run_id", "updated_at")
+                conn.execute(
+                    upsert.on_conflict_do_update(
+                        index_elements=["project", "workspace", "resource_id"],
+                        set_={name: upsert.excluded[name] for name in changed},
+                    ),
+                    rows,
+                )
+
+    def get_terraform_state(self, project: str, workspace: str, resource_id: str) -> str | None:
+        return self.get_terraform_states(project, workspace, [resource_id]).get(resource_id)
+
+    def get_terraform_states(
+        self, project: str, workspace: str, resource_ids: Iterable[str]
+    ) -> dict[str, str]:
+        """The kept OpenTofu states of several resources, read in one transaction (a
+        resource with none is left out)."""
+        t = terraform_states.c
+        wanted = builtins.list(dict.fromkeys(resource_ids))
+        stored: dict[str, str] = {}
+        with self._tx() as conn:
+            for start in range(0, len(wanted), CHUNK):
+                chunk = wanted[start : start + CHUNK]
+                query = sa.select(t.resource_id, t.body).where(
+                    t.project == project, t.workspace == workspace, t.resource_id.in_(chunk)
+                )
+                stored.update({row.resource_id: row.body for row in conn.execute(query)})
+        return {
+            rid: self.sealer.open_text(body, project, workspace, rid, "tfstate")
+            for rid, body in stored.items()
+        }
+
+    def delete_terraform_state(
+        self, project: str, workspace: str, resource_id: str, *, revision: int, run: RunRef | None
+    ) -> None:
+        t = terraform_states.c
+        with self._tx(write=True) as conn:
+            self._fence(conn, project, workspace, revision, run, share=True)
+            conn.execute(
+                terraform_states.delete().where(
+                    t.project == project, t.workspace == workspace, t.resource_id == resource_id
+                )
+            )

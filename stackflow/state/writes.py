@@ -1,0 +1,457 @@
+"""Writing releases and resource state under the stack lock: create (takes the lock),
+fenced writes (compare-and-set on the holding run), phases, recovery, transfer, unlock,
+import (:class:`~stackflow.state.protocols.ReleaseWriter` and
+:class:`~stackflow.state.protocols.StackLocks`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import UTC
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from stackflow.errors import (
+    ConflictError,
+    FencedError,
+    NotFoundError,
+    PhaseConflictError,
+    StackLockedError,
+)
+from stackflow.release import Approval, Operation, Phase, Release
+from stackflow.spec import Resource, Spec
+from stackflow.state.models import (
+    RunRef,
+    StackLock,
+    now,
+)
+from stackflow.state.reads import ReleaseReads
+from stackflow.state.schema import (
+    release_resources,
+    releases,
+    stack_locks,
+)
+
+
+class ReleaseWrites(ReleaseReads):
+    # ---- release writes --------------------------------------------------------------------
+
+    def create(
+        self,
+        project: str,
+        workspace: str,
+        operation: Operation,
+        spec: Spec | None = None,
+        *,
+        spec_ref: str | None = None,
+        run: RunRef | None = None,
+        source_revision: int | None = None,
+    ) -> Release:
+        """Take the stack's lock for ``run`` and open the next revision, whose state starts as
+        a copy of the latest release's (whatever its phase). StackLockedError while another
+        run holds the stack; nothing is written then. ``source_revision``: the release a
+        rollback restores."""
+        if spec is not None and spec_ref is None:
+            spec_ref = self.put_spec(spec)
+        stamp = now()
+        with self._tx(write=True) as conn:
+            taken = conn.execute(
+                self._insert(stack_locks)
+                .values(
+                    project=project,
+                    workspace=workspace,
+                    revision=0,
+                    operation=operation.value,
+                    workflow_id=run.workflow_id if run else None,
+                    run_id=run.run_id if run else None,
+                    acquired_at=stamp,
+                )
+                .on_conflict_do_nothing()
+                .returning(stack_locks.c.project)  # rowcount is not reliable on every driver
+            ).first()
+            if taken is None:
+                holder = self._lock_row(conn, project, workspace, share=True)
+                raise StackLockedError(self._locked_message(project, workspace, holder))
+            previous = conn.execute(
+                sa.select(sa.func.max(releases.c.revision)).where(
+                    releases.c.project == project, releases.c.workspace == workspace
+                )
+            ).scalar()
+            revision = int(previous or 0) + 1
+            conn.execute(
+                stack_locks.update()
+                .where(stack_locks.c.project == project, stack_locks.c.workspace == workspace)
+                .values(revision=revision)
+            )
+            conn.execute(
+                releases.insert().values(
+                    project=project,
+                    workspace=workspace,
+                    revision=revision,
+                    operation=operation.value,
+                    phase=Phase.generating.value,
+                    spec_ref=spec_ref,
+                    workflow_id=run.workflow_id if run else None,
+                    run_id=run.run_id if run else None,
+                    created_at=stamp,
+                    modified_at=stamp,
+                    source_revision=source_revision,
+                )
+            )
+            if previous is not None:
+                t = release_resources.c
+                conn.execute(
+                    release_resources.insert().from_select(
+                        ["project", "workspace", "revision", "resource_id", "position", "body"],
+                        sa.select(
+                            t.project,
+                            t.workspace,
+                            sa.literal(revision),
+                            t.resource_id,
+                            t.position,
+                            t.body,
+                        ).where(*self._where_state(project, workspace, int(previous))),
+                    )
+                )
+            row = conn.execute(
+                sa.select(releases).where(*self._where_release(project, workspace, revision))
+            ).one()
+            release = self._release(conn, row, with_spec=False, with_state=True)
+        release.spec = spec
+        return release
+
+    @staticmethod
+    def _locked_message(project: str, workspace: str, holder: Any) -> str:
+        what = (
+            "another operation" if holder is None else ReleaseReads._lock_model(holder).describe()
+        )
+        return (
+            f"stack {project}/{workspace} is locked: {what}; it is released when that run "
+            f"ends (a run that ended without releasing it is recovered by the next "
+            f"operation); to force it: stackflow release unlock --project {project} "
+            f"--workspace {workspace}"
+        )
+
+    def _fence(
+        self,
+        conn: Connection,
+        project: str,
+        workspace: str,
+        revision: int,
+        run: RunRef | None,
+        *,
+        share: bool,
+    ) -> None:
+        """Refuse the write unless ``run`` holds the stack for ``revision``."""
+        row = self._lock_row(conn, project, workspace, share=share)
+        lock = None if row is None else self._lock_model(row)
+        if lock is None or lock.revision != revision or not lock.held_by(run):
+            held = "nobody" if lock is None else lock.describe()
+            raise FencedError(
+                f"write to {project}/{workspace} release {revision} by "
+                f"{run or 'an unnamed writer'} refused: the stack is held by {held}"
+            )
+
+    def assert_holds(self, project: str, workspace: str, revision: int, run: RunRef | None) -> None:
+        """FencedError unless ``run`` holds the stack for ``revision`` (checked before a
+        runtime call, so a run that lost the stack changes nothing outside either)."""
+        with self._tx() as conn:
+            self._fence(conn, project, workspace, revision, run, share=True)
+
+    def set_phase(
+        self,
+        project: str,
+        workspace: str,
+        revision: int,
+        phase: Phase,
+        *,
+        run: RunRef | None = None,
+        error: str | None = None,
+        changes: dict[str, Any] | None = None,
+        approval: Approval | None = None,
+    ) -> Release:
+        """Move a release to ``phase`` (fenced on ``run``); a final phase releases the lock.
+
+        Setting the final phase a release already has is a no-op; leaving one is refused.
+        Returns the release without its spec and state.
+        """
+        with self._tx(write=True) as conn:
+            row = conn.execute(
+                sa.select(releases).where(*self._where_release(project, workspace, revision))
+            ).first()
+            if row is None:
+                raise NotFoundError(f"release {project}/{workspace}/{revision} not found")
+            current = Phase(row.phase)
+            if current.is_final:
+                if current is phase:
+                    return self._release(conn, row, with_spec=False, with_state=False)
+                raise PhaseConflictError(
+                    f"release {revision} of {project}/{workspace} is {current} and cannot "
+                    f"become {phase}"
+                )
+            self._fence(conn, project, workspace, revision, run, share=False)
+            values: dict[str, Any] = {"phase": phase.value, "modified_at": now()}
+            if error is not None:
+                values["error"] = error
+            if changes is not None:
+                values["changes"] = changes
+            if approval is not None:
+                values["approval"] = approval.model_dump(mode="json")
+            conn.execute(
+                releases.update()
+                .where(*self._where_release(project, workspace, revision))
+                .values(**values)
+            )
+            if phase.is_final:
+                self._release_lock(conn, project, workspace)
+            row = conn.execute(
+                sa.select(releases).where(*self._where_release(project, workspace, revision))
+            ).one()
+            return self._release(conn, row, with_spec=False, with_state=False)
+
+    @staticmethod
+    def _release_lock(conn: Connection, project: str, workspace: str) -> None:
+        conn.execute(
+            stack_locks.delete().where(
+                stack_locks.c.project == project, stack_locks.c.workspace == workspace
+            )
+        )
+
+    def record_resource(
+        self,
+        project: str,
+        workspace: str,
+        revision: int,
+        resource: Resource,
+        *,
+        run: RunRef | None = None,
+    ) -> None:
+        """Record one applied resource's state in the release (fenced on ``run``)."""
+        self.record_resources(project, workspace, revision, [resource], run=run)
+
+    def record_resources(
+        self,
+        project: str,
+        workspace: str,
+        revision: int,
+        resources: Iterable[Resource],
+        *,
+        run: RunRef | None = None,
+    ) -> None:
+        """Record applied resources' state in the release, in one transaction (fenced on
+        ``run``): an upsert each, new ones appended in the order given."""
+        t = release_resources.c
+        bodies = [(r.id, self.sealer.seal(project, workspace, revision, r)) for r in resources]
+        if not bodies:
+            return
+        with self._tx(write=True) as conn:
+            self._fence(conn, project, workspace, revision, run, share=True)
+            known = {
+                row.resource_id
+                for row in conn.execute(
+                    sa.select(t.resource_id)
+                    .where(*self._where_state(project, workspace, revision))
+                    .where(t.resource_id.in_([rid for rid, _ in bodies]))
+                )
+            }
+            for rid, body in bodies:
+                if rid in known:
+                    conn.execute(
+                        release_resources.update()
+                        .where(*self._where_state(project, workspace, revision))
+                        .where(t.resource_id == rid)
+                        .values(body=body)
+                    )
+            fresh = [(rid, body) for rid, body in bodies if rid not in known]
+            if not fresh:
+                return
+            position = conn.execute(
+                sa.select(sa.func.coalesce(sa.func.max(t.position), 0)).where(
+                    *self._where_state(project, workspace, revision)
+                )
+            ).scalar_one()
+            insert = self._insert(release_resources).values(
+                [
+                    {
+                        "project": project,
+                        "workspace": workspace,
+                        "revision": revision,
+                        "resource_id": rid,
+                        "position": position + n,
+                        "body": body,
+                    }
+                    for n, (rid, body) in enumerate(fresh, start=1)
+                ]
+            )
+            conn.execute(
+                insert.on_conflict_do_update(
+                    index_elements=["project", "workspace", "revision", "resource_id"],
+                    set_={"body": insert.excluded.body},
+                )
+            )
+
+    def record_deletion(
+        self,
+        project: str,
+        workspace: str,
+        revision: int,
+        resource_id: str,
+        *,
+        run: RunRef | None = None,
+    ) -> None:
+        """Remove one deleted resource from the release's state (fenced; idempotent)."""
+        self.record_deletions(project, workspace, revision, [resource_id], run=run)
+
+    def record_deletions(
+        self,
+        project: str,
+        workspace: str,
+        revision: int,
+        resource_ids: Iterable[str],
+        *,
+        run: RunRef | None = None,
+    ) -> None:
+        """Remove deleted resources from the release's state, in one transaction (fenced;
+        idempotent)."""
+        ids = list(resource_ids)
+        if not ids:
+            return
+        with self._tx(write=True) as conn:
+            self._fence(conn, project, workspace, revision, run, share=True)
+            conn.execute(
+                release_resources.delete()
+                .where(*self._where_state(project, workspace, revision))
+                .where(release_resources.c.resource_id.in_(ids))
+            )
+
+    def recover(self, holder: StackLock, reason: str) -> bool:
+        """Close the release ``holder`` stands for as failed with ``reason`` and free the
+        stack, if that lock is still the one held (compare-and-set). True if it was."""
+        with self._tx(write=True) as conn:
+            row = self._lock_row(conn, holder.project, holder.workspace, share=False)
+            if row is None or self._lock_model(row) != holder:
+                return False
+            self._fail_release(conn, holder.project, holder.workspace, holder.revision, reason)
+            self._release_lock(conn, holder.project, holder.workspace)
+            return True
+
+    def _fail_release(
+        self, conn: Connection, project: str, workspace: str, revision: int, reason: str
+    ) -> None:
+        conn.execute(
+            releases.update()
+            .where(*self._where_release(project, workspace, revision))
+            .where(releases.c.phase.not_in([Phase.succeeded.value, Phase.failed.value]))
+            .values(phase=Phase.failed.value, error=reason, modified_at=now())
+        )
+
+    def transfer(self, holder: StackLock, run: RunRef) -> bool:
+        """Hand the stack from ``holder`` (a run that has closed) to ``run`` of the same
+        workflow (a reset's new run); compare-and-set, True if it happened."""
+        with self._tx(write=True) as conn:
+            row = self._lock_row(conn, holder.project, holder.workspace, share=False)
+            if row is None or self._lock_model(row) != holder:
+                return False
+            conn.execute(
+                stack_locks.update()
+                .where(
+                    stack_locks.c.project == holder.project,
+                    stack_locks.c.workspace == holder.workspace,
+                )
+                .values(workflow_id=run.workflow_id, run_id=run.run_id)
+            )
+            conn.execute(
+                releases.update()
+                .where(*self._where_release(holder.project, holder.workspace, holder.revision))
+                .values(workflow_id=run.workflow_id, run_id=run.run_id, modified_at=now())
+            )
+            return True
+
+    def unlock(self, project: str, workspace: str, reason: str | None = None) -> Release:
+        """Free the stack by hand: its release in progress becomes failed; return the latest."""
+        with self._tx(write=True) as conn:
+            row = self._lock_row(conn, project, workspace, share=False)
+            if row is not None:
+                lock = self._lock_model(row)
+                self._fail_release(
+                    conn,
+                    project,
+                    workspace,
+                    lock.revision,
+                    reason
+                    or f"unlocked by hand while {lock.operation} was in progress; the "
+                    "operation may not have finished",
+                )
+                self._release_lock(conn, project, workspace)
+        latest = self.latest(project, workspace, with_spec=False)
+        if latest is None:
+            raise NotFoundError(f"stack {project}/{workspace} has no releases")
+        return latest
+
+    def import_release(self, release: Release) -> Release:
+        """Store a release as it is (revision, phase, times, state); ConflictError if taken.
+        An imported release still in progress locks its stack with no run (unlock by hand)."""
+        spec_ref = release.spec_ref
+        if release.spec is not None:
+            spec_ref = self.put_spec(release.spec)
+        with self._tx(write=True) as conn:
+            exists = conn.execute(
+                sa.select(releases.c.revision).where(
+                    *self._where_release(release.project, release.workspace, release.revision)
+                )
+            ).first()
+            if exists is not None:
+                raise ConflictError(
+                    f"release {release.project}/{release.workspace}/{release.revision} "
+                    "exists already"
+                )
+            conn.execute(
+                releases.insert().values(
+                    project=release.project,
+                    workspace=release.workspace,
+                    revision=release.revision,
+                    operation=release.operation.value,
+                    phase=release.phase.value,
+                    stack=release.stack,
+                    spec_ref=spec_ref,
+                    error=release.error,
+                    approval=release.approval.model_dump(mode="json") if release.approval else None,
+                    changes=release.changes,
+                    workflow_id=release.workflow_id,
+                    run_id=release.run_id,
+                    created_at=release.created_at.astimezone(UTC),
+                    modified_at=release.modified_at.astimezone(UTC),
+                    source_revision=release.source_revision,
+                )
+            )
+            rows = [
+                {
+                    "project": release.project,
+                    "workspace": release.workspace,
+                    "revision": release.revision,
+                    "resource_id": r.id,
+                    "position": i,
+                    "body": self.sealer.seal(
+                        release.project, release.workspace, release.revision, r
+                    ),
+                }
+                for i, r in enumerate(release.state.resources, 1)
+            ]
+            if rows:
+                conn.execute(release_resources.insert(), rows)
+            if not release.phase.is_final:
+                conn.execute(
+                    self._insert(stack_locks)
+                    .values(
+                        project=release.project,
+                        workspace=release.workspace,
+                        revision=release.revision,
+                        operation=release.operation.value,
+                        workflow_id=None,
+                        run_id=None,
+                        acquired_at=now(),
+                    )
+                    .on_conflict_do_nothing()
+                )
+        return release

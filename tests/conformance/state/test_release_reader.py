@@ -1,0 +1,23 @@
+"""State conformance, ReleaseReader: what the recorded releases say. Every backend (SQLite and
+PostgreSQL: the ``backend`` fixture in tests/conftest.py) passes it."""
+
+from __future__ import annotations
+
+from stackflow.release import Operation, Phase
+from stackflow.spec import parse_spec
+from stackflow.state.backend import StateBackend
+from tests.conformance.state.common import R1, R2, res  # noqa: F401
+
+
+def test_latest_succeeded_and_spec_refs(backend: StateBackend) -> None:
+    spec = parse_spec({"resources": [{"id": "a", "type": "OnPrem", "attributes": {}}]})
+    assert backend.latest("p", "w") is None and backend.latest_succeeded_revision("p", "w") is None
+    backend.create("p", "w", Operation.apply, spec, run=R1)
+    backend.set_phase("p", "w", 1, Phase.succeeded, run=R1)
+    backend.create("p", "w", Operation.destroy, run=R2)
+    backend.set_phase("p", "w", 2, Phase.failed, run=R2)
+    assert backend.latest_succeeded_revision("p", "w") == 1
+    latest = backend.latest("p", "w")
+    assert latest is not None and latest.revision == 2 and latest.spec is None
+    assert backend.latest_spec_ref("p", "w") == backend.put_spec(spec)
+    assert backend.stacks() == [("p", "w")]

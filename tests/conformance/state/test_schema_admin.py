@@ -1,0 +1,30 @@
+"""State conformance, SchemaAdmin: migrations and the schema's lifecycle, bad URLs. Every backend
+(SQLite and PostgreSQL: the ``backend`` fixture in tests/conftest.py) passes it."""
+
+from __future__ import annotations
+
+import pytest
+import sqlalchemy as sa
+
+from stackflow.errors import (
+    SpecError,
+)
+from stackflow.state.backend import StateBackend, open_backend
+from stackflow.state.schema import metadata
+from tests.conformance.state.common import R1, R2, res  # noqa: F401
+
+
+def test_migrated_schema_matches_the_models(backend: StateBackend) -> None:
+    assert backend.schema_revision() == backend.head_revision()
+    backend.migrate()  # idempotent
+    inspector = sa.inspect(backend.engine)
+    for table in metadata.sorted_tables:
+        columns = {c["name"] for c in inspector.get_columns(table.name)}
+        assert columns == {c.name for c in table.columns}, table.name
+
+
+def test_bad_urls_are_one_clear_line(tmp_path: object) -> None:
+    with pytest.raises(SpecError, match="scheme 'mysql' is not supported"):
+        open_backend("mysql://x@y/z")
+    with pytest.raises(SpecError, match="is not a URL"):
+        open_backend("not a url")

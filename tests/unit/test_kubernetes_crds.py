@@ -23,6 +23,12 @@ from stackflow.runtimes.base import (
     Unavailable,
 )
 from stackflow.runtimes.kubernetes.client import ApiError, KubeClient
+from stackflow.runtimes.kubernetes.failures import (
+    KindNotServed,
+    NotReady,
+    namespace_missing,
+    unserved_error,
+)
 from stackflow.runtimes.kubernetes.manifest import ObjectRef
 from stackflow.runtimes.kubernetes.readiness import (
     crd_served_kinds,
@@ -30,13 +36,7 @@ from stackflow.runtimes.kubernetes.readiness import (
     readiness,
 )
 from stackflow.runtimes.kubernetes.rules import custom_resources as kubernetes_custom_resources
-from stackflow.runtimes.kubernetes.runtime import (
-    KindNotServed,
-    KubernetesRuntime,
-    NotReady,
-    namespace_missing,
-    unserved_error,
-)
+from stackflow.runtimes.kubernetes.runtime import KubernetesRuntime
 from stackflow.spec import Spec
 
 JSON = dict[str, Any]

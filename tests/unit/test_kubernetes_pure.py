@@ -26,6 +26,7 @@ from stackflow.runtimes.kubernetes.client import (
     encode_body,
     transport_failure,
 )
+from stackflow.runtimes.kubernetes.failures import failure
 from stackflow.runtimes.kubernetes.manifest import (
     MISSING,
     check_id,
@@ -37,7 +38,6 @@ from stackflow.runtimes.kubernetes.manifest import (
     shaped_like,
 )
 from stackflow.runtimes.kubernetes.readiness import parse_timeout, readiness
-from stackflow.runtimes.kubernetes.runtime import failure
 
 OPTS = RuntimeOptions(project="shop", workspace="prod")
 DEPLOY: dict[str, Any] = {
@@ -412,8 +412,8 @@ def test_readiness_timeout_parsing() -> None:
 
 
 def test_leaf_kinds_delete_in_the_background_workloads_in_the_foreground() -> None:
+    from stackflow.runtimes.kubernetes.failures import default_propagation
     from stackflow.runtimes.kubernetes.manifest import ObjectRef
-    from stackflow.runtimes.kubernetes.runtime import default_propagation
 
     def ref(api_version: str, kind: str) -> ObjectRef:
         return ObjectRef(api_version=api_version, kind=kind, namespace="ns", name="x")
@@ -428,7 +428,7 @@ def test_leaf_kinds_delete_in_the_background_workloads_in_the_foreground() -> No
 
 
 def test_a_delete_answered_with_success_for_the_same_uid_needs_no_wait() -> None:
-    from stackflow.runtimes.kubernetes.runtime import deleted_at_once
+    from stackflow.runtimes.kubernetes.failures import deleted_at_once
 
     gone = {"kind": "Status", "status": "Success", "details": {"name": "c", "uid": "u1"}}
     assert deleted_at_once(gone, "u1")

@@ -1,4 +1,4 @@
-"""Kubernetes runtime (type ``Kubernetes``): see :mod:`runtimes.kubernetes.runtime`.
+"""Kubernetes runtime (type ``Kubernetes``): see :mod:`stackflow.runtimes.kubernetes.runtime`.
 
 ``rules.py`` (what the engine asks: ids, secrets, grouping) and ``policy.py`` (kubeconfigs,
 contexts, plugins) are cheap to import; the runtime and its client load on first use.
@@ -9,7 +9,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from stackflow.runtimes.kubernetes.runtime import KubernetesRuntime, NotReady
+    from stackflow.runtimes.kubernetes.failures import NotReady
+    from stackflow.runtimes.kubernetes.runtime import KubernetesRuntime
 
 __all__ = ["KubernetesRuntime", "NotReady"]
 

@@ -73,17 +73,8 @@ How it behaves, in one place:
 from __future__ import annotations
 
 import asyncio
-import contextvars
-import functools
-import os
-import re
-import threading
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
 
-from stackflow.policy import WorkerPolicy, worker_policy
 from stackflow.runtimes.base import (
     READ_SCOPE,
     Attributes,
@@ -91,25 +82,31 @@ from stackflow.runtimes.base import (
     InvalidInput,
     NotFound,
     PreviewResult,
-    ReadScope,
     ResourceRequest,
-    Runtime,
-    RuntimeFailure,
     RuntimeOptions,
     Unavailable,
 )
 from stackflow.runtimes.kubernetes.client import (
     JSON,
-    POOL_CONNECTIONS,
     ApiError,
     ApiResource,
     KubeClient,
-    connect,
+)
+from stackflow.runtimes.kubernetes.connection import KubeConnection, snapshot_key
+from stackflow.runtimes.kubernetes.failures import (
+    DISCOVERY_WAIT_SECONDS,
+    KindNotServed,
+    NotReady,
+    ObjectChanged,
+    default_propagation,
+    deleted_at_once,
+    failure,
+    namespace_missing,
+    one_line,
 )
 from stackflow.runtimes.kubernetes.manifest import (
     FIELD_MANAGER,
     ObjectRef,
-    check_id,
     check_owner,
     conflict_fields,
     desired_object,
@@ -119,7 +116,6 @@ from stackflow.runtimes.kubernetes.manifest import (
     owner_of,
     shaped_like,
 )
-from stackflow.runtimes.kubernetes.policy import check_kubeconfig
 from stackflow.runtimes.kubernetes.readiness import (
     Readiness,
     crd_served_kinds,
@@ -128,21 +124,9 @@ from stackflow.runtimes.kubernetes.readiness import (
     parse_timeout,
     readiness,
 )
-from stackflow.runtimes.kubernetes.rules import TYPE_NAME, scope_key
-from stackflow.runtimes.kubernetes.snapshot import (
-    LIST_AT_LEAST,
-    NEVER_LISTED,
-    Listing,
-    Snapshots,
-    list_objects,
-)
+from stackflow.runtimes.kubernetes.rules import TYPE_NAME
 
-T = TypeVar("T")
 APPLY_PATCH = "application/apply-patch+yaml; charset=utf-8"
-REQUEST_THREADS = POOL_CONNECTIONS
-"""Blocking API calls the runtime runs at once (one connection each)."""
-DISCOVERY_WAIT_SECONDS = 15.0
-"""How long apply waits for a kind to be served (a CRD just created is being established)."""
 CRD_READY_SECONDS = 60.0
 """How long applying a CustomResourceDefinition waits (unless ``extensions.readinessTimeout``
 says otherwise) until it is Established, its names accepted and its kind served."""
@@ -151,312 +135,10 @@ ABSENT_NAMESPACE_SECONDS = 2.0
 creates its namespace are previewed without one GET and one dry run each."""
 
 
-def _snapshot_key(
-    scope: ReadScope, client: KubeClient, api: ApiResource, namespace: str | None
-) -> tuple[str, int, str]:
-    """Where a run's listing of a kind in a namespace (or the cluster) is kept."""
-    return (scope.run, id(client), api.path(namespace))
-
-
-class _Changed(Exception):
-    """A conditional DELETE's precondition failed: the object changed or was replaced."""
-
-
-class NotReady(RuntimeFailure):
-    """The object did not become ready (or go away) in time, or failed for good."""
-
-    kind = "NotReady"
-
-
-class KindNotServed(NotFound):
-    """A request for an object found no route for its kind (a 404 that is not about the
-    object or its namespace): the kind is not served, or not yet (its CRD is being
-    established, or discovery was cached from before its CRD was deleted and made again)."""
-
-
-def namespace_missing(exc: ApiError) -> bool:
-    """Whether a 404 says the object's namespace does not exist."""
-    return exc.status == 404 and exc.details.get("kind") == "namespaces"
-
-
-def unserved_error(rid: str, ref: ObjectRef, reason: str, soon: bool | None) -> RuntimeFailure:
-    """Why ``ref``'s kind is not served, once waiting for it is over: ``soon`` (its CRD or
-    APIService exists and is being established) -> Unavailable, retried; else InvalidInput
-    naming the kind (``reason`` says whether a CustomResourceDefinition defines it)."""
-    text = f"{rid}: the API server does not serve kind {ref.kind} in apiVersion {ref.api_version}"
-    if soon:
-        return Unavailable(f"{text}: {reason} after {DISCOVERY_WAIT_SECONDS:g}s", resource_id=rid)
-    if not reason:
-        group = ref.api_version.rpartition("/")[0]
-        reason = (
-            f"is a CustomResourceDefinition of kind {ref.kind} in group {group} applied and "
-            "established? (the cluster did not let stackflow look)"
-            if "." in group
-            else "is the apiVersion right?"
-        )
-    return InvalidInput(f"{text}: {reason}", resource_id=rid)
-
-
-_TYPED = re.compile(
-    r"failed to create typed (patch|live) object(?:\s*\([^()]*\))?:\s*(?:errors:)?\s*(.*)", re.S
-)
-_GO_POINTER = re.compile(r"got &\{(.*)\}$")
-
-
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
-def _typed_errors(text: str) -> str:
-    """structured-merge-diff's errors (one per line) as ``path: problem; path: problem``."""
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    return "; ".join(_GO_POINTER.sub(r"got \1", line) for line in lines)
-
-
-def failure(exc: ApiError, rid: str, doing: str) -> RuntimeFailure:
-    """The runtime error for a failure status of the API server (one line, naming ``rid``)."""
-    status, message = exc.status, _one_line(exc.message)
-    server = f"Kubernetes API {exc.server}" if exc.server else "the Kubernetes API"
-    typed = _TYPED.search(exc.message) if status == 500 else None
-    if typed is not None and typed.group(1) == "patch":
-        # server-side apply could not read the manifest against the schema: a value of the
-        # wrong type, a field the kind does not have. Older servers say so with a 500.
-        return InvalidInput(f"{rid}: {_typed_errors(typed.group(2))}", resource_id=rid)
-    if typed is not None:
-        return InvalidInput(
-            f"{rid}: {doing}: the live object does not match its schema (fix or replace it; "
-            f"retrying will not help): {_typed_errors(typed.group(2))}",
-            resource_id=rid,
-        )
-    if status == 422 or exc.reason == "Invalid":
-        fields = list(dict.fromkeys(str(c["field"]) for c in exc.causes if c.get("field")))
-        named = f", invalid {', '.join(fields)}" if fields else ""
-        return InvalidInput(
-            f"{rid}: {doing} rejected by the API server{named}: {message}", resource_id=rid
-        )
-    if status == 400:
-        return InvalidInput(
-            f"{rid}: {doing} rejected by the API server: {message}", resource_id=rid
-        )
-    text = f"{rid}: {doing}: {message}"
-    if status == 401:
-        return InvalidInput(
-            f"{text} ({server} does not accept the kubeconfig's credentials; retrying will not "
-            "help: fix or renew them)",
-            resource_id=rid,
-        )
-    if status == 403:
-        if "being terminated" in message:
-            return Unavailable(text, resource_id=rid)
-        return InvalidInput(
-            f"{text} (the kubeconfig's user lacks RBAC permission; retrying will not help: "
-            "grant it, or use another kubeconfig or context)",
-            resource_id=rid,
-        )
-    if status == 404:
-        return NotFound(text, resource_id=rid)
-    if status == 409:
-        return Conflict(text, resource_id=rid)
-    if status in (408, 410, 429) or status >= 500:
-        answered = f"{status} {exc.reason}".strip()
-        return Unavailable(
-            f"{rid}: {doing}: {server} answered {answered}: {message}", resource_id=rid
-        )
-    return InvalidInput(text, resource_id=rid)
-
-
-LEAF_KINDS = frozenset(
-    {
-        ("v1", "ConfigMap"),
-        ("v1", "Secret"),
-        ("v1", "Service"),
-        ("v1", "ServiceAccount"),
-        ("v1", "Namespace"),
-        ("v1", "LimitRange"),
-        ("v1", "ResourceQuota"),
-        ("v1", "PersistentVolumeClaim"),
-        ("rbac.authorization.k8s.io/v1", "Role"),
-        ("rbac.authorization.k8s.io/v1", "RoleBinding"),
-        ("rbac.authorization.k8s.io/v1", "ClusterRole"),
-        ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
-        ("networking.k8s.io/v1", "Ingress"),
-        ("networking.k8s.io/v1", "NetworkPolicy"),
-        ("policy/v1", "PodDisruptionBudget"),
-        ("scheduling.k8s.io/v1", "PriorityClass"),
-        ("storage.k8s.io/v1", "StorageClass"),
-    }
-)
-"""Built-in kinds no controller makes dependents of: foreground deletion would only add a
-round through the garbage collector (a Namespace's contents go by its own finalizer)."""
-
-
-def deleted_at_once(answer: JSON, uid: str) -> bool:
-    """Whether a DELETE's answer says the object is already gone: when nothing defers the
-    removal (no finalizers, no grace period) the server answers ``Status: Success`` naming
-    the removed object's uid; a deferred removal comes back as the object, marked with
-    ``deletionTimestamp``, and is waited for."""
-    if not uid or answer.get("kind") != "Status" or answer.get("status") != "Success":
-        return False
-    return bool((answer.get("details") or {}).get("uid") == uid)
-
-
-def default_propagation(ref: ObjectRef) -> str:
-    return "Background" if (ref.api_version, ref.kind) in LEAF_KINDS else "Foreground"
-
-
-class KubernetesRuntime(Runtime):
+class KubernetesRuntime(KubeConnection):
     """Any Kubernetes object, built-in or custom, by server-side apply."""
 
     type_name = TYPE_NAME
-
-    def __init__(self, policy: WorkerPolicy | None = None) -> None:
-        self._clients: dict[tuple[str | None, str | None], KubeClient] = {}
-        self._lock = threading.Lock()
-        self._policy = policy
-        self._absent_namespaces: dict[tuple[int, str], float] = {}
-        self._snapshots = Snapshots()
-        # Requests block a thread each: threads of its own, as many as a client's connection
-        # pool holds, so API calls are not capped by the event loop's default executor
-        # (min(32, CPUs + 4) threads, shared with every other blocking call of the worker).
-        self._threads: ThreadPoolExecutor | None = None
-
-    @property
-    def policy(self) -> WorkerPolicy:
-        return self._policy if self._policy is not None else worker_policy()
-
-    async def _call(self, rid: str, fn: Callable[..., T], *args: Any) -> T:
-        """Run a blocking step in one of the runtime's threads; every failure names the
-        resource."""
-        threads = self._threads  # made and dropped on the event loop's thread only
-        if threads is None:
-            threads = self._threads = ThreadPoolExecutor(
-                REQUEST_THREADS, thread_name_prefix="stackflow-kube"
-            )
-        context = contextvars.copy_context()
-        try:
-            return await asyncio.get_running_loop().run_in_executor(
-                threads, functools.partial(context.run, fn, *args)
-            )
-        except RuntimeFailure as exc:
-            if exc.resource_id is None:
-                raise type(exc)(f"{rid}: {exc}", resource_id=rid) from None
-            raise
-        except ApiError as exc:  # a request no step mapped (none should be left)
-            raise failure(exc, rid, "request") from None
-
-    # ---- connection & discovery ----------------------------------------------------------
-    @staticmethod
-    def _cluster(
-        resource: ResourceRequest, options: RuntimeOptions
-    ) -> tuple[tuple[str | None, str], tuple[str | None, str]]:
-        """(kubeconfig, the field naming it), (context, its field): the resource's
-        extensions, else the spec context; no kubeconfig: the worker's own."""
-        ext, ctx = resource.extensions, options.context
-        picked = []
-        for name in ("kubeConfig", "kubeContext"):
-            field, value = f"extensions.{name}", ext.get(name)
-            if not value:
-                field, value = f"context.{name}", ctx.get(name)
-            if value is not None and not isinstance(value, str):
-                raise InvalidInput(
-                    f"{resource.id}: {field} must be a string", resource_id=resource.id
-                )
-            picked.append((value or None, field))
-        return picked[0], picked[1]
-
-    def check_policy(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
-        (kubeconfig, config_field), (context, context_field) = self._cluster(resource, options)
-        check_kubeconfig(
-            self.policy,
-            resource.id,
-            kubeconfig,
-            context,
-            config_field=config_field,
-            context_field=context_field,
-        )
-
-    def client_for(self, resource: ResourceRequest, options: RuntimeOptions) -> KubeClient:
-        # the worker policy, every time: before a kubeconfig is loaded or a client reused
-        self.check_policy(resource, options)
-        (kubeconfig, _), (context, _) = self._cluster(resource, options)
-        key = (kubeconfig or os.environ.get("KUBECONFIG") or None, context)
-        with self._lock:
-            found = self._clients.get(key)
-            if found is None:
-                found = self._clients[key] = connect(*key)
-            return found
-
-    def _api(
-        self, client: KubeClient, resource: ResourceRequest, ref: ObjectRef, wait: float = 0.0
-    ) -> ApiResource | None:
-        """Where objects of the resource's kind live; None while the kind is not served."""
-        deadline = time.monotonic() + wait
-        try:
-            while True:
-                api = client.resource_for(ref.api_version, ref.kind)
-                if api is not None or time.monotonic() >= deadline:
-                    break
-                time.sleep(0.5)
-        except ApiError as exc:
-            raise failure(exc, resource.id, f"discovery of {ref.api_version}") from None
-        check_id(resource, ref, None if api is None else api.namespaced)
-        return api
-
-    def _served_api(
-        self, client: KubeClient, resource: ResourceRequest, ref: ObjectRef
-    ) -> ApiResource:
-        """Where objects of the kind live, for an apply: a kind whose CRD was just applied
-        is waited for (it is being established); one nothing would serve fails at once."""
-        api = self._api(client, resource, ref) or self._unserved(client, resource, ref, wait=True)
-        assert api is not None  # _unserved(wait=True) raises instead
-        return api
-
-    def _unserved(
-        self, client: KubeClient, resource: ResourceRequest, ref: ObjectRef, *, wait: bool
-    ) -> ApiResource | None:
-        """The kind is not served: InvalidInput when nothing in the cluster would serve it.
-        Else ``wait`` waits a while for it, then raises Unavailable (InvalidInput when the
-        cluster would not say why); without ``wait``, None."""
-        try:
-            reason, soon = client.unserved(ref.api_version, ref.kind)
-        except ApiError as exc:
-            raise failure(exc, resource.id, f"discovery of {ref.api_version}") from None
-        if soon is not False:
-            if not wait:
-                return None
-            api = self._api(client, resource, ref, wait=DISCOVERY_WAIT_SECONDS)
-            if api is not None:
-                return api
-        raise unserved_error(resource.id, ref, reason, soon)
-
-    def _get(self, client: KubeClient, api: ApiResource, ref: ObjectRef, rid: str) -> JSON | None:
-        listing = self._listing(client, api, ref)
-        if listing is not None:
-            return listing.get(ref.name)
-        try:
-            return client.request("GET", api.path(ref.namespace, ref.name))
-        except ApiError as exc:
-            if exc.status == 404:
-                return None
-            raise failure(exc, rid, f"reading {ref.describe()}") from None
-
-    def _listing(self, client: KubeClient, api: ApiResource, ref: ObjectRef) -> Listing | None:
-        """In a preview batch that reads many objects of this kind and namespace, all of
-        them from one listing (see runtimes.kubernetes.snapshot); else None."""
-        scope = READ_SCOPE.get()
-        namespace = ref.namespace if api.namespaced else None
-        if (
-            scope is None
-            or not scope.lists
-            or (ref.api_version, ref.kind) in NEVER_LISTED
-            or scope.count(scope_key, (ref.api_version, ref.kind, namespace)) < LIST_AT_LEAST
-        ):
-            return None
-        wanted = scope.count(scope_key, (ref.api_version, ref.kind, namespace))
-        return self._snapshots.get(
-            _snapshot_key(scope, client, api, namespace),
-            lambda: list_objects(client, api, namespace, wanted),
-        )
 
     # ---- read ----------------------------------------------------------------------------
     async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
@@ -713,7 +395,7 @@ class KubernetesRuntime(Runtime):
                 # an apply creates what is missing: a 404 not about the namespace means the
                 # server has no route for the kind (404 page not found)
                 raise KindNotServed(
-                    f"{resource.id}: {doing}: {_one_line(exc.message)}", resource_id=resource.id
+                    f"{resource.id}: {doing}: {one_line(exc.message)}", resource_id=resource.id
                 ) from None
             if exc.status != 409 or force:
                 raise failure(exc, resource.id, doing) from None
@@ -786,7 +468,7 @@ class KubernetesRuntime(Runtime):
             try:
                 check_owner(resource, ref, seen, options, deleting=True)
                 return self._send_delete(client, api, ref, resource, seen, propagation, exact=True)
-            except (_Changed, Conflict):
+            except (ObjectChanged, Conflict):
                 pass
         live = self._get(client, api, ref, resource.id)
         if live is None:
@@ -794,7 +476,7 @@ class KubernetesRuntime(Runtime):
         check_owner(resource, ref, live, options, deleting=True)
         try:
             return self._send_delete(client, api, ref, resource, live, propagation, exact=False)
-        except _Changed:  # replaced since it was read: not the object this stack deletes
+        except ObjectChanged:  # replaced since it was read: not the object this stack deletes
             return None
 
     def _previewed(self, client: KubeClient, api: ApiResource, ref: ObjectRef) -> JSON | None:
@@ -803,7 +485,7 @@ class KubernetesRuntime(Runtime):
         if scope is None:
             return None
         namespace = ref.namespace if api.namespaced else None
-        listing = self._snapshots.peek(_snapshot_key(scope, client, api, namespace))
+        listing = self._snapshots.peek(snapshot_key(scope, client, api, namespace))
         return None if listing is None else listing.get(ref.name)
 
     @staticmethod
@@ -818,7 +500,7 @@ class KubernetesRuntime(Runtime):
         exact: bool,
     ) -> tuple[KubeClient, ApiResource, ObjectRef, str] | None:
         """DELETE on the condition that it is ``live`` (its uid; ``exact``: and its
-        resourceVersion): what to wait on, or None when it is gone at once; :class:`_Changed`
+        resourceVersion): what to wait on, or None when it is gone at once; :class:`ObjectChanged`
         when the condition failed."""
         metadata = live.get("metadata") or {}
         uid = str(metadata.get("uid") or "")
@@ -837,7 +519,7 @@ class KubernetesRuntime(Runtime):
             if exc.status == 404:
                 return None
             if exc.status == 409:  # a precondition failed: it changed or was replaced meanwhile
-                raise _Changed from None
+                raise ObjectChanged from None
             raise failure(exc, resource.id, f"deleting {ref.describe()}") from None
         if deleted_at_once(answer, uid):
             return None

@@ -1,0 +1,217 @@
+"""Reaching a cluster: clients per kubeconfig and context, the runtime's own threads,
+discovery (waiting for a kind being established), reads and listings."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+from stackflow.policy import WorkerPolicy, worker_policy
+from stackflow.runtimes.base import (
+    READ_SCOPE,
+    InvalidInput,
+    ReadScope,
+    ResourceRequest,
+    Runtime,
+    RuntimeFailure,
+    RuntimeOptions,
+)
+from stackflow.runtimes.kubernetes.client import (
+    JSON,
+    POOL_CONNECTIONS,
+    ApiError,
+    ApiResource,
+    KubeClient,
+    connect,
+)
+from stackflow.runtimes.kubernetes.failures import (
+    DISCOVERY_WAIT_SECONDS,
+    failure,
+    unserved_error,
+)
+from stackflow.runtimes.kubernetes.manifest import (
+    ObjectRef,
+    check_id,
+)
+from stackflow.runtimes.kubernetes.policy import check_kubeconfig
+from stackflow.runtimes.kubernetes.rules import scope_key
+from stackflow.runtimes.kubernetes.snapshot import (
+    LIST_AT_LEAST,
+    NEVER_LISTED,
+    Listing,
+    Snapshots,
+    list_objects,
+)
+
+T = TypeVar("T")
+REQUEST_THREADS = POOL_CONNECTIONS
+"""Blocking API calls the runtime runs at once (one connection each)."""
+
+
+def snapshot_key(
+    scope: ReadScope, client: KubeClient, api: ApiResource, namespace: str | None
+) -> tuple[str, int, str]:
+    """Where a run's listing of a kind in a namespace (or the cluster) is kept."""
+    return (scope.run, id(client), api.path(namespace))
+
+
+class KubeConnection(Runtime):
+    """The Kubernetes runtime's connections: one client per kubeconfig and context (the
+    worker policy decides which), threads of its own for blocking API calls, discovery of
+    the kinds the server serves, single reads and listings kept as a run's snapshot."""
+
+    def __init__(self, policy: WorkerPolicy | None = None) -> None:
+        self._clients: dict[tuple[str | None, str | None], KubeClient] = {}
+        self._lock = threading.Lock()
+        self._policy = policy
+        self._absent_namespaces: dict[tuple[int, str], float] = {}
+        self._snapshots = Snapshots()
+        # Requests block a thread each: threads of its own, as many as a client's connection
+        # pool holds, so API calls are not capped by the event loop's default executor
+        # (min(32, CPUs + 4) threads, shared with every other blocking call of the worker).
+        self._threads: ThreadPoolExecutor | None = None
+
+    @property
+    def policy(self) -> WorkerPolicy:
+        return self._policy if self._policy is not None else worker_policy()
+
+    async def _call(self, rid: str, fn: Callable[..., T], *args: Any) -> T:
+        """Run a blocking step in one of the runtime's threads; every failure names the
+        resource."""
+        threads = self._threads  # made and dropped on the event loop's thread only
+        if threads is None:
+            threads = self._threads = ThreadPoolExecutor(
+                REQUEST_THREADS, thread_name_prefix="stackflow-kube"
+            )
+        context = contextvars.copy_context()
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                threads, functools.partial(context.run, fn, *args)
+            )
+        except RuntimeFailure as exc:
+            if exc.resource_id is None:
+                raise type(exc)(f"{rid}: {exc}", resource_id=rid) from None
+            raise
+        except ApiError as exc:  # a request no step mapped (none should be left)
+            raise failure(exc, rid, "request") from None
+
+    # ---- connection & discovery ----------------------------------------------------------
+    @staticmethod
+    def _cluster(
+        resource: ResourceRequest, options: RuntimeOptions
+    ) -> tuple[tuple[str | None, str], tuple[str | None, str]]:
+        """(kubeconfig, the field naming it), (context, its field): the resource's
+        extensions, else the spec context; no kubeconfig: the worker's own."""
+        ext, ctx = resource.extensions, options.context
+        picked = []
+        for name in ("kubeConfig", "kubeContext"):
+            field, value = f"extensions.{name}", ext.get(name)
+            if not value:
+                field, value = f"context.{name}", ctx.get(name)
+            if value is not None and not isinstance(value, str):
+                raise InvalidInput(
+                    f"{resource.id}: {field} must be a string", resource_id=resource.id
+                )
+            picked.append((value or None, field))
+        return picked[0], picked[1]
+
+    def check_policy(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
+        (kubeconfig, config_field), (context, context_field) = self._cluster(resource, options)
+        check_kubeconfig(
+            self.policy,
+            resource.id,
+            kubeconfig,
+            context,
+            config_field=config_field,
+            context_field=context_field,
+        )
+
+    def client_for(self, resource: ResourceRequest, options: RuntimeOptions) -> KubeClient:
+        # the worker policy, every time: before a kubeconfig is loaded or a client reused
+        self.check_policy(resource, options)
+        (kubeconfig, _), (context, _) = self._cluster(resource, options)
+        key = (kubeconfig or os.environ.get("KUBECONFIG") or None, context)
+        with self._lock:
+            found = self._clients.get(key)
+            if found is None:
+                found = self._clients[key] = connect(*key)
+            return found
+
+    def _api(
+        self, client: KubeClient, resource: ResourceRequest, ref: ObjectRef, wait: float = 0.0
+    ) -> ApiResource | None:
+        """Where objects of the resource's kind live; None while the kind is not served."""
+        deadline = time.monotonic() + wait
+        try:
+            while True:
+                api = client.resource_for(ref.api_version, ref.kind)
+                if api is not None or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.5)
+        except ApiError as exc:
+            raise failure(exc, resource.id, f"discovery of {ref.api_version}") from None
+        check_id(resource, ref, None if api is None else api.namespaced)
+        return api
+
+    def _served_api(
+        self, client: KubeClient, resource: ResourceRequest, ref: ObjectRef
+    ) -> ApiResource:
+        """Where objects of the kind live, for an apply: a kind whose CRD was just applied
+        is waited for (it is being established); one nothing would serve fails at once."""
+        api = self._api(client, resource, ref) or self._unserved(client, resource, ref, wait=True)
+        assert api is not None  # _unserved(wait=True) raises instead
+        return api
+
+    def _unserved(
+        self, client: KubeClient, resource: ResourceRequest, ref: ObjectRef, *, wait: bool
+    ) -> ApiResource | None:
+        """The kind is not served: InvalidInput when nothing in the cluster would serve it.
+        Else ``wait`` waits a while for it, then raises Unavailable (InvalidInput when the
+        cluster would not say why); without ``wait``, None."""
+        try:
+            reason, soon = client.unserved(ref.api_version, ref.kind)
+        except ApiError as exc:
+            raise failure(exc, resource.id, f"discovery of {ref.api_version}") from None
+        if soon is not False:
+            if not wait:
+                return None
+            api = self._api(client, resource, ref, wait=DISCOVERY_WAIT_SECONDS)
+            if api is not None:
+                return api
+        raise unserved_error(resource.id, ref, reason, soon)
+
+    def _get(self, client: KubeClient, api: ApiResource, ref: ObjectRef, rid: str) -> JSON | None:
+        listing = self._listing(client, api, ref)
+        if listing is not None:
+            return listing.get(ref.name)
+        try:
+            return client.request("GET", api.path(ref.namespace, ref.name))
+        except ApiError as exc:
+            if exc.status == 404:
+                return None
+            raise failure(exc, rid, f"reading {ref.describe()}") from None
+
+    def _listing(self, client: KubeClient, api: ApiResource, ref: ObjectRef) -> Listing | None:
+        """In a preview batch that reads many objects of this kind and namespace, all of
+        them from one listing (see runtimes.kubernetes.snapshot); else None."""
+        scope = READ_SCOPE.get()
+        namespace = ref.namespace if api.namespaced else None
+        if (
+            scope is None
+            or not scope.lists
+            or (ref.api_version, ref.kind) in NEVER_LISTED
+            or scope.count(scope_key, (ref.api_version, ref.kind, namespace)) < LIST_AT_LEAST
+        ):
+            return None
+        wanted = scope.count(scope_key, (ref.api_version, ref.kind, namespace))
+        return self._snapshots.get(
+            snapshot_key(scope, client, api, namespace),
+            lambda: list_objects(client, api, namespace, wanted),
+        )

@@ -21,13 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import hashlib
 import json
-import os
-import re
-import shutil
-import tempfile
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -35,7 +30,6 @@ from typing import Any
 from python_terraform import IsFlagged
 
 from stackflow.config import stackflow_home
-from stackflow.paths import format_path
 from stackflow.policy import WorkerPolicy, worker_policy
 from stackflow.runtimes.base import (
     Attributes,
@@ -46,7 +40,6 @@ from stackflow.runtimes.base import (
     Runtime,
     RuntimeFailure,
     RuntimeOptions,
-    Unavailable,
 )
 from stackflow.runtimes.faults import fault_point
 from stackflow.runtimes.terraform.batch import (
@@ -64,211 +57,48 @@ from stackflow.runtimes.terraform.batch import (
     write_members,
 )
 from stackflow.runtimes.terraform.cli import (
-    GENERATED_CONFIG,
     Cli,
-    Result,
-    base_env,
     failure,
     file_locks,
-    lock_dir,
 )
 from stackflow.runtimes.terraform.config import (
     TerraformResource,
     parse_resource,
-    render_config,
     render_module,
-    render_variables,
-    required_providers,
 )
 from stackflow.runtimes.terraform.policy import check_terraform, terraform_env
 from stackflow.runtimes.terraform.rules import TYPE_NAME
 from stackflow.runtimes.terraform.state import (
-    BUILTIN_SCHEMAS,
     RESERVED_KEYS,
     SENSITIVE_KEY,
     STATE_KEY,
     State,
     choose_state,
     compact,
-    decode_block,
     instance,
-    marked_paths,
     newest,
     planned_live,
     recorded_state,
     resource_change,
-    schema_sensitive_paths,
-    state_sensitive_paths,
-    with_unknowns,
+)
+from stackflow.runtimes.terraform.workdir import (
+    BATCH_TIMEOUT_SECONDS,
+    CONFIG_FILE,
+    LOCK_FILE,
+    LOCK_TIMEOUT,
+    PLAN_FILE,
+    STATE_FILE,
+    TOFU_PARALLELISM,
+    VARS_FILE,
+    Workdir,
+    preview_result,
+    read_json,
+    safe_name,
+    write_atomically,
+    write_variables,
 )
 from stackflow.state.backend import RunRef
 from stackflow.state.protocols import TerraformStateStore
-
-STATE_FILE = "terraform.tfstate"
-CONFIG_FILE = GENERATED_CONFIG
-PLAN_FILE = "stackflow.tfplan"
-VARS_FILE = "stackflow.auto.tfvars.json"
-"""The sensitive variables' values (OpenTofu loads ``*.auto.tfvars.json`` by itself)."""
-INIT_STAMP = ".stackflow-init"
-LOCK_FILE = ".stackflow.lock"
-LOCK_TIMEOUT = "120s"
-TOFU_PARALLELISM = 10
-"""OpenTofu's default ``-parallelism``: resources one command works on at once."""
-BATCH_TIMEOUT_SECONDS = 1500.0
-"""A batch command's time at most (within the activity's 30-minute start-to-close)."""
-
-
-def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]", "_", text) or "_"
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".stackflow-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
-def write_variables(path: Path, members: list[TerraformResource]) -> None:
-    """The members' sensitive variables next to their configuration (0600, removed after
-    the command with the configuration); none: no file."""
-    values = render_variables(members)
-    if values:
-        _write_atomically(path / VARS_FILE, json.dumps(values))
-    else:
-        (path / VARS_FILE).unlink(missing_ok=True)
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (FileNotFoundError, ValueError):
-        return None
-    return doc if isinstance(doc, dict) else None
-
-
-class Workdir:
-    """A resource's working directory: a cache of config, providers and state."""
-
-    def __init__(
-        self, runtime: TerraformRuntime, res: TerraformResource, path: Path, options: RuntimeOptions
-    ) -> None:
-        self.runtime = runtime
-        self.res = res
-        self.path = path
-        self.options = options
-
-    @functools.cached_property
-    def env(self) -> dict[str, str]:
-        """The command's environment, made when a command first runs (a batch's members
-        only read their part of the state): provider credentials from context.env (checked
-        by the policy), passed, never written."""
-        policy = self.runtime.policy
-        return base_env(terraform_env(policy, self.res.id, self.options.context.get("env")), policy)
-
-    # ---- files ------------------------------------------------------------------------------
-    def local_state(self) -> State | None:
-        return _read_json(self.path / STATE_FILE)
-
-    def seed(self, prior: Mapping[str, Any] | None, stored: State | None = None) -> State | None:
-        """Put the state to act on in place; returns it (None: nothing is tracked).
-
-        ``stored`` is the state the backend kept after the last command on any host: a
-        fresh working directory on another worker starts from it, not from nothing.
-        """
-        local = self.local_state()
-        chosen = choose_state(recorded_state(prior), newest(stored, local))
-        if chosen is None:
-            if local is not None:
-                (self.path / STATE_FILE).unlink(missing_ok=True)
-            return None
-        if chosen is not local:
-            _write_atomically(self.path / STATE_FILE, json.dumps(chosen, indent=2))
-        return chosen
-
-    def write_config(self, *, with_resource: bool, import_existing: bool = False) -> None:
-        doc = render_config(self.res, with_resource=with_resource, import_existing=import_existing)
-        write_variables(self.path, [self.res] if with_resource else [])
-        text = json.dumps(doc, indent=2, sort_keys=True)
-        path = self.path / CONFIG_FILE
-        with contextlib.suppress(FileNotFoundError):
-            if path.read_text(encoding="utf-8") == text:
-                return
-        _write_atomically(path, text)
-
-    # ---- commands ---------------------------------------------------------------------------
-    async def run(self, command: str, *args: str, **flags: Any) -> Result:
-        return await self.runtime.cli.run(
-            self.path, command, *args, env=self.env, timeout=self.options.timeout_seconds, **flags
-        )
-
-    async def ensure_init(self) -> None:
-        """``init`` when the provider requirements changed since the last one (stamp)."""
-        providers = required_providers(self.res)
-        stamp = hashlib.sha256(
-            json.dumps([providers, self.runtime.cli.binary], sort_keys=True).encode()
-        ).hexdigest()
-        stamp_path = self.path / INIT_STAMP
-        lockfile = self.path / ".terraform.lock.hcl"
-        with contextlib.suppress(FileNotFoundError):
-            if stamp_path.read_text() == stamp and (not providers or lockfile.exists()):
-                return
-        lockfile.unlink(missing_ok=True)
-        shutil.rmtree(self.path / ".terraform", ignore_errors=True)
-        if providers:
-            # init needs a configuration naming the providers; the resource block is not needed
-            self.write_config(with_resource=False)
-            locks = lock_dir()
-            template = locks / f"{self.res.provider.key}.terraform.lock.hcl"
-            async with file_locks([locks / f"{self.res.provider.key}.lock"]):
-                # With a dependency lock file naming the cached package, init only links the
-                # shared cache; without one, OpenTofu 1.8 re-installs the package into the
-                # cache, briefly removing it under the feet of every other working directory.
-                if template.exists():
-                    shutil.copyfile(template, lockfile)
-                result = await self.run("init", input=False, no_color=IsFlagged, backend=False)
-                if result.code != 0 and template.exists():
-                    # the mirror's package changed since the template was taken: start over
-                    template.unlink(missing_ok=True)
-                    lockfile.unlink(missing_ok=True)
-                    result = await self.run("init", input=False, no_color=IsFlagged, backend=False)
-                if result.code == 0 and not template.exists():
-                    _write_atomically(template, lockfile.read_text())
-            if result.code != 0:
-                raise failure(self.res.id, "terraform init", result, config_stage=True)
-        _write_atomically(stamp_path, stamp)
-
-    async def schema(self) -> dict[str, Any] | None:
-        """The resource type's schema block (cached per provider and version)."""
-        if self.res.provider.builtin:
-            return BUILTIN_SCHEMAS.get(self.res.resource_type)
-        key = f"{self.res.provider.source}@{self.res.provider.version}"
-        schemas = self.runtime.schemas.get(key)
-        if schemas is None:
-            result = await self.run("providers schema", json=IsFlagged)
-            schemas = {}
-            if result.code == 0:
-                with contextlib.suppress(ValueError):
-                    doc = json.loads(result.out)
-                    for provider in (doc.get("provider_schemas") or {}).values():
-                        for rtype, spec in (provider.get("resource_schemas") or {}).items():
-                            schemas[rtype] = spec.get("block") or {}
-            self.runtime.schemas[key] = schemas
-        return schemas.get(self.res.resource_type)
-
-    async def values(self, state: State) -> tuple[Attributes, list[str]] | None:
-        inst = instance(state, self.res.address) or instance(state)
-        if inst is None:
-            return None
-        block = await self.schema()
-        raw = inst.get("attributes") or {}
-        values = decode_block(raw, block) if block else dict(raw)
-        return values, state_sensitive_paths(inst, block)
 
 
 class TerraformRuntime(Runtime):
@@ -322,9 +152,9 @@ class TerraformRuntime(Runtime):
         digest = hashlib.sha256(resource_id.encode()).hexdigest()[:8]
         return (
             self.root()
-            / _safe(options.project)
-            / _safe(options.workspace)
-            / f"{_safe(resource_id)}-{digest}"
+            / safe_name(options.project)
+            / safe_name(options.workspace)
+            / f"{safe_name(resource_id)}-{digest}"
         )
 
     @contextlib.asynccontextmanager
@@ -393,7 +223,7 @@ class TerraformRuntime(Runtime):
         """The object an import id names, as the provider reads it (None if it is absent)."""
         await wd.ensure_init()
         wd.write_config(with_resource=True, import_existing=True)
-        plan = await self._plan(wd)
+        plan = await wd.plan()
         # preview reuses this plan: a second import would read the object again, and
         # providers that derive values on import (random_password's bcrypt_hash) differ
         self._import_plans[wd.path] = ((wd.path / CONFIG_FILE).read_text(), plan)
@@ -424,24 +254,6 @@ class TerraformRuntime(Runtime):
         return found
 
     # ---- preview ----------------------------------------------------------------------------
-    async def _plan(self, wd: Workdir) -> dict[str, Any]:
-        (wd.path / PLAN_FILE).unlink(missing_ok=True)
-        result = await wd.run(
-            "plan", input=False, json=IsFlagged, out=PLAN_FILE, lock_timeout=LOCK_TIMEOUT
-        )
-        if result.code != 0:
-            raise failure(wd.res.id, "terraform plan", result, config_stage=True)
-        shown = await wd.run("show", PLAN_FILE, json=IsFlagged, no_color=IsFlagged)
-        if shown.code != 0:
-            raise failure(wd.res.id, "terraform show", shown, config_stage=False)
-        try:
-            doc = json.loads(shown.out)
-        except ValueError:
-            raise Unavailable(
-                f"{wd.res.id}: terraform show -json printed no JSON", resource_id=wd.res.id
-            ) from None
-        return doc if isinstance(doc, dict) else {}
-
     async def preview(self, resource: ResourceRequest, options: RuntimeOptions) -> PreviewResult:
         call = await self._join("preview", resource, options)
         if call is None:
@@ -473,36 +285,9 @@ class TerraformRuntime(Runtime):
             if importing and cached and cached[0] == (wd.path / CONFIG_FILE).read_text():
                 plan = cached[1]
             else:
-                plan = await self._plan(wd)
+                plan = await wd.plan()
             block = await wd.schema() if not wd.res.provider.builtin else None
-        return self._preview_result(wd.res, plan, block)
-
-    @staticmethod
-    def _preview_result(
-        res: TerraformResource, plan: dict[str, Any], block: dict[str, Any] | None
-    ) -> PreviewResult:
-        change = resource_change(plan, res.address)
-        if change is None:
-            raise Unavailable(
-                f"{res.id}: the plan has no change for {res.address}", resource_id=res.id
-            )
-        body = change.get("change") or {}
-        actions = list(body.get("actions") or [])
-        after = body.get("after") if isinstance(body.get("after"), dict) else {}
-        would_be = with_unknowns(after, body.get("after_unknown"))
-        sensitive = {
-            format_path(p)
-            for key in ("after_sensitive", "before_sensitive")
-            for p in marked_paths(body.get(key))
-            if p
-        }
-        if block:
-            sensitive.update(schema_sensitive_paths(block))
-        return PreviewResult(
-            would_be=dict(would_be) if isinstance(would_be, dict) else {},
-            sensitive_paths=sorted(sensitive),
-            replace="delete" in actions and "create" in actions,
-        )
+        return preview_result(wd.res, plan, block)
 
     # ---- apply ------------------------------------------------------------------------------
     async def _stored(self, resource_id: str, options: RuntimeOptions) -> State | None:
@@ -626,7 +411,7 @@ class TerraformRuntime(Runtime):
 
     def _choose(self, call: Call) -> None:
         """The state the call acts on: as :meth:`Workdir.seed` chooses it."""
-        local = _read_json(self.workdir_path(call.res.id, call.options) / STATE_FILE)
+        local = read_json(self.workdir_path(call.res.id, call.options) / STATE_FILE)
         call.state = choose_state(recorded_state(call.prior), newest(call.stored, local))
 
     async def _run_batch(self, calls: list[Call]) -> None:
@@ -672,9 +457,9 @@ class TerraformRuntime(Runtime):
     def _salvage(self, path: Path) -> None:
         for workdir, state in leftovers(path, STATE_FILE):
             workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            local = _read_json(workdir / STATE_FILE)
+            local = read_json(workdir / STATE_FILE)
             if newest(state, local) is state:
-                _write_atomically(workdir / STATE_FILE, json.dumps(state, indent=2))
+                write_atomically(workdir / STATE_FILE, json.dumps(state, indent=2))
         for name in (
             STATE_FILE,
             f"{STATE_FILE}.backup",
@@ -689,7 +474,7 @@ class TerraformRuntime(Runtime):
         """One command for every call; False: it failed, each member runs on its own."""
         first = calls[0]
         options = first.options
-        base = self.root() / _safe(options.project) / _safe(options.workspace)
+        base = self.root() / safe_name(options.project) / safe_name(options.workspace)
         workdirs = {c.res.id: self.workdir_path(c.res.id, c.options) for c in calls}
         for path in workdirs.values():
             path.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -712,13 +497,13 @@ class TerraformRuntime(Runtime):
                 if merged is None:
                     (path / STATE_FILE).unlink(missing_ok=True)
                 else:
-                    _write_atomically(path / STATE_FILE, json.dumps(merged))
+                    write_atomically(path / STATE_FILE, json.dumps(merged))
                 write_members(path, calls, workdirs)
                 with_resources = first.verb in ("preview", "observe", "apply")
                 members = [c.res for c in calls]
                 doc = render_module(members, with_resources=with_resources)
                 write_variables(path, members if with_resources else [])
-                _write_atomically(path / CONFIG_FILE, json.dumps(doc, indent=2, sort_keys=True))
+                write_atomically(path / CONFIG_FILE, json.dumps(doc, indent=2, sort_keys=True))
                 done = await self._batch_verb(wd, calls)
                 if done and first.verb in ("apply", "delete"):
                     for workdir in workdirs.values():  # superseded by what the batch kept
@@ -737,12 +522,12 @@ class TerraformRuntime(Runtime):
     async def _batch_verb(self, wd: Workdir, calls: list[Call]) -> bool:
         verb, options = calls[0].verb, calls[0].options
         if verb in ("preview", "observe"):
-            plan = await self._plan(wd)
+            plan = await wd.plan()
             for call in calls:
                 member = Workdir(self, call.res, wd.path, call.options)
                 block = await member.schema() if not call.res.provider.builtin else None
                 try:
-                    preview = self._preview_result(call.res, plan, block)
+                    preview = preview_result(call.res, plan, block)
                 except RuntimeFailure as exc:
                     call.settle(error=exc)
                     continue

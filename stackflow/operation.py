@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from stackflow.selection import LeftOut
+from stackflow.wire import DescribeItem
 
 TASK_QUEUE_DEFAULT = "stackflow"
 BATCH_SIZE_DEFAULT = 800
@@ -283,13 +284,6 @@ class DriftResult(BaseModel):
     checked_at: str
 
 
-FLAG_DRIFT = 1
-FLAG_DIFF_OMITTED = 2
-FLAG_UNRECORDED = 4
-ACTION_CODES = {"Create": "C", "Update": "U", "Delete": "D", "UnChanged": "N"}
-CODE_ACTIONS = {code: action for action, code in ACTION_CODES.items()}
-
-
 class PreviewBatchResult(BaseModel):
     """A preview batch, compact: 30,000 changes cost the parent history ~2 bytes each."""
 
@@ -297,8 +291,8 @@ class PreviewBatchResult(BaseModel):
     """The batch's full changes (every field, whole values) in the state backend, when they
     had diffs: what ``details`` shortens to stay within the byte budget."""
     codes: str = ""
-    """Two characters per change (the range's nodes, then its deletions): the action's
-    code (ACTION_CODES) and a digit of FLAG_* bits."""
+    """Two characters per change (the range's nodes, then its deletions): a change code
+    (:func:`stackflow.wire.encode_change`)."""
     details: list[dict[str, Any]] = Field(default_factory=list)
     """The full changes, same order (only when ``with_diff``)."""
     refs: list[tuple[int, int, str]] = Field(default_factory=list)
@@ -310,9 +304,8 @@ class DescribeInput(BaseModel):
     """Full (diff-less) changes for preview lines the parent holds only as codes."""
 
     plan_ref: str
-    items: list[tuple[str, int, str, int, int, str]]
-    """(``n``ode or ``d``eletion, plan index, action, FLAG_* bits, index of the node whose
-    planned change moves a referenced field or -1, that field's path)."""
+    items: list[DescribeItem]
+    """The lines to describe (:class:`stackflow.wire.DescribeItem`, a list on the wire)."""
 
 
 class LoadBatchInput(BaseModel):
@@ -322,7 +315,7 @@ class LoadBatchInput(BaseModel):
     deletions: bool = False
     start: int
     actions: str
-    """One ACTION_CODES character per plan index from ``start``; ``.`` skips the index."""
+    """The batch's action string (:class:`stackflow.wire.BatchActions`)."""
     not_ok: list[int] = Field(default_factory=list)
     """Plan indices (same list) that did not succeed in earlier batches."""
 
@@ -453,7 +446,7 @@ class BatchInput(BaseModel):
     """Walk plan deletions (else plan nodes)."""
     start: int
     actions: str
-    """One ACTION_CODES character per plan index from ``start``; ``.`` skips the index."""
+    """The batch's action string (:class:`stackflow.wire.BatchActions`)."""
     not_ok: list[int] = Field(default_factory=list)
     """Plan indices that failed or were skipped in earlier batches."""
     owner: RunOwner | None = None

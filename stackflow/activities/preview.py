@@ -25,10 +25,6 @@ from stackflow.budget import BUDGET, compact_change, fit_changes
 from stackflow.diff import SecretSet
 from stackflow.diff_store import put_changes, put_index
 from stackflow.operation import (
-    ACTION_CODES,
-    FLAG_DIFF_OMITTED,
-    FLAG_DRIFT,
-    FLAG_UNRECORDED,
     DescribeInput,
     DiffIndexInput,
     PreviewBatchInput,
@@ -39,6 +35,7 @@ from stackflow.runtimes import guard
 from stackflow.runtimes.base import read_scope
 from stackflow.spec import Resource
 from stackflow.state.backend import StateBackend
+from stackflow.wire import ChangeFlags, encode_change
 
 PREVIEW_PARALLELISM = 16
 
@@ -53,14 +50,14 @@ async def batch_result(
     result = PreviewBatchResult()
     codes = []
     for change in changes:
-        flags = FLAG_UNRECORDED if change.pop("unrecorded", False) else 0
+        flags = ChangeFlags.unrecorded if change.pop("unrecorded", False) else ChangeFlags.none
         if change.get("drift"):
-            flags |= FLAG_DRIFT
+            flags |= ChangeFlags.drift
         if inp.with_diff:
             result.details.append(compact_change(change))
         elif change.get("diff"):
-            flags |= FLAG_DIFF_OMITTED
-        codes.append(f"{ACTION_CODES[change['action']]}{flags}")
+            flags |= ChangeFlags.diff_omitted
+        codes.append(encode_change(change["action"], flags))
     result.codes = "".join(codes)
     if any(change.get("diff") for change in changes):
         # The whole diff (every field, whole values; sensitive ones already masked)
@@ -173,20 +170,22 @@ class PreviewActivities:
     def _describe(self, inp: DescribeInput) -> list[dict[str, Any]]:
         plan = self.plans.get(inp.plan_ref)
         described = []
-        for kind, index, action, flags, ref_index, ref_path in inp.items:
-            node = plan.of(kind == "d")[index]
+        for item in inp.items:
+            node = plan.of(item.line.deletion)[item.plan_index]
+            flags = ChangeFlags(item.flags)
             change: dict[str, Any] = {
                 "id": node.id,
                 "type": node.type,
-                "action": action,
-                "drift": bool(flags & FLAG_DRIFT),
+                "action": item.action,
+                "drift": bool(flags & ChangeFlags.drift),
                 "diff": [],
             }
-            if flags & FLAG_DIFF_OMITTED:
+            if flags & ChangeFlags.diff_omitted:
                 change["diff_omitted"] = True
-            if ref_index >= 0:
-                rid = plan.nodes[ref_index].id
-                change["diff"] = [references_entry(f"{rid}.{ref_path}" if ref_path else rid)]
+            if item.ref_index >= 0:
+                rid = plan.nodes[item.ref_index].id
+                moved = f"{rid}.{item.ref_path}" if item.ref_path else rid
+                change["diff"] = [references_entry(moved)]
             described.append(change)
         return described
 

@@ -23,7 +23,6 @@ from stackflow.activities.stack_guard import StackGuard, calling_run, read_scope
 from stackflow.budget import short_error
 from stackflow.diff import SecretSet
 from stackflow.operation import (
-    CODE_ACTIONS,
     GroupInput,
     LoadBatchInput,
     LoadedBatch,
@@ -36,6 +35,7 @@ from stackflow.operation import (
 from stackflow.release import Approval, Phase, Release
 from stackflow.runtimes.base import read_scope
 from stackflow.spec import Resource
+from stackflow.wire import BatchActions
 
 
 class WalkActivities:
@@ -266,7 +266,7 @@ class WalkActivities:
     def _load_batch(self, inp: LoadBatchInput) -> LoadedBatch:
         plan = self.plans.get(inp.plan_ref)
         every = plan.of(inp.deletions)
-        picked = [(every[inp.start + i], code) for i, code in enumerate(inp.actions) if code != "."]
+        picked = [(every[inp.start + i], code) for i, code in BatchActions.decode(inp.actions)]
         inside = {node.id for node, _ in picked}
         not_ok = {every[i].id for i in inp.not_ok}
         blocked = sorted({d for node, _ in picked for d in node.deps if d in not_ok})
@@ -277,7 +277,7 @@ class WalkActivities:
             PlannedNode(
                 id=node.id,
                 type=node.type,
-                action=CODE_ACTIONS[code],
+                action=code.action,
                 deps=[d for d in node.deps if d in relevant],
             )
             for node, code in picked

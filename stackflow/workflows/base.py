@@ -30,8 +30,6 @@ with workflow.unsafe.imports_passed_through():
     from stackflow.budget import fit_errors
     from stackflow.diff_store import DIFF_REFS_LIMIT
     from stackflow.operation import (
-        ACTION_CODES,
-        CODE_ACTIONS,
         DETAIL_LIMIT,
         NOT_OK_LIMIT,
         BatchInput,
@@ -50,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         RefreshBatchInput,
         RunOwner,
     )
+    from stackflow.wire import BatchActions
     from stackflow.workflows import common
     from stackflow.workflows.constants import (
         AWAITING_APPROVAL,
@@ -72,7 +71,7 @@ with workflow.unsafe.imports_passed_through():
         raise_if_cancelled,
         walk_nodes,
     )
-    from stackflow.workflows.steering import WALKING, SteeredRun
+    from stackflow.workflows.steering import WALKING, NotOk, SteeredRun
     from stackflow.workflows.walker import WalkProgress
 
 
@@ -236,9 +235,8 @@ class OperationWorkflow(SteeredRun):
             return (await load_batch_nodes(batch)).nodes
         every = plan.deletions if batch.deletions else plan.nodes
         return [
-            every[batch.start + i].model_copy(update={"action": CODE_ACTIONS[code]})
-            for i, code in enumerate(batch.actions)
-            if code != "."
+            every[batch.start + i].model_copy(update={"action": code.action})
+            for i, code in BatchActions.decode(batch.actions)
         ]
 
     async def _walk(
@@ -261,10 +259,7 @@ class OperationWorkflow(SteeredRun):
 
         def batch_of(chunk: list[tuple[int, str]], not_ok: list[int]) -> BatchInput:
             assert self._revision is not None and plan.plan_ref is not None
-            start = chunk[0][0]
-            actions = ["."] * (chunk[-1][0] + 1 - start)
-            for index, action in chunk:
-                actions[index - start] = ACTION_CODES[action]
+            start, actions = BatchActions.encode(chunk)
             return BatchInput(
                 project=request.project,
                 workspace=request.workspace,
@@ -274,7 +269,7 @@ class OperationWorkflow(SteeredRun):
                 plan_ref=plan.plan_ref,
                 deletions=deletions,
                 start=start,
-                actions="".join(actions),
+                actions=actions,
                 not_ok=not_ok,
                 owner=RunOwner(workflow_id=info.workflow_id, run_id=info.run_id),
                 unavailable_timeout_seconds=request.unavailable_timeout_seconds,
@@ -287,7 +282,10 @@ class OperationWorkflow(SteeredRun):
             )
 
         not_ok: list[int] = []
-        self._not_ok[deletions] = not_ok
+        if deletions:
+            self._not_ok.deletions = not_ok
+        else:
+            self._not_ok.nodes = not_ok
         if skip_reason is not None:
             for start in range(0, len(picks), request.batch_size):
                 chunk = picks[start : start + request.batch_size]
@@ -493,11 +491,11 @@ class OperationWorkflow(SteeredRun):
         walking = "destroying" if self.operation == "destroy" else "applying"
         await self._set_phase(walking)
         await self._walks(plan, to_apply, to_delete, tally)
-        while request.on_failure == "pause" and self._not_ok[False] + self._not_ok[True]:
+        while request.on_failure == "pause" and self._not_ok:
             if await self._await_decision(tally) != "retry":
                 return await self._finish(tally, aborted=True)
-            retry_apply = [p for p in to_apply if p[0] in set(self._not_ok[False])]
-            retry_delete = [p for p in to_delete if p[0] in set(self._not_ok[True])]
+            retry_apply = [p for p in to_apply if p[0] in set(self._not_ok.nodes)]
+            retry_delete = [p for p in to_delete if p[0] in set(self._not_ok.deletions)]
             self._total = len(retry_apply) + len(retry_delete)
             self._progress = WalkProgress(self._tick)
             self._shown_done = 0
@@ -516,13 +514,13 @@ class OperationWorkflow(SteeredRun):
     ) -> None:
         """The apply walk, then the delete walk (which fail_fast skips after a failure)."""
         assert self._request is not None
-        self._not_ok = {False: [], True: []}
+        self._not_ok = NotOk()
         if to_apply:
             await self._walk(plan, False, to_apply, tally)
         if to_delete:
             stop = (
                 self._request.fail_fast
-                and bool(self._not_ok[False])
+                and bool(self._not_ok.nodes)
                 and workflow.patched(FAIL_FAST_STOPS_DELETES)
             )
             reason = "not started: an earlier node failed and fail_fast is set" if stop else None

@@ -12,16 +12,14 @@ from temporalio.exceptions import (
 with workflow.unsafe.imports_passed_through():
     from stackflow.budget import BUDGET, fit_changes
     from stackflow.operation import (
-        CODE_ACTIONS,
         DETAIL_LIMIT,
-        FLAG_DRIFT,
-        FLAG_UNRECORDED,
         DescribeInput,
         OperationPlan,
         PreviewBatchInput,
         PreviewBatchResult,
         references_entry,
     )
+    from stackflow.wire import ActionCode, ChangeFlags, DescribeItem, LineRef, decode_changes
     from stackflow.workflows.constants import ACTIONS
 
 
@@ -37,10 +35,6 @@ def summarise(changes: list[dict[str, Any]], limit: int | None = None) -> dict[s
     return {"changes": changes, "summary": summary}
 
 
-Key = tuple[str, int]
-"""A preview line: ``("n", index)`` a plan node, ``("d", index)`` a plan deletion."""
-
-
 class PreviewLines:
     """The preview as a run keeps it: an action code and flags per line, the full change
     (with diffs) for the first lines only (as ``PreviewBatchResult.details`` bring them),
@@ -49,12 +43,12 @@ class PreviewLines:
 
     def __init__(self, plan: OperationPlan) -> None:
         self.plan_ref = plan.plan_ref
-        self.node_codes = ["N"] * plan.node_count
-        self.node_flags = [0] * plan.node_count
-        self.del_codes = ["N"] * plan.deletion_count
-        self.del_flags = [0] * plan.deletion_count
-        self.order: list[Key] = []
-        self.details: dict[Key, dict[str, Any]] = {}
+        self.node_codes = [ActionCode.unchanged] * plan.node_count
+        self.node_flags = [ChangeFlags.none] * plan.node_count
+        self.del_codes = [ActionCode.unchanged] * plan.deletion_count
+        self.del_flags = [ChangeFlags.none] * plan.deletion_count
+        self.order: list[LineRef] = []
+        self.details: dict[LineRef, dict[str, Any]] = {}
         self.refs: dict[int, list[tuple[int, str]]] = {}
         self.settled: dict[int, tuple[int, str]] = {}
         self.record_only: list[int] = []
@@ -72,18 +66,21 @@ class PreviewLines:
         self._view: dict[str, Any] | None = None
 
     def add(self, call: PreviewBatchInput, result: PreviewBatchResult) -> None:
-        keys: list[Key] = [("n", i) for i in range(call.start, min(call.end, len(self.node_codes)))]
-        keys += [("d", i) for i in range(call.start, min(call.end, len(self.del_codes)))]
+        end = min(call.end, len(self.node_codes))
+        keys = [LineRef(False, i) for i in range(call.start, end)]
+        keys += [LineRef(True, i) for i in range(call.start, min(call.end, len(self.del_codes)))]
         if len(result.codes) != 2 * len(keys):
             raise ApplicationError(
                 f"preview batch {call.start}: {len(result.codes) // 2} changes for "
                 f"{len(keys)} resources (the plan changed under the run?)",
                 non_retryable=True,
             )
-        for n, key in enumerate(keys):
-            codes, flags = self._lists(key[0])
-            codes[key[1]] = result.codes[2 * n]
-            flags[key[1]] = int(result.codes[2 * n + 1])
+        for n, (key, (code, flag)) in enumerate(
+            zip(keys, decode_changes(result.codes), strict=True)
+        ):
+            codes, flags = self._lists(key.deletion)
+            codes[key.plan_index] = code
+            flags[key.plan_index] = flag
             if result.details:
                 self.details[key] = result.details[n]
         self.order.extend(keys)
@@ -98,13 +95,13 @@ class PreviewLines:
         self.diff_refs = [index_ref]
         self._view = None
 
-    def _lists(self, kind: str) -> tuple[list[str], list[int]]:
-        if kind == "n":
+    def _lists(self, deletion: bool) -> tuple[list[ActionCode], list[ChangeFlags]]:
+        if not deletion:
             return self.node_codes, self.node_flags
         return self.del_codes, self.del_flags
 
-    def action(self, key: Key) -> str:
-        return CODE_ACTIONS[self._lists(key[0])[0][key[1]]]
+    def action(self, key: LineRef) -> str:
+        return self._lists(key.deletion)[0][key.plan_index].action
 
     def settle(self) -> None:
         """Second pass, in dependency order.
@@ -117,37 +114,37 @@ class PreviewLines:
         """
         self._view = None
         for index, code in enumerate(self.node_codes):
-            if code != "N":
+            if code != ActionCode.unchanged:
                 continue
             moved = next(
                 ((ref, path) for ref, path in self.refs.get(index, []) if self._touches(ref, path)),
                 None,
             )
             if moved is not None:
-                self.node_codes[index] = "U"
+                self.node_codes[index] = ActionCode.update
                 self.settled[index] = moved
-                change = self.details.get(("n", index))
+                change = self.details.get(LineRef(False, index))
                 if change is not None:
                     change["action"] = "Update"
                     change["diff"] = [
                         *change.get("diff", []),
                         references_entry(self._moved_text(*moved)),
                     ]
-            elif self.node_flags[index] & FLAG_UNRECORDED:
+            elif self.node_flags[index] & ChangeFlags.unrecorded:
                 self.record_only.append(index)
 
     def _moved_text(self, ref: int, path: str) -> str:
-        detail = self.details.get(("n", ref))
+        detail = self.details.get(LineRef(False, ref))
         rid = detail["id"] if detail is not None else f"#{ref}"
         return f"{rid}.{path}" if path else rid
 
     def _touches(self, ref: int, path: str) -> bool:
-        detail = self.details.get(("n", ref))
+        detail = self.details.get(LineRef(False, ref))
         if detail is not None and (detail.get("diff_more") or detail.get("diff_omitted")):
             # only part of its diff is here: any field may move
-            return CODE_ACTIONS[self.node_codes[ref]] in ("Create", "Update")
+            return self.node_codes[ref] in (ActionCode.create, ActionCode.update)
         change = {
-            "action": CODE_ACTIONS[self.node_codes[ref]],
+            "action": self.node_codes[ref].action,
             "diff": detail.get("diff", []) if detail is not None else [],
         }
         return _touches(change, path)
@@ -160,10 +157,10 @@ class PreviewLines:
         for key in self._shown():
             if key in self.details:
                 continue
-            kind, index = key
-            codes, flags = self._lists(kind)
-            ref, path = self.settled.get(index, (-1, "")) if kind == "n" else (-1, "")
-            items.append((kind, index, CODE_ACTIONS[codes[index]], flags[index], ref, path))
+            codes, flags = self._lists(key.deletion)
+            i = key.plan_index
+            moved = None if key.deletion else self.settled.get(i)
+            items.append(DescribeItem.of(key, codes[i].action, flags[i], moved))
         if not items:
             return None
         assert self.plan_ref is not None
@@ -172,9 +169,9 @@ class PreviewLines:
     def described(self, request: DescribeInput, changes: list[dict[str, Any]]) -> None:
         self._view = None
         for item, change in zip(request.items, changes, strict=True):
-            self.details[(item[0], item[1])] = change
+            self.details[item.line] = change
 
-    def _shown(self) -> list[Key]:
+    def _shown(self) -> list[LineRef]:
         if len(self.order) <= DETAIL_LIMIT:
             return self.order
         shown = []
@@ -193,7 +190,7 @@ class PreviewLines:
             return self._view
         summary = dict.fromkeys(ACTIONS, 0)
         for code in (*self.node_codes, *self.del_codes):
-            summary[CODE_ACTIONS[code]] += 1
+            summary[code.action] += 1
         shown = [self.details[key] for key in self._shown() if key in self.details]
         view: dict[str, Any] = {"changes": fit_changes(shown, BUDGET // 2), "summary": summary}
         if len(self.order) > DETAIL_LIMIT:
@@ -215,15 +212,15 @@ class PreviewLines:
         drifted = missing = pending = 0
         ids: list[str] = []
         for i, code in enumerate(self.node_codes):
-            if self.node_flags[i] & FLAG_DRIFT:
-                if code == "C":
+            if self.node_flags[i] & ChangeFlags.drift:
+                if code == ActionCode.create:
                     missing += 1
                 else:
                     drifted += 1
-                detail = self.details.get(("n", i))
+                detail = self.details.get(LineRef(False, i))
                 if detail is not None and len(ids) < id_limit:
                     ids.append(str(detail["id"]))
-            elif code != "N":
+            elif code != ActionCode.unchanged:
                 pending += 1
         return {
             "checked": len(self.node_codes),
@@ -237,11 +234,13 @@ class PreviewLines:
         """(plan index, action) of the nodes to apply and of the deletions to run."""
         record_only = dict.fromkeys(self.record_only)
         to_apply = [
-            (i, CODE_ACTIONS[code])
+            (i, code.action)
             for i, code in enumerate(self.node_codes)
-            if code in ("C", "U") or i in record_only
+            if code in (ActionCode.create, ActionCode.update) or i in record_only
         ]
-        to_delete = [(i, "Delete") for i, code in enumerate(self.del_codes) if code == "D"]
+        to_delete = [
+            (i, "Delete") for i, code in enumerate(self.del_codes) if code == ActionCode.delete
+        ]
         return to_apply, to_delete
 
 

@@ -35,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
         NodeStatus,
         PlannedNode,
     )
+    from stackflow.wire import BatchActions
     from stackflow.workflows import common
     from stackflow.workflows.constants import (
         FINALIZE_ON_EVERY_EXIT,
@@ -206,13 +207,13 @@ async def load_batch_nodes(batch: BatchInput) -> LoadedBatch:
             actions=batch.actions,
             not_ok=batch.not_ok,
         ),
-        **common.store_call(f"load {len(batch.actions) - batch.actions.count('.')} nodes"),
+        **common.store_call(f"load {BatchActions.count(batch.actions)} nodes"),
     )
     return result
 
 
 def batch_indices(batch: BatchInput) -> list[int]:
-    return [batch.start + i for i, code in enumerate(batch.actions) if code != "."]
+    return BatchActions.indices(batch.start, batch.actions)
 
 
 class Tally:

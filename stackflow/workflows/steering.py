@@ -7,6 +7,7 @@ in :mod:`stackflow.workflows.base`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from temporalio import workflow
@@ -29,6 +30,17 @@ with workflow.unsafe.imports_passed_through():
 
 WALKING = ("applying", "destroying")
 """Phases in which nodes are walked (progress and ETA are shown)."""
+
+
+@dataclass
+class NotOk:
+    """Plan indices of the last walk that did not succeed: nodes and deletions."""
+
+    nodes: list[int] = field(default_factory=list)
+    deletions: list[int] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.nodes or self.deletions)
 
 
 def approval_input(args: tuple[object, ...]) -> ApprovalInput:
@@ -57,7 +69,7 @@ class SteeredRun:
         self._step: str | None = None
         """``retry`` or ``abort`` while a paused run is told what to do."""
         self._step_by: str | None = None
-        self._not_ok: dict[bool, list[int]] = {False: [], True: []}
+        self._not_ok = NotOk()
         """Plan indices (nodes, deletions) of the last walk that did not succeed."""
         self._failures: list[NodeResult] = []
         self._error_type: str | None = None

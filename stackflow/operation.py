@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from stackflow.refs import RunRef
+from stackflow.release import Operation, Phase
 from stackflow.selection import LeftOut
 from stackflow.wire import DescribeItem
 
@@ -198,8 +200,7 @@ class OperationPlan(BaseModel):
 class PrepareInput(BaseModel):
     """Input of the ``prepare_operation`` activity."""
 
-    operation: str
-    """``preview``, ``apply``, ``destroy``, ``rollback`` or ``refresh``."""
+    operation: Operation
     request: OperationInput
     workflow_id: str
     run_id: str
@@ -332,18 +333,15 @@ def references_entry(moved: str) -> dict[str, Any]:
     return {"path": "(references)", "old": None, "new": f"(known after apply: {moved})"}
 
 
-class RunOwner(BaseModel):
-    """The Temporal run whose writes the stack lock admits (see ``RunRef``)."""
-
-    workflow_id: str
-    run_id: str
+RunOwner = RunRef
+"""The run whose writes the stack lock admits (one type with the state layer's ``RunRef``)."""
 
 
 class PhaseInput(BaseModel):
     project: str
     workspace: str
     revision: int
-    phase: str
+    phase: Phase
     error: str | None = None
     changes: dict[str, Any] | None = None
     approval: dict[str, Any] | None = None
@@ -399,7 +397,7 @@ GROUP_LIMIT = 64
 class StatusView(BaseModel):
     """Result of the ``status`` query."""
 
-    phase: str
+    phase: Phase
     revision: int | None = None
     total: int = 0
     done: int = 0
@@ -416,9 +414,9 @@ class OperationResult(BaseModel):
 
     project: str
     workspace: str
-    operation: str
+    operation: Operation
     revision: int | None
-    phase: str
+    phase: Phase
     changes: dict[str, Any]
     results: list[NodeResult] = Field(default_factory=list)
     error: str | None = None

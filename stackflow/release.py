@@ -16,20 +16,34 @@ from stackflow.spec import Resource, Spec
 
 
 class Operation(StrEnum):
+    """Every operation stackflow runs (one workflow each). The first four make a release;
+    ``preview`` and ``drift`` read only."""
+
     apply = "apply"
     destroy = "destroy"
     rollback = "rollback"
     """An apply of an earlier release's spec (``source_revision``)."""
     refresh = "refresh"
     """Live state recorded as it is; infrastructure untouched."""
+    preview = "preview"
+    """What an apply would change (no release, no lock)."""
+    drift = "drift"
+    """The last spec and the recorded state against what is live (no release, no lock)."""
+
+    @property
+    def makes_release(self) -> bool:
+        return self not in (Operation.preview, Operation.drift)
 
 
 class Phase(StrEnum):
-    """Kusion's release phases."""
+    """A run's phase: Kusion's release phases, and the two waits of a run (never stored in
+    a release, whose phase stays ``previewing`` or ``applying``/``destroying`` meanwhile)."""
 
     generating = "generating"
     previewing = "previewing"
+    awaitingApproval = "awaitingApproval"
     applying = "applying"
+    awaitingDecision = "awaitingDecision"
     destroying = "destroying"
     succeeded = "succeeded"
     failed = "failed"
@@ -37,6 +51,15 @@ class Phase(StrEnum):
     @property
     def is_final(self) -> bool:
         return self in (Phase.succeeded, Phase.failed)
+
+    @property
+    def is_walking(self) -> bool:
+        return self in (Phase.applying, Phase.destroying)
+
+    @property
+    def is_stored(self) -> bool:
+        """Whether a release records this phase (a run's waits are not)."""
+        return self not in (Phase.awaitingApproval, Phase.awaitingDecision)
 
 
 class Decision(StrEnum):

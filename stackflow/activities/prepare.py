@@ -28,14 +28,6 @@ from stackflow.selection import LEFT_OUT_LIMIT, Selected, Selection, check_patte
 from stackflow.spec import Resource, Spec, parse_spec
 from stackflow.state.backend import RunRef
 
-OPERATIONS = {
-    "apply": Operation.apply,
-    "destroy": Operation.destroy,
-    "rollback": Operation.rollback,
-    "refresh": Operation.refresh,
-}
-"""The operations that open a release (preview and drift do not)."""
-
 
 def state_by_id(release: Release | None) -> dict[str, Resource]:
     return {} if release is None else {r.id: r for r in release.state.resources}
@@ -84,17 +76,17 @@ class PrepareActivities:
             check_request(request)
             spec: Spec | None
             ref: str | None
-            if inp.operation == "drift":
+            operation = inp.operation
+            if operation == Operation.drift:
                 return await asyncio.to_thread(self._prepare_drift, request)
-            if inp.operation == "rollback":
+            if operation == Operation.rollback:
                 spec, ref = await asyncio.to_thread(self._rollback_spec, request)
             else:
                 spec, ref = await asyncio.to_thread(self._load_spec, inp)
             selection = Selection(targets=request.targets, excludes=request.excludes)
-            if inp.operation == "preview":
+            if operation == Operation.preview:
                 assert spec is not None
                 return await asyncio.to_thread(self._prepare_preview, inp, spec, ref, selection)
-            operation = OPERATIONS.get(inp.operation, Operation.apply)
             run = RunRef(inp.workflow_id, inp.run_id)
             if operation in (Operation.destroy, Operation.refresh):
                 ref = await asyncio.to_thread(

@@ -33,7 +33,7 @@ from stackflow.diff import (
 )
 from stackflow.errors import SpecError
 from stackflow.graph import find_references, match_reference, resolve_references
-from stackflow.operation import GroupInput, NodeInput, RunOwner
+from stackflow.operation import GroupInput, NodeInput
 from stackflow.runtimes.base import ResourceRequest, Runtime, RuntimeOptions
 from stackflow.spec import Resource
 from stackflow.state.backend import RunRef
@@ -253,7 +253,7 @@ class ResourceStep:
             adopt=adopt,
             context=context,
             revision=revision,
-            owner=RunOwner(workflow_id=run.workflow_id, run_id=run.run_id) if run else None,
+            owner=run,
         )
 
     def node_options(self, inp: NodeInput | GroupInput, run: RunRef) -> RuntimeOptions:

@@ -34,7 +34,7 @@ def calling_run(owner: RunOwner | None = None) -> RunRef:
     """The run whose writes these are: the one named (a batch child's parent) or the run of
     the calling activity."""
     if owner is not None:
-        return RunRef(owner.workflow_id, owner.run_id)
+        return owner
     info = activity.info()
     return RunRef(info.workflow_id or "", info.workflow_run_id or "")
 

@@ -295,7 +295,7 @@ class WalkActivities:
                     inp.project,
                     inp.workspace,
                     inp.revision,
-                    Phase(inp.phase),
+                    inp.phase,
                     run=run,
                     error=inp.error,
                     changes=inp.changes,

@@ -58,6 +58,7 @@ from stackflow.operation import (
     OperationResult,
     check_request,
 )
+from stackflow.release import Phase
 from stackflow.spec import load_spec
 
 _settings = settings
@@ -122,7 +123,7 @@ def _report(runner: Runner, result: OperationResult, run_id: str | None) -> None
         typer.echo(json.dumps(data, indent=2, sort_keys=True))
     else:
         c = runner.console
-        colour = "green" if result.phase == "succeeded" else "red"
+        colour = "green" if result.phase == Phase.succeeded else "red"
         rev = f"release {result.revision} " if result.revision is not None else ""
         c.print(
             f"[bold]{result.operation}[/] {result.project}/{result.workspace}: "
@@ -137,7 +138,7 @@ def _report(runner: Runner, result: OperationResult, run_id: str | None) -> None
         for r in failed if len(failed) > 1 else []:
             c.print(f"  [red]✗ {escape(r.id)}[/]: {escape(r.error or '')}")
         c.print(f"  Temporal UI: {link}")
-    if result.phase == "failed":
+    if result.phase == Phase.failed:
         # One line on stderr, and the exit code of the failure's class.
         message = result.error or f"{result.operation} failed"
         if result.error_type in BAD_INPUT_TYPES:
@@ -186,7 +187,9 @@ async def _run(
         else:
             runner.show_preview(result.changes, detail)
         return
-    status = await runner.wait_for(handle, {"awaitingApproval", "applying", "destroying", PAUSED})
+    status = await runner.wait_for(
+        handle, {Phase.awaitingApproval, Phase.applying, Phase.destroying, PAUSED}
+    )
     outcome = runner.outcome_of(handle)
     if outcome.done() and status.phase not in FINAL:
         # The run ended before it got anywhere (e.g. stack locked): report its error.
@@ -197,7 +200,7 @@ async def _run(
             "the run", lambda: handle.query("preview", result_type=dict[str, Any])
         )
         runner.show_preview(preview, detail)
-    if status.phase == "awaitingApproval":
+    if status.phase == Phase.awaitingApproval:
         await runner.approve(handle, yes)
     await runner.follow(handle)
     if not runner.outcome_of(handle).done():

@@ -36,12 +36,13 @@ from stackflow.operation import (
     human_duration,
     workflow_id_for,
 )
+from stackflow.release import Phase
 from stackflow.render import render_preview
 
-FINAL = ("succeeded", "failed")
+FINAL = (Phase.succeeded, Phase.failed)
 BAD_INPUT_TYPES = ("InvalidInput", "SpecError", "NotFound", "NotFoundError", "Conflict")
 """Failure classes that fixing the spec or options resolves: exit 2 (else 1)."""
-PAUSED = "awaitingDecision"
+PAUSED = Phase.awaitingDecision
 POLL_SECONDS = 0.25
 
 
@@ -140,7 +141,7 @@ class Runner:
             return None
 
     async def wait_for(
-        self, handle: WorkflowHandle[Any, OperationResult], phases: set[str]
+        self, handle: WorkflowHandle[Any, OperationResult], phases: set[Phase]
     ) -> StatusView:
         outcome = self.outcome_of(handle)
         while True:
@@ -148,7 +149,7 @@ class Runner:
             if isinstance(status, StatusView) and (status.phase in phases or status.phase in FINAL):
                 return status
             if outcome.done():
-                return status if isinstance(status, StatusView) else StatusView(phase="failed")
+                return status if isinstance(status, StatusView) else StatusView(phase=Phase.failed)
             await asyncio.wait({outcome}, timeout=POLL_SECONDS)
 
     async def result(self, handle: WorkflowHandle[Any, OperationResult]) -> OperationResult:

@@ -26,8 +26,8 @@ from stackflow.crypto import KeyRing
 from stackflow.errors import (
     SpecError,
 )
+from stackflow.refs import RunRef
 from stackflow.state.models import (
-    RunRef,
     StackLock,
     blob_ref,
     check_ref,

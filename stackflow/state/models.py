@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from pydantic import BaseModel
 from stackflow.errors import (
     SpecError,
 )
+from stackflow.refs import RunRef
 from stackflow.release import Operation
 
 log = logging.getLogger(__name__)
@@ -33,17 +33,6 @@ def now() -> datetime:
 def as_utc(value: datetime) -> datetime:
     """SQLite hands timestamps back without a zone; they were written in UTC."""
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-@dataclass(frozen=True)
-class RunRef:
-    """A Temporal run: the only kind of writer that may hold a stack."""
-
-    workflow_id: str
-    run_id: str
-
-    def __str__(self) -> str:
-        return f"run {self.run_id} of workflow {self.workflow_id}"
 
 
 class StackLock(BaseModel):

@@ -12,9 +12,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from stackflow.drift import DriftReport
+from stackflow.refs import RunRef
 from stackflow.release import Approval, Operation, Phase, Release
 from stackflow.spec import Resource, Spec
-from stackflow.state.models import RunRef, StackLock
+from stackflow.state.models import StackLock
 
 
 @runtime_checkable

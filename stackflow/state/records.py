@@ -12,9 +12,9 @@ from datetime import UTC
 import sqlalchemy as sa
 
 from stackflow.drift import DriftReport, DriftSummary
+from stackflow.refs import RunRef
 from stackflow.state.models import (
     CHUNK,
-    RunRef,
     as_utc,
     now,
 )

@@ -19,10 +19,10 @@ from stackflow.errors import (
     PhaseConflictError,
     StackLockedError,
 )
+from stackflow.refs import RunRef
 from stackflow.release import Approval, Operation, Phase, Release
 from stackflow.spec import Resource, Spec
 from stackflow.state.models import (
-    RunRef,
     StackLock,
     now,
 )
@@ -174,8 +174,11 @@ class ReleaseWrites(ReleaseReads):
         """Move a release to ``phase`` (fenced on ``run``); a final phase releases the lock.
 
         Setting the final phase a release already has is a no-op; leaving one is refused.
-        Returns the release without its spec and state.
+        Returns the release without its spec and state. A run's waits (awaiting approval or a
+        decision) are not release phases: refused.
         """
+        if not phase.is_stored:
+            raise PhaseConflictError(f"{phase} is a run's wait, not a phase a release records")
         with self._tx(write=True) as conn:
             row = conn.execute(
                 sa.select(releases).where(*self._where_release(project, workspace, revision))

@@ -12,6 +12,7 @@ with workflow.unsafe.imports_passed_through():
         OperationInput,
         OperationResult,
     )
+    from stackflow.release import Operation
     from stackflow.workflows.base import OperationWorkflow
 
 
@@ -19,7 +20,7 @@ with workflow.unsafe.imports_passed_through():
 class ApplyWorkflow(OperationWorkflow):
     """Preview, approval, then apply the spec node by node; deletes what left the spec."""
 
-    operation = "apply"
+    operation = Operation.apply
 
     @workflow.run
     async def run(self, *args: object) -> OperationResult:

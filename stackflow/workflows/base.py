@@ -48,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         RefreshBatchInput,
         RunOwner,
     )
+    from stackflow.release import Operation, Phase
     from stackflow.wire import BatchActions
     from stackflow.workflows import common
     from stackflow.workflows.constants import (
@@ -89,7 +90,7 @@ class OperationWorkflow(SteeredRun):
         try:
             return common.checked_input(model, args)
         except ApplicationError as err:
-            self._phase = "failed"
+            self._phase = Phase.failed
             self._error = err.message
             self._error_type = err.type
             raise
@@ -117,7 +118,7 @@ class OperationWorkflow(SteeredRun):
         self._revision = plan.revision
         return plan
 
-    async def _set_phase(self, phase: str, **extra: Any) -> None:
+    async def _set_phase(self, phase: Phase, **extra: Any) -> None:
         self._phase = phase
         if phase in WALKING:
             self._progress.started = workflow.now()
@@ -255,7 +256,8 @@ class OperationWorkflow(SteeredRun):
         request = self._request
         info = workflow.info()
         # Distinct child ids for an apply's two walks: apply-N, then delete-N (destroy-N).
-        walk_name = "delete" if deletions and self.operation != "destroy" else self.operation
+        deleting_in_apply = deletions and self.operation != Operation.destroy
+        walk_name = "delete" if deleting_in_apply else str(self.operation)
 
         def batch_of(chunk: list[tuple[int, str]], not_ok: list[int]) -> BatchInput:
             assert self._revision is not None and plan.plan_ref is not None
@@ -394,7 +396,7 @@ class OperationWorkflow(SteeredRun):
             error = first.error or "failed"
             self._error = (error if error.startswith(first.id) else f"{first.id}: {error}") + more
             self._error_type = self._error_type or first.error_type
-        phase = "failed" if self._error else "succeeded"
+        phase = Phase.failed if self._error else Phase.succeeded
         await self._set_phase(
             phase,
             error=self._error,
@@ -403,7 +405,7 @@ class OperationWorkflow(SteeredRun):
         )
         return self._result(phase, tally)
 
-    def _result(self, phase: str, tally: Tally) -> OperationResult:
+    def _result(self, phase: Phase, tally: Tally) -> OperationResult:
         assert self._request is not None
         changes = self._changes_view()
         lines = len(self._lines) if self._lines is not None else 0
@@ -446,8 +448,8 @@ class OperationWorkflow(SteeredRun):
     async def _close(self, reason: str) -> None:
         """The release becomes ``failed`` with ``reason`` (a no-op if already final)."""
         self._error = self._error or reason
-        self._phase = "failed"
-        workflow.upsert_search_attributes([PHASE_KEY.value_set("failed")])
+        self._phase = Phase.failed
+        workflow.upsert_search_attributes([PHASE_KEY.value_set(Phase.failed)])
         if self._revision is None or self._request is None:
             return
         try:
@@ -457,7 +459,7 @@ class OperationWorkflow(SteeredRun):
                     project=self._request.project,
                     workspace=self._request.workspace,
                     revision=self._revision,
-                    phase="failed",
+                    phase=Phase.failed,
                     error=reason,
                     approval=self._approval,
                 ),
@@ -472,7 +474,7 @@ class OperationWorkflow(SteeredRun):
         plan = await self._prepare(request)
         self._total = plan.node_count + plan.deletion_count
         try:
-            await self._set_phase("previewing")
+            await self._set_phase(Phase.previewing)
             await self._preview(plan)
         except ActivityError as exc:
             raise_if_cancelled(exc)
@@ -488,7 +490,7 @@ class OperationWorkflow(SteeredRun):
         changes_anything = len(to_delete) + len(to_apply) > len(self._lines.record_only)
         if changes_anything and not await self._await_approval():
             return await self._finish(Tally(full=True), rejected=True)
-        walking = "destroying" if self.operation == "destroy" else "applying"
+        walking = Phase.destroying if self.operation == Operation.destroy else Phase.applying
         await self._set_phase(walking)
         await self._walks(plan, to_apply, to_delete, tally)
         while request.on_failure == "pause" and self._not_ok:

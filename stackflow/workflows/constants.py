@@ -4,14 +4,16 @@ from __future__ import annotations
 
 from temporalio.common import SearchAttributeKey
 
+from stackflow.release import Phase
+
 PROJECT_KEY = SearchAttributeKey.for_keyword("StackflowProject")
 WORKSPACE_KEY = SearchAttributeKey.for_keyword("StackflowWorkspace")
 PHASE_KEY = SearchAttributeKey.for_keyword("StackflowPhase")
 
-AWAITING_APPROVAL = "awaitingApproval"
+AWAITING_APPROVAL = Phase.awaitingApproval
 FINALIZE_ON_EVERY_EXIT = "finalize-release-on-every-exit"
 """Patch: runs started before it end as they did (only preview failures were finalised)."""
-AWAITING_DECISION = "awaitingDecision"
+AWAITING_DECISION = Phase.awaitingDecision
 FAIL_FAST_STOPS_DELETES = "fail-fast-stops-delete-walk"
 """Patch: with fail_fast, a failure in the apply walk skips the delete walk."""
 ACTIONS = ("Create", "Update", "Delete", "UnChanged")

@@ -9,6 +9,7 @@ with workflow.unsafe.imports_passed_through():
         OperationInput,
         OperationResult,
     )
+    from stackflow.release import Operation
     from stackflow.workflows.base import OperationWorkflow
 
 
@@ -16,7 +17,7 @@ with workflow.unsafe.imports_passed_through():
 class DestroyWorkflow(OperationWorkflow):
     """Deletes everything the stack's last release holds, dependents first."""
 
-    operation = "destroy"
+    operation = Operation.destroy
 
     @workflow.run
     async def run(self, *args: object) -> OperationResult:

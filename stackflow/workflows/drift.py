@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
         OperationResult,
         workflow_id_for,
     )
+    from stackflow.release import Operation, Phase
     from stackflow.workflows import common
     from stackflow.workflows.base import OperationWorkflow
     from stackflow.workflows.constants import DRIFT_KEY, PHASE_KEY
@@ -29,7 +30,7 @@ class DriftWorkflow(OperationWorkflow):
     """A drift check: ``stackflow drift check`` runs one now, ``stackflow drift schedule``
     a Temporal Schedule of them."""
 
-    operation = "drift"
+    operation = Operation.drift
 
     @workflow.run
     async def run(self, *args: object) -> DriftResult:
@@ -44,7 +45,7 @@ class DriftWorkflow(OperationWorkflow):
         checked = plan.revision
         self._revision = None  # a check reads the latest release; it writes none
         self._total = plan.node_count
-        await self._set_phase("previewing")
+        await self._set_phase(Phase.previewing)
         await self._preview(plan)
         assert self._lines is not None
         summary = self._lines.drift_summary(DRIFT_ID_LIMIT)
@@ -70,9 +71,9 @@ class DriftWorkflow(OperationWorkflow):
             ),
             **common.store_call(f"drift report {inp.project}/{inp.workspace}"),
         )
-        self._phase = "succeeded"
+        self._phase = Phase.succeeded
         workflow.upsert_search_attributes(
-            [DRIFT_KEY.value_set(drifted), PHASE_KEY.value_set("succeeded")]
+            [DRIFT_KEY.value_set(drifted), PHASE_KEY.value_set(Phase.succeeded)]
         )
         self._show()
         return DriftResult(

@@ -12,6 +12,7 @@ with workflow.unsafe.imports_passed_through():
         OperationInput,
         OperationResult,
     )
+    from stackflow.release import Operation, Phase
     from stackflow.workflows.base import OperationWorkflow
     from stackflow.workflows.constants import PHASE_KEY
     from stackflow.workflows.nodes import Tally
@@ -21,7 +22,7 @@ with workflow.unsafe.imports_passed_through():
 class PreviewWorkflow(OperationWorkflow):
     """The three-way diff only: no release, no lock, nothing changed."""
 
-    operation = "preview"
+    operation = Operation.preview
 
     @workflow.run
     async def run(self, *args: object) -> OperationResult:
@@ -32,8 +33,8 @@ class PreviewWorkflow(OperationWorkflow):
             )
         plan = await self._prepare(request)
         self._total = plan.node_count + plan.deletion_count
-        await self._set_phase("previewing")
+        await self._set_phase(Phase.previewing)
         await self._preview(plan)
-        self._phase = "succeeded"
-        workflow.upsert_search_attributes([PHASE_KEY.value_set("succeeded")])
-        return self._result("succeeded", Tally(full=True))
+        self._phase = Phase.succeeded
+        workflow.upsert_search_attributes([PHASE_KEY.value_set(Phase.succeeded)])
+        return self._result(Phase.succeeded, Tally(full=True))

@@ -8,6 +8,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from stackflow.operation import DETAIL_LIMIT, NodeStatus, OperationInput, OperationResult
+    from stackflow.release import Operation, Phase
     from stackflow.workflows.base import OperationWorkflow
     from stackflow.workflows.nodes import Tally, cause_type, failure_message, raise_if_cancelled
 
@@ -18,7 +19,7 @@ class RefreshWorkflow(OperationWorkflow):
     what it would record), ask (or ``auto_approve``), then record it as a new release
     (``operation: refresh``). The infrastructure is never changed."""
 
-    operation = "refresh"
+    operation = Operation.refresh
 
     @workflow.run
     async def run(self, *args: object) -> OperationResult:
@@ -28,7 +29,7 @@ class RefreshWorkflow(OperationWorkflow):
         plan = await self._prepare(request)
         self._total = plan.node_count
         try:
-            await self._set_phase("previewing")
+            await self._set_phase(Phase.previewing)
             await self._preview(plan, refresh=True)
         except ActivityError as exc:
             raise_if_cancelled(exc)
@@ -43,7 +44,7 @@ class RefreshWorkflow(OperationWorkflow):
             return await self._finish(tally)
         if not await self._await_approval():
             return await self._finish(Tally(full=True), rejected=True)
-        await self._set_phase("applying")
+        await self._set_phase(Phase.applying)
         self._total = changed
         await self._preview(plan, refresh=True, record=True)
         tally.count(NodeStatus.succeeded, changed)

@@ -7,6 +7,7 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from stackflow.operation import OperationInput, OperationResult
+    from stackflow.release import Operation
     from stackflow.workflows.base import OperationWorkflow
 
 
@@ -15,7 +16,7 @@ class RollbackWorkflow(OperationWorkflow):
     """Apply release ``to_revision``'s spec as a new release (``operation: rollback``,
     ``source_revision``): preview, approval and walk exactly as ApplyWorkflow."""
 
-    operation = "rollback"
+    operation = Operation.rollback
 
     @workflow.run
     async def run(self, *args: object) -> OperationResult:

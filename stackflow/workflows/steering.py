@@ -22,13 +22,14 @@ with workflow.unsafe.imports_passed_through():
         StatusView,
         human_duration,
     )
+    from stackflow.release import Operation, Phase
     from stackflow.terminal import markdown_code, markdown_text
     from stackflow.workflows import common
     from stackflow.workflows.constants import AWAITING_APPROVAL, AWAITING_DECISION
     from stackflow.workflows.lines import PreviewLines, summarise
     from stackflow.workflows.walker import WalkProgress
 
-WALKING = ("applying", "destroying")
+WALKING = (Phase.applying, Phase.destroying)
 """Phases in which nodes are walked (progress and ETA are shown)."""
 
 
@@ -53,10 +54,10 @@ class SteeredRun:
     and the updates that steer it (approve/reject while awaiting approval, retry/abort while
     paused on failed nodes). The steps that change it are in :class:`OperationWorkflow`."""
 
-    operation = "apply"
+    operation = Operation.apply
 
     def __init__(self) -> None:
-        self._phase = "generating"
+        self._phase = Phase.generating
         self._revision: int | None = None
         self._total = 0
         self._progress = WalkProgress(self._tick)

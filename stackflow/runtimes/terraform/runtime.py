@@ -97,7 +97,6 @@ from stackflow.runtimes.terraform.workdir import (
     write_atomically,
     write_variables,
 )
-from stackflow.state.backend import RunRef
 from stackflow.state.protocols import TerraformStateStore
 
 
@@ -311,7 +310,7 @@ class TerraformRuntime(Runtime):
     ) -> None:
         if self.backend is None or options.revision is None or state is None:
             return
-        run = RunRef(options.owner.workflow_id, options.owner.run_id) if options.owner else None
+        run = options.owner
         await asyncio.to_thread(
             self.backend.put_terraform_state,
             options.project,
@@ -559,7 +558,7 @@ class TerraformRuntime(Runtime):
                     options.workspace,
                     {rid: json.dumps(part, separators=(",", ":")) for rid, part in parts.items()},
                     revision=options.revision,
-                    run=RunRef(owner.workflow_id, owner.run_id) if owner else None,
+                    run=owner,
                 )
             if verb == "apply":
                 for call in calls:

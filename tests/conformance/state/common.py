@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from stackflow.spec import Resource
-from stackflow.state.backend import RunRef
+from stackflow.state.backend import RunRef, StateBackend
 
 R1 = RunRef("stackflow/p/w", "run-1")
 R2 = RunRef("stackflow/p/w", "run-2")
@@ -11,3 +13,27 @@ R2 = RunRef("stackflow/p/w", "run-2")
 
 def res(rid: str, **attributes: object) -> Resource:
     return Resource.model_validate({"id": rid, "type": "OnPrem", "attributes": attributes})
+
+
+class Narrowed:
+    """A backend seen through some protocols only: any other attribute raises
+    AttributeError, so a suite written against them uses nothing else, and a new backend
+    that implements just those protocols can run it."""
+
+    def __init__(self, target: StateBackend, protocols: tuple[type, ...]) -> None:
+        for protocol in protocols:
+            assert isinstance(target, protocol), f"{type(target).__name__} is no {protocol}"
+        self.target = target
+        self.protocols = protocols
+        self.allowed = {name for p in protocols for name in vars(p) if not name.startswith("_")}
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self.__dict__.get("allowed", ()):
+            return getattr(self.target, name)
+        names = ", ".join(p.__name__ for p in self.__dict__.get("protocols", ()))
+        raise AttributeError(f"{name!r} is not part of {names}")
+
+
+def narrow(backend: StateBackend, *protocols: type) -> Any:
+    """``backend`` through ``protocols`` only."""
+    return Narrowed(backend, protocols)

@@ -4,6 +4,7 @@ PostgreSQL: the ``backend`` fixture in tests/conftest.py) passes it."""
 from __future__ import annotations
 
 import zlib
+from typing import Any
 
 import pytest
 
@@ -11,8 +12,15 @@ from stackflow.errors import (
     SpecError,
 )
 from stackflow.state.backend import StateBackend, blob_ref
+from stackflow.state.protocols import BlobStore
 from stackflow.state.schema import blobs
-from tests.conformance.state.common import R1, R2, res  # noqa: F401
+from tests.conformance.state.common import R1, R2, narrow, res  # noqa: F401
+
+
+@pytest.fixture
+def backend(backend: StateBackend) -> Any:
+    """The backend (SQLite, PostgreSQL) through the protocols this file tests only."""
+    return narrow(backend, BlobStore)
 
 
 def test_blobs_are_content_addressed_and_hash_checked(backend: StateBackend) -> None:
@@ -24,7 +32,7 @@ def test_blobs_are_content_addressed_and_hash_checked(backend: StateBackend) -> 
         backend.get_blob("spec_ref", blob_ref(b"other"))
     with pytest.raises(SpecError, match="expected 'sha256"):
         backend.get_blob("spec_ref", "sha256:../../etc/passwd")
-    with backend.engine.begin() as conn:  # corrupt the stored bytes
+    with backend.target.engine.begin() as conn:  # corrupt the stored bytes
         conn.execute(blobs.update().where(blobs.c.ref == ref).values(body=zlib.compress(b"{}")))
     with pytest.raises(SpecError, match="do not match their hash"):
         backend.get_blob("spec_ref", ref)

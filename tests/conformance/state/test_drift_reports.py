@@ -3,8 +3,19 @@ PostgreSQL: the ``backend`` fixture in tests/conftest.py) passes it."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from stackflow.state.backend import StateBackend
-from tests.conformance.state.common import R1, R2, res  # noqa: F401
+from stackflow.state.protocols import DriftReportStore
+from tests.conformance.state.common import R1, R2, narrow, res  # noqa: F401
+
+
+@pytest.fixture
+def backend(backend: StateBackend) -> Any:
+    """The backend (SQLite, PostgreSQL) through the protocols this file tests only."""
+    return narrow(backend, DriftReportStore)
 
 
 def test_drift_reports_newest_first_and_idempotent(backend: StateBackend) -> None:

@@ -3,10 +3,21 @@ PostgreSQL: the ``backend`` fixture in tests/conftest.py) passes it."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from stackflow.release import Operation, Phase
 from stackflow.spec import parse_spec
 from stackflow.state.backend import StateBackend
-from tests.conformance.state.common import R1, R2, res  # noqa: F401
+from stackflow.state.protocols import BlobStore, ReleaseReader, ReleaseWriter, StackLocks
+from tests.conformance.state.common import R1, R2, narrow, res  # noqa: F401
+
+
+@pytest.fixture
+def backend(backend: StateBackend) -> Any:
+    """The backend (SQLite, PostgreSQL) through the protocols this file tests only."""
+    return narrow(backend, ReleaseReader, StackLocks, ReleaseWriter, BlobStore)
 
 
 def test_latest_succeeded_and_spec_refs(backend: StateBackend) -> None:

@@ -4,6 +4,8 @@ tests/conftest.py) passes it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import sqlalchemy as sa
 
@@ -17,8 +19,15 @@ from stackflow.errors import (
 from stackflow.release import Approval, Decision, Operation, Phase, Release
 from stackflow.spec import Resource, parse_spec
 from stackflow.state.backend import StateBackend, open_backend
+from stackflow.state.protocols import BlobStore, ReleaseReader, ReleaseWriter, StackLocks
 from stackflow.state.schema import blobs
-from tests.conformance.state.common import R1, R2, res
+from tests.conformance.state.common import R1, R2, narrow, res
+
+
+@pytest.fixture
+def backend(backend: StateBackend) -> Any:
+    """The backend (SQLite, PostgreSQL) through the protocols this file tests only."""
+    return narrow(backend, ReleaseWriter, StackLocks, ReleaseReader, BlobStore)
 
 
 def test_resource_state_is_written_per_node_and_carried_to_the_next_release(
@@ -120,7 +129,7 @@ def test_sensitive_values_are_sealed_at_rest_and_bound_to_their_row(backend: Sta
     from stackflow.state.schema import release_resources, terraform_states
 
     ring = KeyRing.parse(new_key_line("k1"), "test")
-    sealed = open_backend(backend.url, migrate=True, keys=ring)
+    sealed = open_backend(backend.target.url, migrate=True, keys=ring)
     try:
         secret = Resource.model_validate(
             {
@@ -161,10 +170,10 @@ def test_sensitive_values_are_sealed_at_rest_and_bound_to_their_row(backend: Sta
             sealed.resource_state("p", "w", 1, other.id)
         # rotation: data under k1 reads once k2 is current; without k1 it is one clear error
         k2 = new_key_line("k2")
-        rotated = open_backend(backend.url, keys=KeyRing.parse(f"{k2},k1:{_b64(ring)}", "t"))
+        rotated = open_backend(backend.target.url, keys=KeyRing.parse(f"{k2},k1:{_b64(ring)}", "t"))
         assert rotated.resource_state("p", "w", 1, secret.id) == secret
         rotated.close()
-        only_k2 = open_backend(backend.url, keys=KeyRing.parse(k2, "t"))
+        only_k2 = open_backend(backend.target.url, keys=KeyRing.parse(k2, "t"))
         with pytest.raises(EncryptionKeyError, match="key 'k1', which this process does not"):
             only_k2.resource_state("p", "w", 1, secret.id)
         only_k2.close()

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import sqlalchemy as sa
 
@@ -10,14 +12,21 @@ from stackflow.errors import (
     SpecError,
 )
 from stackflow.state.backend import StateBackend, open_backend
+from stackflow.state.protocols import SchemaAdmin
 from stackflow.state.schema import metadata
-from tests.conformance.state.common import R1, R2, res  # noqa: F401
+from tests.conformance.state.common import R1, R2, narrow, res  # noqa: F401
+
+
+@pytest.fixture
+def backend(backend: StateBackend) -> Any:
+    """The backend (SQLite, PostgreSQL) through the protocols this file tests only."""
+    return narrow(backend, SchemaAdmin)
 
 
 def test_migrated_schema_matches_the_models(backend: StateBackend) -> None:
     assert backend.schema_revision() == backend.head_revision()
     backend.migrate()  # idempotent
-    inspector = sa.inspect(backend.engine)
+    inspector = sa.inspect(backend.target.engine)
     for table in metadata.sorted_tables:
         columns = {c["name"] for c in inspector.get_columns(table.name)}
         assert columns == {c.name for c in table.columns}, table.name

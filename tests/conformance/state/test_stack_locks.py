@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,14 @@ from stackflow.errors import (
 from stackflow.release import Operation, Phase
 from stackflow.spec import parse_spec
 from stackflow.state.backend import RunRef, StackLock, StateBackend
-from tests.conformance.state.common import R1, R2, res
+from stackflow.state.protocols import ReleaseReader, ReleaseWriter, StackLocks
+from tests.conformance.state.common import R1, R2, narrow, res
+
+
+@pytest.fixture
+def backend(backend: StateBackend) -> Any:
+    """The backend (SQLite, PostgreSQL) through the protocols this file tests only."""
+    return narrow(backend, StackLocks, ReleaseWriter, ReleaseReader)
 
 
 def test_first_release_takes_the_lock_and_final_phase_frees_it(backend: StateBackend) -> None:

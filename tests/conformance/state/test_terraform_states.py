@@ -4,6 +4,8 @@ passes it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from stackflow.errors import (
@@ -11,7 +13,14 @@ from stackflow.errors import (
 )
 from stackflow.release import Operation
 from stackflow.state.backend import StateBackend
-from tests.conformance.state.common import R1, R2, res  # noqa: F401
+from stackflow.state.protocols import ReleaseWriter, StackLocks, TerraformStateStore
+from tests.conformance.state.common import R1, R2, narrow, res  # noqa: F401
+
+
+@pytest.fixture
+def backend(backend: StateBackend) -> Any:
+    """The backend (SQLite, PostgreSQL) through the protocols this file tests only."""
+    return narrow(backend, TerraformStateStore, StackLocks, ReleaseWriter)
 
 
 def test_terraform_state_keeps_the_newest_serial_and_is_fenced(backend: StateBackend) -> None:

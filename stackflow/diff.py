@@ -1,7 +1,14 @@
-"""Three-way diff for preview: desired (spec or runtime's would-be object) vs live vs prior.
+"""Sensitivity and masking, and the three-way diff of a preview: desired (spec or runtime's
+would-be object) vs live vs prior.
+
+The one owner of what is sensitive (a type's own secret fields, what a runtime reported,
+taint through references, values derived from a secret, values equal to a known secret) and
+of masking a value (:func:`masked_value`, :func:`mask_attributes`). A preview's change is
+masked here as it is made; a release's JSON is masked by
+:func:`stackflow.release_diff.masked_release_data`, built on these rules, for every view of a
+release (``release show``, ``output``, ``apply --output json``, Kusion export).
 
 Only the fields the spec manages are compared: live is projected onto the shape of desired.
-Secret values are masked here, once, so nothing downstream ever sees them.
 """
 
 from __future__ import annotations
@@ -358,18 +365,6 @@ def tainted_paths(
         elif isinstance(value, list):
             stack.extend(((*at, i), v) for i, v in enumerate(value))
     return sorted(found)
-
-
-def mask_release_data(data: dict[str, Any]) -> dict[str, Any]:
-    """A release's JSON form (``Release.model_dump``) with every sensitive value masked: the
-    resources of its spec and state, and the spec's ``context.env`` (provider credentials)."""
-    for section in ("state", "spec"):
-        for raw in (data.get(section) or {}).get("resources") or []:
-            raw["attributes"] = mask_attributes(raw.get("type", ""), raw.get("attributes") or {})
-    context = (data.get("spec") or {}).get("context")
-    if isinstance(context, dict) and isinstance(context.get("env"), dict):
-        context["env"] = dict.fromkeys(context["env"], SENSITIVE_MARKER)
-    return data
 
 
 # ---- derived sensitivity -----------------------------------------------------------------------

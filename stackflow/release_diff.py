@@ -25,9 +25,10 @@ from pydantic import BaseModel, Field, computed_field
 from stackflow.diff import (
     RECORDED_SENSITIVE_KEY,
     RUNTIME_KEY_PREFIX,
+    SENSITIVE_MARKER,
     equal_value_paths,
     leaf_changes,
-    mask_release_data,
+    mask_attributes,
     masked_value,
     sensitive_paths_for,
     sensitive_values,
@@ -221,10 +222,18 @@ def mask_recorded(attributes: Mapping[str, Any], sensitive: Iterable[str]) -> di
 
 
 def masked_release_data(release: Release) -> dict[str, Any]:
-    """A release's JSON form with every sensitive value masked (:func:`mask_release_data`)
-    and, in its recorded state, every value taken through the spec's ``$kusion_path``
-    references from a sensitive one (a release imported from Kusion records no such marks)."""
-    data = mask_release_data(release.model_dump(mode="json", by_alias=True))
+    """A release's JSON form with every sensitive value masked: the resources of its spec
+    and state (each type's own secret fields and what was recorded sensitive), the spec's
+    ``context.env`` (provider credentials), and, in its recorded state, every value taken
+    through the spec's ``$kusion_path`` references from a sensitive one (a release imported
+    from Kusion records no such marks). Every view of a release goes through here."""
+    data = release.model_dump(mode="json", by_alias=True)
+    for section in ("state", "spec"):
+        for raw in (data.get(section) or {}).get("resources") or []:
+            raw["attributes"] = mask_attributes(raw.get("type", ""), raw.get("attributes") or {})
+    context = (data.get("spec") or {}).get("context")
+    if isinstance(context, dict) and isinstance(context.get("env"), dict):
+        context["env"] = dict.fromkeys(context["env"], SENSITIVE_MARKER)
     sensitive = release_sensitive_paths(release.spec, release.state.resources)
     for raw in (data.get("state") or {}).get("resources") or []:
         paths = sensitive.get(str(raw.get("id")))

@@ -21,7 +21,6 @@ from stackflow.cli.options import FileOpt, OutputOpt, ProjectOpt, WorkspaceOpt
 from stackflow.cli.output import (
     OutputFormat,
     emit,
-    masked_release_json,
     print_json,
     stderr_console,
     stdout_console,
@@ -31,6 +30,7 @@ from stackflow.errors import ConflictError, NotFoundError
 from stackflow.graph import Graph, build_graph
 from stackflow.kusion import export_kusion_releases, import_kusion_releases
 from stackflow.release import Release
+from stackflow.release_diff import masked_release_data
 from stackflow.spec import load_spec
 
 
@@ -185,7 +185,7 @@ def release_show(
             render_preview(Preview.model_validate(changes), console, detail=True)
 
     def data() -> dict[str, Any]:
-        out = masked_release_json(release)
+        out = masked_release_data(release)
         if changes is not None:
             out["diff"] = changes
         return out

@@ -39,7 +39,7 @@ from stackflow.cli.options import (
     WorkspaceOpt,
     YesOpt,
 )
-from stackflow.cli.output import OutputFormat, masked_release_json
+from stackflow.cli.output import OutputFormat
 from stackflow.cli.runner import (
     BAD_INPUT_TYPES,
     FINAL,
@@ -59,6 +59,7 @@ from stackflow.operation import (
     check_request,
 )
 from stackflow.release import Phase
+from stackflow.release_diff import masked_release_data
 from stackflow.spec import load_spec
 
 _settings = settings
@@ -161,7 +162,7 @@ def _release_json(result: OperationResult) -> dict[str, Any] | None:
             backend.close()
     except StackflowError:
         return None
-    return masked_release_json(release)
+    return masked_release_data(release)
 
 
 async def _run(

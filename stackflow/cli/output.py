@@ -12,7 +12,6 @@ import typer
 from rich.console import Console
 from rich.segment import Segment
 
-from stackflow.release import Release
 from stackflow.terminal import terminal_safe
 
 
@@ -67,10 +66,3 @@ def emit(fmt: OutputFormat, data: Callable[[], Any], table: Callable[[Console], 
         print_json(data())
     else:
         table(stdout_console())
-
-
-def masked_release_json(release: Release) -> dict[str, Any]:
-    """A release as JSON with sensitive values masked in its spec and state."""
-    from stackflow.release_diff import masked_release_data
-
-    return masked_release_data(release)

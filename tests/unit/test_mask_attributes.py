@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from stackflow.cli.output import masked_release_json
 from stackflow.diff import SENSITIVE_MARKER, mask_attributes
 from stackflow.release import Phase, Release, State
+from stackflow.release_diff import masked_release_data
 from stackflow.spec import Resource, Spec
 
 
@@ -56,7 +56,7 @@ def test_release_json_masks_state_and_spec() -> None:
         type="Kubernetes",
         attributes={"apiVersion": "v1", "kind": "Secret", "stringData": {"k": "plain"}},
     )
-    data = masked_release_json(release_of([secret]))
+    data = masked_release_data(release_of([secret]))
     assert "plain" not in str(data)
     assert data["state"]["resources"][0]["attributes"]["stringData"] == SENSITIVE_MARKER
 
@@ -85,7 +85,7 @@ def test_values_taken_from_a_secret_are_masked_where_the_state_has_no_marks() ->
         [secret, config_map("hunter2")],
         Spec(resources=[secret, config_map("$kusion_path.v1:Secret:ns:s.stringData.k")]),
     )
-    for data in (masked_release_json(release), _kusion_document(release)):
+    for data in (masked_release_data(release), _kusion_document(release)):
         assert "hunter2" not in str(data)
-    shown = masked_release_json(release)["state"]["resources"][1]["attributes"]
+    shown = masked_release_data(release)["state"]["resources"][1]["attributes"]
     assert shown["data"] == {"copy": SENSITIVE_MARKER} and shown["kind"] == "ConfigMap"

@@ -12,8 +12,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stackflow.errors import ConflictError, KusionFormatError
+from stackflow.masking import masked_release_data
 from stackflow.release import Release
-from stackflow.release_diff import masked_release_data
 from stackflow.spec import load_yaml
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 Segment = str | int
@@ -84,3 +84,35 @@ def pattern_below(pattern: Sequence[Segment], segments: Sequence[Segment]) -> li
     if all(p == "*" or p == s for p, s in zip(head, segments, strict=True)):
         return list(pattern[len(segments) :])
     return None
+
+
+def parse_patterns(paths: Iterable[str]) -> list[list[Segment]]:
+    """The patterns of ``paths`` (deduplicated, sorted); a malformed one (a recorded path from
+    an older release, say) cannot match anything and is left out."""
+    out = []
+    for path in sorted(set(paths)):
+        try:
+            out.append(parse_path(path))
+        except PathError:
+            continue
+    return out
+
+
+def touches(patterns: Sequence[Sequence[Segment]], segments: Sequence[Segment]) -> bool:
+    """Whether the value at ``segments`` is matched by a pattern, lies inside a match, or (a
+    whole object) contains one."""
+    return any(
+        matches_prefix(p, segments) or pattern_below(p, segments) is not None for p in patterns
+    )
+
+
+def leaves(value: Any, at: tuple[Segment, ...] = ()) -> Iterator[tuple[tuple[Segment, ...], Any]]:
+    """(path, value) of every leaf of ``value``; empty containers are leaves."""
+    if isinstance(value, Mapping) and value:
+        for k, v in value.items():
+            yield from leaves(v, (*at, k))
+    elif isinstance(value, list) and value:
+        for i, v in enumerate(value):
+            yield from leaves(v, (*at, i))
+    else:
+        yield at, value

@@ -2,14 +2,14 @@
 the lookup of one recorded value (``stackflow output ID.path``). Pure: the CLI reads the
 releases from the state backend and hands them over.
 
-Masking follows the rest of stackflow (:mod:`stackflow.diff`): Secret ``data``/``stringData``,
-runtime-private keys, the paths a runtime recorded as sensitive, values taken through
-``$kusion_path`` from a sensitive one (taint follows chains of references), and the spec's
-``context.env``. A path sensitive in either revision is masked on both sides. Sensitive values
-are compared in this process (the backend opens sealed values when the keys are present): a
-change says ``changed`` with ``sensitive: true`` and both values masked. A value still sealed
-(this process has no keys) is compared by its ciphertext: the same ciphertext is unchanged,
-another one is ``unknown`` (it may hold the same value).
+Masking is :mod:`stackflow.masking`'s, as everywhere (:func:`release_sensitive_paths`):
+Secret ``data``/``stringData``, runtime-private keys, the paths a runtime recorded as
+sensitive, values taken through ``$kusion_path`` from a sensitive one (taint follows chains
+of references), and the spec's ``context.env``. A path sensitive in either revision is masked
+on both sides. Sensitive values are compared in this process (the backend opens sealed values
+when the keys are present): a change says ``changed`` with ``sensitive: true`` and both
+values masked. A value still sealed (this process has no keys) is compared by its ciphertext:
+the same ciphertext is unchanged, another one is ``unknown`` (it may hold the same value).
 """
 
 from __future__ import annotations
@@ -22,30 +22,22 @@ from typing import Any
 
 from pydantic import BaseModel, Field, computed_field
 
-from stackflow.diff import (
-    RECORDED_SENSITIVE_KEY,
+from stackflow.diff import FieldChange, leaf_changes
+from stackflow.errors import NotFoundError
+from stackflow.masking import (
+    CONTEXT_ENV,
     RUNTIME_KEY_PREFIX,
-    SENSITIVE_MARKER,
-    equal_value_paths,
-    leaf_changes,
-    mask_attributes,
     masked_value,
-    sensitive_paths_for,
-    sensitive_values,
-    tainted_paths,
+    release_sensitive_paths,
 )
-from stackflow.errors import GraphError, NotFoundError
-from stackflow.graph import find_references
 from stackflow.paths import (
     PathError,
     Segment,
     format_path,
     get_path,
-    matches_prefix,
-    parse_path,
-    pattern_below,
+    parse_patterns,
+    touches,
 )
-from stackflow.release import Release
 from stackflow.spec import Resource, Spec
 
 SEALED = "$sealed"  # the envelope of stackflow.state.sealing, left in place without keys
@@ -67,14 +59,11 @@ class ResourceChangeKind(StrEnum):
     changed = "changed"
 
 
-class FieldChange(BaseModel):
-    """One field that differs; ``old``/``new`` are None where the field is absent, and the
-    masking marker where it is sensitive (``sensitive: true``)."""
+class FieldDiff(FieldChange):
+    """A :class:`~stackflow.diff.FieldChange` between two releases, with its ``kind`` and
+    whether it is ``sensitive`` (then ``old``/``new`` are the masking marker)."""
 
-    path: str
     kind: FieldChangeKind
-    old: Any = None
-    new: Any = None
     sensitive: bool = False
 
 
@@ -87,10 +76,10 @@ class ResourceDiff(BaseModel):
     type: str
     change: ResourceChangeKind
     old_type: str | None = None
-    fields: list[FieldChange] = Field(default_factory=list)
+    fields: list[FieldDiff] = Field(default_factory=list)
     depends_on_added: list[str] = Field(default_factory=list)
     depends_on_removed: list[str] = Field(default_factory=list)
-    extensions: list[FieldChange] = Field(default_factory=list)
+    extensions: list[FieldDiff] = Field(default_factory=list)
 
 
 class SectionDiff(BaseModel):
@@ -114,7 +103,7 @@ class SpecDiff(SectionDiff):
     ``secretStore.…``; ``context.env`` masked). ``missing``: revisions that recorded no spec
     (then the specs are not compared)."""
 
-    fields: list[FieldChange] = Field(default_factory=list)
+    fields: list[FieldDiff] = Field(default_factory=list)
     missing: list[int] = Field(default_factory=list)
 
 
@@ -129,117 +118,6 @@ class ReleaseDiff(BaseModel):
     @property
     def empty(self) -> bool:
         return not (self.spec.resources or self.spec.fields or self.state.resources)
-
-
-# ---- sensitivity -----------------------------------------------------------------------------
-
-
-def release_sensitive_paths(spec: Spec | None, state: Iterable[Resource]) -> dict[str, set[str]]:
-    """Per resource id, the paths of its attributes that hold sensitive values in a release:
-    what the spec and the recorded state say for themselves (:func:`sensitive_paths_for`,
-    which includes the paths the apply recorded as tainted), plus taint through the spec's
-    ``$kusion_path`` references, followed along chains (a value taken from a value taken from
-    a secret is masked too), plus any recorded value equal to a sensitive value of the
-    release (:func:`stackflow.diff.equal_value_paths`: also in releases recorded before
-    derived values were marked, say a ``terraform_data.output`` of a password)."""
-    state = list(state)
-    paths = _own_and_tainted_paths(spec, state)
-    secrets: set[str] = set()
-    for resource in state:
-        secrets |= sensitive_values(resource.attributes, sorted(paths.get(resource.id, ())))
-    if secrets:
-        for resource in state:
-            found = equal_value_paths(resource.attributes, secrets)
-            if found:
-                paths.setdefault(resource.id, set()).update(found)
-    return paths
-
-
-def _own_and_tainted_paths(spec: Spec | None, state: list[Resource]) -> dict[str, set[str]]:
-    types: dict[str, str] = {}
-    paths: dict[str, set[str]] = {}
-    for resource in state:
-        types[resource.id] = str(resource.type)
-        paths.setdefault(resource.id, set()).update(
-            sensitive_paths_for(str(resource.type), resource.attributes)
-        )
-    if spec is None:
-        return paths
-    referencing: list[tuple[Resource, list[str]]] = []
-    known = {r.id for r in spec.resources} | set(types)
-    for resource in spec.resources:
-        types.setdefault(resource.id, str(resource.type))
-        paths.setdefault(resource.id, set()).update(
-            sensitive_paths_for(str(resource.type), resource.attributes)
-        )
-        try:
-            refs = find_references(resource.attributes, known)
-        except GraphError:  # a reference to nothing (an imported release): no taint from it
-            refs = []
-        deps = sorted({ref.resource_id for ref in refs})
-        if deps:
-            referencing.append((resource, deps))
-    changed = True
-    while changed:  # to a fixpoint: at most one round per link of the longest chain
-        changed = False
-        for resource, deps in referencing:
-            recorded = {
-                dep: (types[dep], {RECORDED_SENSITIVE_KEY: sorted(paths.get(dep, ()))})
-                for dep in deps
-            }
-            found = set(tainted_paths(resource.attributes, recorded)) - paths[resource.id]
-            if found:
-                paths[resource.id] |= found
-                changed = True
-    return paths
-
-
-def _patterns(paths: Iterable[str]) -> list[list[Segment]]:
-    out = []
-    for path in sorted(set(paths)):
-        try:
-            out.append(parse_path(path))
-        except PathError:
-            continue  # a malformed recorded path cannot match anything
-    return out
-
-
-def _touches(patterns: Sequence[Sequence[Segment]], at: Sequence[Segment]) -> bool:
-    """Whether the value at ``at`` is sensitive, lies inside one, or contains one."""
-    return any(matches_prefix(p, at) or pattern_below(p, at) is not None for p in patterns)
-
-
-def mask_value(at: Sequence[Segment], value: Any, patterns: Sequence[Sequence[Segment]]) -> Any:
-    """``value`` (found at ``at``) with its sensitive parts replaced by the marker."""
-    return masked_value(tuple(at), value, patterns)
-
-
-def mask_recorded(attributes: Mapping[str, Any], sensitive: Iterable[str]) -> dict[str, Any]:
-    """Recorded attributes with every value at or under a ``sensitive`` path masked (as
-    :func:`stackflow.diff.mask_attributes`, with the paths of :func:`release_sensitive_paths`
-    given)."""
-    return dict(mask_value((), dict(attributes), _patterns(sensitive)))
-
-
-def masked_release_data(release: Release) -> dict[str, Any]:
-    """A release's JSON form with every sensitive value masked: the resources of its spec
-    and state (each type's own secret fields and what was recorded sensitive), the spec's
-    ``context.env`` (provider credentials), and, in its recorded state, every value taken
-    through the spec's ``$kusion_path`` references from a sensitive one (a release imported
-    from Kusion records no such marks). Every view of a release goes through here."""
-    data = release.model_dump(mode="json", by_alias=True)
-    for section in ("state", "spec"):
-        for raw in (data.get(section) or {}).get("resources") or []:
-            raw["attributes"] = mask_attributes(raw.get("type", ""), raw.get("attributes") or {})
-    context = (data.get("spec") or {}).get("context")
-    if isinstance(context, dict) and isinstance(context.get("env"), dict):
-        context["env"] = dict.fromkeys(context["env"], SENSITIVE_MARKER)
-    sensitive = release_sensitive_paths(release.spec, release.state.resources)
-    for raw in (data.get("state") or {}).get("resources") or []:
-        paths = sensitive.get(str(raw.get("id")))
-        if paths:
-            raw["attributes"] = mask_recorded(raw.get("attributes") or {}, paths)
-    return data
 
 
 # ---- diffs -----------------------------------------------------------------------------------
@@ -282,10 +160,10 @@ def field_changes(
     old: Mapping[str, Any],
     new: Mapping[str, Any],
     sensitive: Iterable[str] = (),
-) -> list[FieldChange]:
+) -> list[FieldDiff]:
     """Leaf-level changes from ``old`` to ``new`` (the engine's field diff), values at or
     under the ``sensitive`` paths masked on both sides."""
-    patterns = _patterns(sensitive)
+    patterns = parse_patterns(sensitive)
     before, after = _seal_tokens(dict(old)), _seal_tokens(dict(new))
     out = []
     for segments, old_value, new_value in leaf_changes(before, after):
@@ -297,15 +175,15 @@ def field_changes(
             kind = FieldChangeKind.removed
         else:
             kind = FieldChangeKind.unknown if sealed else FieldChangeKind.changed
-        secret = sealed or _touches(patterns, at)
+        secret = sealed or touches(patterns, at)
         if sealed:
-            shown_old = None if old_value is None else mask_value((), old_value, [[]])
-            shown_new = None if new_value is None else mask_value((), new_value, [[]])
+            shown_old = None if old_value is None else masked_value((), old_value, [[]])
+            shown_new = None if new_value is None else masked_value((), new_value, [[]])
         else:
-            shown_old = mask_value(at, old_value, patterns)
-            shown_new = mask_value(at, new_value, patterns)
+            shown_old = masked_value(at, old_value, patterns)
+            shown_new = masked_value(at, new_value, patterns)
         out.append(
-            FieldChange(
+            FieldDiff(
                 path=format_path(at), kind=kind, old=shown_old, new=shown_new, sensitive=secret
             )
         )
@@ -322,7 +200,7 @@ def _visible(attributes: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def diff_resource(
+def resource_diff(
     old: Resource | None, new: Resource | None, sensitive: Iterable[str] = ()
 ) -> ResourceDiff | None:
     """How ``new`` differs from ``old`` (None: absent); None when they are the same."""
@@ -361,15 +239,12 @@ def diff_section(
     after = {r.id: r for r in new}
     section = SectionDiff()
     for rid in sorted(before.keys() | after.keys()):
-        found = diff_resource(before.get(rid), after.get(rid), sensitive.get(rid, ()))
+        found = resource_diff(before.get(rid), after.get(rid), sensitive.get(rid, ()))
         if found is None:
             section.unchanged += 1
         else:
             section.resources.append(found)
     return section
-
-
-CONTEXT_ENV = "context.env"
 
 
 def _spec_settings(spec: Spec) -> dict[str, Any]:
@@ -523,10 +398,10 @@ def lookup(
         at, value = walk_path(by_id[rid].attributes, path)
     except PathError as exc:
         raise NotFoundError(f"{rid}: {exc} in {where}".rstrip()) from None
-    patterns = _patterns(sensitive.get(rid, ()))
-    secret = _touches(patterns, at)
+    patterns = parse_patterns(sensitive.get(rid, ()))
+    secret = touches(patterns, at)
     if not show_sensitive:
-        value = mask_value(at, value, patterns)
+        value = masked_value(at, value, patterns)
     return Lookup(id=rid, path=format_path(at), value=value, sensitive=secret)
 
 

@@ -65,7 +65,7 @@ class RuntimeRules:
     def sensitive_paths(self, attributes: Mapping[str, Any]) -> list[str]:
         """Paths of ``attributes`` that hold secrets by their nature (a Kubernetes Secret's
         ``data``), never shown. Default: none (values the runtime records as sensitive are
-        masked anyway, see :func:`stackflow.diff.sensitive_paths_for`)."""
+        masked anyway, see :func:`stackflow.masking.sensitive_paths_for`)."""
         return []
 
     def implicit_dependencies(self, resources: Sequence[Described]) -> dict[str, list[str]]:

@@ -17,18 +17,18 @@ from stackflow.activities.heartbeat import heartbeating
 from stackflow.activities.preview import batch_result
 from stackflow.activities.resource_step import ResourceStep, desired_from_recorded
 from stackflow.activities.stack_guard import StackGuard, calling_run
-from stackflow.diff import (
+from stackflow.diff import diff_recorded
+from stackflow.diff_store import load_changes
+from stackflow.drift import DriftReport, DriftSummary
+from stackflow.masking import (
     RECORDED_SENSITIVE_KEY,
     RUNTIME_KEY_PREFIX,
     derived_sensitive_paths,
-    diff_recorded,
     equal_value_paths,
     recorded_sensitive,
     sensitive_paths_for,
     sensitive_values,
 )
-from stackflow.diff_store import load_changes
-from stackflow.drift import DriftReport, DriftSummary
 from stackflow.operation import DriftRecordInput, PreviewBatchResult, RefreshBatchInput
 from stackflow.runtimes.base import RuntimeOptions
 from stackflow.spec import Resource

@@ -22,8 +22,8 @@ from stackflow.activities.resource_step import (
 )
 from stackflow.activities.stack_guard import read_scope_key
 from stackflow.budget import BUDGET, compact_change, fit_changes
-from stackflow.diff import SecretSet
 from stackflow.diff_store import put_changes, put_index
+from stackflow.masking import SecretSet
 from stackflow.operation import (
     DescribeInput,
     DiffIndexInput,

@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from stackflow.activities.deps import Deps
-from stackflow.diff import (
+from stackflow.diff import diff_resource
+from stackflow.errors import SpecError
+from stackflow.graph import find_references, match_reference, resolve_references
+from stackflow.masking import (
     RECORDED_SENSITIVE_KEY,
     SecretSet,
     derived_sensitive_paths,
-    diff_resource,
     equal_value_paths,
     input_paths,
     recorded_sensitive,
@@ -31,8 +33,6 @@ from stackflow.diff import (
     sensitive_values,
     tainted_paths,
 )
-from stackflow.errors import SpecError
-from stackflow.graph import find_references, match_reference, resolve_references
 from stackflow.operation import GroupInput, NodeInput
 from stackflow.runtimes.base import ResourceRequest, Runtime, RuntimeOptions
 from stackflow.spec import Resource

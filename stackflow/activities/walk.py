@@ -21,7 +21,7 @@ from stackflow.activities.heartbeat import heartbeating
 from stackflow.activities.resource_step import COALESCED_PARALLELISM, ResourceStep, digest
 from stackflow.activities.stack_guard import StackGuard, calling_run, read_scope_key
 from stackflow.budget import short_error
-from stackflow.diff import SecretSet
+from stackflow.masking import SecretSet
 from stackflow.operation import (
     GroupInput,
     LoadBatchInput,

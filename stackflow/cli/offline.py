@@ -29,8 +29,8 @@ from stackflow.config import default_backend
 from stackflow.errors import ConflictError, NotFoundError
 from stackflow.graph import Graph, build_graph
 from stackflow.kusion import export_kusion_releases, import_kusion_releases
+from stackflow.masking import masked_release_data
 from stackflow.release import Release
-from stackflow.release_diff import masked_release_data
 from stackflow.spec import load_spec
 
 
@@ -482,12 +482,8 @@ def output(
     them, sensitive values masked unless --show-sensitive."""
     from stackflow.crypto import EncryptionKeyError
     from stackflow.errors import SpecError
-    from stackflow.release_diff import (
-        lookup,
-        mask_recorded,
-        release_sensitive_paths,
-        still_sealed,
-    )
+    from stackflow.masking import mask_recorded, release_sensitive_paths
+    from stackflow.release_diff import lookup, still_sealed
 
     if target is not None and resource is not None:
         raise SpecError("give a resource as ID[.PATH] or as --resource, not both")

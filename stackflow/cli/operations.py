@@ -53,13 +53,13 @@ from stackflow.cli.runner import (
 )
 from stackflow.codec import PAYLOAD_LIMIT, encoded_size
 from stackflow.errors import SpecError, StackflowError
+from stackflow.masking import masked_release_data
 from stackflow.operation import (
     OperationInput,
     OperationResult,
     check_request,
 )
 from stackflow.release import Phase
-from stackflow.release_diff import masked_release_data
 from stackflow.spec import load_spec
 
 _settings = settings

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from stackflow.crypto import EncryptionKeyError, KeyRing
-from stackflow.diff import RECORDED_SENSITIVE_KEY, sensitive_paths_for
+from stackflow.masking import RECORDED_SENSITIVE_KEY, sensitive_paths_for
 from stackflow.paths import Segment, format_path, matches_prefix, parse_path, pattern_below
 from stackflow.spec import Resource
 

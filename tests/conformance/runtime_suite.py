@@ -26,7 +26,8 @@ from typing import Any
 
 import pytest
 
-from stackflow.diff import Action, Change, diff_resource, sensitive_paths_for
+from stackflow.diff import Action, Change, diff_resource
+from stackflow.masking import sensitive_paths_for
 from stackflow.policy import PolicyViolation
 from stackflow.runtime_rules import rules_for
 from stackflow.runtimes.base import (

@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from stackflow.diff import SENSITIVE_MARKER, Action, sensitive_paths_for
+from stackflow.diff import Action
 from stackflow.errors import SpecError
 from stackflow.graph import build_graph
+from stackflow.masking import SENSITIVE_MARKER, sensitive_paths_for
 from stackflow.policy import PolicyViolation
 from stackflow.runtime_rules import known_types, rules_for
 from stackflow.runtimes.base import ResourceRequest, RuntimeOptions

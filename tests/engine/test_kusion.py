@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from stackflow.diff import SENSITIVE_MARKER, Action, diff_resource
+from stackflow.diff import Action, diff_resource
 from stackflow.errors import ConflictError, KusionFormatError
 from stackflow.kusion import (
     export_kusion_releases,
@@ -17,6 +17,7 @@ from stackflow.kusion import (
     load_kusion_release,
     read_kusion_stack,
 )
+from stackflow.masking import SENSITIVE_MARKER
 from stackflow.release import Operation, Phase
 from stackflow.spec import Resource, ResourceType, Spec
 from stackflow.state.backend import RunRef, StateBackend

@@ -24,7 +24,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 
 from stackflow.crypto import KeyRing
-from stackflow.diff import SENSITIVE_MARKER
+from stackflow.masking import SENSITIVE_MARKER
 from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
 from stackflow.runtimes.terraform import SENSITIVE_KEY, STATE_KEY, TerraformRuntime
 from stackflow.runtimes.terraform.state import instance, state_sensitive_paths

@@ -16,7 +16,8 @@ from typing import Any, NamedTuple
 import pytest
 from kubernetes import client as k8s
 
-from stackflow.diff import Change, diff_resource, sensitive_paths_for
+from stackflow.diff import Change, diff_resource
+from stackflow.masking import sensitive_paths_for
 from stackflow.runtimes.base import (
     Conflict,
     InvalidInput,

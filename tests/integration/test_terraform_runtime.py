@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from stackflow.diff import SENSITIVE_MARKER, Change, diff_resource, sensitive_paths_for
+from stackflow.diff import Change, diff_resource
+from stackflow.masking import SENSITIVE_MARKER, sensitive_paths_for
 from stackflow.policy import PolicyViolation, load_policy
 from stackflow.runtimes.base import InvalidInput, ResourceRequest, RuntimeOptions
 from stackflow.runtimes.terraform import SENSITIVE_KEY, STATE_KEY, TerraformRuntime

@@ -12,7 +12,7 @@ from stackflow.activities import WorkerActivities
 from stackflow.activities.resource_step import sensitive_record
 from stackflow.cache import PriorStateCache
 from stackflow.crypto import KeyRing
-from stackflow.diff import (
+from stackflow.masking import (
     MIN_SECRET_LENGTH,
     RECORDED_SENSITIVE_KEY,
     SENSITIVE_MARKER,
@@ -20,12 +20,13 @@ from stackflow.diff import (
     derived_sensitive_paths,
     equal_value_paths,
     mask_attributes,
+    mask_recorded,
     recorded_sensitive,
+    release_sensitive_paths,
     sensitive_values,
 )
 from stackflow.operation import NodeInput, OperationInput, PrepareInput, RunOwner
 from stackflow.release import Phase
-from stackflow.release_diff import mask_recorded, release_sensitive_paths
 from stackflow.runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
 from stackflow.runtimes.registry import RuntimeRegistry
 from stackflow.runtimes.terraform.config import parse_resource, render_module, render_variables

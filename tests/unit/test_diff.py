@@ -8,16 +8,8 @@ from typing import Any
 
 import yaml
 
-from stackflow.diff import (
-    SENSITIVE_MARKER,
-    Action,
-    Change,
-    FieldChange,
-    Preview,
-    diff_resource,
-    project,
-    sensitive_paths_for,
-)
+from stackflow.diff import Action, Change, FieldChange, Preview, diff_resource, project
+from stackflow.masking import SENSITIVE_MARKER, sensitive_paths_for
 
 KUSION = Path(__file__).resolve().parents[3] / "shared" / "compat" / "kusion"
 SVC = "v1:Service:code-city:gocity"
@@ -210,7 +202,7 @@ def test_numbers_compare_like_json() -> None:
 
 
 def test_taint_follows_references_to_sensitive_values() -> None:
-    from stackflow.diff import tainted_paths
+    from stackflow.masking import tainted_paths
 
     deps = {
         "tf:pw": ("Terraform", {"result": "hunter2", "_stackflow_sensitive": ["result"]}),

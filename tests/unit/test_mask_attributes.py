@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from stackflow.diff import SENSITIVE_MARKER, mask_attributes
+from stackflow.masking import SENSITIVE_MARKER, mask_attributes, masked_release_data
 from stackflow.release import Phase, Release, State
-from stackflow.release_diff import masked_release_data
 from stackflow.spec import Resource, Spec
 
 

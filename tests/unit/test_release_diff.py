@@ -7,19 +7,23 @@ from typing import Any
 
 import pytest
 
-from stackflow.diff import SENSITIVE_MARKER, mask_attributes, sensitive_paths_for
 from stackflow.errors import NotFoundError
+from stackflow.masking import (
+    SENSITIVE_MARKER,
+    mask_attributes,
+    mask_recorded,
+    release_sensitive_paths,
+    sensitive_paths_for,
+)
 from stackflow.release_diff import (
-    FieldChange,
     FieldChangeKind,
+    FieldDiff,
     ResourceChangeKind,
     ResourceDiff,
     diff_releases,
-    diff_resource,
     lookup,
-    mask_recorded,
-    release_sensitive_paths,
     resolve_resource,
+    resource_diff,
     still_sealed,
     walk_path,
 )
@@ -82,7 +86,7 @@ def test_added_removed_and_changed_resources_with_their_fields() -> None:
             ("new", ResourceChangeKind.added),
         ]
         assert section.resources[0].fields == [
-            FieldChange(path="content", kind=FieldChangeKind.changed, old="one\n", new="two\n")
+            FieldDiff(path="content", kind=FieldChangeKind.changed, old="one\n", new="two\n")
         ]
         assert section.summary == {"added": 1, "removed": 1, "changed": 1, "unchanged": 1}
     assert not found.empty
@@ -95,7 +99,7 @@ def test_field_kinds_nested_paths_and_list_items() -> None:
         ports=[{"port": 8080}, {"port": 9090}],
         labels={"app.kubernetes.io/name": "web", "b": "2"},
     )
-    change = diff_resource(old, new)
+    change = resource_diff(old, new)
     assert change is not None and change.change is ResourceChangeKind.changed
     assert [(f.path, f.kind.value, f.old, f.new) for f in change.fields] == [
         ("labels.a", "removed", "1", None),
@@ -113,16 +117,16 @@ def test_depends_on_extensions_and_type_changes_are_named() -> None:
     new = Resource.model_validate(
         {"id": "x", "type": "Kubernetes", "dependsOn": ["b"], "extensions": {"force": True}}
     )
-    assert diff_resource(old, new) == ResourceDiff(
+    assert resource_diff(old, new) == ResourceDiff(
         id="x",
         type="Kubernetes",
         change=ResourceChangeKind.changed,
         old_type="OnPrem",
         depends_on_added=["b"],
         depends_on_removed=["a"],
-        extensions=[FieldChange(path="force", kind=FieldChangeKind.changed, old=False, new=True)],
+        extensions=[FieldDiff(path="force", kind=FieldChangeKind.changed, old=False, new=True)],
     )
-    assert diff_resource(old, old) is None
+    assert resource_diff(old, old) is None
 
 
 def test_same_release_twice_is_an_empty_diff() -> None:
@@ -140,7 +144,7 @@ def test_a_secret_change_says_changed_without_its_values() -> None:
     found = diff([old], [old], [new], [new])
     [change] = found.state.resources
     assert change.fields == [
-        FieldChange(
+        FieldDiff(
             path="data.password",
             kind=FieldChangeKind.changed,
             old=SENSITIVE_MARKER,
@@ -211,7 +215,7 @@ def test_context_env_is_masked_and_other_settings_are_shown() -> None:
 def test_runtime_private_keys_are_not_diffed() -> None:
     old = res("t", "Terraform", length=16, _stackflow_tfstate='{"serial": 1}')
     new = res("t", "Terraform", length=16, _stackflow_tfstate='{"serial": 2}')
-    assert diff_resource(old, new, sensitive_paths_for("Terraform", new.attributes)) is None
+    assert resource_diff(old, new, sensitive_paths_for("Terraform", new.attributes)) is None
 
 
 def sealed(ct: str, path: str = "data") -> dict[str, Any]:
@@ -223,9 +227,9 @@ def test_values_still_sealed_compare_by_ciphertext_and_never_show() -> None:
         r = secret("s")
         return r.model_copy(update={"attributes": {**r.attributes, "data": sealed(ct)}})
 
-    same = diff_resource(sealed_secret("Q1Q="), sealed_secret("Q1Q="), ["data"])
+    same = resource_diff(sealed_secret("Q1Q="), sealed_secret("Q1Q="), ["data"])
     assert same is None
-    other = diff_resource(sealed_secret("Q1Q="), sealed_secret("T1RIRVI="), ["data"])
+    other = resource_diff(sealed_secret("Q1Q="), sealed_secret("T1RIRVI="), ["data"])
     assert other is not None
     [field] = other.fields
     assert field.path == "data" and field.kind is FieldChangeKind.unknown and field.sensitive

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from stackflow.diff import sensitive_paths_for
+from stackflow.masking import sensitive_paths_for
 from stackflow.operation import GROUPED_TYPES, TERRAFORM_GROUPED
 from stackflow.runtime_rules import (
     ENTRY_POINT_GROUP,

@@ -34,5 +34,5 @@ class TerraformRules(RuntimeRules):
 
 RULES = TerraformRules()
 """Sensitive values: OpenTofu marks them, and the runtime records their paths under
-``_stackflow_sensitive`` (masked by :func:`stackflow.diff.sensitive_paths_for` for any
+``_stackflow_sensitive`` (masked by :func:`stackflow.masking.sensitive_paths_for` for any
 runtime), so no attribute is secret by name here."""

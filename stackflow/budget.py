@@ -12,7 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from stackflow.diff import Change
 
 BUDGET = 256 * 1024
 """The most one result or query answer may take (JSON bytes)."""
@@ -66,16 +69,19 @@ def short_error_to(error: str, limit: int) -> str:
     return error if len(error) <= limit else f"{error[: limit - 20]}… ({len(error)} chars)"
 
 
-def compact_change(change: dict[str, Any]) -> dict[str, Any]:
-    """A change with long values shortened and at most ``ENTRIES`` field changes."""
-    diff = change.get("diff") or []
-    kept = [
-        {**entry, "old": shorten(entry.get("old")), "new": shorten(entry.get("new"))}
+def compact_change(change: Change, *, diff_omitted: bool = False) -> dict[str, Any]:
+    """A change as history keeps it: long values shortened, at most ``ENTRIES`` field
+    changes (``diff_more`` counts the rest), ``diff_omitted`` when its diff was left out."""
+    diff = change.diff
+    out = change.model_dump(mode="json", exclude={"diff"})
+    out["diff"] = [
+        {**entry.model_dump(mode="json"), "old": shorten(entry.old), "new": shorten(entry.new)}
         for entry in diff[:ENTRIES]
     ]
-    out = {**change, "diff": kept}
     if len(diff) > ENTRIES:
         out["diff_more"] = len(diff) - ENTRIES
+    if diff_omitted:
+        out["diff_omitted"] = True
     return out
 
 

@@ -46,11 +46,18 @@ class FieldChange(BaseModel):
 
 
 class Change(BaseModel):
+    """What a preview, a refresh or a drift check found for one resource. On the wire (in
+    history, in the backend's diff blobs, in ``--output json``) it is this model's JSON;
+    :func:`stackflow.budget.compact_change` is its form within the byte budget."""
+
     id: str
     type: str
     action: Action
     drift: bool = False
     diff: list[FieldChange] = []
+    unrecorded: bool = Field(default=False, exclude=True)
+    """The resource matches the spec but this stack has not recorded it (apply adopts it):
+    a flag of the batch's change code, never in the change's JSON."""
 
 
 class Preview(BaseModel):

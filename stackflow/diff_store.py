@@ -10,11 +10,13 @@ a few refs whatever the size of the stack. Readers expand indexes with :func:`lo
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from stackflow.errors import SpecError
 
 if TYPE_CHECKING:
+    from stackflow.diff import Change
     from stackflow.state.backend import StateBackend
 
 DIFF_KIND = "diff_ref"
@@ -23,8 +25,10 @@ DIFF_REFS_LIMIT = 16
 _MAX_DEPTH = 32
 
 
-def put_changes(backend: StateBackend, changes: list[dict[str, Any]]) -> str:
-    body = json.dumps(changes, separators=(",", ":"), default=str).encode()
+def put_changes(backend: StateBackend, changes: Sequence[Change]) -> str:
+    """The whole changes (every field, whole values; sensitive ones already masked)."""
+    data = [change.model_dump(mode="json") for change in changes]
+    body = json.dumps(data, separators=(",", ":"), default=str).encode()
     return backend.put_blob(DIFF_KIND, body)
 
 

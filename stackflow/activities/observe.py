@@ -17,7 +17,7 @@ from stackflow.activities.heartbeat import heartbeating
 from stackflow.activities.preview import batch_result
 from stackflow.activities.resource_step import ResourceStep, desired_from_recorded
 from stackflow.activities.stack_guard import StackGuard, calling_run
-from stackflow.diff import diff_recorded
+from stackflow.diff import Action, Change, diff_recorded
 from stackflow.diff_store import load_changes
 from stackflow.drift import DriftReport, DriftSummary
 from stackflow.masking import (
@@ -69,17 +69,16 @@ class ObserveActivities:
         )
         gate = asyncio.Semaphore(REFRESH_PARALLELISM)
 
-        async def one(rid: str) -> dict[str, Any]:
+        types = {n.id: n.type for n in plan.nodes[inp.start : inp.end]}
+
+        async def one(rid: str) -> Change:
             recorded = current.get(rid)
             if recorded is None:  # an earlier attempt of this batch recorded it gone
-                return {"id": rid, "type": "", "action": "UnChanged", "diff": []}
+                return Change(id=rid, type=types[rid], action=Action.UnChanged)
             async with gate:
                 return await self._refresh_one(inp, recorded, options, run)
 
         changes = list(await asyncio.gather(*(one(rid) for rid in ids)))
-        for change, rid in zip(changes, ids, strict=True):
-            if not change["type"]:
-                change["type"] = next(n.type for n in plan.nodes if n.id == rid)
         return await batch_result(self.backend, inp, changes)
 
     async def _refresh_one(
@@ -88,7 +87,7 @@ class ObserveActivities:
         recorded: Resource,
         options: RuntimeOptions,
         run: RunRef | None,
-    ) -> dict[str, Any]:
+    ) -> Change:
         kind = str(recorded.type)
         # recorded attributes as the request, as deletes
         live = await self.step.read_recorded(recorded, options)
@@ -106,7 +105,7 @@ class ObserveActivities:
         change = diff_recorded(recorded.id, kind, desired, live, sensitive_paths=sensitive)
         if inp.record and change.diff and run is not None:
             await self._record(inp, run, recorded, live, marked)
-        return change.model_dump(mode="json")
+        return change
 
     async def _record(
         self,

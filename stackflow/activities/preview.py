@@ -22,6 +22,7 @@ from stackflow.activities.resource_step import (
 )
 from stackflow.activities.stack_guard import read_scope_key
 from stackflow.budget import BUDGET, compact_change, fit_changes
+from stackflow.diff import Action, Change, FieldChange
 from stackflow.diff_store import put_changes, put_index
 from stackflow.masking import SecretSet
 from stackflow.operation import (
@@ -43,23 +44,23 @@ PREVIEW_PARALLELISM = 16
 async def batch_result(
     backend: StateBackend,
     inp: PreviewBatchInput,
-    changes: list[dict[str, Any]],
+    changes: list[Change],
 ) -> PreviewBatchResult:
     """Changes as a preview (or refresh) batch returns them: codes, the first details within
     the byte budget, the whole diff in the backend by ref."""
     result = PreviewBatchResult()
     codes = []
     for change in changes:
-        flags = ChangeFlags.unrecorded if change.pop("unrecorded", False) else ChangeFlags.none
-        if change.get("drift"):
+        flags = ChangeFlags.unrecorded if change.unrecorded else ChangeFlags.none
+        if change.drift:
             flags |= ChangeFlags.drift
         if inp.with_diff:
             result.details.append(compact_change(change))
-        elif change.get("diff"):
+        elif change.diff:
             flags |= ChangeFlags.diff_omitted
-        codes.append(encode_change(change["action"], flags))
+        codes.append(encode_change(change.action, flags))
     result.codes = "".join(codes)
-    if any(change.get("diff") for change in changes):
+    if any(change.diff for change in changes):
         # The whole diff (every field, whole values; sensitive ones already masked)
         # goes to the backend; history gets the shortened one, within the byte budget.
         result.diff_ref = await asyncio.to_thread(put_changes, backend, changes)
@@ -90,7 +91,7 @@ class PreviewActivities:
         changes = await self._preview_changes(inp, ids, delete_ids)
         result = await batch_result(self.backend, inp, changes)
         for offset, node in enumerate(nodes):
-            if node.refs and changes[offset]["action"] == "UnChanged":
+            if node.refs and changes[offset].action is Action.UnChanged:
                 result.refs.extend(
                     (inp.start + offset, plan.node_index[rid], path)
                     for rid, path in node.refs
@@ -100,7 +101,7 @@ class PreviewActivities:
 
     async def _preview_changes(
         self, inp: PreviewBatchInput, ids: list[str], delete_ids: list[str]
-    ) -> list[dict[str, Any]]:
+    ) -> list[Change]:
         prior = await asyncio.to_thread(self.cache.prior, inp.project, inp.workspace)
         current: Mapping[str, Resource]
         if inp.revision is not None:
@@ -142,7 +143,7 @@ class PreviewActivities:
             runtime = self.registry.find(str(found.type))
             return merged if runtime is not None and runtime.coalesces_calls else gate
 
-        async def one(resource_id: str, deleting: bool) -> dict[str, Any]:
+        async def one(resource_id: str, deleting: bool) -> Change:
             async with gate_for(resource_id, deleting):
                 if deleting:
                     return await step.preview_delete(current[resource_id], prior, options)
@@ -173,20 +174,18 @@ class PreviewActivities:
         for item in inp.items:
             node = plan.of(item.line.deletion)[item.plan_index]
             flags = ChangeFlags(item.flags)
-            change: dict[str, Any] = {
-                "id": node.id,
-                "type": node.type,
-                "action": item.action,
-                "drift": bool(flags & ChangeFlags.drift),
-                "diff": [],
-            }
-            if flags & ChangeFlags.diff_omitted:
-                change["diff_omitted"] = True
+            change = Change(
+                id=node.id,
+                type=node.type,
+                action=Action(item.action),
+                drift=bool(flags & ChangeFlags.drift),
+            )
             if item.ref_index >= 0:
                 rid = plan.nodes[item.ref_index].id
                 moved = f"{rid}.{item.ref_path}" if item.ref_path else rid
-                change["diff"] = [references_entry(moved)]
-            described.append(change)
+                change.diff = [FieldChange.model_validate(references_entry(moved))]
+            omitted = bool(flags & ChangeFlags.diff_omitted)
+            described.append(compact_change(change, diff_omitted=omitted))
         return described
 
     @activity.defn(name="index_diffs")

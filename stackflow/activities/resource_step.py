@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stackflow.activities.deps import Deps
-from stackflow.diff import diff_resource
+from stackflow.diff import Action, Change, diff_resource
 from stackflow.errors import SpecError
 from stackflow.graph import find_references, match_reference, resolve_references
 from stackflow.masking import (
@@ -355,7 +355,7 @@ class ResourceStep:
         options: RuntimeOptions,
         ignore_fields: list[str],
         stack_secrets: SecretSet,
-    ) -> dict[str, Any]:
+    ) -> Change:
         """The change applying ``resource`` would make, masked as the apply will record it."""
         runtime = self.registry.get(str(resource.type))
         recorded = current.get(resource.id)
@@ -407,11 +407,10 @@ class ResourceStep:
             ignore_fields=ignore_fields,
             sensitive_paths=sensitive,
         )
-        data = change.model_dump(mode="json")
-        if recorded is None and data["action"] == "UnChanged":
+        if recorded is None and change.action is Action.UnChanged:
             # Matches already, but this stack has not recorded it: apply adopts it into state.
-            data["unrecorded"] = True
-        return data
+            change.unrecorded = True
+        return change
 
     @staticmethod
     def resolve_for_preview(
@@ -434,12 +433,12 @@ class ResourceStep:
 
     async def preview_delete(
         self, resource: Resource, prior: Mapping[str, Resource], options: RuntimeOptions
-    ) -> dict[str, Any]:
+    ) -> Change:
         """The change deleting the recorded ``resource`` would make."""
         runtime = self.registry.get(str(resource.type))
         live = await runtime.read(recorded_request(resource), options)
         before = prior.get(resource.id)
-        change = diff_resource(
+        return diff_resource(
             resource.id,
             str(resource.type),
             None,
@@ -447,4 +446,3 @@ class ResourceStep:
             before.attributes if before else resource.attributes,
             sensitive_paths=sensitive_paths_for(str(resource.type), resource.attributes),
         )
-        return change.model_dump(mode="json")

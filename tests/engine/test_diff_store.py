@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import pytest
 
+from stackflow.diff import Action, Change, FieldChange
 from stackflow.diff_store import load_changes, put_changes, put_index
 from stackflow.errors import SpecError
 from stackflow.state.backend import StateBackend
 
 
 def test_indexes_expand_in_order_however_deep(backend: StateBackend) -> None:
-    refs = [put_changes(backend, [{"id": f"r{i}", "action": "Create"}]) for i in range(5)]
+    refs = [
+        put_changes(backend, [Change(id=f"r{i}", type="t", action=Action.Create)])
+        for i in range(5)
+    ]
     inner = put_index(backend, refs[1:3])
     outer = put_index(backend, [refs[0], inner])
     changes = load_changes(backend, [outer, refs[3], put_index(backend, [refs[4]])])
@@ -18,3 +22,21 @@ def test_indexes_expand_in_order_however_deep(backend: StateBackend) -> None:
     assert load_changes(backend, []) == []
     with pytest.raises(SpecError, match="not found"):
         load_changes(backend, [put_index(backend, ["sha256:" + "0" * 64])])
+
+
+def test_a_change_is_kept_as_its_json_and_adoption_is_not(backend: StateBackend) -> None:
+    change = Change(
+        id="a",
+        type="t",
+        action=Action.Update,
+        diff=[FieldChange(path="x", old=1, new=2)],
+        unrecorded=True,
+    )
+    (kept,) = load_changes(backend, [put_changes(backend, [change])])
+    assert kept == {
+        "id": "a",
+        "type": "t",
+        "action": "Update",
+        "drift": False,
+        "diff": [{"path": "x", "old": 1, "new": 2}],
+    }

@@ -45,6 +45,7 @@ from stackflow.paths import (
     parse_path,
     pattern_below,
 )
+from stackflow.refs import StackFields, StackRef
 from stackflow.release import Release
 from stackflow.spec import Resource, Spec
 
@@ -118,7 +119,7 @@ class SpecDiff(SectionDiff):
     missing: list[int] = Field(default_factory=list)
 
 
-class ReleaseDiff(BaseModel):
+class ReleaseDiff(StackFields, BaseModel):
     project: str
     workspace: str
     old_revision: int
@@ -382,8 +383,7 @@ def _spec_settings(spec: Spec) -> dict[str, Any]:
 
 
 def diff_releases(
-    project: str,
-    workspace: str,
+    stack: StackRef,
     old_revision: int,
     old_spec: Spec | None,
     old_state: Sequence[Resource],
@@ -412,8 +412,8 @@ def diff_releases(
     else:
         spec = SpecDiff(missing=sorted(set(missing)))
     return ReleaseDiff(
-        project=project,
-        workspace=workspace,
+        project=stack.project,
+        workspace=stack.workspace,
         old_revision=old_revision,
         new_revision=new_revision,
         spec=spec,

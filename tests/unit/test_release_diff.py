@@ -9,6 +9,7 @@ import pytest
 
 from stackflow.diff import SENSITIVE_MARKER, mask_attributes, sensitive_paths_for
 from stackflow.errors import NotFoundError
+from stackflow.refs import StackRef
 from stackflow.release_diff import (
     FieldChange,
     FieldChangeKind,
@@ -60,8 +61,7 @@ def diff(
         return None if resources is None else Spec(resources=resources, context=context or {})
 
     return diff_releases(
-        "p",
-        "w",
+        StackRef("p", "w"),
         1,
         spec(old_spec, old_context),
         old_state,

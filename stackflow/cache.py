@@ -15,6 +15,7 @@ from typing import Any
 
 import redis
 
+from stackflow.refs import StackRef
 from stackflow.release import Release
 from stackflow.spec import Resource
 from stackflow.state.backend import StateBackend
@@ -52,42 +53,38 @@ class PriorStateCache:
 
     # ---- public ---------------------------------------------------------------------------
 
-    def prior(self, project: str, workspace: str) -> dict[str, Resource]:
+    def prior(self, stack: StackRef) -> dict[str, Resource]:
         """State of the latest succeeded release, by resource id ({} if none)."""
-        revision = self.releases.latest_succeeded_revision(project, workspace)
+        revision = self.releases.latest_succeeded_revision(stack)
         if revision is None:
             return {}
-        key = self._key(project, workspace, revision)
+        key = self._key(stack, revision)
         cached = self._call(lambda c: c.hgetall(key))
         if cached and _COMPLETE in cached:
             sealer = self.releases.sealer
-            return {
-                rid: sealer.open(project, workspace, raw)
-                for rid, raw in cached.items()
-                if rid != _COMPLETE
-            }
-        return self._fill(project, workspace, revision).state.by_id()
+            return {rid: sealer.open(stack, raw) for rid, raw in cached.items() if rid != _COMPLETE}
+        return self._fill(stack, revision).state.by_id()
 
-    def prior_resource(self, project: str, workspace: str, resource_id: str) -> Resource | None:
+    def prior_resource(self, stack: StackRef, resource_id: str) -> Resource | None:
         """One resource of the prior state, or None if it is not in it."""
-        revision = self.releases.latest_succeeded_revision(project, workspace)
+        revision = self.releases.latest_succeeded_revision(stack)
         if revision is None:
             return None
-        key = self._key(project, workspace, revision)
+        key = self._key(stack, revision)
         found = self._call(lambda c: c.hmget(key, [resource_id, _COMPLETE]))
         if found is not None:
             raw, complete = found
             if raw is not None:
-                return self.releases.sealer.open(project, workspace, raw)
+                return self.releases.sealer.open(stack, raw)
             if complete is not None:
                 return None
-        return self._fill(project, workspace, revision).state.by_id().get(resource_id)
+        return self._fill(stack, revision).state.by_id().get(resource_id)
 
     def remember(self, release: Release) -> None:
         """A release succeeded: cache its state and drop older revisions of the stack."""
         self._store(release)
-        pattern = f"{self.key_prefix}:{release.project}/{release.workspace}:*"
-        current = self._key(release.project, release.workspace, release.revision)
+        pattern = self._key(release.stack_ref, "*")
+        current = self._key(release.stack_ref, release.revision)
 
         def drop_older(client: redis.Redis) -> None:
             for key in client.scan_iter(match=pattern, count=100):
@@ -98,20 +95,21 @@ class PriorStateCache:
 
     # ---- internals ------------------------------------------------------------------------
 
-    def _key(self, project: str, workspace: str, revision: int) -> str:
-        return f"{self.key_prefix}:{project}/{workspace}:{revision}"
+    def _key(self, stack: StackRef, revision: int | str) -> str:
+        """The key of ``stack``'s state at ``revision`` (``"*"``: at any)."""
+        return f"{self.key_prefix}:{stack}:{revision}"
 
-    def _fill(self, project: str, workspace: str, revision: int) -> Release:
-        release = self.releases.get(project, workspace, revision, with_spec=False)
+    def _fill(self, stack: StackRef, revision: int) -> Release:
+        release = self.releases.get(stack, revision, with_spec=False)
         self._store(release)
         return release
 
     def _store(self, release: Release) -> None:
-        key = self._key(release.project, release.workspace, release.revision)
+        stack = release.stack_ref
+        key = self._key(stack, release.revision)
         seal = self.releases.sealer.seal  # sensitive values stay sealed in Redis too
         mapping: dict[Any, Any] = {
-            r.id: seal(release.project, release.workspace, release.revision, r)
-            for r in release.state.resources
+            r.id: seal(stack, release.revision, r) for r in release.state.resources
         }
         mapping[_COMPLETE] = "1"
 

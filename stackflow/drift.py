@@ -8,6 +8,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
+from stackflow.refs import StackFields
+
 
 class DriftSummary(BaseModel):
     """Counts of a check: what a scheduled run's result and the search attribute need."""
@@ -27,7 +29,7 @@ class DriftSummary(BaseModel):
 DRIFT_ID_LIMIT = 20
 
 
-class DriftReport(BaseModel):
+class DriftReport(StackFields, BaseModel):
     project: str
     workspace: str
     checked_at: datetime

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from stackflow.errors import ConflictError, KusionFormatError
 from stackflow.masking import masked_release_data
+from stackflow.refs import StackRef
 from stackflow.release import Release
 from stackflow.spec import load_yaml
 
@@ -104,7 +105,7 @@ def read_kusion_stack(directory: Path) -> list[Release]:
             rev,
         ):
             raise KusionFormatError(
-                f"{path}: holds {release.project}/{release.workspace} revision "
+                f"{path}: holds {release.stack_ref} revision "
                 f"{release.revision}, not {directory.parent.name}/{directory.name} revision {rev}"
             )
         releases.append(release)
@@ -126,19 +127,20 @@ def import_kusion_releases(kusion_home: Path | str, release_store: StateBackend)
     Everything is read and checked first, and nothing is written if any target stack already
     has releases, so a refused import leaves the store as it was.
     """
-    stacks = {d: read_kusion_stack(d) for d in find_kusion_stacks(Path(kusion_home))}
-    for directory in stacks:
-        project, workspace = directory.parent.name, directory.name
-        if release_store.revisions(project, workspace):
+    stacks = {
+        StackRef(d.parent.name, d.name): read_kusion_stack(d)
+        for d in find_kusion_stacks(Path(kusion_home))
+    }
+    for stack in stacks:
+        if release_store.revisions(stack):
             raise ConflictError(
-                f"stack {project}/{workspace} already has stackflow releases; "
-                "import only into stacks with none"
+                f"stack {stack} already has stackflow releases; import only into stacks with none"
             )
     imported: dict[str, int] = {}
-    for directory, releases in stacks.items():
+    for stack, releases in stacks.items():
         for release in releases:
             release_store.import_release(release)
-        imported[f"{directory.parent.name}/{directory.name}"] = len(releases)
+        imported[str(stack)] = len(releases)
     return imported
 
 
@@ -176,23 +178,23 @@ def export_kusion_releases(
     """Write ``releases/<project>/<workspace>/<n>.yaml`` and ``.metadata.yml`` as Kusion
     does, for the stacks selected; returns ``{project/workspace: count}``."""
     written: dict[str, int] = {}
-    for p, w in backend.stacks():
-        if (project and p != project) or (workspace and w != workspace):
+    for stack in backend.stacks():
+        if (project and stack.project != project) or (workspace and stack.workspace != workspace):
             continue
-        for name in (p, w):
+        for name in (stack.project, stack.workspace):
             if not _SAFE_NAME.match(name):
                 raise KusionFormatError(
-                    f"stack {p}/{w}: {name!r} cannot be a directory name; not exported"
+                    f"stack {stack}: {name!r} cannot be a directory name; not exported"
                 )
-        target = directory / "releases" / p / w
+        target = directory / "releases" / stack.project / stack.workspace
         metas = []
-        for revision in backend.revisions(p, w):
-            release = backend.get(p, w, revision)
+        for revision in backend.revisions(stack):
+            release = backend.get(stack, revision)
             doc = _kusion_document(release)
             _write_private(target / f"{revision}.yaml", yaml.safe_dump(doc, sort_keys=False))
             metas.append({"revision": revision, "stack": doc["stack"]})
         if metas:
             meta = {"latestRevision": metas[-1]["revision"], "releaseMetaDatas": metas}
             _write_private(target / METADATA_FILE, yaml.safe_dump(meta, sort_keys=False))
-            written[f"{p}/{w}"] = len(metas)
+            written[str(stack)] = len(metas)
     return written

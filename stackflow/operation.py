@@ -11,7 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
-from stackflow.refs import RunRef
+from stackflow.refs import RunRef, StackFields, StackRef
 from stackflow.release import Operation, Phase
 from stackflow.selection import LeftOut
 from stackflow.wire import DescribeItem
@@ -56,12 +56,12 @@ Pattern = Annotated[str, StringConstraints(max_length=1000)]
 """A glob or a field path of an input (errors quote them: they stay short)."""
 
 
-def workflow_id_for(project: str, workspace: str) -> str:
+def workflow_id_for(stack: StackRef) -> str:
     """The default id: one operation per stack at a time."""
-    return f"stackflow/{project}/{workspace}"
+    return f"stackflow/{stack}"
 
 
-class OperationInput(BaseModel):
+class OperationInput(StackFields, BaseModel):
     """Input of PreviewWorkflow, ApplyWorkflow and DestroyWorkflow."""
 
     model_config = ConfigDict(extra="forbid")
@@ -206,7 +206,7 @@ class PrepareInput(BaseModel):
     run_id: str
 
 
-class PreviewBatchInput(BaseModel):
+class PreviewBatchInput(StackFields, BaseModel):
     """One preview activity: plan nodes ``[start, end)`` and plan deletions ``[start, end)``."""
 
     project: str
@@ -233,7 +233,7 @@ class RefreshBatchInput(PreviewBatchInput):
     record: bool = False
 
 
-class DriftInput(BaseModel):
+class DriftInput(StackFields, BaseModel):
     """Input of DriftWorkflow (``stackflow drift check`` and the drift Schedule)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -255,7 +255,7 @@ class DiffIndexInput(BaseModel):
     refs: list[str]
 
 
-class DriftRecordInput(BaseModel):
+class DriftRecordInput(StackFields, BaseModel):
     """Input of ``record_drift``: the counts, and the refs of the preview's full diffs (one
     per 200 resources, folded into indexes past a few) from which the activity keeps the
     drifted ones."""
@@ -272,7 +272,7 @@ class DriftRecordInput(BaseModel):
     repair_workflow_id: str | None = None
 
 
-class DriftResult(BaseModel):
+class DriftResult(StackFields, BaseModel):
     project: str
     workspace: str
     drifted: bool
@@ -337,7 +337,7 @@ RunOwner = RunRef
 """The run whose writes the stack lock admits (one type with the state layer's ``RunRef``)."""
 
 
-class PhaseInput(BaseModel):
+class PhaseInput(StackFields, BaseModel):
     project: str
     workspace: str
     revision: int
@@ -347,7 +347,7 @@ class PhaseInput(BaseModel):
     approval: dict[str, Any] | None = None
 
 
-class NodeInput(BaseModel):
+class NodeInput(StackFields, BaseModel):
     """Input of ``apply_resource`` / ``delete_resource``: names the node, carries no state."""
 
     project: str
@@ -364,7 +364,7 @@ class NodeInput(BaseModel):
     unavailable_timeout_seconds: float = 600.0
 
 
-class GroupInput(BaseModel):
+class GroupInput(StackFields, BaseModel):
     """Input of ``run_group``: several ready nodes of cheap runtimes in one activity (each
     still applied or deleted on its own, with its own result)."""
 
@@ -409,7 +409,7 @@ class StatusView(BaseModel):
     """Time left at the rate nodes finished so far in this walk (None before the first)."""
 
 
-class OperationResult(BaseModel):
+class OperationResult(StackFields, BaseModel):
     """What an operation workflow returns (and the CLI prints)."""
 
     project: str
@@ -430,7 +430,7 @@ class OperationResult(BaseModel):
     ``changes.changes`` only the first DETAIL_LIMIT changes, without diffs."""
 
 
-class BatchInput(BaseModel):
+class BatchInput(StackFields, BaseModel):
     """Input of the child workflow that walks one batch of a large graph."""
 
     project: str

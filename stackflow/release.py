@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
+from stackflow.refs import StackRef
 from stackflow.spec import Resource, Spec
 
 
@@ -112,3 +113,8 @@ class Release(BaseModel):
     """Set instead of ``state`` by listings that do not load the state."""
     created_at: datetime = Field(validation_alias=AliasChoices("created_at", "createTime"))
     modified_at: datetime = Field(validation_alias=AliasChoices("modified_at", "modifiedTime"))
+
+    @property
+    def stack_ref(self) -> StackRef:
+        """The release's stack (``stack`` is Kusion's stack name, a field of its format)."""
+        return StackRef(self.project, self.workspace)

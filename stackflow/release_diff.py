@@ -38,6 +38,7 @@ from stackflow.paths import (
     parse_patterns,
     touches,
 )
+from stackflow.refs import StackFields, StackRef
 from stackflow.spec import Resource, Spec
 
 SEALED = "$sealed"  # the envelope of stackflow.state.sealing, left in place without keys
@@ -107,7 +108,7 @@ class SpecDiff(SectionDiff):
     missing: list[int] = Field(default_factory=list)
 
 
-class ReleaseDiff(BaseModel):
+class ReleaseDiff(StackFields, BaseModel):
     project: str
     workspace: str
     old_revision: int
@@ -257,8 +258,7 @@ def _spec_settings(spec: Spec) -> dict[str, Any]:
 
 
 def diff_releases(
-    project: str,
-    workspace: str,
+    stack: StackRef,
     old_revision: int,
     old_spec: Spec | None,
     old_state: Sequence[Resource],
@@ -287,8 +287,8 @@ def diff_releases(
     else:
         spec = SpecDiff(missing=sorted(set(missing)))
     return ReleaseDiff(
-        project=project,
-        workspace=workspace,
+        project=stack.project,
+        workspace=stack.workspace,
         old_revision=old_revision,
         new_revision=new_revision,
         spec=spec,

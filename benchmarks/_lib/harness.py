@@ -265,7 +265,7 @@ class Service:
         request = OperationInput(
             project=project, spec=spec, auto_approve=workflow != "PreviewWorkflow"
         )
-        wid = workflow_id_for(project, request.workspace)
+        wid = workflow_id_for(request.stack)
         if workflow == "PreviewWorkflow":
             wid += "/preview"
         started = time.perf_counter()

@@ -54,13 +54,10 @@ class ObserveActivities:
         assert inp.revision is not None
         plan = await asyncio.to_thread(self.plans.get, inp.plan_ref)
         ids = [n.id for n in plan.nodes[inp.start : inp.end]]
-        current = await asyncio.to_thread(
-            self.backend.resources, inp.project, inp.workspace, inp.revision, ids
-        )
+        current = await asyncio.to_thread(self.backend.resources, inp.stack, inp.revision, ids)
         run = calling_run() if inp.record else None
         options = self.step.options(
-            inp.project,
-            inp.workspace,
+            inp.stack,
             inp.spec_ref,
             force=False,
             adopt=False,
@@ -116,25 +113,21 @@ class ObserveActivities:
         marked: list[str],
     ) -> None:
         """What a refresh found, recorded as the run that holds the stack."""
-        project, workspace, revision = inp.project, inp.workspace, inp.revision
+        stack, revision = inp.stack, inp.revision
         assert revision is not None
         if live is None:
             await self.guard.write(
                 run,
-                project,
-                workspace,
-                lambda: self.backend.record_deletion(
-                    project, workspace, revision, recorded.id, run=run
-                ),
+                stack,
+                lambda: self.backend.record_deletion(stack, revision, recorded.id, run=run),
             )
             return
         attributes = {**live, RECORDED_SENSITIVE_KEY: marked} if marked else dict(live)
         fresh = recorded.model_copy(update={"attributes": attributes})
         await self.guard.write(
             run,
-            project,
-            workspace,
-            lambda: self.backend.record_resource(project, workspace, revision, fresh, run=run),
+            stack,
+            lambda: self.backend.record_resource(stack, revision, fresh, run=run),
         )
 
     @activity.defn(name="record_drift")

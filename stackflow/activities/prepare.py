@@ -89,12 +89,9 @@ class PrepareActivities:
                 return await asyncio.to_thread(self._prepare_preview, inp, spec, ref, selection)
             run = RunRef(inp.workflow_id, inp.run_id)
             if operation in (Operation.destroy, Operation.refresh):
-                ref = await asyncio.to_thread(
-                    self.backend.latest_spec_ref, request.project, request.workspace
-                )
+                ref = await asyncio.to_thread(self.backend.latest_spec_ref, request.stack)
             release = await self.guard.open_release(
-                request.project,
-                request.workspace,
+                request.stack,
                 operation,
                 ref,
                 run,
@@ -116,14 +113,14 @@ class PrepareActivities:
     def _rollback_spec(self, request: OperationInput) -> tuple[Spec, str]:
         """The spec of release ``to_revision``: it must exist, be an apply (or rollback) and
         still have its spec."""
-        stack = f"{request.project}/{request.workspace}"
+        stack = request.stack
         n = request.to_revision
         if n is None:
             raise SpecError("rollback: to_revision is required (the release to restore)")
         try:
-            source = self.backend.get(request.project, request.workspace, n, with_spec=False)
+            source = self.backend.get(stack, n, with_spec=False)
         except NotFoundError:
-            known = self.backend.revisions(request.project, request.workspace)
+            known = self.backend.revisions(stack)
             raise NotFoundError(
                 f"rollback --to {n}: {stack} has no release {n}"
                 + (f" (its releases are {known[0]}..{known[-1]})" if known else " (none yet)")
@@ -148,11 +145,11 @@ class PrepareActivities:
     def _prepare_drift(self, request: OperationInput) -> OperationPlan:
         """The last spec against the latest release's state, limited to the resources that
         state records (no lock, no release): what a drift check previews."""
-        stack = f"{request.project}/{request.workspace}"
-        latest = self.backend.latest(request.project, request.workspace, with_spec=False)
+        stack = request.stack
+        latest = self.backend.latest(stack, with_spec=False)
         if latest is None:
             raise NotFoundError(f"drift: stack {stack} has no releases; apply it first")
-        ref = self.backend.latest_spec_ref(request.project, request.workspace)
+        ref = self.backend.latest_spec_ref(stack)
         state = state_by_id(latest)
         if ref is None or latest.operation == Operation.destroy:
             spec = Spec(resources=[])
@@ -164,7 +161,7 @@ class PrepareActivities:
         self, inp: PrepareInput, spec: Spec, ref: str | None, selection: Selection
     ) -> OperationPlan:
         request = inp.request
-        latest = self.backend.latest(request.project, request.workspace, with_spec=False)
+        latest = self.backend.latest(request.stack, with_spec=False)
         return self._plan(spec, ref, None, state_by_id(latest), selection)
 
     def _prepare_walk(

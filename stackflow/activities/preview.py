@@ -102,23 +102,17 @@ class PreviewActivities:
     async def _preview_changes(
         self, inp: PreviewBatchInput, ids: list[str], delete_ids: list[str]
     ) -> list[Change]:
-        prior = await asyncio.to_thread(self.cache.prior, inp.project, inp.workspace)
+        prior = await asyncio.to_thread(self.cache.prior, inp.stack)
         current: Mapping[str, Resource]
         if inp.revision is not None:
             current = await asyncio.to_thread(
-                self.backend.resources,
-                inp.project,
-                inp.workspace,
-                inp.revision,
-                [*ids, *delete_ids],
+                self.backend.resources, inp.stack, inp.revision, [*ids, *delete_ids]
             )
         else:
             current = prior
         resources = self.specs.resources(inp.spec_ref) if inp.spec_ref else {}
         step = self.step
-        options = step.options(
-            inp.project, inp.workspace, inp.spec_ref, force=inp.force, adopt=inp.adopt
-        )
+        options = step.options(inp.stack, inp.spec_ref, force=inp.force, adopt=inp.adopt)
         # The worker policy, before any runtime call: the whole spec, then this batch.
         deleting = [
             current[i].model_copy(
@@ -130,11 +124,7 @@ class PreviewActivities:
         await asyncio.to_thread(
             guard.check_preview, self.registry, inp.spec_ref, resources, batch, options
         )
-        stack_secrets = (
-            await asyncio.to_thread(step.secrets.of, inp.project, inp.workspace)
-            if ids
-            else SecretSet()
-        )
+        stack_secrets = await asyncio.to_thread(step.secrets.of, inp.stack) if ids else SecretSet()
         gate = asyncio.Semaphore(PREVIEW_PARALLELISM)
         merged = asyncio.Semaphore(COALESCED_PARALLELISM)
 

@@ -34,6 +34,7 @@ from stackflow.masking import (
     tainted_paths,
 )
 from stackflow.operation import GroupInput, NodeInput
+from stackflow.refs import StackRef
 from stackflow.runtimes.base import ResourceRequest, Runtime, RuntimeOptions
 from stackflow.spec import Resource
 from stackflow.state.backend import RunRef
@@ -200,27 +201,26 @@ class StackSecrets:
     def __init__(self, deps: Deps) -> None:
         self.backend = deps.backend
         self.cache = deps.cache
-        self._known: dict[tuple[str, str], tuple[int, SecretSet]] = {}
+        self._known: dict[StackRef, tuple[int, SecretSet]] = {}
         self._lock = threading.Lock()
 
-    def of(self, project: str, workspace: str) -> SecretSet:
-        revision = self.backend.latest_succeeded_revision(project, workspace)
+    def of(self, stack: StackRef) -> SecretSet:
+        revision = self.backend.latest_succeeded_revision(stack)
         if revision is None:
             return SecretSet()
-        key = (project, workspace)
         with self._lock:
-            known = self._known.get(key)
+            known = self._known.get(stack)
         if known is not None and known[0] == revision:
             return known[1]
         values: set[str] = set()
-        for resource in self.cache.prior(project, workspace).values():
+        for resource in self.cache.prior(stack).values():
             paths = sensitive_paths_for(str(resource.type), resource.attributes)
             values |= sensitive_values(resource.attributes, paths)
         secrets = SecretSet(values)
         with self._lock:
-            if len(self._known) >= STACK_SECRETS_KEPT and key not in self._known:
+            if len(self._known) >= STACK_SECRETS_KEPT and stack not in self._known:
                 self._known.pop(next(iter(self._known)))
-            self._known[key] = (revision, secrets)
+            self._known[stack] = (revision, secrets)
         return secrets
 
 
@@ -235,8 +235,7 @@ class ResourceStep:
     # ---- options and requests ----------------------------------------------------------------
     def options(
         self,
-        project: str,
-        workspace: str,
+        stack: StackRef,
         spec_ref: str | None,
         *,
         force: bool,
@@ -247,8 +246,8 @@ class ResourceStep:
         """Per-run runtime options; the spec's ``context`` travels by ref, never in history."""
         context = self.specs.get(spec_ref).context if spec_ref else {}
         return RuntimeOptions(
-            project=project,
-            workspace=workspace,
+            project=stack.project,
+            workspace=stack.workspace,
             force=force,
             adopt=adopt,
             context=context,
@@ -258,8 +257,7 @@ class ResourceStep:
 
     def node_options(self, inp: NodeInput | GroupInput, run: RunRef) -> RuntimeOptions:
         return self.options(
-            inp.project,
-            inp.workspace,
+            inp.stack,
             inp.spec_ref,
             force=inp.force,
             adopt=inp.adopt,

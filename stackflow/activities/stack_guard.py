@@ -21,6 +21,7 @@ from temporalio import activity
 from stackflow.activities.deps import Deps
 from stackflow.errors import FencedError, StackLockedError
 from stackflow.operation import RunOwner
+from stackflow.refs import StackRef
 from stackflow.release import Operation, Release
 from stackflow.state.backend import RunRef, StackLock
 
@@ -59,8 +60,7 @@ class StackGuard:
 
     async def open_release(
         self,
-        project: str,
-        workspace: str,
+        stack: StackRef,
         operation: Operation,
         spec_ref: str | None,
         run: RunRef,
@@ -69,18 +69,17 @@ class StackGuard:
         """Create the next release for ``run``, or find the one this very run created before
         a retry. A stack held by a run that has closed is recovered first."""
         for _ in range(OPEN_ATTEMPTS):
-            lock = await asyncio.to_thread(self.backend.lock, project, workspace)
+            lock = await asyncio.to_thread(self.backend.lock, stack)
             if lock is not None and lock.held_by(run):
                 return await asyncio.to_thread(
-                    self.backend.get, project, workspace, lock.revision, with_spec=False
+                    self.backend.get, stack, lock.revision, with_spec=False
                 )
             if lock is not None:
                 await self.recover_or_refuse(lock)
             try:
                 return await asyncio.to_thread(
                     lambda: self.backend.create(
-                        project,
-                        workspace,
+                        stack,
                         operation,
                         spec_ref=spec_ref,
                         run=run,
@@ -89,7 +88,7 @@ class StackGuard:
                 )
             except StackLockedError:
                 continue  # taken meanwhile: look at the new holder
-        raise StackLockedError(f"stack {project}/{workspace}: too much contention for its lock")
+        raise StackLockedError(f"stack {stack}: too much contention for its lock")
 
     async def recover_or_refuse(self, lock: StackLock) -> None:
         """Close the release of a holder that has ended; refuse (naming it) one still open."""
@@ -98,31 +97,27 @@ class StackGuard:
             holder = lock.holder()
             link = self.oracle.link(holder) if holder else None
             raise StackLockedError(
-                f"stack {lock.project}/{lock.workspace} is locked by {lock.describe()}, which "
-                f"is still running"
+                f"stack {lock.stack} is locked by {lock.describe()}, which is still running"
                 + (f" ({link})" if link else "")
                 + "; wait for it, or approve/cancel it in the Temporal UI"
                 if holder
-                else f"stack {lock.project}/{lock.workspace} is locked by {lock.describe()}; "
-                f"if no operation is running, unlock it: stackflow release unlock "
-                f"--project {lock.project} --workspace {lock.workspace}"
+                else f"stack {lock.stack} is locked by {lock.describe()}; if no operation is "
+                f"running, unlock it: stackflow release unlock {lock.stack.cli_flags}"
             )
         recovered = await asyncio.to_thread(
             self.backend.recover, lock, f"{ended}; recovered by the next operation"
         )
         if recovered:
-            activity.logger.warning(
-                "recovered stack %s/%s: %s", lock.project, lock.workspace, ended
-            )
+            activity.logger.warning("recovered stack %s: %s", lock.stack, ended)
 
-    async def write(self, run: RunRef, project: str, workspace: str, write: Callable[[], T]) -> T:
+    async def write(self, run: RunRef, stack: StackRef, write: Callable[[], T]) -> T:
         """Run the fenced ``write`` (a backend call that checks ``run`` holds the stack); if
         the stack is held by an earlier run of the same workflow that has closed (a reset
         replaced it), take the stack over and write."""
         try:
             return await asyncio.to_thread(write)
         except FencedError:
-            lock = await asyncio.to_thread(self.backend.lock, project, workspace)
+            lock = await asyncio.to_thread(self.backend.lock, stack)
             if (
                 lock is None
                 or lock.workflow_id != run.workflow_id
@@ -134,11 +129,6 @@ class StackGuard:
             activity.logger.warning("%s took over %s from a closed run", run, lock.describe())
             return await asyncio.to_thread(write)
 
-    async def assert_holds(self, run: RunRef, project: str, workspace: str, revision: int) -> None:
+    async def assert_holds(self, run: RunRef, stack: StackRef, revision: int) -> None:
         """Before a runtime call: ``run`` still holds the stack at ``revision``."""
-        await self.write(
-            run,
-            project,
-            workspace,
-            lambda: self.backend.assert_holds(project, workspace, revision, run),
-        )
+        await self.write(run, stack, lambda: self.backend.assert_holds(stack, revision, run))

@@ -32,6 +32,7 @@ from stackflow.operation import (
     PhaseInput,
     PlannedNode,
 )
+from stackflow.refs import StackRef
 from stackflow.release import Approval, Phase, Release
 from stackflow.runtimes.base import read_scope
 from stackflow.spec import Resource
@@ -59,15 +60,14 @@ class WalkActivities:
         step, guard = self.step, self.guard
         spec_resources = self.specs.resources(inp.spec_ref) if inp.spec_ref else {}
         wanted = step.ids_to_read(inp, spec_resources)
-        state = await asyncio.to_thread(
-            self.backend.resources, inp.project, inp.workspace, inp.revision, wanted
-        )
+        stack = inp.stack
+        state = await asyncio.to_thread(self.backend.resources, stack, inp.revision, wanted)
         run = calling_run(inp.owner)
-        secrets = await asyncio.to_thread(step.secrets.of, inp.project, inp.workspace)
+        secrets = await asyncio.to_thread(step.secrets.of, stack)
         job = step.apply_job(inp, spec_resources, state, step.node_options(inp, run), secrets)
 
         async def fence() -> None:
-            await guard.assert_holds(run, inp.project, inp.workspace, inp.revision)
+            await guard.assert_holds(run, stack, inp.revision)
 
         live = await step.apply(job, fence)
 
@@ -75,11 +75,8 @@ class WalkActivities:
             applied = job.applied(attributes)
             await guard.write(
                 run,
-                inp.project,
-                inp.workspace,
-                lambda: self.backend.record_resource(
-                    inp.project, inp.workspace, inp.revision, applied, run=run
-                ),
+                stack,
+                lambda: self.backend.record_resource(stack, inp.revision, applied, run=run),
             )
 
         # Recorded before any readiness wait: an object that never gets ready is still the
@@ -99,24 +96,21 @@ class WalkActivities:
                 return await self._delete(inp)
 
     async def _delete(self, inp: NodeInput) -> NodeResult:
-        guard = self.guard
+        guard, stack = self.guard, inp.stack
         recorded = await asyncio.to_thread(
-            self.backend.resource_state, inp.project, inp.workspace, inp.revision, inp.resource_id
+            self.backend.resource_state, stack, inp.revision, inp.resource_id
         )
         run = calling_run(inp.owner)
         if recorded is not None:
 
             async def fence() -> None:
-                await guard.assert_holds(run, inp.project, inp.workspace, inp.revision)
+                await guard.assert_holds(run, stack, inp.revision)
 
             await self.step.delete(recorded, self.step.node_options(inp, run), fence)
             await guard.write(
                 run,
-                inp.project,
-                inp.workspace,
-                lambda: self.backend.record_deletion(
-                    inp.project, inp.workspace, inp.revision, inp.resource_id, run=run
-                ),
+                stack,
+                lambda: self.backend.record_deletion(stack, inp.revision, inp.resource_id, run=run),
             )
         # Not in state any more: an earlier attempt already deleted and recorded it.
         return NodeResult(id=inp.resource_id, action="Delete", status=NodeStatus.succeeded)
@@ -138,13 +132,13 @@ class WalkActivities:
         on its own (side by side), each node's failure its own."""
         step, guard = self.step, self.guard
         run = calling_run(inp.owner)
-        project, workspace, revision = inp.project, inp.workspace, inp.revision
+        stack, revision = inp.stack, inp.revision
         options = step.node_options(inp, run)
         spec_resources = self.specs.resources(inp.spec_ref) if inp.spec_ref else {}
         nodes = {
             rid: NodeInput(
-                project=project,
-                workspace=workspace,
+                project=inp.project,
+                workspace=inp.workspace,
                 revision=revision,
                 spec_ref=inp.spec_ref,
                 resource_id=rid,
@@ -166,13 +160,13 @@ class WalkActivities:
             except Exception as exc:
                 outcome[rid] = exc
         every = sorted({i for ids in wanted.values() for i in ids})
-        state = await asyncio.to_thread(self.backend.resources, project, workspace, revision, every)
+        state = await asyncio.to_thread(self.backend.resources, stack, revision, every)
         secrets = (
-            await asyncio.to_thread(step.secrets.of, project, workspace)
+            await asyncio.to_thread(step.secrets.of, stack)
             if any(action != "Delete" for _, action in inp.nodes)
             else SecretSet()
         )
-        await guard.assert_holds(run, project, workspace, revision)
+        await guard.assert_holds(run, stack, revision)
         applied: dict[str, Resource] = {}
         deleted: list[str] = []
         gate = asyncio.Semaphore(inp.concurrency)
@@ -213,17 +207,15 @@ class WalkActivities:
         order = [rid for rid, _ in inp.nodes]
         await guard.write(
             run,
-            project,
-            workspace,
+            stack,
             lambda: self.backend.record_resources(
-                project, workspace, revision, [applied[i] for i in order if i in applied], run=run
+                stack, revision, [applied[i] for i in order if i in applied], run=run
             ),
         )
         await guard.write(
             run,
-            project,
-            workspace,
-            lambda: self.backend.record_deletions(project, workspace, revision, deleted, run=run),
+            stack,
+            lambda: self.backend.record_deletions(stack, revision, deleted, run=run),
         )
         return self._group_results(inp, outcome)
 
@@ -292,8 +284,7 @@ class WalkActivities:
 
             def write() -> Release:
                 return self.backend.set_phase(
-                    inp.project,
-                    inp.workspace,
+                    inp.stack,
                     inp.revision,
                     inp.phase,
                     run=run,
@@ -302,12 +293,10 @@ class WalkActivities:
                     approval=approval,
                 )
 
-            release = await self.guard.write(run, inp.project, inp.workspace, write)
+            release = await self.guard.write(run, inp.stack, write)
             if release.phase == Phase.succeeded:
-                await asyncio.to_thread(
-                    self._cache_release, inp.project, inp.workspace, inp.revision
-                )
+                await asyncio.to_thread(self._cache_release, inp.stack, inp.revision)
 
-    def _cache_release(self, project: str, workspace: str, revision: int) -> None:
+    def _cache_release(self, stack: StackRef, revision: int) -> None:
         """A succeeded release becomes the prior state the next diff reads (Redis)."""
-        self.cache.remember(self.backend.get(project, workspace, revision, with_spec=False))
+        self.cache.remember(self.backend.get(stack, revision, with_spec=False))

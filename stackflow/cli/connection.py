@@ -31,6 +31,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from stackflow.errors import StackflowError
 from stackflow.operation import TASK_QUEUE_DEFAULT
+from stackflow.refs import StackRef
 
 T = TypeVar("T")
 
@@ -155,17 +156,16 @@ class Temporal:
     def __init__(
         self,
         timeout: float,
-        project: str | None = None,
-        workspace: str | None = None,
+        stack: StackRef | None = None,
         follow: str | None = None,
     ) -> None:
         self.address, self.namespace, self.task_queue = settings()
         self.timeout = timeout
-        self.project = project
-        self.workspace = workspace
+        self.stack = stack
         self.follow = follow or (
-            f"follow it with `stackflow status --project {project} --workspace {workspace}` "
-            "once Temporal is back"
+            f"follow it with `stackflow status {stack.cli_flags}` once Temporal is back"
+            if stack is not None
+            else ""
         )
         self.run_started = False
         self._client: Client | None = None
@@ -258,9 +258,9 @@ class Temporal:
             f"Temporal at {self.address} unreachable for {self.timeout:g}s "
             f"(--unavailable-timeout) during {what} ({_reason(exc)})"
         )
-        if self.run_started and self.project is not None:
+        if self.run_started and self.stack is not None:
             return TemporalUnreachable(f"{head}; the run continues on the server: {self.follow}")
-        if what == "start" and self.project is not None:
+        if what == "start" and self.stack is not None:
             return TemporalUnreachable(
                 f"{head}; the run may have started on the server: {self.follow}"
             )

@@ -48,6 +48,7 @@ from stackflow.cli.runner import (
 from stackflow.drift import DriftReport
 from stackflow.errors import NotFoundError, SpecError, StackflowError, StackLockedError
 from stackflow.operation import DriftInput, DriftResult, workflow_id_for
+from stackflow.refs import StackRef
 
 drift_app = typer.Typer(
     help="Detect drift: live objects changed behind stackflow's back.",
@@ -74,12 +75,12 @@ class DriftFound(StackflowError):
     exit_code = 4
 
 
-def drift_workflow_id(project: str, workspace: str) -> str:
-    return workflow_id_for(project, workspace) + "/drift"
+def drift_workflow_id(stack: StackRef) -> str:
+    return workflow_id_for(stack) + "/drift"
 
 
-def schedule_id(project: str, workspace: str) -> str:
-    return f"stackflow-drift/{project}/{workspace}"
+def schedule_id(stack: StackRef) -> str:
+    return f"stackflow-drift/{stack}"
 
 
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
@@ -97,9 +98,11 @@ def parse_every(text: str) -> timedelta:
     return every
 
 
-def _input(project: str, workspace: str, repair: bool, yes: bool) -> DriftInput:
+def _input(stack: StackRef, repair: bool, yes: bool) -> DriftInput:
     try:
-        return DriftInput(project=project, workspace=workspace, repair=repair, auto_approve=yes)
+        return DriftInput(
+            project=stack.project, workspace=stack.workspace, repair=repair, auto_approve=yes
+        )
     except ValueError as exc:
         raise SpecError(f"invalid option: {str(exc).splitlines()[-1].strip()}") from None
 
@@ -117,11 +120,11 @@ def _failure(exc: WorkflowFailureError) -> StackflowError:
 
 
 async def _check(request: DriftInput, timeout: float) -> tuple[DriftResult, str, str | None]:
-    stack = f"--project {request.project} --workspace {request.workspace}"
-    follow = f"`stackflow drift status {stack}` shows its report once it has ended"
-    temporal = Temporal(timeout, request.project, request.workspace, follow)
+    stack = request.stack
+    follow = f"`stackflow drift status {stack.cli_flags}` shows its report once it has ended"
+    temporal = Temporal(timeout, stack, follow)
     client = await temporal.connect()
-    wid = drift_workflow_id(request.project, request.workspace)
+    wid = drift_workflow_id(stack)
     try:
         handle = await temporal.start(
             "DriftWorkflow",
@@ -129,12 +132,11 @@ async def _check(request: DriftInput, timeout: float) -> tuple[DriftResult, str,
             id=wid,
             id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
             result_type=DriftResult,
-            static_summary=f"drift check {request.project}/{request.workspace}",
+            static_summary=f"drift check {stack}",
         )
     except WorkflowAlreadyStartedError:
         raise StackLockedError(
-            f"a drift check of {request.project}/{request.workspace} is already running "
-            f"({ui_link(client.namespace, wid, None)})"
+            f"a drift check of {stack} is already running ({ui_link(client.namespace, wid, None)})"
         ) from None
     try:
         result = await temporal.call("the drift check", handle.result)
@@ -160,7 +162,9 @@ def _report_rows(ref: str | None) -> list[dict[str, Any]]:
         return []
 
 
-def _print_summary(console: Console, stack: str, summary: dict[str, Any], drifted: bool) -> None:
+def _print_summary(
+    console: Console, stack: StackRef, summary: dict[str, Any], drifted: bool
+) -> None:
     colour = "red" if drifted else "green"
     console.print(
         f"[bold]drift[/] {stack}: [{colour}]{'drift found' if drifted else 'no drift'}[/] — "
@@ -198,10 +202,10 @@ def drift_check(
     unavailable_timeout: WaitOpt = 600.0,
 ) -> None:
     """Run a drift check now: exit 0 no drift, 4 drift found."""
-    request = _input(project, workspace, repair, yes)
+    request = _input(StackRef(project, workspace), repair, yes)
     result, link, _ = asyncio.run(_check(request, unavailable_timeout))
     rows = _report_rows(result.report_ref)
-    stack = f"{project}/{workspace}"
+    stack = request.stack
     if output == OutputFormat.json:
         data = result.model_dump(mode="json")
         data["drifted_resources"] = rows
@@ -227,24 +231,22 @@ def drift_check(
 
 
 async def _schedule(request: DriftInput, every: timedelta, timeout: float) -> tuple[str, bool]:
-    temporal = Temporal(timeout, request.project, request.workspace)
+    stack = request.stack
+    temporal = Temporal(timeout, stack)
     client = await temporal.connect()
     queue = temporal.task_queue
-    sid = schedule_id(request.project, request.workspace)
+    sid = schedule_id(stack)
     schedule = Schedule(
         action=ScheduleActionStartWorkflow(
             "DriftWorkflow",
             request,
-            id=drift_workflow_id(request.project, request.workspace),
+            id=drift_workflow_id(stack),
             task_queue=queue,
-            static_summary=f"drift check {request.project}/{request.workspace}",
+            static_summary=f"drift check {stack}",
         ),
         spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
         policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
-        state=ScheduleState(
-            note=f"stackflow drift schedule --project {request.project} "
-            f"--workspace {request.workspace}"
-        ),
+        state=ScheduleState(note=f"stackflow drift schedule {stack.cli_flags}"),
     )
     try:
         await temporal.call("create schedule", lambda: client.create_schedule(sid, schedule))
@@ -271,20 +273,20 @@ def drift_schedule(
 ) -> None:
     """Check for drift on a Temporal Schedule (replaces the stack's schedule if it has one)."""
     interval = parse_every(every)
-    request = _input(project, workspace, repair, yes)
+    request = _input(StackRef(project, workspace), repair, yes)
     sid, created = asyncio.run(_schedule(request, interval, unavailable_timeout))
     verb = "scheduled" if created else "rescheduled"
     typer.echo(
-        f"{verb} drift checks of {project}/{workspace} every {every}"
+        f"{verb} drift checks of {request.stack} every {every}"
         + (" with repair" if repair else "")
         + f" (schedule {sid}; `temporal schedule list`)"
     )
 
 
-async def _unschedule(project: str, workspace: str, timeout: float) -> str:
-    temporal = Temporal(timeout, project, workspace)
+async def _unschedule(stack: StackRef, timeout: float) -> str:
+    temporal = Temporal(timeout, stack)
     client = await temporal.connect()
-    sid = schedule_id(project, workspace)
+    sid = schedule_id(stack)
     attempts = 0
 
     async def delete() -> None:
@@ -302,7 +304,7 @@ async def _unschedule(project: str, workspace: str, timeout: float) -> str:
         await temporal.call("delete schedule", delete)
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
-            raise NotFoundError(f"{project}/{workspace} has no drift schedule ({sid})") from None
+            raise NotFoundError(f"{stack} has no drift schedule ({sid})") from None
         raise
     return sid
 
@@ -312,7 +314,7 @@ def drift_unschedule(
     project: ProjectOpt, workspace: WorkspaceOpt = "default", unavailable_timeout: WaitOpt = 600.0
 ) -> None:
     """Delete the stack's drift schedule."""
-    sid = asyncio.run(_unschedule(project, workspace, unavailable_timeout))
+    sid = asyncio.run(_unschedule(StackRef(project, workspace), unavailable_timeout))
     typer.echo(f"deleted drift schedule {sid}")
 
 
@@ -325,15 +327,14 @@ def drift_status(
     """The last drift report of the stack (from the state backend)."""
     from stackflow.config import default_backend
 
+    stack = StackRef(project, workspace)
     backend = default_backend()
     try:
-        reports = backend.drift_reports(project, workspace, limit=1)
+        reports = backend.drift_reports(stack, limit=1)
     finally:
         backend.close()
     if not reports:
-        raise NotFoundError(
-            f"{project}/{workspace} has no drift report yet; run `stackflow drift check`"
-        )
+        raise NotFoundError(f"{stack} has no drift report yet; run `stackflow drift check`")
     report: DriftReport = reports[0]
     rows = _report_rows(report.report_ref)
     if output == OutputFormat.json:
@@ -342,7 +343,7 @@ def drift_status(
         typer.echo(json.dumps(data, indent=2, sort_keys=True))
         return
     console = console_for(output)
-    _print_summary(console, f"{project}/{workspace}", report.summary.model_dump(), report.drifted)
+    _print_summary(console, stack, report.summary.model_dump(), report.drifted)
     console.print(
         f"  checked at {report.checked_at.isoformat(timespec='seconds')} against release "
         f"{report.revision} by {report.workflow_id}",

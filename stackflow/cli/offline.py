@@ -30,6 +30,7 @@ from stackflow.errors import ConflictError, NotFoundError
 from stackflow.graph import Graph, build_graph
 from stackflow.kusion import export_kusion_releases, import_kusion_releases
 from stackflow.masking import masked_release_data
+from stackflow.refs import StackRef
 from stackflow.release import Release
 from stackflow.spec import load_spec
 
@@ -112,7 +113,7 @@ def release_list(
 ) -> None:
     """List the releases of a stack."""
     backend = default_backend()
-    releases = backend.list(project, workspace)
+    releases = backend.list(StackRef(project, workspace))
     backend.close()
 
     def table(console: Console) -> None:
@@ -152,15 +153,12 @@ def release_show(
     ] = False,
 ) -> None:
     """Show one release (default: the latest) with its resources."""
+    stack = StackRef(project, workspace)
     store = default_backend()
-    release = (
-        store.get(project, workspace, revision)
-        if revision is not None
-        else store.latest(project, workspace)
-    )
+    release = store.get(stack, revision) if revision is not None else store.latest(stack)
     store.close()
     if release is None:
-        raise NotFoundError(f"stack {project}/{workspace} has no releases")
+        raise NotFoundError(f"stack {stack} has no releases")
 
     changes = None
     if diff:
@@ -215,16 +213,14 @@ def release_unlock(
     from stackflow.activities.runs import run_link
     from stackflow.errors import StackLockedError
 
+    stack = StackRef(project, workspace)
     store = default_backend()
-    lock = store.lock(project, workspace)
+    lock = store.lock(stack)
     if lock is None:
-        latest = store.latest(project, workspace, with_spec=False)
+        latest = store.latest(stack, with_spec=False)
         if latest is None:
-            raise NotFoundError(f"stack {project}/{workspace} has no releases")
-        typer.echo(
-            f"stack {project}/{workspace} is not locked "
-            f"(release {latest.revision} is {latest.phase})"
-        )
+            raise NotFoundError(f"stack {stack} has no releases")
+        typer.echo(f"stack {stack} is not locked (release {latest.revision} is {latest.phase})")
         return
     holder = lock.holder()
     reason: str | None = None
@@ -232,7 +228,7 @@ def release_unlock(
         ended = asyncio.run(_holder_ended(holder))
         if ended is None:
             raise StackLockedError(
-                f"stack {project}/{workspace} is held by {holder}, which is still running "
+                f"stack {stack} is held by {holder}, which is still running "
                 f"({run_link(holder)}); cancel it (temporal workflow cancel, or the Temporal "
                 "UI) or pass --force"
             )
@@ -242,13 +238,13 @@ def release_unlock(
     if not store.recover(lock, reason or "unlocked by hand; the operation may not have finished"):
         store.close()
         raise ConflictError(
-            f"stack {project}/{workspace} changed hands while unlocking ({lock.describe()} "
+            f"stack {stack} changed hands while unlocking ({lock.describe()} "
             "no longer holds it); look again with `stackflow release list`"
         )
-    after = store.latest(project, workspace, with_spec=False)
+    after = store.latest(stack, with_spec=False)
     assert after is not None
     store.close()
-    typer.echo(f"unlocked {project}/{workspace}: release {after.revision} is now {after.phase}")
+    typer.echo(f"unlocked {stack}: release {after.revision} is now {after.phase}")
 
 
 async def _holder_ended(holder: Any) -> str | None:
@@ -335,24 +331,23 @@ def release_diff(
     masked on both sides; a changed one says so without its values."""
     from stackflow.release_diff import diff_releases
 
+    stack = StackRef(project, workspace)
     store = default_backend()
     try:
-        revisions = store.revisions(project, workspace)
+        revisions = store.revisions(stack)
         if not revisions:
-            raise NotFoundError(f"stack {project}/{workspace} has no releases")
+            raise NotFoundError(f"stack {stack} has no releases")
         for revision in dict.fromkeys((old, new)):
             if revision not in revisions:
                 raise NotFoundError(
-                    f"release {revision} of {project}/{workspace} does not exist "
-                    f"(revisions {_span(revisions)})"
+                    f"release {revision} of {stack} does not exist (revisions {_span(revisions)})"
                 )
-        before = store.get(project, workspace, old)
-        after = before if new == old else store.get(project, workspace, new)
+        before = store.get(stack, old)
+        after = before if new == old else store.get(stack, new)
     finally:
         store.close()
     found = diff_releases(
-        project,
-        workspace,
+        stack,
         old,
         before.spec,
         before.state.resources,
@@ -400,9 +395,7 @@ def _field_line(change: Any) -> Text:
 
 
 def _render_release_diff(found: Any, console: Console) -> None:
-    head = (
-        f"{found.project}/{found.workspace}: revision {found.old_revision} → {found.new_revision}"
-    )
+    head = f"{found.stack}: revision {found.old_revision} → {found.new_revision}"
     console.print(Text(head, style="bold"), soft_wrap=True)
     if found.empty:
         console.print("no changes", highlight=False)
@@ -487,9 +480,10 @@ def output(
 
     if target is not None and resource is not None:
         raise SpecError("give a resource as ID[.PATH] or as --resource, not both")
+    stack = StackRef(project, workspace)
     store = default_backend()
     try:
-        latest = store.latest(project, workspace, with_spec=False)
+        latest = store.latest(stack, with_spec=False)
         spec = None
         if latest is not None and latest.spec_ref:
             try:
@@ -502,9 +496,9 @@ def output(
     finally:
         store.close()
     if latest is None:
-        raise NotFoundError(f"stack {project}/{workspace} has no releases")
+        raise NotFoundError(f"stack {stack} has no releases")
     sensitive = release_sensitive_paths(spec, latest.state.resources)
-    where = f"release {latest.revision} of {project}/{workspace}"
+    where = f"release {latest.revision} of {stack}"
 
     def sealed_check(what: str, value: Any) -> None:
         if show_sensitive and still_sealed(value):

@@ -59,16 +59,17 @@ from stackflow.operation import (
     OperationResult,
     check_request,
 )
+from stackflow.refs import StackRef
 from stackflow.release import Phase
 from stackflow.spec import load_spec
 
 _settings = settings
 
 
-def _request(project: str, workspace: str, **fields: Any) -> OperationInput:
+def _request(stack: StackRef, **fields: Any) -> OperationInput:
     try:
         request = OperationInput(
-            project=project, workspace=workspace, operator=current_user(), **fields
+            project=stack.project, workspace=stack.workspace, operator=current_user(), **fields
         )
     except ValueError as exc:
         raise SpecError(f"invalid option: {_option_error(exc)}") from None
@@ -126,10 +127,7 @@ def _report(runner: Runner, result: OperationResult, run_id: str | None) -> None
         c = runner.console
         colour = "green" if result.phase == Phase.succeeded else "red"
         rev = f"release {result.revision} " if result.revision is not None else ""
-        c.print(
-            f"[bold]{result.operation}[/] {result.project}/{result.workspace}: "
-            f"{rev}[{colour}]{result.phase}[/]"
-        )
+        c.print(f"[bold]{result.operation}[/] {result.stack}: {rev}[{colour}]{result.phase}[/]")
         counts: dict[str, int] = {}
         for r in result.results:
             counts[r.status] = counts.get(r.status, 0) + 1
@@ -157,7 +155,7 @@ def _release_json(result: OperationResult) -> dict[str, Any] | None:
     try:
         backend = default_backend()
         try:
-            release = backend.get(result.project, result.workspace, result.revision)
+            release = backend.get(result.stack, result.revision)
         finally:
             backend.close()
     except StackflowError:
@@ -208,7 +206,7 @@ async def _run(
         paused = await runner.query_status(handle)
         if paused is not None and paused.phase == PAUSED:
             raise RunPaused(
-                f"{request.project}/{request.workspace} paused: {paused.failed} node(s) failed"
+                f"{request.stack} paused: {paused.failed} node(s) failed"
                 + (f" ({paused.error})" if paused.error else "")
                 + f"; re-run them with `stackflow retry -p {request.project} -w "
                 f"{request.workspace}` or end the run with `stackflow abort -p "
@@ -242,8 +240,7 @@ def preview(
 ) -> None:
     """Show what apply would change: desired vs live vs prior (three-way diff)."""
     request = _request(
-        project,
-        workspace,
+        StackRef(project, workspace),
         **_spec_input(file),
         ignore_fields=ignore_field or [],
         force=force,
@@ -276,8 +273,7 @@ def apply(
 ) -> None:
     """Preview, ask, then apply the spec as a durable Temporal workflow."""
     request = _request(
-        project,
-        workspace,
+        StackRef(project, workspace),
         **_spec_input(file),
         max_concurrency=max_concurrency,
         ignore_fields=ignore_field or [],
@@ -308,8 +304,7 @@ def destroy(
 ) -> None:
     """Delete everything the stack's last release holds, dependents first."""
     request = _request(
-        project,
-        workspace,
+        StackRef(project, workspace),
         max_concurrency=max_concurrency,
         fail_fast=fail_fast,
         on_failure=on_failure.value,
@@ -336,8 +331,7 @@ def rollback(
     """Apply release N's spec again as a new release (operation rollback): preview, ask,
     apply, exactly as apply."""
     request = _request(
-        project,
-        workspace,
+        StackRef(project, workspace),
         to_revision=to,
         max_concurrency=max_concurrency,
         fail_fast=fail_fast,
@@ -361,8 +355,7 @@ def refresh(
     """Read every recorded resource and record its live state as a new release, changing
     nothing (`tofu apply -refresh-only`): shows what it would record, asks (or --yes)."""
     request = _request(
-        project,
-        workspace,
+        StackRef(project, workspace),
         unavailable_timeout_seconds=unavailable_timeout,
         targets=target or [],
         excludes=exclude or [],

@@ -81,14 +81,12 @@ class Runner:
         self.request = request
         self.output = output
         self.console = console_for(output)
-        self.workflow_id = workflow_id_for(request.project, request.workspace)
+        self.workflow_id = workflow_id_for(request.stack)
         follow = None
         if workflow == "PreviewWorkflow":
             self.workflow_id += "/preview"
             follow = "run the preview again once Temporal is back"
-        self.temporal = Temporal(
-            request.unavailable_timeout_seconds, request.project, request.workspace, follow
-        )
+        self.temporal = Temporal(request.unavailable_timeout_seconds, request.stack, follow)
         self._outcome: asyncio.Future[OperationResult] | None = None
 
     async def start(self) -> WorkflowHandle[Any, OperationResult]:
@@ -102,8 +100,7 @@ class Runner:
                 id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
                 result_type=OperationResult,
                 static_summary=(
-                    f"{self.workflow.removesuffix('Workflow').lower()} "
-                    f"{self.request.project}/{self.request.workspace}"
+                    f"{self.workflow.removesuffix('Workflow').lower()} {self.request.stack}"
                     + (
                         f": {len(self.request.spec.get('resources') or [])} resources"
                         if self.request.spec
@@ -113,7 +110,7 @@ class Runner:
             )
         except WorkflowAlreadyStartedError:
             raise StackLockedError(
-                f"stack {self.request.project}/{self.request.workspace} already has an operation "
+                f"stack {self.request.stack} already has an operation "
                 f"running (workflow {self.workflow_id}); wait for it or watch it at "
                 f"{ui_link(client.namespace, self.workflow_id, None)}"
             ) from None
@@ -199,7 +196,7 @@ class Runner:
             )
         else:
             decision = typer.confirm(
-                f"Apply these changes to {self.request.project}/{self.request.workspace}?",
+                f"Apply these changes to {self.request.stack}?",
                 default=False,
             )
         name = "approve" if decision else "reject"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Annotated
 
@@ -50,19 +51,18 @@ def migrate(
     console = stdout_console()
     console.print(f"{redact_url(url)}: schema at {backend.head_revision()}", highlight=False)
     if from_dir is not None:
-        releases = read_legacy_home(from_dir.expanduser())
-        stacks = sorted({(r.project, r.workspace) for r in releases})
-        for project, workspace in stacks:
-            if backend.revisions(project, workspace):
+        releases = read_legacy_home(from_dir.expanduser())  # by stack and revision
+        counts = Counter(r.stack_ref for r in releases)
+        for stack in counts:
+            if backend.revisions(stack):
                 raise ConflictError(
-                    f"stack {project}/{workspace} already has releases in {redact_url(url)}; "
+                    f"stack {stack} already has releases in {redact_url(url)}; "
                     "migrate only into stacks with none"
                 )
         for release in releases:
             backend.import_release(release)
-        for project, workspace in stacks:
-            count = sum(1 for r in releases if (r.project, r.workspace) == (project, workspace))
-            console.print(f"imported {count} release(s) of {project}/{workspace}", highlight=False)
+        for stack, count in counts.items():
+            console.print(f"imported {count} release(s) of {stack}", highlight=False)
     backend.close()
 
 

@@ -30,36 +30,33 @@ from stackflow.cli.runner import (
 )
 from stackflow.errors import NotFoundError
 from stackflow.operation import ApprovalInput, StatusView, workflow_id_for
+from stackflow.refs import StackRef
 
 ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Recorded with the decision.")]
 
 
-async def _handle(temporal: Temporal, project: str, workspace: str) -> WorkflowHandle[Any, Any]:
+async def _handle(temporal: Temporal, stack: StackRef) -> WorkflowHandle[Any, Any]:
     client = await temporal.connect()
-    handle = client.get_workflow_handle(workflow_id_for(project, workspace))
+    handle = client.get_workflow_handle(workflow_id_for(stack))
     try:
         described = await temporal.call("describe", handle.describe)
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
-            raise NotFoundError(
-                f"stack {project}/{workspace} has no operation (workflow {handle.id})"
-            ) from None
+            raise NotFoundError(f"stack {stack} has no operation (workflow {handle.id})") from None
         raise
     if described.status is None or described.status.name != "RUNNING":
         state = described.status.name.lower() if described.status else "unknown"
         raise NotFoundError(
-            f"stack {project}/{workspace} has no running operation (its last run is {state}; "
-            f"see `stackflow release list -p {project} -w {workspace}`)"
+            f"stack {stack} has no running operation (its last run is {state}; "
+            f"see `stackflow release list -p {stack.project} -w {stack.workspace}`)"
         )
     temporal.run_started = True  # from here on, an outage message says how to follow it
     return handle
 
 
-async def _update(
-    project: str, workspace: str, name: str, reason: str | None, timeout: float
-) -> str:
-    temporal = Temporal(timeout, project, workspace)
-    handle = await _handle(temporal, project, workspace)
+async def _update(stack: StackRef, name: str, reason: str | None, timeout: float) -> str:
+    temporal = Temporal(timeout, stack)
+    handle = await _handle(temporal, stack)
     arg = ApprovalInput(by=current_user(), reason=reason)
     update_id = f"{name}-{uuid.uuid4().hex}"  # one id for every attempt: applied once
     try:
@@ -72,8 +69,8 @@ async def _update(
     return str(result)
 
 
-def _steer(name: str, project: str, workspace: str, reason: str | None, timeout: float) -> None:
-    echo_safe(asyncio.run(_update(project, workspace, name, reason, timeout)))
+def _steer(name: str, stack: StackRef, reason: str | None, timeout: float) -> None:
+    echo_safe(asyncio.run(_update(stack, name, reason, timeout)))
 
 
 @app.command()
@@ -84,7 +81,7 @@ def approve(
     unavailable_timeout: WaitOpt = 600.0,
 ) -> None:
     """Approve the stack's operation waiting in awaitingApproval."""
-    _steer("approve", project, workspace, reason, unavailable_timeout)
+    _steer("approve", StackRef(project, workspace), reason, unavailable_timeout)
 
 
 @app.command()
@@ -95,7 +92,7 @@ def reject(
     unavailable_timeout: WaitOpt = 600.0,
 ) -> None:
     """Reject the stack's operation waiting in awaitingApproval (it ends failed)."""
-    _steer("reject", project, workspace, reason, unavailable_timeout)
+    _steer("reject", StackRef(project, workspace), reason, unavailable_timeout)
 
 
 @app.command()
@@ -106,7 +103,7 @@ def retry(
     unavailable_timeout: WaitOpt = 600.0,
 ) -> None:
     """Re-run the failed nodes (and those skipped because of them) of a paused run."""
-    _steer("retry", project, workspace, reason, unavailable_timeout)
+    _steer("retry", StackRef(project, workspace), reason, unavailable_timeout)
 
 
 @app.command()
@@ -117,7 +114,7 @@ def abort(
     unavailable_timeout: WaitOpt = 600.0,
 ) -> None:
     """End a paused run as failed, as it is."""
-    _steer("abort", project, workspace, reason, unavailable_timeout)
+    _steer("abort", StackRef(project, workspace), reason, unavailable_timeout)
 
 
 @app.command()
@@ -127,8 +124,9 @@ def cancel(
     """Cancel the stack's running operation; its release ends failed, saying so."""
 
     async def run() -> str:
-        temporal = Temporal(unavailable_timeout, project, workspace)
-        handle = await _handle(temporal, project, workspace)
+        stack = StackRef(project, workspace)
+        temporal = Temporal(unavailable_timeout, stack)
+        handle = await _handle(temporal, stack)
         await temporal.call("cancel", handle.cancel)
         return handle.id
 
@@ -144,9 +142,11 @@ def status(
 ) -> None:
     """Phase and progress of the stack's running operation."""
 
+    stack = StackRef(project, workspace)
+
     async def run() -> tuple[StatusView, str]:
-        temporal = Temporal(unavailable_timeout, project, workspace)
-        handle = await _handle(temporal, project, workspace)
+        temporal = Temporal(unavailable_timeout, stack)
+        handle = await _handle(temporal, stack)
         try:
             view = await temporal.call(
                 "status", lambda: handle.query("status", result_type=StatusView)
@@ -155,7 +155,7 @@ def status(
             if exc.status not in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED):
                 raise
             raise OperationFailed(
-                f"the run of {project}/{workspace} did not answer the status query "
+                f"the run of {stack} did not answer the status query "
                 f"({exc.message}): is a worker running on its task queue? (`stackflow worker`)"
             ) from None
         return view, ui_link(temporal.namespace, handle.id, None)

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from stackflow.operation import RunOwner
+from stackflow.refs import StackFields
 
 Attributes = dict[str, Any]
 
@@ -57,7 +58,7 @@ class Unavailable(RuntimeFailure):
     kind = "Unavailable"
 
 
-class RuntimeOptions(BaseModel):
+class RuntimeOptions(StackFields, BaseModel):
     """Per-run options passed to every runtime call."""
 
     model_config = ConfigDict(frozen=True)

@@ -18,6 +18,7 @@ from stackflow.errors import (
     SchemaError,
     SpecError,
 )
+from stackflow.refs import StackRef
 from stackflow.spec import Spec, parse_spec
 from stackflow.state.models import (
     MIGRATIONS,
@@ -51,12 +52,15 @@ class SqlCore:
     def _insert(self, table: sa.Table) -> Any:
         raise NotImplementedError
 
-    def _lock_row(self, conn: Connection, project: str, workspace: str, *, share: bool) -> Any:
+    def _lock_row(self, conn: Connection, stack: StackRef, *, share: bool) -> Any:
         """The stack's lock row, locked for the rest of the transaction where the engine can."""
-        query = sa.select(stack_locks).where(
-            stack_locks.c.project == project, stack_locks.c.workspace == workspace
-        )
+        query = sa.select(stack_locks).where(*self._where_stack(stack_locks, stack))
         return conn.execute(query.with_for_update(read=share)).first()
+
+    @staticmethod
+    def _where_stack(table: sa.Table, stack: StackRef) -> list[Any]:
+        """The rows of ``table`` that belong to ``stack``."""
+        return [table.c.project == stack.project, table.c.workspace == stack.workspace]
 
     @contextmanager
     def _migration_guard(self, conn: Connection) -> Iterator[None]:

@@ -58,7 +58,7 @@ def read_legacy_home(home: Path) -> list[Release]:
             path.stem,
         ):
             raise KusionFormatError(
-                f"{path}: holds {release.project}/{release.workspace} revision "
+                f"{path}: holds {release.stack_ref} revision "
                 f"{release.revision}, not what its path says"
             )
         release.state = State(

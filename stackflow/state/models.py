@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from stackflow.errors import (
     SpecError,
 )
-from stackflow.refs import RunRef
+from stackflow.refs import RunRef, StackFields
 from stackflow.release import Operation
 
 log = logging.getLogger(__name__)
@@ -35,8 +35,9 @@ def as_utc(value: datetime) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
 
-class StackLock(BaseModel):
-    """Who holds a stack: the release in progress and the run that writes it."""
+class StackLock(StackFields, BaseModel):
+    """Who holds a stack: the release in progress and the run that writes it (a row of
+    ``stack_locks``)."""
 
     project: str
     workspace: str

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from stackflow.drift import DriftReport
-from stackflow.refs import RunRef
+from stackflow.refs import RunRef, StackRef
 from stackflow.release import Approval, Operation, Phase, Release
 from stackflow.spec import Resource, Spec
 from stackflow.state.models import StackLock
@@ -43,33 +43,30 @@ class BlobStore(Protocol):
 
 @runtime_checkable
 class ReleaseReader(Protocol):
-    """Releases (revision 1, 2, 3... per project and workspace) and the state of each
+    """Releases (revision 1, 2, 3... per stack) and the state of each
     resource per release, as recorded."""
 
     def get(
         self,
-        project: str,
-        workspace: str,
+        stack: StackRef,
         revision: int,
         *,
         with_spec: bool = True,
         with_state: bool = True,
     ) -> Release: ...
-    def revisions(self, project: str, workspace: str) -> builtins.list[int]: ...
-    def list(
-        self, project: str, workspace: str, *, with_state: bool = False
-    ) -> builtins.list[Release]: ...
-    def stacks(self) -> builtins.list[tuple[str, str]]: ...
-    def latest(self, project: str, workspace: str, *, with_spec: bool = True) -> Release | None: ...
-    def phase_of(self, project: str, workspace: str, revision: int) -> Phase: ...
-    def latest_succeeded_revision(self, project: str, workspace: str) -> int | None: ...
-    def latest_succeeded(self, project: str, workspace: str) -> Release | None: ...
-    def latest_spec_ref(self, project: str, workspace: str) -> str | None: ...
+    def revisions(self, stack: StackRef) -> builtins.list[int]: ...
+    def list(self, stack: StackRef, *, with_state: bool = False) -> builtins.list[Release]: ...
+    def stacks(self) -> builtins.list[StackRef]: ...
+    def latest(self, stack: StackRef, *, with_spec: bool = True) -> Release | None: ...
+    def phase_of(self, stack: StackRef, revision: int) -> Phase: ...
+    def latest_succeeded_revision(self, stack: StackRef) -> int | None: ...
+    def latest_succeeded(self, stack: StackRef) -> Release | None: ...
+    def latest_spec_ref(self, stack: StackRef) -> str | None: ...
     def resources(
-        self, project: str, workspace: str, revision: int, ids: Iterable[str] | None = None
+        self, stack: StackRef, revision: int, ids: Iterable[str] | None = None
     ) -> dict[str, Resource]: ...
     def resource_state(
-        self, project: str, workspace: str, revision: int, resource_id: str
+        self, stack: StackRef, revision: int, resource_id: str
     ) -> Resource | None: ...
 
 
@@ -83,11 +80,10 @@ class StackLocks(Protocol):
     compare-and-set on the holding run in its own transaction: any other run's write raises
     ``FencedError`` and writes nothing."""
 
-    def lock(self, project: str, workspace: str) -> StackLock | None: ...
+    def lock(self, stack: StackRef) -> StackLock | None: ...
     def create(
         self,
-        project: str,
-        workspace: str,
+        stack: StackRef,
         operation: Operation,
         spec: Spec | None = None,
         *,
@@ -95,12 +91,10 @@ class StackLocks(Protocol):
         run: RunRef | None = None,
         source_revision: int | None = None,
     ) -> Release: ...
-    def assert_holds(
-        self, project: str, workspace: str, revision: int, run: RunRef | None
-    ) -> None: ...
+    def assert_holds(self, stack: StackRef, revision: int, run: RunRef | None) -> None: ...
     def recover(self, holder: StackLock, reason: str) -> bool: ...
     def transfer(self, holder: StackLock, run: RunRef) -> bool: ...
-    def unlock(self, project: str, workspace: str, reason: str | None = None) -> Release: ...
+    def unlock(self, stack: StackRef, reason: str | None = None) -> Release: ...
 
 
 @runtime_checkable
@@ -111,8 +105,7 @@ class ReleaseWriter(Protocol):
 
     def set_phase(
         self,
-        project: str,
-        workspace: str,
+        stack: StackRef,
         revision: int,
         phase: Phase,
         *,
@@ -123,8 +116,7 @@ class ReleaseWriter(Protocol):
     ) -> Release: ...
     def record_resource(
         self,
-        project: str,
-        workspace: str,
+        stack: StackRef,
         revision: int,
         resource: Resource,
         *,
@@ -132,8 +124,7 @@ class ReleaseWriter(Protocol):
     ) -> None: ...
     def record_resources(
         self,
-        project: str,
-        workspace: str,
+        stack: StackRef,
         revision: int,
         resources: Iterable[Resource],
         *,
@@ -141,8 +132,7 @@ class ReleaseWriter(Protocol):
     ) -> None: ...
     def record_deletion(
         self,
-        project: str,
-        workspace: str,
+        stack: StackRef,
         revision: int,
         resource_id: str,
         *,
@@ -150,8 +140,7 @@ class ReleaseWriter(Protocol):
     ) -> None: ...
     def record_deletions(
         self,
-        project: str,
-        workspace: str,
+        stack: StackRef,
         revision: int,
         resource_ids: Iterable[str],
         *,
@@ -165,9 +154,7 @@ class DriftReportStore(Protocol):
     """Drift checks' reports per stack, newest first."""
 
     def put_drift_report(self, report: DriftReport) -> None: ...
-    def drift_reports(
-        self, project: str, workspace: str, limit: int = 1
-    ) -> builtins.list[DriftReport]: ...
+    def drift_reports(self, stack: StackRef, limit: int = 1) -> builtins.list[DriftReport]: ...
 
 
 @runtime_checkable
@@ -178,8 +165,7 @@ class TerraformStateStore(Protocol):
 
     def put_terraform_state(
         self,
-        project: str,
-        workspace: str,
+        stack: StackRef,
         resource_id: str,
         body: str,
         *,
@@ -188,19 +174,18 @@ class TerraformStateStore(Protocol):
     ) -> None: ...
     def put_terraform_states(
         self,
-        project: str,
-        workspace: str,
+        stack: StackRef,
         bodies: Mapping[str, str],
         *,
         revision: int,
         run: RunRef | None,
     ) -> None: ...
-    def get_terraform_state(self, project: str, workspace: str, resource_id: str) -> str | None: ...
+    def get_terraform_state(self, stack: StackRef, resource_id: str) -> str | None: ...
     def get_terraform_states(
-        self, project: str, workspace: str, resource_ids: Iterable[str]
+        self, stack: StackRef, resource_ids: Iterable[str]
     ) -> dict[str, str]: ...
     def delete_terraform_state(
-        self, project: str, workspace: str, resource_id: str, *, revision: int, run: RunRef | None
+        self, stack: StackRef, resource_id: str, *, revision: int, run: RunRef | None
     ) -> None: ...
 
 

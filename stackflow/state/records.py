@@ -12,7 +12,7 @@ from datetime import UTC
 import sqlalchemy as sa
 
 from stackflow.drift import DriftReport, DriftSummary
-from stackflow.refs import RunRef
+from stackflow.refs import RunRef, StackRef
 from stackflow.state.models import (
     CHUNK,
     as_utc,
@@ -56,16 +56,13 @@ class Records(ReleaseWrites):
                 )
             )
 
-    def drift_reports(
-        self, project: str, workspace: str, limit: int = 1
-    ) -> builtins.list[DriftReport]:
+    def drift_reports(self, stack: StackRef, limit: int = 1) -> builtins.list[DriftReport]:
         """The newest ``limit`` drift reports of a stack, newest first."""
-        d = drift_reports.c
         with self._tx() as conn:
             rows = conn.execute(
                 sa.select(drift_reports)
-                .where(d.project == project, d.workspace == workspace)
-                .order_by(d.checked_at.desc())
+                .where(*self._where_stack(drift_reports, stack))
+                .order_by(drift_reports.c.checked_at.desc())
                 .limit(limit)
             ).all()
         reports = []
@@ -92,8 +89,7 @@ class Records(ReleaseWrites):
 
     def put_terraform_state(
         self,
-        project: str,
-        workspace: str,
+        stack: StackRef,
         resource_id: str,
         body: str,
         *,
@@ -102,14 +98,11 @@ class Records(ReleaseWrites):
     ) -> None:
         """Keep the resource's newest OpenTofu state (fenced on ``run``); an older serial of
         the same lineage never replaces a newer one."""
-        self.put_terraform_states(
-            project, workspace, {resource_id: body}, revision=revision, run=run
-        )
+        self.put_terraform_states(stack, {resource_id: body}, revision=revision, run=run)
 
     def put_terraform_states(
         self,
-        project: str,
-        workspace: str,
+        stack: StackRef,
         bodies: Mapping[str, str],
         *,
         revision: int,
@@ -122,11 +115,11 @@ class Records(ReleaseWrites):
         docs = {rid: json.loads(body) for rid, body in bodies.items()}
         ids = builtins.list(docs)
         with self._tx(write=True) as conn:
-            self._fence(conn, project, workspace, revision, run, share=True)
+            self._fence(conn, stack, revision, run, share=True)
             for begin in range(0, len(ids), CHUNK):
                 chunk = ids[begin : begin + CHUNK]
                 query = sa.select(t.resource_id, t.serial, t.lineage).where(
-                    t.project == project, t.workspace == workspace, t.resource_id.in_(chunk)
+                    *self._where_stack(terraform_states, stack), t.resource_id.in_(chunk)
                 )
                 kept = {row.resource_id: row for row in conn.execute(query)}
                 rows = []
@@ -138,11 +131,11 @@ class Records(ReleaseWrites):
                         continue  # an older serial of the same lineage never replaces a newer
                     rows.append(
                         {
-                            "project": project,
-                            "workspace": workspace,
+                            "project": stack.project,
+                            "workspace": stack.workspace,
                             "resource_id": rid,
                             "body": self.sealer.seal_text(
-                                bodies[rid], project, workspace, rid, "tfstate"
+                                bodies[rid], stack.project, stack.workspace, rid, "tfstate"
                             ),
                             "serial": serial,
                             "lineage": lineage,
@@ -163,12 +156,10 @@ class Records(ReleaseWrites):
                     rows,
                 )
 
-    def get_terraform_state(self, project: str, workspace: str, resource_id: str) -> str | None:
-        return self.get_terraform_states(project, workspace, [resource_id]).get(resource_id)
+    def get_terraform_state(self, stack: StackRef, resource_id: str) -> str | None:
+        return self.get_terraform_states(stack, [resource_id]).get(resource_id)
 
-    def get_terraform_states(
-        self, project: str, workspace: str, resource_ids: Iterable[str]
-    ) -> dict[str, str]:
+    def get_terraform_states(self, stack: StackRef, resource_ids: Iterable[str]) -> dict[str, str]:
         """The kept OpenTofu states of several resources, read in one transaction (a
         resource with none is left out)."""
         t = terraform_states.c
@@ -178,22 +169,22 @@ class Records(ReleaseWrites):
             for start in range(0, len(wanted), CHUNK):
                 chunk = wanted[start : start + CHUNK]
                 query = sa.select(t.resource_id, t.body).where(
-                    t.project == project, t.workspace == workspace, t.resource_id.in_(chunk)
+                    *self._where_stack(terraform_states, stack), t.resource_id.in_(chunk)
                 )
                 stored.update({row.resource_id: row.body for row in conn.execute(query)})
         return {
-            rid: self.sealer.open_text(body, project, workspace, rid, "tfstate")
+            rid: self.sealer.open_text(body, stack.project, stack.workspace, rid, "tfstate")
             for rid, body in stored.items()
         }
 
     def delete_terraform_state(
-        self, project: str, workspace: str, resource_id: str, *, revision: int, run: RunRef | None
+        self, stack: StackRef, resource_id: str, *, revision: int, run: RunRef | None
     ) -> None:
-        t = terraform_states.c
         with self._tx(write=True) as conn:
-            self._fence(conn, project, workspace, revision, run, share=True)
+            self._fence(conn, stack, revision, run, share=True)
             conn.execute(
                 terraform_states.delete().where(
-                    t.project == project, t.workspace == workspace, t.resource_id == resource_id
+                    *self._where_stack(terraform_states, stack),
+                    terraform_states.c.resource_id == resource_id,
                 )
             )

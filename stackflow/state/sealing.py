@@ -20,13 +20,14 @@ from typing import Any
 from stackflow.crypto import EncryptionKeyError, KeyRing
 from stackflow.masking import RECORDED_SENSITIVE_KEY, sensitive_paths_for
 from stackflow.paths import Segment, format_path, matches_prefix, parse_path, pattern_below
+from stackflow.refs import StackRef
 from stackflow.spec import Resource
 
 SEALED = "$sealed"
 
 
-def _aad(project: str, workspace: str, resource_id: str, revision: int, path: str) -> bytes:
-    return json.dumps([project, workspace, resource_id, revision, path]).encode()
+def _aad(stack: StackRef, resource_id: str, revision: int, path: str) -> bytes:
+    return json.dumps([stack.project, stack.workspace, resource_id, revision, path]).encode()
 
 
 def _apply(
@@ -51,7 +52,7 @@ class Sealer:
     def __init__(self, keys: KeyRing | None) -> None:
         self.keys = keys
 
-    def seal(self, project: str, workspace: str, revision: int, resource: Resource) -> str:
+    def seal(self, stack: StackRef, revision: int, resource: Resource) -> str:
         """The resource as the backend stores it (JSON), sensitive values sealed."""
         if self.keys is None:
             return resource.model_dump_json(by_alias=True)
@@ -70,7 +71,7 @@ class Sealer:
                 return value
             path = format_path(at)
             plain = json.dumps(value, separators=(",", ":")).encode()
-            kid, blob = keys.encrypt(plain, _aad(project, workspace, resource.id, revision, path))
+            kid, blob = keys.encrypt(plain, _aad(stack, resource.id, revision, path))
             envelope = {"kid": kid, "rev": revision, "path": path}
             return {SEALED: {**envelope, "ct": base64.b64encode(blob).decode()}}
 
@@ -79,7 +80,7 @@ class Sealer:
         data["attributes"] = sealed
         return json.dumps(data, separators=(",", ":"))
 
-    def open(self, project: str, workspace: str, body: str) -> Resource:
+    def open(self, stack: StackRef, body: str) -> Resource:
         """The resource a stored body stands for, sealed values opened (left sealed without
         keys: they then show as ciphertext, never as the secret)."""
         resource = Resource.model_validate_json(body)
@@ -91,7 +92,7 @@ class Sealer:
             if isinstance(value, Mapping):
                 inner = value.get(SEALED)
                 if isinstance(inner, Mapping) and len(value) == 1:
-                    aad = _aad(project, workspace, resource.id, inner["rev"], inner["path"])
+                    aad = _aad(stack, resource.id, inner["rev"], inner["path"])
                     plain = keys.decrypt(
                         inner["kid"],
                         base64.b64decode(inner["ct"]),

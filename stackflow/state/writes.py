@@ -19,7 +19,7 @@ from stackflow.errors import (
     PhaseConflictError,
     StackLockedError,
 )
-from stackflow.refs import RunRef
+from stackflow.refs import RunRef, StackRef
 from stackflow.release import Approval, Operation, Phase, Release
 from stackflow.spec import Resource, Spec
 from stackflow.state.models import (
@@ -39,8 +39,7 @@ class ReleaseWrites(ReleaseReads):
 
     def create(
         self,
-        project: str,
-        workspace: str,
+        stack: StackRef,
         operation: Operation,
         spec: Spec | None = None,
         *,
@@ -59,8 +58,8 @@ class ReleaseWrites(ReleaseReads):
             taken = conn.execute(
                 self._insert(stack_locks)
                 .values(
-                    project=project,
-                    workspace=workspace,
+                    project=stack.project,
+                    workspace=stack.workspace,
                     revision=0,
                     operation=operation.value,
                     workflow_id=run.workflow_id if run else None,
@@ -71,23 +70,23 @@ class ReleaseWrites(ReleaseReads):
                 .returning(stack_locks.c.project)  # rowcount is not reliable on every driver
             ).first()
             if taken is None:
-                holder = self._lock_row(conn, project, workspace, share=True)
-                raise StackLockedError(self._locked_message(project, workspace, holder))
+                holder = self._lock_row(conn, stack, share=True)
+                raise StackLockedError(self._locked_message(stack, holder))
             previous = conn.execute(
                 sa.select(sa.func.max(releases.c.revision)).where(
-                    releases.c.project == project, releases.c.workspace == workspace
+                    *self._where_stack(releases, stack)
                 )
             ).scalar()
             revision = int(previous or 0) + 1
             conn.execute(
                 stack_locks.update()
-                .where(stack_locks.c.project == project, stack_locks.c.workspace == workspace)
+                .where(*self._where_stack(stack_locks, stack))
                 .values(revision=revision)
             )
             conn.execute(
                 releases.insert().values(
-                    project=project,
-                    workspace=workspace,
+                    project=stack.project,
+                    workspace=stack.workspace,
                     revision=revision,
                     operation=operation.value,
                     phase=Phase.generating.value,
@@ -111,58 +110,55 @@ class ReleaseWrites(ReleaseReads):
                             t.resource_id,
                             t.position,
                             t.body,
-                        ).where(*self._where_state(project, workspace, int(previous))),
+                        ).where(*self._where_state(stack, int(previous))),
                     )
                 )
             row = conn.execute(
-                sa.select(releases).where(*self._where_release(project, workspace, revision))
+                sa.select(releases).where(*self._where_release(stack, revision))
             ).one()
             release = self._release(conn, row, with_spec=False, with_state=True)
         release.spec = spec
         return release
 
     @staticmethod
-    def _locked_message(project: str, workspace: str, holder: Any) -> str:
+    def _locked_message(stack: StackRef, holder: Any) -> str:
         what = (
             "another operation" if holder is None else ReleaseReads._lock_model(holder).describe()
         )
         return (
-            f"stack {project}/{workspace} is locked: {what}; it is released when that run "
-            f"ends (a run that ended without releasing it is recovered by the next "
-            f"operation); to force it: stackflow release unlock --project {project} "
-            f"--workspace {workspace}"
+            f"stack {stack} is locked: {what}; it is released when that run ends (a run that "
+            f"ended without releasing it is recovered by the next operation); to force it: "
+            f"stackflow release unlock {stack.cli_flags}"
         )
 
     def _fence(
         self,
         conn: Connection,
-        project: str,
-        workspace: str,
+        stack: StackRef,
         revision: int,
         run: RunRef | None,
         *,
         share: bool,
     ) -> None:
         """Refuse the write unless ``run`` holds the stack for ``revision``."""
-        row = self._lock_row(conn, project, workspace, share=share)
+        row = self._lock_row(conn, stack, share=share)
         lock = None if row is None else self._lock_model(row)
         if lock is None or lock.revision != revision or not lock.held_by(run):
             held = "nobody" if lock is None else lock.describe()
             raise FencedError(
-                f"write to {project}/{workspace} release {revision} by "
+                f"write to {stack} release {revision} by "
                 f"{run or 'an unnamed writer'} refused: the stack is held by {held}"
             )
 
-    def assert_holds(self, project: str, workspace: str, revision: int, run: RunRef | None) -> None:
+    def assert_holds(self, stack: StackRef, revision: int, run: RunRef | None) -> None:
         """FencedError unless ``run`` holds the stack for ``revision`` (checked before a
         runtime call, so a run that lost the stack changes nothing outside either)."""
         with self._tx() as conn:
-            self._fence(conn, project, workspace, revision, run, share=True)
+            self._fence(conn, stack, revision, run, share=True)
 
     def set_phase(
         self,
-        project: str,
-        workspace: str,
+        stack: StackRef,
         revision: int,
         phase: Phase,
         *,
@@ -181,19 +177,18 @@ class ReleaseWrites(ReleaseReads):
             raise PhaseConflictError(f"{phase} is a run's wait, not a phase a release records")
         with self._tx(write=True) as conn:
             row = conn.execute(
-                sa.select(releases).where(*self._where_release(project, workspace, revision))
+                sa.select(releases).where(*self._where_release(stack, revision))
             ).first()
             if row is None:
-                raise NotFoundError(f"release {project}/{workspace}/{revision} not found")
+                raise NotFoundError(f"release {stack}/{revision} not found")
             current = Phase(row.phase)
             if current.is_final:
                 if current is phase:
                     return self._release(conn, row, with_spec=False, with_state=False)
                 raise PhaseConflictError(
-                    f"release {revision} of {project}/{workspace} is {current} and cannot "
-                    f"become {phase}"
+                    f"release {revision} of {stack} is {current} and cannot become {phase}"
                 )
-            self._fence(conn, project, workspace, revision, run, share=False)
+            self._fence(conn, stack, revision, run, share=False)
             values: dict[str, Any] = {"phase": phase.value, "modified_at": now()}
             if error is not None:
                 values["error"] = error
@@ -202,41 +197,33 @@ class ReleaseWrites(ReleaseReads):
             if approval is not None:
                 values["approval"] = approval.model_dump(mode="json")
             conn.execute(
-                releases.update()
-                .where(*self._where_release(project, workspace, revision))
-                .values(**values)
+                releases.update().where(*self._where_release(stack, revision)).values(**values)
             )
             if phase.is_final:
-                self._release_lock(conn, project, workspace)
+                self._release_lock(conn, stack)
             row = conn.execute(
-                sa.select(releases).where(*self._where_release(project, workspace, revision))
+                sa.select(releases).where(*self._where_release(stack, revision))
             ).one()
             return self._release(conn, row, with_spec=False, with_state=False)
 
-    @staticmethod
-    def _release_lock(conn: Connection, project: str, workspace: str) -> None:
-        conn.execute(
-            stack_locks.delete().where(
-                stack_locks.c.project == project, stack_locks.c.workspace == workspace
-            )
-        )
+    @classmethod
+    def _release_lock(cls, conn: Connection, stack: StackRef) -> None:
+        conn.execute(stack_locks.delete().where(*cls._where_stack(stack_locks, stack)))
 
     def record_resource(
         self,
-        project: str,
-        workspace: str,
+        stack: StackRef,
         revision: int,
         resource: Resource,
         *,
         run: RunRef | None = None,
     ) -> None:
         """Record one applied resource's state in the release (fenced on ``run``)."""
-        self.record_resources(project, workspace, revision, [resource], run=run)
+        self.record_resources(stack, revision, [resource], run=run)
 
     def record_resources(
         self,
-        project: str,
-        workspace: str,
+        stack: StackRef,
         revision: int,
         resources: Iterable[Resource],
         *,
@@ -245,16 +232,16 @@ class ReleaseWrites(ReleaseReads):
         """Record applied resources' state in the release, in one transaction (fenced on
         ``run``): an upsert each, new ones appended in the order given."""
         t = release_resources.c
-        bodies = [(r.id, self.sealer.seal(project, workspace, revision, r)) for r in resources]
+        bodies = [(r.id, self.sealer.seal(stack, revision, r)) for r in resources]
         if not bodies:
             return
         with self._tx(write=True) as conn:
-            self._fence(conn, project, workspace, revision, run, share=True)
+            self._fence(conn, stack, revision, run, share=True)
             known = {
                 row.resource_id
                 for row in conn.execute(
                     sa.select(t.resource_id)
-                    .where(*self._where_state(project, workspace, revision))
+                    .where(*self._where_state(stack, revision))
                     .where(t.resource_id.in_([rid for rid, _ in bodies]))
                 )
             }
@@ -262,7 +249,7 @@ class ReleaseWrites(ReleaseReads):
                 if rid in known:
                     conn.execute(
                         release_resources.update()
-                        .where(*self._where_state(project, workspace, revision))
+                        .where(*self._where_state(stack, revision))
                         .where(t.resource_id == rid)
                         .values(body=body)
                     )
@@ -271,14 +258,14 @@ class ReleaseWrites(ReleaseReads):
                 return
             position = conn.execute(
                 sa.select(sa.func.coalesce(sa.func.max(t.position), 0)).where(
-                    *self._where_state(project, workspace, revision)
+                    *self._where_state(stack, revision)
                 )
             ).scalar_one()
             insert = self._insert(release_resources).values(
                 [
                     {
-                        "project": project,
-                        "workspace": workspace,
+                        "project": stack.project,
+                        "workspace": stack.workspace,
                         "revision": revision,
                         "resource_id": rid,
                         "position": position + n,
@@ -296,20 +283,18 @@ class ReleaseWrites(ReleaseReads):
 
     def record_deletion(
         self,
-        project: str,
-        workspace: str,
+        stack: StackRef,
         revision: int,
         resource_id: str,
         *,
         run: RunRef | None = None,
     ) -> None:
         """Remove one deleted resource from the release's state (fenced; idempotent)."""
-        self.record_deletions(project, workspace, revision, [resource_id], run=run)
+        self.record_deletions(stack, revision, [resource_id], run=run)
 
     def record_deletions(
         self,
-        project: str,
-        workspace: str,
+        stack: StackRef,
         revision: int,
         resource_ids: Iterable[str],
         *,
@@ -321,10 +306,10 @@ class ReleaseWrites(ReleaseReads):
         if not ids:
             return
         with self._tx(write=True) as conn:
-            self._fence(conn, project, workspace, revision, run, share=True)
+            self._fence(conn, stack, revision, run, share=True)
             conn.execute(
                 release_resources.delete()
-                .where(*self._where_state(project, workspace, revision))
+                .where(*self._where_state(stack, revision))
                 .where(release_resources.c.resource_id.in_(ids))
             )
 
@@ -332,19 +317,17 @@ class ReleaseWrites(ReleaseReads):
         """Close the release ``holder`` stands for as failed with ``reason`` and free the
         stack, if that lock is still the one held (compare-and-set). True if it was."""
         with self._tx(write=True) as conn:
-            row = self._lock_row(conn, holder.project, holder.workspace, share=False)
+            row = self._lock_row(conn, holder.stack, share=False)
             if row is None or self._lock_model(row) != holder:
                 return False
-            self._fail_release(conn, holder.project, holder.workspace, holder.revision, reason)
-            self._release_lock(conn, holder.project, holder.workspace)
+            self._fail_release(conn, holder.stack, holder.revision, reason)
+            self._release_lock(conn, holder.stack)
             return True
 
-    def _fail_release(
-        self, conn: Connection, project: str, workspace: str, revision: int, reason: str
-    ) -> None:
+    def _fail_release(self, conn: Connection, stack: StackRef, revision: int, reason: str) -> None:
         conn.execute(
             releases.update()
-            .where(*self._where_release(project, workspace, revision))
+            .where(*self._where_release(stack, revision))
             .where(releases.c.phase.not_in([Phase.succeeded.value, Phase.failed.value]))
             .values(phase=Phase.failed.value, error=reason, modified_at=now())
         )
@@ -353,43 +336,39 @@ class ReleaseWrites(ReleaseReads):
         """Hand the stack from ``holder`` (a run that has closed) to ``run`` of the same
         workflow (a reset's new run); compare-and-set, True if it happened."""
         with self._tx(write=True) as conn:
-            row = self._lock_row(conn, holder.project, holder.workspace, share=False)
+            row = self._lock_row(conn, holder.stack, share=False)
             if row is None or self._lock_model(row) != holder:
                 return False
             conn.execute(
                 stack_locks.update()
-                .where(
-                    stack_locks.c.project == holder.project,
-                    stack_locks.c.workspace == holder.workspace,
-                )
+                .where(*self._where_stack(stack_locks, holder.stack))
                 .values(workflow_id=run.workflow_id, run_id=run.run_id)
             )
             conn.execute(
                 releases.update()
-                .where(*self._where_release(holder.project, holder.workspace, holder.revision))
+                .where(*self._where_release(holder.stack, holder.revision))
                 .values(workflow_id=run.workflow_id, run_id=run.run_id, modified_at=now())
             )
             return True
 
-    def unlock(self, project: str, workspace: str, reason: str | None = None) -> Release:
+    def unlock(self, stack: StackRef, reason: str | None = None) -> Release:
         """Free the stack by hand: its release in progress becomes failed; return the latest."""
         with self._tx(write=True) as conn:
-            row = self._lock_row(conn, project, workspace, share=False)
+            row = self._lock_row(conn, stack, share=False)
             if row is not None:
                 lock = self._lock_model(row)
                 self._fail_release(
                     conn,
-                    project,
-                    workspace,
+                    stack,
                     lock.revision,
                     reason
                     or f"unlocked by hand while {lock.operation} was in progress; the "
                     "operation may not have finished",
                 )
-                self._release_lock(conn, project, workspace)
-        latest = self.latest(project, workspace, with_spec=False)
+                self._release_lock(conn, stack)
+        latest = self.latest(stack, with_spec=False)
         if latest is None:
-            raise NotFoundError(f"stack {project}/{workspace} has no releases")
+            raise NotFoundError(f"stack {stack} has no releases")
         return latest
 
     def import_release(self, release: Release) -> Release:
@@ -401,13 +380,12 @@ class ReleaseWrites(ReleaseReads):
         with self._tx(write=True) as conn:
             exists = conn.execute(
                 sa.select(releases.c.revision).where(
-                    *self._where_release(release.project, release.workspace, release.revision)
+                    *self._where_release(release.stack_ref, release.revision)
                 )
             ).first()
             if exists is not None:
                 raise ConflictError(
-                    f"release {release.project}/{release.workspace}/{release.revision} "
-                    "exists already"
+                    f"release {release.stack_ref}/{release.revision} exists already"
                 )
             conn.execute(
                 releases.insert().values(
@@ -435,9 +413,7 @@ class ReleaseWrites(ReleaseReads):
                     "revision": release.revision,
                     "resource_id": r.id,
                     "position": i,
-                    "body": self.sealer.seal(
-                        release.project, release.workspace, release.revision, r
-                    ),
+                    "body": self.sealer.seal(release.stack_ref, release.revision, r),
                 }
                 for i, r in enumerate(release.state.resources, 1)
             ]

@@ -113,7 +113,7 @@ class OperationWorkflow(SteeredRun):
                 workflow_id=info.workflow_id,
                 run_id=info.run_id,
             ),
-            **common.store_call(f"prepare {self.operation} {request.project}/{request.workspace}"),
+            **common.store_call(f"prepare {self.operation} {request.stack}"),
         )
         self._revision = plan.revision
         return plan

@@ -69,7 +69,7 @@ class DriftWorkflow(OperationWorkflow):
                 run_id=info.run_id,
                 repair_workflow_id=repair_id,
             ),
-            **common.store_call(f"drift report {inp.project}/{inp.workspace}"),
+            **common.store_call(f"drift report {inp.stack}"),
         )
         self._phase = Phase.succeeded
         workflow.upsert_search_attributes(
@@ -92,7 +92,7 @@ class DriftWorkflow(OperationWorkflow):
         """Start an apply of the last spec under the stack's usual id (so `stackflow
         approve` finds it); it outlives this check. A stack busy with another run is
         reported, not waited for."""
-        wid = workflow_id_for(inp.project, inp.workspace)
+        wid = workflow_id_for(inp.stack)
         try:
             handle = await workflow.start_child_workflow(
                 "ApplyWorkflow",
@@ -107,7 +107,7 @@ class DriftWorkflow(OperationWorkflow):
                 id=wid,
                 result_type=OperationResult,
                 parent_close_policy=ParentClosePolicy.ABANDON,
-                static_summary=f"repair drift of {inp.project}/{inp.workspace}",
+                static_summary=f"repair drift of {inp.stack}",
             )
         except WorkflowAlreadyStartedError:
             return None, f"not repaired: {wid} is already running an operation"

@@ -80,7 +80,7 @@ class SteeredRun:
         request = self._request
         if request is None:
             return
-        stack = f"{request.project}/{request.workspace}"
+        stack = request.stack
         lines = [f"**{self.operation} {stack}**: phase `{self._phase}`"]
         if self._revision is not None:
             lines[0] += f", release {self._revision}"
@@ -108,7 +108,7 @@ class SteeredRun:
                 f"- {markdown_code(r.id)}: {markdown_text((r.error or '')[:200])}"
                 for r in self._failures[:5]
             ]
-        flags = f"--project {request.project} --workspace {request.workspace}"
+        flags = request.stack.cli_flags
         wid = workflow.info().workflow_id
         if self._phase == AWAITING_APPROVAL:
             lines.append(

@@ -8,11 +8,13 @@ from typing import Any
 import pytest
 
 from stackflow.cache import PriorStateCache
+from stackflow.refs import StackRef
 from stackflow.release import Operation, Phase, Release
 from stackflow.spec import Resource, ResourceType
 from stackflow.state.backend import RunRef, StateBackend
 
 P, W = "proj", "dev"
+STACK = StackRef(P, W)
 
 
 def res(rid: str, **attrs: object) -> Resource:
@@ -21,12 +23,12 @@ def res(rid: str, **attrs: object) -> Resource:
 
 def succeed(store: StateBackend, *resources: Resource, phase: Phase = Phase.succeeded) -> Release:
     """One whole release by a run of its own; returned with its state, as remember() needs."""
-    run = RunRef("apply", f"run-{len(store.revisions(P, W)) + 1}")
-    release = store.create(P, W, Operation.apply, None, run=run)
+    run = RunRef("apply", f"run-{len(store.revisions(STACK)) + 1}")
+    release = store.create(STACK, Operation.apply, None, run=run)
     for r in resources:
-        store.record_resource(P, W, release.revision, r, run=run)
-    store.set_phase(P, W, release.revision, phase, run=run)
-    return store.get(P, W, release.revision, with_spec=False)
+        store.record_resource(STACK, release.revision, r, run=run)
+    store.set_phase(STACK, release.revision, phase, run=run)
+    return store.get(STACK, release.revision, with_spec=False)
 
 
 @pytest.fixture
@@ -39,7 +41,7 @@ def test_read_through_fill(
 ) -> None:
     succeed(releases, res("a", v=1), res("b", v=1))
     cache = PriorStateCache(redis_server.url, releases)
-    assert cache.prior(P, W) == {"a": res("a", v=1), "b": res("b", v=1)}
+    assert cache.prior(STACK) == {"a": res("a", v=1), "b": res("b", v=1)}
     key = f"stackflow:prior:{P}/{W}:1"
     assert redis_server.client.exists(key)
     # now served from redis: storage's full read is not used any more
@@ -47,59 +49,59 @@ def test_read_through_fill(
     monkeypatch.setattr(
         releases, "resources", lambda *a, **k: pytest.fail("storage read on a cache hit")
     )
-    assert cache.prior(P, W)["b"] == res("b", v=1)
-    assert cache.prior_resource(P, W, "a") == res("a", v=1)
-    assert cache.prior_resource(P, W, "zzz") is None  # known absent: the hash is complete
+    assert cache.prior(STACK)["b"] == res("b", v=1)
+    assert cache.prior_resource(STACK, "a") == res("a", v=1)
+    assert cache.prior_resource(STACK, "zzz") is None  # known absent: the hash is complete
 
 
 def test_prior_resource_fills_on_miss(redis_server: Any, releases: StateBackend) -> None:
     succeed(releases, res("a", v=1))
     cache = PriorStateCache(redis_server.url, releases)
-    assert cache.prior_resource(P, W, "a") == res("a", v=1)
+    assert cache.prior_resource(STACK, "a") == res("a", v=1)
     assert redis_server.client.hexists(f"stackflow:prior:{P}/{W}:1", "a")
-    assert cache.prior_resource(P, W, "b") is None
+    assert cache.prior_resource(STACK, "b") is None
 
 
 def test_no_succeeded_release(redis_server: Any, releases: StateBackend) -> None:
     cache = PriorStateCache(redis_server.url, releases)
-    assert cache.prior(P, W) == {} and cache.prior_resource(P, W, "a") is None
+    assert cache.prior(STACK) == {} and cache.prior_resource(STACK, "a") is None
     succeed(releases, res("a"), phase=Phase.failed)
-    assert cache.prior(P, W) == {}
+    assert cache.prior(STACK) == {}
 
 
 def test_replaced_on_new_succeeded_release(redis_server: Any, releases: StateBackend) -> None:
     succeed(releases, res("a", v=1))
     cache = PriorStateCache(redis_server.url, releases)
-    assert cache.prior(P, W)["a"].attributes == {"v": 1}
+    assert cache.prior(STACK)["a"].attributes == {"v": 1}
     second = succeed(releases, res("a", v=2), res("b"))
     cache.remember(second)
     assert not redis_server.client.exists(f"stackflow:prior:{P}/{W}:1")
     assert redis_server.client.exists(f"stackflow:prior:{P}/{W}:2")
-    assert cache.prior(P, W)["a"].attributes == {"v": 2}
-    assert cache.prior_resource(P, W, "b") == res("b")
+    assert cache.prior(STACK)["a"].attributes == {"v": 2}
+    assert cache.prior_resource(STACK, "b") == res("b")
 
 
 def test_never_a_stale_revision(redis_server: Any, releases: StateBackend) -> None:
     succeed(releases, res("a", v=1))
     cache = PriorStateCache(redis_server.url, releases)
     other_worker = PriorStateCache(redis_server.url, releases)
-    assert cache.prior_resource(P, W, "a") == res("a", v=1)
+    assert cache.prior_resource(STACK, "a") == res("a", v=1)
     succeed(releases, res("a", v=2))  # succeeded elsewhere; nobody called remember()
-    assert other_worker.prior_resource(P, W, "a") == res("a", v=2)
-    assert cache.prior(P, W)["a"] == res("a", v=2)
+    assert other_worker.prior_resource(STACK, "a") == res("a", v=2)
+    assert cache.prior(STACK)["a"] == res("a", v=2)
     # a later failed release does not change what "prior" is
     succeed(releases, res("a", v=3), phase=Phase.failed)
-    assert cache.prior_resource(P, W, "a") == res("a", v=2)
+    assert cache.prior_resource(STACK, "a") == res("a", v=2)
 
 
 def test_flushall_is_harmless(redis_server: Any, releases: StateBackend) -> None:
     succeed(releases, res("a", v=1))
     cache = PriorStateCache(redis_server.url, releases)
-    cache.prior(P, W)
+    cache.prior(STACK)
     redis_server.client.flushall()
-    assert cache.prior_resource(P, W, "a") == res("a", v=1)
+    assert cache.prior_resource(STACK, "a") == res("a", v=1)
     redis_server.client.flushall()
-    assert cache.prior(P, W) == {"a": res("a", v=1)}
+    assert cache.prior(STACK) == {"a": res("a", v=1)}
 
 
 def test_server_killed_mid_test(
@@ -107,13 +109,13 @@ def test_server_killed_mid_test(
 ) -> None:
     succeed(releases, res("a", v=1))
     cache = PriorStateCache(redis_server.url, releases)
-    assert cache.prior(P, W)["a"] == res("a", v=1)
+    assert cache.prior(STACK)["a"] == res("a", v=1)
     redis_server.stop()
     caplog.set_level(logging.WARNING, logger="stackflow.cache")
     second = succeed(releases, res("a", v=2))
     for _ in range(3):
-        assert cache.prior(P, W)["a"] == res("a", v=2)
-        assert cache.prior_resource(P, W, "a") == res("a", v=2)
+        assert cache.prior(STACK)["a"] == res("a", v=2)
+        assert cache.prior_resource(STACK, "a") == res("a", v=2)
     cache.remember(second)
     warnings = [r for r in caplog.records if r.name == "stackflow.cache"]
     assert len(warnings) == 1 and "redis unavailable" in warnings[0].getMessage()
@@ -123,9 +125,9 @@ def test_unreachable_and_disabled(releases: StateBackend, caplog: pytest.LogCapt
     succeed(releases, res("a"))
     caplog.set_level(logging.WARNING, logger="stackflow.cache")
     nowhere = PriorStateCache("redis://127.0.0.1:1/0", releases)
-    assert nowhere.prior(P, W) == {"a": res("a")}
-    assert nowhere.prior_resource(P, W, "a") == res("a")
+    assert nowhere.prior(STACK) == {"a": res("a")}
+    assert nowhere.prior_resource(STACK, "a") == res("a")
     assert len([r for r in caplog.records if r.name == "stackflow.cache"]) == 1
     disabled = PriorStateCache(None, releases)
-    assert disabled.prior_resource(P, W, "a") == res("a")
+    assert disabled.prior_resource(STACK, "a") == res("a")
     assert len([r for r in caplog.records if r.name == "stackflow.cache"]) == 1

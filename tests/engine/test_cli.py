@@ -17,11 +17,13 @@ from stackflow.cli.app import EXIT_CODES_HELP, StackflowGroup, app
 from stackflow.cli.main import load_commands
 from stackflow.errors import FencedError, StackLockedError
 from stackflow.kusion import read_kusion_stack
+from stackflow.refs import StackRef
 from stackflow.release import Operation, Phase, Release, State
 from stackflow.spec import Resource, ResourceType
 from stackflow.state.backend import RunRef, StateBackend, open_backend
 
 KUSION_HOME = Path(__file__).resolve().parents[3] / "shared/compat/kusion/release/storages/testdata"
+STACK = StackRef("p", "w")
 
 SPEC = """
 resources:
@@ -112,11 +114,11 @@ def store(home: Path) -> Iterator[StateBackend]:
 
 
 def test_release_list_show_unlock(home: Path, store: StateBackend) -> None:
-    first = store.create("p", "w", Operation.apply, None)
-    store.record_resource("p", "w", 1, Resource(id="a", type=ResourceType.OnPrem))
-    store.set_phase("p", "w", first.revision, Phase.succeeded)
-    store.create("p", "w", Operation.destroy, None)  # no run: held by nobody alive
-    store.set_phase("p", "w", 2, Phase.destroying)
+    first = store.create(STACK, Operation.apply, None)
+    store.record_resource(STACK, 1, Resource(id="a", type=ResourceType.OnPrem))
+    store.set_phase(STACK, first.revision, Phase.succeeded)
+    store.create(STACK, Operation.destroy, None)  # no run: held by nobody alive
+    store.set_phase(STACK, 2, Phase.destroying)
 
     listed = json.loads(invoke(home, "release", "list", "-p", "p", "-w", "w", "-o", "json").stdout)
     assert [(r["revision"], r["operation"], r["phase"], r["resources"]) for r in listed] == [
@@ -136,9 +138,9 @@ def test_release_list_show_unlock(home: Path, store: StateBackend) -> None:
     # a lock with no run names nobody Temporal could ask about: it unlocks at once
     result = invoke(home, "release", "unlock", "-p", "p", "-w", "w")
     assert result.exit_code == 0 and "release 2 is now failed" in result.stdout
-    after = store.latest("p", "w")
+    after = store.latest(STACK)
     assert after is not None and after.phase is Phase.failed and "unlocked" in (after.error or "")
-    assert store.lock("p", "w") is None
+    assert store.lock(STACK) is None
     again = invoke(home, "release", "unlock", "-p", "p", "-w", "w")
     assert again.exit_code == 0 and "not locked" in again.stdout
 
@@ -155,15 +157,15 @@ def test_unlock_refuses_while_the_holding_run_is_open(
     home: Path, store: StateBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run = RunRef("apply-p-w", "run-1")
-    store.create("p", "w", Operation.apply, None, run=run)
+    store.create(STACK, Operation.apply, None, run=run)
     asked: list[RunRef] = []
     monkeypatch.setattr("stackflow.cli.offline._holder_ended", _ended(None, asked))
     result = invoke(home, "release", "unlock", "-p", "p", "-w", "w")
     assert result.exit_code == 3 and asked == [run]
     assert f"held by {run}, which is still running" in result.stderr
     assert "--force" in result.stderr
-    assert store.lock("p", "w").holder() == run  # type: ignore[union-attr]
-    assert store.phase_of("p", "w", 1) is Phase.generating
+    assert store.lock(STACK).holder() == run  # type: ignore[union-attr]
+    assert store.phase_of(STACK, 1) is Phase.generating
 
     # once Temporal says the run has ended, its release is closed as failed, saying why
     ended = _ended(f"{run} was terminated", asked)
@@ -171,28 +173,28 @@ def test_unlock_refuses_while_the_holding_run_is_open(
     result = invoke(home, "release", "unlock", "-p", "p", "-w", "w")
     assert result.exit_code == 0, result.stderr
     assert "release 1 is now failed" in result.stdout and len(asked) == 2
-    failed = store.get("p", "w", 1)
+    failed = store.get(STACK, 1)
     assert failed.phase is Phase.failed
     assert failed.error == f"{run} was terminated; unlocked by hand"
-    assert store.lock("p", "w") is None
+    assert store.lock(STACK) is None
 
 
 def test_unlock_force_does_not_ask_temporal(
     home: Path, store: StateBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run = RunRef("apply-p-w", "run-1")
-    store.create("p", "w", Operation.apply, None, run=run)
+    store.create(STACK, Operation.apply, None, run=run)
     asked: list[RunRef] = []
     monkeypatch.setattr("stackflow.cli.offline._holder_ended", _ended(None, asked))
     result = invoke(home, "release", "unlock", "-p", "p", "-w", "w", "--force")
     assert result.exit_code == 0, result.stderr
     assert "release 1 is now failed" in result.stdout and asked == []
-    failed = store.get("p", "w", 1)
+    failed = store.get(STACK, 1)
     assert failed.phase is Phase.failed and str(run) in (failed.error or "")
     assert "--force" in (failed.error or "")
     # the run that held the stack is fenced out from now on
     with pytest.raises(FencedError):
-        store.record_resource("p", "w", 1, Resource(id="a", type=ResourceType.OnPrem), run=run)
+        store.record_resource(STACK, 1, Resource(id="a", type=ResourceType.OnPrem), run=run)
 
 
 def test_release_errors(home: Path) -> None:
@@ -207,7 +209,7 @@ def test_release_errors(home: Path) -> None:
 def test_state_url_chooses_the_backend(home: Path, tmp_path: Path) -> None:
     elsewhere = tmp_path / "elsewhere.db"
     store = open_backend(f"sqlite:///{elsewhere}")
-    store.create("p", "w", Operation.apply, None)
+    store.create(STACK, Operation.apply, None)
     store.close()
     url = {"STACKFLOW_STATE_URL": f"sqlite:///{elsewhere}"}
     listed = invoke(home, "release", "list", "-p", "p", "-w", "w", "-o", "json", env=url)
@@ -227,11 +229,12 @@ def test_release_import(home: Path) -> None:
     assert result.exit_code == 0, result.stderr
     assert "imported 3 release(s) of test_project/test_ws" in result.stdout
     store = _backend(home)
-    imported = store.list("test_project", "test_ws")
+    stack = StackRef("test_project", "test_ws")
+    imported = store.list(stack)
     assert [(r.revision, r.phase, r.stack) for r in imported] == [
         (rev, Phase.succeeded, "test_stack") for rev in (1, 2, 3)
     ]
-    assert store.lock("test_project", "test_ws") is None  # nothing in progress: not locked
+    assert store.lock(stack) is None  # nothing in progress: not locked
     store.close()
     again = invoke(home, "release", "import", "--kusion-home", str(KUSION_HOME))
     assert again.exit_code == 1 and "already has stackflow releases" in again.stderr
@@ -296,12 +299,12 @@ def test_state_migrate_imports_an_old_home(home: Path, tmp_path: Path) -> None:
     result = invoke(home, "state", "migrate", "--from-dir", str(old))
     assert result.exit_code == 0, result.stderr
     assert "imported 2 release(s) of p/w" in result.stdout
-    assert [(r.revision, r.phase) for r in store.list("p", "w")] == [
+    assert [(r.revision, r.phase) for r in store.list(STACK)] == [
         (1, Phase.succeeded),
         (2, Phase.applying),
     ]
-    assert [r.id for r in store.get("p", "w", 2).state.resources] == ["b"]  # journal folded
-    lock = store.lock("p", "w")  # still in progress when migrated: held by nobody, by hand
+    assert [r.id for r in store.get(STACK, 2).state.resources] == ["b"]  # journal folded
+    lock = store.lock(STACK)  # still in progress when migrated: held by nobody, by hand
     assert lock is not None and lock.revision == 2 and lock.holder() is None
     store.close()
     again = invoke(home, "state", "migrate", "--from-dir", str(old))

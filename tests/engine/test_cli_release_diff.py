@@ -16,6 +16,7 @@ from stackflow.cli.app import app
 from stackflow.cli.main import load_commands
 from stackflow.crypto import KeyRing, new_key_line
 from stackflow.errors import NotFoundError, SpecError
+from stackflow.refs import StackRef
 from stackflow.release import Operation, Phase
 from stackflow.spec import Resource, Spec
 from stackflow.state.backend import StateBackend, open_backend
@@ -113,11 +114,11 @@ def _resources(data: str, password: str) -> tuple[list[Resource], list[Resource]
 def _release(store: StateBackend, data: str, password: str, token: str) -> int:
     spec, state = _resources(data, password)
     release = store.create(
-        "p", "w", Operation.apply, Spec(resources=spec, context={"env": {"TOKEN": token}})
+        StackRef("p", "w"), Operation.apply, Spec(resources=spec, context={"env": {"TOKEN": token}})
     )
     for resource in state:
-        store.record_resource("p", "w", release.revision, resource)
-    store.set_phase("p", "w", release.revision, Phase.succeeded)
+        store.record_resource(StackRef("p", "w"), release.revision, resource)
+    store.set_phase(StackRef("p", "w"), release.revision, Phase.succeeded)
     return release.revision
 
 

@@ -12,8 +12,7 @@ from stackflow.state.backend import StateBackend
 
 def test_indexes_expand_in_order_however_deep(backend: StateBackend) -> None:
     refs = [
-        put_changes(backend, [Change(id=f"r{i}", type="t", action=Action.Create)])
-        for i in range(5)
+        put_changes(backend, [Change(id=f"r{i}", type="t", action=Action.Create)]) for i in range(5)
     ]
     inner = put_index(backend, refs[1:3])
     outer = put_index(backend, [refs[0], inner])

@@ -18,6 +18,7 @@ from stackflow.kusion import (
     read_kusion_stack,
 )
 from stackflow.masking import SENSITIVE_MARKER
+from stackflow.refs import StackRef
 from stackflow.release import Operation, Phase
 from stackflow.spec import Resource, ResourceType, Spec
 from stackflow.state.backend import RunRef, StateBackend
@@ -70,13 +71,13 @@ def test_malformed_metadata_rejected_in_one_line() -> None:
 
 def test_import_then_latest_succeeded_is_kusions_revision_3(backend: StateBackend) -> None:
     assert import_kusion_releases(KUSION_HOME, backend) == {"test_project/test_ws": 3}
-    latest = backend.latest_succeeded("test_project", "test_ws")
+    latest = backend.latest_succeeded(StackRef("test_project", "test_ws"))
     assert latest is not None and latest.revision == 3 and latest.stack == "test_stack"
     kusion3 = load_kusion_release(STACK_DIR / "3.yaml")
     assert latest.state == kusion3.state
-    assert [r.revision for r in backend.list("test_project", "test_ws")] == [1, 2, 3]
+    assert [r.revision for r in backend.list(StackRef("test_project", "test_ws"))] == [1, 2, 3]
     # the next apply continues from Kusion's last state and diffs against it
-    nxt = backend.create("test_project", "test_ws", Operation.apply, kusion3.spec)
+    nxt = backend.create(StackRef("test_project", "test_ws"), Operation.apply, kusion3.spec)
     assert nxt.revision == 4 and nxt.state == kusion3.state
     prior = latest.state.by_id()[PTR].attributes
     desired = kusion3.spec.resources[0].attributes  # type: ignore[union-attr]
@@ -84,10 +85,10 @@ def test_import_then_latest_succeeded_is_kusions_revision_3(backend: StateBacken
 
 
 def test_import_refuses_when_stack_has_releases(backend: StateBackend) -> None:
-    backend.create("test_project", "test_ws", Operation.apply, None)
+    backend.create(StackRef("test_project", "test_ws"), Operation.apply, None)
     with pytest.raises(ConflictError, match="test_project/test_ws already has stackflow releases"):
         import_kusion_releases(KUSION_HOME, backend)
-    assert backend.revisions("test_project", "test_ws") == [1]
+    assert backend.revisions(StackRef("test_project", "test_ws")) == [1]
 
 
 def test_import_checks_everything_before_writing(tmp_path: Path, backend: StateBackend) -> None:
@@ -98,7 +99,7 @@ def test_import_checks_everything_before_writing(tmp_path: Path, backend: StateB
     shutil.copy(INVALID, broken / ".metadata.yml")
     with pytest.raises(KusionFormatError, match=r"zz_project/ws/\.metadata\.yml"):
         import_kusion_releases(home, backend)
-    assert backend.revisions("test_project", "test_ws") == []
+    assert backend.revisions(StackRef("test_project", "test_ws")) == []
 
 
 def test_missing_releases_dir(tmp_path: Path, backend: StateBackend) -> None:
@@ -115,10 +116,12 @@ def test_export_round_trips_through_kusions_layout(tmp_path: Path, backend: Stat
         attributes={"apiVersion": "v1", "kind": "Secret", "data": {"password": "aHVudGVyMg=="}},
     )
     run = RunRef("apply-mine-dev", "r1")
-    backend.create("mine", "dev", Operation.apply, Spec(resources=[secret]), run=run)
-    backend.record_resource("mine", "dev", 1, secret, run=run)
-    backend.set_phase("mine", "dev", 1, Phase.succeeded, run=run)
-    backend.create("mine", "dev", Operation.destroy, None, run=RunRef("destroy-mine-dev", "r2"))
+    backend.create(StackRef("mine", "dev"), Operation.apply, Spec(resources=[secret]), run=run)
+    backend.record_resource(StackRef("mine", "dev"), 1, secret, run=run)
+    backend.set_phase(StackRef("mine", "dev"), 1, Phase.succeeded, run=run)
+    backend.create(
+        StackRef("mine", "dev"), Operation.destroy, None, run=RunRef("destroy-mine-dev", "r2")
+    )
 
     out = tmp_path / "export"
     written = export_kusion_releases(backend, out)

@@ -18,11 +18,13 @@ from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
 from stackflow.errors import StackLockedError
+from stackflow.refs import StackRef
 from stackflow.release import Operation, Phase
 from stackflow.spec import Resource, ResourceType
 from stackflow.state.backend import RunRef, StateBackend, open_backend
 
 P, W = "race", "ws"
+STACK = StackRef(P, W)
 WRITERS = 6
 EACH = 5
 ROUNDS = 4
@@ -42,19 +44,18 @@ def _writer(url: str, writer: int, ready: Barrier) -> None:
     while made < EACH:
         run = RunRef(f"wf-{writer}", f"run-{writer}-{made}")
         try:
-            release = backend.create(P, W, Operation.apply, None, run=run)
+            release = backend.create(STACK, Operation.apply, None, run=run)
         except StackLockedError:
             time.sleep(rng.uniform(0.0005, 0.003))
             continue
         held_from = time.time()
         rev = release.revision
-        lock = backend.lock(P, W)
+        lock = backend.lock(STACK)
         assert lock is not None and lock.held_by(run) and lock.revision == rev
-        backend.set_phase(P, W, rev, Phase.applying, run=run)
+        backend.set_phase(STACK, rev, Phase.applying, run=run)
         # fenced: raises (and the process fails) if anyone else held the stack now
         backend.record_resource(
-            P,
-            W,
+            STACK,
             rev,
             Resource(id=f"w{writer}", type=ResourceType.OnPrem, attributes={"n": made}),
             run=run,
@@ -62,7 +63,7 @@ def _writer(url: str, writer: int, ready: Barrier) -> None:
         time.sleep(rng.uniform(0.0005, 0.002))  # hold the stack a while: others keep trying
         final = Phase.succeeded if made % 2 == 0 else Phase.failed
         changes = {"writer": writer, "seq": made, "from": held_from, "until": time.time()}
-        backend.set_phase(P, W, rev, final, run=run, changes=changes)
+        backend.set_phase(STACK, rev, final, run=run, changes=changes)
         made += 1
     backend.close()
 
@@ -78,7 +79,7 @@ def test_processes_never_share_a_revision(tmp_path: Path) -> None:
         p.join(timeout=120)
         assert p.exitcode == 0
     backend = open_backend(url)
-    releases = backend.list(P, W)
+    releases = backend.list(STACK)
     assert [r.revision for r in releases] == list(range(1, WRITERS * EACH + 1))
     changes = [r.changes or {} for r in releases]
     tags = sorted(c["writer"] * 100 + c["seq"] for c in changes)
@@ -90,9 +91,9 @@ def test_processes_never_share_a_revision(tmp_path: Path) -> None:
     # the stack was held by one writer at a time: each hold ended before the next began
     for before, after in itertools.pairwise(changes):
         assert before["until"] <= after["from"]
-    assert backend.lock(P, W) is None
+    assert backend.lock(STACK) is None
     # every release carried the state forward: the last one holds every writer's resource
-    last = backend.get(P, W, releases[-1].revision)
+    last = backend.get(STACK, releases[-1].revision)
     assert sorted(r.id for r in last.state.resources) == sorted(f"w{w}" for w in range(WRITERS))
     backend.close()
 
@@ -104,7 +105,7 @@ def _create_once(
     run = RunRef("wf", f"run-{writer}")
     ready.wait(timeout=60)
     try:
-        release = backend.create(P, W, Operation.apply, None, run=run)
+        release = backend.create(STACK, Operation.apply, None, run=run)
         results.put((writer, release.revision))
     except StackLockedError:
         results.put((writer, None))
@@ -131,10 +132,10 @@ def test_racing_processes_never_both_get_the_lock(tmp_path: Path) -> None:
         assert len(winners) == 1, outcomes
         ((winner, revision),) = winners
         assert revision == round_
-        lock = backend.lock(P, W)
+        lock = backend.lock(STACK)
         assert lock is not None and lock.holder() == RunRef("wf", f"run-{winner}")
-        backend.set_phase(P, W, revision, Phase.succeeded, run=RunRef("wf", f"run-{winner}"))
-    assert backend.revisions(P, W) == list(range(1, ROUNDS + 1))
+        backend.set_phase(STACK, revision, Phase.succeeded, run=RunRef("wf", f"run-{winner}"))
+    assert backend.revisions(STACK) == list(range(1, ROUNDS + 1))
     backend.close()
 
 
@@ -146,7 +147,7 @@ def test_racing_threads_never_both_get_the_lock(backend: StateBackend) -> None:
             barrier.wait()
             try:
                 run = RunRef("wf", f"run-{round_}-{writer}")
-                return backend.create(P, W, Operation.apply, None, run=run).revision
+                return backend.create(STACK, Operation.apply, None, run=run).revision
             except StackLockedError:
                 return 0
 
@@ -154,6 +155,6 @@ def test_racing_threads_never_both_get_the_lock(backend: StateBackend) -> None:
             revisions = list(pool.map(create, range(WRITERS)))
         assert sorted(revisions) == [0] * (WRITERS - 1) + [round_]
         winner = RunRef("wf", f"run-{round_}-{revisions.index(round_)}")
-        assert backend.lock(P, W).holder() == winner  # type: ignore[union-attr]
-        backend.set_phase(P, W, round_, Phase.failed, run=winner, error="done")
-    assert backend.revisions(P, W) == list(range(1, ROUNDS + 1))
+        assert backend.lock(STACK).holder() == winner  # type: ignore[union-attr]
+        backend.set_phase(STACK, round_, Phase.failed, run=winner, error="done")
+    assert backend.revisions(STACK) == list(range(1, ROUNDS + 1))

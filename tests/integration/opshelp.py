@@ -18,6 +18,7 @@ from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
 from stackflow.codec import data_converter
 from stackflow.operation import StatusView
+from stackflow.refs import StackRef
 from stackflow.release import Release
 from stackflow.state.backend import StateBackend, open_backend
 from stackflow.workflows.catalog import ALL_WORKFLOWS
@@ -90,7 +91,7 @@ def releases(env: dict[str, str]) -> StateBackend:
 def all_releases(env: dict[str, str], project: str, workspace: str = "default") -> list[Release]:
     backend = releases(env)
     try:
-        return backend.list(project, workspace, with_state=True)
+        return backend.list(StackRef(project, workspace), with_state=True)
     finally:
         backend.close()
 
@@ -122,7 +123,7 @@ async def start_run(
     return await client.start_workflow(
         workflow,
         request,
-        id=workflow_id or workflow_id_for(request.project, request.workspace),
+        id=workflow_id or workflow_id_for(request.stack),
         task_queue=queue or env["STACKFLOW_TASK_QUEUE"],
         result_type=OperationResult,
     )

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
+from stackflow.refs import StackRef
 from stackflow.state.backend import open_backend
 from tests.integration.conftest import WorkerProcess, run_cli
 from tests.integration.opshelp import new_project, write_spec
@@ -267,8 +268,8 @@ def test_bad_input_run(
     assert took < (5 + 30 if case == "unreachable-cluster" else 30), f"took {took:.0f}s"
     backend = open_backend(stack_env["STACKFLOW_STATE_URL"])
     try:
-        assert backend.lock(project, "default") is None, "stack left locked"
-        latest = backend.latest(project, "default", with_spec=False)
+        assert backend.lock(StackRef(project, "default")) is None, "stack left locked"
+        latest = backend.latest(StackRef(project, "default"), with_spec=False)
         assert latest is None or latest.phase in ("failed", "succeeded")
     finally:
         backend.close()
@@ -281,6 +282,6 @@ def test_bad_spec_files_never_start_a_run(path: Path, stack_env: dict[str, str])
     assert_one_clean_line(proc, 2, (str(path),))
     backend = open_backend(stack_env["STACKFLOW_STATE_URL"])
     try:
-        assert backend.revisions(project, "default") == []
+        assert backend.revisions(StackRef(project, "default")) == []
     finally:
         backend.close()

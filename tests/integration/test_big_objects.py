@@ -14,6 +14,7 @@ from temporalio.client import Client
 
 from stackflow.budget import BUDGET
 from stackflow.operation import workflow_id_for
+from stackflow.refs import StackRef
 from tests.integration.conftest import REPO, WorkerProcess, run_cli
 from tests.integration.opshelp import cli_json, write_spec
 
@@ -145,7 +146,7 @@ async def apply_then_preview_unchanged(
     again = cli_json(run_cli(env, "preview", "-f", str(spec), *flags, timeout=600))
     assert again["summary"]["UnChanged"] == len(resources), again["summary"]
     # the apply's own history: every payload within the budget (the spec went by reference)
-    assert await largest_payload(client, workflow_id_for(project, "default")) < BUDGET
+    assert await largest_payload(client, workflow_id_for(StackRef(project, "default"))) < BUDGET
     with log.open("rb") as handle:
         handle.seek(start)
         new = handle.read().decode(errors="replace").lower()

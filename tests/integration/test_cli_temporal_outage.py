@@ -32,6 +32,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from stackflow.cli.connection import START_TOKEN, Temporal, quiet_runtime
 from stackflow.codec import data_converter
 from stackflow.operation import OperationInput, OperationResult, workflow_id_for
+from stackflow.refs import StackRef
 from tests.integration.conftest import REPO, WorkerProcess
 from tests.integration.opshelp import (
     file_resource,
@@ -334,7 +335,7 @@ def test_status_and_approve_wait_for_temporal_to_come_back(
             dev_server.address, data_converter=data_converter(), runtime=quiet_runtime()
         )
         handle = client.get_workflow_handle(
-            workflow_id_for(project, "default"), result_type=OperationResult
+            workflow_id_for(StackRef(project, "default")), result_type=OperationResult
         )
         result: OperationResult = await asyncio.wait_for(handle.result(), timeout=120)
         return result
@@ -377,7 +378,7 @@ def test_apply_gives_up_after_unavailable_timeout_with_one_line_and_the_run_goes
             dev_server.address, data_converter=data_converter(), runtime=quiet_runtime()
         )
         handle = client.get_workflow_handle(
-            workflow_id_for(project, "default"), result_type=OperationResult
+            workflow_id_for(StackRef(project, "default")), result_type=OperationResult
         )
         result: OperationResult = await asyncio.wait_for(handle.result(), timeout=300)
         return result
@@ -397,7 +398,7 @@ def test_a_retried_start_that_reached_the_server_follows_that_run(
         monkeypatch.setenv(name, own_env[name])
 
     async def scenario(close_first: bool) -> None:
-        temporal = Temporal(30, "p", "default")
+        temporal = Temporal(30, StackRef("p", "default"))
         client = await temporal.connect()
         workflow_id = f"outage-start-{uuid.uuid4().hex[:8]}"
         real_start = client.start_workflow

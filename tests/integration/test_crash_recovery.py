@@ -9,6 +9,7 @@ from pathlib import Path
 from temporalio.client import Client
 
 from stackflow.operation import OperationInput, OperationResult, StatusView, workflow_id_for
+from stackflow.refs import StackRef
 from tests.integration.conftest import WorkerProcess
 from tests.integration.opshelp import (
     all_releases,
@@ -38,7 +39,7 @@ async def test_worker_killed_mid_apply_is_replaced_and_the_run_completes(
     handle = await temporal_client.start_workflow(
         "ApplyWorkflow",
         request,
-        id=workflow_id_for(project, "default"),
+        id=workflow_id_for(StackRef(project, "default")),
         task_queue=stack_env["STACKFLOW_TASK_QUEUE"],
         result_type=OperationResult,
     )

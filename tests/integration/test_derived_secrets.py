@@ -25,6 +25,7 @@ from temporalio.client import Client
 
 from stackflow.crypto import KeyRing
 from stackflow.masking import SENSITIVE_MARKER
+from stackflow.refs import StackRef
 from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
 from stackflow.runtimes.terraform import SENSITIVE_KEY, STATE_KEY, TerraformRuntime
 from stackflow.runtimes.terraform.state import instance, state_sensitive_paths
@@ -210,7 +211,7 @@ async def test_a_value_computed_from_a_secret_is_found_nowhere(
         keys = KeyRing.from_env()
         backend = open_backend(env["STACKFLOW_STATE_URL"], keys=keys)
         try:
-            states = backend.get_terraform_states(project, "default", [COPY, COPY2])
+            states = backend.get_terraform_states(StackRef(project, "default"), [COPY, COPY2])
         finally:
             backend.close()
         for rid in (COPY, COPY2):

@@ -11,6 +11,7 @@ from temporalio.client import Client
 
 from stackflow.diff_store import DIFF_REFS_LIMIT, load_changes
 from stackflow.operation import OperationInput
+from stackflow.refs import StackRef
 from stackflow.workflows.apply import ApplyWorkflow
 from tests.integration.opshelp import file_resource, local_worker, new_project, start_run
 
@@ -50,5 +51,5 @@ async def test_many_preview_batches_leave_a_few_diff_refs(
         changes = load_changes(backend, refs)
         assert [c["id"] for c in changes] == [f["id"] for f in files]
         assert all(c["action"] == "Create" and c["diff"] for c in changes)
-        release = backend.get(project, "default", result.revision)
+        release = backend.get(StackRef(project, "default"), result.revision)
         assert release.changes is not None and release.changes["diff_refs"] == refs

@@ -24,6 +24,8 @@ from typing import Any
 import pytest
 import yaml
 
+from stackflow.refs import StackRef
+
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 DOCKERFILE = ROOT / "Dockerfile"
@@ -1083,7 +1085,7 @@ async def test_worker_runs_with_the_compose_environment_against_the_dev_postgres
         assert result.phase == "succeeded", result.error
         backend = open_backend(state_url)
         try:
-            [release] = backend.list(project, "default", with_state=True)
+            [release] = backend.list(StackRef(project, "default"), with_state=True)
             assert release.phase == "succeeded" and len(release.state.resources) == 1
         finally:
             backend.close()

@@ -31,6 +31,7 @@ from typing import Any
 import pytest
 import yaml
 
+from stackflow.refs import StackRef
 from stackflow.state.backend import open_backend
 from tests.integration.conftest import REPO, WorkerProcess, run_cli
 from tests.integration.opshelp import new_project
@@ -455,8 +456,8 @@ def test_hostile_spec_is_refused(name: str, corpus: Corpus) -> None:
         assert not (corpus.home / "terraform").exists(), "a Terraform working dir was made"
         backend = open_backend(corpus.env["STACKFLOW_STATE_URL"])
         try:
-            assert backend.lock(project, "default") is None, "stack left locked"
-            latest = backend.latest(project, "default", with_spec=False)
+            assert backend.lock(StackRef(project, "default")) is None, "stack left locked"
+            latest = backend.latest(StackRef(project, "default"), with_spec=False)
             assert latest is None or latest.phase == "failed"
             if latest is not None:
                 assert latest.state.resources == []

@@ -17,6 +17,7 @@ from temporalio.client import Client
 
 from stackflow.budget import BUDGET, size_of
 from stackflow.operation import OperationInput, OperationResult, workflow_id_for
+from stackflow.refs import StackRef
 from tests.integration.conftest import WorkerProcess, run_cli
 from tests.integration.opshelp import (
     all_releases,
@@ -276,7 +277,7 @@ async def test_runs_past_the_detail_limit_keep_compact_histories(
     d = dir_resource(root)
     files = [file_resource(root / f"{i:03d}.txt", f"{i}\n", deps=[d["id"]]) for i in range(649)]
     queue = stack_env["STACKFLOW_TASK_QUEUE"]
-    workflow_id = workflow_id_for(project, "default")
+    workflow_id = workflow_id_for(StackRef(project, "default"))
 
     async def apply(resources: list[dict[str, Any]]) -> OperationResult:
         request = OperationInput(

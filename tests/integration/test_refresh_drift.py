@@ -16,6 +16,7 @@ from kubernetes import client as k8s
 from temporalio.client import Client
 
 from stackflow.codec import data_converter
+from stackflow.refs import StackRef
 from tests.integration.conftest import WorkerProcess, run_cli
 from tests.integration.kubehelp import (
     config_map,
@@ -61,7 +62,7 @@ def _schedules(env: dict[str, str]) -> str:
 def _drift_count(env: dict[str, str], project: str) -> int:
     backend = releases(env)
     try:
-        return len(backend.drift_reports(project, "default", limit=1000))
+        return len(backend.drift_reports(StackRef(project, "default"), limit=1000))
     finally:
         backend.close()
 
@@ -139,7 +140,7 @@ def test_onprem_drift_check_refresh_and_scheduled_repair(
         assert _drift_count(env, project) > before
         backend = releases(env)
         try:
-            last = backend.drift_reports(project, "default", limit=1000)
+            last = backend.drift_reports(StackRef(project, "default"), limit=1000)
         finally:
             backend.close()
         assert any(r.drifted and r.repair_workflow_id for r in last)

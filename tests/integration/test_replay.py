@@ -7,6 +7,7 @@ from pathlib import Path
 from temporalio.client import Client
 
 from stackflow.operation import OperationInput, OperationResult, workflow_id_for
+from stackflow.refs import StackRef
 from tests.integration.conftest import WorkerProcess
 from tests.integration.opshelp import (
     all_releases,
@@ -30,7 +31,7 @@ async def test_batched_apply_and_destroy_histories_replay(
     d = dir_resource(root)
     files = [file_resource(root / f"{i}.txt", f"{i}\n", deps=[d["id"]]) for i in range(6)]
     queue = stack_env["STACKFLOW_TASK_QUEUE"]
-    workflow_id = workflow_id_for(project, "default")
+    workflow_id = workflow_id_for(StackRef(project, "default"))
     request = OperationInput(
         project=project, spec={"resources": [d, *files]}, auto_approve=True, batch_size=3
     )

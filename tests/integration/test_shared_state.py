@@ -22,6 +22,7 @@ from stackflow.operation import (
     OperationResult,
     StatusView,
 )
+from stackflow.refs import StackRef
 from stackflow.state.backend import open_backend
 from tests.integration.conftest import REPO, WorkerProcess, run_cli
 from tests.integration.opshelp import (
@@ -139,7 +140,7 @@ async def test_terraform_apply_cut_after_tofu_resumes_on_another_host_without_a_
     try:
         created_by_a = {}
         for rid in rids:
-            kept = backend.get_terraform_state(project, "default", rid)
+            kept = backend.get_terraform_state(StackRef(project, "default"), rid)
             assert kept is not None, f"{rid}: tofu's state must be in the backend before the crash"
             created_by_a[rid] = _random_id(kept)
         b = host(tmp_path, stack_env, "host-b")
@@ -153,7 +154,7 @@ async def test_terraform_apply_cut_after_tofu_resumes_on_another_host_without_a_
         recorded = {r.id: r.attributes["id"] for r in release.state.resources}
         assert recorded == created_by_a  # the same objects, not second ones
         for rid in rids:
-            state = backend.get_terraform_state(project, "default", rid)
+            state = backend.get_terraform_state(StackRef(project, "default"), rid)
             assert state is not None and _random_id(state) == created_by_a[rid]
     finally:
         backend.close()
@@ -203,7 +204,7 @@ async def test_cancel_at_any_phase_closes_the_release_and_frees_the_stack(
     assert release.phase == "failed" and "cancelled" in (release.error or ""), release.error
     backend = open_backend(stack_env["STACKFLOW_STATE_URL"])
     try:
-        assert backend.lock(project, "default") is None
+        assert backend.lock(StackRef(project, "default")) is None
     finally:
         backend.close()
 

@@ -24,6 +24,7 @@ from stackflow.operation import (
     OperationResult,
     workflow_id_for,
 )
+from stackflow.refs import StackRef
 from stackflow.workflows.apply import ApplyWorkflow
 from tests.integration.conftest import WorkerProcess, run_cli
 from tests.integration.opshelp import (
@@ -70,7 +71,7 @@ async def test_paused_run_retries_the_failed_node_after_the_fix(
     assert f"stackflow retry -p {project}" in cli.stderr
 
     handle = temporal_client.get_workflow_handle(
-        workflow_id_for(project, "default"), result_type=OperationResult
+        workflow_id_for(StackRef(project, "default")), result_type=OperationResult
     )
     status = await wait_phase(handle, "awaitingDecision")
     assert status.failed == 1
@@ -179,9 +180,9 @@ async def test_an_error_in_workflow_code_fails_the_run_and_closes_the_release(
         with pytest.raises(WorkflowFailureError) as failed:
             await asyncio.wait_for(handle.result(), timeout=60)
         assert "internal error in the apply workflow: KeyError" in str(failed.value.cause)
-        [release] = backend.list(project, "default")
+        [release] = backend.list(StackRef(project, "default"))
         assert release.phase == "failed" and "planted bug" in (release.error or "")
-        assert backend.lock(project, "default") is None
+        assert backend.lock(StackRef(project, "default")) is None
 
 
 async def test_fail_fast_also_stops_the_delete_walk(
@@ -230,7 +231,7 @@ async def test_destroy_deletes_along_kusion_path_references(
     [release] = all_releases(stack_env, project)
     assert {r.id: r.depends_on for r in release.state.resources}[user["id"]] == [base["id"]]
     assert run_cli(stack_env, "destroy", "-p", project, "--yes").returncode == 0
-    handle = temporal_client.get_workflow_handle(workflow_id_for(project, "default"))
+    handle = temporal_client.get_workflow_handle(workflow_id_for(StackRef(project, "default")))
     assert await scheduled_ids(handle, "delete_resource") == [user["id"], base["id"]]
 
 
@@ -266,5 +267,5 @@ async def test_a_walk_past_the_failure_limit_starts_no_more_batches(
         skipped = [r for r in result.results if r.status == "skipped"]
         assert [r.id for r in skipped] == [f["id"] for f in files[4:]]
         assert all("more than 2 nodes of this walk failed" in (r.error or "") for r in skipped)
-        [release] = backend.list(project, "default")
-        assert release.phase == "failed" and backend.lock(project, "default") is None
+        [release] = backend.list(StackRef(project, "default"))
+        assert release.phase == "failed" and backend.lock(StackRef(project, "default")) is None

@@ -21,6 +21,7 @@ import pytest
 from stackflow.diff import Change, diff_resource
 from stackflow.masking import SENSITIVE_MARKER, sensitive_paths_for
 from stackflow.policy import PolicyViolation, load_policy
+from stackflow.refs import StackRef
 from stackflow.runtimes.base import InvalidInput, ResourceRequest, RuntimeOptions
 from stackflow.runtimes.terraform import SENSITIVE_KEY, STATE_KEY, TerraformRuntime
 
@@ -424,7 +425,7 @@ async def test_a_batch_whose_state_cannot_be_kept_leaves_it_for_the_retry(
     def down(*args: Any, **kwargs: Any) -> None:
         raise BackendUnavailableError("state backend unavailable (test)")
 
-    def keep(project: str, workspace: str, bodies: dict[str, str], **kwargs: Any) -> None:
+    def keep(stack: StackRef, bodies: dict[str, str], **kwargs: Any) -> None:
         kept.append(bodies)  # (the stack lock that fences real writes is not held here)
 
     try:

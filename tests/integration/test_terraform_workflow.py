@@ -15,6 +15,7 @@ import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 
+from stackflow.refs import StackRef
 from stackflow.runtimes.terraform import STATE_KEY
 from stackflow.state.backend import open_backend
 from tests.integration.conftest import WorkerProcess, run_cli
@@ -44,7 +45,7 @@ def _actions(preview: dict[str, Any]) -> dict[str, str]:
 
 def _recorded(env: dict[str, str], project: str, rid: str) -> dict[str, Any]:
     store = open_backend(env["STACKFLOW_STATE_URL"])
-    release = store.list(project, "default", with_state=True)[-1]
+    release = store.list(StackRef(project, "default"), with_state=True)[-1]
     return next(r.attributes for r in release.state.resources if r.id == rid)
 
 

@@ -16,6 +16,7 @@ import pytest
 from temporalio.client import Client
 
 from stackflow.operation import ApprovalInput, OperationInput, OperationResult, workflow_id_for
+from stackflow.refs import StackRef
 from tests.integration.browser import Browser, chromium_binary
 from tests.integration.conftest import REPO, WorkerProcess
 from tests.integration.opshelp import file_resource, new_project, wait_phase
@@ -37,7 +38,7 @@ async def test_the_ui_shows_the_runs_details_and_how_to_approve(
     handle = await temporal_client.start_workflow(
         "ApplyWorkflow",
         OperationInput(project=project, spec=spec),
-        id=workflow_id_for(project, "default"),
+        id=workflow_id_for(StackRef(project, "default")),
         task_queue=stack_env["STACKFLOW_TASK_QUEUE"],
         result_type=OperationResult,
         static_summary=f"apply {project}/default: 3 resources",

@@ -11,6 +11,7 @@ from temporalio.client import Client
 
 from stackflow.crypto import KeyRing
 from stackflow.operation import OperationInput, workflow_id_for
+from stackflow.refs import StackRef
 from tests.integration.conftest import WorkerProcess
 from tests.integration.opshelp import file_resource, new_project, poll
 
@@ -41,7 +42,7 @@ async def test_a_worker_without_the_key_says_so_once(
                 spec={"resources": [file_resource(tmp_path / "f", secret_content)]},
                 auto_approve=True,
             ),
-            id=workflow_id_for(project, "default"),
+            id=workflow_id_for(StackRef(project, "default")),
             task_queue=env["STACKFLOW_TASK_QUEUE"],
         )
 

@@ -34,6 +34,7 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError, FailureError
 
 from stackflow.operation import ApprovalInput, OperationResult, StatusView, workflow_id_for
+from stackflow.refs import StackRef
 from tests.integration.conftest import WorkerProcess
 from tests.integration.opshelp import file_resource, new_project, releases, wait_phase
 
@@ -161,7 +162,7 @@ def cases(project: str, spec: dict[str, Any]) -> list[Case]:
 
 def workflow_id(project: str, workflow: str) -> str:
     """The stack's own id (a drift check's own id for DriftWorkflow)."""
-    wid = workflow_id_for(project, "dev")
+    wid = workflow_id_for(StackRef(project, "dev"))
     return wid + "/drift" if workflow == "DriftWorkflow" else wid
 
 
@@ -265,15 +266,15 @@ async def test_malformed_inputs_fail_the_run_at_once(
 
     backend = releases(stack_env)
     try:
-        assert backend.revisions(project, "dev") == []
-        assert backend.lock(project, "dev") is None
-        assert not [p for p, _ in backend.stacks() if p.startswith("aaaa")]
+        assert backend.revisions(StackRef(project, "dev")) == []
+        assert backend.lock(StackRef(project, "dev")) is None
+        assert not [s for s in backend.stacks() if s.project.startswith("aaaa")]
     finally:
         backend.close()
 
     # the stack is free: the same id applies, and malformed approvals are refused by the
     # update's validator while the run waits, unharmed
-    wid = workflow_id_for(project, "dev")
+    wid = workflow_id_for(StackRef(project, "dev"))
     await plain_client.start_workflow(
         "ApplyWorkflow",
         {"project": project, "workspace": "dev", "spec": spec},
@@ -309,7 +310,7 @@ async def test_malformed_inputs_fail_the_run_at_once(
     assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in events
     backend = releases(stack_env)
     try:
-        [release] = backend.list(project, "dev")
+        [release] = backend.list(StackRef(project, "dev"))
         assert release.revision == 1 and release.phase == "succeeded"
         assert release.approval is not None and release.approval.by == "ann"
     finally:

@@ -7,6 +7,7 @@ from typing import Any
 from stackflow.activities import WorkerActivities
 from stackflow.cache import PriorStateCache
 from stackflow.operation import NodeInput, OperationInput, PrepareInput, RunOwner
+from stackflow.refs import StackRef
 from stackflow.release import Phase
 from stackflow.runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
 from stackflow.runtimes.registry import RuntimeRegistry
@@ -56,7 +57,7 @@ async def test_context_reaches_apply_and_destroy(backend: StateBackend) -> None:
         PrepareInput(operation="apply", request=request, workflow_id="wf", run_id="r1")
     )
     assert plan.revision == 1 and plan.spec_ref is not None
-    assert backend.lock("p", "w").holder() == RunRef("wf", "r1")  # type: ignore[union-attr]
+    assert backend.lock(StackRef("p", "w")).holder() == RunRef("wf", "r1")  # type: ignore[union-attr]
     node = NodeInput(
         project="p",
         workspace="w",
@@ -67,8 +68,8 @@ async def test_context_reaches_apply_and_destroy(backend: StateBackend) -> None:
         owner=applier,
     )
     await acts.walk.apply_resource(node)
-    assert [r.id for r in backend.get("p", "w", 1).state.resources] == ["a"]
-    backend.set_phase("p", "w", 1, Phase.succeeded, run=RunRef("wf", "r1"))
+    assert [r.id for r in backend.get(StackRef("p", "w"), 1).state.resources] == ["a"]
+    backend.set_phase(StackRef("p", "w"), 1, Phase.succeeded, run=RunRef("wf", "r1"))
 
     destroy = await acts.prepare.prepare_operation(
         PrepareInput(
@@ -91,4 +92,4 @@ async def test_context_reaches_apply_and_destroy(backend: StateBackend) -> None:
     ]
     assert runtime.owners == [applier, destroyer]  # each runtime call names its writer
     assert runtime.objects == {}
-    assert backend.get("p", "w", 2).state.resources == []
+    assert backend.get(StackRef("p", "w"), 2).state.resources == []

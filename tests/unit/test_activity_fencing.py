@@ -17,6 +17,7 @@ from temporalio.testing import ActivityEnvironment
 from stackflow.activities import WorkerActivities
 from stackflow.cache import PriorStateCache
 from stackflow.operation import NodeInput, OperationInput, PhaseInput, PrepareInput
+from stackflow.refs import StackRef
 from stackflow.release import Operation, Phase
 from stackflow.runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
 from stackflow.runtimes.registry import RuntimeRegistry
@@ -24,6 +25,7 @@ from stackflow.spec import Resource, ResourceType
 from stackflow.state.backend import RunRef, StackLock, StateBackend
 
 SPEC = {"resources": [{"id": "a", "type": "OnPrem", "attributes": {"v": 1}}]}
+STACK = StackRef("p", "w")
 
 
 class CountingRuntime(Runtime):
@@ -93,7 +95,7 @@ def node(spec_ref: str | None, revision: int) -> NodeInput:
 
 async def test_prepare_refuses_while_the_holder_runs(backend: StateBackend) -> None:
     holder = RunRef("apply-p-w", "r1")
-    backend.create("p", "w", Operation.apply, None, run=holder)
+    backend.create(STACK, Operation.apply, None, run=holder)
     oracle = FakeOracle(None)
     acts, _ = activities(backend, oracle)
     with pytest.raises(ApplicationError) as info:
@@ -101,23 +103,23 @@ async def test_prepare_refuses_while_the_holder_runs(backend: StateBackend) -> N
     assert info.value.type == "StackLocked" and info.value.non_retryable
     assert "still running" in str(info.value) and "http://ui/apply-p-w/r1" in str(info.value)
     assert [lock.holder() for lock in oracle.asked] == [holder]
-    assert backend.revisions("p", "w") == [1]
-    assert backend.lock("p", "w").holder() == holder  # type: ignore[union-attr]
+    assert backend.revisions(STACK) == [1]
+    assert backend.lock(STACK).holder() == holder  # type: ignore[union-attr]
 
 
 async def test_prepare_recovers_a_stack_whose_holder_ended(backend: StateBackend) -> None:
-    backend.create("p", "w", Operation.apply, None, run=RunRef("apply-p-w", "r1"))
+    backend.create(STACK, Operation.apply, None, run=RunRef("apply-p-w", "r1"))
     acts, _ = activities(backend, FakeOracle("run r1 of workflow apply-p-w was terminated"))
     plan = await env("apply-p-w-2", "r2").run(
         acts.prepare.prepare_operation, prepare("apply-p-w-2", "r2")
     )
     assert plan.revision == 2
-    old = backend.get("p", "w", 1)
+    old = backend.get(STACK, 1)
     assert old.phase is Phase.failed
     assert (
         old.error == "run r1 of workflow apply-p-w was terminated; recovered by the next operation"
     )
-    assert backend.lock("p", "w").holder() == RunRef("apply-p-w-2", "r2")  # type: ignore[union-attr]
+    assert backend.lock(STACK).holder() == RunRef("apply-p-w-2", "r2")  # type: ignore[union-attr]
 
 
 async def test_prepare_retried_by_the_same_run_reopens_its_release(backend: StateBackend) -> None:
@@ -126,25 +128,25 @@ async def test_prepare_retried_by_the_same_run_reopens_its_release(backend: Stat
     first = await env("wf", "r1").run(acts.prepare.prepare_operation, prepare("wf", "r1"))
     again = await env("wf", "r1").run(acts.prepare.prepare_operation, prepare("wf", "r1"))
     assert first.revision == again.revision == 1
-    assert backend.revisions("p", "w") == [1] and oracle.asked == []
+    assert backend.revisions(STACK) == [1] and oracle.asked == []
 
 
 async def test_a_run_that_lost_the_stack_changes_nothing(backend: StateBackend) -> None:
     acts, runtime = activities(backend, FakeOracle(None))
     plan = await env("wf", "r1").run(acts.prepare.prepare_operation, prepare("wf", "r1"))
-    backend.unlock("p", "w", "unlocked by hand")  # e.g. `stackflow release unlock --force`
+    backend.unlock(STACK, "unlocked by hand")  # e.g. `stackflow release unlock --force`
     with pytest.raises(ApplicationError) as info:
         await env("wf", "r1").run(acts.walk.apply_resource, node(plan.spec_ref, 1))
     assert info.value.type == "Fenced" and info.value.non_retryable
     assert runtime.applied == []  # refused before the runtime was called
-    assert backend.get("p", "w", 1).state.resources == []
+    assert backend.get(STACK, 1).state.resources == []
     with pytest.raises(ApplicationError) as phase:
         await env("other", "r9").run(
             acts.walk.set_phase,
             PhaseInput(project="p", workspace="w", revision=1, phase="succeeded"),
         )
     assert phase.value.type == "PhaseConflictError"
-    assert backend.phase_of("p", "w", 1) is Phase.failed
+    assert backend.phase_of(STACK, 1) is Phase.failed
 
 
 async def test_the_new_run_of_a_reset_takes_the_stack_over(backend: StateBackend) -> None:
@@ -154,14 +156,14 @@ async def test_the_new_run_of_a_reset_takes_the_stack_over(backend: StateBackend
     # the reset's new run continues the same release: its writes take the stack over
     await env("wf", "r2").run(acts.walk.apply_resource, node(plan.spec_ref, 1))
     assert runtime.applied == ["a"]
-    assert backend.lock("p", "w").holder() == RunRef("wf", "r2")  # type: ignore[union-attr]
-    assert backend.get("p", "w", 1).state.resources == [
+    assert backend.lock(STACK).holder() == RunRef("wf", "r2")  # type: ignore[union-attr]
+    assert backend.get(STACK, 1).state.resources == [
         Resource(id="a", type=ResourceType.OnPrem, attributes={"v": 1})
     ]
     await env("wf", "r2").run(
         acts.walk.set_phase, PhaseInput(project="p", workspace="w", revision=1, phase="succeeded")
     )
-    assert backend.phase_of("p", "w", 1) is Phase.succeeded and backend.lock("p", "w") is None
+    assert backend.phase_of(STACK, 1) is Phase.succeeded and backend.lock(STACK) is None
 
 
 async def test_another_workflow_never_takes_the_stack_over(backend: StateBackend) -> None:
@@ -172,4 +174,4 @@ async def test_another_workflow_never_takes_the_stack_over(backend: StateBackend
         await env("intruder", "r2").run(acts.walk.apply_resource, node(plan.spec_ref, 1))
     assert info.value.type == "Fenced"
     assert runtime.applied == [] and oracle.asked == []
-    assert backend.lock("p", "w").holder() == RunRef("wf", "r1")  # type: ignore[union-attr]
+    assert backend.lock(STACK).holder() == RunRef("wf", "r1")  # type: ignore[union-attr]

@@ -26,6 +26,7 @@ from stackflow.masking import (
     sensitive_values,
 )
 from stackflow.operation import NodeInput, OperationInput, PrepareInput, RunOwner
+from stackflow.refs import StackRef
 from stackflow.release import Phase
 from stackflow.runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
 from stackflow.runtimes.registry import RuntimeRegistry
@@ -163,9 +164,9 @@ def test_derived_paths_are_sealed_at_rest() -> None:
         {"id": "builtin:terraform:terraform_data:d", "type": "Terraform", "attributes": attributes}
     )
     sealer = Sealer(keys)
-    body = sealer.seal("p", "w", 1, resource)
+    body = sealer.seal(StackRef("p", "w"), 1, resource)
     assert PASSWORD not in body and "0d9e2f5a" not in body
-    assert sealer.open("p", "w", body).attributes == attributes
+    assert sealer.open(StackRef("p", "w"), body).attributes == attributes
 
 
 def _terraform_data(sensitive: list[str]) -> Any:
@@ -334,7 +335,7 @@ async def test_apply_records_derived_and_equal_values_of_the_stack(backend: Stat
                     owner=RunOwner(workflow_id="wf", run_id=run),
                 )
             )
-        backend.set_phase("p", "w", plan.revision, Phase.succeeded, run=RunRef("wf", run))
+        backend.set_phase(StackRef("p", "w"), plan.revision, Phase.succeeded, run=RunRef("wf", run))
         return plan.revision
 
     gen = {"id": "gen", "type": "OnPrem", "attributes": {"kind": "File", "path": "/gen"}}
@@ -344,7 +345,7 @@ async def test_apply_records_derived_and_equal_values_of_the_stack(backend: Stat
     echo = {"id": "echo", "type": "OnPrem", "attributes": {"note": PASSWORD, "kind": "File"}}
     revision = await apply("r2", [gen, copy, echo])
     assert runtime.requests["copy"].sensitive_paths == ["input"]  # handed to the runtime
-    state = backend.get("p", "w", revision).state.by_id()
+    state = backend.get(StackRef("p", "w"), revision).state.by_id()
     assert recorded_sensitive(state["copy"].attributes) == ["id", "input", "output"]
     assert recorded_sensitive(state["echo"].attributes) == ["note"]  # the stack's secret
     for rid in ("copy", "echo"):

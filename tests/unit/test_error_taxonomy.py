@@ -18,6 +18,7 @@ from stackflow.activities.errors import BUG_ATTEMPTS, temporal_errors, to_applic
 from stackflow.cache import PriorStateCache
 from stackflow.errors import BackendUnavailableError, FencedError, SpecError, StackLockedError
 from stackflow.operation import NodeInput, OperationInput, PrepareInput, RunOwner
+from stackflow.refs import StackRef
 from stackflow.runtimes.base import (
     Attributes,
     Conflict,
@@ -141,6 +142,6 @@ async def test_watch_records_the_object_before_waiting_and_keeps_reference_edges
             continue
         with pytest.raises(ApplicationError, match="b is not ready"):
             await acts.walk.apply_resource(node)
-    state = backend.resources("p", "w", plan.revision or 0)
+    state = backend.resources(StackRef("p", "w"), plan.revision or 0)
     assert state["b"].attributes == {"from_a": 1, "status": "created"}  # recorded, not vanished
     assert state["b"].depends_on == ["a"]  # the $kusion_path edge: destroy deletes b first

@@ -15,6 +15,7 @@ from stackflow.masking import (
     release_sensitive_paths,
     sensitive_paths_for,
 )
+from stackflow.refs import StackRef
 from stackflow.release_diff import (
     FieldChangeKind,
     FieldDiff,
@@ -64,8 +65,7 @@ def diff(
         return None if resources is None else Spec(resources=resources, context=context or {})
 
     return diff_releases(
-        "p",
-        "w",
+        StackRef("p", "w"),
         1,
         spec(old_spec, old_context),
         old_state,

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from stackflow.refs import StackRef
 from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
 from stackflow.runtimes.terraform.batch import (
     BATCH_LIMIT,
@@ -220,15 +221,16 @@ async def test_states_asked_for_together_are_read_together() -> None:
     reads: list[tuple[str, str, list[str]]] = []
     kept = {"a": "A", "b": "B", "bad": "B4D"}
 
-    def fetch(project: str, workspace: str, ids: list[str]) -> dict[str, str]:
-        reads.append((project, workspace, sorted(ids)))
+    def fetch(stack: StackRef, ids: list[str]) -> dict[str, str]:
+        reads.append((stack.project, stack.workspace, sorted(ids)))
         if "bad" in ids:
             raise ValueError("the state of bad does not open")
         return {i: kept[i] for i in ids if i in kept}
 
     loader = StateLoader(fetch)
     got = await asyncio.gather(
-        *(loader.get("p", "w", i) for i in ("a", "b", "a", "none")), loader.get("q", "w", "a")
+        *(loader.get(StackRef("p", "w"), i) for i in ("a", "b", "a", "none")),
+        loader.get(StackRef("q", "w"), "a"),
     )
     assert got == ["A", "B", "A", None, "A"]
     assert sorted(reads) == [("p", "w", ["a", "b", "none"]), ("q", "w", ["a"])]
@@ -236,14 +238,16 @@ async def test_states_asked_for_together_are_read_together() -> None:
     # one state that cannot be read fails its own call only
     reads.clear()
     found = await asyncio.gather(
-        loader.get("p", "w", "a"), loader.get("p", "w", "bad"), return_exceptions=True
+        loader.get(StackRef("p", "w"), "a"),
+        loader.get(StackRef("p", "w"), "bad"),
+        return_exceptions=True,
     )
     assert found[0] == "A" and "does not open" in str(found[1])
     assert reads == [("p", "w", ["a", "bad"]), ("p", "w", ["a"]), ("p", "w", ["bad"])]
 
     # a caller cancelled while waiting does not take the answer from another caller of the id
-    first = asyncio.ensure_future(loader.get("p", "w", "b"))
-    second = asyncio.ensure_future(loader.get("p", "w", "b"))
+    first = asyncio.ensure_future(loader.get(StackRef("p", "w"), "b"))
+    second = asyncio.ensure_future(loader.get(StackRef("p", "w"), "b"))
     await asyncio.sleep(0)
     first.cancel()
     assert await second == "B" and first.cancelled()

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from stackflow.refs import StackRef
 from stackflow.runtimes.base import Conflict, InvalidInput, ResourceRequest, RuntimeOptions
 
 JSON = dict[str, Any]
@@ -108,12 +109,13 @@ def check_id(resource: ResourceRequest, ref: ObjectRef, namespaced: bool | None)
         )
 
 
-def owner_of(live: Mapping[str, Any]) -> tuple[str, str] | None:
+def owner_of(live: Mapping[str, Any]) -> StackRef | None:
+    """The stack the object's ownership annotations name, if any."""
     annotations = (live.get("metadata") or {}).get("annotations") or {}
     project = annotations.get(ANNOTATION_PROJECT)
     if not project:
         return None
-    return str(project), str(annotations.get(ANNOTATION_WORKSPACE) or "")
+    return StackRef(str(project), str(annotations.get(ANNOTATION_WORKSPACE) or ""))
 
 
 def desired_object(resource: ResourceRequest, options: RuntimeOptions) -> JSON:
@@ -186,14 +188,14 @@ def check_owner(
 ) -> None:
     """Refuse to touch an object another stack owns, or an unowned one not adopted."""
     owner = owner_of(live)
-    this = (options.project, options.workspace)
+    this = options.stack
     rid = resource.id
     if owner is not None and owner != this:
         action = "delete" if deleting else "apply"
         raise Conflict(
-            f"{rid}: {ref.describe()} belongs to stackflow stack {owner[0]}/{owner[1]} "
+            f"{rid}: {ref.describe()} belongs to stackflow stack {owner} "
             f"(annotations {ANNOTATION_PROJECT}, {ANNOTATION_WORKSPACE}); refusing to {action} it "
-            f"from {this[0]}/{this[1]}: remove it from that stack first",
+            f"from {this}: remove it from that stack first",
             resource_id=rid,
         )
     if owner is None and not deleting and resource.prior_state is None:

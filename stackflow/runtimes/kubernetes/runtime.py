@@ -282,7 +282,7 @@ class KubernetesRuntime(KubeConnection):
         prior = resource.prior_state
         # An object this stack recorded with its own ownership markers is this stack's (no
         # other stack applies or adopts an owned object): apply without reading it first.
-        ours = prior is not None and owner_of(prior) == (options.project, options.workspace)
+        ours = prior is not None and owner_of(prior) == options.stack
         if not ours:
             live = self._get(client, api, ref, resource.id)
             if live is not None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from stackflow.refs import StackRef
 from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
 from stackflow.runtimes.terraform.config import TerraformResource
 from stackflow.runtimes.terraform.state import State
@@ -180,14 +181,13 @@ class StateLoader:
     the members of a batch (which all start in one turn) cost one query instead of one
     each, and reach the batch together instead of trickling in through the thread pool."""
 
-    def __init__(self, fetch: Callable[[str, str, list[str]], Mapping[str, str]]) -> None:
+    def __init__(self, fetch: Callable[[StackRef, list[str]], Mapping[str, str]]) -> None:
         self._fetch = fetch
-        self._pending: dict[tuple[str, str], dict[str, asyncio.Future[str | None]]] = {}
+        self._pending: dict[StackRef, dict[str, asyncio.Future[str | None]]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
-    async def get(self, project: str, workspace: str, resource_id: str) -> str | None:
+    async def get(self, stack: StackRef, resource_id: str) -> str | None:
         loop = asyncio.get_running_loop()
-        stack = (project, workspace)
         pending = self._pending.get(stack)
         if pending is None:
             pending = self._pending[stack] = {}
@@ -200,20 +200,18 @@ class StateLoader:
         # a cancelled caller must not cancel the answer another caller of the id awaits
         return await asyncio.shield(future)
 
-    async def _load(
-        self, stack: tuple[str, str], pending: dict[str, asyncio.Future[str | None]]
-    ) -> None:
+    async def _load(self, stack: StackRef, pending: dict[str, asyncio.Future[str | None]]) -> None:
         await asyncio.sleep(0)  # the other calls of this turn join
         if self._pending.get(stack) is pending:
             del self._pending[stack]
         ids = list(pending)
         try:
-            found = await asyncio.to_thread(self._fetch, *stack, ids)
+            found = await asyncio.to_thread(self._fetch, stack, ids)
         except Exception:
             # e.g. one state that does not open: each id alone, so only its own call fails
             for rid in ids:
                 try:
-                    one = await asyncio.to_thread(self._fetch, *stack, [rid])
+                    one = await asyncio.to_thread(self._fetch, stack, [rid])
                 except Exception as exc:
                     _answer(pending[rid], error=exc)
                 else:

@@ -31,6 +31,7 @@ from python_terraform import IsFlagged
 
 from stackflow.config import stackflow_home
 from stackflow.policy import WorkerPolicy, worker_policy
+from stackflow.refs import StackRef
 from stackflow.runtimes.base import (
     Attributes,
     Conflict,
@@ -293,12 +294,12 @@ class TerraformRuntime(Runtime):
         """The state the backend kept for the resource after its last command."""
         if self.backend is None:
             return None
-        body = await self._states.get(options.project, options.workspace, resource_id)
+        body = await self._states.get(options.stack, resource_id)
         return json.loads(body) if body else None
 
-    def _kept_states(self, project: str, workspace: str, ids: list[str]) -> Mapping[str, str]:
+    def _kept_states(self, stack: StackRef, ids: list[str]) -> Mapping[str, str]:
         assert self.backend is not None
-        return self.backend.get_terraform_states(project, workspace, ids)
+        return self.backend.get_terraform_states(stack, ids)
 
     async def _keep(self, wd: Workdir, options: RuntimeOptions) -> None:
         """Right after a command that may change the state: the backend keeps it (fenced by
@@ -313,8 +314,7 @@ class TerraformRuntime(Runtime):
         run = options.owner
         await asyncio.to_thread(
             self.backend.put_terraform_state,
-            options.project,
-            options.workspace,
+            options.stack,
             resource_id,
             json.dumps(state, separators=(",", ":")),
             revision=options.revision,
@@ -554,8 +554,7 @@ class TerraformRuntime(Runtime):
                 owner = options.owner
                 await asyncio.to_thread(
                     self.backend.put_terraform_states,
-                    options.project,
-                    options.workspace,
+                    options.stack,
                     {rid: json.dumps(part, separators=(",", ":")) for rid, part in parts.items()},
                     revision=options.revision,
                     run=owner,

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from stackflow.refs import StackRef
 from stackflow.spec import Resource
 from stackflow.state.backend import RunRef, StateBackend
 
 R1 = RunRef("stackflow/p/w", "run-1")
 R2 = RunRef("stackflow/p/w", "run-2")
+STACK = StackRef("p", "w")
+"""The stack the suites write (``R1`` and ``R2`` are runs of its workflow)."""
 
 
 def res(rid: str, **attributes: object) -> Resource:

@@ -7,9 +7,10 @@ from typing import Any
 
 import pytest
 
+from stackflow.refs import StackRef
 from stackflow.state.backend import StateBackend
 from stackflow.state.protocols import DriftReportStore
-from tests.conformance.state.common import R1, R2, narrow, res  # noqa: F401
+from tests.conformance.state.common import R1, R2, STACK, narrow, res  # noqa: F401
 
 
 @pytest.fixture
@@ -23,7 +24,7 @@ def test_drift_reports_newest_first_and_idempotent(backend: StateBackend) -> Non
 
     from stackflow.drift import DriftReport, DriftSummary
 
-    assert backend.drift_reports("p", "w") == []
+    assert backend.drift_reports(STACK) == []
     t0 = datetime(2026, 1, 1, tzinfo=UTC)
     first = DriftReport(
         project="p",
@@ -45,7 +46,7 @@ def test_drift_reports_newest_first_and_idempotent(backend: StateBackend) -> Non
     backend.put_drift_report(first)
     backend.put_drift_report(second)
     backend.put_drift_report(second)  # a retried activity writes the same row
-    got = backend.drift_reports("p", "w", limit=5)
+    got = backend.drift_reports(STACK, limit=5)
     assert [r.drifted for r in got] == [True, False]
     assert got[0] == second and got[1] == first
-    assert backend.drift_reports("p", "other") == []
+    assert backend.drift_reports(StackRef("p", "other")) == []

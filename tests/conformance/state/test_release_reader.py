@@ -11,7 +11,7 @@ from stackflow.release import Operation, Phase
 from stackflow.spec import parse_spec
 from stackflow.state.backend import StateBackend
 from stackflow.state.protocols import BlobStore, ReleaseReader, ReleaseWriter, StackLocks
-from tests.conformance.state.common import R1, R2, narrow, res  # noqa: F401
+from tests.conformance.state.common import R1, R2, STACK, narrow, res  # noqa: F401
 
 
 @pytest.fixture
@@ -22,13 +22,13 @@ def backend(backend: StateBackend) -> Any:
 
 def test_latest_succeeded_and_spec_refs(backend: StateBackend) -> None:
     spec = parse_spec({"resources": [{"id": "a", "type": "OnPrem", "attributes": {}}]})
-    assert backend.latest("p", "w") is None and backend.latest_succeeded_revision("p", "w") is None
-    backend.create("p", "w", Operation.apply, spec, run=R1)
-    backend.set_phase("p", "w", 1, Phase.succeeded, run=R1)
-    backend.create("p", "w", Operation.destroy, run=R2)
-    backend.set_phase("p", "w", 2, Phase.failed, run=R2)
-    assert backend.latest_succeeded_revision("p", "w") == 1
-    latest = backend.latest("p", "w")
+    assert backend.latest(STACK) is None and backend.latest_succeeded_revision(STACK) is None
+    backend.create(STACK, Operation.apply, spec, run=R1)
+    backend.set_phase(STACK, 1, Phase.succeeded, run=R1)
+    backend.create(STACK, Operation.destroy, run=R2)
+    backend.set_phase(STACK, 2, Phase.failed, run=R2)
+    assert backend.latest_succeeded_revision(STACK) == 1
+    latest = backend.latest(STACK)
     assert latest is not None and latest.revision == 2 and latest.spec is None
-    assert backend.latest_spec_ref("p", "w") == backend.put_spec(spec)
-    assert backend.stacks() == [("p", "w")]
+    assert backend.latest_spec_ref(STACK) == backend.put_spec(spec)
+    assert backend.stacks() == [STACK]

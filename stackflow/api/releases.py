@@ -1,0 +1,47 @@
+"""Releases and outputs from the state backend, every value through
+:func:`stackflow.masking.masked_release_data` (sensitive values never served)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stackflow.api.context import ApiContext
+from stackflow.errors import NotFoundError
+from stackflow.masking import masked_release_data
+from stackflow.refs import StackRef
+from stackflow.release import Release
+
+LISTED = ("spec", "state", "changes")
+"""Left out of a listing (``…/releases/{revision}`` has them)."""
+
+
+def summary(release: Release) -> dict[str, Any]:
+    data = release.model_dump(mode="json", exclude=set(LISTED))
+    data["resource_count"] = release.resource_count
+    return data
+
+
+async def list_releases(ctx: ApiContext, stack: StackRef) -> list[dict[str, Any]]:
+    releases = await ctx.state(lambda: ctx.backend.list(stack))
+    return [summary(r) for r in sorted(releases, key=lambda r: r.revision, reverse=True)]
+
+
+async def one_release(ctx: ApiContext, stack: StackRef, revision: int) -> dict[str, Any]:
+    release = await ctx.state(lambda: ctx.backend.get(stack, revision))
+    return masked_release_data(release)
+
+
+async def outputs(ctx: ApiContext, stack: StackRef) -> dict[str, Any]:
+    """The latest release's recorded attributes per resource id, masked."""
+    latest = await ctx.state(lambda: ctx.backend.latest(stack))
+    if latest is None:
+        raise NotFoundError(f"stack {stack} has no releases")
+    data = masked_release_data(latest)
+    resources = (data.get("state") or {}).get("resources") or []
+    return {
+        "project": stack.project,
+        "workspace": stack.workspace,
+        "revision": latest.revision,
+        "phase": latest.phase,
+        "outputs": {r["id"]: r.get("attributes") or {} for r in resources},
+    }

@@ -83,11 +83,11 @@ def token_hash(token: str) -> str:
 class TokenTable:
     """The tokens one server accepts."""
 
-    def __init__(self, entries: list[TokenEntry]) -> None:
+    def __init__(self, entries: list[TokenEntry], source: str = "API tokens") -> None:
         names = [e.name for e in entries]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
-            raise SpecError(f"API tokens: the name {dup[0]!r} is given twice")
+            raise SpecError(f"{source}: the name {dup[0]!r} is given twice")
         self.entries = entries
         self._digests = [bytes.fromhex(e.sha256) for e in entries]
 
@@ -123,7 +123,7 @@ def parse_tokens(text: str | bytes, source: str = "tokens file") -> TokenTable:
             field = ".".join(str(p) for p in first["loc"]) or "entry"
             msg = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
             raise SpecError(f"{source}: token {i + 1}: {field}: {msg}") from None
-    return TokenTable(entries)
+    return TokenTable(entries, source)
 
 
 def load_tokens(path: str | None = None) -> TokenTable:

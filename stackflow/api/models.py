@@ -128,6 +128,24 @@ class RunView(BaseModel):
     """A drift check's result (drifted, summary, repair) once it has ended."""
 
 
+class RunSummary(BaseModel):
+    run_id: str
+    workflow_id: str
+    operation: str
+    status: str
+    requested_by: str | None = None
+    message: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+
+class RunPage(BaseModel):
+    """``GET …/runs``: one page; ``next_page_token`` (as ``?page_token=``) gets the next."""
+
+    runs: list[RunSummary]
+    next_page_token: str | None = None
+
+
 class Health(BaseModel):
     status: str
     checks: dict[str, str] = Field(default_factory=dict)

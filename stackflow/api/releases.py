@@ -45,3 +45,26 @@ async def outputs(ctx: ApiContext, stack: StackRef) -> dict[str, Any]:
         "phase": latest.phase,
         "outputs": {r["id"]: r.get("attributes") or {} for r in resources},
     }
+
+
+async def release_diff(ctx: ApiContext, stack: StackRef, old: int, new: int) -> dict[str, Any]:
+    """What changed from release ``old`` to ``new`` (spec and recorded state), sensitive
+    values masked on both sides: ``stackflow release diff --output json``."""
+    from stackflow.release_diff import diff_releases
+
+    def load() -> tuple[Release, Release]:
+        revisions = ctx.backend.revisions(stack)
+        if not revisions:
+            raise NotFoundError(f"stack {stack} has no releases")
+        for revision in dict.fromkeys((old, new)):
+            if revision not in revisions:
+                raise NotFoundError(f"release {revision} of {stack} does not exist")
+        before = ctx.backend.get(stack, old)
+        return before, before if new == old else ctx.backend.get(stack, new)
+
+    before, after = await ctx.state(load)
+    found = diff_releases(
+        stack, old, before.spec, before.state.resources, new, after.spec, after.state.resources
+    )
+    data: dict[str, Any] = found.model_dump(mode="json")
+    return data

@@ -6,14 +6,22 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Header, Path, Request
+from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
 from fastapi.responses import JSONResponse
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 
 from stackflow.api import releases, runs
 from stackflow.api.auth import Identity, Role
 from stackflow.api.context import ApiContext
-from stackflow.api.models import Health, RunCreated, RunRequest, RunView, StepRequest, StepResult
+from stackflow.api.models import (
+    Health,
+    RunCreated,
+    RunPage,
+    RunRequest,
+    RunView,
+    StepRequest,
+    StepResult,
+)
 from stackflow.api.problems import PROBLEM_JSON, Problem, problem
 from stackflow.operation import NAME_LIMIT, NAME_PATTERN, REVISION_LIMIT
 from stackflow.refs import StackRef
@@ -105,6 +113,20 @@ async def start_run(
         status_code=201 if started.created else 200,
         headers={"Location": created.status_url},
     )
+
+
+@router.get(STACK + "/runs", response_model=RunPage, responses=ERRORS)
+async def list_runs(
+    request: Request,
+    project: ProjectPath,
+    workspace: WorkspacePath,
+    _: Viewer,
+    page_size: Annotated[int, Query(ge=1, le=runs.PAGE_LIMIT)] = 20,
+    page_token: Annotated[str | None, Query(max_length=4096)] = None,
+) -> RunPage:
+    """The stack's runs (running first, then newest first), a page at a time."""
+    stack = StackRef(project, workspace)
+    return await runs.list_runs(ctx_of(request), stack, page_size, page_token)
 
 
 @router.get(STACK + "/runs/{run_id}", response_model=RunView, responses=ERRORS)
@@ -238,6 +260,22 @@ async def get_release(
 ) -> dict[str, Any]:
     """One release with its spec and recorded state, sensitive values masked."""
     return await releases.one_release(ctx_of(request), StackRef(project, workspace), revision)
+
+
+Revision = Annotated[int, Path(ge=1, le=REVISION_LIMIT)]
+
+
+@router.get(STACK + "/releases/{old}/diff/{new}", responses=ERRORS)
+async def diff_releases(
+    request: Request,
+    project: ProjectPath,
+    workspace: WorkspacePath,
+    old: Revision,
+    new: Revision,
+    _: Viewer,
+) -> dict[str, Any]:
+    """What changed between two releases, masked (as `stackflow release diff --output json`)."""
+    return await releases.release_diff(ctx_of(request), StackRef(project, workspace), old, new)
 
 
 @router.get(STACK + "/outputs", responses=ERRORS)

@@ -12,6 +12,7 @@ the stack is busy looks at the running run's memo: the same key and body is that
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import uuid
@@ -30,10 +31,18 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from stackflow.api.context import ApiContext
-from stackflow.api.models import TAKES, WORKFLOWS, RunOperation, RunRequest, RunView
+from stackflow.api.models import (
+    TAKES,
+    WORKFLOWS,
+    RunOperation,
+    RunPage,
+    RunRequest,
+    RunSummary,
+    RunView,
+)
 from stackflow.api.problems import Problem
 from stackflow.budget import BUDGET
-from stackflow.cli.connection import START_TOKEN
+from stackflow.cli.connection import START_TOKEN, is_unreachable
 from stackflow.cli.drift import drift_workflow_id
 from stackflow.cli.runner import OperationFailed
 from stackflow.codec import encoded_size
@@ -429,3 +438,55 @@ async def steer(
             f"{action} refused: {getattr(cause, 'message', None) or cause}"
         ) from None
     return str(result)
+
+
+PAGE_LIMIT = 100
+
+
+def _page_token(text: str | None) -> bytes | None:
+    if not text:
+        return None
+    try:
+        padded = text.encode("ascii") + b"=" * (-len(text) % 4)
+        return base64.b64decode(padded, altchars=b"-_", validate=True)
+    except (ValueError, UnicodeEncodeError):
+        raise SpecError("page_token: not a token this API gave out") from None
+
+
+async def list_runs(
+    ctx: ApiContext, stack: StackRef, page_size: int, page_token: str | None
+) -> RunPage:
+    """One page of the stack's runs (every operation, also runs the CLI or a Schedule
+    started), in Temporal's visibility order: running ones first, then the newest."""
+    client = await ctx.client()
+    ids = ", ".join(f"'{wid}'" for wid in candidate_ids(stack))
+    pages = client.list_workflows(
+        f"WorkflowId IN ({ids})", page_size=page_size, next_page_token=_page_token(page_token)
+    )
+    try:
+        await pages.fetch_next_page()
+    except RPCError as exc:
+        # Temporal answers a token it did not make with INVALID_ARGUMENT or UNKNOWN
+        if page_token and not is_unreachable(exc):
+            raise SpecError("page_token: not a token this API gave out") from None
+        raise
+    items = []
+    for execution in pages.current_page or []:
+        status = execution.status or WorkflowExecutionStatus.RUNNING
+        items.append(
+            RunSummary(
+                run_id=execution.run_id,
+                workflow_id=execution.id,
+                operation=operation_of(execution.workflow_type),
+                status=status.name.lower(),
+                requested_by=await _memo(execution, REQUESTED_BY_MEMO),
+                message=await _memo(execution, MESSAGE_MEMO),
+                started_at=execution.start_time,
+                ended_at=execution.close_time,
+            )
+        )
+    token = pages.next_page_token
+    return RunPage(
+        runs=items,
+        next_page_token=base64.urlsafe_b64encode(token).decode().rstrip("=") if token else None,
+    )

@@ -413,3 +413,84 @@ def test_bad_requests_are_problems_never_500(http: httpx.Client) -> None:
     assert is_problem(r, 422)["detail"] == "spec: resources[0] (id 'a'): type: Field required"
     r = http.post(runs, json={"operation": "apply", "spec_yaml": "a: 1\na: 2\n"}, headers=auth())
     assert 'duplicate key "a"' in is_problem(r, 422)["detail"]
+
+
+def test_runs_listing_and_release_diff(http: httpx.Client, tmp_path: Path) -> None:
+    project = new_project()
+    base = f"/v1/stacks/{project}/default"
+    spec = small_spec(tmp_path)
+    urls = []
+    for content in ("port = 1\n", "port = 2\n"):
+        spec["resources"][1]["attributes"]["content"] = content
+        r = http.post(
+            f"{base}/runs",
+            json={"operation": "apply", "spec": spec, "auto_approve": True},
+            headers=auth("operator"),
+        )
+        assert r.status_code == 201, r.text
+        urls.append(r.json()["status_url"])
+        view = wait_run(http, urls[-1], lambda v: v["status"] != "running")
+        assert view["phase"] == "succeeded", view
+        # auto_approve: the approval names the caller, as the CLI's --yes names the user
+        assert view["approved_by"] == "operator (auto_approve)"
+
+    page = http.get(f"{base}/runs", params={"page_size": 1}, headers=auth("viewer")).json()
+    assert len(page["runs"]) == 1 and page["next_page_token"]
+    rest = http.get(
+        f"{base}/runs", params={"page_token": page["next_page_token"]}, headers=auth("viewer")
+    ).json()
+    listed = page["runs"] + rest["runs"]
+    assert {f"{base}/runs/{x['run_id']}" for x in listed} == set(urls)
+    assert {(x["operation"], x["status"], x["requested_by"]) for x in listed} == {
+        ("apply", "completed", "operator")
+    }
+    for token in ("%%%", "bm90IGEgdG9rZW4"):  # not base64; base64 of no token
+        bad = http.get(f"{base}/runs", params={"page_token": token}, headers=auth("viewer"))
+        assert "page_token" in is_problem(bad, 422)["detail"]
+
+    diff = http.get(f"{base}/releases/1/diff/2", headers=auth("viewer"))
+    assert diff.status_code == 200, diff.text
+    [changed] = diff.json()["spec"]["resources"]
+    assert changed["change"] == "changed"
+    assert [(f["path"], f["old"], f["new"]) for f in changed["fields"]] == [
+        ("content", "port = 1\n", "port = 2\n")
+    ]
+    is_problem(http.get(f"{base}/releases/1/diff/9", headers=auth("viewer")), 404)
+
+
+async def test_a_big_spec_goes_by_reference(http: httpx.Client, tmp_path: Path) -> None:
+    """Over the history budget even compressed, the spec is stored in the state backend
+    first and the run's input names it (``spec_ref``), as the CLI does with the backend."""
+    import base64
+
+    from temporalio.client import Client
+
+    from stackflow.codec import data_converter
+    from tests.integration.opshelp import payload_json_async
+
+    resources = [
+        file_resource(tmp_path / f"big{i}", base64.b64encode(os.urandom(120_000)).decode())
+        for i in range(3)
+    ]
+    project = new_project()
+    r = http.post(
+        f"/v1/stacks/{project}/default/runs",
+        json={"operation": "preview", "spec": {"resources": resources}},
+        headers=auth("operator"),
+    )
+    assert r.status_code == 201, r.text
+    view = wait_run(http, r.json()["status_url"], lambda v: v["status"] != "running")
+    assert view["status"] == "completed", view
+    client = await Client.connect(
+        require_env("TEMPORAL_ADDRESS"),
+        namespace=os.environ.get("TEMPORAL_NAMESPACE", "default"),
+        data_converter=data_converter(),
+    )
+    handle = client.get_workflow_handle(r.json()["workflow_id"], run_id=r.json()["run_id"])
+    async for event in handle.fetch_history_events():
+        [payload] = event.workflow_execution_started_event_attributes.input.payloads
+        started = await payload_json_async(payload)
+        break
+    assert started["spec_ref"].startswith("sha256:") and started.get("spec") is None
+    changes = http.get(f"{r.json()['status_url']}/preview", headers=auth("viewer")).json()
+    assert changes["summary"]["Create"] == 3

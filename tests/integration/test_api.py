@@ -494,3 +494,35 @@ async def test_a_big_spec_goes_by_reference(http: httpx.Client, tmp_path: Path) 
     assert started["spec_ref"].startswith("sha256:") and started.get("spec") is None
     changes = http.get(f"{r.json()['status_url']}/preview", headers=auth("viewer")).json()
     assert changes["summary"]["Create"] == 3
+
+
+def test_every_operation_through_the_api(http: httpx.Client, tmp_path: Path) -> None:
+    project = new_project()
+    base = f"/v1/stacks/{project}/default"
+    conf = tmp_path / "app" / "app.conf"
+
+    def run(body: dict[str, Any]) -> dict[str, Any]:
+        r = http.post(f"{base}/runs", json=body, headers=auth("operator"))
+        assert r.status_code == 201, r.text
+        return wait_run(http, r.json()["status_url"], lambda v: v["status"] != "running")
+
+    spec = small_spec(tmp_path)
+    assert run({"operation": "apply", "spec": spec, "auto_approve": True})["revision"] == 1
+    spec["resources"][1]["attributes"]["content"] = "port = 9\n"
+    assert run({"operation": "apply", "spec": spec, "auto_approve": True})["revision"] == 2
+    assert conf.read_text() == "port = 9\n"
+
+    view = run({"operation": "refresh", "auto_approve": True})
+    assert (view["operation"], view["phase"], view["revision"]) == ("refresh", "succeeded", 3)
+    view = run({"operation": "rollback", "to_revision": 1, "auto_approve": True})
+    assert (view["operation"], view["phase"], view["revision"]) == ("rollback", "succeeded", 4)
+    assert conf.read_text() == "port = 8080\n"
+    view = run({"operation": "drift"})
+    assert (view["operation"], view["status"]) == ("drift", "completed"), view
+    assert view["result"]["drifted"] is False
+    view = run({"operation": "destroy", "auto_approve": True})
+    assert (view["operation"], view["phase"], view["revision"]) == ("destroy", "succeeded", 5)
+    assert not conf.exists()
+    listed = http.get(f"{base}/releases", headers=auth("viewer")).json()
+    assert [x["operation"] for x in listed] == ["destroy", "rollback", "refresh", "apply", "apply"]
+    assert listed[1]["source_revision"] == 1

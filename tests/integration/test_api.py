@@ -526,3 +526,56 @@ def test_every_operation_through_the_api(http: httpx.Client, tmp_path: Path) -> 
     listed = http.get(f"{base}/releases", headers=auth("viewer")).json()
     assert [x["operation"] for x in listed] == ["destroy", "rollback", "refresh", "apply", "apply"]
     assert listed[1]["source_revision"] == 1
+
+
+def test_retry_of_a_paused_run_and_an_idempotent_approve(
+    http: httpx.Client, tmp_path: Path
+) -> None:
+    project = new_project()
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where a directory must go\n")
+    spec = {"resources": [file_resource(blocker / "x", "x\n")]}
+    r = http.post(
+        f"/v1/stacks/{project}/default/runs",
+        json={"operation": "apply", "spec": spec, "on_failure": "pause"},
+        headers=auth("operator"),
+    )
+    assert r.status_code == 201, r.text
+    url = r.json()["status_url"]
+    wait_run(http, url, lambda v: v["phase"] == "awaitingApproval")
+    key = {"Idempotency-Key": "approve-once"}
+    first = http.post(f"{url}/approve", headers=auth("admin") | key)
+    again = http.post(f"{url}/approve", headers=auth("admin") | key)  # the same Update
+    assert first.status_code == again.status_code == 200, (first.text, again.text)
+    assert again.json()["result"] == first.json()["result"] == "approved by admin"
+    wait_run(http, url, lambda v: v["phase"] == "awaitingDecision")
+    blocker.unlink()  # the fix
+    r = http.post(f"{url}/retry", json={"comment": "fixed"}, headers=auth("operator"))
+    assert r.status_code == 200 and r.json()["result"] == "retry requested by operator", r.text
+    view = wait_run(http, url, lambda v: v["status"] != "running")
+    assert view["phase"] == "succeeded", view
+    assert (blocker / "x").read_text() == "x\n"
+
+
+def test_the_api_make_up_starts(tmp_path: Path) -> None:
+    """The `api` service of `make up`, as `make -s env` names it: ready, guarded, and a
+    preview run through it to its end."""
+    url = require_env("STACKFLOW_API_URL")
+    token = require_env("STACKFLOW_API_TOKEN")
+    with httpx.Client(base_url=url, timeout=60) as client:
+        assert client.get("/v1/readyz").status_code == 200
+        is_problem(client.get("/v1/stacks/demo/dev/releases"), 401)
+        headers = {"Authorization": f"Bearer {token}"}
+        r = client.post(
+            f"/v1/stacks/{new_project()}/default/runs",
+            json={"operation": "preview", "spec": small_spec(tmp_path)},
+            headers=headers,
+        )
+        assert r.status_code == 201, r.text
+        deadline = time.monotonic() + 90
+        while (view := client.get(r.json()["status_url"], headers=headers).json())[
+            "status"
+        ] == "running":
+            assert time.monotonic() < deadline, view
+            time.sleep(0.3)
+        assert view["status"] == "completed" and view["summary"]["Create"] == 2, view

@@ -7,9 +7,11 @@ keys, and ``STACKFLOW_API_TOKENS``)."""
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING, Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import PlainTextResponse
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.client import Client
@@ -43,6 +45,27 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        began = time.monotonic()
+        status = 500
+
+        async def counted_send(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.guarded(scope, receive, counted_send)
+        finally:
+            route = scope.get("route")
+            self.ctx.metrics.request(
+                scope.get("method", "GET"),
+                getattr(route, "path", None) or "(no route)",
+                status,
+                time.monotonic() - began,
+            )
+
+    async def guarded(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "")
         method: str = scope.get("method", "GET")
         headers = {k.decode("latin-1").lower(): v for k, v in scope.get("headers", [])}
@@ -128,6 +151,14 @@ def create_app(
     app.state.ctx = ctx
     problems.install(app)
     app.include_router(router)
+
+    @app.get("/metrics", response_class=PlainTextResponse, tags=["health"])
+    async def metrics(request: Request) -> PlainTextResponse:
+        """The API's request and run-start counters (Prometheus text format)."""
+        return PlainTextResponse(
+            ctx.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8"
+        )
+
     app.add_middleware(Guard, ctx=ctx)
     return app
 

@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from temporalio.client import Client
 
 from stackflow.api.auth import TokenTable
+from stackflow.api.metrics import Metrics
 from stackflow.cli.connection import TemporalUnreachable, cli_error, is_unreachable
 from stackflow.operation import TASK_QUEUE_DEFAULT
 
@@ -33,6 +34,7 @@ class ApiContext:
     tokens: TokenTable
     task_queue: str = TASK_QUEUE_DEFAULT
     max_body_bytes: int = MAX_BODY_BYTES
+    metrics: Metrics = field(default_factory=Metrics)
     _client: Client | None = field(default=None, init=False, repr=False)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
 

@@ -101,7 +101,9 @@ async def start_run(
 ) -> JSONResponse:
     """Start a run (as `stackflow preview|apply|destroy|rollback|refresh|drift check`)."""
     stack = StackRef(project, workspace)
-    started = await runs.start_run(ctx_of(request), stack, body, who.name, idempotency_key)
+    ctx = ctx_of(request)
+    started = await runs.start_run(ctx, stack, body, who.name, idempotency_key)
+    ctx.metrics.run_started(body.operation.value, started.created)
     created = RunCreated(
         run_id=started.run_id,
         workflow_id=started.handle.id,

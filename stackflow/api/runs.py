@@ -422,16 +422,22 @@ async def steer(
         raise OperationFailed(
             f"{action} refused: run {described.run_id} has ended ({described.status.name.lower()})"
         )
-    if action == "cancel":
-        await handle.cancel()
-        return f"cancel requested by {by}"
     update_id = f"{action}-" + (
         hashlib.sha256(key.encode()).hexdigest()[:32] if key else uuid.uuid4().hex
     )
     try:
+        if action == "cancel":
+            await handle.cancel()
+            return f"cancel requested by {by}"
         result = await handle.execute_update(
             action, ApprovalInput(by=by, reason=comment), id=update_id
         )
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise
+        raise OperationFailed(
+            f"{action} refused: run {described.run_id} has ended meanwhile"
+        ) from None
     except WorkflowUpdateFailedError as exc:
         cause = exc.cause
         raise OperationFailed(

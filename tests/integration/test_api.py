@@ -257,6 +257,8 @@ def test_idempotent_start_is_one_run(http: httpx.Client, tmp_path: Path) -> None
     assert view["phase"] == "failed", view
     again = http.post(url, json=body, headers=auth() | key)
     assert again.status_code == 200 and again.json()["run_id"] == first.json()["run_id"]
+    metrics = http.get("/metrics").text
+    assert 'stackflow_api_runs_started_total{operation="apply",kind="idempotent"}' in metrics
 
 
 def test_busy_stack_is_409_naming_the_run(http: httpx.Client, tmp_path: Path) -> None:

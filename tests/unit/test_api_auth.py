@@ -172,3 +172,21 @@ async def test_roles_and_unreachable_temporal(http: httpx.AsyncClient) -> None:
     assert "has no releases" in problem_of(
         await http.get("/v1/stacks/p/w/outputs", headers=viewer), 404
     )
+
+
+async def test_metrics_count_requests_by_route_never_by_name(http: httpx.AsyncClient) -> None:
+    viewer = {"Authorization": "Bearer view"}
+    await http.get("/v1/stacks/secret-project/w/releases", headers=viewer)
+    await http.get("/v1/stacks/secret-project/w/releases", headers=viewer)
+    await http.get("/v1/stacks/secret-project/w/releases")  # 401, before routing
+    r = await http.get("/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    text = r.text
+    route = "/v1/stacks/{project}/{workspace}/releases"
+    assert f'stackflow_api_requests_total{{method="GET",route="{route}",status="200"}} 2' in text
+    assert 'stackflow_api_requests_total{method="GET",route="(no route)",status="401"} 1' in text
+    assert f'stackflow_api_request_seconds_count{{method="GET",route="{route}"}} 2' in text
+    assert f'stackflow_api_request_seconds_bucket{{method="GET",route="{route}",le="+Inf"}} 2' in (
+        text
+    )
+    assert "secret-project" not in text

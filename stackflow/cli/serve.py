@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from stackflow.cli.app import app
+from stackflow.errors import StackflowError
 
 
 @app.command()
@@ -21,9 +22,15 @@ def serve(
 ) -> None:
     """Serve the HTTP API: runs, releases, outputs (bearer tokens from the file
     STACKFLOW_API_TOKENS names; Temporal and the state backend as the CLI reaches them)."""
-    import uvicorn
+    try:
+        import uvicorn
 
-    from stackflow.api.app import app_from_env
+        from stackflow.api.app import app_from_env
+    except ModuleNotFoundError as err:  # a venv from before the API's dependencies
+        raise StackflowError(
+            f"stackflow serve needs {err.name}, which this environment lacks: install the "
+            "project's dependencies again (`make setup`, or `uv sync --frozen`)"
+        ) from None
 
     api = app_from_env(max_body_bytes=max_body_bytes)
     typer.echo(f"stackflow api serving on http://{host}:{port} (OpenAPI at /openapi.json)")

@@ -180,6 +180,15 @@ async def _memo(described: Any, key: str) -> Any:
         return None
 
 
+def reused(key: str, run_id: str) -> Problem:
+    return Problem(
+        422,
+        f"Idempotency-Key {key!r} was used for another request (run {run_id}); use a new key "
+        "for a new request",
+        "idempotency-key-reused",
+    )
+
+
 async def keyed_run(
     client: Client, stack: StackRef, key: str, digest: str
 ) -> tuple[str, str] | None:
@@ -192,12 +201,7 @@ async def keyed_run(
         held = await _memo(execution, IDEMPOTENCY_MEMO)
         if isinstance(held, dict) and held.get("key") == key:
             if held.get("digest") != digest:
-                raise Problem(
-                    422,
-                    f"Idempotency-Key {key!r} was used for another request "
-                    f"(run {execution.run_id}); use a new key for a new request",
-                    "idempotency-key-reused",
-                )
+                raise reused(key, execution.run_id)
             return execution.id, execution.run_id
     return None
 
@@ -243,12 +247,7 @@ async def start_run(
         held = await _memo(described, IDEMPOTENCY_MEMO)
         if key is not None and isinstance(held, dict) and held.get("key") == key:
             if held.get("digest") != digest:
-                raise Problem(
-                    422,
-                    f"Idempotency-Key {key!r} was used for another request "
-                    f"(run {described.run_id}); use a new key for a new request",
-                    "idempotency-key-reused",
-                ) from None
+                raise reused(key, described.run_id) from None
             return Started(holder, described.run_id, created=False)
         running = exc.run_id or described.run_id
         raise StackLockedError(

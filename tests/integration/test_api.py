@@ -581,3 +581,42 @@ def test_the_api_make_up_starts(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, view
             time.sleep(0.3)
         assert view["status"] == "completed" and view["summary"]["Create"] == 2, view
+
+
+def test_secrets_are_never_served(http: httpx.Client, tmp_path: Path) -> None:
+    """A credential in the spec's ``context.env`` goes through apply and destroy: its value
+    is in no answer (run status, preview, releases, release diff, outputs), plain or base64.
+    (A Kubernetes Secret's data is masked by the same ``masked_release_data``.)"""
+    import base64
+
+    secret = f"api-{uuid.uuid4().hex[:8]}-Sup3r"
+    project = new_project()
+    base = f"/v1/stacks/{project}/default"
+    spec = {"context": {"env": {"API_TEST_TOKEN": secret}}, **small_spec(tmp_path)}
+    answers: list[str] = []
+    for body in ({"operation": "apply", "spec": spec}, {"operation": "destroy"}):
+        r = http.post(f"{base}/runs", json=body, headers=auth())
+        assert r.status_code == 201, r.text
+        url = r.json()["status_url"]
+        view = wait_run(
+            http, url, lambda v: v["phase"] == "awaitingApproval" or v["status"] != "running"
+        )
+        assert view["phase"] == "awaitingApproval", view
+        answers.append(http.get(f"{url}/preview", headers=auth()).text)
+        assert http.post(f"{url}/approve", headers=auth()).status_code == 200
+        view = wait_run(http, url, lambda v: v["status"] != "running")
+        assert view["phase"] == "succeeded", view
+        answers += [
+            http.get(url, headers=auth()).text,
+            http.get(f"{url}/preview", headers=auth()).text,
+        ]
+        answers.append(http.get(f"{base}/outputs", headers=auth()).text)
+    for path in ("releases", "releases/1", "releases/2", "releases/1/diff/2", "runs"):
+        r = http.get(f"{base}/{path}", headers=auth())
+        assert r.status_code == 200, (path, r.text)
+        answers.append(r.text)
+    served = json.loads(answers[-4])  # release 1 with its spec
+    assert set(served["spec"]["context"]["env"]) == {"API_TEST_TOKEN"}
+    for text in answers:
+        for form in (secret, base64.b64encode(secret.encode()).decode()):
+            assert form not in text

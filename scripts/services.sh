@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Starts, stops and reports stackflow's dev services on loopback: PostgreSQL (Debian's server,
 # its own cluster under the run dir), etcd + kube-apiserver + kube-controller-manager (an
-# envtest-style control plane), the Temporal dev server (with Web UI), Redis, and a stackflow
-# worker. Every service gets a pid file, a log file and a
+# envtest-style control plane), the Temporal dev server (with Web UI), Redis, a stackflow
+# worker and the HTTP API (`stackflow serve`, with a dev admin token). Every service gets a pid file, a log file and a
 # health check under the run dir; one that does not become healthy is stopped again and
 # its log is printed. Usage: services.sh up|down|status|env [service...]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-SERVICES=(postgres redis codec temporal etcd kube-apiserver kube-controller-manager kube-scheduler kwok worker)
+SERVICES=(postgres redis codec temporal etcd kube-apiserver kube-controller-manager kube-scheduler kwok worker api)
 
 pidfile() { echo "$RUN_DIR/pids/$1.pid"; }
 logfile() { echo "$RUN_DIR/logs/$1.log"; }
@@ -64,13 +64,15 @@ health_kwok() {
     kube_api GET /api/v1/nodes/kwok-node-0 | grep -q '"type":"Ready","status":"True"'
 }
 health_worker() { grep -q "stackflow worker ready" "$(logfile worker)" 2>/dev/null; }
-# The worker runs this checkout's code: a running one whose code changed since it started is
-# restarted by `up`, so `make demo`/`make test` never run against stale workflows.
+health_api() { [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$API_PORT/v1/readyz" 2>/dev/null)" = 200 ]; }
+# The worker and the API run this checkout's code: a running one whose code changed since it
+# started is restarted by `up`, so `make demo`/`make test` never run against stale workflows.
 code_hash() {
   (cd "$REPO_ROOT" && find stackflow -name '*.py' -print0 |
     sort -z | xargs -0 cat | sha256sum | cut -c1-16)
 }
-stale_worker() { [ "$(cat "$RUN_DIR/pids/worker.code" 2>/dev/null)" != "$(code_hash)" ]; }
+stale_code() { [ "$(cat "$RUN_DIR/pids/$1.code" 2>/dev/null)" != "$(code_hash)" ]; }
+runs_our_code() { [ "$1" = worker ] || [ "$1" = api ]; }
 # The tool versions a service runs with: a running service started with other versions (after an
 # upgrade, or with another STACKFLOW_KUBE_VERSION) is restarted by `up`.
 version_of() {
@@ -271,17 +273,39 @@ from stackflow.crypto import KeyRing, new_key_line, write_key_file
 write_key_file(Path('$KEY_FILE'), KeyRing.parse(new_key_line('dev1'), 'dev'))") ||
     die "could not write the dev encryption key $KEY_FILE"
 }
+# What a service's process gets of `env`: everything but the API token (argv is public).
+service_env() { env_exports | grep -v '^export STACKFLOW_API_TOKEN=' | sed 's/^export //'; }
 cmd_codec() {
   dev_key
-  echo env $(env_exports | sed 's/^export //') "$VENV/bin/stackflow" codec-server \
+  echo env $(service_env) "$VENV/bin/stackflow" codec-server \
     --port "$CODEC_PORT" --origin "http://127.0.0.1:$TEMPORAL_UI_PORT"
 }
 cmd_worker() {
-  echo env $(env_exports | sed 's/^export //') "$VENV/bin/python" -m stackflow.worker
+  echo env $(service_env) "$VENV/bin/python" -m stackflow.worker
+}
+# The API's dev tokens: one admin token (approver on every project), made once, 0600, under
+# .run/api; the tokens file holds only its sha256. `make -s env` exports the token.
+API_DIR="$RUN_DIR/api"
+dev_api_token() {
+  if [ ! -s "$API_DIR/admin.token" ]; then
+    mkdir -p "$API_DIR"
+    (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$API_DIR/admin.token.tmp")
+    mv "$API_DIR/admin.token.tmp" "$API_DIR/admin.token"
+  fi
+  if [ ! -s "$API_DIR/tokens.json" ] || [ "$API_DIR/admin.token" -nt "$API_DIR/tokens.json" ]; then
+    (umask 077 && printf '[{"name": "dev-admin", "sha256": "%s", "roles": {"*": "approver"}}]\n' \
+      "$(tr -d '\n' < "$API_DIR/admin.token" | sha256sum | cut -c1-64)" > "$API_DIR/tokens.json")
+  fi
+}
+cmd_api() {
+  dev_api_token
+  echo env $(service_env) STACKFLOW_API_TOKENS="$API_DIR/tokens.json" \
+    "$VENV/bin/stackflow" serve --host 127.0.0.1 --port "$API_PORT"
 }
 port_of() {
   case "$1" in
     postgres) echo "$PG_PORT" ;; redis) echo "$REDIS_PORT" ;; codec) echo "$CODEC_PORT" ;; temporal) echo "$TEMPORAL_PORT" ;; etcd) echo "$ETCD_PORT" ;;
+    api) echo "$API_PORT" ;;
     kube-apiserver) echo "$KUBE_API_PORT" ;; kube-controller-manager) echo "$KUBE_CM_PORT" ;;
     kube-scheduler) echo "$KUBE_SCHED_PORT" ;; kwok) echo "$KWOK_PORT" ;; *) echo "" ;;
   esac
@@ -292,8 +316,8 @@ start_one() {
   local name="$1" log pid cmd port t0=$SECONDS limit
   log="$(logfile "$name")"; limit="$(timeout_of "$name")"
   mkdir -p "$RUN_DIR/pids" "$RUN_DIR/logs"
-  if is_running "$name" && [ "$name" = worker ] && stale_worker; then
-    warn "worker code changed since it started: restarting it"; stop_one worker
+  if is_running "$name" && runs_our_code "$name" && stale_code "$name"; then
+    warn "$name code changed since it started: restarting it"; stop_one "$name"
   fi
   if is_running "$name" && stale_version "$name"; then
     warn "$name runs other versions than $(version_of "$name"): restarting it"; stop_one "$name"
@@ -313,7 +337,7 @@ start_one() {
   (cd "$RUN_DIR" && eval "exec setsid $cmd" >>"$log" 2>&1 </dev/null) &
   pid=$!
   echo "$pid" > "$(pidfile "$name")"
-  [ "$name" != worker ] || code_hash > "$RUN_DIR/pids/worker.code"
+  ! runs_our_code "$name" || code_hash > "$RUN_DIR/pids/$name.code"
   version_of "$name" > "$RUN_DIR/pids/$name.version"
   until "health_$name"; do
     if ! kill -0 "$pid" 2>/dev/null; then
@@ -351,6 +375,7 @@ stop_one() {
 
 env_exports() {
   [ -x "$VENV/bin/python" ] && dev_key
+  dev_api_token
   cat <<ENV
 export TEMPORAL_ADDRESS=127.0.0.1:$TEMPORAL_PORT
 export TEMPORAL_NAMESPACE=default
@@ -358,6 +383,8 @@ export STACKFLOW_TASK_QUEUE=${STACKFLOW_TASK_QUEUE:-stackflow}
 export STACKFLOW_TEMPORAL_UI=http://127.0.0.1:$TEMPORAL_UI_PORT
 export STACKFLOW_ENCRYPTION_KEY_FILE=$KEY_FILE
 export STACKFLOW_CODEC_ENDPOINT=http://127.0.0.1:$CODEC_PORT
+export STACKFLOW_API_URL=http://127.0.0.1:$API_PORT
+export STACKFLOW_API_TOKEN=$(cat "$API_DIR/admin.token")
 export REDIS_URL=redis://127.0.0.1:$REDIS_PORT/0
 export STACKFLOW_POSTGRES_URL=$(pg_url)
 export KUBECONFIG=$KUBECONFIG_PATH

@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "stackflow.cli.operations",
     "stackflow.cli.steer",
     "stackflow.cli.drift",
+    "stackflow.cli.serve",
 )
 
 

@@ -61,6 +61,7 @@ REQUIRED_SECRETS = {
     "REDIS_PASSWORD": "rd-Pass.3",
     "STACKFLOW_ENCRYPTION_KEY": "ci:" + "A" * 43 + "=",  # id ci, 32 zero bytes
     "STACKFLOW_CODEC_TOKEN": "cd-Token.4",
+    "STACKFLOW_API_TOKENS_FILE": "/etc/stackflow-tests/api-tokens.json",
 }
 # Optional variables the compose file substitutes; unset so the defaults are checked.
 COMPOSE_VARIABLES = (
@@ -74,6 +75,7 @@ COMPOSE_VARIABLES = (
     "COMPOSE_PROJECT_NAME",
 )
 CODEC = "codec-server"
+API = "stackflow-api"
 UI = "temporal-ui"
 # Every variable the Temporal UI image (temporalio/ui 2.54) reads into its configuration
 # (ui-server v2.54.1's config/docker.yaml template, the UI the Temporal CLI v1.9.1 embeds);
@@ -425,6 +427,7 @@ def test_expected_services(raw: dict[str, Any]) -> None:
         "redis",
         CODEC,
         WORKER,
+        API,
     }
 
 
@@ -498,6 +501,7 @@ def test_every_published_port_binds_to_loopback_only(resolved: dict[str, Any]) -
         UI: (8080, 8080),
         CODEC: (8081, 8081),
         "redis": (6379, 6379),
+        API: (8090, 8090),
     }
 
 
@@ -978,12 +982,12 @@ def test_worker_runs_as_a_fixed_unprivileged_user_owning_its_volumes(
     for match in re.finditer(r"mkdir -p ([^&]+)", runs):
         made |= set(match[1].split())
     built = [name for name, svc in services(raw).items() if "build" in svc]
-    assert set(built) == {WORKER, CODEC}
+    assert set(built) == {WORKER, CODEC, API}
     targets = set()
     for name in built:
         for volume in services(raw)[name].get("volumes") or []:
             source, target = str(volume).split(":")[:2]
-            if not source.startswith((".", "/")):
+            if not source.startswith((".", "/", "${")):  # a bind mount of a host path
                 targets.add(target)
     assert targets == {"/data/stackflow", "/data/onprem"}
     assert targets <= made and targets <= chowned, (targets, made, chowned)
@@ -1094,3 +1098,25 @@ async def test_worker_runs_with_the_compose_environment_against_the_dev_postgres
         worker.stop()
         with psycopg.connect(base, autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+
+
+def test_api_is_the_worker_image_on_the_worker_state_with_a_mounted_tokens_file(
+    raw: dict[str, Any], resolved: dict[str, Any]
+) -> None:
+    svcs = services(raw)
+    api, worker = svcs[API], svcs[WORKER]
+    assert api.get("image") == worker.get("image") and api.get("build") == worker.get("build")
+    words = command_words(api)
+    assert words[:2] == ["stackflow", "serve"]
+    assert words[words.index("--host") + 1] == "0.0.0.0"
+    [(_, container_port)] = published_ports(api)
+    assert words[words.index("--port") + 1] == str(container_port)
+    assert depends_on(api).get("stackflow-worker") == "service_started"
+    env = environment(services(resolved)[API])
+    worker_env = environment(services(resolved)[WORKER])
+    for name in ("STACKFLOW_STATE_URL", "STACKFLOW_ENCRYPTION_KEY", "TEMPORAL_ADDRESS"):
+        assert env[name] == worker_env[name], name
+    assert env["STACKFLOW_TASK_QUEUE"] == worker_env["STACKFLOW_TASK_QUEUE"]
+    mounts = [str(v) for v in api.get("volumes") or []]
+    assert any(m.endswith(f":{env['STACKFLOW_API_TOKENS']}:ro") for m in mounts), mounts
+    assert "healthcheck" in api

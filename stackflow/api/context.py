@@ -1,0 +1,58 @@
+"""What one API process holds: a Temporal client (connected on first use, shared by every
+request), the state backend, the token table and its limits. No state of its own: two
+processes built from the same settings answer alike."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeVar
+
+from starlette.concurrency import run_in_threadpool
+from temporalio.client import Client
+
+from stackflow.api.auth import TokenTable
+from stackflow.api.metrics import Metrics
+from stackflow.cli.connection import TemporalUnreachable, cli_error, is_unreachable
+from stackflow.operation import TASK_QUEUE_DEFAULT
+
+if TYPE_CHECKING:
+    from stackflow.state.backend import StateBackend
+
+T = TypeVar("T")
+
+MAX_BODY_BYTES = 8 * 1024 * 1024
+"""Largest request body by default (``stackflow serve --max-body-bytes``)."""
+
+
+@dataclass
+class ApiContext:
+    connect: Callable[[], Awaitable[Client]]
+    """Connects to Temporal (with stackflow's data converter: the payload codec and keys)."""
+    backend: StateBackend
+    tokens: TokenTable
+    task_queue: str = TASK_QUEUE_DEFAULT
+    max_body_bytes: int = MAX_BODY_BYTES
+    metrics: Metrics = field(default_factory=Metrics)
+    _client: Client | None = field(default=None, init=False, repr=False)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
+
+    async def client(self) -> Client:
+        """The shared client; TemporalUnreachable (503) while Temporal cannot be reached."""
+        if self._client is not None:
+            return self._client
+        async with self._lock:
+            if self._client is None:
+                try:
+                    self._client = await self.connect()
+                except Exception as exc:
+                    err = cli_error(exc)
+                    if err is None and not is_unreachable(exc):
+                        raise
+                    raise err or TemporalUnreachable(str(exc)) from None
+        return self._client
+
+    async def state(self, fn: Callable[[], T]) -> T:
+        """``fn()`` (a state backend call, blocking) on a worker thread."""
+        return await run_in_threadpool(fn)

@@ -1,0 +1,151 @@
+"""The API's request and response bodies (what ``/openapi.json`` describes)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from stackflow.operation import REVISION_LIMIT, Pattern
+from stackflow.release import Phase
+
+
+class RunOperation(StrEnum):
+    preview = "preview"
+    apply = "apply"
+    destroy = "destroy"
+    rollback = "rollback"
+    refresh = "refresh"
+    drift = "drift"
+
+
+WORKFLOWS = {
+    RunOperation.preview: "PreviewWorkflow",
+    RunOperation.apply: "ApplyWorkflow",
+    RunOperation.destroy: "DestroyWorkflow",
+    RunOperation.rollback: "RollbackWorkflow",
+    RunOperation.refresh: "RefreshWorkflow",
+    RunOperation.drift: "DriftWorkflow",
+}
+
+TAKES: dict[RunOperation, frozenset[str]] = {
+    RunOperation.preview: frozenset({"spec", "spec_yaml", "targets", "excludes"}),
+    RunOperation.apply: frozenset(
+        {
+            "spec",
+            "spec_yaml",
+            "auto_approve",
+            "targets",
+            "excludes",
+            "on_failure",
+            "max_concurrency",
+        }
+    ),
+    RunOperation.destroy: frozenset(
+        {"auto_approve", "targets", "excludes", "on_failure", "max_concurrency"}
+    ),
+    RunOperation.rollback: frozenset(
+        {"to_revision", "auto_approve", "on_failure", "max_concurrency"}
+    ),
+    RunOperation.refresh: frozenset({"auto_approve", "targets", "excludes"}),
+    RunOperation.drift: frozenset({"auto_approve", "repair"}),
+}
+"""The fields each operation takes besides ``operation`` and ``message`` (the CLI's options
+of the same command); any other field given is refused by name."""
+
+
+class RunRequest(BaseModel):
+    """``POST /v1/stacks/{project}/{workspace}/runs``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    operation: RunOperation
+    spec: dict[str, Any] | None = None
+    """The Kusion v1 spec as a JSON object (preview, apply)."""
+    spec_yaml: str | None = None
+    """The spec as YAML or JSON text, read as ``stackflow -f`` reads a file."""
+    to_revision: int | None = Field(default=None, ge=1, le=REVISION_LIMIT)
+    auto_approve: bool = False
+    targets: list[Pattern] = Field(default_factory=list, max_length=100)
+    excludes: list[Pattern] = Field(default_factory=list, max_length=100)
+    on_failure: Literal["fail", "pause"] = "fail"
+    max_concurrency: int = Field(default=8, ge=1, le=500)
+    repair: bool = False
+    """drift: start an apply of the last spec when drift is found."""
+    message: str | None = Field(default=None, max_length=1000)
+    """Kept with the run (its memo) and shown by ``GET …/runs/{run_id}``."""
+
+
+class RunCreated(BaseModel):
+    run_id: str
+    workflow_id: str
+    operation: RunOperation
+    status_url: str
+
+
+class StepRequest(BaseModel):
+    """``POST …/runs/{run_id}/approve|reject|retry|abort|cancel``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    comment: str | None = Field(default=None, max_length=2000)
+
+
+class StepResult(BaseModel):
+    run_id: str
+    workflow_id: str
+    action: str
+    result: str
+
+
+class RunView(BaseModel):
+    """``GET …/runs/{run_id}``: the run's phase and progress (the ``status`` query while it
+    runs, its result once it has ended)."""
+
+    run_id: str
+    workflow_id: str
+    operation: str
+    status: str
+    """Temporal's: running, completed, failed, canceled, terminated, timed_out, …"""
+    phase: Phase | None = None
+    revision: int | None = None
+    total: int = 0
+    done: int = 0
+    failed: int = 0
+    running: list[str] = Field(default_factory=list)
+    summary: dict[str, Any] = Field(default_factory=dict)
+    eta_seconds: float | None = None
+    error: str | None = None
+    error_type: str | None = None
+    requested_by: str | None = None
+    approved_by: str | None = None
+    message: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+    result: dict[str, Any] | None = None
+    """A drift check's result (drifted, summary, repair) once it has ended."""
+
+
+class RunSummary(BaseModel):
+    run_id: str
+    workflow_id: str
+    operation: str
+    status: str
+    requested_by: str | None = None
+    message: str | None = None
+    started_at: datetime | None = None
+    ended_at: datetime | None = None
+
+
+class RunPage(BaseModel):
+    """``GET …/runs``: one page; ``next_page_token`` (as ``?page_token=``) gets the next."""
+
+    runs: list[RunSummary]
+    next_page_token: str | None = None
+
+
+class Health(BaseModel):
+    status: str
+    checks: dict[str, str] = Field(default_factory=dict)

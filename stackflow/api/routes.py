@@ -1,0 +1,318 @@
+"""The ``/v1`` routes: runs of a stack (start, status, preview, steer), its releases and
+outputs, and the health checks."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
+from fastapi.responses import JSONResponse
+from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
+
+from stackflow.api import releases, runs
+from stackflow.api.auth import Identity, Role
+from stackflow.api.context import ApiContext
+from stackflow.api.models import (
+    Health,
+    RunCreated,
+    RunPage,
+    RunRequest,
+    RunView,
+    StepRequest,
+    StepResult,
+)
+from stackflow.api.problems import PROBLEM_JSON, Problem, problem
+from stackflow.operation import NAME_LIMIT, NAME_PATTERN, REVISION_LIMIT
+from stackflow.refs import StackRef
+
+router = APIRouter(prefix="/v1")
+
+ProjectPath = Annotated[
+    str, Path(min_length=1, max_length=NAME_LIMIT, pattern=NAME_PATTERN, description="Project")
+]
+WorkspacePath = Annotated[
+    str, Path(min_length=1, max_length=NAME_LIMIT, pattern=NAME_PATTERN, description="Workspace")
+]
+RunIdPath = Annotated[str, Path(min_length=1, max_length=64, description="Temporal run id")]
+KeyHeader = Annotated[
+    str | None,
+    Header(alias="Idempotency-Key", description="Makes the call exactly-once (same key)."),
+]
+STACK = "/stacks/{project}/{workspace}"
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"description": text, "content": {PROBLEM_JSON: {}}}
+    for code, text in {
+        400: "Malformed request",
+        401: "No or unknown token",
+        403: "The token's role does not allow this",
+        404: "Not found",
+        409: "Busy stack, or the run is not in a state for this",
+        413: "Body too large",
+        422: "Invalid input",
+        503: "Temporal or the state backend is unreachable",
+    }.items()
+}
+
+
+def ctx_of(request: Request) -> ApiContext:
+    ctx: ApiContext = request.app.state.ctx
+    return ctx
+
+
+def needs(role: Role) -> Any:
+    """A dependency: the caller (authenticated by the guard) holds ``role`` on the project."""
+
+    def check(request: Request, project: ProjectPath) -> Identity:
+        identity: Identity | None = getattr(request.state, "identity", None)
+        if identity is None:  # the guard authenticates every /v1/stacks request first
+            raise Problem(401, "a bearer token is required", "unauthorized")
+        if not identity.allows(project, role):
+            has = identity.role_for(project)
+            raise Problem(
+                403,
+                f"{identity.name} is {has.name if has else 'no role'} on project {project}; "
+                f"this needs {role.name}",
+                "forbidden",
+            )
+        return identity
+
+    return Depends(check)
+
+
+Viewer = Annotated[Identity, needs(Role.viewer)]
+Operator = Annotated[Identity, needs(Role.operator)]
+Approver = Annotated[Identity, needs(Role.approver)]
+
+
+@router.post(
+    STACK + "/runs",
+    status_code=201,
+    response_model=RunCreated,
+    responses={**ERRORS, 200: {"model": RunCreated, "description": "The Idempotency-Key's run"}},
+)
+async def start_run(
+    request: Request,
+    project: ProjectPath,
+    workspace: WorkspacePath,
+    body: RunRequest,
+    who: Operator,
+    idempotency_key: KeyHeader = None,
+) -> JSONResponse:
+    """Start a run (as `stackflow preview|apply|destroy|rollback|refresh|drift check`)."""
+    stack = StackRef(project, workspace)
+    ctx = ctx_of(request)
+    started = await runs.start_run(ctx, stack, body, who.name, idempotency_key)
+    ctx.metrics.run_started(body.operation.value, started.created)
+    created = RunCreated(
+        run_id=started.run_id,
+        workflow_id=started.handle.id,
+        operation=body.operation,
+        status_url=f"/v1/stacks/{project}/{workspace}/runs/{started.run_id}",
+    )
+    return JSONResponse(
+        created.model_dump(mode="json"),
+        status_code=201 if started.created else 200,
+        headers={"Location": created.status_url},
+    )
+
+
+@router.get(STACK + "/runs", response_model=RunPage, responses=ERRORS)
+async def list_runs(
+    request: Request,
+    project: ProjectPath,
+    workspace: WorkspacePath,
+    _: Viewer,
+    page_size: Annotated[int, Query(ge=1, le=runs.PAGE_LIMIT)] = 20,
+    page_token: Annotated[str | None, Query(max_length=4096)] = None,
+) -> RunPage:
+    """The stack's runs (running first, then newest first), a page at a time."""
+    stack = StackRef(project, workspace)
+    return await runs.list_runs(ctx_of(request), stack, page_size, page_token)
+
+
+@router.get(STACK + "/runs/{run_id}", response_model=RunView, responses=ERRORS)
+async def get_run(
+    request: Request, project: ProjectPath, workspace: WorkspacePath, run_id: RunIdPath, _: Viewer
+) -> RunView:
+    """Phase and progress of a run (the `status` query), or how it ended."""
+    ctx = ctx_of(request)
+    stack = StackRef(project, workspace)
+    handle, described = await runs.find_run(ctx, stack, run_id)
+    return await runs.run_view(ctx, stack, handle, described)
+
+
+@router.get(STACK + "/runs/{run_id}/preview", responses=ERRORS)
+async def get_preview(
+    request: Request, project: ProjectPath, workspace: WorkspacePath, run_id: RunIdPath, _: Viewer
+) -> dict[str, Any]:
+    """The run's preview, sensitive values masked (as `stackflow preview --output json`)."""
+    ctx = ctx_of(request)
+    handle, described = await runs.find_run(ctx, StackRef(project, workspace), run_id)
+    return await runs.preview_of(ctx, handle, described)
+
+
+async def _step(
+    request: Request,
+    stack: StackRef,
+    run_id: str,
+    action: str,
+    who: Identity,
+    body: StepRequest | None,
+    key: str | None,
+) -> StepResult:
+    handle, described = await runs.find_run(ctx_of(request), stack, run_id)
+    comment = body.comment if body else None
+    result = await runs.steer(handle, described, action, who.name, comment, key)
+    return StepResult(run_id=run_id, workflow_id=handle.id, action=action, result=result)
+
+
+StepBody = Annotated[StepRequest | None, Body()]
+
+
+@router.post(STACK + "/runs/{run_id}/approve", response_model=StepResult, responses=ERRORS)
+async def approve(
+    request: Request,
+    project: ProjectPath,
+    workspace: WorkspacePath,
+    run_id: RunIdPath,
+    who: Approver,
+    body: StepBody = None,
+    idempotency_key: KeyHeader = None,
+) -> StepResult:
+    """Approve a run waiting in awaitingApproval (the approver recorded is the token's name)."""
+    stack = StackRef(project, workspace)
+    return await _step(request, stack, run_id, "approve", who, body, idempotency_key)
+
+
+@router.post(STACK + "/runs/{run_id}/reject", response_model=StepResult, responses=ERRORS)
+async def reject(
+    request: Request,
+    project: ProjectPath,
+    workspace: WorkspacePath,
+    run_id: RunIdPath,
+    who: Approver,
+    body: StepBody = None,
+    idempotency_key: KeyHeader = None,
+) -> StepResult:
+    """Reject a run waiting in awaitingApproval (it ends failed)."""
+    stack = StackRef(project, workspace)
+    return await _step(request, stack, run_id, "reject", who, body, idempotency_key)
+
+
+@router.post(STACK + "/runs/{run_id}/retry", response_model=StepResult, responses=ERRORS)
+async def retry(
+    request: Request,
+    project: ProjectPath,
+    workspace: WorkspacePath,
+    run_id: RunIdPath,
+    who: Operator,
+    body: StepBody = None,
+    idempotency_key: KeyHeader = None,
+) -> StepResult:
+    """Re-run the failed nodes of a run paused on them (`on_failure: pause`)."""
+    stack = StackRef(project, workspace)
+    return await _step(request, stack, run_id, "retry", who, body, idempotency_key)
+
+
+@router.post(STACK + "/runs/{run_id}/abort", response_model=StepResult, responses=ERRORS)
+async def abort(
+    request: Request,
+    project: ProjectPath,
+    workspace: WorkspacePath,
+    run_id: RunIdPath,
+    who: Operator,
+    body: StepBody = None,
+    idempotency_key: KeyHeader = None,
+) -> StepResult:
+    """End a paused run as failed, as it is."""
+    stack = StackRef(project, workspace)
+    return await _step(request, stack, run_id, "abort", who, body, idempotency_key)
+
+
+@router.post(STACK + "/runs/{run_id}/cancel", response_model=StepResult, responses=ERRORS)
+async def cancel(
+    request: Request,
+    project: ProjectPath,
+    workspace: WorkspacePath,
+    run_id: RunIdPath,
+    who: Operator,
+    body: StepBody = None,
+) -> StepResult:
+    """Cancel a running run; its release ends failed, saying so."""
+    stack = StackRef(project, workspace)
+    return await _step(request, stack, run_id, "cancel", who, body, None)
+
+
+@router.get(STACK + "/releases", responses=ERRORS)
+async def list_releases(
+    request: Request, project: ProjectPath, workspace: WorkspacePath, _: Viewer
+) -> list[dict[str, Any]]:
+    """The stack's releases, newest first (without spec and state)."""
+    return await releases.list_releases(ctx_of(request), StackRef(project, workspace))
+
+
+@router.get(STACK + "/releases/{revision}", responses=ERRORS)
+async def get_release(
+    request: Request,
+    project: ProjectPath,
+    workspace: WorkspacePath,
+    revision: Annotated[int, Path(ge=1, le=REVISION_LIMIT)],
+    _: Viewer,
+) -> dict[str, Any]:
+    """One release with its spec and recorded state, sensitive values masked."""
+    return await releases.one_release(ctx_of(request), StackRef(project, workspace), revision)
+
+
+Revision = Annotated[int, Path(ge=1, le=REVISION_LIMIT)]
+
+
+@router.get(STACK + "/releases/{old}/diff/{new}", responses=ERRORS)
+async def diff_releases(
+    request: Request,
+    project: ProjectPath,
+    workspace: WorkspacePath,
+    old: Revision,
+    new: Revision,
+    _: Viewer,
+) -> dict[str, Any]:
+    """What changed between two releases, masked (as `stackflow release diff --output json`)."""
+    return await releases.release_diff(ctx_of(request), StackRef(project, workspace), old, new)
+
+
+@router.get(STACK + "/outputs", responses=ERRORS)
+async def get_outputs(
+    request: Request, project: ProjectPath, workspace: WorkspacePath, _: Viewer
+) -> dict[str, Any]:
+    """The latest release's recorded attributes per resource, sensitive values masked."""
+    return await releases.outputs(ctx_of(request), StackRef(project, workspace))
+
+
+@router.get("/healthz", response_model=Health)
+async def healthz() -> Health:
+    """The process answers (no dependency checked)."""
+    return Health(status="ok")
+
+
+@router.get("/readyz", response_model=Health, responses={503: ERRORS[503]})
+async def readyz(request: Request) -> Any:
+    """Temporal and the state backend answer."""
+    ctx = ctx_of(request)
+    checks: dict[str, str] = {}
+    try:
+        client = await ctx.client()
+        await client.workflow_service.get_system_info(
+            GetSystemInfoRequest(), retry=False, timeout=timedelta(seconds=3)
+        )
+        checks["temporal"] = "ok"
+    except Exception as exc:
+        checks["temporal"] = f"unreachable: {' '.join(str(exc).split())[:200]}"
+    try:
+        await ctx.state(ctx.backend.check_schema)
+        checks["state_backend"] = "ok"
+    except Exception as exc:
+        checks["state_backend"] = f"unreachable: {' '.join(str(exc).split())[:200]}"
+    if all(v == "ok" for v in checks.values()):
+        return Health(status="ok", checks=checks)
+    detail = "; ".join(f"{k}: {v}" for k, v in checks.items() if v != "ok")
+    return problem(503, detail, "not-ready", checks=checks)

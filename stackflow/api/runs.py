@@ -1,0 +1,497 @@
+"""Runs through the API: start one as the CLI does (the same workflow input, checked by the
+same code, under the stack's workflow id so a busy stack is refused at once), find a run by
+its Temporal run id, read its status and preview, and steer it with the same Updates.
+
+``Idempotency-Key``: kept in Temporal itself, in the memo of the run a start made
+(``stackflow-idempotency``: the key and the sha256 of the request), so every API replica
+sees it. A start with a key first looks for a run of the stack started in the last
+:data:`IDEMPOTENCY_WINDOW` carrying it (Temporal's visibility), and a start refused because
+the stack is busy looks at the running run's memo: the same key and body is that run
+(200), the same key with another body is a 422.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowFailureError,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from stackflow.api.context import ApiContext
+from stackflow.api.models import (
+    TAKES,
+    WORKFLOWS,
+    RunOperation,
+    RunPage,
+    RunRequest,
+    RunSummary,
+    RunView,
+)
+from stackflow.api.problems import Problem
+from stackflow.budget import BUDGET
+from stackflow.cli.connection import START_TOKEN, is_unreachable
+from stackflow.cli.drift import drift_workflow_id
+from stackflow.cli.runner import OperationFailed
+from stackflow.codec import encoded_size
+from stackflow.errors import NotFoundError, SpecError, StackLockedError
+from stackflow.operation import (
+    ApprovalInput,
+    DriftInput,
+    DriftResult,
+    OperationInput,
+    OperationResult,
+    StatusView,
+    check_request,
+    workflow_id_for,
+)
+from stackflow.refs import StackRef
+from stackflow.release import Phase
+from stackflow.spec import Spec, parse_spec, parse_spec_text
+
+IDEMPOTENCY_MEMO = "stackflow-idempotency"
+REQUESTED_BY_MEMO = "stackflow-requested-by"
+MESSAGE_MEMO = "stackflow-message"
+IDEMPOTENCY_WINDOW = timedelta(hours=24)
+QUERY_TIMEOUT = timedelta(seconds=10)
+KEY_LIMIT = 255
+
+
+def workflow_id_of(stack: StackRef, operation: RunOperation) -> str:
+    """The stack's id for the operation, as the CLI starts it."""
+    if operation == RunOperation.preview:
+        return workflow_id_for(stack) + "/preview"
+    if operation == RunOperation.drift:
+        return drift_workflow_id(stack)
+    return workflow_id_for(stack)
+
+
+def candidate_ids(stack: StackRef) -> list[str]:
+    """Every workflow id a run of the stack can have."""
+    return [workflow_id_for(stack), workflow_id_for(stack) + "/preview", drift_workflow_id(stack)]
+
+
+def request_digest(stack: StackRef, body: RunRequest) -> str:
+    """What ``Idempotency-Key`` binds to: the stack and the request as validated."""
+    data = {"stack": str(stack), "body": body.model_dump(mode="json")}
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def check_fields(body: RunRequest) -> None:
+    """Refuse a field the operation does not take (as the CLI has no such option), and a
+    missing one it needs."""
+    takes = TAKES[body.operation] | {"operation", "message"}
+    for name in sorted(body.model_fields_set - takes):
+        raise SpecError(f"{name}: not taken by {body.operation}")
+    if body.spec is not None and body.spec_yaml is not None:
+        raise SpecError("spec, spec_yaml: give one of them, not both")
+    if (
+        {"spec", "spec_yaml"} <= TAKES[body.operation]
+        and body.spec is None
+        and body.spec_yaml is None
+    ):
+        raise SpecError(f"spec: {body.operation} needs a spec (spec or spec_yaml)")
+    if body.operation == RunOperation.rollback and body.to_revision is None:
+        raise SpecError("to_revision: rollback needs the release whose spec to apply again")
+
+
+def parse_body_spec(body: RunRequest) -> Spec | None:
+    if body.spec is not None:
+        return parse_spec(body.spec, "spec")
+    if body.spec_yaml is not None:
+        return parse_spec_text(body.spec_yaml, "spec_yaml")
+    return None
+
+
+async def spec_fields(ctx: ApiContext, spec: Spec | None) -> dict[str, Any]:
+    """How the workflow input carries the spec, as the CLI with the state backend does:
+    inline, or stored first and passed as ``spec_ref`` when it is over the byte budget
+    even compressed."""
+    if spec is None:
+        return {}
+    data = spec.model_dump(mode="json", by_alias=True)
+    if await encoded_size(data) > BUDGET:
+        return {"spec_ref": await ctx.state(lambda: ctx.backend.put_spec(spec))}
+    return {"spec": data}
+
+
+def option_error(exc: ValueError) -> str:
+    """``field: message`` of a workflow input the model refused."""
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        first = exc.errors(include_url=False)[0]
+        name = ".".join(str(p) for p in first["loc"]) or "input"
+        return f"{name}: {first['msg']}"
+    return str(exc).splitlines()[-1].strip()
+
+
+async def workflow_input(
+    ctx: ApiContext, stack: StackRef, body: RunRequest, by: str
+) -> OperationInput | DriftInput:
+    check_fields(body)
+    try:
+        if body.operation == RunOperation.drift:
+            return DriftInput(
+                project=stack.project,
+                workspace=stack.workspace,
+                repair=body.repair,
+                auto_approve=body.auto_approve,
+            )
+        spec = parse_body_spec(body)
+        fields = body.model_dump(include=set(TAKES[body.operation] - {"spec", "spec_yaml"}))
+        request = OperationInput(
+            project=stack.project,
+            workspace=stack.workspace,
+            operator=by,
+            **fields,
+            **(await spec_fields(ctx, spec)),
+        )
+    except ValueError as exc:
+        raise SpecError(f"invalid option: {option_error(exc)}") from None
+    check_request(request)
+    return request
+
+
+class Started:
+    def __init__(self, handle: WorkflowHandle[Any, Any], run_id: str, created: bool) -> None:
+        self.handle = handle
+        self.run_id = run_id
+        self.created = created
+
+
+async def _memo(described: Any, key: str) -> Any:
+    try:
+        return await described.memo_value(key, None)
+    except Exception:  # a memo this server cannot decode is no match
+        return None
+
+
+def reused(key: str, run_id: str) -> Problem:
+    return Problem(
+        422,
+        f"Idempotency-Key {key!r} was used for another request (run {run_id}); use a new key "
+        "for a new request",
+        "idempotency-key-reused",
+    )
+
+
+async def keyed_run(
+    client: Client, stack: StackRef, key: str, digest: str
+) -> tuple[str, str] | None:
+    """(workflow id, run id) of the stack's run started with ``key`` in the window; Problem
+    422 when it was started with another request."""
+    since = (datetime.now(UTC) - IDEMPOTENCY_WINDOW).strftime("%Y-%m-%dT%H:%M:%SZ")
+    ids = ", ".join(f"'{wid}'" for wid in candidate_ids(stack))
+    query = f"WorkflowId IN ({ids}) AND StartTime > '{since}'"
+    async for execution in client.list_workflows(query, limit=200):
+        held = await _memo(execution, IDEMPOTENCY_MEMO)
+        if isinstance(held, dict) and held.get("key") == key:
+            if held.get("digest") != digest:
+                raise reused(key, execution.run_id)
+            return execution.id, execution.run_id
+    return None
+
+
+async def start_run(
+    ctx: ApiContext, stack: StackRef, body: RunRequest, by: str, key: str | None
+) -> Started:
+    if key is not None and (not key or len(key) > KEY_LIMIT or not key.isprintable()):
+        raise SpecError(f"Idempotency-Key: 1 to {KEY_LIMIT} printable characters")
+    request = await workflow_input(ctx, stack, body, by)
+    client = await ctx.client()
+    digest = request_digest(stack, body)
+    if key is not None:
+        found = await keyed_run(client, stack, key, digest)
+        if found is not None:
+            wid, rid = found
+            return Started(client.get_workflow_handle(wid, run_id=rid), rid, created=False)
+    workflow = WORKFLOWS[body.operation]
+    wid = workflow_id_of(stack, body.operation)
+    memo: dict[str, Any] = {START_TOKEN: uuid.uuid4().hex, REQUESTED_BY_MEMO: by}
+    if key is not None:
+        memo[IDEMPOTENCY_MEMO] = {"key": key, "digest": digest}
+    if body.message:
+        memo[MESSAGE_MEMO] = body.message
+    spec = getattr(request, "spec", None)
+    summary = f"{body.operation} {stack}" + (
+        f": {len(spec.get('resources') or [])} resources" if spec else ""
+    )
+    try:
+        handle = await client.start_workflow(
+            workflow,
+            request,
+            id=wid,
+            task_queue=ctx.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            memo=memo,
+            static_summary=summary + f" (by {by} through the API)",
+        )
+    except WorkflowAlreadyStartedError as exc:
+        holder = client.get_workflow_handle(wid)
+        described = await holder.describe()
+        held = await _memo(described, IDEMPOTENCY_MEMO)
+        if key is not None and isinstance(held, dict) and held.get("key") == key:
+            if held.get("digest") != digest:
+                raise reused(key, described.run_id) from None
+            return Started(holder, described.run_id, created=False)
+        running = exc.run_id or described.run_id
+        raise StackLockedError(
+            f"stack {stack} already has an operation running (workflow {wid}, run {running}); "
+            "wait for it or steer it"
+        ) from None
+    return Started(handle, handle.result_run_id or "", created=True)
+
+
+async def find_run(
+    ctx: ApiContext, stack: StackRef, run_id: str
+) -> tuple[WorkflowHandle[Any, Any], Any]:
+    """The handle and description of the stack's run ``run_id``; NotFoundError if none."""
+    try:
+        uuid.UUID(run_id)
+    except ValueError:
+        raise NotFoundError(f"stack {stack} has no run {run_id!r}") from None
+    client = await ctx.client()
+    for wid in candidate_ids(stack):
+        handle = client.get_workflow_handle(wid, run_id=run_id)
+        try:
+            return handle, await handle.describe()
+        except RPCError as exc:
+            if exc.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
+                continue
+            raise
+    raise NotFoundError(f"stack {stack} has no run {run_id}")
+
+
+def operation_of(workflow_type: str) -> str:
+    for operation, name in WORKFLOWS.items():
+        if name == workflow_type:
+            return operation.value
+    return workflow_type
+
+
+def failure_message(exc: WorkflowFailureError) -> tuple[str, str | None]:
+    """The first typed application error down the chain (as the CLI reports it)."""
+    chain: list[BaseException] = [exc]
+    while chain[-1].__cause__ is not None:
+        chain.append(chain[-1].__cause__)
+    typed = [c for c in chain if isinstance(c, ApplicationError) and c.type]
+    cause = typed[0] if typed else chain[-1]
+    message = getattr(cause, "message", None) or str(cause)
+    return message, getattr(cause, "type", None)
+
+
+async def run_view(
+    ctx: ApiContext, stack: StackRef, handle: WorkflowHandle[Any, Any], described: Any
+) -> RunView:
+    status = described.status or WorkflowExecutionStatus.RUNNING
+    view = RunView(
+        run_id=described.run_id,
+        workflow_id=described.id,
+        operation=operation_of(described.workflow_type),
+        status=status.name.lower(),
+        requested_by=await _memo(described, REQUESTED_BY_MEMO),
+        message=await _memo(described, MESSAGE_MEMO),
+        started_at=described.start_time,
+        ended_at=described.close_time,
+    )
+    drift = described.workflow_type == WORKFLOWS[RunOperation.drift]
+    if status == WorkflowExecutionStatus.RUNNING:
+        if not drift:
+            await _running(handle, view)
+    elif status == WorkflowExecutionStatus.COMPLETED:
+        result_type = DriftResult if drift else OperationResult
+        typed = await typed_handle(ctx, handle, result_type)
+        result = await typed.result(follow_runs=False)
+        if isinstance(result, OperationResult):
+            view.phase = result.phase
+            view.revision = result.revision
+            view.error = result.error
+            view.error_type = result.error_type
+            view.summary = dict(result.changes.get("summary") or {})
+            view.done = sum(result.counts.values())
+            view.total = view.done
+            view.failed = result.counts.get("failed", 0)
+        elif isinstance(result, DriftResult):
+            view.phase = Phase.succeeded
+            view.revision = result.revision
+            view.result = result.model_dump(mode="json")
+    else:
+        view.phase = Phase.failed
+        try:
+            await handle.result(follow_runs=False)
+        except WorkflowFailureError as exc:
+            view.error, view.error_type = failure_message(exc)
+        except Exception as exc:
+            view.error = str(exc) or status.name.lower()
+    if view.revision is not None and not drift:
+        view.approved_by = await approver(ctx, stack, view.revision, described.run_id)
+    return view
+
+
+async def typed_handle(
+    ctx: ApiContext, handle: WorkflowHandle[Any, Any], result_type: type
+) -> WorkflowHandle[Any, Any]:
+    client = await ctx.client()
+    return client.get_workflow_handle(handle.id, run_id=handle.run_id, result_type=result_type)
+
+
+async def _running(handle: WorkflowHandle[Any, Any], view: RunView) -> None:
+    try:
+        status = await handle.query("status", result_type=StatusView, rpc_timeout=QUERY_TIMEOUT)
+    except RPCError as exc:
+        if exc.status in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED):
+            view.error = (
+                f"the run did not answer the status query ({exc.message}): is a worker "
+                "running on its task queue?"
+            )
+            return
+        raise
+    view.phase = status.phase
+    view.revision = status.revision
+    view.total, view.done, view.failed = status.total, status.done, status.failed
+    view.running = status.running
+    view.summary = dict(status.changes.get("summary") or {})
+    view.eta_seconds = status.eta_seconds
+    view.error = status.error
+
+
+async def approver(ctx: ApiContext, stack: StackRef, revision: int, run_id: str) -> str | None:
+    """Who approved the release this run made (None before a decision, or if rejected)."""
+    try:
+        release = await ctx.state(
+            lambda: ctx.backend.get(stack, revision, with_spec=False, with_state=False)
+        )
+    except NotFoundError:
+        return None
+    if release.run_id != run_id or release.approval is None:
+        return None
+    return release.approval.by if release.approval.decision == "approved" else None
+
+
+async def preview_of(
+    ctx: ApiContext, handle: WorkflowHandle[Any, Any], described: Any
+) -> dict[str, Any]:
+    """The run's preview: the ``preview`` query while it runs, its result's changes after."""
+    if described.workflow_type == WORKFLOWS[RunOperation.drift]:
+        raise NotFoundError(f"run {described.run_id} is a drift check: it has no preview")
+    status = described.status or WorkflowExecutionStatus.RUNNING
+    if status == WorkflowExecutionStatus.RUNNING:
+        view: dict[str, Any] = await handle.query(
+            "preview", result_type=dict[str, Any], rpc_timeout=QUERY_TIMEOUT
+        )
+        return view
+    if status != WorkflowExecutionStatus.COMPLETED:
+        raise NotFoundError(f"run {described.run_id} ended {status.name.lower()}: no preview")
+    typed = await typed_handle(ctx, handle, OperationResult)
+    result = await typed.result(follow_runs=False)
+    changes: dict[str, Any] = result.changes
+    return changes
+
+
+STEPS = ("approve", "reject", "retry", "abort", "cancel")
+
+
+async def steer(
+    handle: WorkflowHandle[Any, Any],
+    described: Any,
+    action: str,
+    by: str,
+    comment: str | None,
+    key: str | None,
+) -> str:
+    """Send the ``action`` Update (or cancel) to a running run, as ``stackflow <action>``.
+    With an ``Idempotency-Key`` the Update id is derived from it: a repeated call is applied
+    once."""
+    if described.status not in (None, WorkflowExecutionStatus.RUNNING):
+        raise OperationFailed(
+            f"{action} refused: run {described.run_id} has ended ({described.status.name.lower()})"
+        )
+    update_id = f"{action}-" + (
+        hashlib.sha256(key.encode()).hexdigest()[:32] if key else uuid.uuid4().hex
+    )
+    try:
+        if action == "cancel":
+            await handle.cancel()
+            return f"cancel requested by {by}"
+        result = await handle.execute_update(
+            action, ApprovalInput(by=by, reason=comment), id=update_id
+        )
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise
+        raise OperationFailed(
+            f"{action} refused: run {described.run_id} has ended meanwhile"
+        ) from None
+    except WorkflowUpdateFailedError as exc:
+        cause = exc.cause
+        raise OperationFailed(
+            f"{action} refused: {getattr(cause, 'message', None) or cause}"
+        ) from None
+    return str(result)
+
+
+PAGE_LIMIT = 100
+
+
+def _page_token(text: str | None) -> bytes | None:
+    if not text:
+        return None
+    try:
+        padded = text.encode("ascii") + b"=" * (-len(text) % 4)
+        return base64.b64decode(padded, altchars=b"-_", validate=True)
+    except (ValueError, UnicodeEncodeError):
+        raise SpecError("page_token: not a token this API gave out") from None
+
+
+async def list_runs(
+    ctx: ApiContext, stack: StackRef, page_size: int, page_token: str | None
+) -> RunPage:
+    """One page of the stack's runs (every operation, also runs the CLI or a Schedule
+    started), in Temporal's visibility order: running ones first, then the newest."""
+    client = await ctx.client()
+    ids = ", ".join(f"'{wid}'" for wid in candidate_ids(stack))
+    pages = client.list_workflows(
+        f"WorkflowId IN ({ids})", page_size=page_size, next_page_token=_page_token(page_token)
+    )
+    try:
+        await pages.fetch_next_page()
+    except RPCError as exc:
+        # Temporal answers a token it did not make with INVALID_ARGUMENT or UNKNOWN
+        if page_token and not is_unreachable(exc):
+            raise SpecError("page_token: not a token this API gave out") from None
+        raise
+    items = []
+    for execution in pages.current_page or []:
+        status = execution.status or WorkflowExecutionStatus.RUNNING
+        items.append(
+            RunSummary(
+                run_id=execution.run_id,
+                workflow_id=execution.id,
+                operation=operation_of(execution.workflow_type),
+                status=status.name.lower(),
+                requested_by=await _memo(execution, REQUESTED_BY_MEMO),
+                message=await _memo(execution, MESSAGE_MEMO),
+                started_at=execution.start_time,
+                ended_at=execution.close_time,
+            )
+        )
+    token = pages.next_page_token
+    return RunPage(
+        runs=items,
+        next_page_token=base64.urlsafe_b64encode(token).decode().rstrip("=") if token else None,
+    )

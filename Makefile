@@ -40,8 +40,9 @@ test-compat: setup ## Kubernetes integration tests on the oldest supported minor
 test-unit: setup ## only the tests that need no service
 	@$(PY) -m pytest -q -m "not integration" tests/unit tests/engine
 
-lint: ## ruff + mypy
-	@.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy stackflow
+lint: ## ruff + mypy (the package, and each benchmark: they reach into runtimes)
+	@.venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy stackflow && \
+	  for b in benchmarks/*.py; do MYPYPATH=benchmarks/_lib .venv/bin/mypy --follow-imports=silent $$b || exit 1; done
 
 bench: up ## run the benchmarks under benchmarks/
 	@eval "$$(scripts/services.sh env)" && for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b; done

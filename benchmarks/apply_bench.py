@@ -95,7 +95,7 @@ def payload_sizes(history: WorkflowHistory) -> Payloads:
                 sizes.preview = max(sizes.preview, size)
         which = event.WhichOneof("attributes")
         size = getattr(event, which).ByteSize() if which else 0
-        if size > sizes.largest:
+        if which and size > sizes.largest:
             sizes.largest, sizes.largest_what = size, which.replace("_event_attributes", "")
     return sizes
 

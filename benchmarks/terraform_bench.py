@@ -90,7 +90,7 @@ async def _one(
         times["init"] = time.perf_counter() - t0
         wd.write_config(with_resource=True)
         t0 = time.perf_counter()
-        await rt._plan(wd)
+        await wd.plan()
         times["plan"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     live = await rt.apply(req, options)

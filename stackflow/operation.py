@@ -195,6 +195,8 @@ class OperationPlan(BaseModel):
     left_out: list[LeftOut] = Field(default_factory=list)
     """What ``targets``/``excludes`` left out, and why (the first LEFT_OUT_LIMIT)."""
     left_out_count: int = 0
+    four_eyes: bool = False
+    """The worker policy forbids the requester (``operator``) to approve this run."""
 
 
 class PrepareInput(BaseModel):

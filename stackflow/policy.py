@@ -19,6 +19,7 @@ plugins), ``runtimes/onprem/policy.py`` (roots and sizes), called from the runti
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import site
@@ -136,12 +137,22 @@ class OnPremPolicy(_Section):
     _paths = field_validator("roots", "protected")(_absolute)
 
 
+class ApprovalPolicy(_Section):
+    four_eyes: tuple[str, ...] = ()
+    """Project globs whose runs the requester may not approve (``STACKFLOW_FOUR_EYES``):
+    enforced by the run's ``approve`` Update validator, so for every client."""
+
+    def four_eyes_for(self, project: str) -> bool:
+        return any(fnmatch.fnmatchcase(project, glob) for glob in self.four_eyes)
+
+
 class PolicySettings(_Section):
     """What the policy file (and the environment variables) set."""
 
     terraform: TerraformPolicy = Field(default_factory=TerraformPolicy)
     kubernetes: KubernetesPolicy = Field(default_factory=KubernetesPolicy)
     onprem: OnPremPolicy = Field(default_factory=OnPremPolicy)
+    approvals: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
 
 
 class ProtectedPath(_Section):
@@ -167,6 +178,7 @@ class WorkerPolicy(PolicySettings):
             f", kubeconfigs {len(kube.allowed_kubeconfigs)} + the worker's"
             f", kube plugins {'allowed' if kube.allow_exec else 'no'}"
             f", OnPrem roots {':'.join(onprem.roots) or 'none'} (max {int(onprem.max_bytes)} B)"
+            f", four-eyes {','.join(self.approvals.four_eyes) or 'none'}"
         )
 
 
@@ -181,6 +193,7 @@ _ENV_SETTINGS: dict[str, tuple[str, str, str]] = {
     "STACKFLOW_ALLOW_KUBE_EXEC": ("kubernetes", "allow_exec", "bool"),
     "STACKFLOW_ONPREM_ROOTS": ("onprem", "roots", os.pathsep),
     "STACKFLOW_ONPREM_MAX_BYTES": ("onprem", "max_bytes", "text"),
+    "STACKFLOW_FOUR_EYES": ("approvals", "four_eyes", ","),
 }
 """Environment variable -> (section, setting, how it is split)."""
 
@@ -239,6 +252,7 @@ def load_policy(environ: Mapping[str, str] | None = None) -> WorkerPolicy:
         terraform=settings.terraform,
         kubernetes=settings.kubernetes,
         onprem=settings.onprem,
+        approvals=settings.approvals,
         protected=tuple(stackflow_paths(env, settings)),
         worker_kubeconfigs=tuple(worker_kubeconfigs(env)),
         source=" + ".join(sources) or "defaults",

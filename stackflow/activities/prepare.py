@@ -23,6 +23,7 @@ from stackflow.operation import (
     PrepareInput,
     check_request,
 )
+from stackflow.policy import worker_policy
 from stackflow.release import Operation, Release
 from stackflow.selection import LEFT_OUT_LIMIT, Selected, Selection, check_patterns, select
 from stackflow.spec import Resource, Spec, parse_spec
@@ -97,9 +98,11 @@ class PrepareActivities:
                 run,
                 source_revision=request.to_revision if operation == Operation.rollback else None,
             )
-            return await asyncio.to_thread(
+            plan = await asyncio.to_thread(
                 self._prepare_walk, operation, spec, ref, release, selection
             )
+            plan.four_eyes = worker_policy().approvals.four_eyes_for(request.project)
+            return plan
 
     def _load_spec(self, inp: PrepareInput) -> tuple[Spec | None, str | None]:
         request = inp.request

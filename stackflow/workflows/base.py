@@ -116,6 +116,7 @@ class OperationWorkflow(SteeredRun):
             **common.store_call(f"prepare {self.operation} {request.stack}"),
         )
         self._revision = plan.revision
+        self._four_eyes = plan.four_eyes
         return plan
 
     async def _set_phase(self, phase: Phase, **extra: Any) -> None:

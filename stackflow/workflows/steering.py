@@ -67,6 +67,8 @@ class SteeredRun:
         self._decision: str | None = None
         self._approval: dict[str, Any] | None = None
         self._request: OperationInput | None = None
+        self._four_eyes = False
+        """The worker policy forbids the requester to approve this run."""
         self._step: str | None = None
         """``retry`` or ``abort`` while a paused run is told what to do."""
         self._step_by: str | None = None
@@ -175,8 +177,15 @@ class SteeredRun:
 
     @approve.validator
     def _validate_approve(self, *args: object) -> None:
-        approval_input(args)
+        approval = approval_input(args)
         self._check_awaiting()
+        requester = self._request.operator if self._request is not None else None
+        if self._four_eyes and approval.by == requester:
+            raise ApplicationError(
+                f"four-eyes: {approval.by} started this run and may not approve it; "
+                "another approver must (worker policy STACKFLOW_FOUR_EYES)",
+                type="FourEyes",
+            )
 
     @workflow.update
     async def reject(self, *args: object) -> str:

@@ -171,3 +171,43 @@ async def test_concurrent_apply_is_refused_and_the_release_lock_holds_across_wor
     assert (first.phase, second.phase) == ("failed", "succeeded")
     assert "was terminated" in (first.error or "") and "recovered" in (first.error or "")
     assert (root / "f001.txt").read_text() == "1\n"
+
+
+async def test_four_eyes_refuses_the_requesters_own_approval_for_every_client(
+    tmp_path: Path, stack_env: dict[str, str], temporal_client: Client
+) -> None:
+    """A worker policy (``STACKFLOW_FOUR_EYES``, project globs) makes the run's approve
+    validator refuse the requester: whatever client sends the Update, the run waits for
+    another approver; other projects are not affected."""
+    project = new_project()
+    env = {**stack_env, "STACKFLOW_FOUR_EYES": f"nomatch-*,{project[:4]}*"}
+    worker = WorkerProcess(tmp_path, env["STACKFLOW_TASK_QUEUE"], env)
+    worker.start()
+    try:
+        root = tmp_path / "files"
+        request = OperationInput(project=project, spec=_spec(root, 3), operator="alice")
+        handle = await start_run(temporal_client, env, request)
+        await wait_phase(handle, "awaitingApproval")
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update("approve", ApprovalInput(by="alice"))
+        cause = refused.value.cause
+        assert isinstance(cause, ApplicationError) and cause.type == "FourEyes"
+        assert "alice started this run and may not approve it" in str(cause)
+        assert not root.exists()
+        assert await handle.execute_update("approve", ApprovalInput(by="bob")) == "approved by bob"
+        result = await handle.result()
+        assert result.phase == "succeeded"
+        [release] = all_releases(env, project)
+        assert release.approval is not None and release.approval.by == "bob"
+
+        # a project the policy does not name: the requester may approve their own run
+        other = f"x{new_project()}"
+        mine = OperationInput(project=other, spec=_spec(tmp_path / "other", 1), operator="alice")
+        handle = await start_run(temporal_client, env, mine)
+        await wait_phase(handle, "awaitingApproval")
+        assert await handle.execute_update("approve", ApprovalInput(by="alice")) == (
+            "approved by alice"
+        )
+        assert (await handle.result()).phase == "succeeded"
+    finally:
+        worker.stop()

@@ -603,3 +603,15 @@ def test_sizes(tree: Path) -> None:
     assert err.field == "attributes.path" and "1025 bytes" in str(err)
     os.truncate(big, 1024)
     onprem_target(p, RID, str(big), reading=True)
+
+
+def test_four_eyes_names_projects_by_glob(tmp_path: Path) -> None:
+    assert not policy(tmp_path).approvals.four_eyes_for("prod")
+    found = policy(tmp_path, STACKFLOW_FOUR_EYES="prod-*, payments").approvals
+    assert found.four_eyes == ("prod-*", "payments")
+    assert found.four_eyes_for("prod-eu") and found.four_eyes_for("payments")
+    assert not found.four_eyes_for("payments-dev") and not found.four_eyes_for("staging")
+    assert (
+        "four-eyes prod-*,payments"
+        in policy(tmp_path, STACKFLOW_FOUR_EYES="prod-*,payments").summary()
+    )

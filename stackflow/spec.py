@@ -8,9 +8,10 @@ from __future__ import annotations
 import gc
 import hashlib
 import json
+import math
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
@@ -232,10 +233,33 @@ def unknown_type(type_name: str) -> str | None:
     return f"unknown type {type_name!r}, expected {expected}"
 
 
-def _canonical(value: Any) -> bytes:
+def _canonical(value: Any, *, allow_nan: bool = True) -> bytes:
     return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str
+        value,
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+        default=str,
+        allow_nan=allow_nan,
     ).encode()
+
+
+def _non_finite(value: Any, at: str) -> str | None:
+    """The path of the first NaN or Infinity in ``value`` (YAML ``.nan``/``.inf``, JSON
+    ``NaN`` from lenient parsers): no JSON value, so no runtime or store could take it."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return at
+    if isinstance(value, dict):
+        items: Iterable[tuple[Any, Any]] = value.items()
+    elif isinstance(value, list):
+        items = enumerate(value)
+    else:
+        return None
+    for key, sub in items:
+        found = _non_finite(sub, f"{at}[{key}]" if isinstance(key, int) else f"{at}.{key}")
+        if found:
+            return found
+    return None
 
 
 def spec_digest(spec: Spec) -> str:
@@ -311,7 +335,18 @@ def _validate(data: dict[str, Any], source: str) -> Spec:
         problem = check_id_convention(resource)
         if problem:
             raise SpecError(f"{where}: id: {problem}")
-        size = len(_canonical(resource.attributes))
+        try:
+            size = len(_canonical(resource.attributes, allow_nan=False))
+            _canonical(resource.extensions, allow_nan=False)
+        except ValueError as err:  # NaN/Infinity (a recursive value is refused by the budget)
+            bad = _non_finite(resource.attributes, "attributes") or _non_finite(
+                resource.extensions, "extensions"
+            )
+            raise SpecError(
+                f"{where}: {bad}: NaN and Infinity are not JSON values; quote it to pass a string"
+                if bad
+                else f"{where}: attributes: {err}"
+            ) from None
         if size > MAX_RESOURCE_BYTES:
             raise SpecError(
                 f"{where}: attributes: {size} bytes serialised, "

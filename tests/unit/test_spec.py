@@ -355,3 +355,23 @@ def test_deep_json_is_one_spec_error() -> None:
     text += "[" * 30_000 + "]" * 30_000 + "}}]}"
     with pytest.raises(SpecError, match=r"^deep.json: collections nested too deeply for JSON$"):
         parse_spec_text(text, "deep.json")
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ("attributes: {x: {y: [1, .nan]}}", "attributes.x.y[1]"),
+        ("attributes: {x: .inf}", "attributes.x"),
+        ("attributes: {}\n  extensions: {z: -.inf}", "extensions.z"),
+    ],
+)
+def test_nan_and_infinity_are_refused_naming_the_field(text: str, where: str) -> None:
+    """No JSON value: no runtime, store or history could take one, so it is bad input."""
+    spec = f"resources:\n- id: a\n  type: OnPrem\n  {text}\n"
+    with pytest.raises(SpecError) as err:
+        parse_spec_text(spec, "s.yaml")
+    assert str(err.value) == (
+        f"s.yaml: resources[0] (id 'a'): {where}: NaN and Infinity are not JSON values; "
+        "quote it to pass a string"
+    )
+    assert parse_spec_text(spec.replace(".nan", "'.nan'").replace(".inf", "'.inf'"), "s.yaml")

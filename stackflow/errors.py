@@ -34,6 +34,12 @@ class NotFoundError(StoreError):
     """The record does not exist."""
 
 
+class OperationFailed(StackflowError):
+    """A run ended without succeeding, or a step on it was refused (exit 1)."""
+
+    exit_code = 1
+
+
 class ConflictError(StoreError):
     """The record exists already, or its version moved on (compare-and-swap failed)."""
 

@@ -61,6 +61,16 @@ def workflow_id_for(stack: StackRef) -> str:
     return f"stackflow/{stack}"
 
 
+def preview_workflow_id(stack: StackRef) -> str:
+    """A preview's id: beside the stack's operation (a preview takes no lock)."""
+    return workflow_id_for(stack) + "/preview"
+
+
+def drift_workflow_id(stack: StackRef) -> str:
+    """A drift check's id (its schedule's runs too)."""
+    return workflow_id_for(stack) + "/drift"
+
+
 class OperationInput(StackFields, BaseModel):
     """Input of PreviewWorkflow, ApplyWorkflow and DestroyWorkflow."""
 

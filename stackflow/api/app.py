@@ -133,7 +133,7 @@ def create_app(
     max_body_bytes: int = MAX_BODY_BYTES,
 ) -> FastAPI:
     """The API on Temporal (``connect`` makes its client on first use) and ``backend``."""
-    from stackflow.cli.connection import settings
+    from stackflow.temporal_client import settings
 
     ctx = ApiContext(
         connect=connect,
@@ -165,8 +165,8 @@ def create_app(
 
 async def connect_temporal() -> Client:
     """A client as the CLI makes one: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, the codec."""
-    from stackflow.cli.connection import quiet_runtime, settings
     from stackflow.codec import data_converter
+    from stackflow.temporal_client import quiet_runtime, settings
 
     address, namespace, _ = settings()
     return await Client.connect(

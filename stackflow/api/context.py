@@ -14,8 +14,8 @@ from temporalio.client import Client
 
 from stackflow.api.auth import TokenTable
 from stackflow.api.metrics import Metrics
-from stackflow.cli.connection import TemporalUnreachable, cli_error, is_unreachable
 from stackflow.operation import TASK_QUEUE_DEFAULT
+from stackflow.temporal_client import TemporalUnreachable, connection_error, is_unreachable
 
 if TYPE_CHECKING:
     from stackflow.state.backend import StateBackend
@@ -47,7 +47,7 @@ class ApiContext:
                 try:
                     self._client = await self.connect()
                 except Exception as exc:
-                    err = cli_error(exc)
+                    err = connection_error(exc)
                     if err is None and not is_unreachable(exc):
                         raise
                     raise err or TemporalUnreachable(str(exc)) from None

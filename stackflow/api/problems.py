@@ -16,17 +16,17 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from stackflow.cli.connection import TemporalRefused, TemporalUnreachable, cli_error
-from stackflow.cli.runner import OperationFailed
 from stackflow.errors import (
     BackendUnavailableError,
     ConflictError,
     NotFoundError,
+    OperationFailed,
     SchemaError,
     SpecError,
     StackflowError,
     StackLockedError,
 )
+from stackflow.temporal_client import TemporalRefused, TemporalUnreachable, connection_error
 
 log = logging.getLogger("stackflow.api")
 
@@ -151,7 +151,7 @@ def unexpected(method: str, path: str, exc: BaseException) -> JSONResponse:
     """What an exception no handler knows becomes: a Temporal connection or RPC error is the
     CLI's one line (503/502); anything else a 500 naming an id the server's log has the
     traceback under."""
-    err = cli_error(exc)
+    err = connection_error(exc)
     if err is not None:
         status, kind = status_of(err)
         return problem(status, str(err), kind)

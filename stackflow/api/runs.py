@@ -42,11 +42,8 @@ from stackflow.api.models import (
 )
 from stackflow.api.problems import Problem
 from stackflow.budget import BUDGET
-from stackflow.cli.connection import START_TOKEN, is_unreachable
-from stackflow.cli.drift import drift_workflow_id
-from stackflow.cli.runner import OperationFailed
 from stackflow.codec import encoded_size
-from stackflow.errors import NotFoundError, SpecError, StackLockedError
+from stackflow.errors import NotFoundError, OperationFailed, SpecError, StackLockedError
 from stackflow.operation import (
     ApprovalInput,
     DriftInput,
@@ -55,11 +52,14 @@ from stackflow.operation import (
     OperationResult,
     StatusView,
     check_request,
+    drift_workflow_id,
+    preview_workflow_id,
     workflow_id_for,
 )
 from stackflow.refs import StackRef
 from stackflow.release import Phase
 from stackflow.spec import Spec, parse_spec, parse_spec_text
+from stackflow.temporal_client import START_TOKEN, is_unreachable
 
 IDEMPOTENCY_MEMO = "stackflow-idempotency"
 REQUESTED_BY_MEMO = "stackflow-requested-by"
@@ -72,7 +72,7 @@ KEY_LIMIT = 255
 def workflow_id_of(stack: StackRef, operation: RunOperation) -> str:
     """The stack's id for the operation, as the CLI starts it."""
     if operation == RunOperation.preview:
-        return workflow_id_for(stack) + "/preview"
+        return preview_workflow_id(stack)
     if operation == RunOperation.drift:
         return drift_workflow_id(stack)
     return workflow_id_for(stack)
@@ -80,7 +80,7 @@ def workflow_id_of(stack: StackRef, operation: RunOperation) -> str:
 
 def candidate_ids(stack: StackRef) -> list[str]:
     """Every workflow id a run of the stack can have."""
-    return [workflow_id_for(stack), workflow_id_for(stack) + "/preview", drift_workflow_id(stack)]
+    return [workflow_id_for(stack), preview_workflow_id(stack), drift_workflow_id(stack)]
 
 
 def request_digest(stack: StackRef, body: RunRequest) -> str:

@@ -7,8 +7,8 @@ from typing import Any
 import typer
 from typer.core import TyperGroup
 
-from stackflow.cli.connection import cli_error
 from stackflow.cli.output import error_line
+from stackflow.temporal_client import connection_error
 
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok, 1 operation failed (or infrastructure or Temporal unreachable), "
@@ -20,14 +20,14 @@ EXIT_CODES_HELP = (
 
 class StackflowGroup(TyperGroup):
     """Turns a StackflowError from any command into one red line on stderr and its exit code,
-    and so a Temporal connection or RPC error (``cli.connection.cli_error``): never a
+    and so a Temporal connection or RPC error (``temporal_client.connection_error``): never a
     traceback for those."""
 
     def invoke(self, ctx: Any) -> Any:
         try:
             return super().invoke(ctx)
         except Exception as exc:
-            err = cli_error(exc)
+            err = connection_error(exc)
             if err is None:
                 raise
             error_line(str(err))

@@ -4,8 +4,10 @@ Every Temporal call a command makes goes through ``Temporal.call``: when Tempora
 unreachable (refused connection, transport error, UNAVAILABLE / DEADLINE_EXCEEDED) the call
 waits, probes with backoff and retries once Temporal answers again, for up to
 ``--unavailable-timeout`` seconds of one outage; past that the command ends with one
-``TemporalUnreachable`` line (exit 1). ``cli_error`` maps whatever connection error escapes
-a command to one such line (the command group calls it, once for every command).
+``TemporalUnreachable`` line (exit 1). ``connection_error`` maps whatever connection error
+escapes a command to one such line (the command group calls it, once for every command); it,
+the settings and the error classes are :mod:`stackflow.temporal_client`'s, shared with
+``stackflow serve``.
 
 Starting a run is made safe to retry: each start carries a token in the run's memo, so a
 retried start whose first attempt reached the server recognises that run as its own and
@@ -15,7 +17,6 @@ follows it instead of starting a second one or reporting the stack busy.
 from __future__ import annotations
 
 import asyncio
-import os
 import sys
 import time
 import uuid
@@ -26,115 +27,26 @@ from typing import Any, TypeVar
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError, RPCStatusCode
 
-from stackflow.errors import StackflowError
-from stackflow.operation import TASK_QUEUE_DEFAULT
 from stackflow.refs import StackRef
+from stackflow.temporal_client import (
+    START_TOKEN,
+    TemporalUnreachable,
+    is_unreachable,
+    quiet_runtime,
+    reason,
+    settings,
+)
 
 T = TypeVar("T")
 
-START_TOKEN = "stackflow-start"
-"""Memo key of the token a CLI start puts on its run (recognises a retried start's run)."""
-UNREACHABLE_CODES = (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED)
-TRANSPORT_MARKERS = (
-    "tcp connect error",
-    "transport error",
-    "connection refused",
-    "connection reset",
-    "broken pipe",
-    "error trying to connect",
-    "dns error",
-    "failed client connect",
-)
 BACKOFF_FIRST = 0.5
 BACKOFF_MAX = 5.0
 PROBE_TIMEOUT = timedelta(seconds=5)
 CONNECTED_ATTEMPT = 30.0
 """A call that failed after running this long was talking to Temporal until then (the SDK's
 own retries give up within about 10 s): its failure starts a new outage."""
-
-
-class TemporalUnreachable(StackflowError):
-    """Temporal did not answer within ``--unavailable-timeout``: exit 1."""
-
-    exit_code = 1
-
-
-class TemporalRefused(StackflowError):
-    """Temporal answered a call with an error the command does not handle: exit 1."""
-
-    exit_code = 1
-
-
-def settings() -> tuple[str, str, str]:
-    """TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, STACKFLOW_TASK_QUEUE (with their defaults)."""
-    return (
-        os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233"),
-        os.environ.get("TEMPORAL_NAMESPACE", "default"),
-        os.environ.get("STACKFLOW_TASK_QUEUE", TASK_QUEUE_DEFAULT),
-    )
-
-
-def is_unreachable(exc: BaseException) -> bool:
-    """Whether ``exc`` says Temporal could not be reached (rather than refused a call)."""
-    if isinstance(exc, RPCError):
-        return exc.status in UNREACHABLE_CODES or _transport(exc.message)
-    if isinstance(exc, RuntimeError):  # Client.connect: "Failed client connect: …"
-        return _transport(str(exc))
-    return isinstance(exc, ConnectionError | TimeoutError)
-
-
-def _transport(message: str) -> bool:
-    text = message.lower()
-    return any(marker in text for marker in TRANSPORT_MARKERS)
-
-
-def _reason(exc: BaseException) -> str:
-    """A short reason: the gRPC message, or the innermost text of a connect error."""
-    text = exc.message if isinstance(exc, RPCError) else str(exc)
-    for marker in TRANSPORT_MARKERS[:-1]:
-        if marker in text.lower():
-            return marker
-    return " ".join(text.split())[:200]
-
-
-def cli_error(exc: BaseException) -> StackflowError | None:
-    """The one-line error a Temporal connection/RPC error escaping a command becomes, or
-    None for anything else (which then surfaces as it is)."""
-    if isinstance(exc, StackflowError):
-        return exc
-    address, _, _ = settings()
-    if is_unreachable(exc):
-        return TemporalUnreachable(
-            f"cannot reach Temporal at {address} ({_reason(exc)}); start it (`make up`) or "
-            "set TEMPORAL_ADDRESS, and run the command again"
-        )
-    if isinstance(exc, RPCError):
-        return TemporalRefused(
-            f"Temporal at {address} refused the call ({exc.status.name if exc.status else '?'}: "
-            f"{_reason(exc)})"
-        )
-    return None
-
-
-_runtime: Runtime | None = None
-
-
-def quiet_runtime() -> Runtime:
-    """A Temporal runtime whose core logs only errors: the SDK's own retry warnings would
-    otherwise print on stderr during an outage, around the CLI's one line."""
-    global _runtime
-    if _runtime is None:
-        _runtime = Runtime(
-            telemetry=TelemetryConfig(
-                logging=LoggingConfig(
-                    filter=TelemetryFilter(core_level="ERROR", other_level="ERROR")
-                )
-            )
-        )
-    return _runtime
 
 
 def _notice(text: str) -> None:
@@ -231,7 +143,7 @@ class Temporal:
         if not self._waiting:
             self._waiting = True
             _notice(
-                f"Temporal at {self.address} is unreachable ({_reason(exc)}); retrying for "
+                f"Temporal at {self.address} is unreachable ({reason(exc)}); retrying for "
                 f"up to {self.timeout:g}s (--unavailable-timeout)"
             )
         delay = BACKOFF_FIRST
@@ -256,7 +168,7 @@ class Temporal:
     def unreachable(self, what: str, exc: BaseException) -> TemporalUnreachable:
         head = (
             f"Temporal at {self.address} unreachable for {self.timeout:g}s "
-            f"(--unavailable-timeout) during {what} ({_reason(exc)})"
+            f"(--unavailable-timeout) during {what} ({reason(exc)})"
         )
         if self.run_started and self.stack is not None:
             return TemporalUnreachable(f"{head}; the run continues on the server: {self.follow}")

@@ -41,13 +41,18 @@ from stackflow.cli.options import (
 from stackflow.cli.output import OutputFormat, echo_safe
 from stackflow.cli.runner import (
     BAD_INPUT_TYPES,
-    OperationFailed,
     console_for,
     ui_link,
 )
 from stackflow.drift import DriftReport
-from stackflow.errors import NotFoundError, SpecError, StackflowError, StackLockedError
-from stackflow.operation import DriftInput, DriftResult, workflow_id_for
+from stackflow.errors import (
+    NotFoundError,
+    OperationFailed,
+    SpecError,
+    StackflowError,
+    StackLockedError,
+)
+from stackflow.operation import DriftInput, DriftResult, drift_workflow_id
 from stackflow.refs import StackRef
 
 drift_app = typer.Typer(
@@ -73,10 +78,6 @@ class DriftFound(StackflowError):
     """``drift check`` found drift: exit 4."""
 
     exit_code = 4
-
-
-def drift_workflow_id(stack: StackRef) -> str:
-    return workflow_id_for(stack) + "/drift"
 
 
 def schedule_id(stack: StackRef) -> str:

@@ -7,8 +7,8 @@ import os
 import sys
 
 from stackflow.cli.app import app
-from stackflow.cli.connection import cli_error
 from stackflow.cli.output import error_line
+from stackflow.temporal_client import connection_error
 
 COMMAND_MODULES = (
     "stackflow.cli.offline",
@@ -37,7 +37,7 @@ def main() -> None:
         load_commands()
         app(prog_name="stackflow")
     except Exception as exc:  # raised outside a command (e.g. while loading commands)
-        err = cli_error(exc)
+        err = connection_error(exc)
         if err is None:
             raise
         error_line(str(err))

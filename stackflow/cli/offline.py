@@ -253,9 +253,9 @@ async def _holder_ended(holder: Any) -> str | None:
     from temporalio.client import Client
 
     from stackflow.activities.runs import run_ended
-    from stackflow.cli.connection import quiet_runtime
     from stackflow.codec import data_converter
     from stackflow.errors import StackflowError
+    from stackflow.temporal_client import quiet_runtime
 
     address = os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233")
     try:

@@ -19,7 +19,6 @@ from rich.markup import escape
 
 from stackflow.budget import BUDGET
 from stackflow.cli.app import app
-from stackflow.cli.connection import settings
 from stackflow.cli.options import (
     AdoptOpt,
     ConcurrencyOpt,
@@ -44,7 +43,6 @@ from stackflow.cli.runner import (
     BAD_INPUT_TYPES,
     FINAL,
     PAUSED,
-    OperationFailed,
     Runner,
     RunPaused,
     current_user,
@@ -52,7 +50,7 @@ from stackflow.cli.runner import (
     ui_link,
 )
 from stackflow.codec import PAYLOAD_LIMIT, encoded_size
-from stackflow.errors import SpecError, StackflowError
+from stackflow.errors import OperationFailed, SpecError, StackflowError
 from stackflow.masking import masked_release_data
 from stackflow.operation import (
     OperationInput,
@@ -62,6 +60,7 @@ from stackflow.operation import (
 from stackflow.refs import StackRef
 from stackflow.release import Phase
 from stackflow.spec import load_spec
+from stackflow.temporal_client import settings
 
 _settings = settings
 

@@ -27,13 +27,14 @@ from temporalio.service import RPCError
 from stackflow.cli.connection import Temporal
 from stackflow.cli.output import OutputFormat, SafeConsole
 from stackflow.diff import Preview
-from stackflow.errors import StackflowError, StackLockedError
+from stackflow.errors import OperationFailed, StackflowError, StackLockedError
 from stackflow.operation import (
     ApprovalInput,
     OperationInput,
     OperationResult,
     StatusView,
     human_duration,
+    preview_workflow_id,
     workflow_id_for,
 )
 from stackflow.release import Phase
@@ -44,10 +45,6 @@ BAD_INPUT_TYPES = ("InvalidInput", "SpecError", "NotFound", "NotFoundError", "Co
 """Failure classes that fixing the spec or options resolves: exit 2 (else 1)."""
 PAUSED = Phase.awaitingDecision
 POLL_SECONDS = 0.25
-
-
-class OperationFailed(StackflowError):
-    exit_code = 1
 
 
 class RunPaused(StackflowError):
@@ -84,7 +81,7 @@ class Runner:
         self.workflow_id = workflow_id_for(request.stack)
         follow = None
         if workflow == "PreviewWorkflow":
-            self.workflow_id += "/preview"
+            self.workflow_id = preview_workflow_id(request.stack)
             follow = "run the preview again once Temporal is back"
         self.temporal = Temporal(request.unavailable_timeout_seconds, request.stack, follow)
         self._outcome: asyncio.Future[OperationResult] | None = None

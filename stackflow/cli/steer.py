@@ -24,11 +24,10 @@ from stackflow.cli.options import (
 )
 from stackflow.cli.output import OutputFormat, echo_safe, stdout_console
 from stackflow.cli.runner import (
-    OperationFailed,
     current_user,
     ui_link,
 )
-from stackflow.errors import NotFoundError
+from stackflow.errors import NotFoundError, OperationFailed
 from stackflow.operation import ApprovalInput, StatusView, workflow_id_for
 from stackflow.refs import StackRef
 

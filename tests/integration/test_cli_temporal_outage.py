@@ -29,10 +29,11 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
-from stackflow.cli.connection import START_TOKEN, Temporal, quiet_runtime
+from stackflow.cli.connection import Temporal
 from stackflow.codec import data_converter
 from stackflow.operation import OperationInput, OperationResult, workflow_id_for
 from stackflow.refs import StackRef
+from stackflow.temporal_client import START_TOKEN, quiet_runtime
 from tests.integration.conftest import REPO, WorkerProcess
 from tests.integration.opshelp import (
     file_resource,

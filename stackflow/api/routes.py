@@ -152,96 +152,62 @@ async def get_preview(
     return await runs.preview_of(ctx, handle, described)
 
 
-async def _step(
-    request: Request,
-    stack: StackRef,
-    run_id: str,
-    action: str,
-    who: Identity,
-    body: StepRequest | None,
-    key: str | None,
-) -> StepResult:
-    handle, described = await runs.find_run(ctx_of(request), stack, run_id)
-    comment = body.comment if body else None
-    result = await runs.steer(handle, described, action, who.name, comment, key)
-    return StepResult(run_id=run_id, workflow_id=handle.id, action=action, result=result)
-
-
 StepBody = Annotated[StepRequest | None, Body()]
+STEPS: tuple[tuple[str, Role, str], ...] = (
+    (
+        "approve",
+        Role.approver,
+        "Approve a run waiting in awaitingApproval (the approver recorded is the token's name).",
+    ),
+    ("reject", Role.approver, "Reject a run waiting in awaitingApproval (it ends failed)."),
+    (
+        "retry",
+        Role.operator,
+        "Re-run the failed nodes of a run paused on them (`on_failure: pause`).",
+    ),
+    ("abort", Role.operator, "End a paused run as failed, as it is."),
+    (
+        "cancel",
+        Role.operator,
+        "Cancel a running run; its release ends failed, saying so "
+        "(cancelling twice is harmless: an Idempotency-Key changes nothing).",
+    ),
+)
+"""The steps on a run: ``POST …/runs/{run_id}/<action>``, the role each needs, its doc."""
 
 
-@router.post(STACK + "/runs/{run_id}/approve", response_model=StepResult, responses=ERRORS)
-async def approve(
-    request: Request,
-    project: ProjectPath,
-    workspace: WorkspacePath,
-    run_id: RunIdPath,
-    who: Approver,
-    body: StepBody = None,
-    idempotency_key: KeyHeader = None,
-) -> StepResult:
-    """Approve a run waiting in awaitingApproval (the approver recorded is the token's name)."""
-    stack = StackRef(project, workspace)
-    return await _step(request, stack, run_id, "approve", who, body, idempotency_key)
+def _add_step(action: str, role: Role, doc: str) -> None:
+    async def step(
+        request: Request,
+        project: ProjectPath,
+        workspace: WorkspacePath,
+        run_id: RunIdPath,
+        who: Identity,
+        body: StepBody = None,
+        idempotency_key: KeyHeader = None,
+    ) -> StepResult:
+        ctx, stack = ctx_of(request), StackRef(project, workspace)
+        handle, described = await runs.find_run(ctx, stack, run_id)
+        comment = body.comment if body else None
+        result = await runs.steer(handle, described, action, who.name, comment, idempotency_key)
+        return StepResult(run_id=run_id, workflow_id=handle.id, action=action, result=result)
+
+    # the role is this route's: an annotation object, not a name the module could resolve
+    step.__annotations__["who"] = Annotated[Identity, needs(role)]
+    step.__name__ = step.__qualname__ = action
+    step.__doc__ = doc
+    router.add_api_route(
+        STACK + "/runs/{run_id}/" + action,
+        step,
+        methods=["POST"],
+        response_model=StepResult,
+        responses=ERRORS,
+        name=action,
+    )
 
 
-@router.post(STACK + "/runs/{run_id}/reject", response_model=StepResult, responses=ERRORS)
-async def reject(
-    request: Request,
-    project: ProjectPath,
-    workspace: WorkspacePath,
-    run_id: RunIdPath,
-    who: Approver,
-    body: StepBody = None,
-    idempotency_key: KeyHeader = None,
-) -> StepResult:
-    """Reject a run waiting in awaitingApproval (it ends failed)."""
-    stack = StackRef(project, workspace)
-    return await _step(request, stack, run_id, "reject", who, body, idempotency_key)
-
-
-@router.post(STACK + "/runs/{run_id}/retry", response_model=StepResult, responses=ERRORS)
-async def retry(
-    request: Request,
-    project: ProjectPath,
-    workspace: WorkspacePath,
-    run_id: RunIdPath,
-    who: Operator,
-    body: StepBody = None,
-    idempotency_key: KeyHeader = None,
-) -> StepResult:
-    """Re-run the failed nodes of a run paused on them (`on_failure: pause`)."""
-    stack = StackRef(project, workspace)
-    return await _step(request, stack, run_id, "retry", who, body, idempotency_key)
-
-
-@router.post(STACK + "/runs/{run_id}/abort", response_model=StepResult, responses=ERRORS)
-async def abort(
-    request: Request,
-    project: ProjectPath,
-    workspace: WorkspacePath,
-    run_id: RunIdPath,
-    who: Operator,
-    body: StepBody = None,
-    idempotency_key: KeyHeader = None,
-) -> StepResult:
-    """End a paused run as failed, as it is."""
-    stack = StackRef(project, workspace)
-    return await _step(request, stack, run_id, "abort", who, body, idempotency_key)
-
-
-@router.post(STACK + "/runs/{run_id}/cancel", response_model=StepResult, responses=ERRORS)
-async def cancel(
-    request: Request,
-    project: ProjectPath,
-    workspace: WorkspacePath,
-    run_id: RunIdPath,
-    who: Operator,
-    body: StepBody = None,
-) -> StepResult:
-    """Cancel a running run; its release ends failed, saying so."""
-    stack = StackRef(project, workspace)
-    return await _step(request, stack, run_id, "cancel", who, body, None)
+for _action, _role, _doc in STEPS:
+    _add_step(_action, _role, _doc)
 
 
 @router.get(STACK + "/releases", responses=ERRORS)

@@ -12,6 +12,7 @@ the stack is busy looks at the running run's memo: the same key and body is that
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import json
@@ -59,13 +60,15 @@ from stackflow.operation import (
 from stackflow.refs import StackRef
 from stackflow.release import Phase
 from stackflow.spec import Spec, parse_spec, parse_spec_text
-from stackflow.temporal_client import START_TOKEN, is_unreachable
+from stackflow.temporal_client import START_TOKEN, TemporalUnreachable, is_unreachable
 
 IDEMPOTENCY_MEMO = "stackflow-idempotency"
 REQUESTED_BY_MEMO = "stackflow-requested-by"
 MESSAGE_MEMO = "stackflow-message"
 IDEMPOTENCY_WINDOW = timedelta(hours=24)
 QUERY_TIMEOUT = timedelta(seconds=10)
+STEP_TIMEOUT = timedelta(seconds=30)
+"""How long a step (an Update) may wait for a worker to take it: an HTTP call never hangs."""
 KEY_LIMIT = 255
 
 
@@ -428,9 +431,17 @@ async def steer(
         if action == "cancel":
             await handle.cancel()
             return f"cancel requested by {by}"
-        result = await handle.execute_update(
-            action, ApprovalInput(by=by, reason=comment), id=update_id
+        result = await asyncio.wait_for(
+            handle.execute_update(action, ApprovalInput(by=by, reason=comment), id=update_id),
+            STEP_TIMEOUT.total_seconds(),
         )
+    except TimeoutError:
+        # the run's validator and handler run in a worker: none took the Update in time
+        raise TemporalUnreachable(
+            f"{action} not answered within {int(STEP_TIMEOUT.total_seconds())} s: no worker "
+            "is taking this run's tasks (is one running?); send it again (with the same "
+            "Idempotency-Key it is applied once)"
+        ) from None
     except RPCError as exc:
         if exc.status != RPCStatusCode.NOT_FOUND:
             raise

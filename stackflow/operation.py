@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from stackflow.events import NewEvent
 from stackflow.refs import RunRef, StackFields, StackRef
 from stackflow.release import Operation, Phase
 from stackflow.selection import LeftOut
@@ -357,6 +358,18 @@ class PhaseInput(StackFields, BaseModel):
     error: str | None = None
     changes: dict[str, Any] | None = None
     approval: dict[str, Any] | None = None
+    counts: dict[str, int] | None = None
+    """A final phase: how many nodes ended how (the ``run_complete`` event says it)."""
+    events: list[NewEvent] = Field(default_factory=list, max_length=4)
+    """Events the workflow saw first (``change_summary``): appended before the phase's."""
+
+
+class EventsInput(StackFields, BaseModel):
+    """Input of ``append_events``: what only the workflow knows (a few small events)."""
+
+    project: str
+    workspace: str
+    events: list[NewEvent] = Field(max_length=4)
 
 
 class NodeInput(StackFields, BaseModel):

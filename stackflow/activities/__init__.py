@@ -10,7 +10,8 @@ By phase, around shared parts that each activity class receives:
   references, taint, policy pre-check, runtime call, what is recorded sensitive);
 - :mod:`.prepare` (``prepare_operation``), :mod:`.preview` (``preview_batch``,
   ``describe_changes``, ``index_diffs``), :mod:`.walk` (``apply_resource``,
-  ``delete_resource``, ``run_group``, ``load_batch``, ``set_phase``) and :mod:`.observe`
+  ``delete_resource``, ``run_group``, ``load_batch``, ``set_phase``, ``append_events``) and
+  :mod:`.observe`
   (``refresh_batch``, ``record_drift``);
 - :mod:`.errors` (one classification of failures), :mod:`.heartbeat`, :mod:`.runs`.
 
@@ -83,6 +84,7 @@ class WorkerActivities:
             self.preview.index_diffs,
             self.walk.load_batch,
             self.walk.set_phase,
+            self.walk.append_events,
             self.walk.apply_resource,
             self.walk.delete_resource,
             self.walk.run_group,

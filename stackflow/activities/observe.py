@@ -13,6 +13,7 @@ from temporalio import activity
 
 from stackflow.activities.deps import Deps
 from stackflow.activities.errors import temporal_errors
+from stackflow.activities.events import current_run, planned_changes, record_events
 from stackflow.activities.heartbeat import heartbeating
 from stackflow.activities.preview import batch_result
 from stackflow.activities.resource_step import ResourceStep, desired_from_recorded
@@ -76,6 +77,10 @@ class ObserveActivities:
                 return await self._refresh_one(inp, recorded, options, run)
 
         changes = list(await asyncio.gather(*(one(rid) for rid in ids)))
+        if not inp.record:
+            await asyncio.to_thread(
+                record_events, self.backend, inp.stack, current_run(), planned_changes(changes)
+            )
         return await batch_result(self.backend, inp, changes)
 
     async def _refresh_one(

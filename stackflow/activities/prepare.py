@@ -12,8 +12,10 @@ from temporalio import activity
 
 from stackflow.activities.deps import Deps
 from stackflow.activities.errors import temporal_errors
+from stackflow.activities.events import record_events
 from stackflow.activities.stack_guard import StackGuard
 from stackflow.errors import GraphError, NotFoundError, SpecError
+from stackflow.events import EventType, NewEvent
 from stackflow.graph import Graph, build_graph, find_references, implicit_dependencies
 from stackflow.operation import (
     PLAN_INLINE_LIMIT,
@@ -73,36 +75,53 @@ class PrepareActivities:
     @activity.defn(name="prepare_operation")
     async def prepare_operation(self, inp: PrepareInput) -> OperationPlan:
         with temporal_errors():
+            plan = await self._prepare(inp)
             request = inp.request
-            check_request(request)
-            spec: Spec | None
-            ref: str | None
-            operation = inp.operation
-            if operation == Operation.drift:
-                return await asyncio.to_thread(self._prepare_drift, request)
-            if operation == Operation.rollback:
-                spec, ref = await asyncio.to_thread(self._rollback_spec, request)
-            else:
-                spec, ref = await asyncio.to_thread(self._load_spec, inp)
-            selection = Selection(targets=request.targets, excludes=request.excludes)
-            if operation == Operation.preview:
-                assert spec is not None
-                return await asyncio.to_thread(self._prepare_preview, inp, spec, ref, selection)
+            start = NewEvent(
+                type=EventType.run_start,
+                key="run_start",
+                data={
+                    "operation": inp.operation.value,
+                    "project": request.project,
+                    "workspace": request.workspace,
+                    "revision": plan.revision,
+                    "requested_by": request.operator,
+                    "total": plan.node_count + plan.deletion_count,
+                },
+            )
             run = RunRef(inp.workflow_id, inp.run_id)
-            if operation in (Operation.destroy, Operation.refresh):
-                ref = await asyncio.to_thread(self.backend.latest_spec_ref, request.stack)
-            release = await self.guard.open_release(
-                request.stack,
-                operation,
-                ref,
-                run,
-                source_revision=request.to_revision if operation == Operation.rollback else None,
-            )
-            plan = await asyncio.to_thread(
-                self._prepare_walk, operation, spec, ref, release, selection
-            )
-            plan.four_eyes = worker_policy().approvals.four_eyes_for(request.project)
+            await asyncio.to_thread(record_events, self.backend, request.stack, run, [start])
             return plan
+
+    async def _prepare(self, inp: PrepareInput) -> OperationPlan:
+        request = inp.request
+        check_request(request)
+        spec: Spec | None
+        ref: str | None
+        operation = inp.operation
+        if operation == Operation.drift:
+            return await asyncio.to_thread(self._prepare_drift, request)
+        if operation == Operation.rollback:
+            spec, ref = await asyncio.to_thread(self._rollback_spec, request)
+        else:
+            spec, ref = await asyncio.to_thread(self._load_spec, inp)
+        selection = Selection(targets=request.targets, excludes=request.excludes)
+        if operation == Operation.preview:
+            assert spec is not None
+            return await asyncio.to_thread(self._prepare_preview, inp, spec, ref, selection)
+        run = RunRef(inp.workflow_id, inp.run_id)
+        if operation in (Operation.destroy, Operation.refresh):
+            ref = await asyncio.to_thread(self.backend.latest_spec_ref, request.stack)
+        release = await self.guard.open_release(
+            request.stack,
+            operation,
+            ref,
+            run,
+            source_revision=request.to_revision if operation == Operation.rollback else None,
+        )
+        plan = await asyncio.to_thread(self._prepare_walk, operation, spec, ref, release, selection)
+        plan.four_eyes = worker_policy().approvals.four_eyes_for(request.project)
+        return plan
 
     def _load_spec(self, inp: PrepareInput) -> tuple[Spec | None, str | None]:
         request = inp.request

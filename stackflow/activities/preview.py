@@ -14,6 +14,7 @@ from temporalio import activity
 
 from stackflow.activities.deps import Deps
 from stackflow.activities.errors import temporal_errors
+from stackflow.activities.events import current_run, planned_changes, record_events
 from stackflow.activities.heartbeat import heartbeating
 from stackflow.activities.resource_step import (
     COALESCED_PARALLELISM,
@@ -89,6 +90,9 @@ class PreviewActivities:
         ids = [n.id for n in nodes]
         delete_ids = [n.id for n in plan.deletions[inp.start : inp.end]]
         changes = await self._preview_changes(inp, ids, delete_ids)
+        await asyncio.to_thread(
+            record_events, self.backend, inp.stack, current_run(), planned_changes(changes)
+        )
         result = await batch_result(self.backend, inp, changes)
         for offset, node in enumerate(nodes):
             if node.refs and changes[offset].action is Action.UnChanged:

@@ -10,6 +10,7 @@ for a batch child the parent named in the input."""
 from __future__ import annotations
 
 import asyncio
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from temporalio import activity
@@ -17,12 +18,15 @@ from temporalio.exceptions import ApplicationError
 
 from stackflow.activities.deps import Deps
 from stackflow.activities.errors import temporal_errors, to_application_error
+from stackflow.activities.events import EventSink, event_sink, record_events
 from stackflow.activities.heartbeat import heartbeating
 from stackflow.activities.resource_step import COALESCED_PARALLELISM, ResourceStep, digest
 from stackflow.activities.stack_guard import StackGuard, calling_run, read_scope_key
 from stackflow.budget import short_error
+from stackflow.events import EventType, NewEvent, run_complete
 from stackflow.masking import SecretSet
 from stackflow.operation import (
+    EventsInput,
     GroupInput,
     LoadBatchInput,
     LoadedBatch,
@@ -53,10 +57,25 @@ class WalkActivities:
     @activity.defn(name="apply_resource")
     async def apply_resource(self, inp: NodeInput) -> NodeResult:
         with temporal_errors(inp.unavailable_timeout_seconds):
-            async with heartbeating(f"apply {inp.resource_id}"):
-                return await self._apply(inp)
+            async with heartbeating(f"apply {inp.resource_id}"), self._events(inp) as sink:
+                try:
+                    return await self._apply(inp, sink)
+                except Exception as exc:
+                    raise self._errored(sink, inp, exc) from None
 
-    async def _apply(self, inp: NodeInput) -> NodeResult:
+    def _events(self, inp: NodeInput | GroupInput) -> AbstractAsyncContextManager[EventSink]:
+        return event_sink(self.backend, inp.stack, calling_run(inp.owner))
+
+    @staticmethod
+    def _errored(sink: EventSink, inp: NodeInput, exc: Exception) -> BaseException:
+        """The failure as it leaves the activity; a final one is the node's apply_errored."""
+        error = to_application_error(exc, inp.unavailable_timeout_seconds)
+        if isinstance(error, ApplicationError) and error.non_retryable:
+            message = short_error(error.message) or error.type or "failed"
+            sink.errored(inp.resource_id, inp.action, message, error.type)
+        return error
+
+    async def _apply(self, inp: NodeInput, sink: EventSink) -> NodeResult:
         step, guard = self.step, self.guard
         spec_resources = self.specs.resources(inp.spec_ref) if inp.spec_ref else {}
         wanted = step.ids_to_read(inp, spec_resources)
@@ -69,6 +88,7 @@ class WalkActivities:
         async def fence() -> None:
             await guard.assert_holds(run, stack, inp.revision)
 
+        sink.started(inp.resource_id, str(job.resource.type), inp.action)
         live = await step.apply(job, fence)
 
         async def record(attributes: dict[str, Any]) -> None:
@@ -85,6 +105,7 @@ class WalkActivities:
         if inp.watch:
             live = await job.runtime.wait_ready(job.request, job.options)
             await record(live)
+        sink.completed(inp.resource_id)
         return NodeResult(
             id=job.resource.id, action=inp.action, status=NodeStatus.succeeded, digest=digest(live)
         )
@@ -92,15 +113,19 @@ class WalkActivities:
     @activity.defn(name="delete_resource")
     async def delete_resource(self, inp: NodeInput) -> NodeResult:
         with temporal_errors(inp.unavailable_timeout_seconds):
-            async with heartbeating(f"delete {inp.resource_id}"):
-                return await self._delete(inp)
+            async with heartbeating(f"delete {inp.resource_id}"), self._events(inp) as sink:
+                try:
+                    return await self._delete(inp, sink)
+                except Exception as exc:
+                    raise self._errored(sink, inp, exc) from None
 
-    async def _delete(self, inp: NodeInput) -> NodeResult:
+    async def _delete(self, inp: NodeInput, sink: EventSink) -> NodeResult:
         guard, stack = self.guard, inp.stack
         recorded = await asyncio.to_thread(
             self.backend.resource_state, stack, inp.revision, inp.resource_id
         )
         run = calling_run(inp.owner)
+        sink.started(inp.resource_id, None if recorded is None else str(recorded.type), "Delete")
         if recorded is not None:
 
             async def fence() -> None:
@@ -112,6 +137,7 @@ class WalkActivities:
                 stack,
                 lambda: self.backend.record_deletion(stack, inp.revision, inp.resource_id, run=run),
             )
+        sink.completed(inp.resource_id)
         # Not in state any more: an earlier attempt already deleted and recorded it.
         return NodeResult(id=inp.resource_id, action="Delete", status=NodeStatus.succeeded)
 
@@ -124,10 +150,10 @@ class WalkActivities:
         (unavailable, a first bug) makes the whole group retry, and the nodes that already
         succeeded simply apply again."""
         with temporal_errors(inp.unavailable_timeout_seconds):
-            async with heartbeating(f"{len(inp.nodes)} resources"):
-                return await self._run_group(inp)
+            async with heartbeating(f"{len(inp.nodes)} resources"), self._events(inp) as sink:
+                return await self._run_group(inp, sink)
 
-    async def _run_group(self, inp: GroupInput) -> list[NodeResult]:
+    async def _run_group(self, inp: GroupInput, sink: EventSink) -> list[NodeResult]:
         """One state read, one lock check and one write per group; each node's runtime call
         on its own (side by side), each node's failure its own."""
         step, guard = self.step, self.guard
@@ -183,6 +209,8 @@ class WalkActivities:
 
         async def node_step(rid: str) -> None:
             node = nodes[rid]
+            found = state.get(rid) if node.action == "Delete" else spec_resources.get(rid)
+            sink.started(rid, None if found is None else str(found.type), node.action)
             try:
                 if node.action == "Delete":
                     recorded = state.get(rid)
@@ -190,6 +218,7 @@ class WalkActivities:
                         await step.delete(recorded, options)
                         deleted.append(rid)
                     outcome[rid] = NodeResult(id=rid, action="Delete", status=NodeStatus.succeeded)
+                    sink.completed(rid)
                     return
                 mine = {i: state[i] for i in wanted[rid] if i in state}
                 job = step.apply_job(node, spec_resources, mine, options, secrets)
@@ -198,6 +227,7 @@ class WalkActivities:
                 outcome[rid] = NodeResult(
                     id=rid, action=node.action, status=NodeStatus.succeeded, digest=digest(live)
                 )
+                sink.completed(rid)
             except Exception as exc:  # classified below, per node
                 outcome[rid] = exc
 
@@ -217,11 +247,11 @@ class WalkActivities:
             stack,
             lambda: self.backend.record_deletions(stack, revision, deleted, run=run),
         )
-        return self._group_results(inp, outcome)
+        return self._group_results(inp, outcome, sink)
 
     @staticmethod
     def _group_results(
-        inp: GroupInput, outcome: dict[str, NodeResult | Exception]
+        inp: GroupInput, outcome: dict[str, NodeResult | Exception], sink: EventSink
     ) -> list[NodeResult]:
         """Each node's result, in the group's order; raises the first failure worth a retry
         (what succeeded is recorded: the retry applies it again, harmlessly)."""
@@ -234,15 +264,17 @@ class WalkActivities:
                 continue
             error = to_application_error(done, inp.unavailable_timeout_seconds)
             if isinstance(error, ApplicationError) and error.non_retryable:
+                message = short_error(error.message) or error.type
                 results.append(
                     NodeResult(
                         id=rid,
                         action=action,
                         status=NodeStatus.failed,
-                        error=short_error(error.message) or error.type,
+                        error=message,
                         error_type=error.type,
                     )
                 )
+                sink.errored(rid, action, message or "failed", error.type)
             elif again is None:
                 again = error
         if again is not None:
@@ -294,8 +326,35 @@ class WalkActivities:
                 )
 
             release = await self.guard.write(run, inp.stack, write)
+            events = [
+                *inp.events,
+                NewEvent(
+                    type=EventType.phase,
+                    key=f"phase/{inp.phase}",
+                    data={"phase": inp.phase.value, "revision": inp.revision},
+                ),
+            ]
+            if release.phase.is_final:
+                events.append(
+                    run_complete(
+                        release.phase.value,
+                        revision=inp.revision,
+                        error=release.error,
+                        counts=inp.counts,
+                    )
+                )
+            await asyncio.to_thread(record_events, self.backend, inp.stack, run, events)
             if release.phase == Phase.succeeded:
                 await asyncio.to_thread(self._cache_release, inp.stack, inp.revision)
+
+    @activity.defn(name="append_events")
+    async def append_events(self, inp: EventsInput) -> None:
+        """Events only the workflow knows (a change summary, an approval wait, a preview's
+        end), appended to the calling run's stream."""
+        with temporal_errors():
+            await asyncio.to_thread(
+                record_events, self.backend, inp.stack, calling_run(), inp.events
+            )
 
     def _cache_release(self, stack: StackRef, revision: int) -> None:
         """A succeeded release becomes the prior state the next diff reads (Redis)."""

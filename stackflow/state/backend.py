@@ -39,14 +39,15 @@ from stackflow.state.protocols import (
     DriftReportStore,
     ReleaseReader,
     ReleaseWriter,
+    RunEventLog,
     SchemaAdmin,
     StackLocks,
     TerraformStateStore,
 )
-from stackflow.state.records import Records
+from stackflow.state.run_events import RunEvents
 
 
-class StateBackend(Records):
+class StateBackend(RunEvents):
     """Everything stackflow stores, on one SQL engine. Thread-safe; every method is sync.
     It satisfies every protocol of :mod:`stackflow.state.protocols`."""
 
@@ -115,6 +116,15 @@ class PostgresBackend(StateBackend):
         conn.exec_driver_sql("SELECT pg_advisory_xact_lock(7236111)")
         yield
 
+    @contextmanager
+    def _run_lock(self, conn: Connection, run_id: str) -> Iterator[None]:
+        # One run's appends one at a time, each until its commit: commit order is seq order.
+        conn.execute(
+            sa.text("SELECT pg_advisory_xact_lock(hashtextextended(:run, 7236112))"),
+            {"run": run_id},
+        )
+        yield
+
 
 def open_backend(
     url: str | None = None, *, migrate: bool = False, keys: KeyRing | None = None
@@ -178,5 +188,6 @@ if TYPE_CHECKING:  # mypy proves StateBackend satisfies every protocol of the in
         ReleaseWriter,
         DriftReportStore,
         TerraformStateStore,
+        RunEventLog,
     ]:
-        return (backend, backend, backend, backend, backend, backend, backend)
+        return (backend, backend, backend, backend, backend, backend, backend, backend)

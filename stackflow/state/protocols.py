@@ -8,10 +8,11 @@ conformance suite (``tests/conformance/state/``). :class:`~stackflow.state.backe
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from stackflow.drift import DriftReport
+from stackflow.events import PAGE_LIMIT, NewEvent, RunEvent
 from stackflow.refs import RunRef, StackRef
 from stackflow.release import Approval, Operation, Phase, Release
 from stackflow.spec import Resource, Spec
@@ -189,6 +190,21 @@ class TerraformStateStore(Protocol):
     ) -> None: ...
 
 
+@runtime_checkable
+class RunEventLog(Protocol):
+    """Each run's event stream (:mod:`stackflow.events`): appends numbered from 1 with no
+    gap and committed in order, idempotent by key; reads after a ``seq``, only through the
+    run's stack."""
+
+    def append_events(
+        self, stack: StackRef, run: RunRef, events: Sequence[NewEvent]
+    ) -> builtins.list[RunEvent]: ...
+    def events(
+        self, stack: StackRef, run_id: str, *, after: int = 0, limit: int = PAGE_LIMIT
+    ) -> builtins.list[RunEvent]: ...
+    def last_event(self, stack: StackRef, run_id: str) -> RunEvent | None: ...
+
+
 STATE_PROTOCOLS: tuple[type, ...] = (
     SchemaAdmin,
     BlobStore,
@@ -197,5 +213,6 @@ STATE_PROTOCOLS: tuple[type, ...] = (
     ReleaseWriter,
     DriftReportStore,
     TerraformStateStore,
+    RunEventLog,
 )
 """Every protocol a complete state backend satisfies."""

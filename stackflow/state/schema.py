@@ -106,3 +106,21 @@ drift_reports = sa.Table(
 )
 """What each drift check found (``DriftWorkflow``): counts in ``summary``, every drifted
 resource's diff (masked) in a blob by ``report_ref``. No lock: checks only read."""
+
+run_events = sa.Table(
+    "run_events",
+    metadata,
+    sa.Column("run_id", sa.String(100), primary_key=True),
+    sa.Column("seq", sa.Integer, primary_key=True, autoincrement=False),
+    sa.Column("project", sa.String(200), nullable=False),
+    sa.Column("workspace", sa.String(200), nullable=False),
+    sa.Column("workflow_id", sa.String(400), nullable=False),
+    sa.Column("key", sa.String(64), nullable=False),
+    sa.Column("type", sa.String(40), nullable=False),
+    sa.Column("at", sa.DateTime(timezone=True), nullable=False),
+    sa.Column("body", sa.JSON, nullable=False),
+    sa.UniqueConstraint("run_id", "key", name="uq_run_events_key"),
+)
+"""Each run's event stream (:mod:`stackflow.events`): ``seq`` from 1 with no gap, assigned
+under the run's own write lock so commit order is ``seq`` order; ``key`` (a sha256) makes an
+append idempotent."""

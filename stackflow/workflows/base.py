@@ -29,12 +29,14 @@ with workflow.unsafe.imports_passed_through():
     from stackflow.activities.walk import WalkActivities
     from stackflow.budget import fit_errors
     from stackflow.diff_store import DIFF_REFS_LIMIT
+    from stackflow.events import NewEvent, approval_wait, change_summary
     from stackflow.operation import (
         DETAIL_LIMIT,
         NOT_OK_LIMIT,
         BatchInput,
         BatchResult,
         DiffIndexInput,
+        EventsInput,
         NodeResult,
         NodeStatus,
         OperationInput,
@@ -60,6 +62,7 @@ with workflow.unsafe.imports_passed_through():
         INDEX_DIFF_REFS,
         PHASE_KEY,
         PROJECT_KEY,
+        RUN_EVENTS,
         WORKSPACE_KEY,
     )
     from stackflow.workflows.lines import PreviewLines, brief_changes, range_size
@@ -125,9 +128,20 @@ class OperationWorkflow(SteeredRun):
             self._progress.started = workflow.now()
         workflow.upsert_search_attributes([PHASE_KEY.value_set(phase)])
         self._show()
-        if self._revision is None or phase in (AWAITING_APPROVAL, AWAITING_DECISION):
+        if self._revision is None:
             return
         assert self._request is not None
+        if phase in (AWAITING_APPROVAL, AWAITING_DECISION):
+            if workflow.patched(RUN_EVENTS):
+                approval = phase == AWAITING_APPROVAL
+                timeout = (
+                    self._request.approval_timeout_seconds
+                    if approval
+                    else self._request.decision_timeout_seconds
+                )
+                wait = "approval" if approval else "decision"
+                await self._announce(approval_wait(wait, timeout, four_eyes=self._four_eyes))
+            return
         await workflow.execute_activity_method(
             WalkActivities.set_phase,
             PhaseInput(
@@ -135,9 +149,29 @@ class OperationWorkflow(SteeredRun):
                 workspace=self._request.workspace,
                 revision=self._revision,
                 phase=phase,
+                events=self._take_events(),
                 **extra,
             ),
             **common.store_call(f"release {self._revision} → {phase}"),
+        )
+
+    def _take_events(self) -> list[NewEvent]:
+        events, self._events = self._events, []
+        return events
+
+    async def _announce(self, *events: NewEvent) -> None:
+        """Append what only the workflow knows (with what it held back) to the run's
+        event stream."""
+        assert self._request is not None
+        every = [*self._take_events(), *events]
+        await workflow.execute_activity_method(
+            WalkActivities.append_events,
+            EventsInput(
+                project=self._request.project,
+                workspace=self._request.workspace,
+                events=every,
+            ),
+            **common.store_call(f"{len(every)} events"),
         )
 
     async def _preview(
@@ -205,6 +239,9 @@ class OperationWorkflow(SteeredRun):
             )
             lines.described(describe, described)
         self._lines = lines
+        if not record and workflow.patched(RUN_EVENTS):
+            summary = change_summary(str(self.operation), lines.view()["summary"])
+            self._events.append(summary)  # goes out with the next phase or wait
 
     async def _await_approval(self) -> bool:
         assert self._request is not None
@@ -403,6 +440,7 @@ class OperationWorkflow(SteeredRun):
             error=self._error,
             changes=brief_changes(self._changes_view()),
             approval=self._approval,
+            counts=dict(tally.counts),
         )
         return self._result(phase, tally)
 

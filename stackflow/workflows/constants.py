@@ -30,3 +30,6 @@ INDEX_DIFF_REFS = "index-diff-refs"
 BOUNDED_NOT_OK = "bounded-not-ok"
 """Patch: a walk past NOT_OK_LIMIT nodes that failed or were skipped starts no further batch
 (each batch's input lists them)."""
+RUN_EVENTS = "run-events"
+"""Patch: the workflow appends what only it knows to the run's event stream (the change
+summary, approval and decision waits, a preview's end) through ``append_events``."""

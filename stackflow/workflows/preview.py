@@ -8,13 +8,14 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
+    from stackflow.events import run_complete
     from stackflow.operation import (
         OperationInput,
         OperationResult,
     )
     from stackflow.release import Operation, Phase
     from stackflow.workflows.base import OperationWorkflow
-    from stackflow.workflows.constants import PHASE_KEY
+    from stackflow.workflows.constants import PHASE_KEY, RUN_EVENTS
     from stackflow.workflows.nodes import Tally
 
 
@@ -35,6 +36,12 @@ class PreviewWorkflow(OperationWorkflow):
         self._total = plan.node_count + plan.deletion_count
         await self._set_phase(Phase.previewing)
         await self._preview(plan)
+        if workflow.patched(RUN_EVENTS):
+            await self._announce(run_complete(Phase.succeeded.value, counts=self._counts()))
         self._phase = Phase.succeeded
         workflow.upsert_search_attributes([PHASE_KEY.value_set(Phase.succeeded)])
         return self._result(Phase.succeeded, Tally(full=True))
+
+    def _counts(self) -> dict[str, int]:
+        assert self._lines is not None
+        return dict(self._lines.view()["summary"])

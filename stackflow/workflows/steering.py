@@ -14,6 +14,7 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from stackflow.events import NewEvent
     from stackflow.operation import (
         ApprovalInput,
         ChangeBrief,
@@ -76,6 +77,8 @@ class SteeredRun:
         """Plan indices (nodes, deletions) of the last walk that did not succeed."""
         self._failures: list[NodeResult] = []
         self._error_type: str | None = None
+        self._events: list[NewEvent] = []
+        """Events for the run's stream held until the next activity that carries them."""
 
     def _show(self) -> None:
         """What the Temporal UI shows for the run (Markdown, a few hundred bytes)."""

@@ -19,6 +19,7 @@ HISTORY_NAMES = {
     "index_diffs",
     "load_batch",
     "set_phase",
+    "append_events",
     "apply_resource",
     "delete_resource",
     "run_group",

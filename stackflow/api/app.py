@@ -17,7 +17,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.client import Client
 
 from stackflow.api import problems
-from stackflow.api.auth import TokenTable, bearer, load_tokens
+from stackflow.api.auth import AuthUnavailable, TokenTable, bearer, load_tokens
 from stackflow.api.context import MAX_BODY_BYTES, ApiContext
 from stackflow.api.routes import router
 
@@ -72,7 +72,16 @@ class Guard:
         if path.startswith(PROTECTED):
             raw = headers.get("authorization")
             token = bearer(raw.decode("latin-1") if raw is not None else None)
-            identity = self.ctx.tokens.authenticate(token) if token else None
+            try:
+                identity = await self.ctx.tokens.authenticate_async(token) if token else None
+            except AuthUnavailable as err:
+                await problems.problem(503, str(err), "identity-provider-unavailable")(
+                    scope, receive, send
+                )
+                return
+            except Exception as exc:
+                await problems.unexpected(method, path, exc)(scope, receive, send)
+                return
             if identity is None:
                 detail = "the bearer token is not valid" if token else "a bearer token is required"
                 await problems.problem(

@@ -1,13 +1,16 @@
 """Who calls: ``Authorization: Bearer <token>`` checked against static tokens, stored hashed
-in the file ``STACKFLOW_API_TOKENS`` names, and the role each token has per project glob.
+in the file ``STACKFLOW_API_TOKENS`` names, and the role each token has per project glob;
+or, when that file has an ``oidc:`` section, an OIDC JWT (:mod:`stackflow.api.oidc`).
 
-The file is YAML or JSON: a list of entries, or ``{"tokens": [...]}``; an entry is
+The file is YAML or JSON: a list of entries, or ``{"tokens": [...], "oidc": {...}}`` (both
+keys optional); an entry is
 ``{"name": "ci", "sha256": "<hex of the token's sha256>", "roles": {"team-*": "operator"}}``.
 Roles are ordered: ``viewer`` (read) < ``operator`` (start, retry, abort, cancel) <
-``approver`` (approve, reject): each role includes the ones below it. A token's role for a
+``approver`` (approve, reject): each role includes the ones below it. A caller's role for a
 project is the highest of the globs that match it (shell globs, case-sensitive). Hashes are
-compared in constant time, against every entry whatever matched. The entry's ``name`` is
-the identity a run records (``operator`` of the run, ``by`` of a decision).
+compared in constant time, against every entry whatever matched. The entry's ``name`` (or
+the JWT's identity claim) is the identity a run records (``operator`` of the run, ``by`` of
+a decision).
 """
 
 from __future__ import annotations
@@ -18,12 +21,17 @@ import os
 from enum import IntEnum
 from fnmatch import fnmatchcase
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import jwt
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from starlette.concurrency import run_in_threadpool
 
-from stackflow.errors import SpecError
+from stackflow.errors import SpecError, StackflowError
+
+if TYPE_CHECKING:
+    from stackflow.api.oidc import OidcVerifier
 
 TOKENS_ENV = "STACKFLOW_API_TOKENS"
 
@@ -32,6 +40,34 @@ class Role(IntEnum):
     viewer = 1
     operator = 2
     approver = 3
+
+
+class AuthUnavailable(StackflowError):
+    """Whether a credential is valid cannot be known now (the OIDC issuer's keys cannot be
+    fetched): the request is refused with 503, neither accepted nor called invalid."""
+
+
+def role_map(value: Any, where: str = "") -> Any:
+    """``{glob: role name}`` with the names as :class:`Role` (anything else is left for
+    pydantic to refuse); ValueError naming the glob for a role that does not exist."""
+    if not isinstance(value, dict):
+        return value
+    out: dict[Any, Any] = {}
+    for glob, role in value.items():
+        if isinstance(role, str):
+            if role not in Role.__members__:
+                raise ValueError(
+                    f"{where}role {role!r} of {glob!r}: use viewer, operator or approver"
+                )
+            role = Role[role]
+        out[glob] = role
+    return out
+
+
+def best_role(roles: dict[str, Role], project: str) -> Role | None:
+    """The highest role of the globs in ``roles`` that match ``project``."""
+    found = [role for glob, role in roles.items() if fnmatchcase(project, glob)]
+    return max(found) if found else None
 
 
 class TokenEntry(BaseModel):
@@ -44,32 +80,22 @@ class TokenEntry(BaseModel):
     @field_validator("roles", mode="before")
     @classmethod
     def _role_names(cls, value: Any) -> Any:
-        if not isinstance(value, dict):
-            return value
-        out: dict[Any, Any] = {}
-        for glob, role in value.items():
-            if isinstance(role, str):
-                if role not in Role.__members__:
-                    raise ValueError(f"role {role!r} of {glob!r}: use viewer, operator or approver")
-                role = Role[role]
-            out[glob] = role
-        return out
+        return role_map(value)
 
     def role_for(self, project: str) -> Role | None:
-        found = [role for glob, role in self.roles.items() if fnmatchcase(project, glob)]
-        return max(found) if found else None
+        return best_role(self.roles, project)
 
 
 class Identity(BaseModel):
-    """An authenticated caller."""
+    """An authenticated caller: its name (what runs record) and its role per project glob."""
 
     model_config = ConfigDict(frozen=True)
 
     name: str
-    entry: TokenEntry
+    roles: dict[str, Role] = Field(default_factory=dict)
 
     def role_for(self, project: str) -> Role | None:
-        return self.entry.role_for(project)
+        return best_role(self.roles, project)
 
     def allows(self, project: str, needed: Role) -> bool:
         role = self.role_for(project)
@@ -80,25 +106,64 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
-class TokenTable:
-    """The tokens one server accepts."""
+def looks_like_jwt(token: str) -> bool:
+    """Two dots and a header that decodes as a JWT's (the signature is not looked at)."""
+    if token.count(".") != 2:
+        return False
+    try:
+        jwt.get_unverified_header(token)
+    except (jwt.PyJWTError, ValueError):  # ValueError: not UTF-8
+        return False
+    return True
 
-    def __init__(self, entries: list[TokenEntry], source: str = "API tokens") -> None:
+
+class TokenTable:
+    """The credentials one server accepts: static tokens, and OIDC JWTs when ``oidc`` is set
+    (a bearer value that :func:`looks_like_jwt` goes to it, any other to the static table)."""
+
+    def __init__(
+        self,
+        entries: list[TokenEntry],
+        source: str = "API tokens",
+        oidc: OidcVerifier | None = None,
+    ) -> None:
         names = [e.name for e in entries]
         dup = sorted({n for n in names if names.count(n) > 1})
         if dup:
             raise SpecError(f"{source}: the name {dup[0]!r} is given twice")
         self.entries = entries
+        self.oidc = oidc
         self._digests = [bytes.fromhex(e.sha256) for e in entries]
 
     def authenticate(self, token: str) -> Identity | None:
+        """The caller ``token`` proves, None for an invalid one; AuthUnavailable when the
+        OIDC issuer's keys cannot be fetched. May block (a JWKS fetch): async code calls
+        :meth:`authenticate_async`."""
+        if self.oidc is not None and looks_like_jwt(token):
+            return self.oidc.authenticate(token)
+        return self.static(token)
+
+    async def authenticate_async(self, token: str) -> Identity | None:
+        """:meth:`authenticate`, a JWT verified on a worker thread (its keys may be fetched)."""
+        if self.oidc is not None and looks_like_jwt(token):
+            return await run_in_threadpool(self.oidc.authenticate, token)
+        return self.static(token)
+
+    def static(self, token: str) -> Identity | None:
         """The entry whose hash is the token's, compared with every entry in constant time."""
         digest = hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
         found: TokenEntry | None = None
         for entry, known in zip(self.entries, self._digests, strict=True):
             if hmac.compare_digest(digest, known) and found is None:
                 found = entry
-        return None if found is None else Identity(name=found.name, entry=found)
+        return None if found is None else Identity(name=found.name, roles=dict(found.roles))
+
+
+def _first_error(err: ValidationError) -> str:
+    first = err.errors(include_url=False)[0]
+    field = ".".join(str(p) for p in first["loc"]) or "entry"
+    msg = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
+    return f"{field}: {msg}"
 
 
 def parse_tokens(text: str | bytes, source: str = "tokens file") -> TokenTable:
@@ -110,8 +175,21 @@ def parse_tokens(text: str | bytes, source: str = "tokens file") -> TokenTable:
         mark = getattr(err, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise SpecError(f"{source}: invalid YAML{where}") from None
-    if isinstance(data, dict) and set(data) == {"tokens"}:
-        data = data["tokens"]
+    oidc: OidcVerifier | None = None
+    if isinstance(data, dict) and {"tokens", "oidc"} & set(data):
+        unknown = sorted(str(k) for k in data if k not in ("tokens", "oidc"))
+        if unknown:
+            raise SpecError(f"{source}: {unknown[0]}: unknown field (use tokens and oidc)")
+        if data.get("oidc") is not None:
+            from stackflow.api.oidc import OidcConfig, OidcVerifier
+
+            try:
+                config = OidcConfig.model_validate(data["oidc"])
+            except ValidationError as err:
+                raise SpecError(f"{source}: oidc: {_first_error(err)}") from None
+            oidc = OidcVerifier(config)
+        data = data.get("tokens")
+        data = [] if data is None else data
     if not isinstance(data, list):
         raise SpecError(f"{source}: a list of tokens (or {{tokens: [...]}}) is expected")
     entries = []
@@ -119,11 +197,8 @@ def parse_tokens(text: str | bytes, source: str = "tokens file") -> TokenTable:
         try:
             entries.append(TokenEntry.model_validate(raw))
         except ValidationError as err:
-            first = err.errors(include_url=False)[0]
-            field = ".".join(str(p) for p in first["loc"]) or "entry"
-            msg = "unknown field" if first["type"] == "extra_forbidden" else first["msg"]
-            raise SpecError(f"{source}: token {i + 1}: {field}: {msg}") from None
-    return TokenTable(entries, source)
+            raise SpecError(f"{source}: token {i + 1}: {_first_error(err)}") from None
+    return TokenTable(entries, source, oidc)
 
 
 def load_tokens(path: str | None = None) -> TokenTable:

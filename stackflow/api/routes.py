@@ -7,10 +7,10 @@ from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 
-from stackflow.api import releases, runs
+from stackflow.api import events, releases, runs
 from stackflow.api.auth import Identity, Role
 from stackflow.api.context import ApiContext
 from stackflow.api.models import (
@@ -24,7 +24,7 @@ from stackflow.api.models import (
 )
 from stackflow.api.problems import PROBLEM_JSON, Problem, problem
 from stackflow.operation import NAME_LIMIT, NAME_PATTERN, REVISION_LIMIT
-from stackflow.refs import StackRef
+from stackflow.refs import RunRef, StackRef
 
 router = APIRouter(prefix="/v1")
 
@@ -150,6 +150,48 @@ async def get_preview(
     ctx = ctx_of(request)
     handle, described = await runs.find_run(ctx, StackRef(project, workspace), run_id)
     return await runs.preview_of(ctx, handle, described)
+
+
+@router.get(
+    STACK + "/runs/{run_id}/events",
+    response_class=StreamingResponse,
+    responses={
+        **ERRORS,
+        200: {
+            "description": "The run's events, one per line (NDJSON) or per message (SSE), "
+            "ending after run_complete",
+            "content": {events.NDJSON: {}, events.SSE: {}},
+        },
+    },
+)
+async def run_events(
+    request: Request,
+    project: ProjectPath,
+    workspace: WorkspacePath,
+    run_id: RunIdPath,
+    _: Viewer,
+    after: Annotated[
+        int | None, Query(ge=0, le=10**12, description="Resume after this seq")
+    ] = None,
+    wait: Annotated[bool, Query(description="Wait for events until run_complete")] = True,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+    accept: Annotated[str | None, Header()] = None,
+) -> StreamingResponse:
+    """The run's event stream (NDJSON, or SSE with `Accept: text/event-stream`): first a
+    header line, then `{seq, type, time, ...}` events; resume with `?after=SEQ` or
+    `Last-Event-ID`."""
+    ctx, stack = ctx_of(request), StackRef(project, workspace)
+    start = events.cursor(after, last_event_id)
+    described = (await runs.find_run(ctx, stack, run_id))[1]
+    kind = events.media_type(accept)
+    body = events.stream(
+        ctx, stack, RunRef(described.id, run_id), after=start, kind=kind, wait=wait
+    )
+    return StreamingResponse(
+        body,
+        media_type=kind,
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )
 
 
 StepBody = Annotated[StepRequest | None, Body()]

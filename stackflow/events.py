@@ -57,6 +57,8 @@ class NewEvent(BaseModel):
     type: EventType
     key: str = Field(min_length=1)
     data: dict[str, Any] = Field(default_factory=dict)
+    at: datetime | None = None
+    """When it happened (a resource's apply returned); the append's time if not given."""
 
     @property
     def digest(self) -> str:

@@ -18,6 +18,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable
+from datetime import UTC, datetime
 from typing import Any
 
 from temporalio import activity
@@ -50,7 +51,8 @@ class EventSink:
     # ---- what an activity reports ------------------------------------------------------------
     def add(self, type: EventType, subject: str, data: dict[str, Any]) -> None:
         """An event keyed by this activity and ``subject``."""
-        self._buffer.append(NewEvent(type=type, key=f"{self.scope}/{type}/{subject}", data=data))
+        key = f"{self.scope}/{type}/{subject}"
+        self._buffer.append(NewEvent(type=type, key=key, data=data, at=datetime.now(UTC)))
 
     def started(self, resource_id: str, resource_type: str | None, action: str) -> None:
         self._started[resource_id] = (time.monotonic(), resource_type, action)

@@ -60,6 +60,7 @@ class RunEvents(Records):
             seq, stamp, rows = int(last or 0), now(), []
             for digest, event in fresh.items():
                 seq += 1
+                at = event.at or stamp
                 rows.append(
                     {
                         "run_id": run.run_id,
@@ -69,11 +70,11 @@ class RunEvents(Records):
                         "workflow_id": run.workflow_id,
                         "key": digest,
                         "type": event.type.value,
-                        "at": stamp,
+                        "at": at,
                         "body": event.data,
                     }
                 )
-                appended.append(RunEvent(seq=seq, type=event.type, time=stamp, data=event.data))
+                appended.append(RunEvent(seq=seq, type=event.type, time=at, data=event.data))
             conn.execute(run_events.insert(), rows)
         return appended
 

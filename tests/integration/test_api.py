@@ -81,43 +81,67 @@ def api_worker(
     worker.stop()
 
 
+class ApiServer:
+    """One `stackflow serve` process of this checkout, as `make up` starts it."""
+
+    def __init__(self, env: dict[str, str], log: Path, port: int | None = None) -> None:
+        self.env, self.log = env, log
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ApiServer:
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "stackflow.cli.main", "serve", "--port", str(self.port)],
+                cwd=REPO,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        deadline = time.monotonic() + 60
+        while True:
+            if self.proc.poll() is not None:
+                pytest.fail(f"stackflow serve exited {self.proc.returncode}:\n{self.tail()}")
+            try:
+                if httpx.get(f"{self.url}/v1/readyz", timeout=2).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.proc.terminate()
+                pytest.fail(f"stackflow serve not ready in 60s:\n{self.tail()}")
+            time.sleep(0.2)
+
+    def tail(self) -> str:
+        return self.log.read_text()[-3000:]
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown of its own."""
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
 @pytest.fixture(scope="module")
 def api_url(
     api_env: dict[str, str], api_worker: WorkerProcess, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[str]:
     """`stackflow serve` on a free port, as `make up` starts it."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("api-log") / "api.log"
-    with log.open("ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "stackflow.cli.main", "serve", "--port", str(port)],
-            cwd=REPO,
-            env=api_env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        if proc.poll() is not None:
-            pytest.fail(f"stackflow serve exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if httpx.get(f"{url}/v1/readyz", timeout=2).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline:
-            proc.terminate()
-            pytest.fail(f"stackflow serve not ready in 60s:\n{log.read_text()[-3000:]}")
-        time.sleep(0.2)
-    yield url
-    proc.terminate()
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+    server = ApiServer(api_env, tmp_path_factory.mktemp("api-log") / "api.log").start()
+    yield server.url
+    server.stop()
+    assert "Traceback" not in server.log.read_text(), server.tail()
 
 
 @pytest.fixture

@@ -1,0 +1,241 @@
+"""The service API, side by side with a connected Temporal client: 50 runs started at once on
+50 stacks through ``POST /v1/stacks/{p}/{w}/runs`` (one ``stackflow serve`` process, httpx),
+and the same 50 starts through one Temporal client as a service embedding the SDK would
+(``start_workflow`` with stackflow's data converter). Then the event stream: the delay from a
+resource's apply returning on the worker (its ``apply_complete`` event's ``time``) to that
+line reaching a client following ``…/events`` (one stream per run, all at once).
+
+Prints start latency p50/p99 of each, their ratio, and the event delivery lag p50/p99
+(target: under 1 s). One worker, one API process and the client on this machine.
+
+    eval "$(make -s env)"
+    .venv/bin/python benchmarks/api_bench.py                 # 50 runs of 5 files each
+    .venv/bin/python benchmarks/api_bench.py --runs 20 --files 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import httpx  # noqa: E402
+
+from benchmarks._lib import harness  # noqa: E402
+
+TOKEN = "bench-admin-token"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def spec_for(root: Path, files: int) -> dict[str, Any]:
+    return {
+        "resources": [
+            {
+                "id": f"onprem:File:{root}/f{i:03d}.txt",
+                "type": "OnPrem",
+                "attributes": {
+                    "kind": "File",
+                    "path": f"{root}/f{i:03d}.txt",
+                    "mode": "0644",
+                    "content": f"resource {i}\n",
+                },
+            }
+            for i in range(files)
+        ]
+    }
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def serve(env: dict[str, str], work: Path) -> tuple[subprocess.Popen[bytes], str]:
+    tokens = work / "tokens.json"
+    digest = hashlib.sha256(TOKEN.encode()).hexdigest()
+    tokens.write_text(json.dumps([{"name": "bench", "sha256": digest, "roles": {"*": "approver"}}]))
+    port = free_port()
+    log = (work / "api.log").open("wb")
+    proc = subprocess.Popen(
+        [harness.PYTHON, "-m", "stackflow.cli.main", "serve", "--port", str(port)],
+        env={**env, "STACKFLOW_API_TOKENS": str(tokens)},
+        cwd=harness.code_root(),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            if httpx.get(f"{url}/v1/readyz", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.HTTPError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise SystemExit(f"stackflow serve did not start: {(work / 'api.log').read_text()}")
+        time.sleep(0.2)
+
+
+async def follow(http: httpx.AsyncClient, status_url: str, lags: list[float]) -> dict[str, Any]:
+    """Read a run's stream to its end; each apply_complete's delivery lag into ``lags``."""
+    last: dict[str, Any] = {}
+    async with http.stream("GET", status_url + "/events") as r:
+        r.raise_for_status()
+        first = True
+        async for line in r.aiter_lines():
+            if not line:
+                continue
+            if first:
+                first = False
+                continue
+            event = json.loads(line)
+            if event["type"] == "apply_complete":
+                happened = datetime.fromisoformat(event["time"])
+                lags.append((datetime.now(UTC) - happened).total_seconds())
+            last = event
+    return last
+
+
+async def through_api(
+    url: str, root: Path, runs: int, files: int
+) -> tuple[list[float], list[float]]:
+    """Start latency of each POST (all at once), then every run's stream followed to its end."""
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    limits = httpx.Limits(max_connections=runs * 2 + 8)
+    async with httpx.AsyncClient(
+        base_url=url, headers=headers, timeout=httpx.Timeout(60, read=600), limits=limits
+    ) as http:
+        project = f"bapi{uuid.uuid4().hex[:6]}"
+
+        async def start(i: int) -> tuple[float, str]:
+            body = {
+                "operation": "apply",
+                "spec": spec_for(root / f"api{i}", files),
+                "auto_approve": True,
+            }
+            began = time.perf_counter()
+            r = await http.post(f"/v1/stacks/{project}/w{i}/runs", json=body)
+            took = time.perf_counter() - began
+            if r.status_code != 201:
+                raise SystemExit(f"start {i}: {r.status_code} {r.text}")
+            return took, str(r.json()["status_url"])
+
+        started = await asyncio.gather(*(start(i) for i in range(runs)))
+        lags: list[float] = []
+        ends = await asyncio.gather(*(follow(http, u, lags) for _, u in started))
+        bad = [e for e in ends if e.get("type") != "run_complete" or e.get("status") != "succeeded"]
+        if bad:
+            raise SystemExit(f"{len(bad)} runs did not succeed: {bad[:2]}")
+        return [t for t, _ in started], lags
+
+
+async def through_temporal(
+    env: dict[str, str], queue: str, root: Path, runs: int, files: int
+) -> list[float]:
+    from temporalio.client import Client
+
+    from stackflow.codec import data_converter
+    from stackflow.operation import OperationInput, OperationResult, workflow_id_for
+
+    client = await Client.connect(
+        env["TEMPORAL_ADDRESS"],
+        namespace=env.get("TEMPORAL_NAMESPACE", "default"),
+        data_converter=data_converter(),
+    )
+    project = f"btmp{uuid.uuid4().hex[:6]}"
+
+    async def start(i: int) -> tuple[float, Any]:
+        request = OperationInput(
+            project=project,
+            workspace=f"w{i}",
+            spec=spec_for(root / f"tmp{i}", files),
+            auto_approve=True,
+            operator="bench",
+        )
+        began = time.perf_counter()
+        handle = await client.start_workflow(
+            "ApplyWorkflow",
+            request,
+            id=workflow_id_for(request.stack),
+            task_queue=queue,
+            result_type=OperationResult,
+        )
+        return time.perf_counter() - began, handle
+
+    started = await asyncio.gather(*(start(i) for i in range(runs)))
+    results = await asyncio.gather(*(h.result() for _, h in started))
+    bad = [r for r in results if r.phase != "succeeded"]
+    if bad:
+        raise SystemExit(f"{len(bad)} runs did not succeed: {bad[0].error}")
+    return [t for t, _ in started]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--files", type=int, default=5)
+    parser.add_argument("--backend", choices=["sqlite", "postgresql"], default="sqlite")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="stackflow-api-bench-"))
+    with harness.stack(args.backend, onprem_root=root) as stack:
+        proc, url = serve(stack.env, stack.work)
+        try:
+            # warm both paths once (connections, imports, the worker's first run)
+            asyncio.run(through_api(url, root / "warm", 1, 1))
+            api_starts, lags = asyncio.run(through_api(url, root, args.runs, args.files))
+            temporal_starts = asyncio.run(
+                through_temporal(stack.env, stack.queue, root, args.runs, args.files)
+            )
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    rows = [
+        [
+            "start (API, HTTP)",
+            harness.fmt_s(pct(api_starts, 0.5)),
+            harness.fmt_s(pct(api_starts, 0.99)),
+        ],
+        [
+            "start (Temporal client)",
+            harness.fmt_s(pct(temporal_starts, 0.5)),
+            harness.fmt_s(pct(temporal_starts, 0.99)),
+        ],
+        [
+            "ratio API / Temporal",
+            harness.ratio(pct(api_starts, 0.5), pct(temporal_starts, 0.5)),
+            harness.ratio(pct(api_starts, 0.99), pct(temporal_starts, 0.99)),
+        ],
+        [
+            f"event lag ({len(lags)} apply_complete)",
+            harness.fmt_s(pct(lags, 0.5)),
+            harness.fmt_s(pct(lags, 0.99)),
+        ],
+    ]
+    print(
+        f"{args.runs} runs at once on {args.runs} stacks, {args.files} files each ({args.backend})"
+    )
+    print(harness.table(["", "p50", "p99"], rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -83,6 +83,8 @@ class RunCreated(BaseModel):
     workflow_id: str
     operation: RunOperation
     status_url: str
+    events_url: str
+    """The run's event stream (NDJSON, or SSE with ``Accept: text/event-stream``)."""
 
 
 class StepRequest(BaseModel):

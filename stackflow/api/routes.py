@@ -109,6 +109,7 @@ async def start_run(
         workflow_id=started.handle.id,
         operation=body.operation,
         status_url=f"/v1/stacks/{project}/{workspace}/runs/{started.run_id}",
+        events_url=f"/v1/stacks/{project}/{workspace}/runs/{started.run_id}/events",
     )
     return JSONResponse(
         created.model_dump(mode="json"),

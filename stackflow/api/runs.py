@@ -450,6 +450,8 @@ async def steer(
         ) from None
     except WorkflowUpdateFailedError as exc:
         cause = exc.cause
+        if isinstance(cause, ApplicationError) and cause.type == "FourEyes":
+            raise Problem(403, f"{action} refused: {cause.message}", "four-eyes") from None
         raise OperationFailed(
             f"{action} refused: {getattr(cause, 'message', None) or cause}"
         ) from None

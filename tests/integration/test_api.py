@@ -63,6 +63,7 @@ def api_env(
         STACKFLOW_STATE_URL=integration_postgres_url,
         STACKFLOW_TASK_QUEUE=f"test-api-{uuid.uuid4().hex[:8]}",
         STACKFLOW_API_TOKENS=str(tokens),
+        STACKFLOW_FOUR_EYES="foureyes-*",
         PYTHONPATH=str(REPO),
     )
     env.setdefault("STACKFLOW_ONPREM_ROOTS", tempfile.gettempdir())
@@ -200,6 +201,7 @@ def test_apply_start_status_approve_succeeds(http: httpx.Client, tmp_path: Path)
     assert created["operation"] == "apply"
     assert created["workflow_id"] == f"stackflow/{project}/dev"
     assert created["status_url"] == f"{base}/runs/{created['run_id']}"
+    assert created["events_url"] == created["status_url"] + "/events"
     assert r.headers["location"] == created["status_url"]
 
     view = wait_run(http, created["status_url"], lambda v: v["phase"] == "awaitingApproval")
@@ -644,3 +646,22 @@ def test_secrets_are_never_served(http: httpx.Client, tmp_path: Path) -> None:
     for text in answers:
         for form in (secret, base64.b64encode(secret.encode()).decode()):
             assert form not in text
+
+
+def test_four_eyes_self_approval_is_403(http: httpx.Client, tmp_path: Path) -> None:
+    """The worker's policy forbids the requester to approve (projects foureyes-*): the same
+    caller's approve is a 403 saying so, another approver's goes through."""
+    project = f"foureyes-{uuid.uuid4().hex[:8]}"
+    r = http.post(
+        f"/v1/stacks/{project}/dev/runs",
+        json={"operation": "apply", "spec": small_spec(tmp_path)},
+        headers=auth("admin"),
+    )
+    assert r.status_code == 201, r.text
+    run = r.json()["status_url"]
+    wait_run(http, run, lambda v: v["phase"] == "awaitingApproval")
+    body = is_problem(http.post(f"{run}/approve", headers=auth("admin")), 403)
+    assert body["type"].endswith("four-eyes") and "admin started this run" in body["detail"]
+    assert http.post(f"{run}/reject", headers=auth("admin")).status_code == 200
+    view = wait_run(http, run, lambda v: v["status"] != "running")
+    assert view["phase"] == "failed" and "rejected by admin" in view["error"]

@@ -1,0 +1,63 @@
+"""A typed Python client of stackflow's HTTP API (``stackflow serve``), the one the CLI uses
+when ``STACKFLOW_API_URL`` is set::
+
+    from stackflow.client import RunRequest, StackflowClient
+    from stackflow.refs import StackRef
+
+    with StackflowClient.from_env() as api:
+        stack = StackRef("demo", "dev")
+        run = api.start_run(stack, RunRequest(operation="apply", spec=spec, auto_approve=True))
+        for event in api.events(stack, run.run_id):
+            print(event.line())
+
+Light to import: httpx and pydantic, never temporalio or fastapi.
+"""
+
+from __future__ import annotations
+
+from stackflow.api.models import (
+    RunCreated,
+    RunOperation,
+    RunPage,
+    RunRequest,
+    RunSummary,
+    RunView,
+    StepResult,
+)
+from stackflow.client.errors import (
+    ApiConflict,
+    ApiError,
+    ApiForbidden,
+    ApiInvalid,
+    ApiNotFound,
+    ApiProtocolError,
+    ApiStackLocked,
+    ApiUnauthorized,
+    ApiUnavailable,
+)
+from stackflow.client.http import EventStream, StackflowClient
+from stackflow.events import EventType, RunEvent, StreamHeader
+
+__all__ = [
+    "ApiConflict",
+    "ApiError",
+    "ApiForbidden",
+    "ApiInvalid",
+    "ApiNotFound",
+    "ApiProtocolError",
+    "ApiStackLocked",
+    "ApiUnauthorized",
+    "ApiUnavailable",
+    "EventStream",
+    "EventType",
+    "RunCreated",
+    "RunEvent",
+    "RunOperation",
+    "RunPage",
+    "RunRequest",
+    "RunSummary",
+    "RunView",
+    "StackflowClient",
+    "StepResult",
+    "StreamHeader",
+]

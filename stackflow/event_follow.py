@@ -84,6 +84,10 @@ async def follow(
     With ``wait`` the stream waits for new events until then; without, it ends with what
     is there (still closing a run that Temporal says has ended). With ``idle_seconds``, a
     ``None`` comes whenever nothing came for that long (a keep-alive for the caller)."""
+    if after > 0:
+        last = await asyncio.to_thread(log.last_event, stack, run.run_id)
+        if last is not None and last.type == EventType.run_complete and last.seq <= after:
+            return  # resumed after the end: nothing more will come
     cursor, asked = after, time.monotonic()
     quiet_since = asked
     while True:

@@ -109,8 +109,8 @@ async def follow(
             asked = now
             ending = await closed()
             if ending is not None:
-                last = run_complete(ending.status, error=ending.error, source="temporal")
-                await asyncio.to_thread(log.append_events, stack, run, [last])
+                end = run_complete(ending.status, error=ending.error, source="temporal")
+                await asyncio.to_thread(log.append_events, stack, run, [end])
                 continue  # read it back: the run's own, if it wrote one meanwhile
             if not wait:
                 return

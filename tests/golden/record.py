@@ -229,6 +229,37 @@ async def main() -> None:
         )
         await tf_gone.result()
         await save(client, tf_gone, "grouped_terraform_destroy")
+
+        # the run-events patch: the change summary with the approval wait, the decision
+        # wait of a paused run, and a preview's run_complete, appended by append_events
+        announced = await start(f"golden-events-{tag}", spec={"resources": files(root / "x", 2)})
+        await phase(announced, "awaitingApproval")
+        await announced.execute_update("approve", ApprovalInput(by="golden"))
+        await announced.result()
+        await save(client, announced, "events_approval")
+        (root / "y").mkdir(parents=True)
+        (root / "y" / "blocker").write_text("x\n")
+        decided = await start(
+            f"golden-events-paused-{tag}",
+            spec={"resources": files(root / "y" / "blocker", 1)},
+            auto_approve=True,
+            on_failure="pause",
+        )
+        await phase(decided, "awaitingDecision")
+        await decided.execute_update("abort", ApprovalInput(by="golden"))
+        await decided.result()
+        await save(client, decided, "events_paused_abort")
+        previewed = await client.start_workflow(
+            "PreviewWorkflow",
+            OperationInput(
+                project=f"golden-events-{tag}", spec={"resources": files(root / "x", 3)}
+            ),
+            id=f"stackflow/golden-events-{tag}/default/preview",
+            task_queue=queue,
+            result_type=OperationResult,
+        )
+        await previewed.result()
+        await save(client, previewed, "events_preview")
     await activities.registry.close()
     backend.close()
 

@@ -30,6 +30,9 @@ EXPECTED = {
     "refresh",
     "grouped_apply",
     "grouped_destroy",
+    "events_approval",
+    "events_paused_abort",
+    "events_preview",
 }
 
 

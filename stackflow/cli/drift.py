@@ -30,6 +30,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from stackflow.cli.api_mode import refuse_in_api_mode
 from stackflow.cli.app import EXIT_CODES_HELP, app
 from stackflow.cli.connection import Temporal
 from stackflow.cli.options import (
@@ -203,6 +204,7 @@ def drift_check(
     unavailable_timeout: WaitOpt = 600.0,
 ) -> None:
     """Run a drift check now: exit 0 no drift, 4 drift found."""
+    refuse_in_api_mode("drift check")
     request = _input(StackRef(project, workspace), repair, yes)
     result, link, _ = asyncio.run(_check(request, unavailable_timeout))
     rows = _report_rows(result.report_ref)
@@ -273,6 +275,7 @@ def drift_schedule(
     unavailable_timeout: WaitOpt = 600.0,
 ) -> None:
     """Check for drift on a Temporal Schedule (replaces the stack's schedule if it has one)."""
+    refuse_in_api_mode("drift schedule")
     interval = parse_every(every)
     request = _input(StackRef(project, workspace), repair, yes)
     sid, created = asyncio.run(_schedule(request, interval, unavailable_timeout))
@@ -315,6 +318,7 @@ def drift_unschedule(
     project: ProjectOpt, workspace: WorkspaceOpt = "default", unavailable_timeout: WaitOpt = 600.0
 ) -> None:
     """Delete the stack's drift schedule."""
+    refuse_in_api_mode("drift unschedule")
     sid = asyncio.run(_unschedule(StackRef(project, workspace), unavailable_timeout))
     typer.echo(f"deleted drift schedule {sid}")
 
@@ -326,6 +330,7 @@ def drift_status(
     output: OutputOpt = OutputFormat.table,
 ) -> None:
     """The last drift report of the stack (from the state backend)."""
+    refuse_in_api_mode("drift status")
     from stackflow.config import default_backend
 
     stack = StackRef(project, workspace)

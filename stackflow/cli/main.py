@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "stackflow.cli.steer",
     "stackflow.cli.drift",
     "stackflow.cli.serve",
+    "stackflow.cli.events",
 )
 
 

@@ -16,6 +16,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from stackflow.cli import remote_releases
+from stackflow.cli.api_mode import api_mode, not_through_api, refuse_in_api_mode
 from stackflow.cli.app import app, release_app
 from stackflow.cli.options import FileOpt, OutputOpt, ProjectOpt, WorkspaceOpt
 from stackflow.cli.output import (
@@ -32,7 +34,7 @@ from stackflow.kusion import export_kusion_releases, import_kusion_releases
 from stackflow.masking import masked_release_data
 from stackflow.refs import StackRef
 from stackflow.release import Release
-from stackflow.spec import load_spec
+from stackflow.spec import Spec, load_spec
 
 
 class GraphFormat(StrEnum):
@@ -112,9 +114,12 @@ def release_list(
     output: OutputOpt = OutputFormat.table,
 ) -> None:
     """List the releases of a stack."""
-    backend = default_backend()
-    releases = backend.list(StackRef(project, workspace))
-    backend.close()
+    if api_mode():
+        releases = remote_releases.list_releases(StackRef(project, workspace))
+    else:
+        backend = default_backend()
+        releases = backend.list(StackRef(project, workspace))
+        backend.close()
 
     def table(console: Console) -> None:
         t = Table()
@@ -154,9 +159,12 @@ def release_show(
 ) -> None:
     """Show one release (default: the latest) with its resources."""
     stack = StackRef(project, workspace)
-    store = default_backend()
-    release = store.get(stack, revision) if revision is not None else store.latest(stack)
-    store.close()
+    if api_mode():
+        release = remote_releases.release(stack, revision)
+    else:
+        store = default_backend()
+        release = store.get(stack, revision) if revision is not None else store.latest(stack)
+        store.close()
     if release is None:
         raise NotFoundError(f"stack {stack} has no releases")
 
@@ -164,7 +172,8 @@ def release_show(
     if diff:
         from stackflow.cli.runner import full_changes
 
-        changes = full_changes(release.changes or {"changes": [], "summary": {}})
+        changes = release.changes or {"changes": [], "summary": {}}
+        changes = changes if api_mode() else full_changes(changes)
 
     def table(console: Console) -> None:
         for key, value in _release_summary(release).items():
@@ -208,6 +217,7 @@ def release_unlock(
     Refused while the holding run is still open in Temporal (TEMPORAL_ADDRESS), unless
     --force. The next operation recovers such a stack by itself, so this is rarely needed.
     """
+    refuse_in_api_mode("release unlock")
     import asyncio
 
     from stackflow.activities.runs import run_link
@@ -280,6 +290,7 @@ def release_import(
     ] = Path("~/.kusion"),
 ) -> None:
     """Import a Kusion user's release history (every project/workspace/revision)."""
+    refuse_in_api_mode("release import")
     store = default_backend()
     imported = import_kusion_releases(kusion_home.expanduser(), store)
     store.close()
@@ -308,6 +319,7 @@ def release_export(
 ) -> None:
     """Write releases as Kusion keeps them (<n>.yaml and .metadata.yml), sensitive values
     masked, files 0600."""
+    refuse_in_api_mode("release export")
     store = default_backend()
     written = export_kusion_releases(store, kusion_layout.expanduser(), project, workspace)
     store.close()
@@ -332,6 +344,12 @@ def release_diff(
     from stackflow.release_diff import diff_releases
 
     stack = StackRef(project, workspace)
+    if api_mode():
+        found = remote_releases.release_diff(stack, old, new)
+        emit(
+            output, lambda: found.model_dump(mode="json"), lambda c: _render_release_diff(found, c)
+        )
+        return
     store = default_backend()
     try:
         revisions = store.revisions(stack)
@@ -481,20 +499,12 @@ def output(
     if target is not None and resource is not None:
         raise SpecError("give a resource as ID[.PATH] or as --resource, not both")
     stack = StackRef(project, workspace)
-    store = default_backend()
-    try:
-        latest = store.latest(stack, with_spec=False)
-        spec = None
-        if latest is not None and latest.spec_ref:
-            try:
-                spec = store.get_spec(latest.spec_ref)
-            except SpecError:
-                if store.keys is not None:
-                    raise
-                # an encrypted spec and no keys: its sealed values stay sealed anyway, and
-                # the paths the apply recorded as tainted are masked as always
-    finally:
-        store.close()
+    if api_mode() and show_sensitive:
+        raise not_through_api("--show-sensitive")
+    if api_mode():  # masked by the API: its spec adds nothing
+        latest, spec = remote_releases.release(stack, None), None
+    else:
+        latest, spec = _latest_with_spec(stack)
     if latest is None:
         raise NotFoundError(f"stack {stack} has no releases")
     sensitive = release_sensitive_paths(spec, latest.state.resources)
@@ -549,6 +559,26 @@ def output(
         console.print(t)
 
     emit(out or OutputFormat.json, lambda: data, table)
+
+
+def _latest_with_spec(stack: StackRef) -> tuple[Release | None, Spec | None]:
+    from stackflow.errors import SpecError
+
+    store = default_backend()
+    try:
+        latest = store.latest(stack, with_spec=False)
+        spec = None
+        if latest is not None and latest.spec_ref:
+            try:
+                spec = store.get_spec(latest.spec_ref)
+            except SpecError:
+                if store.keys is not None:
+                    raise
+                # an encrypted spec and no keys: its sealed values stay sealed anyway, and
+                # the paths the apply recorded as tainted are masked as always
+    finally:
+        store.close()
+    return latest, spec
 
 
 def _print_plain(value: Any) -> None:

@@ -15,9 +15,9 @@ import os
 from typing import Annotated, Any
 
 import typer
-from rich.markup import escape
 
 from stackflow.budget import BUDGET
+from stackflow.cli.api_mode import api_mode
 from stackflow.cli.app import app
 from stackflow.cli.options import (
     AdoptOpt,
@@ -30,8 +30,9 @@ from stackflow.cli.options import (
     IgnoreOpt,
     OnFailure,
     OnFailureOpt,
-    OutputOpt,
     ProjectOpt,
+    RunOutput,
+    RunOutputOpt,
     TargetOpt,
     UnavailableOpt,
     WatchOpt,
@@ -39,8 +40,8 @@ from stackflow.cli.options import (
     YesOpt,
 )
 from stackflow.cli.output import OutputFormat
+from stackflow.cli.report import release_from_backend, report
 from stackflow.cli.runner import (
-    BAD_INPUT_TYPES,
     FINAL,
     PAUSED,
     Runner,
@@ -50,8 +51,7 @@ from stackflow.cli.runner import (
     ui_link,
 )
 from stackflow.codec import PAYLOAD_LIMIT, encoded_size
-from stackflow.errors import OperationFailed, SpecError, StackflowError
-from stackflow.masking import masked_release_data
+from stackflow.errors import SpecError
 from stackflow.operation import (
     OperationInput,
     OperationResult,
@@ -96,6 +96,8 @@ def _spec_input(path: str) -> dict[str, Any]:
     payload limit."""
     spec = load_spec(path)
     data = spec.model_dump(mode="json", by_alias=True)
+    if api_mode():
+        return {"spec": data}  # the API stores it first if it is over the byte budget
     size = asyncio.run(encoded_size(data))
     if size > BUDGET and os.environ.get("STACKFLOW_STATE_URL"):
         from stackflow.config import default_backend
@@ -117,49 +119,7 @@ def _spec_input(path: str) -> dict[str, Any]:
 def _report(runner: Runner, result: OperationResult, run_id: str | None) -> None:
     _, namespace, _ = _settings()
     link = ui_link(namespace, runner.workflow_id, run_id)
-    if runner.output == OutputFormat.json:
-        data = result.model_dump(mode="json")
-        data["release"] = _release_json(result)
-        data["ui"] = link
-        typer.echo(json.dumps(data, indent=2, sort_keys=True))
-    else:
-        c = runner.console
-        colour = "green" if result.phase == Phase.succeeded else "red"
-        rev = f"release {result.revision} " if result.revision is not None else ""
-        c.print(f"[bold]{result.operation}[/] {result.stack}: {rev}[{colour}]{result.phase}[/]")
-        counts: dict[str, int] = {}
-        for r in result.results:
-            counts[r.status] = counts.get(r.status, 0) + 1
-        if counts:
-            c.print("  " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-        failed = [r for r in result.results if r.status == "failed"]
-        for r in failed if len(failed) > 1 else []:
-            c.print(f"  [red]✗ {escape(r.id)}[/]: {escape(r.error or '')}")
-        c.print(f"  Temporal UI: {link}")
-    if result.phase == Phase.failed:
-        # One line on stderr, and the exit code of the failure's class.
-        message = result.error or f"{result.operation} failed"
-        if result.error_type in BAD_INPUT_TYPES:
-            raise SpecError(message)
-        raise OperationFailed(message)
-
-
-def _release_json(result: OperationResult) -> dict[str, Any] | None:
-    """The release as stored, when this machine reaches the state backend
-    (``STACKFLOW_STATE_URL``); None otherwise (the run's result has the rest)."""
-    if result.revision is None:
-        return None
-    from stackflow.config import default_backend
-
-    try:
-        backend = default_backend()
-        try:
-            release = backend.get(result.stack, result.revision)
-        finally:
-            backend.close()
-    except StackflowError:
-        return None
-    return masked_release_data(release)
+    report(runner.output, runner.console, result, link, release_from_backend)
 
 
 async def _run(
@@ -215,12 +175,50 @@ async def _run(
     _report(runner, result, handle.result_run_id)
 
 
+def _dispatch(
+    workflow: str,
+    request: OperationInput,
+    output: RunOutput,
+    yes: bool,
+    detail: bool,
+    full: bool = False,
+) -> None:
+    """The run, through the API (STACKFLOW_API_URL) or Temporal directly; ``--output
+    ndjson`` prints its event stream instead of the preview, progress and result."""
+    fmt = None if output is RunOutput.ndjson else OutputFormat(output.value)
+    if api_mode():
+        from stackflow.cli import remote
+
+        remote.run(workflow, request, fmt, yes, detail, full)
+    elif fmt is None:
+        asyncio.run(_run_ndjson(workflow, request, yes))
+    else:
+        asyncio.run(_run(workflow, request, fmt, yes, detail, full))
+
+
+async def _run_ndjson(workflow: str, request: OperationInput, yes: bool) -> None:
+    """Start the run and print its event stream until run_complete (approval comes from
+    --yes or another command: `stackflow approve`); exit as the run's result says."""
+    from stackflow.cli.events import ndjson_sink, stream_direct
+    from stackflow.cli.report import raise_failure
+    from stackflow.refs import RunRef
+
+    if yes and workflow != "PreviewWorkflow":
+        request = request.model_copy(update={"auto_approve": True})
+    runner = Runner(workflow, request, OutputFormat.json)
+    handle = await runner.start()
+    run = RunRef(handle.id, handle.result_run_id or "")
+    client = runner.temporal.client
+    await stream_direct(client, request.stack, run, 0, True, ndjson_sink)
+    raise_failure(await runner.result(handle))
+
+
 @app.command()
 def preview(
     file: FileOpt,
     project: ProjectOpt,
     workspace: WorkspaceOpt = "default",
-    output: OutputOpt = OutputFormat.table,
+    output: RunOutputOpt = RunOutput.table,
     ignore_field: IgnoreOpt = None,
     force: ForceOpt = False,
     adopt: AdoptOpt = False,
@@ -248,7 +246,7 @@ def preview(
         targets=target or [],
         excludes=exclude or [],
     )
-    asyncio.run(_run("PreviewWorkflow", request, output, True, detail, full))
+    _dispatch("PreviewWorkflow", request, output, True, detail, full)
 
 
 @app.command()
@@ -257,7 +255,7 @@ def apply(
     project: ProjectOpt,
     workspace: WorkspaceOpt = "default",
     yes: YesOpt = False,
-    output: OutputOpt = OutputFormat.table,
+    output: RunOutputOpt = RunOutput.table,
     max_concurrency: ConcurrencyOpt = 8,
     ignore_field: IgnoreOpt = None,
     watch: WatchOpt = False,
@@ -285,7 +283,7 @@ def apply(
         targets=target or [],
         excludes=exclude or [],
     )
-    asyncio.run(_run("ApplyWorkflow", request, output, yes, detail))
+    _dispatch("ApplyWorkflow", request, output, yes, detail)
 
 
 @app.command()
@@ -293,7 +291,7 @@ def destroy(
     project: ProjectOpt,
     workspace: WorkspaceOpt = "default",
     yes: YesOpt = False,
-    output: OutputOpt = OutputFormat.table,
+    output: RunOutputOpt = RunOutput.table,
     max_concurrency: ConcurrencyOpt = 8,
     fail_fast: FailFastOpt = False,
     on_failure: OnFailureOpt = OnFailure.fail,
@@ -311,7 +309,7 @@ def destroy(
         targets=target or [],
         excludes=exclude or [],
     )
-    asyncio.run(_run("DestroyWorkflow", request, output, yes, False))
+    _dispatch("DestroyWorkflow", request, output, yes, False)
 
 
 @app.command()
@@ -320,7 +318,7 @@ def rollback(
     to: Annotated[int, typer.Option("--to", help="The release whose spec to apply again.")],
     workspace: WorkspaceOpt = "default",
     yes: YesOpt = False,
-    output: OutputOpt = OutputFormat.table,
+    output: RunOutputOpt = RunOutput.table,
     max_concurrency: ConcurrencyOpt = 8,
     detail: DetailOpt = False,
     fail_fast: FailFastOpt = False,
@@ -337,7 +335,7 @@ def rollback(
         on_failure=on_failure.value,
         unavailable_timeout_seconds=unavailable_timeout,
     )
-    asyncio.run(_run("RollbackWorkflow", request, output, yes, detail))
+    _dispatch("RollbackWorkflow", request, output, yes, detail)
 
 
 @app.command()
@@ -345,7 +343,7 @@ def refresh(
     project: ProjectOpt,
     workspace: WorkspaceOpt = "default",
     yes: YesOpt = False,
-    output: OutputOpt = OutputFormat.table,
+    output: RunOutputOpt = RunOutput.table,
     detail: DetailOpt = True,
     unavailable_timeout: UnavailableOpt = 600.0,
     target: TargetOpt = None,
@@ -359,7 +357,7 @@ def refresh(
         targets=target or [],
         excludes=exclude or [],
     )
-    asyncio.run(_run("RefreshWorkflow", request, output, yes, detail))
+    _dispatch("RefreshWorkflow", request, output, yes, detail)
 
 
 @app.command()

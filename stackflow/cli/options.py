@@ -22,6 +22,23 @@ OutputOpt = Annotated[
     OutputFormat,
     typer.Option("--output", "-o", help="table (for people) or json (stable, for scripts)."),
 ]
+
+
+class RunOutput(StrEnum):
+    table = "table"
+    json = "json"
+    ndjson = "ndjson"
+
+
+RunOutputOpt = Annotated[
+    RunOutput,
+    typer.Option(
+        "--output",
+        "-o",
+        help="table (for people), json (the result, for scripts) or ndjson (the run's event "
+        "stream as it happens, header first; as `stackflow events`).",
+    ),
+]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Approve without asking.")]
 ConcurrencyOpt = Annotated[int, typer.Option("--max-concurrency", help="Resources in flight.")]
 IgnoreOpt = Annotated[

@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from stackflow.cli.api_mode import refuse_in_api_mode
 from stackflow.cli.app import EXIT_CODES_HELP, app
 from stackflow.cli.output import stdout_console
 from stackflow.config import state_url
@@ -43,6 +44,7 @@ def migrate(
     ] = None,
 ) -> None:
     """Bring the backend's schema up to date (idempotent); optionally import old releases."""
+    refuse_in_api_mode("state migrate")
     from stackflow.state.backend import open_backend, redact_url
     from stackflow.state.legacy import read_legacy_home
 

@@ -14,6 +14,7 @@ from rich.table import Table
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from stackflow.cli.api_mode import api_mode
 from stackflow.cli.app import app
 from stackflow.cli.connection import Temporal
 from stackflow.cli.options import (
@@ -69,6 +70,11 @@ async def _update(stack: StackRef, name: str, reason: str | None, timeout: float
 
 
 def _steer(name: str, stack: StackRef, reason: str | None, timeout: float) -> None:
+    if api_mode():
+        from stackflow.cli import remote
+
+        echo_safe(remote.steer(stack, name, reason))
+        return
     echo_safe(asyncio.run(_update(stack, name, reason, timeout)))
 
 
@@ -129,6 +135,13 @@ def cancel(
         await temporal.call("cancel", handle.cancel)
         return handle.id
 
+    if api_mode():
+        from stackflow.cli import remote
+
+        typer.echo(
+            f"cancel requested for {remote.steer(StackRef(project, workspace), 'cancel', None)}"
+        )
+        return
     typer.echo(f"cancel requested for {asyncio.run(run())}")
 
 
@@ -159,7 +172,12 @@ def status(
             ) from None
         return view, ui_link(temporal.namespace, handle.id, None)
 
-    view, link = asyncio.run(run())
+    if api_mode():
+        from stackflow.cli import remote
+
+        view, link = remote.status(stack)
+    else:
+        view, link = asyncio.run(run())
     if output == OutputFormat.json:
         data = view.model_dump(mode="json")
         data["ui"] = link

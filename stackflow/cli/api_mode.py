@@ -1,0 +1,45 @@
+"""The CLI's API mode: with ``STACKFLOW_API_URL`` set, the run, steering and release commands
+go through the HTTP API (``stackflow.client``) with the token in ``STACKFLOW_API_TOKEN``, so
+this machine needs no Temporal address, database URL or encryption key. Commands that need
+Temporal or the state backend themselves refuse in API mode with one line (exit 2); those
+that only need local things, and the server processes (``worker``, ``serve``,
+``codec-server``, configured by their own environment), work as always."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from stackflow.errors import SpecError
+
+if TYPE_CHECKING:
+    from stackflow.client import StackflowClient
+
+URL_ENV = "STACKFLOW_API_URL"
+
+
+def api_mode() -> bool:
+    return bool(os.environ.get(URL_ENV, "").strip())
+
+
+def api_client() -> StackflowClient:
+    """The client of ``STACKFLOW_API_URL`` with ``STACKFLOW_API_TOKEN`` (exit 2 without it)."""
+    from stackflow.client import StackflowClient
+
+    return StackflowClient.from_env()
+
+
+def refuse_in_api_mode(command: str) -> None:
+    """Exit 2 with one line when ``command`` cannot go through the API and it is set."""
+    if api_mode():
+        raise SpecError(
+            f"`stackflow {command}` does not go through the HTTP API: unset {URL_ENV} and run "
+            "it where Temporal and the state backend are reachable"
+        )
+
+
+def not_through_api(option: str) -> SpecError:
+    return SpecError(
+        f"{option} is not available through the HTTP API ({URL_ENV} is set): leave it out, "
+        f"or unset {URL_ENV} to run the command directly"
+    )

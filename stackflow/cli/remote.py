@@ -1,0 +1,322 @@
+"""The run and steering commands through the HTTP API (``STACKFLOW_API_URL``): start the run
+with the same options, follow its event stream (progress, the approval wait, the end), ask
+for approval, and report its end as in direct mode: the same JSON and lines, the same exit
+codes."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from stackflow.api.models import RunCreated, RunOperation, RunRequest, RunView
+from stackflow.cli.api_mode import api_client, not_through_api
+from stackflow.cli.events import ndjson_sink, stream_api
+from stackflow.cli.output import OutputFormat
+from stackflow.cli.report import BAD_INPUT_TYPES, report, workflow_failure
+from stackflow.cli.runner import CannotAsk, RunPaused, console_for, ui_link
+from stackflow.client import StackflowClient
+from stackflow.diff import Preview
+from stackflow.errors import NotFoundError, OperationFailed, SpecError
+from stackflow.events import EventType, RunEvent
+from stackflow.operation import NodeResult, OperationInput, OperationResult, StatusView
+from stackflow.refs import StackRef
+from stackflow.release import Phase
+from stackflow.render import render_preview
+from stackflow.temporal_client import settings
+
+OPERATIONS = {
+    "PreviewWorkflow": RunOperation.preview,
+    "ApplyWorkflow": RunOperation.apply,
+    "DestroyWorkflow": RunOperation.destroy,
+    "RollbackWorkflow": RunOperation.rollback,
+    "RefreshWorkflow": RunOperation.refresh,
+}
+LOCAL_ONLY = {
+    "ignore_fields": "--ignore-field",
+    "watch": "--watch",
+    "fail_fast": "--fail-fast",
+    "force": "--force",
+    "adopt": "--adopt",
+}
+"""Options the API's run request has no field for: refused in API mode when given."""
+MOVING = {Phase.applying.value, Phase.destroying.value}
+
+
+def run_request(workflow: str, request: OperationInput, yes: bool) -> RunRequest:
+    """The API's request for the run ``request`` describes (checked as in direct mode)."""
+    defaults = OperationInput(project=request.project, workspace=request.workspace)
+    for field, option in LOCAL_ONLY.items():
+        if getattr(request, field) != getattr(defaults, field):
+            raise not_through_api(option)
+    operation = OPERATIONS[workflow]
+    fields: dict[str, Any] = {"operation": operation}
+    candidates = {
+        "spec": request.spec,
+        "to_revision": request.to_revision,
+        "targets": request.targets,
+        "excludes": request.excludes,
+        "on_failure": request.on_failure,
+        "max_concurrency": request.max_concurrency,
+    }
+    from stackflow.api.models import TAKES
+
+    for name, value in candidates.items():
+        if name in TAKES[operation] and value not in (None, []):
+            fields[name] = value
+    if yes and "auto_approve" in TAKES[operation]:
+        fields["auto_approve"] = True
+    return RunRequest(**fields)
+
+
+def link(created_or_view: RunCreated | RunView) -> str:
+    _, namespace, _ = settings()
+    return ui_link(namespace, created_or_view.workflow_id, created_or_view.run_id)
+
+
+class RemoteRun:
+    """One run command through the API: start, follow the events, approve, report."""
+
+    def __init__(
+        self, client: StackflowClient, stack: StackRef, workflow: str, output: OutputFormat
+    ) -> None:
+        self.client, self.stack, self.workflow = client, stack, workflow
+        self.output = output
+        self.console: Console = console_for(output)
+        self.results: dict[str, NodeResult] = {}
+        self.counts: dict[str, int] | None = None
+        self.total = 0
+        self.running: dict[str, None] = {}
+        self.shown = False
+        self.run_id = ""
+
+    def start(self, body: RunRequest) -> RunCreated:
+        created = self.client.start_run(self.stack, body, f"stackflow-cli-{uuid.uuid4().hex}")
+        self.run_id = created.run_id
+        return created
+
+    def show_preview(self, detail: bool, only_changes: bool = False) -> None:
+        if self.shown or self.output != OutputFormat.table:
+            return
+        self.shown = True
+        changes = self.client.preview(self.stack, self.run_id)
+        if only_changes and not changes.get("changes"):
+            return
+        render_preview(Preview.model_validate(changes), self.console, detail=detail)
+
+    def on_event(self, event: RunEvent, yes: bool, detail: bool) -> None:
+        d = event.data
+        rid = (d.get("resource") or {}).get("id", "")
+        if event.type == EventType.run_start:
+            self.total = int(d.get("total") or 0)
+        elif event.type == EventType.apply_start:
+            self.show_preview(detail)
+            self.running[rid] = None
+        elif event.type in (EventType.apply_complete, EventType.apply_errored):
+            self.running.pop(rid, None)
+            failed = event.type == EventType.apply_errored
+            self.results[rid] = NodeResult(
+                id=rid,
+                action=str(d.get("action") or ""),
+                status="failed" if failed else "succeeded",
+                error=d.get("error") if failed else None,
+                error_type=d.get("error_type") if failed else None,
+            )
+        elif event.type == EventType.phase and d.get("phase") in MOVING:
+            self.show_preview(detail)
+        elif event.type == EventType.approval_wait and d.get("wait") == "approval":
+            self.show_preview(detail)
+            self.approve(yes)
+        elif event.type == EventType.approval_wait:
+            view = self.client.get_run(self.stack, self.run_id)
+            s = self.stack
+            raise RunPaused(
+                f"{s} paused: {view.failed} node(s) failed"
+                + (f" ({view.error})" if view.error else "")
+                + f"; re-run them with `stackflow retry -p {s.project} -w {s.workspace}` or "
+                f"end the run with `stackflow abort -p {s.project} -w {s.workspace}`"
+            )
+        elif event.type == EventType.run_complete:
+            counts = d.get("counts")
+            self.counts = dict(counts) if isinstance(counts, dict) else None
+
+    def approve(self, yes: bool) -> None:
+        if yes:
+            decision = True
+        elif not sys.stdin.isatty():
+            self.client.reject(self.stack, self.run_id, "no terminal to ask; pass --yes")
+            raise CannotAsk(
+                "standard input is not a terminal, so stackflow cannot ask; pass --yes to approve"
+            )
+        else:
+            decision = typer.confirm(f"Apply these changes to {self.stack}?", default=False)
+        self.client.step(self.stack, self.run_id, "approve" if decision else "reject")
+
+    def follow(self, yes: bool, detail: bool) -> None:
+        """The events up to ``run_complete``, with a progress bar on a terminal."""
+        stream = self.client.events(self.stack, self.run_id)
+        if self.output == OutputFormat.json or not self.console.is_terminal:
+            with stream:
+                for event in stream:
+                    self.on_event(event, yes, detail)
+            return
+        with (
+            stream,
+            Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[running]}"),
+                console=self.console,
+                transient=True,
+            ) as progress,
+        ):
+            task = progress.add_task(self.stack.project, total=None, running="")
+            for event in stream:
+                self.on_event(event, yes, detail)
+                names = list(self.running)
+                progress.update(
+                    task,
+                    description=str(event.data.get("phase") or progress.tasks[0].description),
+                    total=self.total or None,
+                    completed=len(self.results),
+                    running=", ".join(names[:2])
+                    + (f" +{len(names) - 2}" if len(names) > 2 else ""),
+                )
+
+    def final(self) -> RunView:
+        """The run as it ended; a run that failed as a workflow raises its error."""
+        view = self.client.get_run(self.stack, self.run_id)
+        if view.status != "completed":
+            raise workflow_failure(self.workflow, view.error or view.status, view.error_type)
+        return view
+
+    def result(self, view: RunView) -> OperationResult:
+        changes = self.client.preview(self.stack, self.run_id)
+        results = list(self.results.values())
+        counts = self.counts
+        if counts is None:
+            counts = {}
+            for r in results:
+                counts[r.status] = counts.get(r.status, 0) + 1
+        return OperationResult(
+            project=self.stack.project,
+            workspace=self.stack.workspace,
+            operation=view.operation,
+            revision=view.revision,
+            phase=view.phase or Phase.failed,
+            changes=changes,
+            results=results,
+            error=view.error,
+            error_type=view.error_type,
+            counts=counts,
+        )
+
+    def release_of(self, result: OperationResult) -> dict[str, Any] | None:
+        if result.revision is None:
+            return None
+        try:
+            return self.client.release(self.stack, result.revision)
+        except NotFoundError:
+            return None
+
+
+def fail_if(view: RunView) -> None:
+    """A run that ended with a failed result: its one line and exit code."""
+    if view.phase == Phase.failed:
+        message = view.error or f"{view.operation} failed"
+        if view.error_type in BAD_INPUT_TYPES:
+            raise SpecError(message)
+        raise OperationFailed(message)
+
+
+def run(
+    workflow: str,
+    request: OperationInput,
+    output: OutputFormat | None,
+    yes: bool,
+    detail: bool,
+    full: bool = False,
+) -> None:
+    """A run command through the API; ``output`` None is ``--output ndjson``."""
+    if full:
+        raise not_through_api("--full")
+    stack = request.stack
+    body = run_request(workflow, request, yes and workflow != "PreviewWorkflow")
+    with api_client() as client:
+        remote = RemoteRun(client, stack, workflow, output or OutputFormat.json)
+        created = remote.start(body)
+        if output is None:
+            stream_api(client, stack, created.run_id, 0, True, ndjson_sink)
+            fail_if(remote.final())
+            return
+        if workflow == "PreviewWorkflow":
+            with client.events(stack, created.run_id) as stream:
+                for _ in stream:
+                    pass
+            remote.final()
+            changes = client.preview(stack, created.run_id)
+            if output == OutputFormat.json:
+                import json
+
+                typer.echo(json.dumps(changes, indent=2, sort_keys=True))
+            else:
+                render_preview(Preview.model_validate(changes), remote.console, detail=detail)
+            return
+        remote.follow(yes, detail)
+        view = remote.final()
+        remote.show_preview(detail, only_changes=True)
+        report(output, remote.console, remote.result(view), link(created), remote.release_of)
+
+
+# ---- steering and status --------------------------------------------------------------------
+def running_run(client: StackflowClient, stack: StackRef) -> RunView:
+    """The stack's running operation (workflow ``stackflow/<p>/<w>``), as ``status`` finds it."""
+    from stackflow.operation import workflow_id_for
+
+    wid = workflow_id_for(stack)
+    page = client.list_runs(stack, page_size=20)
+    ours = [r for r in page.runs if r.workflow_id == wid]
+    if not ours:
+        raise NotFoundError(f"stack {stack} has no operation (workflow {wid})")
+    latest = next((r for r in ours if r.status == "running"), ours[0])
+    if latest.status != "running":
+        raise NotFoundError(
+            f"stack {stack} has no running operation (its last run is {latest.status}; "
+            f"see `stackflow release list -p {stack.project} -w {stack.workspace}`)"
+        )
+    return client.get_run(stack, latest.run_id)
+
+
+def steer(stack: StackRef, action: str, reason: str | None) -> str:
+    """``approve``/``reject``/``retry``/``abort``/``cancel`` the running operation: what the
+    Update answered (cancel: the workflow id)."""
+    with api_client() as client:
+        view = running_run(client, stack)
+        step = client.step(stack, view.run_id, action, reason)
+    return step.workflow_id if action == "cancel" else step.result
+
+
+def status(stack: StackRef) -> tuple[StatusView, str]:
+    with api_client() as client:
+        view = running_run(client, stack)
+    if view.phase is None:
+        raise OperationFailed(view.error or f"the run of {stack} did not answer the status query")
+    status = StatusView(
+        phase=view.phase,
+        revision=view.revision,
+        total=view.total,
+        done=view.done,
+        failed=view.failed,
+        running=view.running,
+        changes={"summary": view.summary} if view.summary else {},
+        error=view.error,
+        eta_seconds=view.eta_seconds,
+    )
+    _, namespace, _ = settings()
+    return status, ui_link(namespace, view.workflow_id, None)

@@ -1,0 +1,43 @@
+"""Releases and outputs through the HTTP API (``STACKFLOW_API_URL``), as the objects the
+release commands render in direct mode: sensitive values come masked by the API."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from stackflow.cli.api_mode import api_client
+from stackflow.errors import NotFoundError
+from stackflow.refs import StackRef
+from stackflow.release import Release
+from stackflow.release_diff import ReleaseDiff
+
+
+def list_releases(stack: StackRef) -> list[Release]:
+    """The stack's releases, oldest first (as the state backend lists them), without state."""
+    with api_client() as client:
+        found = client.releases(stack)
+    return sorted((Release.model_validate(r) for r in found), key=lambda r: r.revision)
+
+
+def release(stack: StackRef, revision: int | None) -> Release | None:
+    """Release ``revision`` (default: the latest; None when the stack has none), masked."""
+    with api_client() as client:
+        if revision is None:
+            listed = client.releases(stack)
+            if not listed:
+                return None
+            revision = max(int(r["revision"]) for r in listed)
+        data: dict[str, Any] = client.release(stack, revision)
+    return Release.model_validate(data)
+
+
+def latest(stack: StackRef) -> Release:
+    found = release(stack, None)
+    if found is None:
+        raise NotFoundError(f"stack {stack} has no releases")
+    return found
+
+
+def release_diff(stack: StackRef, old: int, new: int) -> ReleaseDiff:
+    with api_client() as client:
+        return ReleaseDiff.model_validate(client.release_diff(stack, old, new))

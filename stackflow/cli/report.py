@@ -1,0 +1,90 @@
+"""How a run command reports the run's end, in either mode (Temporal directly, or the API):
+its result as JSON or a few lines, and the exit code of its failure's class."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from stackflow.cli.output import OutputFormat
+from stackflow.errors import OperationFailed, SpecError, StackflowError, StackLockedError
+from stackflow.masking import masked_release_data
+from stackflow.operation import OperationResult
+from stackflow.release import Phase
+
+BAD_INPUT_TYPES = ("InvalidInput", "SpecError", "NotFound", "NotFoundError", "Conflict")
+"""Failure classes that fixing the spec or options resolves: exit 2 (else 1)."""
+
+ReleaseOf = Callable[[OperationResult], dict[str, Any] | None]
+
+
+def report(
+    output: OutputFormat,
+    console: Console,
+    result: OperationResult,
+    link: str,
+    release_of: ReleaseOf,
+) -> None:
+    """Print the run's result; raise its failure (one line on stderr, its exit code)."""
+    if output == OutputFormat.json:
+        data = result.model_dump(mode="json")
+        data["release"] = release_of(result)
+        data["ui"] = link
+        typer.echo(json.dumps(data, indent=2, sort_keys=True))
+    else:
+        c = console
+        colour = "green" if result.phase == Phase.succeeded else "red"
+        rev = f"release {result.revision} " if result.revision is not None else ""
+        c.print(f"[bold]{result.operation}[/] {result.stack}: {rev}[{colour}]{result.phase}[/]")
+        counts: dict[str, int] = {}
+        for r in result.results:
+            counts[r.status] = counts.get(r.status, 0) + 1
+        if counts:
+            c.print("  " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+        failed = [r for r in result.results if r.status == "failed"]
+        for r in failed if len(failed) > 1 else []:
+            c.print(f"  [red]✗ {escape(r.id)}[/]: {escape(r.error or '')}")
+        c.print(f"  Temporal UI: {link}")
+    raise_failure(result)
+
+
+def raise_failure(result: OperationResult) -> None:
+    """A run that ended failed: one line on stderr, and the exit code of the failure's class."""
+    if result.phase == Phase.failed:
+        message = result.error or f"{result.operation} failed"
+        if result.error_type in BAD_INPUT_TYPES:
+            raise SpecError(message)
+        raise OperationFailed(message)
+
+
+def workflow_failure(workflow: str, message: str, error_type: str | None) -> StackflowError:
+    """What a run that failed as a workflow (not with a failed result) raises: the stack
+    busy (exit 3), bad input (exit 2), anything else (exit 1)."""
+    if error_type == "StackLocked":
+        return StackLockedError(message)
+    if error_type in BAD_INPUT_TYPES:
+        return SpecError(message)
+    return OperationFailed(f"{workflow} failed: {message}")
+
+
+def release_from_backend(result: OperationResult) -> dict[str, Any] | None:
+    """The release as stored, when this machine reaches the state backend
+    (``STACKFLOW_STATE_URL``); None otherwise (the run's result has the rest)."""
+    if result.revision is None:
+        return None
+    from stackflow.config import default_backend
+
+    try:
+        backend = default_backend()
+        try:
+            release = backend.get(result.stack, result.revision)
+        finally:
+            backend.close()
+    except StackflowError:
+        return None
+    return masked_release_data(release)

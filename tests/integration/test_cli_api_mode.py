@@ -1,0 +1,261 @@
+"""The CLI in API mode (issue 21): with STACKFLOW_API_URL and STACKFLOW_API_TOKEN set and no
+TEMPORAL_ADDRESS, STACKFLOW_STATE_URL or encryption key in its environment (nor a home that
+holds a state database), every run, steering and release command goes through a real
+`stackflow serve` of this checkout, whose worker and state backend are the test's. The
+operations test of the direct CLI runs again unchanged with its CLI calls in API mode."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from temporalio.client import Client
+
+from tests.integration import test_operations
+from tests.integration.conftest import REPO, WorkerProcess, run_cli
+from tests.integration.opshelp import cli_json, file_resource, new_project, write_spec
+
+pytestmark = pytest.mark.integration
+
+TOKEN = "cli-api-mode-token"
+CALLER = "cli-tester"
+DIRECT_ONLY = (
+    "TEMPORAL_ADDRESS",
+    "TEMPORAL_NAMESPACE",
+    "STACKFLOW_STATE_URL",
+    "STACKFLOW_POSTGRES_URL",
+    "STACKFLOW_ENCRYPTION_KEY",
+    "STACKFLOW_ENCRYPTION_KEY_FILE",
+    "STACKFLOW_TASK_QUEUE",
+)
+Cli = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+@pytest.fixture
+def api_server(
+    tmp_path: Path, stack_env: dict[str, str], worker_process: WorkerProcess
+) -> Iterator[str]:
+    """`stackflow serve` on the test's task queue and state backend (a free port)."""
+    tokens = tmp_path / "tokens.json"
+    digest = hashlib.sha256(TOKEN.encode()).hexdigest()
+    tokens.write_text(json.dumps([{"name": CALLER, "sha256": digest, "roles": {"*": "approver"}}]))
+    env = dict(stack_env, STACKFLOW_API_TOKENS=str(tokens))
+    port = free_port()
+    log = tmp_path / "api.log"
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "stackflow.cli.main", "serve", "--port", str(port)],
+            cwd=REPO,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        if proc.poll() is not None:
+            pytest.fail(f"stackflow serve exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{url}/v1/readyz", timeout=2).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            proc.terminate()
+            pytest.fail(f"stackflow serve not ready in 60s:\n{log.read_text()[-3000:]}")
+        time.sleep(0.2)
+    yield url
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    assert "Traceback" not in log.read_text(), log.read_text()[-3000:]
+
+
+def direct(env: dict[str, str]) -> dict[str, str]:
+    """``env`` for the CLI in direct mode (`make -s env` exports the dev API's address)."""
+    return {k: v for k, v in env.items() if k not in ("STACKFLOW_API_URL", "STACKFLOW_API_TOKEN")}
+
+
+def api_env(env: dict[str, str], url: str, home: Path) -> dict[str, str]:
+    """``env`` as a laptop in API mode has it: the API's address and token, nothing else."""
+    out = {k: v for k, v in env.items() if k not in DIRECT_ONLY}
+    home.mkdir(parents=True, exist_ok=True)
+    out.update(STACKFLOW_HOME=str(home), STACKFLOW_API_URL=url, STACKFLOW_API_TOKEN=TOKEN)
+    return out
+
+
+@pytest.fixture
+def api_cli(tmp_path: Path, api_server: str) -> Cli:
+    """``run_cli`` with the CLI in API mode (same signature)."""
+
+    def cli(env: dict[str, str], *args: str, **kw: Any) -> subprocess.CompletedProcess[str]:
+        return run_cli(api_env(env, api_server, tmp_path / "laptop"), *args, **kw)
+
+    return cli
+
+
+def _ok(proc: subprocess.CompletedProcess[str], code: int = 0) -> subprocess.CompletedProcess[str]:
+    assert proc.returncode == code, (
+        f"exit {proc.returncode} (wanted {code})\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    )
+    return proc
+
+
+async def test_the_operations_flow_passes_in_api_mode(
+    tmp_path: Path,
+    stack_env: dict[str, str],
+    worker_process: WorkerProcess,
+    temporal_client: Client,
+    api_cli: Cli,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """test_operations' preview → apply → preview → no-op apply → update → destroy → table
+    preview, every CLI call through the API."""
+    monkeypatch.setattr(test_operations, "run_cli", api_cli)
+    await test_operations.test_preview_apply_update_destroy_through_the_cli(
+        tmp_path, stack_env, worker_process, temporal_client
+    )
+
+
+def test_approve_from_a_second_command_status_and_a_busy_stack(
+    tmp_path: Path, stack_env: dict[str, str], api_server: str, api_cli: Cli
+) -> None:
+    project = new_project()
+    root = tmp_path / "files"
+    spec = write_spec(
+        tmp_path / "spec.yaml", [file_resource(root / f"f{i}.txt", f"{i}\n") for i in range(3)]
+    )
+    env = api_env(stack_env, api_server, tmp_path / "laptop")
+    # an apply that waits for approval, its event stream on stdout
+    waiting = subprocess.Popen(
+        [
+            str(REPO / ".venv/bin/stackflow"),
+            "apply",
+            "-f",
+            str(spec),
+            "-p",
+            project,
+            "-o",
+            "ndjson",
+        ],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            status = api_cli(stack_env, "status", "-p", project, "-o", "json")
+            if status.returncode == 0 and cli_json(status)["phase"] == "awaitingApproval":
+                break
+            assert time.monotonic() < deadline, status.stdout + status.stderr
+            time.sleep(0.5)
+        view = cli_json(status)
+        assert view["total"] == 3 and view["changes"]["summary"]["Create"] == 3
+        assert view["ui"].endswith("/workflows/stackflow%2F" + project + "%2Fdefault")
+        table = _ok(api_cli(stack_env, "status", "-p", project))
+        assert "awaitingApproval" in table.stdout
+        assert not root.exists()
+
+        busy = _ok(api_cli(stack_env, "apply", "-f", str(spec), "-p", project, "--yes"), 3)
+        assert "already has an operation running" in busy.stderr
+
+        approved = _ok(api_cli(stack_env, "approve", "-p", project, "--reason", "lgtm"))
+        assert approved.stdout.strip() == f"approved by {CALLER}"
+        out, err = waiting.communicate(timeout=120)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+    assert waiting.returncode == 0, err
+    lines = [json.loads(line) for line in out.splitlines()]
+    assert lines[0]["stream"] == "stackflow.events" and lines[0]["version"] == 1
+    types = [line["type"] for line in lines[1:]]
+    assert "approval_wait" in types and types[-1] == "run_complete"
+    assert types.count("apply_complete") == 3
+    assert lines[-1]["status"] == "succeeded"
+    assert sorted(p.name for p in root.iterdir()) == ["f0.txt", "f1.txt", "f2.txt"]
+
+    # nothing runs any more: the steering commands say so (exit 1)
+    idle = _ok(api_cli(stack_env, "approve", "-p", project), 1)
+    assert "has no running operation (its last run is completed" in idle.stderr
+    _ok(api_cli(stack_env, "status", "-p", project), 1)
+
+
+def test_releases_and_outputs_read_the_same_through_the_api(
+    tmp_path: Path, stack_env: dict[str, str], api_cli: Cli
+) -> None:
+    project = new_project()
+    root = tmp_path / "files"
+    first = write_spec(tmp_path / "a.yaml", [file_resource(root / "a.txt", "1\n")])
+    second = write_spec(
+        tmp_path / "b.yaml",
+        [file_resource(root / "a.txt", "2\n"), file_resource(root / "b.txt", "b\n")],
+    )
+    _ok(api_cli(stack_env, "apply", "-f", str(first), "-p", project, "--yes"))
+    _ok(api_cli(stack_env, "apply", "-f", str(second), "-p", project, "--yes"))
+    for args in (
+        ("release", "list", "-p", project, "-o", "json"),
+        ("release", "show", "-p", project, "-o", "json"),
+        ("release", "show", "-p", project, "-r", "1", "-o", "json"),
+        ("release", "diff", "1", "2", "-p", project, "-o", "json"),
+        ("output", "-p", project),
+        ("output", f"onprem:File:{root / 'a.txt'}.content", "-p", project),
+    ):
+        direct_out = _ok(run_cli(direct(stack_env), *args))
+        through = _ok(api_cli(stack_env, *args))
+        assert through.stdout == direct_out.stdout, args
+    for args in (("release", "list", "-p", project), ("release", "diff", "1", "2", "-p", project)):
+        assert _ok(api_cli(stack_env, *args)).stdout.strip()
+    missing = _ok(api_cli(stack_env, "release", "show", "-p", new_project()), 1)
+    assert "has no releases" in missing.stderr
+
+
+def test_commands_that_need_temporal_or_the_state_refuse_and_a_token_is_needed(
+    tmp_path: Path, stack_env: dict[str, str], api_server: str, api_cli: Cli
+) -> None:
+    for args in (
+        ("release", "unlock", "-p", "x"),
+        ("state", "migrate"),
+        ("drift", "check", "-p", "x"),
+    ):
+        refused = _ok(api_cli(stack_env, *args), 2)
+        assert "does not go through the HTTP API: unset STACKFLOW_API_URL" in refused.stderr
+        assert "Traceback" not in refused.stderr
+    forced = _ok(api_cli(stack_env, "destroy", "-p", "x", "--fail-fast", "--yes"), 2)
+    assert "--fail-fast is not available through the HTTP API" in forced.stderr
+    # still local: validate needs nothing but the file
+    spec = write_spec(tmp_path / "s.yaml", [file_resource(tmp_path / "v.txt", "v\n")])
+    assert _ok(api_cli(stack_env, "validate", "-f", str(spec))).stdout.startswith("valid")
+
+    env = api_env(stack_env, api_server, tmp_path / "laptop")
+    del env["STACKFLOW_API_TOKEN"]
+    no_token = _ok(run_cli(env, "status", "-p", "x"), 2)
+    assert "STACKFLOW_API_TOKEN is not" in no_token.stderr
+    env["STACKFLOW_API_TOKEN"] = "wrong"
+    unknown = _ok(run_cli(env, "status", "-p", "x"), 2)
+    assert unknown.stderr.startswith("Error: ") and len(unknown.stderr.splitlines()) == 1
+    env["STACKFLOW_API_URL"] = f"http://127.0.0.1:{free_port()}"
+    down = _ok(run_cli(env, "release", "list", "-p", "x"), 1)
+    assert "unreachable" in down.stderr and "Traceback" not in down.stderr

@@ -46,11 +46,18 @@ TYPES = {
 
 
 def read_ndjson(
-    url: str, path: str, *, after: int | None = None, stop_after: int | None = None
+    url: str,
+    path: str,
+    *,
+    after: int | None = None,
+    stop_after: int | None = None,
+    wait: bool = True,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The header and the events of one NDJSON connection (closed after ``stop_after``
     events, as a client that goes away)."""
-    params = {} if after is None else {"after": after}
+    params: dict[str, Any] = {} if after is None else {"after": after}
+    if not wait:
+        params["wait"] = "false"
     events: list[dict[str, Any]] = []
     with (
         httpx.Client(base_url=url, timeout=httpx.Timeout(10, read=120)) as client,
@@ -190,7 +197,7 @@ async def test_a_terminated_run_ends_its_stream_with_run_complete(
     created = r.json()
     wait_run(http, created["status_url"], lambda v: v["phase"] == "awaitingApproval")
     path = created["status_url"] + "/events"
-    _, now = read_ndjson(str(http.base_url), path + "?wait=false")
+    _, now = read_ndjson(str(http.base_url), path, wait=False)
     assert [e["type"] for e in now][-1] == "approval_wait"
 
     handle = temporal_client.get_workflow_handle(created["workflow_id"], run_id=created["run_id"])

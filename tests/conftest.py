@@ -18,6 +18,15 @@ from stackflow.state.schema import metadata
 # predate it, and the workers tests start in process).
 os.environ.setdefault("STACKFLOW_ONPREM_ROOTS", tempfile.gettempdir())
 
+DEV_API = {
+    name: os.environ.pop(name)
+    for name in ("STACKFLOW_API_URL", "STACKFLOW_API_TOKEN")
+    if name in os.environ
+}
+"""The dev API's address and token (`make env`), kept for the tests of that service and taken
+out of the environment every other test inherits: with them, a CLI the tests run would go
+through the dev API (its worker, queue and database) instead of the test's own."""
+
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)]
 
 

@@ -297,6 +297,9 @@ def code_root() -> Path:
 def base_env() -> dict[str, str]:
     need_env("TEMPORAL_ADDRESS")
     env = dict(os.environ)
+    # the CLI talks to the benchmark's own worker, not through the dev API (`make env`)
+    env.pop("STACKFLOW_API_URL", None)
+    env.pop("STACKFLOW_API_TOKEN", None)
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
     if code_root() != REPO:
         env["PYTHONPATH"] = str(code_root())  # ahead of the venv's editable install

@@ -588,8 +588,15 @@ def test_retry_of_a_paused_run_and_an_idempotent_approve(
 def test_the_api_make_up_starts(tmp_path: Path) -> None:
     """The `api` service of `make up`, as `make -s env` names it: ready, guarded, and a
     preview run through it to its end."""
-    url = require_env("STACKFLOW_API_URL")
-    token = require_env("STACKFLOW_API_TOKEN")
+    from tests.conftest import DEV_API
+
+    if set(DEV_API) != {"STACKFLOW_API_URL", "STACKFLOW_API_TOKEN"}:
+        pytest.fail(
+            "STACKFLOW_API_URL and STACKFLOW_API_TOKEN are not set: start the services with "
+            '`make up` and `eval "$(make -s env)"` (or run `make test`)',
+            pytrace=False,
+        )
+    url, token = DEV_API["STACKFLOW_API_URL"], DEV_API["STACKFLOW_API_TOKEN"]
     with httpx.Client(base_url=url, timeout=60) as client:
         assert client.get("/v1/readyz").status_code == 200
         is_problem(client.get("/v1/stacks/demo/dev/releases"), 401)

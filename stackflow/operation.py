@@ -15,6 +15,7 @@ from stackflow.events import NewEvent
 from stackflow.refs import RunRef, StackFields, StackRef
 from stackflow.release import Operation, Phase
 from stackflow.selection import LeftOut
+from stackflow.sources import SourceRef
 from stackflow.wire import DescribeItem
 
 TASK_QUEUE_DEFAULT = "stackflow"
@@ -112,12 +113,20 @@ class OperationInput(StackFields, BaseModel):
     deletions: and what they depend on)."""
     to_revision: int | None = Field(default=None, ge=1, le=REVISION_LIMIT)
     """RollbackWorkflow: the release whose spec to apply again (instead of spec/spec_ref)."""
+    source: SourceRef | None = None
+    """A spec file at an exact commit of a git repository (instead of spec/spec_ref): the
+    worker fetches it, the release records it."""
 
     @model_validator(mode="after")
     def _one_spec_source(self) -> OperationInput:
-        if self.spec is not None and self.spec_ref is not None:
-            raise ValueError("give either spec or spec_ref, not both")
+        given = [self.spec is not None, self.spec_ref is not None, self.source is not None]
+        if sum(given) > 1:
+            raise ValueError("give one of spec, spec_ref and source, not more")
         return self
+
+    @property
+    def has_spec(self) -> bool:
+        return self.spec is not None or self.spec_ref is not None or self.source is not None
 
 
 def check_request(request: OperationInput) -> None:

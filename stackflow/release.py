@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from stackflow.refs import StackRef
+from stackflow.sources import SourceRef
 from stackflow.spec import Resource, Spec
 
 
@@ -107,6 +108,8 @@ class Release(BaseModel):
     run_id: str | None = None
     source_revision: int | None = None
     """For a rollback: the revision whose spec it applied."""
+    source: SourceRef | None = None
+    """For a run of a git source: the repository, commit and file it applied."""
     spec_ref: str | None = Field(default=None, exclude=True)
     """Where the backend keeps the spec (content-addressed); not part of Kusion's format."""
     resource_count: int | None = Field(default=None, exclude=True)

@@ -28,7 +28,8 @@ from stackflow.operation import (
 from stackflow.policy import worker_policy
 from stackflow.release import Operation, Release
 from stackflow.selection import LEFT_OUT_LIMIT, Selected, Selection, check_patterns, select
-from stackflow.spec import Resource, Spec, parse_spec
+from stackflow.sources import git_cache, read_spec_file
+from stackflow.spec import Resource, Spec, parse_spec, parse_spec_text
 from stackflow.state.backend import RunRef
 
 
@@ -118,6 +119,7 @@ class PrepareActivities:
             ref,
             run,
             source_revision=request.to_revision if operation == Operation.rollback else None,
+            source=request.source if operation in (Operation.apply, Operation.preview) else None,
         )
         plan = await asyncio.to_thread(self._prepare_walk, operation, spec, ref, release, selection)
         plan.four_eyes = worker_policy().approvals.four_eyes_for(request.project)
@@ -130,6 +132,11 @@ class PrepareActivities:
             return spec, self.specs.put(spec)
         if request.spec_ref is not None:
             return self.specs.get(request.spec_ref), request.spec_ref
+        if request.source is not None:
+            text = read_spec_file(request.source, git_cache())
+            where = f"{request.source.path}@{request.source.commit[:12]}"
+            spec = parse_spec_text(text, where)
+            return spec, self.specs.put(spec)
         return None, None
 
     def _rollback_spec(self, request: OperationInput) -> tuple[Spec, str]:

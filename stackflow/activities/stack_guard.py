@@ -23,6 +23,7 @@ from stackflow.errors import FencedError, StackLockedError
 from stackflow.operation import RunOwner
 from stackflow.refs import StackRef
 from stackflow.release import Operation, Release
+from stackflow.sources import SourceRef
 from stackflow.state.backend import RunRef, StackLock
 
 T = TypeVar("T")
@@ -65,6 +66,7 @@ class StackGuard:
         spec_ref: str | None,
         run: RunRef,
         source_revision: int | None = None,
+        source: SourceRef | None = None,
     ) -> Release:
         """Create the next release for ``run``, or find the one this very run created before
         a retry. A stack held by a run that has closed is recovered first."""
@@ -84,6 +86,7 @@ class StackGuard:
                         spec_ref=spec_ref,
                         run=run,
                         source_revision=source_revision,
+                        source=source,
                     )
                 )
             except StackLockedError:

@@ -31,11 +31,12 @@ WORKFLOWS = {
 }
 
 TAKES: dict[RunOperation, frozenset[str]] = {
-    RunOperation.preview: frozenset({"spec", "spec_yaml", "targets", "excludes"}),
+    RunOperation.preview: frozenset({"spec", "spec_yaml", "commit", "targets", "excludes"}),
     RunOperation.apply: frozenset(
         {
             "spec",
             "spec_yaml",
+            "commit",
             "auto_approve",
             "targets",
             "excludes",
@@ -66,6 +67,8 @@ class RunRequest(BaseModel):
     """The Kusion v1 spec as a JSON object (preview, apply)."""
     spec_yaml: str | None = None
     """The spec as YAML or JSON text, read as ``stackflow -f`` reads a file."""
+    commit: str | None = Field(default=None, pattern=r"^[0-9a-f]{40}$")
+    """Run the stack's git source (``PUT …/source``) at this commit, instead of a spec."""
     to_revision: int | None = Field(default=None, ge=1, le=REVISION_LIMIT)
     auto_approve: bool = False
     targets: list[Pattern] = Field(default_factory=list, max_length=100)

@@ -10,9 +10,10 @@ from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 
-from stackflow.api import events, releases, runs
+from stackflow.api import events, hooks, releases, runs
 from stackflow.api.auth import Identity, Role
 from stackflow.api.context import ApiContext
+from stackflow.api.hooks import HookResult
 from stackflow.api.models import (
     Health,
     RunCreated,
@@ -25,6 +26,7 @@ from stackflow.api.models import (
 from stackflow.api.problems import PROBLEM_JSON, Problem, problem
 from stackflow.operation import NAME_LIMIT, NAME_PATTERN, REVISION_LIMIT
 from stackflow.refs import RunRef, StackRef
+from stackflow.sources import GitSource
 
 router = APIRouter(prefix="/v1")
 
@@ -295,6 +297,71 @@ async def get_outputs(
 ) -> dict[str, Any]:
     """The latest release's recorded attributes per resource, sensitive values masked."""
     return await releases.outputs(ctx_of(request), StackRef(project, workspace))
+
+
+@router.put(STACK + "/source", responses=ERRORS)
+async def bind_source(
+    request: Request,
+    project: ProjectPath,
+    workspace: WorkspacePath,
+    body: GitSource,
+    who: Approver,
+) -> dict[str, Any]:
+    """Bind the stack to a spec file in a git repository: pushes to `ref` signed with
+    `secret` (POST /v1/hooks/github) start runs of the pushed commit; a run may also name a
+    `commit` instead of a spec. The secret is stored sealed and never served."""
+    ctx, stack = ctx_of(request), StackRef(project, workspace)
+    await ctx.state(lambda: ctx.backend.bind_source(stack, body, by=who.name))
+    return body.public()
+
+
+@router.get(STACK + "/source", responses=ERRORS)
+async def get_source(
+    request: Request, project: ProjectPath, workspace: WorkspacePath, _: Viewer
+) -> dict[str, Any]:
+    """The stack's git source (without its secret)."""
+    ctx, stack = ctx_of(request), StackRef(project, workspace)
+    bound = await ctx.state(lambda: ctx.backend.source_of(stack))
+    if bound is None:
+        raise Problem(404, f"stack {stack} has no git source", "not-found")
+    return bound.public()
+
+
+@router.delete(STACK + "/source", status_code=204, responses=ERRORS)
+async def unbind_source(
+    request: Request, project: ProjectPath, workspace: WorkspacePath, _: Approver
+) -> None:
+    """Unbind the stack from its git source (pushes start nothing any more)."""
+    ctx, stack = ctx_of(request), StackRef(project, workspace)
+    if not await ctx.state(lambda: ctx.backend.unbind_source(stack)):
+        raise Problem(404, f"stack {stack} has no git source", "not-found")
+
+
+@router.post(
+    "/hooks/github",
+    response_model=HookResult,
+    responses={
+        **ERRORS,
+        201: {"model": HookResult, "description": "Runs started"},
+        202: {"model": HookResult, "description": "Nothing to start (each stack says why)"},
+    },
+)
+async def github_hook(
+    request: Request,
+    x_github_event: Annotated[str | None, Header()] = None,
+    x_github_delivery: Annotated[str | None, Header()] = None,
+    x_hub_signature_256: Annotated[str | None, Header()] = None,
+) -> JSONResponse:
+    """GitHub's push event (content type application/json): a push to a bound branch
+    starts that stack's run of the pushed commit, once however often it is delivered."""
+    status, result = await hooks.github_push(
+        ctx_of(request),
+        await request.body(),
+        event=x_github_event,
+        delivery=x_github_delivery,
+        signature=x_hub_signature_256,
+    )
+    return JSONResponse(result.model_dump(mode="json"), status_code=status)
 
 
 @router.get("/healthz", response_model=Health)

@@ -59,6 +59,7 @@ from stackflow.operation import (
 )
 from stackflow.refs import StackRef
 from stackflow.release import Phase
+from stackflow.sources import SourceRef
 from stackflow.spec import Spec, parse_spec, parse_spec_text
 from stackflow.temporal_client import START_TOKEN, TemporalUnreachable, is_unreachable
 
@@ -99,14 +100,14 @@ def check_fields(body: RunRequest) -> None:
     takes = TAKES[body.operation] | {"operation", "message"}
     for name in sorted(body.model_fields_set - takes):
         raise SpecError(f"{name}: not taken by {body.operation}")
-    if body.spec is not None and body.spec_yaml is not None:
-        raise SpecError("spec, spec_yaml: give one of them, not both")
-    if (
-        {"spec", "spec_yaml"} <= TAKES[body.operation]
-        and body.spec is None
-        and body.spec_yaml is None
-    ):
-        raise SpecError(f"spec: {body.operation} needs a spec (spec or spec_yaml)")
+    given = [name for name in ("spec", "spec_yaml", "commit") if getattr(body, name) is not None]
+    if len(given) > 1:
+        raise SpecError(f"{', '.join(given)}: give one of them, not more")
+    if {"spec", "spec_yaml"} <= TAKES[body.operation] and not given:
+        raise SpecError(
+            f"spec: {body.operation} needs a spec (spec or spec_yaml), or the commit of the "
+            "stack's git source"
+        )
     if body.operation == RunOperation.rollback and body.to_revision is None:
         raise SpecError("to_revision: rollback needs the release whose spec to apply again")
 
@@ -142,6 +143,17 @@ def option_error(exc: ValueError) -> str:
     return str(exc).splitlines()[-1].strip()
 
 
+async def source_at(ctx: ApiContext, stack: StackRef, commit: str) -> SourceRef:
+    """The stack's git source at ``commit``; SpecError when the stack has none."""
+    bound = await ctx.state(lambda: ctx.backend.source_of(stack))
+    if bound is None:
+        raise SpecError(
+            f"commit: stack {stack} has no git source; bind one with PUT "
+            f"/v1/stacks/{stack.project}/{stack.workspace}/source"
+        )
+    return SourceRef(url=bound.url, commit=commit, path=bound.path)
+
+
 async def workflow_input(
     ctx: ApiContext, stack: StackRef, body: RunRequest, by: str
 ) -> OperationInput | DriftInput:
@@ -155,7 +167,10 @@ async def workflow_input(
                 auto_approve=body.auto_approve,
             )
         spec = parse_body_spec(body)
-        fields = body.model_dump(include=set(TAKES[body.operation] - {"spec", "spec_yaml"}))
+        taken = TAKES[body.operation] - {"spec", "spec_yaml", "commit"}
+        fields = body.model_dump(include=set(taken))
+        if body.commit is not None:
+            fields["source"] = await source_at(ctx, stack, body.commit)
         request = OperationInput(
             project=stack.project,
             workspace=stack.workspace,

@@ -99,6 +99,7 @@ def _release_summary(r: Release) -> dict[str, Any]:
         "revision": r.revision,
         "operation": r.operation.value,
         "source_revision": r.source_revision,
+        "source": r.source.model_dump(mode="json") if r.source else None,
         "phase": r.phase.value,
         "resources": r.resource_count if r.resource_count is not None else len(r.state.resources),
         "created_at": r.created_at.isoformat(),
@@ -134,6 +135,8 @@ def release_list(
             operation = r.operation.value + (
                 f" ← {r.source_revision}" if r.source_revision is not None else ""
             )
+            if r.source is not None:
+                operation += f" @{r.source.commit[:12]}"
             row = [str(r.revision), operation, r.phase.value, str(count)]
             row.append(r.modified_at.strftime("%Y-%m-%d %H:%M"))
             error = " ".join((r.error or "").split())
@@ -177,6 +180,9 @@ def release_show(
 
     def table(console: Console) -> None:
         for key, value in _release_summary(release).items():
+            if key == "source" and release.source is not None:
+                s = release.source
+                value = f"{s.path} at {s.commit} of {s.url}"
             if value is not None:
                 console.print(
                     f"[bold]{key}:[/bold] {escape(str(value))}", highlight=False, soft_wrap=True

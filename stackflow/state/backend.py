@@ -41,13 +41,14 @@ from stackflow.state.protocols import (
     ReleaseWriter,
     RunEventLog,
     SchemaAdmin,
+    SourceBindings,
     StackLocks,
     TerraformStateStore,
 )
-from stackflow.state.run_events import RunEvents
+from stackflow.state.source_bindings import SourceBindingStore
 
 
-class StateBackend(RunEvents):
+class StateBackend(SourceBindingStore):
     """Everything stackflow stores, on one SQL engine. Thread-safe; every method is sync.
     It satisfies every protocol of :mod:`stackflow.state.protocols`."""
 
@@ -189,5 +190,6 @@ if TYPE_CHECKING:  # mypy proves StateBackend satisfies every protocol of the in
         DriftReportStore,
         TerraformStateStore,
         RunEventLog,
+        SourceBindings,
     ]:
-        return (backend, backend, backend, backend, backend, backend, backend, backend)
+        return (backend, backend, backend, backend, backend, backend, backend, backend, backend)

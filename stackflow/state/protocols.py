@@ -15,6 +15,7 @@ from stackflow.drift import DriftReport
 from stackflow.events import PAGE_LIMIT, NewEvent, RunEvent
 from stackflow.refs import RunRef, StackRef
 from stackflow.release import Approval, Operation, Phase, Release
+from stackflow.sources import GitSource, SourceRef
 from stackflow.spec import Resource, Spec
 from stackflow.state.models import StackLock
 
@@ -91,6 +92,7 @@ class StackLocks(Protocol):
         spec_ref: str | None = None,
         run: RunRef | None = None,
         source_revision: int | None = None,
+        source: SourceRef | None = None,
     ) -> Release: ...
     def assert_holds(self, stack: StackRef, revision: int, run: RunRef | None) -> None: ...
     def recover(self, holder: StackLock, reason: str) -> bool: ...
@@ -205,6 +207,16 @@ class RunEventLog(Protocol):
     def last_event(self, stack: StackRef, run_id: str) -> RunEvent | None: ...
 
 
+@runtime_checkable
+class SourceBindings(Protocol):
+    """Stacks bound to git sources (one binding per stack; the webhook secret sealed)."""
+
+    def bind_source(self, stack: StackRef, source: GitSource, *, by: str | None = None) -> None: ...
+    def unbind_source(self, stack: StackRef) -> bool: ...
+    def source_of(self, stack: StackRef) -> GitSource | None: ...
+    def sources_of_repository(self, url: str) -> builtins.list[tuple[StackRef, GitSource]]: ...
+
+
 STATE_PROTOCOLS: tuple[type, ...] = (
     SchemaAdmin,
     BlobStore,
@@ -214,5 +226,6 @@ STATE_PROTOCOLS: tuple[type, ...] = (
     DriftReportStore,
     TerraformStateStore,
     RunEventLog,
+    SourceBindings,
 )
 """Every protocol a complete state backend satisfies."""

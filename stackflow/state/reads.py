@@ -15,6 +15,7 @@ from stackflow.errors import (
 )
 from stackflow.refs import StackRef
 from stackflow.release import Approval, Operation, Phase, Release, State
+from stackflow.sources import SourceRef
 from stackflow.spec import Resource
 from stackflow.state.core import SqlCore
 from stackflow.state.models import (
@@ -49,6 +50,7 @@ class ReleaseReads(SqlCore):
             created_at=as_utc(row.created_at),
             modified_at=as_utc(row.modified_at),
             source_revision=row.source_revision,
+            source=SourceRef.model_validate(row.source) if row.source else None,
         )
         if with_spec and row.spec_ref:
             release.spec = self.get_spec(row.spec_ref)

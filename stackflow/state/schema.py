@@ -37,6 +37,7 @@ releases = sa.Table(
     sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("modified_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("source_revision", sa.Integer),
+    sa.Column("source", sa.JSON),
 )
 """One row per release (Kusion's fields); the spec lives in ``blobs`` by ``spec_ref``."""
 
@@ -124,3 +125,19 @@ run_events = sa.Table(
 """Each run's event stream (:mod:`stackflow.events`): ``seq`` from 1 with no gap, assigned
 under the run's own write lock so commit order is ``seq`` order; ``key`` (a sha256) makes an
 append idempotent."""
+
+stack_sources = sa.Table(
+    "stack_sources",
+    metadata,
+    *_stack(),
+    sa.Column("url", sa.String(2000), nullable=False),
+    sa.Column("ref", sa.String(255), nullable=False),
+    sa.Column("path", sa.String(1000), nullable=False),
+    sa.Column("mode", sa.String(20), nullable=False),
+    sa.Column("auto_approve", sa.Boolean, nullable=False),
+    sa.Column("secret", sa.Text, nullable=False),
+    sa.Column("updated_by", sa.String(200)),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+"""A stack's git source (:class:`~stackflow.sources.GitSource`); the webhook secret sealed
+like every secret at rest."""

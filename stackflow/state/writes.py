@@ -21,6 +21,7 @@ from stackflow.errors import (
 )
 from stackflow.refs import RunRef, StackRef
 from stackflow.release import Approval, Operation, Phase, Release
+from stackflow.sources import SourceRef
 from stackflow.spec import Resource, Spec
 from stackflow.state.models import (
     StackLock,
@@ -46,6 +47,7 @@ class ReleaseWrites(ReleaseReads):
         spec_ref: str | None = None,
         run: RunRef | None = None,
         source_revision: int | None = None,
+        source: SourceRef | None = None,
     ) -> Release:
         """Take the stack's lock for ``run`` and open the next revision, whose state starts as
         a copy of the latest release's (whatever its phase). StackLockedError while another
@@ -96,6 +98,7 @@ class ReleaseWrites(ReleaseReads):
                     created_at=stamp,
                     modified_at=stamp,
                     source_revision=source_revision,
+                    source=source.model_dump(mode="json") if source else None,
                 )
             )
             if previous is not None:
@@ -404,6 +407,7 @@ class ReleaseWrites(ReleaseReads):
                     created_at=release.created_at.astimezone(UTC),
                     modified_at=release.modified_at.astimezone(UTC),
                     source_revision=release.source_revision,
+                    source=release.source.model_dump(mode="json") if release.source else None,
                 )
             )
             rows = [

@@ -25,8 +25,10 @@ class ApplyWorkflow(OperationWorkflow):
     @workflow.run
     async def run(self, *args: object) -> OperationResult:
         request = self._input(OperationInput, args)
-        if request.spec is None and request.spec_ref is None:
+        if not request.has_spec:
             raise ApplicationError(
-                "apply needs a spec or a spec_ref", type="InvalidInput", non_retryable=True
+                "apply needs a spec, a spec_ref or a source",
+                type="InvalidInput",
+                non_retryable=True,
             )
         return await self._guarded(request)

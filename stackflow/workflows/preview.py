@@ -28,9 +28,11 @@ class PreviewWorkflow(OperationWorkflow):
     @workflow.run
     async def run(self, *args: object) -> OperationResult:
         request = self._input(OperationInput, args)
-        if request.spec is None and request.spec_ref is None:
+        if not request.has_spec:
             raise ApplicationError(
-                "preview needs a spec or a spec_ref", type="InvalidInput", non_retryable=True
+                "preview needs a spec, a spec_ref or a source",
+                type="InvalidInput",
+                non_retryable=True,
             )
         plan = await self._prepare(request)
         self._total = plan.node_count + plan.deletion_count

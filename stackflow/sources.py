@@ -1,0 +1,221 @@
+"""Git sources: a stack bound to a spec file in a git repository, and runs of an exact commit.
+
+A binding (:class:`GitSource`, kept in the state backend) names the repository (smart HTTP),
+the branch a push to which starts a run, the spec file's path in it, whether that run is an
+apply or a preview and whether it is approved up front, and the secret inbound webhooks are
+signed with. A run of a source carries only :class:`SourceRef` (url, commit, path); the worker
+fetches that commit with dulwich into a cache under its home (a cache: any worker can fetch
+again) and reads the file from the commit's tree, never from a working tree, so a path can
+name nothing outside the repository. Credentials for private repositories come from the
+worker's configuration (``STACKFLOW_GIT_CREDENTIALS``), never from the spec or the binding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import posixpath
+import re
+import threading
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from stackflow.errors import SpecError, StackflowError
+
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+SPEC_FILE_LIMIT = 8 * 1024 * 1024
+"""Largest spec file read from a commit."""
+CREDENTIALS_ENV = "STACKFLOW_GIT_CREDENTIALS"
+
+
+class SourceMode(StrEnum):
+    apply = "apply"
+    preview = "preview"
+
+
+def _check_url(url: str) -> str:
+    if not url.isprintable() or " " in url:
+        raise ValueError("a URL of printable characters and no spaces")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("a git source is an http(s) URL of a repository (smart HTTP)")
+    if parts.username or parts.password:
+        raise ValueError(
+            "no credentials in the URL: the worker's STACKFLOW_GIT_CREDENTIALS has them"
+        )
+    return url
+
+
+def _check_path(path: str) -> str:
+    if not path.isprintable():
+        raise ValueError("a path of printable characters")
+    clean = posixpath.normpath(path)
+    if path.startswith("/") or clean.startswith("..") or clean in (".", "") or "\\" in path:
+        raise ValueError("a relative path of a file inside the repository, e.g. deploy/spec.yaml")
+    return clean
+
+
+class GitSource(BaseModel):
+    """A stack's binding to a spec file in a git repository."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(max_length=2000)
+    ref: str = Field(default="main", min_length=1, max_length=255, pattern=r"^[A-Za-z0-9._/-]+$")
+    """The branch whose pushes start runs (``main`` or ``refs/heads/main``)."""
+    path: str = Field(min_length=1, max_length=1000)
+    mode: SourceMode = SourceMode.apply
+    auto_approve: bool = False
+    """A push's apply is approved up front (else it waits for an approver)."""
+    secret: str = Field(min_length=16, max_length=256, repr=False)
+    """What the webhook's HMAC-SHA256 signature is made with (stored sealed)."""
+
+    _url = field_validator("url")(classmethod(lambda cls, v: _check_url(v)))
+    _path = field_validator("path")(classmethod(lambda cls, v: _check_path(v)))
+
+    @property
+    def branch_ref(self) -> str:
+        return self.ref if self.ref.startswith("refs/") else f"refs/heads/{self.ref}"
+
+    def public(self) -> dict[str, Any]:
+        """The binding without its secret (what reads show)."""
+        return self.model_dump(mode="json", exclude={"secret"})
+
+
+class SourceRef(BaseModel):
+    """What a run of a source names, and its release records: the repository, the exact
+    commit, the file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = Field(max_length=2000)
+    commit: str = Field(pattern=COMMIT.pattern)
+    path: str = Field(min_length=1, max_length=1000)
+
+    _url = field_validator("url")(classmethod(lambda cls, v: _check_url(v)))
+    _path = field_validator("path")(classmethod(lambda cls, v: _check_path(v)))
+
+
+class SourceUnavailable(StackflowError):
+    """The repository could not be reached (retried within the run's bounds)."""
+
+
+def same_repository(a: str, b: str) -> bool:
+    """Whether two URLs name one repository (scheme, host and path; ``.git`` and a trailing
+    slash aside, host case-insensitive)."""
+
+    def key(url: str) -> tuple[str, str]:
+        parts = urlsplit(url)
+        path = parts.path.rstrip("/")
+        path = path[:-4] if path.endswith(".git") else path
+        return ((parts.hostname or "").lower() + f":{parts.port or ''}", path)
+
+    return key(a) == key(b)
+
+
+def _credentials(url: str) -> tuple[str | None, str | None]:
+    """``(username, password)`` for ``url`` from the file ``STACKFLOW_GIT_CREDENTIALS`` names:
+    ``{"<url prefix>": {"username": ..., "password": ...}}``, the longest prefix wins."""
+    path = os.environ.get(CREDENTIALS_ENV)
+    if not path:
+        return None, None
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise SpecError(f"{CREDENTIALS_ENV} {path}: cannot be read: {err}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{CREDENTIALS_ENV} {path}: a map of URL prefixes is expected")
+    found = [(prefix, v) for prefix, v in data.items() if url.startswith(str(prefix))]
+    if not found:
+        return None, None
+    _, entry = max(found, key=lambda item: len(str(item[0])))
+    if not isinstance(entry, dict):
+        raise SpecError(f"{CREDENTIALS_ENV} {path}: each entry is {{username, password}}")
+    return entry.get("username"), entry.get("password")
+
+
+_locks: dict[str, threading.Lock] = {}
+_locks_guard = threading.Lock()
+
+
+def _cache_lock(key: str) -> threading.Lock:
+    with _locks_guard:
+        return _locks.setdefault(key, threading.Lock())
+
+
+def read_spec_file(source: SourceRef, cache: Path) -> str:
+    """The text of ``source.path`` at ``source.commit``, fetched into a bare repository
+    cached under ``cache`` when the commit is not there yet. SpecError for a missing commit
+    or file (naming it); SourceUnavailable when the repository cannot be reached."""
+    from dulwich.client import get_transport_and_path
+    from dulwich.errors import GitProtocolError, HangupException, NotGitRepository
+    from dulwich.objects import Blob, Commit, Tree
+    from dulwich.repo import Repo
+
+    key = hashlib.sha256(source.url.encode()).hexdigest()[:32]
+    where = cache / f"{key}.git"
+    commit_id = source.commit.encode()
+    with _cache_lock(key):
+        where.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        repo = Repo(str(where)) if where.exists() else Repo.init_bare(str(where), mkdir=True)
+        store: Any = repo.object_store
+        try:
+            if commit_id not in store:
+                username, password = _credentials(source.url)
+                client, path = get_transport_and_path(
+                    source.url, username=username, password=password
+                )
+                try:
+                    client.fetch(path, repo)
+                except (GitProtocolError, HangupException, NotGitRepository, OSError) as err:
+                    text = " ".join(str(err).split())[:300]
+                    raise SourceUnavailable(f"git source {source.url}: {text}") from None
+            if commit_id not in store:
+                raise SpecError(
+                    f"git source {source.url}: commit {source.commit} is not in the repository"
+                )
+            commit = store[commit_id]
+            if not isinstance(commit, Commit):
+                raise SpecError(f"git source {source.url}: {source.commit} is not a commit")
+            tree = repo[commit.tree]
+            assert isinstance(tree, Tree)
+            for part in source.path.split("/"):
+                try:
+                    _, sha = tree[part.encode()]
+                except KeyError:
+                    raise SpecError(
+                        f"git source {source.url}: {source.path} is not in commit "
+                        f"{source.commit[:12]}"
+                    ) from None
+                found = repo[sha]
+                if isinstance(found, Tree):
+                    tree = found
+                    continue
+                if not isinstance(found, Blob) or part != source.path.split("/")[-1]:
+                    raise SpecError(f"git source {source.url}: {source.path} is not a file")
+                if found.raw_length() > SPEC_FILE_LIMIT:
+                    raise SpecError(
+                        f"git source {source.url}: {source.path} is over "
+                        f"{SPEC_FILE_LIMIT // (1024 * 1024)} MiB"
+                    )
+                try:
+                    return found.as_raw_string().decode("utf-8")
+                except UnicodeDecodeError:
+                    raise SpecError(
+                        f"git source {source.url}: {source.path} is not UTF-8 text"
+                    ) from None
+            raise SpecError(f"git source {source.url}: {source.path} is a directory")
+        finally:
+            repo.close()
+
+
+def git_cache() -> Path:
+    """Where a worker keeps the repositories it fetched (a cache)."""
+    from stackflow.config import stackflow_home
+
+    return stackflow_home() / "git"

@@ -1,0 +1,60 @@
+"""State conformance, SourceBindings: one git source per stack, replaced by a new binding,
+found by repository URL, removed; the webhook secret is never stored in clear when keys are
+configured. Every backend (SQLite and PostgreSQL) passes it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from stackflow.refs import StackRef
+from stackflow.sources import GitSource
+from stackflow.state.protocols import SourceBindings
+from tests.conformance.state.common import STACK, narrow
+
+SECRET = "a-webhook-secret-of-some-length"
+
+
+@pytest.fixture
+def bindings(backend: Any) -> Any:
+    return narrow(backend, SourceBindings)
+
+
+def source(**changes: Any) -> GitSource:
+    data = {"url": "https://example.com/acme/infra.git", "path": "spec.yaml", "secret": SECRET}
+    return GitSource.model_validate({**data, **changes})
+
+
+def test_bind_replace_find_unbind(bindings: Any) -> None:
+    assert bindings.source_of(STACK) is None
+    bindings.bind_source(STACK, source(), by="alice")
+    assert bindings.source_of(STACK) == source()
+    bindings.bind_source(STACK, source(ref="release", mode="preview"), by="bob")
+    assert bindings.source_of(STACK) == source(ref="release", mode="preview")
+    other = StackRef("p", "prod")
+    bindings.bind_source(other, source(url="https://EXAMPLE.com/acme/infra/"))
+    bindings.bind_source(StackRef("q", "w"), source(url="https://example.com/acme/else.git"))
+    found = bindings.sources_of_repository("https://example.com/acme/infra")
+    assert [stack for stack, _ in found] == [other, STACK]  # in stack order
+    assert bindings.unbind_source(STACK) is True
+    assert bindings.unbind_source(STACK) is False
+    assert bindings.source_of(STACK) is None
+
+
+def test_the_secret_is_sealed_at_rest(tmp_path: Any) -> None:
+    from stackflow.crypto import KeyRing, new_key_line
+    from stackflow.state.backend import open_backend
+
+    keys = KeyRing.parse(new_key_line("k1"), "test")
+    backend = open_backend(f"sqlite:///{tmp_path / 'state.db'}", keys=keys)
+    try:
+        backend.bind_source(STACK, source())
+        with backend.engine.connect() as conn:
+            stored = conn.execute(sa.text("SELECT secret FROM stack_sources")).scalar_one()
+        assert SECRET not in stored
+        bound = backend.source_of(STACK)
+        assert bound is not None and bound.secret == SECRET
+    finally:
+        backend.close()

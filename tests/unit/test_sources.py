@@ -1,0 +1,103 @@
+"""Git sources: bindings and commit references refuse what could reach outside a repository
+or carry credentials; a spec file is read at an exact commit from a repository served over
+smart HTTP (dulwich's server, real fetches); webhook signatures are HMAC-SHA256 of the body."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from stackflow.api.hooks import signature_ok
+from stackflow.errors import SpecError
+from stackflow.sources import (
+    GitSource,
+    SourceRef,
+    SourceUnavailable,
+    read_spec_file,
+    same_repository,
+)
+from tests.gitserver import GitServer
+
+SECRET = "a-webhook-secret-of-some-length"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("url", "file:///etc"),
+        ("url", "ssh://git@example.com/repo.git"),
+        ("url", "https://user:token@example.com/repo.git"),
+        ("url", "https://example.com/re po.git"),
+        ("path", "/etc/passwd"),
+        ("path", "../outside.yaml"),
+        ("path", "deploy/../../x.yaml"),
+        ("path", "."),
+        ("path", "spec\x1b[2J.yaml"),
+        ("secret", "short"),
+        ("ref", "main; rm -rf"),
+    ],
+)
+def test_a_binding_refuses(field: str, value: str) -> None:
+    data = {"url": "https://example.com/acme/infra.git", "path": "spec.yaml", "secret": SECRET}
+    data[field] = value
+    with pytest.raises(ValidationError) as err:
+        GitSource.model_validate(data)
+    assert err.value.errors()[0]["loc"] == (field,)
+
+
+def test_a_binding_shows_no_secret_and_names_its_branch() -> None:
+    source = GitSource(url="https://example.com/a.git", path="./deploy/spec.yaml", secret=SECRET)
+    assert source.path == "deploy/spec.yaml" and source.branch_ref == "refs/heads/main"
+    assert "secret" not in source.public() and SECRET not in repr(source)
+    assert GitSource(url=source.url, path="s", ref="refs/heads/x", secret=SECRET).branch_ref == (
+        "refs/heads/x"
+    )
+
+
+def test_same_repository() -> None:
+    assert same_repository("https://GitHub.com/acme/infra.git", "https://github.com/acme/infra/")
+    assert not same_repository("https://github.com/acme/infra", "https://github.com/acme/other")
+    assert not same_repository(
+        "https://github.com:8443/acme/infra", "https://github.com/acme/infra"
+    )
+
+
+def test_signature_is_hmac_sha256_of_the_body() -> None:
+    body = b'{"ref": "refs/heads/main"}'
+    good = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    assert signature_ok(SECRET, body, good)
+    assert signature_ok(SECRET, body, good.upper().replace("SHA256=", "sha256="))
+    assert not signature_ok(SECRET, body + b" ", good)
+    assert not signature_ok("another-secret-of-length", body, good)
+    assert not signature_ok(SECRET, body, None)
+    assert not signature_ok(SECRET, body, good.replace("sha256=", "sha1="))
+
+
+def test_a_spec_is_read_at_an_exact_commit(tmp_path: Path) -> None:
+    with GitServer(tmp_path / "repo") as git:
+        first = git.commit({"deploy/spec.yaml": "resources: []\n", "README": "hi\n"})
+        second = git.commit({"deploy/spec.yaml": "resources: [{id: a}]\n"})
+        cache = tmp_path / "cache"
+        at = SourceRef(url=git.url, commit=first, path="deploy/spec.yaml")
+        assert read_spec_file(at, cache) == "resources: []\n"
+        later = at.model_copy(update={"commit": second})
+        assert read_spec_file(later, cache) == "resources: [{id: a}]\n"
+        # a commit pushed after the cache was filled is fetched
+        third = git.commit({"deploy/spec.yaml": "resources: [{id: b}]\n"})
+        assert "id: b" in read_spec_file(at.model_copy(update={"commit": third}), cache)
+        for path, says in [
+            ("deploy/missing.yaml", "is not in commit"),
+            ("deploy", "is a directory"),
+            ("README/x", "is not a file"),
+        ]:
+            with pytest.raises(SpecError, match=says):
+                read_spec_file(at.model_copy(update={"path": path}), cache)
+        with pytest.raises(SpecError, match="is not in the repository"):
+            read_spec_file(at.model_copy(update={"commit": "0" * 40}), cache)
+        url = git.url
+    with pytest.raises(SourceUnavailable, match=url.split("//")[1].split("/")[0]):
+        read_spec_file(SourceRef(url=url, commit="1" * 40, path="s.yaml"), tmp_path / "c2")

@@ -25,12 +25,15 @@ from urllib.parse import urlsplit
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from stackflow.errors import SpecError, StackflowError
+from stackflow.errors import BackendUnavailableError, SpecError
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 SPEC_FILE_LIMIT = 8 * 1024 * 1024
 """Largest spec file read from a commit."""
 CREDENTIALS_ENV = "STACKFLOW_GIT_CREDENTIALS"
+FETCH_CONNECT, FETCH_READ = 10.0, 120.0
+"""Seconds a fetch waits to connect, and for each read: a git host that hangs never holds a
+run (the activity is retried within its bounds)."""
 
 
 class SourceMode(StrEnum):
@@ -101,8 +104,9 @@ class SourceRef(BaseModel):
     _path = field_validator("path")(classmethod(lambda cls, v: _check_path(v)))
 
 
-class SourceUnavailable(StackflowError):
-    """The repository could not be reached (retried within the run's bounds)."""
+class SourceUnavailable(BackendUnavailableError):
+    """The repository could not be reached: retried like an unreachable state backend,
+    within the run's ``unavailable_timeout``."""
 
 
 def same_repository(a: str, b: str) -> bool:
@@ -152,7 +156,8 @@ def read_spec_file(source: SourceRef, cache: Path) -> str:
     """The text of ``source.path`` at ``source.commit``, fetched into a bare repository
     cached under ``cache`` when the commit is not there yet. SpecError for a missing commit
     or file (naming it); SourceUnavailable when the repository cannot be reached."""
-    from dulwich.client import get_transport_and_path
+    import urllib3
+    from dulwich.client import HTTPUnauthorized, get_transport_and_path
     from dulwich.errors import GitProtocolError, HangupException, NotGitRepository
     from dulwich.objects import Blob, Commit, Tree
     from dulwich.repo import Repo
@@ -168,11 +173,28 @@ def read_spec_file(source: SourceRef, cache: Path) -> str:
             if commit_id not in store:
                 username, password = _credentials(source.url)
                 client, path = get_transport_and_path(
-                    source.url, username=username, password=password
+                    source.url,
+                    username=username,
+                    password=password,
+                    pool_manager=urllib3.PoolManager(
+                        timeout=urllib3.Timeout(connect=FETCH_CONNECT, read=FETCH_READ),
+                        retries=False,
+                    ),
                 )
                 try:
                     client.fetch(path, repo)
-                except (GitProtocolError, HangupException, NotGitRepository, OSError) as err:
+                except HTTPUnauthorized:
+                    raise SpecError(
+                        f"git source {source.url}: the host refused the credentials "
+                        f"({CREDENTIALS_ENV} of the worker names them)"
+                    ) from None
+                except (
+                    GitProtocolError,
+                    HangupException,
+                    NotGitRepository,
+                    OSError,
+                    urllib3.exceptions.HTTPError,
+                ) as err:
                     text = " ".join(str(err).split())[:300]
                     raise SourceUnavailable(f"git source {source.url}: {text}") from None
             if commit_id not in store:

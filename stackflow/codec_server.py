@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import ipaddress
 import json
 import logging
 import os
@@ -31,6 +30,7 @@ from temporalio.converter import PayloadCodec
 
 from stackflow.codec import payload_codec
 from stackflow.errors import StackflowError
+from stackflow.loopback import is_loopback
 
 log = logging.getLogger("stackflow.codec_server")
 MAX_BODY = 8 * 1024 * 1024
@@ -120,15 +120,6 @@ class CodecAuth:
         if self.oidc is not None and credential.count(".") == 2:
             return self.oidc.verify(credential)
         return "wrong bearer token"
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def make_handler(

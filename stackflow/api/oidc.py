@@ -17,7 +17,6 @@ request behind a timeout.
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import threading
@@ -33,6 +32,7 @@ import jwt
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from stackflow.api.auth import AuthUnavailable, Identity, Role, role_map
+from stackflow.loopback import is_loopback
 
 log = logging.getLogger("stackflow.api")
 
@@ -67,7 +67,7 @@ class OidcConfig(BaseModel):
         parts = urlsplit(value)
         if parts.scheme == "https" and parts.hostname:
             return value
-        if parts.scheme == "http" and parts.hostname and _is_loopback(parts.hostname):
+        if parts.scheme == "http" and parts.hostname and is_loopback(parts.hostname):
             return value
         raise ValueError("an https:// URL (http:// only on loopback)")
 
@@ -85,15 +85,6 @@ class OidcConfig(BaseModel):
         if not isinstance(value, dict):
             return value
         return {group: role_map(globs, f"{group}: ") for group, globs in value.items()}
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 @dataclass(frozen=True)

@@ -88,20 +88,63 @@ def _repository_urls(data: dict[str, Any]) -> list[str]:
     return found
 
 
-def _touches(data: dict[str, Any], path: str) -> bool:
-    """Whether the pushed commits change ``path`` (True when the event does not list files,
-    as for a push of more commits than GitHub lists)."""
+class Push(BaseModel):
+    """A push, whichever hook told of it."""
+
+    urls: list[str]
+    ref: str | None
+    commit: str
+    changed: list[str] | None = None
+    """The files the pushed commits change, when the event lists them."""
+    deleted: bool = False
+    who: str
+
+
+def _github_changed(data: dict[str, Any]) -> list[str] | None:
     commits = data.get("commits")
     if not isinstance(commits, list) or not commits:
-        return True
+        return None  # not listed (GitHub lists at most 20 commits): assume it changed
+    changed: list[str] = []
     for commit in commits:
         if not isinstance(commit, dict):
-            return True
+            return None
         for key in ("added", "modified", "removed"):
             files = commit.get(key)
-            if isinstance(files, list) and path in files:
-                return True
-    return False
+            if isinstance(files, list):
+                changed.extend(str(f) for f in files)
+    return changed
+
+
+def _who(prefix: str, name: Any) -> str:
+    return prefix + "".join(c for c in str(name or "push")[:150] if c.isprintable())
+
+
+def _commit(value: Any, field: str) -> str:
+    if not isinstance(value, str) or not (COMMIT.match(value) or value == ZERO):
+        raise Problem(422, f"{field}: not a commit id (40 hex digits)")
+    return value
+
+
+async def _signed(
+    ctx: ApiContext, urls: list[str], body: bytes, signature: str | None, header: str
+) -> dict[StackRef, GitSource]:
+    """The stacks bound to the repository whose secret verifies ``body``; a 401 when none."""
+
+    def sources() -> list[tuple[StackRef, GitSource]]:
+        return [pair for url in urls for pair in ctx.backend.sources_of_repository(url)]
+
+    bound: dict[StackRef, GitSource] = {}
+    for stack, source in await ctx.state(sources):
+        bound.setdefault(stack, source)
+    signed = {s: src for s, src in bound.items() if signature_ok(src.secret, body, signature)}
+    if not signed:
+        raise Problem(
+            401,
+            f"{header} does not match the secret of any stack bound to this repository (or "
+            "none is bound): nothing started",
+            "bad-signature",
+        )
+    return signed
 
 
 async def github_push(
@@ -115,21 +158,7 @@ async def github_push(
     """What a GitHub delivery does; (HTTP status, result)."""
     data = _payload(body)
     urls = _repository_urls(data)
-    bound: dict[StackRef, GitSource] = {}
-
-    def sources() -> list[tuple[StackRef, GitSource]]:
-        return [pair for url in urls for pair in ctx.backend.sources_of_repository(url)]
-
-    for stack, source in await ctx.state(sources):
-        bound.setdefault(stack, source)
-    signed = {s: src for s, src in bound.items() if signature_ok(src.secret, body, signature)}
-    if not signed:
-        raise Problem(
-            401,
-            "X-Hub-Signature-256 does not match the secret of any stack bound to this "
-            "repository (or none is bound): nothing started",
-            "bad-signature",
-        )
+    signed = await _signed(ctx, urls, body, signature, "X-Hub-Signature-256")
     result = HookResult(delivery=(delivery or "")[:100] or None)
     if event == "ping":
         return 200, result
@@ -139,15 +168,59 @@ async def github_push(
                 HookSkip(**_names(stack), reason=f"event {str(event)[:40]!r} starts nothing")
             )
         return 202, result
-    ref, commit = data.get("ref"), data.get("after")
-    if not isinstance(commit, str) or not (COMMIT.match(commit) or commit == ZERO):
-        raise Problem(422, "after: not a commit id (40 hex digits)")
-    result.commit = commit
+    ref = data.get("ref")
     pusher = data.get("pusher")
-    name = pusher.get("name") if isinstance(pusher, dict) else None
-    who = "github:" + "".join(c for c in str(name or "push")[:150] if c.isprintable())
+    push = Push(
+        urls=urls,
+        ref=ref if isinstance(ref, str) else None,
+        commit=_commit(data.get("after"), "after"),
+        changed=_github_changed(data),
+        deleted=bool(data.get("deleted")),
+        who=_who("github:", pusher.get("name") if isinstance(pusher, dict) else None),
+    )
+    return await start_pushed(ctx, signed, push, result)
+
+
+async def cloudevent_push(
+    ctx: ApiContext, body: bytes, *, signature: str | None
+) -> tuple[int, HookResult]:
+    """A CloudEvents 1.0 JSON event (structured mode) telling of a push: ``data`` is
+    ``{repository, ref, commit, changed?, pusher?}``, signed like GitHub's (HMAC-SHA256 of
+    the body, ``X-Stackflow-Signature: sha256=<hex>``)."""
+    event = _payload(body)
+    if event.get("specversion") != "1.0":
+        raise Problem(422, 'specversion: a CloudEvents 1.0 event is expected ("1.0")')
+    for name in ("id", "source", "type"):
+        if not isinstance(event.get(name), str) or not event[name]:
+            raise Problem(422, f"{name}: required by CloudEvents 1.0 (a non-empty string)")
+    data = event.get("data")
+    if not isinstance(data, dict):
+        raise Problem(422, "data: a JSON object {repository, ref, commit} is expected")
+    url = data.get("repository")
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise Problem(422, "data.repository: the repository's http(s) URL is expected")
+    signed = await _signed(ctx, [url], body, signature, "X-Stackflow-Signature")
+    result = HookResult(delivery=str(event["id"])[:100])
+    changed = data.get("changed")
+    ref = data.get("ref")
+    push = Push(
+        urls=[url],
+        ref=ref if isinstance(ref, str) else None,
+        commit=_commit(data.get("commit"), "data.commit"),
+        changed=[str(c) for c in changed] if isinstance(changed, list) else None,
+        who=_who("hook:", data.get("pusher") or event["source"]),
+    )
+    return await start_pushed(ctx, signed, push, result)
+
+
+async def start_pushed(
+    ctx: ApiContext, signed: dict[StackRef, GitSource], push: Push, result: HookResult
+) -> tuple[int, HookResult]:
+    """Each signed stack's run of the pushed commit (or why not); (HTTP status, result)."""
+    commit = push.commit
+    result.commit = commit
     for stack, source in sorted(signed.items(), key=lambda item: str(item[0])):
-        reason = _skip(data, source, ref, commit)
+        reason = _skip(push, source)
         if reason is not None:
             result.ignored.append(HookSkip(**_names(stack), reason=reason))
             continue
@@ -159,7 +232,7 @@ async def github_push(
         if source.mode == SourceMode.apply and source.auto_approve:
             request.auto_approve = True
         try:
-            started = await runs.start_run(ctx, stack, request, who, f"git:{commit}")
+            started = await runs.start_run(ctx, stack, request, push.who, f"git:{commit}")
         except StackLockedError as err:
             result.ignored.append(HookSkip(**_names(stack), reason=str(err)))
             continue
@@ -184,11 +257,11 @@ def _names(stack: StackRef) -> dict[str, str]:
     return {"project": stack.project, "workspace": stack.workspace}
 
 
-def _skip(data: dict[str, Any], source: GitSource, ref: Any, commit: str) -> str | None:
-    if ref != source.branch_ref:
-        return f"a push to {str(ref)[:200]}, not {source.branch_ref}"
-    if data.get("deleted") or commit == ZERO:
+def _skip(push: Push, source: GitSource) -> str | None:
+    if push.ref != source.branch_ref:
+        return f"a push to {str(push.ref)[:200]}, not {source.branch_ref}"
+    if push.deleted or push.commit == ZERO:
         return f"{source.branch_ref} was deleted"
-    if not _touches(data, source.path):
+    if push.changed is not None and source.path not in push.changed:
         return f"the pushed commits do not change {source.path}"
     return None

@@ -364,6 +364,28 @@ async def github_hook(
     return JSONResponse(result.model_dump(mode="json"), status_code=status)
 
 
+@router.post(
+    "/hooks/generic",
+    response_model=HookResult,
+    responses={
+        **ERRORS,
+        201: {"model": HookResult, "description": "Runs started"},
+        202: {"model": HookResult, "description": "Nothing to start (each stack says why)"},
+    },
+)
+async def generic_hook(
+    request: Request,
+    x_stackflow_signature: Annotated[str | None, Header()] = None,
+) -> JSONResponse:
+    """A CloudEvents 1.0 JSON event of a push (`data: {repository, ref, commit, changed}`),
+    signed `X-Stackflow-Signature: sha256=<HMAC-SHA256 of the body>` with the binding's
+    secret: as a GitHub push."""
+    status, result = await hooks.cloudevent_push(
+        ctx_of(request), await request.body(), signature=x_stackflow_signature
+    )
+    return JSONResponse(result.model_dump(mode="json"), status_code=status)
+
+
 @router.get("/healthz", response_model=Health)
 async def healthz() -> Health:
     """The process answers (no dependency checked)."""

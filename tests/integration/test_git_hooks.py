@@ -131,6 +131,24 @@ def test_a_signed_push_applies_that_commit_exactly_once(
         runs = http.get(f"{base}/runs", headers=auth("viewer")).json()["runs"]
         assert [r["run_id"] for r in runs] == [run["run_id"]]  # one run in all
 
+        # the same commit told by a CloudEvent after the run ended: still that run
+        event = {
+            "specversion": "1.0",
+            "id": "ce-1",
+            "source": "/ci/acme",
+            "type": "com.example.git.push",
+            "datacontenttype": "application/json",
+            "data": {"repository": git.url, "ref": "refs/heads/main", "commit": commit},
+        }
+        raw = json.dumps(event).encode()
+        mac = hmac.new(SECRET.encode(), raw, hashlib.sha256).hexdigest()
+        hook = f"{api_url}/v1/hooks/generic"
+        wrong = httpx.post(hook, content=raw, headers={"X-Stackflow-Signature": "sha256=00"})
+        is_problem(wrong, 401)
+        told = httpx.post(hook, content=raw, headers={"X-Stackflow-Signature": f"sha256={mac}"})
+        assert told.status_code == 200, told.text
+        assert [r["run_id"] for r in told.json()["runs"]] == [run["run_id"]]
+
         # a run of an exact commit through the API: a preview of the feature branch's spec
         r = http.post(
             f"{base}/runs",

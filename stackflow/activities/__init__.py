@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from stackflow.activities.deps import Deps
+from stackflow.activities.notify import NotifyActivities
 from stackflow.activities.observe import ObserveActivities
 from stackflow.activities.prepare import PrepareActivities
 from stackflow.activities.preview import PreviewActivities
@@ -47,6 +48,7 @@ class WorkerActivities:
     preview: PreviewActivities
     walk: WalkActivities
     observe: ObserveActivities
+    notify: NotifyActivities
 
     @classmethod
     def create(
@@ -65,6 +67,7 @@ class WorkerActivities:
             preview=PreviewActivities(deps, step),
             walk=WalkActivities(deps, guard, step),
             observe=ObserveActivities(deps, guard, step),
+            notify=NotifyActivities(deps),
         )
 
     @property
@@ -89,5 +92,8 @@ class WorkerActivities:
             self.walk.delete_resource,
             self.walk.run_group,
             self.observe.refresh_batch,
+            self.notify.notification_targets,
+            self.notify.deliver_notification,
+            self.notify.record_notification_failure,
             self.observe.record_drift,
         ]

@@ -142,17 +142,18 @@ def current_run() -> RunRef | None:
 
 def record_events(
     log: RunEventLog, stack: StackRef, run: RunRef | None, events: list[NewEvent]
-) -> None:
+) -> list[NewEvent]:
     """Append ``events`` now (blocking), keyed by the calling activity except the one-per-run
-    ones (``run_start``, ``run_complete``)."""
+    ones (``run_start``, ``run_complete``); they are returned as keyed."""
     if run is None or not events:
-        return
+        return []
     scope = activity_scope()
     once = {EventType.run_start, EventType.run_complete}
     keyed = [
         e if e.type in once else e.model_copy(update={"key": f"{scope}/{e.key}"}) for e in events
     ]
     log.append_events(stack, run, keyed)
+    return keyed
 
 
 def planned_changes(changes: Iterable[Change]) -> list[NewEvent]:

@@ -13,6 +13,7 @@ from temporalio import activity
 from stackflow.activities.deps import Deps
 from stackflow.activities.errors import temporal_errors
 from stackflow.activities.events import record_events
+from stackflow.activities.notify import announce
 from stackflow.activities.stack_guard import StackGuard
 from stackflow.errors import GraphError, NotFoundError, SpecError
 from stackflow.events import EventType, NewEvent
@@ -91,7 +92,10 @@ class PrepareActivities:
                 },
             )
             run = RunRef(inp.workflow_id, inp.run_id)
-            await asyncio.to_thread(record_events, self.backend, request.stack, run, [start])
+            keyed = await asyncio.to_thread(
+                record_events, self.backend, request.stack, run, [start]
+            )
+            await announce(self.backend, request.stack, run, keyed)
             return plan
 
     async def _prepare(self, inp: PrepareInput) -> OperationPlan:

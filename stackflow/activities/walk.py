@@ -20,6 +20,7 @@ from stackflow.activities.deps import Deps
 from stackflow.activities.errors import temporal_errors, to_application_error
 from stackflow.activities.events import EventSink, event_sink, record_events
 from stackflow.activities.heartbeat import heartbeating
+from stackflow.activities.notify import announce
 from stackflow.activities.resource_step import COALESCED_PARALLELISM, ResourceStep, digest
 from stackflow.activities.stack_guard import StackGuard, calling_run, read_scope_key
 from stackflow.budget import short_error
@@ -343,7 +344,8 @@ class WalkActivities:
                         counts=inp.counts,
                     )
                 )
-            await asyncio.to_thread(record_events, self.backend, inp.stack, run, events)
+            keyed = await asyncio.to_thread(record_events, self.backend, inp.stack, run, events)
+            await announce(self.backend, inp.stack, run, keyed)
             if release.phase == Phase.succeeded:
                 await asyncio.to_thread(self._cache_release, inp.stack, inp.revision)
 
@@ -352,9 +354,9 @@ class WalkActivities:
         """Events only the workflow knows (a change summary, an approval wait, a preview's
         end), appended to the calling run's stream."""
         with temporal_errors():
-            await asyncio.to_thread(
-                record_events, self.backend, inp.stack, calling_run(), inp.events
-            )
+            run = calling_run()
+            keyed = await asyncio.to_thread(record_events, self.backend, inp.stack, run, inp.events)
+            await announce(self.backend, inp.stack, run, keyed)
 
     def _cache_release(self, stack: StackRef, revision: int) -> None:
         """A succeeded release becomes the prior state the next diff reads (Redis)."""

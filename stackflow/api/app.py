@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("stackflow.api")
 
-PROTECTED = "/v1/stacks/"
+PROTECTED = ("/v1/stacks/", "/v1/projects/")
 """Paths that need a bearer token (the guard answers 401 before reading a body)."""
 
 

@@ -8,6 +8,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Depends, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 
 from stackflow.api import events, hooks, releases, runs
@@ -24,6 +25,7 @@ from stackflow.api.models import (
     StepResult,
 )
 from stackflow.api.problems import PROBLEM_JSON, Problem, problem
+from stackflow.notifications import TARGET_LIMIT, NotificationTarget
 from stackflow.operation import NAME_LIMIT, NAME_PATTERN, REVISION_LIMIT
 from stackflow.refs import RunRef, StackRef
 from stackflow.sources import GitSource
@@ -362,6 +364,56 @@ async def github_hook(
         signature=x_hub_signature_256,
     )
     return JSONResponse(result.model_dump(mode="json"), status_code=status)
+
+
+PROJECT = "/projects/{project}"
+
+
+class NotificationTargets(BaseModel):
+    """``PUT /v1/projects/{project}/notifications``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    targets: list[NotificationTarget] = Field(max_length=TARGET_LIMIT)
+
+
+@router.put(PROJECT + "/notifications", responses=ERRORS)
+async def set_notifications(
+    request: Request, project: ProjectPath, body: NotificationTargets, _: Approver
+) -> list[dict[str, Any]]:
+    """Replace the project's webhook destinations: each gets every run's transitions it
+    subscribes to as a CloudEvent, signed `X-Stackflow-Signature: sha256=<HMAC of the body>`
+    with its secret (stored sealed, never served)."""
+    names = [t.name for t in body.targets]
+    if len(set(names)) != len(names):
+        raise Problem(422, "targets: each destination needs a name of its own", "invalid-input")
+    ctx = ctx_of(request)
+    await ctx.state(lambda: ctx.backend.set_notification_targets(project, body.targets))
+    return [t.public() for t in body.targets]
+
+
+@router.get(PROJECT + "/notifications", responses=ERRORS)
+async def get_notifications(
+    request: Request, project: ProjectPath, _: Viewer
+) -> list[dict[str, Any]]:
+    """The project's webhook destinations (without secrets)."""
+    ctx = ctx_of(request)
+    targets = await ctx.state(lambda: ctx.backend.notification_targets(project))
+    return [t.public() for t in targets]
+
+
+@router.get(PROJECT + "/notifications/failed", responses=ERRORS)
+async def failed_notifications(
+    request: Request,
+    project: ProjectPath,
+    _: Viewer,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> list[dict[str, Any]]:
+    """Deliveries that did not succeed within their retries (the dead-letter list), newest
+    first."""
+    ctx = ctx_of(request)
+    failures = await ctx.state(lambda: ctx.backend.notification_failures(project, limit))
+    return [f.model_dump(mode="json") for f in failures]
 
 
 @router.post(

@@ -18,6 +18,7 @@ COMMAND_MODULES = (
     "stackflow.cli.drift",
     "stackflow.cli.serve",
     "stackflow.cli.events",
+    "stackflow.cli.notifications",
 )
 
 

@@ -34,9 +34,11 @@ from stackflow.state.models import (
     default_state_url,
     redact_url,
 )
+from stackflow.state.notification_store import NotificationRecords
 from stackflow.state.protocols import (
     BlobStore,
     DriftReportStore,
+    NotificationStore,
     ReleaseReader,
     ReleaseWriter,
     RunEventLog,
@@ -45,10 +47,9 @@ from stackflow.state.protocols import (
     StackLocks,
     TerraformStateStore,
 )
-from stackflow.state.source_bindings import SourceBindingStore
 
 
-class StateBackend(SourceBindingStore):
+class StateBackend(NotificationRecords):
     """Everything stackflow stores, on one SQL engine. Thread-safe; every method is sync.
     It satisfies every protocol of :mod:`stackflow.state.protocols`."""
 
@@ -191,5 +192,17 @@ if TYPE_CHECKING:  # mypy proves StateBackend satisfies every protocol of the in
         TerraformStateStore,
         RunEventLog,
         SourceBindings,
+        NotificationStore,
     ]:
-        return (backend, backend, backend, backend, backend, backend, backend, backend, backend)
+        return (
+            backend,
+            backend,
+            backend,
+            backend,
+            backend,
+            backend,
+            backend,
+            backend,
+            backend,
+            backend,
+        )

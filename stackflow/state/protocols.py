@@ -13,6 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from stackflow.drift import DriftReport
 from stackflow.events import PAGE_LIMIT, NewEvent, RunEvent
+from stackflow.notifications import NotificationFailure, NotificationTarget
 from stackflow.refs import RunRef, StackRef
 from stackflow.release import Approval, Operation, Phase, Release
 from stackflow.sources import GitSource, SourceRef
@@ -217,6 +218,21 @@ class SourceBindings(Protocol):
     def sources_of_repository(self, url: str) -> builtins.list[tuple[StackRef, GitSource]]: ...
 
 
+@runtime_checkable
+class NotificationStore(Protocol):
+    """A project's webhook destinations (secrets sealed) and the deliveries that failed for
+    good, newest first."""
+
+    def set_notification_targets(
+        self, project: str, targets: builtins.list[NotificationTarget]
+    ) -> None: ...
+    def notification_targets(self, project: str) -> builtins.list[NotificationTarget]: ...
+    def record_notification_failure(self, failure: NotificationFailure) -> None: ...
+    def notification_failures(
+        self, project: str, limit: int = 100
+    ) -> builtins.list[NotificationFailure]: ...
+
+
 STATE_PROTOCOLS: tuple[type, ...] = (
     SchemaAdmin,
     BlobStore,
@@ -227,5 +243,6 @@ STATE_PROTOCOLS: tuple[type, ...] = (
     TerraformStateStore,
     RunEventLog,
     SourceBindings,
+    NotificationStore,
 )
 """Every protocol a complete state backend satisfies."""

@@ -141,3 +141,30 @@ stack_sources = sa.Table(
 )
 """A stack's git source (:class:`~stackflow.sources.GitSource`); the webhook secret sealed
 like every secret at rest."""
+
+notification_targets = sa.Table(
+    "notification_targets",
+    metadata,
+    sa.Column("project", sa.String(200), primary_key=True),
+    sa.Column("name", sa.String(100), primary_key=True),
+    sa.Column("url", sa.String(2000), nullable=False),
+    sa.Column("secret", sa.Text, nullable=False),
+    sa.Column("types", sa.JSON, nullable=False),
+    sa.Column("position", sa.Integer, nullable=False),
+)
+"""A project's webhook destinations (:class:`~stackflow.notifications.NotificationTarget`),
+the secret sealed."""
+
+notification_failures = sa.Table(
+    "notification_failures",
+    metadata,
+    sa.Column("project", sa.String(200), primary_key=True),
+    sa.Column("target", sa.String(100), primary_key=True),
+    sa.Column("event_id", sa.String(100), primary_key=True),
+    sa.Column("type", sa.String(100), nullable=False),
+    sa.Column("run_id", sa.String(100)),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("error", sa.Text, nullable=False),
+    sa.Column("failed_at", sa.DateTime(timezone=True), nullable=False),
+)
+"""Deliveries that did not succeed within their retries (the dead-letter list)."""

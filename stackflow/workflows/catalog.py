@@ -6,6 +6,7 @@ from stackflow.workflows.apply import ApplyWorkflow
 from stackflow.workflows.batch import BatchWorkflow
 from stackflow.workflows.destroy import DestroyWorkflow
 from stackflow.workflows.drift import DriftWorkflow
+from stackflow.workflows.notify import NotifyWorkflow
 from stackflow.workflows.preview import PreviewWorkflow
 from stackflow.workflows.refresh import RefreshWorkflow
 from stackflow.workflows.rollback import RollbackWorkflow
@@ -18,4 +19,5 @@ ALL_WORKFLOWS = [
     RefreshWorkflow,
     DriftWorkflow,
     BatchWorkflow,
+    NotifyWorkflow,
 ]

@@ -32,6 +32,7 @@ TYPES = (
     "io.stackflow.run.paused",
     "io.stackflow.run.succeeded",
     "io.stackflow.run.failed",
+    "io.stackflow.run.drift_detected",
 )
 TARGET_LIMIT = 20
 """Destinations one project may have."""

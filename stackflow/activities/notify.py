@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 from datetime import UTC, datetime
+from typing import Any
 
 import httpx
 from pydantic import BaseModel
@@ -81,6 +83,34 @@ async def announce(
 ) -> None:
     """Start a NotifyWorkflow for each announced event, when the project has destinations."""
     notices = [n for n in (notice_of(stack, run, e) for e in events) if n is not None]
+    await send_notices(store, stack, notices)
+
+
+def drift_notice(stack: StackRef, run: RunRef, data: dict[str, Any]) -> Notice:
+    """``io.stackflow.run.drift_detected`` of a drift check (one per check run)."""
+    kind = "io.stackflow.run.drift_detected"
+    event_id = hashlib.sha256(f"{run.run_id}/{kind}".encode()).hexdigest()[:32]
+    payload = cloud_event(
+        kind=kind,
+        event_id=event_id,
+        project=stack.project,
+        workspace=stack.workspace,
+        workflow_id=run.workflow_id,
+        run_id=run.run_id,
+        time=datetime.now(UTC),
+        data=data,
+    )
+    return Notice(
+        project=stack.project,
+        workspace=stack.workspace,
+        type=kind,
+        event_id=event_id,
+        event=payload,
+    )
+
+
+async def send_notices(store: NotificationStore, stack: StackRef, notices: list[Notice]) -> None:
+    """Start a NotifyWorkflow per notice, when the project has destinations; never raises."""
     if not notices or not activity.in_activity():
         return
     try:

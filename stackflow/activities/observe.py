@@ -15,6 +15,7 @@ from stackflow.activities.deps import Deps
 from stackflow.activities.errors import temporal_errors
 from stackflow.activities.events import current_run, planned_changes, record_events
 from stackflow.activities.heartbeat import heartbeating
+from stackflow.activities.notify import drift_notice, send_notices
 from stackflow.activities.preview import batch_result
 from stackflow.activities.resource_step import ResourceStep, desired_from_recorded
 from stackflow.activities.stack_guard import StackGuard, calling_run
@@ -137,9 +138,20 @@ class ObserveActivities:
 
     @activity.defn(name="record_drift")
     async def record_drift(self, inp: DriftRecordInput) -> str | None:
-        """Keep the check's report (the drifted resources' masked diffs in one blob); its ref."""
+        """Keep the check's report (the drifted resources' masked diffs in one blob); its ref.
+        Drift found is announced (``io.stackflow.run.drift_detected``)."""
         with temporal_errors():
-            return await asyncio.to_thread(self._record_drift, inp)
+            ref = await asyncio.to_thread(self._record_drift, inp)
+            summary = DriftSummary.model_validate(inp.summary)
+            if summary.drifted or summary.missing:
+                data = {
+                    "revision": inp.revision,
+                    "summary": summary.model_dump(mode="json"),
+                    "repair_workflow_id": inp.repair_workflow_id,
+                }
+                run = RunRef(inp.workflow_id, inp.run_id)
+                await send_notices(self.backend, inp.stack, [drift_notice(inp.stack, run, data)])
+            return ref
 
     def _record_drift(self, inp: DriftRecordInput) -> str | None:
         drifted = [c for c in load_changes(self.backend, inp.diff_refs) if c.get("drift")]

@@ -179,3 +179,18 @@ def test_a_run_announces_each_transition_signed_and_a_dead_receiver_changes_noth
     )
     assert cli.returncode == 0, cli.stderr
     assert sorted(f["type"] for f in json.loads(cli.stdout)) == sorted(wanted)
+
+    # drift found by a drift check is announced too
+    (tmp_path / "a.conf").write_text("changed behind stackflow's back\n")
+    r = http.post(
+        f"/v1/stacks/{project}/dev/runs", json={"operation": "drift"}, headers=auth("operator")
+    )
+    assert r.status_code == 201, r.text
+    wait_run(http, r.json()["status_url"], lambda v: v["status"] != "running")
+    deadline = time.monotonic() + 30
+    while len(receiver.got) < 4 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    drift = json.loads(receiver.got[-1][1])
+    assert drift["type"] == "io.stackflow.run.drift_detected", drift
+    assert drift["subject"] == r.json()["run_id"] and drift["data"]["summary"]["drifted"] == 1
+    assert marker.encode() not in receiver.got[-1][1]

@@ -53,12 +53,15 @@ class FailureInput(BaseModel):
     run_id: str | None = None
 
 
-def notice_of(stack: StackRef, run: RunRef, event: NewEvent) -> Notice | None:
-    """The notification an appended run event makes (None: not one that is announced)."""
-    kind = cloud_type(event.type, event.data)
-    if kind is None:
-        return None
-    event_id = event.digest[:32]
+def make_notice(
+    stack: StackRef,
+    run: RunRef,
+    kind: str,
+    event_id: str,
+    data: dict[str, Any],
+    at: datetime | None = None,
+) -> Notice:
+    """The notification of type ``kind`` about ``run``: its CloudEvent and where it goes."""
     payload = cloud_event(
         kind=kind,
         event_id=event_id,
@@ -66,8 +69,8 @@ def notice_of(stack: StackRef, run: RunRef, event: NewEvent) -> Notice | None:
         workspace=stack.workspace,
         workflow_id=run.workflow_id,
         run_id=run.run_id,
-        time=event.at or datetime.now(UTC),
-        data=dict(event.data),
+        time=at or datetime.now(UTC),
+        data=data,
     )
     return Notice(
         project=stack.project,
@@ -76,6 +79,14 @@ def notice_of(stack: StackRef, run: RunRef, event: NewEvent) -> Notice | None:
         event_id=event_id,
         event=payload,
     )
+
+
+def notice_of(stack: StackRef, run: RunRef, event: NewEvent) -> Notice | None:
+    """The notification an appended run event makes (None: not one that is announced)."""
+    kind = cloud_type(event.type, event.data)
+    if kind is None:
+        return None
+    return make_notice(stack, run, kind, event.digest[:32], dict(event.data), event.at)
 
 
 async def announce(
@@ -90,23 +101,7 @@ def drift_notice(stack: StackRef, run: RunRef, data: dict[str, Any]) -> Notice:
     """``io.stackflow.run.drift_detected`` of a drift check (one per check run)."""
     kind = "io.stackflow.run.drift_detected"
     event_id = hashlib.sha256(f"{run.run_id}/{kind}".encode()).hexdigest()[:32]
-    payload = cloud_event(
-        kind=kind,
-        event_id=event_id,
-        project=stack.project,
-        workspace=stack.workspace,
-        workflow_id=run.workflow_id,
-        run_id=run.run_id,
-        time=datetime.now(UTC),
-        data=data,
-    )
-    return Notice(
-        project=stack.project,
-        workspace=stack.workspace,
-        type=kind,
-        event_id=event_id,
-        event=payload,
-    )
+    return make_notice(stack, run, kind, event_id, data)
 
 
 async def send_notices(store: NotificationStore, stack: StackRef, notices: list[Notice]) -> None:

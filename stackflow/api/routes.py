@@ -57,6 +57,11 @@ ERRORS: dict[int | str, dict[str, Any]] = {
         503: "Temporal or the state backend is unreachable",
     }.items()
 }
+HOOK_ANSWERS: dict[int | str, dict[str, Any]] = {
+    **ERRORS,
+    201: {"model": HookResult, "description": "Runs started"},
+    202: {"model": HookResult, "description": "Nothing to start (each stack says why)"},
+}
 
 
 def ctx_of(request: Request) -> ApiContext:
@@ -342,11 +347,7 @@ async def unbind_source(
 @router.post(
     "/hooks/github",
     response_model=HookResult,
-    responses={
-        **ERRORS,
-        201: {"model": HookResult, "description": "Runs started"},
-        202: {"model": HookResult, "description": "Nothing to start (each stack says why)"},
-    },
+    responses=HOOK_ANSWERS,
 )
 async def github_hook(
     request: Request,
@@ -419,11 +420,7 @@ async def failed_notifications(
 @router.post(
     "/hooks/generic",
     response_model=HookResult,
-    responses={
-        **ERRORS,
-        201: {"model": HookResult, "description": "Runs started"},
-        202: {"model": HookResult, "description": "Nothing to start (each stack says why)"},
-    },
+    responses=HOOK_ANSWERS,
 )
 async def generic_hook(
     request: Request,

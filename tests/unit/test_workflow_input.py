@@ -80,7 +80,7 @@ def test_a_valid_input_is_its_model() -> None:
         ),
         (
             {"project": "p", "spec": {}, "spec_ref": "sha256:" + "0" * 64},
-            "invalid workflow input: give either spec or spec_ref, not both",
+            "invalid workflow input: give one of spec, spec_ref and source, not more",
         ),
         (
             {"project": "p", "spec_ref": "latest"},

@@ -86,7 +86,10 @@ def notice_of(stack: StackRef, run: RunRef, event: NewEvent) -> Notice | None:
     kind = cloud_type(event.type, event.data)
     if kind is None:
         return None
-    return make_notice(stack, run, kind, event.digest[:32], dict(event.data), event.at)
+    # The key is the run's own (some, as run_start's, are the same in every run): with the
+    # run's id it names this event of this run, the same on every attempt of the activity.
+    event_id = hashlib.sha256(f"{run.run_id}/{event.key}".encode()).hexdigest()[:32]
+    return make_notice(stack, run, kind, event_id, dict(event.data), event.at)
 
 
 async def announce(

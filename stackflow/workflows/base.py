@@ -164,15 +164,21 @@ class OperationWorkflow(SteeredRun):
         event stream."""
         assert self._request is not None
         every = [*self._take_events(), *events]
-        await workflow.execute_activity_method(
-            WalkActivities.append_events,
-            EventsInput(
-                project=self._request.project,
-                workspace=self._request.workspace,
-                events=every,
-            ),
-            **common.store_call(f"{len(every)} events"),
-        )
+        try:
+            await workflow.execute_activity_method(
+                WalkActivities.append_events,
+                EventsInput(
+                    project=self._request.project,
+                    workspace=self._request.workspace,
+                    events=every,
+                ),
+                **common.store_call(f"{len(every)} events"),
+            )
+        except ActivityError as exc:
+            # A cancel that lands while the events are appended is the run's cancel; any
+            # other failure loses these events, never the run.
+            raise_if_cancelled(exc)
+            workflow.logger.warning("events not appended: %s", failure_message(exc))
 
     async def _preview(
         self, plan: OperationPlan, refresh: bool = False, record: bool = False

@@ -36,12 +36,17 @@ def test_a_notice_is_a_cloudevent_of_the_run() -> None:
     notice = notice_of(stack, run, event)
     assert notice is not None and notice.type == "io.stackflow.run.failed"
     ce = notice.event
-    assert ce["specversion"] == "1.0" and ce["id"] == event.digest[:32] == notice.event_id
+    assert ce["specversion"] == "1.0" and ce["id"] == notice.event_id and len(ce["id"]) == 32
     assert ce["source"] == "/stackflow/p/w" and ce["subject"] == "run-1"
     assert ce["time"] == at.isoformat() and ce["datacontenttype"] == "application/json"
     assert ce["data"]["error"] == "a: boom" and ce["data"]["revision"] == 3
     assert ce["data"]["workflow_id"] == "stackflow/p/w"
     assert notice_of(stack, run, NewEvent(type=EventType.phase, key="k")) is None
+    # run_start and run_complete have the same key in every run: the id is still the run's
+    other = notice_of(stack, RunRef("stackflow/p/w", "run-2"), event)
+    again = notice_of(stack, run, event)
+    assert other is not None and again is not None
+    assert other.event_id != notice.event_id == again.event_id
 
 
 def test_signature_and_body() -> None:

@@ -18,6 +18,13 @@ class SpecError(StackflowError):
     exit_code = 2
 
 
+class PolicyDenied(SpecError):
+    """A policy refused the run's changes: a Rego policy of the policy gate, or a Kubernetes
+    admission policy (ValidatingAdmissionPolicy or admission webhook) at a server-side
+    dry-run. Exit 2, like any input the author has to change; its error type is
+    ``PolicyDenied``."""
+
+
 class GraphError(SpecError):
     """The resources do not form a valid DAG (duplicate/unknown ids, cycles)."""
 

@@ -1,6 +1,6 @@
 """The error taxonomy, in one place: every activity failure leaves as one of
 
-- **invalid input** (``InvalidInput``, ``SpecError``, ``NotFound``): never retried; one line
+- **invalid input** (``InvalidInput``, ``SpecError``, ``PolicyDenied``, ``NotFound``): never retried; one line
   naming the resource and the field;
 - **conflict** (``Conflict``, ``Fenced``, ``StackLocked``, ``PhaseConflictError``): never retried;
 - **unavailable** (``Unavailable``, ``BackendUnavailable``): retried with backoff until the run's
@@ -23,6 +23,7 @@ from temporalio.exceptions import ApplicationError
 from stackflow.errors import (
     BackendUnavailableError,
     FencedError,
+    PolicyDenied,
     SpecError,
     StackflowError,
     StackLockedError,
@@ -73,6 +74,8 @@ def to_application_error(
         return ApplicationError(str(exc), type="Fenced", non_retryable=True)
     if isinstance(exc, StackLockedError):
         return ApplicationError(str(exc), type="StackLocked", non_retryable=True)
+    if isinstance(exc, PolicyDenied):
+        return ApplicationError(str(exc), type="PolicyDenied", non_retryable=True)
     if isinstance(exc, SpecError):
         return ApplicationError(str(exc), type="SpecError", non_retryable=True)
     if isinstance(exc, StackflowError):

@@ -17,7 +17,14 @@ from stackflow.masking import masked_release_data
 from stackflow.operation import OperationResult
 from stackflow.release import Phase
 
-BAD_INPUT_TYPES = ("InvalidInput", "SpecError", "NotFound", "NotFoundError", "Conflict")
+BAD_INPUT_TYPES = (
+    "InvalidInput",
+    "SpecError",
+    "PolicyDenied",
+    "NotFound",
+    "NotFoundError",
+    "Conflict",
+)
 """Failure classes that fixing the spec or options resolves: exit 2 (else 1)."""
 
 ReleaseOf = Callable[[OperationResult], dict[str, Any] | None]

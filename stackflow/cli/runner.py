@@ -26,6 +26,7 @@ from temporalio.service import RPCError
 
 from stackflow.cli.connection import Temporal
 from stackflow.cli.output import OutputFormat, SafeConsole
+from stackflow.cli.report import BAD_INPUT_TYPES
 from stackflow.diff import Preview
 from stackflow.errors import OperationFailed, StackflowError, StackLockedError
 from stackflow.operation import (
@@ -41,8 +42,6 @@ from stackflow.release import Phase
 from stackflow.render import render_preview
 
 FINAL = (Phase.succeeded, Phase.failed)
-BAD_INPUT_TYPES = ("InvalidInput", "SpecError", "NotFound", "NotFoundError", "Conflict")
-"""Failure classes that fixing the spec or options resolves: exit 2 (else 1)."""
 PAUSED = Phase.awaitingDecision
 POLL_SECONDS = 0.25
 

@@ -22,6 +22,7 @@ NON_RETRYABLE = [
     "Conflict",
     "NotFound",
     "SpecError",
+    "PolicyDenied",
     "Fenced",
     "StackLocked",
     "PhaseConflictError",

@@ -14,6 +14,7 @@ VENV="$REPO_ROOT/.venv"
 TEMPORAL_CLI_VERSION="v1.9.1"
 ETCD_VERSION="v3.6.16"          # go.etcd.io/etcd/server/v3, built by the wrapper tools/gomod/etcd
 OPENTOFU_VERSION="v1.12.6"
+OPA_VERSION="v1.22.3"            # the policy gate's Rego engine (tools/gomod/opa)
 KWOK_VERSION="v0.8.0"           # k8s.io libraries 0.36; fakes nodes for the 1.35-1.37 control planes
 
 # Kubernetes: one wrapper module per supported minor, tools/gomod/kubernetes/v<minor>/go.mod
@@ -45,7 +46,8 @@ ETCD_BIN_DIR="$(tool_dir etcd "$ETCD_VERSION")/bin"
 KUBE_BIN_DIR="$(tool_dir kubernetes "$KUBERNETES_VERSION")/bin"
 KWOK_BIN_DIR="$(tool_dir kwok "$KWOK_VERSION")/bin"
 TOFU_BIN_DIR="$(tool_dir opentofu "$OPENTOFU_VERSION")/bin"
-TOOLS_PATH="$TEMPORAL_BIN_DIR:$ETCD_BIN_DIR:$KUBE_BIN_DIR:$KWOK_BIN_DIR:$TOFU_BIN_DIR"
+OPA_BIN_DIR="$(tool_dir opa "$OPA_VERSION")/bin"
+TOOLS_PATH="$TEMPORAL_BIN_DIR:$ETCD_BIN_DIR:$KUBE_BIN_DIR:$KWOK_BIN_DIR:$TOFU_BIN_DIR:$OPA_BIN_DIR"
 
 # Loopback ports of the dev services.
 TEMPORAL_PORT="${STACKFLOW_TEMPORAL_PORT:-7233}"

@@ -69,7 +69,7 @@ go_env() {
 setup_go_tools() {
   go_env
   step "Go-built tools in $STACKFLOW_CACHE/tools (first build takes a while on 2 cores)"
-  setup_temporal; setup_etcd; setup_kubernetes; setup_kwok; setup_opentofu
+  setup_temporal; setup_etcd; setup_kubernetes; setup_kwok; setup_opentofu; setup_opa
 }
 
 # The Temporal CLI through a wrapper module (tools/gomod/temporal: its cliext replace).
@@ -113,6 +113,13 @@ setup_opentofu() {
   go_env
   go_tool opentofu "$OPENTOFU_VERSION-$(gomod_hash opentofu)" "$TOFU_BIN_DIR" tofu -- \
     bash -c "cd '$REPO_ROOT/tools/gomod/opentofu' && go build -ldflags '-s -w -X github.com/opentofu/opentofu/version.dev=no' -o '$TOFU_BIN_DIR/' github.com/opentofu/opentofu/cmd/tofu"
+}
+
+# OPA: the policy gate's Rego engine (the worker runs `opa eval` with restricted capabilities).
+setup_opa() {
+  go_env
+  go_tool opa "$OPA_VERSION-$(gomod_hash opa)" "$OPA_BIN_DIR" opa -- \
+    bash -c "cd '$REPO_ROOT/tools/gomod/opa' && go build -ldflags '-s -w -X github.com/open-policy-agent/opa/v1/version.Version=${OPA_VERSION#v}' -o '$OPA_BIN_DIR/' github.com/open-policy-agent/opa"
 }
 
 setup_terraform_config() {
@@ -163,7 +170,7 @@ main() {
   local t0=$SECONDS steps=("$@")
   [ ${#steps[@]} -gt 0 ] || steps=(apt python go_tools terraform_config terraform_providers)
   for s in "${steps[@]}"; do
-    declare -F "setup_${s//-/_}" >/dev/null || die "unknown setup step '$s' (apt, python, go-tools or one of temporal, etcd, kubernetes, kwok, opentofu; terraform-config, terraform-providers)"
+    declare -F "setup_${s//-/_}" >/dev/null || die "unknown setup step '$s' (apt, python, go-tools or one of temporal, etcd, kubernetes, kwok, opentofu, opa; terraform-config, terraform-providers)"
     "setup_${s//-/_}"
   done
   step "setup done in $((SECONDS - t0))s"

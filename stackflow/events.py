@@ -42,6 +42,7 @@ class EventType(StrEnum):
     planned_change = "planned_change"
     change_summary = "change_summary"
     approval_wait = "approval_wait"
+    policy_decision = "policy_decision"
     apply_start = "apply_start"
     apply_complete = "apply_complete"
     apply_errored = "apply_errored"
@@ -146,6 +147,12 @@ def change_summary(operation: str, summary: dict[str, int]) -> NewEvent:
     )
 
 
+def policy_decision(decision: dict[str, Any]) -> NewEvent:
+    """What the policy gate decided (outcome, counts, the first messages, digests): warnings
+    show here as in the preview."""
+    return NewEvent(type=EventType.policy_decision, key="policy_decision", data=decision)
+
+
 def approval_wait(wait: str, timeout_seconds: float, *, four_eyes: bool = False) -> NewEvent:
     """The run waits for a person: ``approval`` (approve or reject) or ``decision`` (retry or
     abort the failed nodes)."""
@@ -166,6 +173,7 @@ __all__ = [
     "StreamHeader",
     "approval_wait",
     "change_summary",
+    "policy_decision",
     "resource_ref",
     "run_complete",
     "short",

@@ -3,9 +3,9 @@ destinations as CloudEvents 1.0 (structured JSON), signed with each destination'
 
 Which transitions: the run's own events (:mod:`stackflow.events`) map to CloudEvent types
 (:func:`cloud_type`): ``run_start`` → ``io.stackflow.run.started``, ``approval_wait`` →
-``…awaiting_approval`` (or ``…paused`` when it waits for retry/abort), ``run_complete`` →
-``…succeeded`` / ``…failed``. The activity that appends such an event starts one
-``NotifyWorkflow`` for it (workflow id from the event's dedupe key: a retried activity starts
+``…awaiting_approval`` (or ``…paused`` when it waits for retry/abort), a ``policy_decision``
+that denies → ``…policy_denied``, ``run_complete`` → ``…succeeded`` / ``…failed``. The
+activity that appends such an event starts one ``NotifyWorkflow`` for it (workflow id from the event's dedupe key: a retried activity starts
 none twice); that workflow delivers to each destination with bounded retries and records a
 delivery that never succeeded in the state backend (``stackflow notifications failed``). The
 run never waits for a delivery: a slow or dead receiver changes nothing about it.
@@ -29,6 +29,7 @@ SIGNATURE_HEADER = "X-Stackflow-Signature"
 TYPES = (
     "io.stackflow.run.started",
     "io.stackflow.run.awaiting_approval",
+    "io.stackflow.run.policy_denied",
     "io.stackflow.run.paused",
     "io.stackflow.run.succeeded",
     "io.stackflow.run.failed",
@@ -36,6 +37,23 @@ TYPES = (
 )
 TARGET_LIMIT = 20
 """Destinations one project may have."""
+TARGET_NAME = r"^[A-Za-z0-9._-]+$"
+RESERVED_NAMES = frozenset({"failed"})
+"""Names a destination added one by one cannot have: ``GET …/notifications/failed`` is the
+dead-letter list."""
+
+
+def _check_url(url: str) -> str:
+    if not url.startswith(("http://", "https://")) or not url.isprintable() or " " in url:
+        raise ValueError("an http(s) URL")
+    return url
+
+
+def _check_types(types: list[str]) -> list[str]:
+    unknown = sorted(set(types) - set(TYPES))
+    if unknown:
+        raise ValueError(f"unknown type {unknown[0]!r}: one of {', '.join(TYPES)}")
+    return types
 
 
 class NotificationTarget(BaseModel):
@@ -43,30 +61,37 @@ class NotificationTarget(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9._-]+$")
+    name: str = Field(min_length=1, max_length=100, pattern=TARGET_NAME)
     url: str = Field(max_length=2000)
     secret: str = Field(min_length=16, max_length=256, repr=False)
     """What the ``X-Stackflow-Signature`` HMAC-SHA256 is made with (stored sealed)."""
     types: list[str] = Field(default_factory=lambda: list(TYPES), max_length=len(TYPES))
     """The CloudEvent types it receives (default: all)."""
 
-    @field_validator("url")
-    @classmethod
-    def _http(cls, url: str) -> str:
-        if not url.startswith(("http://", "https://")) or not url.isprintable() or " " in url:
-            raise ValueError("an http(s) URL")
-        return url
-
-    @field_validator("types")
-    @classmethod
-    def _known(cls, types: list[str]) -> list[str]:
-        unknown = sorted(set(types) - set(TYPES))
-        if unknown:
-            raise ValueError(f"unknown type {unknown[0]!r}: one of {', '.join(TYPES)}")
-        return types
+    _url = field_validator("url")(classmethod(lambda cls, v: _check_url(v)))
+    _types = field_validator("types")(classmethod(lambda cls, v: _check_types(v)))
 
     def public(self) -> dict[str, Any]:
         return self.model_dump(mode="json", exclude={"secret"})
+
+
+class Destination(BaseModel):
+    """``PUT /v1/projects/{project}/notifications/{name}``: one destination, named by the
+    path (:meth:`named` is the :class:`NotificationTarget` it sets)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(max_length=2000)
+    secret: str = Field(min_length=16, max_length=256, repr=False)
+    """What the ``X-Stackflow-Signature`` HMAC-SHA256 is made with (stored sealed)."""
+    types: list[str] = Field(default_factory=lambda: list(TYPES), max_length=len(TYPES))
+    """The CloudEvent types it receives (default: all)."""
+
+    _url = field_validator("url")(classmethod(lambda cls, v: _check_url(v)))
+    _types = field_validator("types")(classmethod(lambda cls, v: _check_types(v)))
+
+    def named(self, name: str) -> NotificationTarget:
+        return NotificationTarget(name=name, url=self.url, secret=self.secret, types=self.types)
 
 
 class NotificationFailure(BaseModel):
@@ -104,6 +129,8 @@ def cloud_type(event_type: EventType, data: dict[str, Any]) -> str | None:
             if wait == "decision"
             else ("io.stackflow.run.awaiting_approval")
         )
+    if event_type == EventType.policy_decision:
+        return "io.stackflow.run.policy_denied" if data.get("outcome") == "deny" else None
     if event_type == EventType.run_complete:
         ok = data.get("status") == "succeeded"
         return "io.stackflow.run.succeeded" if ok else "io.stackflow.run.failed"

@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
 from stackflow.events import NewEvent
+from stackflow.policy_gate.bundle import BundleRef
+from stackflow.policy_gate.decision import PolicyDecision
 from stackflow.refs import RunRef, StackFields, StackRef
 from stackflow.release import Operation, Phase
 from stackflow.selection import LeftOut
@@ -116,6 +118,12 @@ class OperationInput(StackFields, BaseModel):
     source: SourceRef | None = None
     """A spec file at an exact commit of a git repository (instead of spec/spec_ref): the
     worker fetches it, the release records it."""
+    policy_ref: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
+    """A policy bundle already in the state backend (``stackflow policy`` or ``--policy
+    DIR`` stored it) that this run evaluates besides its project's."""
+    policy_input: bool = False
+    """Keep the policy input document even when no policy applies (``stackflow policy
+    eval`` reads it by the decision's ``input_digest``)."""
 
     @model_validator(mode="after")
     def _one_spec_source(self) -> OperationInput:
@@ -217,6 +225,9 @@ class OperationPlan(BaseModel):
     left_out_count: int = 0
     four_eyes: bool = False
     """The worker policy forbids the requester (``operator``) to approve this run."""
+    policies: list[BundleRef] = Field(default_factory=list, max_length=2)
+    """The policy bundles the run evaluates between preview and apply (the project's, the
+    run's own)."""
 
 
 class PrepareInput(BaseModel):
@@ -359,6 +370,24 @@ RunOwner = RunRef
 """The run whose writes the stack lock admits (one type with the state layer's ``RunRef``)."""
 
 
+class PolicyInput(StackFields, BaseModel):
+    """Input of ``evaluate_policy``: what the input document is built from (by reference)
+    and the bundles to evaluate."""
+
+    project: str
+    workspace: str
+    operation: Operation
+    revision: int | None
+    spec_ref: str | None
+    plan_ref: str
+    diff_refs: list[str] = Field(default_factory=list, max_length=64)
+    bundles: list[BundleRef] = Field(default_factory=list, max_length=2)
+    requested_by: str
+    source: SourceRef | None = None
+    now: str
+    """The run's clock (the workflow's): the input's ``time``."""
+
+
 class PhaseInput(StackFields, BaseModel):
     project: str
     workspace: str
@@ -369,6 +398,8 @@ class PhaseInput(StackFields, BaseModel):
     approval: dict[str, Any] | None = None
     counts: dict[str, int] | None = None
     """A final phase: how many nodes ended how (the ``run_complete`` event says it)."""
+    policy: PolicyDecision | None = None
+    """What the policy gate decided (recorded in the release)."""
     events: list[NewEvent] = Field(default_factory=list, max_length=4)
     """Events the workflow saw first (``change_summary``): appended before the phase's."""
 
@@ -459,6 +490,8 @@ class OperationResult(StackFields, BaseModel):
     Unreachable, InternalError, …, or Rejected / Aborted / Cancelled; the CLI's exit code."""
     counts: dict[str, int] = Field(default_factory=dict)
     """Node results by status (always complete)."""
+    policy: PolicyDecision | None = None
+    """What the policy gate decided (None: the run had no policies)."""
     truncated: bool = False
     """More than DETAIL_LIMIT nodes: ``results`` holds only the nodes that did not succeed and
     ``changes.changes`` only the first DETAIL_LIMIT changes, without diffs."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
+from stackflow.policy_gate.decision import PolicyDecision
 from stackflow.refs import StackRef
 from stackflow.sources import SourceRef
 from stackflow.spec import Resource, Spec
@@ -110,6 +111,8 @@ class Release(BaseModel):
     """For a rollback: the revision whose spec it applied."""
     source: SourceRef | None = None
     """For a run of a git source: the repository, commit and file it applied."""
+    policy: PolicyDecision | None = None
+    """What the policy gate decided before the run changed anything (None: no policies)."""
     spec_ref: str | None = Field(default=None, exclude=True)
     """Where the backend keeps the spec (content-addressed); not part of Kusion's format."""
     resource_count: int | None = Field(default=None, exclude=True)

@@ -85,3 +85,35 @@ def render_preview(preview: Preview, console: Console, detail: bool = False) -> 
             line.append(" -> ")
             line.append(_show(field.new), style="green")
             console.print(line, soft_wrap=True)
+
+
+_RULE_STYLE = {"deny": "red", "require_approval": "yellow", "warn": "yellow"}
+
+
+def render_policy(decision: dict[str, Any], console: Console) -> None:
+    """The policy gate's decision under a preview: the outcome, then each message (policy,
+    resource, text); spec- and policy-supplied text is printed as plain text."""
+    counts = decision.get("counts") or {}
+    outcome = str(decision.get("outcome", "pass"))
+    parts = [f"{n} {rule.replace('_', ' ')}" for rule, n in counts.items() if n]
+    style = _RULE_STYLE.get(outcome, "green")
+    line = Text("Policy: ", style="bold")
+    line.append(outcome, style=style)
+    if parts:
+        line.append(f" ({', '.join(parts)})")
+    policies = decision.get("policies") or []
+    line.append(f" - {len(policies)} policies", style="dim")
+    console.print(line)
+    messages = decision.get("messages") or []
+    for message in messages:
+        rule = str(message.get("rule", ""))
+        row = Text("  ")
+        row.append(f"{rule:<16}", style=_RULE_STYLE.get(rule, ""))
+        row.append(f" {message.get('policy', '')}", style="dim")
+        if message.get("resource"):
+            row.append(f" {message['resource']}")
+        row.append(f": {message.get('msg', '')}")
+        console.print(row, highlight=False)
+    total = sum(counts.values())
+    if total > len(messages):
+        console.print(f"  … and {total - len(messages)} more", style="dim", highlight=False)

@@ -9,7 +9,7 @@ By phase, around shared parts that each activity class receives:
 - :mod:`.resource_step` — ``ResourceStep``: what happens to one resource (request,
   references, taint, policy pre-check, runtime call, what is recorded sensitive);
 - :mod:`.prepare` (``prepare_operation``), :mod:`.preview` (``preview_batch``,
-  ``describe_changes``, ``index_diffs``), :mod:`.walk` (``apply_resource``,
+  ``describe_changes``, ``index_diffs``), :mod:`.policy` (``evaluate_policy``), :mod:`.walk` (``apply_resource``,
   ``delete_resource``, ``run_group``, ``load_batch``, ``set_phase``, ``append_events``) and
   :mod:`.observe`
   (``refresh_batch``, ``record_drift``);
@@ -28,6 +28,7 @@ from typing import Any
 from stackflow.activities.deps import Deps
 from stackflow.activities.notify import NotifyActivities
 from stackflow.activities.observe import ObserveActivities
+from stackflow.activities.policy import PolicyActivities
 from stackflow.activities.prepare import PrepareActivities
 from stackflow.activities.preview import PreviewActivities
 from stackflow.activities.resource_step import ResourceStep
@@ -49,6 +50,7 @@ class WorkerActivities:
     walk: WalkActivities
     observe: ObserveActivities
     notify: NotifyActivities
+    policy: PolicyActivities
 
     @classmethod
     def create(
@@ -68,6 +70,7 @@ class WorkerActivities:
             walk=WalkActivities(deps, guard, step),
             observe=ObserveActivities(deps, guard, step),
             notify=NotifyActivities(deps),
+            policy=PolicyActivities(deps),
         )
 
     @property
@@ -85,6 +88,7 @@ class WorkerActivities:
             self.preview.preview_batch,
             self.preview.describe_changes,
             self.preview.index_diffs,
+            self.policy.evaluate_policy,
             self.walk.load_batch,
             self.walk.set_phase,
             self.walk.append_events,

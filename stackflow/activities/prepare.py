@@ -27,11 +27,16 @@ from stackflow.operation import (
     check_request,
 )
 from stackflow.policy import worker_policy
+from stackflow.policy_gate.bundle import BundleRef, fetch_bundle
 from stackflow.release import Operation, Release
 from stackflow.selection import LEFT_OUT_LIMIT, Selected, Selection, check_patterns, select
 from stackflow.sources import git_cache, read_spec_file
 from stackflow.spec import Resource, Spec, parse_spec, parse_spec_text
 from stackflow.state.backend import RunRef
+
+
+GATED = (Operation.apply, Operation.destroy, Operation.rollback)
+"""Operations with a walk that the policy gate judges (and preview, which shows it)."""
 
 
 def state_by_id(release: Release | None) -> dict[str, Resource]:
@@ -113,7 +118,9 @@ class PrepareActivities:
         selection = Selection(targets=request.targets, excludes=request.excludes)
         if operation == Operation.preview:
             assert spec is not None
-            return await asyncio.to_thread(self._prepare_preview, inp, spec, ref, selection)
+            plan = await asyncio.to_thread(self._prepare_preview, inp, spec, ref, selection)
+            plan.policies = await asyncio.to_thread(self._policies, request)
+            return plan
         run = RunRef(inp.workflow_id, inp.run_id)
         if operation in (Operation.destroy, Operation.refresh):
             ref = await asyncio.to_thread(self.backend.latest_spec_ref, request.stack)
@@ -127,7 +134,20 @@ class PrepareActivities:
         )
         plan = await asyncio.to_thread(self._prepare_walk, operation, spec, ref, release, selection)
         plan.four_eyes = worker_policy().approvals.four_eyes_for(request.project)
+        if operation in GATED:
+            plan.policies = await asyncio.to_thread(self._policies, request)
         return plan
+
+    def _policies(self, request: OperationInput) -> list[BundleRef]:
+        """The bundles the run evaluates: its project's (pushed), then its own."""
+        found = []
+        binding = self.backend.policy_of(request.project)
+        if binding is not None:
+            found.append(BundleRef(scope="project", digest=binding.digest))
+        if request.policy_ref is not None:
+            fetch_bundle(self.backend, request.policy_ref)  # SpecError when it is not there
+            found.append(BundleRef(scope="run", digest=request.policy_ref))
+        return found
 
     def _load_spec(self, inp: PrepareInput) -> tuple[Spec | None, str | None]:
         request = inp.request

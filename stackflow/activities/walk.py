@@ -324,6 +324,7 @@ class WalkActivities:
                     error=inp.error,
                     changes=inp.changes,
                     approval=approval,
+                    policy=inp.policy,
                 )
 
             release = await self.guard.write(run, inp.stack, write)

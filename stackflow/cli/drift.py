@@ -40,8 +40,8 @@ from stackflow.cli.options import (
     WorkspaceOpt,
 )
 from stackflow.cli.output import OutputFormat, echo_safe
+from stackflow.cli.report import BAD_INPUT_TYPES
 from stackflow.cli.runner import (
-    BAD_INPUT_TYPES,
     console_for,
     ui_link,
 )

@@ -19,6 +19,9 @@ COMMAND_MODULES = (
     "stackflow.cli.serve",
     "stackflow.cli.events",
     "stackflow.cli.notifications",
+    "stackflow.cli.sources",
+    "stackflow.cli.notify",
+    "stackflow.cli.policy",
 )
 
 

@@ -187,6 +187,17 @@ def release_show(
                 console.print(
                     f"[bold]{key}:[/bold] {escape(str(value))}", highlight=False, soft_wrap=True
                 )
+        if release.policy is not None:
+            from stackflow.render import render_policy
+
+            render_policy(release.policy.model_dump(mode="json"), console)
+            console.print(
+                f"[bold]policy input:[/bold] {release.policy.input_digest}  "
+                f"[bold]bundles:[/bold] "
+                + ", ".join(f"{b.scope} {b.digest}" for b in release.policy.bundles),
+                highlight=False,
+                soft_wrap=True,
+            )
         t = Table("ID", "Type", title="State")
         for resource in release.state.resources:
             t.add_row(Text(resource.id), str(resource.type))

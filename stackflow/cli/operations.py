@@ -30,6 +30,7 @@ from stackflow.cli.options import (
     IgnoreOpt,
     OnFailure,
     OnFailureOpt,
+    PolicyOpt,
     ProjectOpt,
     RunOutput,
     RunOutputOpt,
@@ -40,6 +41,7 @@ from stackflow.cli.options import (
     YesOpt,
 )
 from stackflow.cli.output import OutputFormat
+from stackflow.cli.policy import policy_fields, policy_requires_approval
 from stackflow.cli.report import release_from_backend, report
 from stackflow.cli.runner import (
     FINAL,
@@ -153,13 +155,23 @@ async def _run(
         # The run ended before it got anywhere (e.g. stack locked): report its error.
         _report(runner, await runner.result(handle), handle.result_run_id)
         return
+    needs_person: str | None = None
     if status.phase not in FINAL or status.changes.get("changes"):
         preview = await runner.temporal.call(
             "the run", lambda: handle.query("preview", result_type=dict[str, Any])
         )
         runner.show_preview(preview, detail)
+        needs_person = policy_requires_approval(preview)
     if status.phase == Phase.awaitingApproval:
-        await runner.approve(handle, yes)
+        if yes and needs_person:
+            # --yes approves for the requester; a policy asked for an approver instead.
+            typer.echo(
+                f"policy requires an approver: {needs_person}; waiting for `stackflow approve "
+                f"-p {request.project} -w {request.workspace}`",
+                err=True,
+            )
+        else:
+            await runner.approve(handle, yes)
     await runner.follow(handle)
     if not runner.outcome_of(handle).done():
         paused = await runner.query_status(handle)
@@ -234,11 +246,13 @@ def preview(
             "by default long values are shortened and big diffs summarised.",
         ),
     ] = False,
+    policy: PolicyOpt = None,
 ) -> None:
     """Show what apply would change: desired vs live vs prior (three-way diff)."""
     request = _request(
         StackRef(project, workspace),
         **_spec_input(file),
+        **policy_fields(policy),
         ignore_fields=ignore_field or [],
         force=force,
         adopt=adopt,
@@ -267,11 +281,13 @@ def apply(
     unavailable_timeout: UnavailableOpt = 600.0,
     target: TargetOpt = None,
     exclude: ExcludeOpt = None,
+    policy: PolicyOpt = None,
 ) -> None:
     """Preview, ask, then apply the spec as a durable Temporal workflow."""
     request = _request(
         StackRef(project, workspace),
         **_spec_input(file),
+        **policy_fields(policy),
         max_concurrency=max_concurrency,
         ignore_fields=ignore_field or [],
         watch=watch,
@@ -298,10 +314,12 @@ def destroy(
     unavailable_timeout: UnavailableOpt = 600.0,
     target: TargetOpt = None,
     exclude: ExcludeOpt = None,
+    policy: PolicyOpt = None,
 ) -> None:
     """Delete everything the stack's last release holds, dependents first."""
     request = _request(
         StackRef(project, workspace),
+        **policy_fields(policy),
         max_concurrency=max_concurrency,
         fail_fast=fail_fast,
         on_failure=on_failure.value,

@@ -39,6 +39,14 @@ RunOutputOpt = Annotated[
         "stream as it happens, header first; as `stackflow events`).",
     ),
 ]
+PolicyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--policy",
+        help="A directory of Rego modules (package stackflow) this run evaluates besides its "
+        "project's bundle (stackflow policy push); deny fails the run (exit 2).",
+    ),
+]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Approve without asking.")]
 ConcurrencyOpt = Annotated[int, typer.Option("--max-concurrency", help="Resources in flight.")]
 IgnoreOpt = Annotated[

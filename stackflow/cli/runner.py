@@ -39,7 +39,7 @@ from stackflow.operation import (
     workflow_id_for,
 )
 from stackflow.release import Phase
-from stackflow.render import render_preview
+from stackflow.render import render_policy, render_preview
 
 FINAL = (Phase.succeeded, Phase.failed)
 PAUSED = Phase.awaitingDecision
@@ -168,6 +168,8 @@ class Runner:
     def show_preview(self, changes: dict[str, Any], detail: bool) -> None:
         if self.output == OutputFormat.table:
             render_preview(Preview.model_validate(changes), self.console, detail=detail)
+            if changes.get("policy"):
+                render_policy(changes["policy"], self.console)
 
     async def update(
         self, handle: WorkflowHandle[Any, OperationResult], name: str, arg: ApprovalInput

@@ -34,11 +34,12 @@ from stackflow.state.models import (
     default_state_url,
     redact_url,
 )
-from stackflow.state.notification_store import NotificationRecords
+from stackflow.state.policy_store import PolicyBindingStore
 from stackflow.state.protocols import (
     BlobStore,
     DriftReportStore,
     NotificationStore,
+    PolicyBindings,
     ReleaseReader,
     ReleaseWriter,
     RunEventLog,
@@ -49,7 +50,7 @@ from stackflow.state.protocols import (
 )
 
 
-class StateBackend(NotificationRecords):
+class StateBackend(PolicyBindingStore):
     """Everything stackflow stores, on one SQL engine. Thread-safe; every method is sync.
     It satisfies every protocol of :mod:`stackflow.state.protocols`."""
 
@@ -193,8 +194,10 @@ if TYPE_CHECKING:  # mypy proves StateBackend satisfies every protocol of the in
         RunEventLog,
         SourceBindings,
         NotificationStore,
+        PolicyBindings,
     ]:
         return (
+            backend,
             backend,
             backend,
             backend,

@@ -14,6 +14,8 @@ from typing import Any, Protocol, runtime_checkable
 from stackflow.drift import DriftReport
 from stackflow.events import PAGE_LIMIT, NewEvent, RunEvent
 from stackflow.notifications import NotificationFailure, NotificationTarget
+from stackflow.policy_gate.bundle import PolicyBinding
+from stackflow.policy_gate.decision import PolicyDecision
 from stackflow.refs import RunRef, StackRef
 from stackflow.release import Approval, Operation, Phase, Release
 from stackflow.sources import GitSource, SourceRef
@@ -117,6 +119,7 @@ class ReleaseWriter(Protocol):
         error: str | None = None,
         changes: dict[str, Any] | None = None,
         approval: Approval | None = None,
+        policy: PolicyDecision | None = None,
     ) -> Release: ...
     def record_resource(
         self,
@@ -219,14 +222,26 @@ class SourceBindings(Protocol):
 
 
 @runtime_checkable
+class PolicyBindings(Protocol):
+    """A project's policy bundle (the digest of a blob; one per project, replaced by a
+    push)."""
+
+    def bind_policy(self, project: str, digest: str, *, by: str | None = None) -> None: ...
+    def unbind_policy(self, project: str) -> bool: ...
+    def policy_of(self, project: str) -> PolicyBinding | None: ...
+
+
+@runtime_checkable
 class NotificationStore(Protocol):
-    """A project's webhook destinations (secrets sealed) and the deliveries that failed for
-    good, newest first."""
+    """A project's webhook destinations (secrets sealed; set as a whole or one by one, in
+    order) and the deliveries that failed for good, newest first."""
 
     def set_notification_targets(
         self, project: str, targets: builtins.list[NotificationTarget]
     ) -> None: ...
     def notification_targets(self, project: str) -> builtins.list[NotificationTarget]: ...
+    def put_notification_target(self, project: str, target: NotificationTarget) -> bool: ...
+    def remove_notification_target(self, project: str, name: str) -> bool: ...
     def record_notification_failure(self, failure: NotificationFailure) -> None: ...
     def notification_failures(
         self, project: str, limit: int = 100

@@ -13,6 +13,7 @@ from sqlalchemy.engine import Connection
 from stackflow.errors import (
     NotFoundError,
 )
+from stackflow.policy_gate.decision import PolicyDecision
 from stackflow.refs import StackRef
 from stackflow.release import Approval, Operation, Phase, Release, State
 from stackflow.sources import SourceRef
@@ -51,6 +52,7 @@ class ReleaseReads(SqlCore):
             modified_at=as_utc(row.modified_at),
             source_revision=row.source_revision,
             source=SourceRef.model_validate(row.source) if row.source else None,
+            policy=PolicyDecision.model_validate(row.policy) if row.policy else None,
         )
         if with_spec and row.spec_ref:
             release.spec = self.get_spec(row.spec_ref)

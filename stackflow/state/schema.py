@@ -38,6 +38,7 @@ releases = sa.Table(
     sa.Column("modified_at", sa.DateTime(timezone=True), nullable=False),
     sa.Column("source_revision", sa.Integer),
     sa.Column("source", sa.JSON),
+    sa.Column("policy", sa.JSON),
 )
 """One row per release (Kusion's fields); the spec lives in ``blobs`` by ``spec_ref``."""
 
@@ -125,6 +126,17 @@ run_events = sa.Table(
 """Each run's event stream (:mod:`stackflow.events`): ``seq`` from 1 with no gap, assigned
 under the run's own write lock so commit order is ``seq`` order; ``key`` (a sha256) makes an
 append idempotent."""
+
+project_policies = sa.Table(
+    "project_policies",
+    metadata,
+    sa.Column("project", sa.String(200), primary_key=True),
+    sa.Column("digest", sa.String(80), nullable=False),
+    sa.Column("updated_by", sa.String(200)),
+    sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+)
+"""A project's policy bundle (its digest; the bundle is a blob): every later run of the
+project evaluates it (:mod:`stackflow.policy_gate`)."""
 
 stack_sources = sa.Table(
     "stack_sources",

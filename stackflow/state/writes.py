@@ -19,6 +19,7 @@ from stackflow.errors import (
     PhaseConflictError,
     StackLockedError,
 )
+from stackflow.policy_gate.decision import PolicyDecision
 from stackflow.refs import RunRef, StackRef
 from stackflow.release import Approval, Operation, Phase, Release
 from stackflow.sources import SourceRef
@@ -169,6 +170,7 @@ class ReleaseWrites(ReleaseReads):
         error: str | None = None,
         changes: dict[str, Any] | None = None,
         approval: Approval | None = None,
+        policy: PolicyDecision | None = None,
     ) -> Release:
         """Move a release to ``phase`` (fenced on ``run``); a final phase releases the lock.
 
@@ -199,6 +201,8 @@ class ReleaseWrites(ReleaseReads):
                 values["changes"] = changes
             if approval is not None:
                 values["approval"] = approval.model_dump(mode="json")
+            if policy is not None:
+                values["policy"] = policy.model_dump(mode="json")
             conn.execute(
                 releases.update().where(*self._where_release(stack, revision)).values(**values)
             )
@@ -408,6 +412,7 @@ class ReleaseWrites(ReleaseReads):
                     modified_at=release.modified_at.astimezone(UTC),
                     source_revision=release.source_revision,
                     source=release.source.model_dump(mode="json") if release.source else None,
+                    policy=release.policy.model_dump(mode="json") if release.policy else None,
                 )
             )
             rows = [

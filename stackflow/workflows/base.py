@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
     from stackflow.activities.observe import ObserveActivities
+    from stackflow.activities.policy import PolicyActivities
     from stackflow.activities.prepare import PrepareActivities
     from stackflow.activities.preview import PreviewActivities
     from stackflow.activities.walk import WalkActivities
@@ -44,12 +45,14 @@ with workflow.unsafe.imports_passed_through():
         OperationResult,
         PhaseInput,
         PlannedNode,
+        PolicyInput,
         PrepareInput,
         PreviewBatchInput,
         PreviewBatchResult,
         RefreshBatchInput,
         RunOwner,
     )
+    from stackflow.policy_gate.decision import Outcome
     from stackflow.release import Operation, Phase
     from stackflow.wire import BatchActions
     from stackflow.workflows import common
@@ -61,6 +64,7 @@ with workflow.unsafe.imports_passed_through():
         FINALIZE_ON_EVERY_EXIT,
         INDEX_DIFF_REFS,
         PHASE_KEY,
+        POLICY_GATE,
         PROJECT_KEY,
         RUN_EVENTS,
         WORKSPACE_KEY,
@@ -249,9 +253,43 @@ class OperationWorkflow(SteeredRun):
             summary = change_summary(str(self.operation), lines.view()["summary"])
             self._events.append(summary)  # goes out with the next phase or wait
 
+    async def _policy_gate(self, plan: OperationPlan) -> None:
+        """Evaluate the run's policy bundles on the masked plan (when it has any, or when
+        its input was asked for). The decision is kept for the view, the result and the
+        release; a failure to evaluate fails the run like a failed preview."""
+        assert self._request is not None and self._lines is not None
+        request = self._request
+        if not (plan.policies or request.policy_input) or plan.plan_ref is None:
+            return
+        if not workflow.patched(POLICY_GATE):
+            return
+        self._policy = await workflow.execute_activity_method(
+            PolicyActivities.evaluate_policy,
+            PolicyInput(
+                project=request.project,
+                workspace=request.workspace,
+                operation=self.operation,
+                revision=plan.revision,
+                spec_ref=plan.spec_ref,
+                plan_ref=plan.plan_ref,
+                diff_refs=list(self._lines.diff_refs),
+                bundles=plan.policies,
+                requested_by=request.operator,
+                source=request.source,
+                now=workflow.now().isoformat(),
+            ),
+            **common.store_call(f"evaluate {len(plan.policies)} policy bundles"),
+        )
+
+    def _policy_denial(self) -> str | None:
+        if self._policy is None or self._policy.outcome != Outcome.denied:
+            return None
+        return self._policy.denial_line()
+
     async def _await_approval(self) -> bool:
         assert self._request is not None
-        if self._request.auto_approve:
+        required = self._policy is not None and self._policy.outcome == Outcome.approval
+        if self._request.auto_approve and not required:
             self._approval = {
                 "decision": "approved",
                 "by": f"{self._request.operator} (auto_approve)",
@@ -447,6 +485,7 @@ class OperationWorkflow(SteeredRun):
             changes=brief_changes(self._changes_view()),
             approval=self._approval,
             counts=dict(tally.counts),
+            policy=self._policy,
         )
         return self._result(phase, tally)
 
@@ -465,6 +504,7 @@ class OperationWorkflow(SteeredRun):
             error=self._error,
             error_type=self._error_type if self._error else None,
             counts=dict(tally.counts),
+            policy=self._policy,
             truncated=not tally.full or lines > DETAIL_LIMIT,
         )
 
@@ -527,6 +567,17 @@ class OperationWorkflow(SteeredRun):
             self._error_type = cause_type(exc)
             return await self._finish(Tally(full=True))
         assert self._lines is not None
+        try:
+            await self._policy_gate(plan)
+        except ActivityError as exc:
+            raise_if_cancelled(exc)
+            self._error = f"policy check failed: {failure_message(exc)}"
+            self._error_type = cause_type(exc)
+            return await self._finish(Tally(full=True))
+        denial = self._policy_denial()
+        if denial is not None:
+            self._error, self._error_type = denial, "PolicyDenied"
+            return await self._finish(Tally(full=True))
         to_apply, to_delete = self._lines.picks()
         self._total = len(to_apply) + len(to_delete)
         tally = Tally(full=self._total <= DETAIL_LIMIT)

@@ -30,6 +30,9 @@ INDEX_DIFF_REFS = "index-diff-refs"
 BOUNDED_NOT_OK = "bounded-not-ok"
 """Patch: a walk past NOT_OK_LIMIT nodes that failed or were skipped starts no further batch
 (each batch's input lists them)."""
+POLICY_GATE = "policy-gate"
+"""Patch: between preview and approval the run's policy bundles are evaluated
+(``evaluate_policy``): deny fails the run, require_approval waits for a person."""
 RUN_EVENTS = "run-events"
 """Patch: the workflow appends what only it knows to the run's event stream (the change
 summary, approval and decision waits, a preview's end) through ``append_events``."""

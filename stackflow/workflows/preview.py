@@ -38,6 +38,13 @@ class PreviewWorkflow(OperationWorkflow):
         self._total = plan.node_count + plan.deletion_count
         await self._set_phase(Phase.previewing)
         await self._preview(plan)
+        await self._policy_gate(plan)
+        denial = self._policy_denial()
+        if denial is not None:
+            self._phase, self._error, self._error_type = Phase.failed, denial, "PolicyDenied"
+            workflow.upsert_search_attributes([PHASE_KEY.value_set(Phase.failed)])
+            await self._announce(run_complete(Phase.failed.value, error=denial))
+            raise ApplicationError(denial, type="PolicyDenied", non_retryable=True)
         if workflow.patched(RUN_EVENTS):
             await self._announce(run_complete(Phase.succeeded.value, counts=self._counts()))
         self._phase = Phase.succeeded

@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
         StatusView,
         human_duration,
     )
+    from stackflow.policy_gate.decision import PolicyDecision
     from stackflow.release import Operation, Phase
     from stackflow.terminal import markdown_code, markdown_text
     from stackflow.workflows import common
@@ -78,6 +79,7 @@ class SteeredRun:
         self._failures: list[NodeResult] = []
         self._error_type: str | None = None
         self._events: list[NewEvent] = []
+        self._policy: PolicyDecision | None = None
         """Events for the run's stream held until the next activity that carries them."""
 
     def _show(self) -> None:
@@ -139,7 +141,10 @@ class SteeredRun:
             self._show()
 
     def _changes_view(self) -> dict[str, Any]:
-        return summarise([]) if self._lines is None else self._lines.view()
+        view = summarise([]) if self._lines is None else self._lines.view()
+        if self._policy is not None:
+            view["policy"] = self._policy.model_dump(mode="json", exclude_none=True)
+        return view
 
     # ---- queries & updates ----------------------------------------------------------------
     @workflow.query

@@ -1,0 +1,98 @@
+"""The policy gate's activity: build the masked plan (:mod:`stackflow.policy_gate.plan_input`)
+from what the preview stored, keep it in the state backend (its digest is the decision's
+``input_digest``), evaluate the run's bundles with OPA and return the decision within the
+byte budget (the whole one by ref when it is longer). The decision is appended to the run's
+event stream (a denial is announced as ``io.stackflow.run.policy_denied``)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from datetime import UTC, datetime
+
+from temporalio import activity
+
+from stackflow.activities.deps import Deps
+from stackflow.activities.errors import temporal_errors
+from stackflow.activities.events import current_run, record_events
+from stackflow.activities.heartbeat import heartbeating
+from stackflow.activities.notify import announce
+from stackflow.diff_store import load_changes
+from stackflow.events import policy_decision
+from stackflow.operation import PolicyInput
+from stackflow.policy_gate.bundle import fetch_bundle
+from stackflow.policy_gate.decision import DECISION_KIND, PolicyDecision
+from stackflow.policy_gate.engine import Module, evaluate
+from stackflow.policy_gate.plan_input import INPUT_KIND, build_input, input_bytes
+
+
+class PolicyActivities:
+    def __init__(self, deps: Deps) -> None:
+        self.backend = deps.backend
+        self.specs = deps.specs
+        self.plans = deps.plans
+        self.cache = deps.cache
+
+    @activity.defn(name="evaluate_policy")
+    async def evaluate_policy(self, inp: PolicyInput) -> PolicyDecision:
+        with temporal_errors():
+            async with heartbeating("evaluate policies"):
+                decision = await asyncio.to_thread(self._evaluate, inp)
+            run = current_run()
+            event = policy_decision(decision.model_dump(mode="json", exclude_none=True))
+            keyed = await asyncio.to_thread(record_events, self.backend, inp.stack, run, [event])
+            if run is not None:
+                await announce(self.backend, inp.stack, run, keyed)
+            return decision
+
+    def _evaluate(self, inp: PolicyInput) -> PolicyDecision:
+        body = input_bytes(self._document(inp))
+        input_digest = self.backend.put_blob(INPUT_KIND, body)
+        modules = [
+            Module(policy=f"{ref.scope}/{path}", source=source)
+            for ref in inp.bundles
+            for path, source in fetch_bundle(self.backend, ref.digest).modules.items()
+        ]
+        started = time.perf_counter()
+        messages, policies = evaluate(modules, body) if modules else ([], [])
+        decision = PolicyDecision.of(
+            messages,
+            bundles=list(inp.bundles),
+            input_digest=input_digest,
+            policies=policies,
+            evaluated_at=datetime.now(UTC).isoformat(),
+            duration_ms=round((time.perf_counter() - started) * 1000),
+        )
+        brief = decision.brief(None)
+        if brief is not decision:
+            full = json.dumps(decision.model_dump(mode="json")).encode()
+            brief = decision.brief(self.backend.put_blob(DECISION_KIND, full))
+        return brief
+
+    def _document(self, inp: PolicyInput) -> dict[str, object]:
+        plan = self.plans.get(inp.plan_ref)
+        spec = self.specs.get(inp.spec_ref) if inp.spec_ref else None
+        node_ids = [n.id for n in plan.nodes]
+        deletion_ids = [n.id for n in plan.deletions]
+        types = {n.id: n.type for n in [*plan.nodes, *plan.deletions]}
+        ids = [*node_ids, *deletion_ids]
+        if inp.revision is not None:
+            recorded = self.backend.resources(inp.stack, inp.revision, ids)
+        else:
+            prior = self.cache.prior(inp.stack)
+            recorded = {i: prior[i] for i in ids if i in prior}
+        return build_input(
+            project=inp.project,
+            workspace=inp.workspace,
+            operation=str(inp.operation),
+            spec=spec,
+            node_ids=node_ids,
+            deletion_ids=deletion_ids,
+            types=types,
+            recorded=recorded,
+            changes=load_changes(self.backend, inp.diff_refs),
+            requested_by=inp.requested_by,
+            source=inp.source,
+            now=inp.now,
+        )

@@ -1,0 +1,236 @@
+"""`stackflow policy push|show|eval|test`, and ``--policy DIR`` of preview/apply/destroy.
+
+A bundle is every ``*.rego`` file of a directory (``package stackflow``: each module one
+policy; rules ``deny``, ``warn``, ``require_approval``). ``push`` stores it (content-
+addressed) in the state backend as the project's; ``--policy DIR`` stores it for one run.
+``eval`` prints the input document the policies read for a spec (from a preview), ``test``
+evaluates a bundle against it (or, offline, against an input document saved before)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+
+from stackflow.cli.api_mode import not_through_api, refuse_in_api_mode
+from stackflow.cli.app import EXIT_CODES_HELP, app
+from stackflow.cli.options import FileOpt, OutputOpt, ProjectOpt, WorkspaceOpt
+from stackflow.cli.output import OutputFormat, print_json
+from stackflow.errors import SpecError
+from stackflow.policy_gate.bundle import load_bundle_dir, store_bundle
+from stackflow.policy_gate.decision import PolicyDecision
+
+policy_app = typer.Typer(
+    help="Policy-as-code (Rego, package stackflow): push a project's bundle, see the input "
+    "document policies read, test a bundle against a spec.",
+    epilog=EXIT_CODES_HELP,
+    no_args_is_help=True,
+)
+app.add_typer(policy_app, name="policy")
+
+DirArg = Annotated[str, typer.Argument(help="Directory of .rego modules (package stackflow).")]
+PolicyDirOpt = Annotated[
+    str | None, typer.Option("--policy", help="Directory of .rego modules for this run only.")
+]
+
+
+def policy_fields(directory: str | None) -> dict[str, Any]:
+    """The run's own bundle (``--policy DIR``): stored in the state backend, passed by ref."""
+    if directory is None:
+        return {}
+    from stackflow.cli.api_mode import api_mode
+
+    if api_mode():
+        raise not_through_api("--policy")
+    bundle = load_bundle_dir(directory)
+    from stackflow.config import default_backend
+
+    backend = default_backend()
+    try:
+        return {"policy_ref": store_bundle(backend, bundle)}
+    finally:
+        backend.close()
+
+
+def policy_requires_approval(view: dict[str, Any]) -> str | None:
+    """Why a run's policies ask for an approver (None: they do not)."""
+    raw = view.get("policy")
+    if not raw:
+        return None
+    decision = PolicyDecision.model_validate(raw)
+    if decision.outcome != "require_approval":
+        return None
+    return decision.approval_reason()
+
+
+@policy_app.command("push")
+def push(project: ProjectOpt, directory: DirArg, output: OutputOpt = OutputFormat.table) -> None:
+    """Store DIR's modules as the project's bundle: every later run of the project
+    evaluates it."""
+    refuse_in_api_mode("policy push")
+    from stackflow.cli.runner import current_user
+    from stackflow.config import default_backend
+
+    bundle = load_bundle_dir(directory)
+    backend = default_backend()
+    try:
+        digest = store_bundle(backend, bundle)
+        backend.bind_policy(project, digest, by=current_user())
+    finally:
+        backend.close()
+    result = {"project": project, "digest": digest, "modules": sorted(bundle.modules)}
+    if output == OutputFormat.json:
+        print_json(result)
+        return
+    typer.echo(f"project {project}: policy bundle {digest} ({len(bundle.modules)} modules)")
+
+
+@policy_app.command("show")
+def show(project: ProjectOpt, output: OutputOpt = OutputFormat.table) -> None:
+    """The project's bundle: digest, who pushed it, its modules."""
+    refuse_in_api_mode("policy show")
+    from stackflow.config import default_backend
+    from stackflow.policy_gate.bundle import fetch_bundle
+
+    backend = default_backend()
+    try:
+        binding = backend.policy_of(project)
+        modules = sorted(fetch_bundle(backend, binding.digest).modules) if binding else []
+    finally:
+        backend.close()
+    if binding is None:
+        raise SpecError(f"project {project} has no policy bundle (stackflow policy push)")
+    result = {**binding.model_dump(mode="json"), "modules": modules}
+    if output == OutputFormat.json:
+        print_json(result)
+        return
+    typer.echo(f"project {project}: {binding.digest}, pushed by {binding.updated_by}")
+    for module in modules:
+        typer.echo(f"  {module}")
+
+
+async def _preview_decision(
+    file: str, project: str, workspace: str, directory: str | None
+) -> tuple[PolicyDecision | None, str | None]:
+    """Run a preview of ``file`` that keeps its policy input; the decision (from the run's
+    events: a denial fails the preview) and the workflow's failure, if any."""
+    from stackflow.cli.operations import _request, _spec_input
+    from stackflow.cli.runner import Runner
+    from stackflow.config import default_backend
+    from stackflow.events import EventType
+    from stackflow.refs import StackRef
+
+    stack = StackRef(project, workspace)
+    request = _request(stack, **_spec_input(file), **policy_fields(directory), policy_input=True)
+    runner = Runner("PreviewWorkflow", request, OutputFormat.json)
+    handle = await runner.start()
+    failure: str | None = None
+    try:
+        await runner.result(handle)
+    except SpecError as exc:
+        failure = str(exc)
+    backend = default_backend()
+    try:
+        after = 0
+        while page := backend.events(stack, handle.result_run_id or "", after=after):
+            for event in page:
+                if event.type == EventType.policy_decision:
+                    return PolicyDecision.model_validate(event.data), failure
+            after = page[-1].seq
+    finally:
+        backend.close()
+    if failure is not None:
+        raise SpecError(failure)
+    return None, None
+
+
+def _input_document(digest: str) -> dict[str, Any]:
+    from stackflow.config import default_backend
+    from stackflow.policy_gate.plan_input import INPUT_KIND
+
+    backend = default_backend()
+    try:
+        doc: dict[str, Any] = json.loads(backend.get_blob(INPUT_KIND, digest))
+        return doc
+    finally:
+        backend.close()
+
+
+@policy_app.command("eval")
+def eval_input(file: FileOpt, project: ProjectOpt, workspace: WorkspaceOpt = "default") -> None:
+    """Print the input document policies read for FILE (the masked plan of a preview)."""
+    refuse_in_api_mode("policy eval")
+    decision, _ = asyncio.run(_preview_decision(file, project, workspace, None))
+    if decision is None:
+        raise SpecError("the preview kept no policy input (is the worker older than the CLI?)")
+    print_json(_input_document(decision.input_digest))
+
+
+@policy_app.command("test")
+def test(
+    policy: Annotated[str, typer.Option("--policy", help="Directory of .rego modules.")],
+    file: Annotated[
+        str | None, typer.Option("--file", "-f", help="Spec file: judged through a preview.")
+    ] = None,
+    input_file: Annotated[
+        str | None,
+        typer.Option("--input", help="An input document (stackflow policy eval): offline."),
+    ] = None,
+    project: Annotated[str | None, typer.Option("--project", "-p")] = None,
+    workspace: WorkspaceOpt = "default",
+    output: OutputOpt = OutputFormat.table,
+) -> None:
+    """Evaluate the bundle at --policy against a spec's preview (-f, -p) or, offline,
+    against a saved input document (--input); exit 2 when it denies."""
+    if (file is None) == (input_file is None):
+        raise SpecError("give one of --file (with --project) and --input")
+    if input_file is not None:
+        decision = _offline(policy, input_file)
+    else:
+        refuse_in_api_mode("policy test --file")
+        if project is None:
+            raise SpecError("--file needs --project (the stack whose preview is judged)")
+        found, failure = asyncio.run(_preview_decision(file or "", project, workspace, policy))
+        if found is None:
+            raise SpecError(failure or "the preview returned no policy decision")
+        decision = found
+    if output == OutputFormat.json:
+        print_json(decision.model_dump(mode="json", exclude_none=True))
+    else:
+        from stackflow.render import render_policy
+
+        render_policy(decision.model_dump(mode="json"), Console(highlight=False))
+    if decision.outcome == "deny":
+        raise typer.Exit(2)
+
+
+def _offline(directory: str, input_file: str) -> PolicyDecision:
+    import time
+
+    from stackflow.policy_gate.engine import Module, evaluate
+    from stackflow.policy_gate.plan_input import input_bytes
+    from stackflow.state.models import blob_ref
+
+    bundle = load_bundle_dir(directory)
+    raw = sys.stdin.buffer.read() if input_file == "-" else Path(input_file).read_bytes()
+    try:
+        document = json.loads(raw)
+    except ValueError as exc:
+        raise SpecError(f"{input_file}: not JSON ({exc})") from None
+    body = input_bytes(document)
+    modules = [Module(policy=f"run/{p}", source=s) for p, s in bundle.modules.items()]
+    started = time.perf_counter()
+    messages, policies = evaluate(modules, body)
+    return PolicyDecision.of(
+        messages,
+        bundles=[],
+        input_digest=blob_ref(body),
+        policies=policies,
+        evaluated_at=None,
+        duration_ms=round((time.perf_counter() - started) * 1000),
+    )

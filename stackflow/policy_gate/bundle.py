@@ -1,0 +1,116 @@
+"""A policy bundle: Rego modules by path, stored once under its sha256 in the state backend
+(a project's pushed bundle and a run's own ``--policy DIR`` travel by that digest)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from stackflow.errors import SpecError
+
+if TYPE_CHECKING:
+    from stackflow.state.protocols import BlobStore
+
+BUNDLE_KIND = "policy_bundle"
+MAX_MODULES = 200
+MAX_BUNDLE_BYTES = 1024 * 1024
+_DIGEST = r"^sha256:[0-9a-f]{64}$"
+
+
+class BundleRef(BaseModel):
+    """One bundle a run evaluates: the project's (pushed) or the run's own."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    scope: Literal["project", "run"]
+    digest: str = Field(pattern=_DIGEST)
+
+
+class PolicyBinding(BaseModel):
+    """A project's pushed bundle."""
+
+    project: str
+    digest: str
+    updated_by: str | None = None
+    updated_at: datetime
+
+
+class PolicyBundle(BaseModel):
+    """Rego modules by their path in the bundle (``images.rego``, ``lib/k8s.rego``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    modules: dict[str, str] = Field(min_length=1, max_length=MAX_MODULES)
+
+    @field_validator("modules")
+    @classmethod
+    def _paths_and_size(cls, modules: dict[str, str]) -> dict[str, str]:
+        total = 0
+        for path, source in modules.items():
+            parts = path.split("/")
+            if not path.endswith(".rego") or path.startswith("/") or ".." in parts or "" in parts:
+                raise ValueError(f"{path!r} is not a relative path to a .rego file")
+            total += len(source.encode())
+        if total > MAX_BUNDLE_BYTES:
+            raise ValueError(f"the modules hold {total} bytes, more than {MAX_BUNDLE_BYTES}")
+        return dict(sorted(modules.items()))
+
+    def to_bytes(self) -> bytes:
+        return json.dumps({"modules": self.modules}, sort_keys=True, separators=(",", ":")).encode()
+
+    @property
+    def digest(self) -> str:
+        return "sha256:" + hashlib.sha256(self.to_bytes()).hexdigest()
+
+    @classmethod
+    def from_bytes(cls, body: bytes) -> PolicyBundle:
+        return cls.model_validate_json(body)
+
+
+def load_bundle_dir(directory: str | os.PathLike[str]) -> PolicyBundle:
+    """Every ``*.rego`` file under ``directory`` (``*_test.rego`` files, OPA's unit tests,
+    left out). SpecError (exit 2) naming the path when the directory cannot be a bundle:
+    missing, empty, a symlink, too many files or bytes, not UTF-8."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise SpecError(f"policy bundle {directory}: not a directory")
+    modules: dict[str, str] = {}
+    total = 0
+    for path in sorted(root.rglob("*.rego")):
+        rel = path.relative_to(root).as_posix()
+        if path.name.endswith("_test.rego"):
+            continue
+        if path.is_symlink() or not path.is_file():
+            raise SpecError(
+                f"policy bundle {directory}: {rel}: not a regular file (symlinks are refused)"
+            )
+        if len(modules) >= MAX_MODULES:
+            raise SpecError(f"policy bundle {directory}: more than {MAX_MODULES} modules")
+        raw = path.read_bytes()
+        total += len(raw)
+        if total > MAX_BUNDLE_BYTES:
+            raise SpecError(f"policy bundle {directory}: larger than {MAX_BUNDLE_BYTES} bytes")
+        try:
+            modules[rel] = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise SpecError(f"policy bundle {directory}: {rel}: not UTF-8 text") from None
+    if not modules:
+        raise SpecError(
+            f"policy bundle {directory}: no .rego files (write modules in package stackflow)"
+        )
+    return PolicyBundle(modules=modules)
+
+
+def store_bundle(blobs: BlobStore, bundle: PolicyBundle) -> str:
+    """Store ``bundle`` (once: content-addressed); its digest."""
+    return blobs.put_blob(BUNDLE_KIND, bundle.to_bytes())
+
+
+def fetch_bundle(blobs: BlobStore, digest: str) -> PolicyBundle:
+    return PolicyBundle.from_bytes(blobs.get_blob(BUNDLE_KIND, digest))

@@ -9,10 +9,10 @@ By phase, around shared parts that each activity class receives:
 - :mod:`.resource_step` — ``ResourceStep``: what happens to one resource (request,
   references, taint, policy pre-check, runtime call, what is recorded sensitive);
 - :mod:`.prepare` (``prepare_operation``), :mod:`.preview` (``preview_batch``,
-  ``describe_changes``, ``index_diffs``), :mod:`.policy` (``evaluate_policy``), :mod:`.walk` (``apply_resource``,
-  ``delete_resource``, ``run_group``, ``load_batch``, ``set_phase``, ``append_events``) and
-  :mod:`.observe`
-  (``refresh_batch``, ``record_drift``);
+  ``describe_changes``, ``index_diffs``), :mod:`.policy` (``evaluate_policy``),
+  :mod:`.walk` (``apply_resource``, ``delete_resource``, ``run_group``, ``load_batch``,
+  ``set_phase``, ``append_events``) and :mod:`.observe` (``refresh_batch``,
+  ``record_drift``);
 - :mod:`.errors` (one classification of failures), :mod:`.heartbeat`, :mod:`.runs`.
 
 Workflows call them by method reference (``WalkActivities.apply_resource``); each keeps the

@@ -1,7 +1,7 @@
 """The error taxonomy, in one place: every activity failure leaves as one of
 
-- **invalid input** (``InvalidInput``, ``SpecError``, ``PolicyDenied``, ``NotFound``): never retried; one line
-  naming the resource and the field;
+- **invalid input** (``InvalidInput``, ``SpecError``, ``PolicyDenied``, ``NotFound``): never
+  retried; one line naming the resource and the field;
 - **conflict** (``Conflict``, ``Fenced``, ``StackLocked``, ``PhaseConflictError``): never retried;
 - **unavailable** (``Unavailable``, ``BackendUnavailable``): retried with backoff until the run's
   ``unavailable_timeout`` has passed since the activity was first scheduled, then

@@ -34,7 +34,6 @@ from stackflow.sources import git_cache, read_spec_file
 from stackflow.spec import Resource, Spec, parse_spec, parse_spec_text
 from stackflow.state.backend import RunRef
 
-
 GATED = (Operation.apply, Operation.destroy, Operation.rollback)
 """Operations with a walk that the policy gate judges (and preview, which shows it)."""
 

@@ -22,6 +22,7 @@ from stackflow.cli.app import EXIT_CODES_HELP, app
 from stackflow.cli.options import FileOpt, OutputOpt, ProjectOpt, WorkspaceOpt
 from stackflow.cli.output import OutputFormat, print_json
 from stackflow.errors import SpecError
+from stackflow.operation import OperationInput
 from stackflow.policy_gate.bundle import load_bundle_dir, store_bundle
 from stackflow.policy_gate.decision import PolicyDecision
 
@@ -114,19 +115,25 @@ def show(project: ProjectOpt, output: OutputOpt = OutputFormat.table) -> None:
         typer.echo(f"  {module}")
 
 
-async def _preview_decision(
+def _preview_decision(
     file: str, project: str, workspace: str, directory: str | None
 ) -> tuple[PolicyDecision | None, str | None]:
     """Run a preview of ``file`` that keeps its policy input; the decision (from the run's
     events: a denial fails the preview) and the workflow's failure, if any."""
     from stackflow.cli.operations import _request, _spec_input
-    from stackflow.cli.runner import Runner
-    from stackflow.config import default_backend
-    from stackflow.events import EventType
     from stackflow.refs import StackRef
 
     stack = StackRef(project, workspace)
     request = _request(stack, **_spec_input(file), **policy_fields(directory), policy_input=True)
+    return asyncio.run(_run_preview(request))
+
+
+async def _run_preview(request: OperationInput) -> tuple[PolicyDecision | None, str | None]:
+    from stackflow.cli.runner import Runner
+    from stackflow.config import default_backend
+    from stackflow.events import EventType
+
+    stack = request.stack
     runner = Runner("PreviewWorkflow", request, OutputFormat.json)
     handle = await runner.start()
     failure: str | None = None
@@ -165,7 +172,7 @@ def _input_document(digest: str) -> dict[str, Any]:
 def eval_input(file: FileOpt, project: ProjectOpt, workspace: WorkspaceOpt = "default") -> None:
     """Print the input document policies read for FILE (the masked plan of a preview)."""
     refuse_in_api_mode("policy eval")
-    decision, _ = asyncio.run(_preview_decision(file, project, workspace, None))
+    decision, _ = _preview_decision(file, project, workspace, None)
     if decision is None:
         raise SpecError("the preview kept no policy input (is the worker older than the CLI?)")
     print_json(_input_document(decision.input_digest))
@@ -195,7 +202,7 @@ def test(
         refuse_in_api_mode("policy test --file")
         if project is None:
             raise SpecError("--file needs --project (the stack whose preview is judged)")
-        found, failure = asyncio.run(_preview_decision(file or "", project, workspace, policy))
+        found, failure = _preview_decision(file or "", project, workspace, policy)
         if found is None:
             raise SpecError(failure or "the preview returned no policy decision")
         decision = found

@@ -1,0 +1,218 @@
+"""The policy gate end to end: the real CLI and worker, OPA built by setup, OnPrem files.
+
+A project's pushed bundle and a run's own ``--policy DIR``: deny fails the run before
+anything changes (exit 2, naming the policy and the resource), warn shows under the preview
+and in the release, require_approval makes ``--yes`` wait for an approver, a bundle that
+does not compile fails the run (never a silent pass); the decision is in the release, the
+event stream and ``policy eval``'s input document."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+from stackflow.events import EventType
+from stackflow.refs import StackRef
+from tests.integration.conftest import REPO, WorkerProcess, run_cli
+from tests.integration.opshelp import (
+    all_releases,
+    cli_json,
+    expect_exit,
+    file_resource,
+    new_project,
+    releases,
+    write_spec,
+)
+
+GATE = """package stackflow
+
+import rego.v1
+
+deny contains {
+	"msg": sprintf("%s: content says forbidden; remove the word", [c.id]),
+	"resource": c.id,
+} if {
+	some c in input.changes
+	c.action in {"Create", "Update"}
+	contains(c.after.content, "forbidden")
+}
+
+warn contains {"msg": "world-readable file", "resource": c.id} if {
+	some c in input.changes
+	c.action == "Create"
+	c.after.mode == "0644"
+}
+
+require_approval contains {"msg": "deletes a kept file", "resource": c.id} if {
+	some c in input.changes
+	c.action == "Delete"
+	contains(c.before.path, "/keep/")
+}
+"""
+
+
+def _bundle(root: Path, name: str, text: str) -> Path:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / name).write_text(text)
+    return root
+
+
+def _events(env: dict[str, str], project: str, run_id: str) -> list[dict[str, object]]:
+    backend = releases(env)
+    try:
+        found = backend.events(StackRef(project, "default"), run_id)
+    finally:
+        backend.close()
+    return [{"type": e.type, "data": e.data} for e in found]
+
+
+def test_a_pushed_bundle_denies_warns_and_asks_for_an_approver(
+    tmp_path: Path, stack_env: dict[str, str], worker_process: WorkerProcess
+) -> None:
+    env, project = stack_env, new_project()
+    expect_exit(
+        run_cli(
+            env, "policy", "push", "-p", project, str(_bundle(tmp_path / "p", "gate.rego", GATE))
+        )
+    )
+    root = tmp_path / "site"
+    keep = file_resource(root / "keep" / "a.conf", "kept\n")
+    bad = file_resource(root / "b.conf", "this is forbidden\n")
+
+    # deny: exit 2 naming the policy and the resource; nothing written; release failed
+    denied = run_cli(
+        env,
+        "apply",
+        "-f",
+        str(write_spec(tmp_path / "bad.yaml", [keep, bad])),
+        "-p",
+        project,
+        "--yes",
+    )
+    expect_exit(denied, 2)
+    assert f"policy denied: project/gate.rego: {bad['id']}: content says forbidden" in denied.stderr
+    assert not (root / "keep" / "a.conf").exists() and not (root / "b.conf").exists()
+    first = all_releases(env, project)[0]
+    assert first.phase == "failed" and first.policy is not None
+    assert first.policy.outcome == "deny" and first.policy.counts == {"deny": 1, "warn": 2}
+    assert first.policy.bundles[0].scope == "project"
+    assert first.state.resources == []
+    events = _events(env, project, first.run_id or "")
+    decisions = [e for e in events if e["type"] == EventType.policy_decision]
+    assert len(decisions) == 1 and decisions[0]["data"]["outcome"] == "deny"  # type: ignore[index]
+
+    # warn: applied; the warnings show under the preview and in release show
+    ok = expect_exit(
+        run_cli(
+            env,
+            "apply",
+            "-f",
+            str(write_spec(tmp_path / "ok.yaml", [keep])),
+            "-p",
+            project,
+            "--yes",
+        )
+    )
+    assert "Policy: warn" in ok.stdout and "world-readable file" in ok.stdout
+    shown = cli_json(expect_exit(run_cli(env, "release", "show", "-p", project, "-o", "json")))
+    assert shown["policy"]["outcome"] == "warn"
+    assert shown["policy"]["messages"][0]["resource"] == keep["id"]
+    assert (root / "keep" / "a.conf").read_text() == "kept\n"
+
+    # require_approval: --yes does not approve; another person does
+    other = write_spec(tmp_path / "none.yaml", [file_resource(root / "c.conf", "c\n")])
+    cmd = [
+        str(REPO / ".venv" / "bin" / "stackflow"),
+        "apply",
+        "-f",
+        str(other),
+        "-p",
+        project,
+        "--yes",
+        "-o",
+        "json",
+    ]
+    waiting = subprocess.Popen(
+        cmd, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            status = run_cli(env, "status", "-p", project, "-o", "json")
+            if (
+                status.returncode == 0
+                and json.loads(status.stdout).get("phase") == "awaitingApproval"
+            ):
+                break
+            time.sleep(0.3)
+        else:
+            raise AssertionError("the run did not wait for an approver")
+        assert (root / "keep" / "a.conf").exists()
+        alice = {**env, "USER": "alice", "LOGNAME": "alice"}
+        expect_exit(run_cli(alice, "approve", "-p", project, "--reason", "planned cleanup"))
+        out, err = waiting.communicate(timeout=120)
+    finally:
+        waiting.kill()
+    assert waiting.returncode == 0, err
+    assert "policy requires an approver: project/gate.rego: deletes a kept file" in err
+    result = json.loads(out)
+    assert result["phase"] == "succeeded" and not (root / "keep" / "a.conf").exists()
+    last = all_releases(env, project)[-1]
+    assert last.approval is not None and last.approval.by == "alice"
+    assert last.policy is not None and last.policy.outcome == "require_approval"
+
+
+def test_a_runs_own_bundle_eval_and_a_bundle_that_does_not_compile(
+    tmp_path: Path, stack_env: dict[str, str], worker_process: WorkerProcess
+) -> None:
+    env, project = stack_env, new_project()
+    spec = write_spec(
+        tmp_path / "s.yaml", [file_resource(tmp_path / "f" / "x.conf", "forbidden\n")]
+    )
+    run_only = _bundle(tmp_path / "run", "gate.rego", GATE)
+
+    # no policies: the preview passes; with --policy DIR the same preview is denied
+    expect_exit(run_cli(env, "preview", "-f", str(spec), "-p", project))
+    denied = run_cli(env, "preview", "-f", str(spec), "-p", project, "--policy", str(run_only))
+    expect_exit(denied, 2)
+    assert "policy denied: run/gate.rego:" in denied.stderr
+
+    # the input document policies read
+    doc = cli_json(expect_exit(run_cli(env, "policy", "eval", "-f", str(spec), "-p", project)))
+    assert doc["stack"] == {"project": project, "workspace": "default"}
+    assert doc["operation"] == "preview" and doc["summary"] == {"Create": 1}
+    change = doc["changes"][0]
+    assert change["action"] == "Create" and change["after"]["content"] == "forbidden\n"
+    assert change["before"] is None and {"path", "old", "new"} <= set(change["diff"][0])
+    assert set(doc["time"]) == {"rfc3339", "unix_ns", "weekday", "hour"}
+
+    # policy test against a preview: exit 2 and the messages
+    tested = run_cli(
+        env,
+        "policy",
+        "test",
+        "--policy",
+        str(run_only),
+        "-f",
+        str(spec),
+        "-p",
+        project,
+        "-o",
+        "json",
+    )
+    expect_exit(tested, 2)
+    assert json.loads(tested.stdout)["counts"] == {"deny": 1, "warn": 1}
+
+    # a pushed bundle that does not compile fails the run: one line, nothing written
+    broken = _bundle(
+        tmp_path / "broken", "broken.rego", "package stackflow\n\ndeny contains x if {\n"
+    )
+    expect_exit(run_cli(env, "policy", "push", "-p", project, str(broken)))
+    failed = run_cli(env, "apply", "-f", str(spec), "-p", project, "--yes")
+    expect_exit(failed, 2)
+    assert "policy check failed: policy project/broken.rego:" in failed.stderr
+    assert "rego_parse_error" in failed.stderr
+    assert not (tmp_path / "f" / "x.conf").exists()
+    assert all_releases(env, project)[-1].phase == "failed"

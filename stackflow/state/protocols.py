@@ -259,5 +259,6 @@ STATE_PROTOCOLS: tuple[type, ...] = (
     RunEventLog,
     SourceBindings,
     NotificationStore,
+    PolicyBindings,
 )
 """Every protocol a complete state backend satisfies."""

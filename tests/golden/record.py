@@ -36,6 +36,7 @@ from stackflow.operation import (  # noqa: E402
     OperationInput,
     OperationResult,
 )
+from stackflow.policy_gate.bundle import PolicyBundle, store_bundle  # noqa: E402
 from stackflow.state.backend import open_backend  # noqa: E402
 
 
@@ -49,6 +50,24 @@ def files(root: Path, count: int, prefix: str = "f") -> list[dict[str, Any]]:
         for i in range(count)
     ]
 
+
+GATE = """package stackflow
+
+import rego.v1
+
+require_approval contains {"msg": "two files at once", "resource": "*"} if input.summary.Create > 1
+
+warn contains sprintf("%s is new", [c.id]) if {
+	some c in input.changes
+	c.action == "Create"
+}
+"""
+DENY = """package stackflow
+
+import rego.v1
+
+deny contains {"msg": "no files here", "resource": c.id} if some c in input.changes
+"""
 
 INDEX = HERE / "workflow_ids.json"
 """File name → workflow id (replay checks child ids against it)."""
@@ -260,6 +279,40 @@ async def main() -> None:
         )
         await previewed.result()
         await save(client, previewed, "events_preview")
+        # the policy gate: a pushed bundle asks for an approver despite auto_approve (and
+        # warns); a run's own bundle denies an apply and a preview before anything changes
+        gate = PolicyBundle(modules={"gate.rego": GATE})
+        backend.bind_policy(f"golden-policy-{tag}", store_bundle(backend, gate), by="golden")
+        asked = await start(
+            f"golden-policy-{tag}", spec={"resources": files(root / "p", 2)}, auto_approve=True
+        )
+        await phase(asked, "awaitingApproval")
+        await asked.execute_update("approve", ApprovalInput(by="golden"))
+        await asked.result()
+        await save(client, asked, "policy_approval")
+        denying = store_bundle(backend, PolicyBundle(modules={"deny.rego": DENY}))
+        denied = await start(
+            f"golden-policy-denied-{tag}",
+            spec={"resources": files(root / "q", 2)},
+            auto_approve=True,
+            policy_ref=denying,
+        )
+        await denied.result()
+        await save(client, denied, "policy_denied")
+        refused = await client.start_workflow(
+            "PreviewWorkflow",
+            OperationInput(
+                project=f"golden-policy-denied-{tag}",
+                spec={"resources": files(root / "q", 1)},
+                policy_ref=denying,
+            ),
+            id=f"stackflow/golden-policy-denied-{tag}/default/preview",
+            task_queue=queue,
+            result_type=OperationResult,
+        )
+        with contextlib.suppress(Exception):
+            await refused.result()
+        await save(client, refused, "policy_preview_denied")
     await activities.registry.close()
     backend.close()
 

@@ -13,6 +13,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
 from stackflow.codec import data_converter
+from stackflow.policy_gate.decision import PolicyDecision
 from stackflow.workflows.catalog import ALL_WORKFLOWS
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -33,6 +34,9 @@ EXPECTED = {
     "events_approval",
     "events_paused_abort",
     "events_preview",
+    "policy_approval",
+    "policy_denied",
+    "policy_preview_denied",
 }
 
 
@@ -50,3 +54,39 @@ async def test_golden_history_replays(path: Path) -> None:
     replayer = Replayer(workflows=ALL_WORKFLOWS, data_converter=data_converter())
     result = await replayer.replay_workflow(history, raise_on_replay_failure=False)
     assert result.replay_failure is None, f"{path.name}: {result.replay_failure!r}"
+
+
+async def _policy_decisions(name: str) -> list[PolicyDecision]:
+    """The policy gate's decisions as the golden history ``name`` recorded them."""
+    history = WorkflowHistory.from_json(IDS[name], json.loads((GOLDEN / name).read_text()))
+    converter = data_converter()
+    scheduled: dict[int, str] = {}
+    found = []
+    for event in history.events:
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            scheduled[event.event_id] = (
+                event.activity_task_scheduled_event_attributes.activity_type.name
+            )
+        if event.HasField("activity_task_completed_event_attributes"):
+            done = event.activity_task_completed_event_attributes
+            if scheduled.get(done.scheduled_event_id) == "evaluate_policy":
+                payloads = list(done.result.payloads)
+                [decision] = await converter.decode(payloads, [PolicyDecision])
+                found.append(decision)
+    return found
+
+
+async def test_the_policy_decisions_are_in_the_golden_histories() -> None:
+    """A policy decision is replayed from history, not evaluated again: each golden run
+    holds exactly one, with its digests and messages."""
+    [asked] = await _policy_decisions("policy_approval.json")
+    assert asked.outcome == "require_approval" and asked.counts == {
+        "require_approval": 1,
+        "warn": 2,
+    }
+    assert asked.bundles[0].scope == "project" and asked.input_digest.startswith("sha256:")
+    [denied] = await _policy_decisions("policy_denied.json")
+    assert denied.outcome == "deny" and denied.counts == {"deny": 2}
+    assert {m.policy for m in denied.messages} == {"run/deny.rego"}
+    [refused] = await _policy_decisions("policy_preview_denied.json")
+    assert refused.outcome == "deny" and refused.bundles[0].scope == "run"

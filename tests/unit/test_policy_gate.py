@@ -1,0 +1,126 @@
+"""The policy gate's pure parts: bundles (what a directory may hold, content addressing),
+decisions (outcome order, message shapes, the byte budget), the notification a denial
+makes. The engine itself (OPA) is exercised in tests/integration/test_policy_*.py."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from stackflow.errors import SpecError
+from stackflow.events import EventType
+from stackflow.notifications import TYPES, cloud_type
+from stackflow.policy_gate.bundle import PolicyBundle, load_bundle_dir
+from stackflow.policy_gate.decision import (
+    MESSAGE_LIMIT,
+    MESSAGES_LIMIT,
+    Outcome,
+    PolicyDecision,
+    PolicyMessage,
+    Rule,
+    messages_of,
+)
+
+MODULE = "package stackflow\n"
+
+
+def decide(*messages: PolicyMessage) -> PolicyDecision:
+    return PolicyDecision.of(
+        list(messages),
+        bundles=[],
+        input_digest="sha256:" + "0" * 64,
+        policies=["project/a.rego"],
+        evaluated_at=None,
+        duration_ms=1,
+    )
+
+
+def msg(rule: Rule, text: str = "m", resource: str | None = None) -> PolicyMessage:
+    return PolicyMessage(policy="project/a.rego", rule=rule, msg=text, resource=resource)
+
+
+def test_a_directory_bundle_takes_rego_files_and_leaves_tests_out(tmp_path: Path) -> None:
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "a.rego").write_text(MODULE)
+    (tmp_path / "lib" / "k8s.rego").write_text("package stackflow.lib\n")
+    (tmp_path / "a_test.rego").write_text(MODULE)
+    (tmp_path / "README.md").write_text("not a module")
+    bundle = load_bundle_dir(tmp_path)
+    assert list(bundle.modules) == ["a.rego", "lib/k8s.rego"]
+    again = PolicyBundle(modules=dict(reversed(list(bundle.modules.items()))))
+    assert again.digest == bundle.digest and again.to_bytes() == bundle.to_bytes()
+    assert PolicyBundle.from_bytes(bundle.to_bytes()) == bundle
+
+
+@pytest.mark.parametrize(
+    ("setup", "problem"),
+    [
+        (lambda d: None, "no .rego files"),
+        (lambda d: (d / "a.rego").write_bytes(b"\xff\xfe"), "not UTF-8"),
+        (lambda d: os.symlink("/etc/passwd", d / "a.rego"), "symlinks are refused"),
+        (lambda d: (d / "a.rego").write_text("x" * (1024 * 1024 + 1)), "larger than"),
+    ],
+)
+def test_a_directory_that_cannot_be_a_bundle_is_one_line(
+    tmp_path: Path, setup: object, problem: str
+) -> None:
+    setup(tmp_path)  # type: ignore[operator]
+    with pytest.raises(SpecError, match=problem):
+        load_bundle_dir(tmp_path)
+    with pytest.raises(SpecError, match="not a directory"):
+        load_bundle_dir(tmp_path / "missing")
+
+
+@pytest.mark.parametrize("path", ["../a.rego", "/etc/a.rego", "a.txt", "a//b.rego"])
+def test_bundle_paths_stay_inside(path: str) -> None:
+    with pytest.raises(ValidationError):
+        PolicyBundle(modules={path: MODULE})
+
+
+def test_deny_wins_then_approval_then_warn() -> None:
+    assert decide().outcome == Outcome.passed
+    assert decide(msg(Rule.warn)).outcome == Outcome.warned
+    assert decide(msg(Rule.warn), msg(Rule.require_approval)).outcome == Outcome.approval
+    both = decide(msg(Rule.warn), msg(Rule.require_approval), msg(Rule.deny, "no", "r1"))
+    assert both.outcome == Outcome.denied
+    assert [m.rule for m in both.messages] == [Rule.deny, Rule.require_approval, Rule.warn]
+    assert both.counts == {"deny": 1, "require_approval": 1, "warn": 1}
+    assert both.denial_line() == "policy denied: project/a.rego: no"
+
+
+def test_rule_values_of_every_shape_become_messages() -> None:
+    found = messages_of(
+        "p",
+        Rule.deny,
+        ["plain", {"msg": "obj", "resource": "r"}, {"other": 1}, 7, True],
+    )
+    assert [(m.msg, m.resource) for m in found] == [
+        ("plain", None),
+        ("obj", "r"),
+        ('{"other": 1}', None),
+        ("7", None),
+        ("deny holds", None),
+    ]
+    assert messages_of("p", Rule.warn, None) == [] and messages_of("p", Rule.warn, False) == []
+    long = messages_of("p", Rule.warn, ["\x1b[31mred\n" + "x" * 1000])[0].msg
+    assert "\x1b" not in long and "\n" not in long and len(long) == MESSAGE_LIMIT
+
+
+def test_a_long_decision_keeps_the_first_messages_and_every_count() -> None:
+    many = decide(*(msg(Rule.deny, f"m{i:03d}", f"r{i}") for i in range(50)))
+    brief = many.brief("sha256:" + "1" * 64)
+    assert len(brief.messages) == MESSAGES_LIMIT and brief.counts == {"deny": 50}
+    assert brief.full_ref == "sha256:" + "1" * 64
+    assert brief.denial_line().endswith("(and 49 more)")
+    assert decide(msg(Rule.warn)).brief(None).full_ref is None
+
+
+def test_only_a_denial_is_announced() -> None:
+    assert "io.stackflow.run.policy_denied" in TYPES
+    kind = cloud_type(EventType.policy_decision, {"outcome": "deny"})
+    assert kind == "io.stackflow.run.policy_denied"
+    for outcome in ("pass", "warn", "require_approval"):
+        assert cloud_type(EventType.policy_decision, {"outcome": outcome}) is None

@@ -10,8 +10,9 @@ equals a known secret of the stack (the last line of defence). Runtime-private k
 
 Everything that shows a value to people or scripts masks it here: a preview's changes
 (:mod:`stackflow.diff`), a release's views (:func:`masked_release_data`: ``release show``,
-``output``, ``apply --output json``, Kusion export) and the release diff
-(:mod:`stackflow.release_diff`).
+``output``, ``apply --output json``, Kusion export), the release diff
+(:mod:`stackflow.release_diff`) and a message of the infrastructure quoting the object
+(:func:`mask_text`: a Kubernetes admission denial's).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import base64
 import hashlib
 import json
 import os
+import re
 from collections.abc import Container, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -263,6 +265,52 @@ def sensitive_values(attributes: Any, paths: Sequence[str]) -> set[str]:
             for leaf in _plainleaves(value):
                 out.update(_secret_forms(leaf))
     return out
+
+
+def mask_text(text: str, attributes: Any, paths: Sequence[str]) -> str:
+    """``text`` (a message that may quote the object, such as an admission policy's denial)
+    with every sensitive value of ``attributes`` (every scalar at or under one of ``paths``)
+    replaced by the marker, in each form it may be quoted in: as given, base64-encoded (a
+    Kubernetes Secret's ``data`` as the API server holds it), base64-decoded (``data`` given
+    encoded) and JSON-escaped. Unlike the equal-value rule no value is too short to mask; one
+    shorter than :data:`MIN_SECRET_LENGTH` is masked where it stands alone (not inside a
+    longer word), lest a ``1`` or an ``on`` mask half the message. Runtime-private keys and
+    sealed values are not looked for."""
+    forms: set[str] = set()
+    for pattern in parse_patterns(paths):
+        if pattern and isinstance(pattern[0], str) and pattern[0].startswith(RUNTIME_KEY_PREFIX):
+            continue
+        for value in _matching(attributes, pattern):
+            for leaf in _plainleaves(value):
+                forms.update(_quoted_forms(leaf))
+    forms.discard("")
+    if not forms:
+        return text
+    alternatives = [
+        re.escape(form) if len(form) >= MIN_SECRET_LENGTH else rf"(?<!\w){re.escape(form)}(?!\w)"
+        for form in sorted(forms, key=lambda f: (-len(f), f))
+    ]
+    return re.sub("|".join(alternatives), SENSITIVE_MARKER, text)
+
+
+_WHITESPACE = str.maketrans("", "", "\t\n\r")
+
+
+def _quoted_forms(value: Any) -> Iterator[str]:
+    """Every form a sensitive scalar may be quoted in (see :func:`mask_text`)."""
+    text = _scalar_key(value)
+    if not text:
+        return
+    yield text
+    yield json.dumps(text)[1:-1]
+    yield base64.b64encode(text.encode("utf-8", errors="surrogatepass")).decode()
+    try:
+        decoded = base64.b64decode(text, validate=True).decode("utf-8")
+    except (ValueError, UnicodeDecodeError):
+        return
+    if decoded.translate(_WHITESPACE).isprintable():  # text, not random bytes
+        yield decoded
+        yield json.dumps(decoded)[1:-1]
 
 
 def _plainleaves(value: Any) -> Iterator[Any]:

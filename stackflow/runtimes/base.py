@@ -45,6 +45,15 @@ class InvalidInput(RuntimeFailure):
     kind = "InvalidInput"
 
 
+class Denied(RuntimeFailure):
+    """A policy of the infrastructure itself refused the object (a Kubernetes admission
+    policy or webhook): a policy denial like the policy gate's (error type ``PolicyDenied``,
+    exit 2); fix the spec, or the policy, retrying will not help. The message names the
+    policy and never quotes a sensitive value."""
+
+    kind = "PolicyDenied"
+
+
 class Conflict(RuntimeFailure):
     """Someone else owns or manages the object; retrying will not help."""
 

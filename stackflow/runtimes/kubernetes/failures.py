@@ -5,11 +5,16 @@ depend on what the server answered."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Literal
 
+from stackflow.masking import mask_text, sensitive_paths_for
 from stackflow.runtimes.base import (
     Conflict,
+    Denied,
     InvalidInput,
     NotFound,
+    ResourceRequest,
     RuntimeFailure,
     Unavailable,
 )
@@ -80,8 +85,110 @@ def _typed_errors(text: str) -> str:
     return "; ".join(_GO_POINTER.sub(r"got \1", line) for line in lines)
 
 
-def failure(exc: ApiError, rid: str, doing: str) -> RuntimeFailure:
-    """The runtime error for a failure status of the API server (one line, naming ``rid``)."""
+# ---- admission denials ----------------------------------------------------------------------
+DENIAL_MESSAGE_LIMIT = 400
+"""Characters of a policy's own message a denial quotes (then ``…``), as Terraform's errors."""
+NAME_LIMIT = 253
+"""Characters of a policy, binding or webhook name quoted (a DNS subdomain's at most)."""
+
+# What ``admission.NewForbidden`` puts before a ValidatingAdmissionPolicy's denial: the
+# group-qualified resource and, when known, the object's Go-quoted name.
+_FORBIDDEN_PREFIX = re.compile(r'\S+(?: "(?:[^"\\]|\\.)*")? is forbidden: ')
+_VAP = re.compile(
+    r"ValidatingAdmissionPolicy '(?P<policy>[^']*)'(?: with binding '(?P<binding>[^']*)')?"
+    r" denied request: (?P<message>.*)",
+    re.S,
+)
+_WEBHOOK = re.compile(
+    r'admission webhook "(?P<policy>(?:[^"\\]|\\.)*)" denied the request'
+    r"(?:: (?P<message>.*)| without explanation)",
+    re.S,
+)
+_GO_ESCAPE = re.compile(r"\\(.)")
+_CONTROLS = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029]"
+)
+
+
+@dataclass(frozen=True)
+class AdmissionDenial:
+    """An API server's admission refusing an object: which policy, and its words."""
+
+    kind: Literal["ValidatingAdmissionPolicy", "AdmissionWebhook"]
+    policy: str
+    """The ValidatingAdmissionPolicy's name, or the webhook's (as its configuration names it)."""
+    binding: str | None
+    """The ValidatingAdmissionPolicyBinding that applied the policy (None for a webhook)."""
+    message: str
+    """The policy's message as the server gave it ("" when a webhook gave none)."""
+
+    def describe(self, rid: str, resource: ResourceRequest | None = None) -> str:
+        """One line naming ``rid`` and the policy; every sensitive value of ``resource`` (a
+        Secret's ``data`` and ``stringData``, values taken from sensitive ones) masked,
+        control characters stripped, the policy's message capped."""
+        message = self.message
+        if resource is not None:
+            paths = [
+                *sensitive_paths_for(resource.type, resource.attributes),
+                *resource.sensitive_paths,
+            ]
+            message = mask_text(message, resource.attributes, paths)
+        message = _clean(message, DENIAL_MESSAGE_LIMIT)
+        policy = _clean(self.policy, NAME_LIMIT)
+        if self.kind == "AdmissionWebhook":
+            said = f": {message}" if message else " without explanation"
+            return f"{rid}: denied by Kubernetes admission webhook '{policy}'{said}"
+        binding = ""
+        if self.binding is not None:
+            binding = f" (binding '{_clean(self.binding, NAME_LIMIT)}')"
+        by = f"Kubernetes ValidatingAdmissionPolicy '{policy}'{binding}"
+        return f"{rid}: denied by {by}: {message}"
+
+
+def _clean(text: str, limit: int) -> str:
+    """One line: whitespace runs made one space, other control (and bidi) characters
+    dropped, at most ``limit`` characters."""
+    text = _CONTROLS.sub("", " ".join(text.split()))
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def admission_denial(exc: ApiError) -> AdmissionDenial | None:
+    """The admission denial ``exc`` reports, or None when it is no such thing.
+
+    A ValidatingAdmissionPolicy's denial (``<resource> "<name>" is forbidden:
+    ValidatingAdmissionPolicy '<policy>' with binding '<binding>' denied request: <message>``)
+    comes with the status of the validation's ``reason``: 422 Invalid by default, 403
+    Forbidden, 401 or 413. A validating (or mutating) webhook's (``admission webhook
+    "<name>" denied the request: <message>``, or ``... denied the request without
+    explanation``) with the code the webhook chose, 400 unless it chose one. 408, 429 and
+    5xx are left alone: a webhook saying "try later" is retried as any such answer."""
+    status = exc.status
+    if status < 400 or status >= 500 or status in (408, 429):
+        return None
+    text = exc.message.strip()
+    webhook = _WEBHOOK.fullmatch(text)
+    if webhook is not None:
+        name = _GO_ESCAPE.sub(r"\1", webhook["policy"])
+        return AdmissionDenial("AdmissionWebhook", name, None, webhook["message"] or "")
+    prefix = _FORBIDDEN_PREFIX.match(text)
+    vap = _VAP.fullmatch(text, prefix.end() if prefix is not None else 0)
+    if vap is None:
+        return None
+    return AdmissionDenial(
+        "ValidatingAdmissionPolicy", vap["policy"], vap["binding"], vap["message"]
+    )
+
+
+def failure(
+    exc: ApiError, rid: str, doing: str, resource: ResourceRequest | None = None
+) -> RuntimeFailure:
+    """The runtime error for a failure status of the API server (one line, naming ``rid``).
+
+    An admission denial is :class:`Denied` naming the policy, with ``resource``'s sensitive
+    values masked (:meth:`AdmissionDenial.describe`)."""
+    denial = admission_denial(exc)
+    if denial is not None:
+        return Denied(denial.describe(rid, resource), resource_id=rid)
     status, message = exc.status, one_line(exc.message)
     server = f"Kubernetes API {exc.server}" if exc.server else "the Kubernetes API"
     typed = _TYPED.search(exc.message) if status == 500 else None

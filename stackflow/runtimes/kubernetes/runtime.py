@@ -58,16 +58,21 @@ How it behaves, in one place:
   CRD in the cluster defines is ``InvalidInput`` saying so. Deleting a CRD drops its
   group from the discovery cache; a custom resource whose kind is gone counts as deleted.
 - **Errors** (:func:`failure`), each one line naming the resource:
-  400 BadRequest and 422 Invalid (naming the fields of ``details.causes``) -> ``InvalidInput``
-  with the server's message; server-side apply's 500 "failed to create typed patch object"
-  (a value of the wrong type, a field not in the schema) -> ``InvalidInput`` naming the field
-  paths; 401/403 -> ``InvalidInput`` (credentials and RBAC are fixed by people, not by
-  retrying), except the transient 403 of a namespace being terminated -> ``Unavailable``;
-  409 -> ``Conflict``; 404 -> ``NotFound``; a kind nothing in the cluster serves (no such
-  apiVersion, no CRD) -> ``InvalidInput`` naming kind and apiVersion at once, while a CRD
-  that exists but is not established yet is waited for; 408, 410, 429, other 5xx, refused or
-  reset connections, timeouts, DNS failures -> ``Unavailable`` naming the server (retried);
-  a TLS certificate the kubeconfig does not trust -> ``InvalidInput``.
+  an admission denial (a ValidatingAdmissionPolicy's, whatever its status: 422, 403, ...; an
+  admission webhook's) -> ``Denied`` (error type ``PolicyDenied``, exit 2, never retried)
+  naming the policy and its binding (or the webhook) with the policy's message, the
+  resource's sensitive values masked: a preview's dry run meets it before anything is
+  applied; 400 BadRequest and 422 Invalid (naming the fields of ``details.causes``) ->
+  ``InvalidInput`` with the server's message; server-side apply's 500 "failed to create
+  typed patch object" (a value of the wrong type, a field not in the schema) ->
+  ``InvalidInput`` naming the field paths; 401/403 -> ``InvalidInput`` (credentials and RBAC
+  are fixed by people, not by retrying), except the transient 403 of a namespace being
+  terminated -> ``Unavailable``; 409 -> ``Conflict``; 404 -> ``NotFound``; a kind nothing in
+  the cluster serves (no such apiVersion, no CRD) -> ``InvalidInput`` naming kind and
+  apiVersion at once, while a CRD that exists but is not established yet is waited for; 408,
+  410, 429, other 5xx, refused or reset connections, timeouts, DNS failures ->
+  ``Unavailable`` naming the server (retried); a TLS certificate the kubeconfig does not
+  trust -> ``InvalidInput``.
 """
 
 from __future__ import annotations
@@ -398,7 +403,7 @@ class KubernetesRuntime(KubeConnection):
                     f"{resource.id}: {doing}: {one_line(exc.message)}", resource_id=resource.id
                 ) from None
             if exc.status != 409 or force:
-                raise failure(exc, resource.id, doing) from None
+                raise failure(exc, resource.id, doing, resource) from None
             fields, managers = conflict_fields(exc.causes, exc.message)
             if not drift_repair(fields, desired, resource.prior_state):
                 who = ", ".join(managers) or "another field manager"
@@ -411,7 +416,7 @@ class KubernetesRuntime(KubeConnection):
         try:  # drift repair: take back fields stackflow applied before
             return patch(True)
         except ApiError as exc:
-            raise failure(exc, resource.id, doing) from None
+            raise failure(exc, resource.id, doing, resource) from None
 
     # ---- delete --------------------------------------------------------------------------
     async def delete(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
@@ -520,7 +525,7 @@ class KubernetesRuntime(KubeConnection):
                 return None
             if exc.status == 409:  # a precondition failed: it changed or was replaced meanwhile
                 raise ObjectChanged from None
-            raise failure(exc, resource.id, f"deleting {ref.describe()}") from None
+            raise failure(exc, resource.id, f"deleting {ref.describe()}", resource) from None
         if deleted_at_once(answer, uid):
             return None
         return client, api, ref, uid

@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from stackflow.errors import BackendUnavailableError, SpecError
 
@@ -72,7 +72,12 @@ class GitSource(BaseModel):
     ref: str = Field(default="main", min_length=1, max_length=255, pattern=r"^[A-Za-z0-9._/-]+$")
     """The branch whose pushes start runs (``main`` or ``refs/heads/main``)."""
     path: str = Field(min_length=1, max_length=1000)
-    mode: SourceMode = SourceMode.apply
+    on_push: SourceMode = Field(
+        default=SourceMode.apply,
+        validation_alias=AliasChoices("on_push", "mode"),
+        description="What a push to `ref` starts: an apply or a preview of the pushed commit. "
+        "`mode`, its former name, is accepted too.",
+    )
     auto_approve: bool = False
     """A push's apply is approved up front (else it waits for an approver)."""
     secret: str = Field(min_length=16, max_length=256, repr=False)
@@ -80,6 +85,13 @@ class GitSource(BaseModel):
 
     _url = field_validator("url")(classmethod(lambda cls, v: _check_url(v)))
     _path = field_validator("path")(classmethod(lambda cls, v: _check_path(v)))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "on_push" in data and "mode" in data:
+            raise ValueError("on_push and mode (its former name) both given: give on_push")
+        return data
 
     @property
     def branch_ref(self) -> str:

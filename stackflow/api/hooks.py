@@ -225,11 +225,11 @@ async def start_pushed(
             result.ignored.append(HookSkip(**_names(stack), reason=reason))
             continue
         request = RunRequest(
-            operation=RunOperation(source.mode.value),
+            operation=RunOperation(source.on_push.value),
             commit=commit,
             message=f"git push of {commit[:12]} to {source.branch_ref}",
         )
-        if source.mode == SourceMode.apply and source.auto_approve:
+        if source.on_push == SourceMode.apply and source.auto_approve:
             request.auto_approve = True
         try:
             started = await runs.start_run(ctx, stack, request, push.who, f"git:{commit}")

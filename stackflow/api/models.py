@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from stackflow.operation import REVISION_LIMIT, Pattern
 from stackflow.release import Phase
+from stackflow.sources import SourceMode
 
 
 class RunOperation(StrEnum):
@@ -154,3 +155,23 @@ class RunPage(BaseModel):
 class Health(BaseModel):
     status: str
     checks: dict[str, str] = Field(default_factory=dict)
+
+
+class SourceView(BaseModel):
+    """A stack's git source as ``PUT|GET /v1/stacks/{project}/{workspace}/source`` answer it:
+    never its secret."""
+
+    url: str
+    ref: str
+    path: str
+    on_push: SourceMode
+    """What a push to ``ref`` starts: an apply or a preview of the pushed commit."""
+    auto_approve: bool
+
+
+class NotificationTargetView(BaseModel):
+    """A project's notification destination as the API answers it: never its secret."""
+
+    name: str
+    url: str
+    types: list[str]

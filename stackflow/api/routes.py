@@ -17,15 +17,23 @@ from stackflow.api.context import ApiContext
 from stackflow.api.hooks import HookResult
 from stackflow.api.models import (
     Health,
+    NotificationTargetView,
     RunCreated,
     RunPage,
     RunRequest,
     RunView,
+    SourceView,
     StepRequest,
     StepResult,
 )
 from stackflow.api.problems import PROBLEM_JSON, Problem, problem
-from stackflow.notifications import TARGET_LIMIT, NotificationTarget
+from stackflow.notifications import (
+    RESERVED_NAMES,
+    TARGET_LIMIT,
+    TARGET_NAME,
+    Destination,
+    NotificationTarget,
+)
 from stackflow.operation import NAME_LIMIT, NAME_PATTERN, REVISION_LIMIT
 from stackflow.refs import RunRef, StackRef
 from stackflow.sources import GitSource
@@ -306,32 +314,33 @@ async def get_outputs(
     return await releases.outputs(ctx_of(request), StackRef(project, workspace))
 
 
-@router.put(STACK + "/source", responses=ERRORS)
+@router.put(STACK + "/source", response_model=SourceView, responses=ERRORS)
 async def bind_source(
     request: Request,
     project: ProjectPath,
     workspace: WorkspacePath,
     body: GitSource,
     who: Approver,
-) -> dict[str, Any]:
+) -> SourceView:
     """Bind the stack to a spec file in a git repository: pushes to `ref` signed with
-    `secret` (POST /v1/hooks/github) start runs of the pushed commit; a run may also name a
+    `secret` (POST /v1/hooks/github) start runs of the pushed commit, an apply or a preview
+    as `on_push` says (`mode`, its former name, is accepted too); a run may also name a
     `commit` instead of a spec. The secret is stored sealed and never served."""
     ctx, stack = ctx_of(request), StackRef(project, workspace)
     await ctx.state(lambda: ctx.backend.bind_source(stack, body, by=who.name))
-    return body.public()
+    return SourceView.model_validate(body.public())
 
 
-@router.get(STACK + "/source", responses=ERRORS)
+@router.get(STACK + "/source", response_model=SourceView, responses=ERRORS)
 async def get_source(
     request: Request, project: ProjectPath, workspace: WorkspacePath, _: Viewer
-) -> dict[str, Any]:
+) -> SourceView:
     """The stack's git source (without its secret)."""
     ctx, stack = ctx_of(request), StackRef(project, workspace)
     bound = await ctx.state(lambda: ctx.backend.source_of(stack))
     if bound is None:
         raise Problem(404, f"stack {stack} has no git source", "not-found")
-    return bound.public()
+    return SourceView.model_validate(bound.public())
 
 
 @router.delete(STACK + "/source", status_code=204, responses=ERRORS)
@@ -415,6 +424,63 @@ async def failed_notifications(
     ctx = ctx_of(request)
     failures = await ctx.state(lambda: ctx.backend.notification_failures(project, limit))
     return [f.model_dump(mode="json") for f in failures]
+
+
+DestinationPath = Annotated[
+    str,
+    Path(
+        min_length=1,
+        max_length=100,
+        pattern=TARGET_NAME,
+        description="Destination name (not `failed`)",
+    ),
+]
+
+
+@router.put(
+    PROJECT + "/notifications/{name}", response_model=NotificationTargetView, responses=ERRORS
+)
+async def set_notification(
+    request: Request, project: ProjectPath, name: DestinationPath, body: Destination, _: Approver
+) -> NotificationTargetView:
+    """Add the webhook destination `name` after the project's others, or replace the one of
+    that name in its place (the whole list: `PUT …/notifications`); its secret is stored
+    sealed, never served."""
+    if name in RESERVED_NAMES:
+        raise Problem(
+            422,
+            f"name: {name!r} is reserved (…/notifications/{name} is the dead-letter list)",
+            "invalid-input",
+        )
+    target = body.named(name)
+    ctx = ctx_of(request)
+    await ctx.state(lambda: ctx.backend.put_notification_target(project, target))
+    return NotificationTargetView.model_validate(target.public())
+
+
+@router.get(
+    PROJECT + "/notifications/{name}", response_model=NotificationTargetView, responses=ERRORS
+)
+async def get_notification(
+    request: Request, project: ProjectPath, name: DestinationPath, _: Viewer
+) -> NotificationTargetView:
+    """One webhook destination of the project (without its secret)."""
+    ctx = ctx_of(request)
+    targets = await ctx.state(lambda: ctx.backend.notification_targets(project))
+    for target in targets:
+        if target.name == name:
+            return NotificationTargetView.model_validate(target.public())
+    raise Problem(404, f"project {project} has no notification destination {name}", "not-found")
+
+
+@router.delete(PROJECT + "/notifications/{name}", status_code=204, responses=ERRORS)
+async def remove_notification(
+    request: Request, project: ProjectPath, name: DestinationPath, _: Approver
+) -> None:
+    """Remove the project's webhook destination `name` (its failed deliveries stay listed)."""
+    ctx = ctx_of(request)
+    if not await ctx.state(lambda: ctx.backend.remove_notification_target(project, name)):
+        raise Problem(404, f"project {project} has no notification destination {name}", "not-found")
 
 
 @router.post(

@@ -16,12 +16,14 @@ Light to import: httpx and pydantic, never temporalio or fastapi.
 from __future__ import annotations
 
 from stackflow.api.models import (
+    NotificationTargetView,
     RunCreated,
     RunOperation,
     RunPage,
     RunRequest,
     RunSummary,
     RunView,
+    SourceView,
     StepResult,
 )
 from stackflow.client.errors import (
@@ -37,6 +39,8 @@ from stackflow.client.errors import (
 )
 from stackflow.client.http import EventStream, StackflowClient
 from stackflow.events import EventType, RunEvent, StreamHeader
+from stackflow.notifications import Destination
+from stackflow.sources import GitSource, SourceMode
 
 __all__ = [
     "ApiConflict",
@@ -48,8 +52,11 @@ __all__ = [
     "ApiStackLocked",
     "ApiUnauthorized",
     "ApiUnavailable",
+    "Destination",
     "EventStream",
     "EventType",
+    "GitSource",
+    "NotificationTargetView",
     "RunCreated",
     "RunEvent",
     "RunOperation",
@@ -57,6 +64,8 @@ __all__ = [
     "RunRequest",
     "RunSummary",
     "RunView",
+    "SourceMode",
+    "SourceView",
     "StackflowClient",
     "StepResult",
     "StreamHeader",

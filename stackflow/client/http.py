@@ -20,7 +20,16 @@ from typing import Any, TypeVar
 import httpx
 from pydantic import BaseModel, ValidationError
 
-from stackflow.api.models import RunCreated, RunPage, RunRequest, RunView, StepRequest, StepResult
+from stackflow.api.models import (
+    NotificationTargetView,
+    RunCreated,
+    RunPage,
+    RunRequest,
+    RunView,
+    SourceView,
+    StepRequest,
+    StepResult,
+)
 from stackflow.client.errors import (
     ApiInvalid,
     ApiProtocolError,
@@ -29,7 +38,9 @@ from stackflow.client.errors import (
 )
 from stackflow.client.stream import parse_event, parse_header
 from stackflow.events import EventType, RunEvent, StreamHeader
+from stackflow.notifications import Destination
 from stackflow.refs import StackRef
+from stackflow.sources import GitSource
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -191,7 +202,8 @@ class StackflowClient:
         params: dict[str, Any] | None = None,
         headers: dict[str, str] | None = None,
     ) -> Any:
-        """The JSON body of a successful answer; the problem raised otherwise."""
+        """The JSON body of a successful answer (None for a 204); the problem raised
+        otherwise."""
         try:
             response = self.http.request(method, path, json=json, params=params, headers=headers)
         except httpx.TransportError as exc:
@@ -201,6 +213,8 @@ class StackflowClient:
             ) from None
         if response.status_code >= 400:
             raise self.problem(response)
+        if response.status_code == 204:
+            return None
         try:
             return response.json()
         except ValueError:
@@ -315,6 +329,51 @@ class StackflowClient:
 
     def outputs(self, stack: StackRef) -> dict[str, Any]:
         return self._object(f"{self.stack_path(stack)}/outputs")
+
+    # ---- git sources and notification destinations -----------------------------------------
+    def set_source(self, stack: StackRef, source: GitSource) -> SourceView:
+        """Bind the stack to a git source (replacing its binding); the answer has no secret.
+        Needs the approver role."""
+        data = self.request(
+            "PUT", f"{self.stack_path(stack)}/source", json=source.model_dump(mode="json")
+        )
+        return self.model(SourceView, data)
+
+    def source(self, stack: StackRef) -> SourceView:
+        """The stack's git source (ApiNotFound when it has none)."""
+        return self.model(SourceView, self.request("GET", f"{self.stack_path(stack)}/source"))
+
+    def unset_source(self, stack: StackRef) -> None:
+        """Unbind the stack from its git source (ApiNotFound when it has none)."""
+        self.request("DELETE", f"{self.stack_path(stack)}/source")
+
+    def set_notification(
+        self, project: str, name: str, destination: Destination
+    ) -> NotificationTargetView:
+        """Add the project's destination ``name``, or replace the one of that name; the
+        answer has no secret. Needs the approver role."""
+        data = self.request(
+            "PUT",
+            f"/v1/projects/{project}/notifications/{name}",
+            json=destination.model_dump(mode="json"),
+        )
+        return self.model(NotificationTargetView, data)
+
+    def notification(self, project: str, name: str) -> NotificationTargetView:
+        """One destination of the project (ApiNotFound when it has none of that name)."""
+        data = self.request("GET", f"/v1/projects/{project}/notifications/{name}")
+        return self.model(NotificationTargetView, data)
+
+    def notifications(self, project: str) -> list[NotificationTargetView]:
+        """The project's destinations, in order, without secrets."""
+        data = self.request("GET", f"/v1/projects/{project}/notifications")
+        if not isinstance(data, list):
+            raise ApiProtocolError("the destination list is not a list")
+        return [self.model(NotificationTargetView, d) for d in data]
+
+    def remove_notification(self, project: str, name: str) -> None:
+        """Remove the project's destination ``name`` (ApiNotFound when it has none)."""
+        self.request("DELETE", f"/v1/projects/{project}/notifications/{name}")
 
     def healthz(self) -> dict[str, Any]:
         return self._object("/v1/healthz")

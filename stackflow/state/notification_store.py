@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import builtins
+from contextlib import AbstractContextManager
 
 import sqlalchemy as sa
 
-from stackflow.notifications import NotificationFailure, NotificationTarget
+from stackflow.errors import ConflictError
+from stackflow.notifications import TARGET_LIMIT, NotificationFailure, NotificationTarget
 from stackflow.state.models import as_utc
 from stackflow.state.schema import notification_failures, notification_targets
 from stackflow.state.source_bindings import SourceBindingStore
@@ -29,12 +31,58 @@ class NotificationRecords(SourceBindingStore):
             }
             for i, t in enumerate(targets)
         ]
-        with self._tx(write=True) as conn:
+        with self._tx(write=True) as conn, self._targets_lock(conn, project):
             conn.execute(
                 notification_targets.delete().where(notification_targets.c.project == project)
             )
             if rows:
                 conn.execute(notification_targets.insert(), rows)
+
+    def put_notification_target(self, project: str, target: NotificationTarget) -> bool:
+        """Add ``target`` after the project's destinations, or replace the one of its name
+        in its place; whether it was added. ConflictError when the project has
+        ``TARGET_LIMIT`` destinations already."""
+        t = notification_targets.c
+        values = {
+            "url": target.url,
+            "secret": self.sealer.seal_text(target.secret, project, target.name, "notify"),
+            "types": list(target.types),
+        }
+        where = (t.project == project, t.name == target.name)
+        with self._tx(write=True) as conn, self._targets_lock(conn, project):
+            if conn.execute(notification_targets.update().where(*where).values(**values)).rowcount:
+                return False
+            count, last = conn.execute(
+                sa.select(sa.func.count(), sa.func.max(t.position)).where(t.project == project)
+            ).one()
+            if count >= TARGET_LIMIT:
+                raise ConflictError(
+                    f"project {project} has {TARGET_LIMIT} notification destinations, the most "
+                    "it may have: remove one first"
+                )
+            position = 0 if last is None else last + 1
+            conn.execute(
+                notification_targets.insert().values(
+                    project=project, name=target.name, position=position, **values
+                )
+            )
+        return True
+
+    def remove_notification_target(self, project: str, name: str) -> bool:
+        """Remove the project's destination ``name``; whether it had one."""
+        t = notification_targets.c
+        with self._tx(write=True) as conn, self._targets_lock(conn, project):
+            gone = conn.execute(
+                notification_targets.delete()
+                .where(t.project == project, t.name == name)
+                .returning(t.name)
+            ).first()
+        return gone is not None
+
+    def _targets_lock(self, conn: sa.Connection, project: str) -> AbstractContextManager[None]:
+        """The project's destinations written one writer at a time (PostgreSQL: an advisory
+        lock until commit; SQLite's write transactions are serialised already)."""
+        return self._run_lock(conn, f"notification-targets/{project}")
 
     def notification_targets(self, project: str) -> builtins.list[NotificationTarget]:
         t = notification_targets.c

@@ -21,7 +21,7 @@ class SourceBindingStore(RunEvents):
             "url": source.url,
             "ref": source.ref,
             "path": source.path,
-            "mode": source.mode.value,
+            "mode": source.on_push.value,  # the column keeps the field's former name
             "auto_approve": source.auto_approve,
             "secret": self.sealer.seal_text(
                 source.secret, stack.project, stack.workspace, "source", "secret"
@@ -77,7 +77,7 @@ class SourceBindingStore(RunEvents):
             url=r["url"],
             ref=r["ref"],
             path=r["path"],
-            mode=r["mode"],
+            on_push=r["mode"],
             auto_approve=r["auto_approve"],
             secret=secret,
         )

@@ -1,6 +1,7 @@
-"""State conformance, NotificationStore: a project's destinations replaced as a whole and read
-in order, secrets sealed when keys are configured; failed deliveries kept once per
-(destination, event), newest first. Every backend (SQLite and PostgreSQL) passes it."""
+"""State conformance, NotificationStore: a project's destinations replaced as a whole, or added,
+replaced and removed one by one, and read in order, secrets sealed when keys are configured;
+failed deliveries kept once per (destination, event), newest first. Every backend (SQLite and
+PostgreSQL) passes it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from stackflow.notifications import NotificationFailure, NotificationTarget
+from stackflow.errors import ConflictError
+from stackflow.notifications import TARGET_LIMIT, NotificationFailure, NotificationTarget
 from stackflow.state.protocols import NotificationStore
 from tests.conformance.state.common import narrow
 
@@ -55,6 +57,33 @@ def test_targets_are_replaced_as_a_whole(store: Any) -> None:
     assert [t.name for t in store.notification_targets("p")] == ["c"]
     store.set_notification_targets("p", [])
     assert store.notification_targets("p") == []
+
+
+def test_targets_one_by_one(store: Any) -> None:
+    """Added after the others, replaced in place, removed; the limit holds; the whole-list
+    replace and the one-by-one calls see the same list."""
+    assert store.put_notification_target("p", target("a")) is True
+    assert store.put_notification_target("p", target("b")) is True
+    assert store.put_notification_target("p", target("a", url="https://x.example.com/a2")) is False
+    assert [(t.name, t.url) for t in store.notification_targets("p")] == [
+        ("a", "https://x.example.com/a2"),
+        ("b", "https://hooks.example.com/b"),
+    ]
+    assert store.notification_targets("p")[0].secret == SECRET
+    assert store.remove_notification_target("p", "a") is True
+    assert store.remove_notification_target("p", "a") is False
+    assert store.remove_notification_target("q", "b") is False
+    assert store.put_notification_target("p", target("c")) is True
+    assert [t.name for t in store.notification_targets("p")] == ["b", "c"]
+    store.set_notification_targets("p", [target("z"), target("y")])
+    store.put_notification_target("p", target("x"))
+    assert [t.name for t in store.notification_targets("p")] == ["z", "y", "x"]
+    for i in range(TARGET_LIMIT - 3):
+        store.put_notification_target("p", target(f"n{i}"))
+    with pytest.raises(ConflictError, match="remove one first"):
+        store.put_notification_target("p", target("one-more"))
+    assert store.put_notification_target("p", target("z")) is False  # a replace still is
+    assert len(store.notification_targets("p")) == TARGET_LIMIT
 
 
 def test_failures_are_kept_once_newest_first(store: Any) -> None:

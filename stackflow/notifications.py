@@ -5,10 +5,11 @@ Which transitions: the run's own events (:mod:`stackflow.events`) map to CloudEv
 (:func:`cloud_type`): ``run_start`` → ``io.stackflow.run.started``, ``approval_wait`` →
 ``…awaiting_approval`` (or ``…paused`` when it waits for retry/abort), a ``policy_decision``
 that denies → ``…policy_denied``, ``run_complete`` → ``…succeeded`` / ``…failed``. The
-activity that appends such an event starts one ``NotifyWorkflow`` for it (workflow id from the event's dedupe key: a retried activity starts
-none twice); that workflow delivers to each destination with bounded retries and records a
-delivery that never succeeded in the state backend (``stackflow notifications failed``). The
-run never waits for a delivery: a slow or dead receiver changes nothing about it.
+activity that appends such an event starts one ``NotifyWorkflow`` for it (workflow id from
+the event's dedupe key: a retried activity starts none twice); that workflow delivers to
+each destination with bounded retries and records a delivery that never succeeded in the
+state backend (``stackflow notifications failed``). The run never waits for a delivery: a
+slow or dead receiver changes nothing about it.
 
 Nothing sensitive is in a notification: the same ids, counts and one-line errors as events.
 """

@@ -90,9 +90,10 @@ def render_preview(preview: Preview, console: Console, detail: bool = False) -> 
 _RULE_STYLE = {"deny": "red", "require_approval": "yellow", "warn": "yellow"}
 
 
-def render_policy(decision: dict[str, Any], console: Console) -> None:
+def render_policy(decision: dict[str, Any], console: Console, digests: bool = False) -> None:
     """The policy gate's decision under a preview: the outcome, then each message (policy,
-    resource, text); spec- and policy-supplied text is printed as plain text."""
+    resource, text; spec- and policy-supplied text is printed as plain text); with
+    ``digests`` (``release show``) the input's and the bundles' digests too."""
     counts = decision.get("counts") or {}
     outcome = str(decision.get("outcome", "pass"))
     parts = [f"{n} {rule.replace('_', ' ')}" for rule, n in counts.items() if n]
@@ -117,3 +118,11 @@ def render_policy(decision: dict[str, Any], console: Console) -> None:
     total = sum(counts.values())
     if total > len(messages):
         console.print(f"  … and {total - len(messages)} more", style="dim", highlight=False)
+    if digests:
+        bundles = ", ".join(f"{b['scope']} {b['digest']}" for b in decision.get("bundles") or [])
+        console.print(
+            Text(f"  input {decision.get('input_digest')}; bundles {bundles or 'none'}"),
+            style="dim",
+            highlight=False,
+            soft_wrap=True,
+        )

@@ -28,12 +28,13 @@ from stackflow.cli.output import (
     stdout_console,
 )
 from stackflow.config import default_backend
-from stackflow.errors import ConflictError, NotFoundError
+from stackflow.errors import ConflictError, NotFoundError, SpecError
 from stackflow.graph import Graph, build_graph
 from stackflow.kusion import export_kusion_releases, import_kusion_releases
 from stackflow.masking import masked_release_data
 from stackflow.refs import StackRef
 from stackflow.release import Release
+from stackflow.render import render_policy
 from stackflow.spec import Spec, load_spec
 
 
@@ -188,16 +189,7 @@ def release_show(
                     f"[bold]{key}:[/bold] {escape(str(value))}", highlight=False, soft_wrap=True
                 )
         if release.policy is not None:
-            from stackflow.render import render_policy
-
-            render_policy(release.policy.model_dump(mode="json"), console)
-            console.print(
-                f"[bold]policy input:[/bold] {release.policy.input_digest}  "
-                f"[bold]bundles:[/bold] "
-                + ", ".join(f"{b.scope} {b.digest}" for b in release.policy.bundles),
-                highlight=False,
-                soft_wrap=True,
-            )
+            render_policy(release.policy.model_dump(mode="json"), console, digests=True)
         t = Table("ID", "Type", title="State")
         for resource in release.state.resources:
             t.add_row(Text(resource.id), str(resource.type))
@@ -579,8 +571,6 @@ def output(
 
 
 def _latest_with_spec(stack: StackRef) -> tuple[Release | None, Spec | None]:
-    from stackflow.errors import SpecError
-
     store = default_backend()
     try:
         latest = store.latest(stack, with_spec=False)

@@ -67,7 +67,7 @@ from stackflow.temporal_client import settings
 _settings = settings
 
 
-def _request(stack: StackRef, **fields: Any) -> OperationInput:
+def build_request(stack: StackRef, **fields: Any) -> OperationInput:
     try:
         request = OperationInput(
             project=stack.project, workspace=stack.workspace, operator=current_user(), **fields
@@ -90,7 +90,7 @@ def _option_error(exc: ValueError) -> str:
     return str(exc).splitlines()[-1].strip()
 
 
-def _spec_input(path: str) -> dict[str, Any]:
+def spec_input(path: str) -> dict[str, Any]:
     """How the workflow input carries the spec: inline (``{"spec": …}``, all a client needs
     is Temporal), or, when it is over the byte budget even compressed and this machine
     shares the state backend (``STACKFLOW_STATE_URL`` set), stored there first and passed
@@ -249,9 +249,9 @@ def preview(
     policy: PolicyOpt = None,
 ) -> None:
     """Show what apply would change: desired vs live vs prior (three-way diff)."""
-    request = _request(
+    request = build_request(
         StackRef(project, workspace),
-        **_spec_input(file),
+        **spec_input(file),
         **policy_fields(policy),
         ignore_fields=ignore_field or [],
         force=force,
@@ -284,9 +284,9 @@ def apply(
     policy: PolicyOpt = None,
 ) -> None:
     """Preview, ask, then apply the spec as a durable Temporal workflow."""
-    request = _request(
+    request = build_request(
         StackRef(project, workspace),
-        **_spec_input(file),
+        **spec_input(file),
         **policy_fields(policy),
         max_concurrency=max_concurrency,
         ignore_fields=ignore_field or [],
@@ -317,7 +317,7 @@ def destroy(
     policy: PolicyOpt = None,
 ) -> None:
     """Delete everything the stack's last release holds, dependents first."""
-    request = _request(
+    request = build_request(
         StackRef(project, workspace),
         **policy_fields(policy),
         max_concurrency=max_concurrency,
@@ -345,7 +345,7 @@ def rollback(
 ) -> None:
     """Apply release N's spec again as a new release (operation rollback): preview, ask,
     apply, exactly as apply."""
-    request = _request(
+    request = build_request(
         StackRef(project, workspace),
         to_revision=to,
         max_concurrency=max_concurrency,
@@ -369,7 +369,7 @@ def refresh(
 ) -> None:
     """Read every recorded resource and record its live state as a new release, changing
     nothing (`tofu apply -refresh-only`): shows what it would record, asks (or --yes)."""
-    request = _request(
+    request = build_request(
         StackRef(project, workspace),
         unavailable_timeout_seconds=unavailable_timeout,
         targets=target or [],

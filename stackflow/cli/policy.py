@@ -120,11 +120,12 @@ def _preview_decision(
 ) -> tuple[PolicyDecision | None, str | None]:
     """Run a preview of ``file`` that keeps its policy input; the decision (from the run's
     events: a denial fails the preview) and the workflow's failure, if any."""
-    from stackflow.cli.operations import _request, _spec_input
+    from stackflow.cli.operations import build_request, spec_input
     from stackflow.refs import StackRef
 
     stack = StackRef(project, workspace)
-    request = _request(stack, **_spec_input(file), **policy_fields(directory), policy_input=True)
+    fields = {**spec_input(file), **policy_fields(directory)}
+    request = build_request(stack, **fields, policy_input=True)
     return asyncio.run(_run_preview(request))
 
 

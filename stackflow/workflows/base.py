@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from datetime import timedelta
 from typing import Any, TypeVar
 
 from temporalio import workflow
@@ -24,7 +23,6 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
     from stackflow.activities.observe import ObserveActivities
-    from stackflow.activities.policy import PolicyActivities
     from stackflow.activities.prepare import PrepareActivities
     from stackflow.activities.preview import PreviewActivities
     from stackflow.activities.walk import WalkActivities
@@ -45,14 +43,12 @@ with workflow.unsafe.imports_passed_through():
         OperationResult,
         PhaseInput,
         PlannedNode,
-        PolicyInput,
         PrepareInput,
         PreviewBatchInput,
         PreviewBatchResult,
         RefreshBatchInput,
         RunOwner,
     )
-    from stackflow.policy_gate.decision import Outcome
     from stackflow.release import Operation, Phase
     from stackflow.wire import BatchActions
     from stackflow.workflows import common
@@ -64,7 +60,6 @@ with workflow.unsafe.imports_passed_through():
         FINALIZE_ON_EVERY_EXIT,
         INDEX_DIFF_REFS,
         PHASE_KEY,
-        POLICY_GATE,
         PROJECT_KEY,
         RUN_EVENTS,
         WORKSPACE_KEY,
@@ -79,14 +74,15 @@ with workflow.unsafe.imports_passed_through():
         raise_if_cancelled,
         walk_nodes,
     )
-    from stackflow.workflows.steering import WALKING, NotOk, SteeredRun
+    from stackflow.workflows.steering import WALKING, NotOk
+    from stackflow.workflows.waits import GatedRun
     from stackflow.workflows.walker import WalkProgress
 
 
 M = TypeVar("M", bound=BaseModel)
 
 
-class OperationWorkflow(SteeredRun):
+class OperationWorkflow(GatedRun):
     """The steps of the operation workflows (each subclass is one): prepare, preview,
     approval, walk, finish, close."""
 
@@ -252,66 +248,6 @@ class OperationWorkflow(SteeredRun):
         if not record and workflow.patched(RUN_EVENTS):
             summary = change_summary(str(self.operation), lines.view()["summary"])
             self._events.append(summary)  # goes out with the next phase or wait
-
-    async def _policy_gate(self, plan: OperationPlan) -> None:
-        """Evaluate the run's policy bundles on the masked plan (when it has any, or when
-        its input was asked for). The decision is kept for the view, the result and the
-        release; a failure to evaluate fails the run like a failed preview."""
-        assert self._request is not None and self._lines is not None
-        request = self._request
-        if not (plan.policies or request.policy_input) or plan.plan_ref is None:
-            return
-        if not workflow.patched(POLICY_GATE):
-            return
-        self._policy = await workflow.execute_activity_method(
-            PolicyActivities.evaluate_policy,
-            PolicyInput(
-                project=request.project,
-                workspace=request.workspace,
-                operation=self.operation,
-                revision=plan.revision,
-                spec_ref=plan.spec_ref,
-                plan_ref=plan.plan_ref,
-                diff_refs=list(self._lines.diff_refs),
-                bundles=plan.policies,
-                requested_by=request.operator,
-                source=request.source,
-                now=workflow.now().isoformat(),
-            ),
-            **common.store_call(f"evaluate {len(plan.policies)} policy bundles"),
-        )
-
-    def _policy_denial(self) -> str | None:
-        if self._policy is None or self._policy.outcome != Outcome.denied:
-            return None
-        return self._policy.denial_line()
-
-    async def _await_approval(self) -> bool:
-        assert self._request is not None
-        required = self._policy is not None and self._policy.outcome == Outcome.approval
-        if self._request.auto_approve and not required:
-            self._approval = {
-                "decision": "approved",
-                "by": f"{self._request.operator} (auto_approve)",
-                "reason": None,
-                "at": workflow.now().isoformat(),
-            }
-            return True
-        await self._set_phase(AWAITING_APPROVAL)
-        try:
-            await workflow.wait_condition(
-                lambda: self._decision is not None,
-                timeout=timedelta(seconds=self._request.approval_timeout_seconds),
-            )
-        except TimeoutError:
-            self._decision = "timeout"
-            self._approval = {
-                "decision": "rejected",
-                "by": "timeout",
-                "reason": f"no approval within {self._request.approval_timeout_seconds:g}s",
-                "at": workflow.now().isoformat(),
-            }
-        return self._decision == "approved"
 
     async def _nodes(self, plan: OperationPlan, batch: BatchInput) -> list[PlannedNode]:
         if not plan.inline:
@@ -625,18 +561,3 @@ class OperationWorkflow(SteeredRun):
             await self._walk(plan, True, to_delete, tally, skip_reason=reason)
         self._failures = [r for r in tally.results if r.status == NodeStatus.failed][:10]
         self._show()
-
-    async def _await_decision(self, tally: Tally) -> str:
-        """Paused on failed nodes: wait for the retry or abort Update (abort on timeout)."""
-        assert self._request is not None
-        self._step = None
-        await self._set_phase(AWAITING_DECISION)
-        try:
-            await workflow.wait_condition(
-                lambda: self._step is not None,
-                timeout=timedelta(seconds=self._request.decision_timeout_seconds),
-            )
-        except TimeoutError:
-            self._step, self._step_by = "abort", "timeout"
-        assert self._step is not None
-        return self._step

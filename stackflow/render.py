@@ -126,3 +126,11 @@ def render_policy(decision: dict[str, Any], console: Console, digests: bool = Fa
             highlight=False,
             soft_wrap=True,
         )
+
+
+def render_run_preview(view: dict[str, Any], console: Console, detail: bool = False) -> None:
+    """A run's preview view (``preview`` query, ``GET …/preview``): the changes, then the
+    policy gate's decision when the run had policies."""
+    render_preview(Preview.model_validate(view), console, detail=detail)
+    if view.get("policy"):
+        render_policy(view["policy"], console)

@@ -9,6 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from stackflow.operation import REVISION_LIMIT, Pattern
+from stackflow.policy_gate.bundle import PolicyBundle
 from stackflow.release import Phase
 from stackflow.sources import SourceMode
 
@@ -32,7 +33,9 @@ WORKFLOWS = {
 }
 
 TAKES: dict[RunOperation, frozenset[str]] = {
-    RunOperation.preview: frozenset({"spec", "spec_yaml", "commit", "targets", "excludes"}),
+    RunOperation.preview: frozenset(
+        {"spec", "spec_yaml", "commit", "targets", "excludes", "policy"}
+    ),
     RunOperation.apply: frozenset(
         {
             "spec",
@@ -43,13 +46,14 @@ TAKES: dict[RunOperation, frozenset[str]] = {
             "excludes",
             "on_failure",
             "max_concurrency",
+            "policy",
         }
     ),
     RunOperation.destroy: frozenset(
-        {"auto_approve", "targets", "excludes", "on_failure", "max_concurrency"}
+        {"auto_approve", "targets", "excludes", "on_failure", "max_concurrency", "policy"}
     ),
     RunOperation.rollback: frozenset(
-        {"to_revision", "auto_approve", "on_failure", "max_concurrency"}
+        {"to_revision", "auto_approve", "on_failure", "max_concurrency", "policy"}
     ),
     RunOperation.refresh: frozenset({"auto_approve", "targets", "excludes"}),
     RunOperation.drift: frozenset({"auto_approve", "repair"}),
@@ -80,6 +84,9 @@ class RunRequest(BaseModel):
     """drift: start an apply of the last spec when drift is found."""
     message: str | None = Field(default=None, max_length=1000)
     """Kept with the run (its memo) and shown by ``GET …/runs/{run_id}``."""
+    policy: PolicyBundle | None = None
+    """Rego modules (``{"modules": {"name.rego": "package stackflow …"}}``) this run
+    evaluates besides its project's bundle, as ``--policy DIR`` does."""
 
 
 class RunCreated(BaseModel):
@@ -155,6 +162,16 @@ class RunPage(BaseModel):
 class Health(BaseModel):
     status: str
     checks: dict[str, str] = Field(default_factory=dict)
+
+
+class PolicyView(BaseModel):
+    """A project's policy bundle as ``PUT|GET /v1/projects/{project}/policy`` answer it."""
+
+    project: str
+    digest: str
+    modules: list[str]
+    updated_by: str | None = None
+    updated_at: datetime | None = None
 
 
 class SourceView(BaseModel):

@@ -18,6 +18,7 @@ from stackflow.api.hooks import HookResult
 from stackflow.api.models import (
     Health,
     NotificationTargetView,
+    PolicyView,
     RunCreated,
     RunPage,
     RunRequest,
@@ -35,6 +36,7 @@ from stackflow.notifications import (
     NotificationTarget,
 )
 from stackflow.operation import NAME_LIMIT, NAME_PATTERN, REVISION_LIMIT
+from stackflow.policy_gate.bundle import PolicyBundle, fetch_bundle, store_bundle
 from stackflow.refs import RunRef, StackRef
 from stackflow.sources import GitSource
 
@@ -499,6 +501,50 @@ async def generic_hook(
         ctx_of(request), await request.body(), signature=x_stackflow_signature
     )
     return JSONResponse(result.model_dump(mode="json"), status_code=status)
+
+
+@router.put(PROJECT + "/policy", response_model=PolicyView, responses=ERRORS)
+async def push_policy(
+    request: Request, project: ProjectPath, body: PolicyBundle, who: Approver
+) -> PolicyView:
+    """Store the project's policy bundle (Rego modules in `package stackflow`; content-
+    addressed): every later preview, apply, destroy and rollback of the project evaluates
+    it between preview and approval (`stackflow policy push`)."""
+    ctx = ctx_of(request)
+
+    def push() -> str:
+        digest = store_bundle(ctx.backend, body)
+        ctx.backend.bind_policy(project, digest, by=who.name)
+        return digest
+
+    digest = await ctx.state(push)
+    return PolicyView(project=project, digest=digest, modules=sorted(body.modules))
+
+
+@router.get(PROJECT + "/policy", response_model=PolicyView, responses=ERRORS)
+async def get_policy(request: Request, project: ProjectPath, _: Viewer) -> PolicyView:
+    """The project's policy bundle: its digest, who pushed it, its modules."""
+    ctx = ctx_of(request)
+
+    def read() -> PolicyView | None:
+        bound = ctx.backend.policy_of(project)
+        if bound is None:
+            return None
+        modules = sorted(fetch_bundle(ctx.backend, bound.digest).modules)
+        return PolicyView(**bound.model_dump(), modules=modules)
+
+    found = await ctx.state(read)
+    if found is None:
+        raise Problem(404, f"project {project} has no policy bundle", "not-found")
+    return found
+
+
+@router.delete(PROJECT + "/policy", status_code=204, responses=ERRORS)
+async def remove_policy(request: Request, project: ProjectPath, _: Approver) -> None:
+    """Remove the project's policy bundle (later runs evaluate no project policy)."""
+    ctx = ctx_of(request)
+    if not await ctx.state(lambda: ctx.backend.unbind_policy(project)):
+        raise Problem(404, f"project {project} has no policy bundle", "not-found")
 
 
 @router.get("/healthz", response_model=Health)

@@ -57,6 +57,7 @@ from stackflow.operation import (
     preview_workflow_id,
     workflow_id_for,
 )
+from stackflow.policy_gate.bundle import store_bundle
 from stackflow.refs import StackRef
 from stackflow.release import Phase
 from stackflow.sources import SourceRef
@@ -167,10 +168,13 @@ async def workflow_input(
                 auto_approve=body.auto_approve,
             )
         spec = parse_body_spec(body)
-        taken = TAKES[body.operation] - {"spec", "spec_yaml", "commit"}
+        taken = TAKES[body.operation] - {"spec", "spec_yaml", "commit", "policy"}
         fields = body.model_dump(include=set(taken))
         if body.commit is not None:
             fields["source"] = await source_at(ctx, stack, body.commit)
+        if body.policy is not None:
+            bundle = body.policy
+            fields["policy_ref"] = await ctx.state(lambda: store_bundle(ctx.backend, bundle))
         request = OperationInput(
             project=stack.project,
             workspace=stack.workspace,

@@ -21,9 +21,9 @@ from stackflow.cli.api_mode import not_through_api, refuse_in_api_mode
 from stackflow.cli.app import EXIT_CODES_HELP, app
 from stackflow.cli.options import FileOpt, OutputOpt, ProjectOpt, WorkspaceOpt
 from stackflow.cli.output import OutputFormat, print_json
-from stackflow.errors import SpecError
+from stackflow.errors import NotFoundError, SpecError
 from stackflow.operation import OperationInput
-from stackflow.policy_gate.bundle import load_bundle_dir, store_bundle
+from stackflow.policy_gate.bundle import PolicyBundle, load_bundle_dir, store_bundle
 from stackflow.policy_gate.decision import PolicyDecision
 
 policy_app = typer.Typer(
@@ -40,15 +40,22 @@ PolicyDirOpt = Annotated[
 ]
 
 
+_LOCAL: dict[str, PolicyBundle] = {}
+"""Bundles read from --policy DIR in API mode, by digest: sent with the run request (the API
+stores them under the same digest)."""
+
+
 def policy_fields(directory: str | None) -> dict[str, Any]:
-    """The run's own bundle (``--policy DIR``): stored in the state backend, passed by ref."""
+    """The run's own bundle (``--policy DIR``): stored in the state backend and passed by
+    ref; in API mode sent inline with the run request."""
     if directory is None:
         return {}
     from stackflow.cli.api_mode import api_mode
 
-    if api_mode():
-        raise not_through_api("--policy")
     bundle = load_bundle_dir(directory)
+    if api_mode():
+        _LOCAL[bundle.digest] = bundle
+        return {"policy_ref": bundle.digest}
     from stackflow.config import default_backend
 
     backend = default_backend()
@@ -56,6 +63,15 @@ def policy_fields(directory: str | None) -> dict[str, Any]:
         return {"policy_ref": store_bundle(backend, bundle)}
     finally:
         backend.close()
+
+
+def local_bundle(digest: str | None) -> PolicyBundle | None:
+    """The bundle ``--policy DIR`` read (API mode), by its digest."""
+    if digest is None:
+        return None
+    if digest not in _LOCAL:
+        raise not_through_api("a policy_ref without its bundle")
+    return _LOCAL[digest]
 
 
 def policy_requires_approval(view: dict[str, Any]) -> str | None:
@@ -73,17 +89,21 @@ def policy_requires_approval(view: dict[str, Any]) -> str | None:
 def push(project: ProjectOpt, directory: DirArg, output: OutputOpt = OutputFormat.table) -> None:
     """Store DIR's modules as the project's bundle: every later run of the project
     evaluates it."""
-    refuse_in_api_mode("policy push")
+    from stackflow.cli.api_mode import api_client, api_mode
     from stackflow.cli.runner import current_user
     from stackflow.config import default_backend
 
     bundle = load_bundle_dir(directory)
-    backend = default_backend()
-    try:
-        digest = store_bundle(backend, bundle)
-        backend.bind_policy(project, digest, by=current_user())
-    finally:
-        backend.close()
+    if api_mode():
+        with api_client() as client:
+            digest = client.push_policy(project, bundle).digest
+    else:
+        backend = default_backend()
+        try:
+            digest = store_bundle(backend, bundle)
+            backend.bind_policy(project, digest, by=current_user())
+        finally:
+            backend.close()
     result = {"project": project, "digest": digest, "modules": sorted(bundle.modules)}
     if output == OutputFormat.json:
         print_json(result)
@@ -94,24 +114,30 @@ def push(project: ProjectOpt, directory: DirArg, output: OutputOpt = OutputForma
 @policy_app.command("show")
 def show(project: ProjectOpt, output: OutputOpt = OutputFormat.table) -> None:
     """The project's bundle: digest, who pushed it, its modules."""
-    refuse_in_api_mode("policy show")
+    from stackflow.cli.api_mode import api_client, api_mode
     from stackflow.config import default_backend
     from stackflow.policy_gate.bundle import fetch_bundle
 
-    backend = default_backend()
-    try:
-        binding = backend.policy_of(project)
-        modules = sorted(fetch_bundle(backend, binding.digest).modules) if binding else []
-    finally:
-        backend.close()
-    if binding is None:
-        raise SpecError(f"project {project} has no policy bundle (stackflow policy push)")
-    result = {**binding.model_dump(mode="json"), "modules": modules}
+    if api_mode():
+        with api_client() as client:
+            result = client.policy(project).model_dump(mode="json")
+    else:
+        backend = default_backend()
+        try:
+            binding = backend.policy_of(project)
+            if binding is None:
+                raise NotFoundError(
+                    f"project {project} has no policy bundle (stackflow policy push)"
+                )
+            modules = sorted(fetch_bundle(backend, binding.digest).modules)
+        finally:
+            backend.close()
+        result = {**binding.model_dump(mode="json"), "modules": modules}
     if output == OutputFormat.json:
         print_json(result)
         return
-    typer.echo(f"project {project}: {binding.digest}, pushed by {binding.updated_by}")
-    for module in modules:
+    typer.echo(f"project {project}: {result['digest']}, pushed by {result['updated_by']}")
+    for module in result["modules"]:
         typer.echo(f"  {module}")
 
 

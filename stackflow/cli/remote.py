@@ -17,16 +17,16 @@ from stackflow.api.models import RunCreated, RunOperation, RunRequest, RunView
 from stackflow.cli.api_mode import api_client, not_through_api
 from stackflow.cli.events import ndjson_sink, stream_api
 from stackflow.cli.output import OutputFormat
+from stackflow.cli.policy import local_bundle, policy_requires_approval
 from stackflow.cli.report import BAD_INPUT_TYPES, report, workflow_failure
 from stackflow.cli.runner import CannotAsk, RunPaused, console_for, ui_link
 from stackflow.client import StackflowClient
-from stackflow.diff import Preview
 from stackflow.errors import NotFoundError, OperationFailed, SpecError
 from stackflow.events import EventType, RunEvent
 from stackflow.operation import NodeResult, OperationInput, OperationResult, StatusView
 from stackflow.refs import StackRef
 from stackflow.release import Phase
-from stackflow.render import render_preview
+from stackflow.render import render_run_preview
 from stackflow.temporal_client import settings
 
 OPERATIONS = {
@@ -62,6 +62,7 @@ def run_request(workflow: str, request: OperationInput, yes: bool) -> RunRequest
         "excludes": request.excludes,
         "on_failure": request.on_failure,
         "max_concurrency": request.max_concurrency,
+        "policy": local_bundle(request.policy_ref),
     }
     from stackflow.api.models import TAKES
 
@@ -88,6 +89,7 @@ class RemoteRun:
         self.output = output
         self.console: Console = console_for(output)
         self.results: dict[str, NodeResult] = {}
+        self.needs_person: str | None = None
         self.counts: dict[str, int] | None = None
         self.total = 0
         self.running: dict[str, None] = {}
@@ -106,7 +108,7 @@ class RemoteRun:
         changes = self.client.preview(self.stack, self.run_id)
         if only_changes and not changes.get("changes"):
             return
-        render_preview(Preview.model_validate(changes), self.console, detail=detail)
+        render_run_preview(changes, self.console, detail=detail)
 
     def on_event(self, event: RunEvent, yes: bool, detail: bool) -> None:
         d = event.data
@@ -128,9 +130,20 @@ class RemoteRun:
             )
         elif event.type == EventType.phase and d.get("phase") in MOVING:
             self.show_preview(detail)
+        elif event.type == EventType.policy_decision:
+            self.needs_person = policy_requires_approval({"policy": d})
         elif event.type == EventType.approval_wait and d.get("wait") == "approval":
             self.show_preview(detail)
-            self.approve(yes)
+            if yes and self.needs_person:
+                # --yes approves for the requester; a policy asked for an approver instead.
+                s = self.stack
+                typer.echo(
+                    f"policy requires an approver: {self.needs_person}; waiting for "
+                    f"`stackflow approve -p {s.project} -w {s.workspace}`",
+                    err=True,
+                )
+            else:
+                self.approve(yes)
         elif event.type == EventType.approval_wait:
             view = self.client.get_run(self.stack, self.run_id)
             s = self.stack
@@ -266,7 +279,7 @@ def run(
 
                 typer.echo(json.dumps(changes, indent=2, sort_keys=True))
             else:
-                render_preview(Preview.model_validate(changes), remote.console, detail=detail)
+                render_run_preview(changes, remote.console, detail=detail)
             return
         remote.follow(yes, detail)
         view = remote.final()

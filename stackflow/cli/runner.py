@@ -27,7 +27,6 @@ from temporalio.service import RPCError
 from stackflow.cli.connection import Temporal
 from stackflow.cli.output import OutputFormat, SafeConsole
 from stackflow.cli.report import BAD_INPUT_TYPES
-from stackflow.diff import Preview
 from stackflow.errors import OperationFailed, StackflowError, StackLockedError
 from stackflow.operation import (
     ApprovalInput,
@@ -39,7 +38,7 @@ from stackflow.operation import (
     workflow_id_for,
 )
 from stackflow.release import Phase
-from stackflow.render import render_policy, render_preview
+from stackflow.render import render_run_preview
 
 FINAL = (Phase.succeeded, Phase.failed)
 PAUSED = Phase.awaitingDecision
@@ -167,9 +166,7 @@ class Runner:
 
     def show_preview(self, changes: dict[str, Any], detail: bool) -> None:
         if self.output == OutputFormat.table:
-            render_preview(Preview.model_validate(changes), self.console, detail=detail)
-            if changes.get("policy"):
-                render_policy(changes["policy"], self.console)
+            render_run_preview(changes, self.console, detail=detail)
 
     async def update(
         self, handle: WorkflowHandle[Any, OperationResult], name: str, arg: ApprovalInput

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from stackflow.api.models import (
     NotificationTargetView,
+    PolicyView,
     RunCreated,
     RunPage,
     RunRequest,
@@ -39,6 +40,7 @@ from stackflow.client.errors import (
 from stackflow.client.stream import parse_event, parse_header
 from stackflow.events import EventType, RunEvent, StreamHeader
 from stackflow.notifications import Destination
+from stackflow.policy_gate.bundle import PolicyBundle
 from stackflow.refs import StackRef
 from stackflow.sources import GitSource
 
@@ -374,6 +376,19 @@ class StackflowClient:
     def remove_notification(self, project: str, name: str) -> None:
         """Remove the project's destination ``name`` (ApiNotFound when it has none)."""
         self.request("DELETE", f"/v1/projects/{project}/notifications/{name}")
+
+    # ---- policy bundles --------------------------------------------------------------------
+    def push_policy(self, project: str, bundle: PolicyBundle) -> PolicyView:
+        """Store the project's policy bundle (every later run evaluates it). Needs the
+        approver role."""
+        data = self.request(
+            "PUT", f"/v1/projects/{project}/policy", json=bundle.model_dump(mode="json")
+        )
+        return self.model(PolicyView, data)
+
+    def policy(self, project: str) -> PolicyView:
+        """The project's policy bundle (ApiNotFound when it has none)."""
+        return self.model(PolicyView, self.request("GET", f"/v1/projects/{project}/policy"))
 
     def healthz(self) -> dict[str, Any]:
         return self._object("/v1/healthz")

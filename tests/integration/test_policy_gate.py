@@ -25,6 +25,12 @@ from tests.integration.opshelp import (
     releases,
     write_spec,
 )
+from tests.integration.test_cli_api_mode import (  # noqa: F401  (fixtures)
+    CALLER,
+    Cli,
+    api_cli,
+    api_server,
+)
 
 GATE = """package stackflow
 
@@ -216,3 +222,34 @@ def test_a_runs_own_bundle_eval_and_a_bundle_that_does_not_compile(
     assert "rego_parse_error" in failed.stderr
     assert not (tmp_path / "f" / "x.conf").exists()
     assert all_releases(env, project)[-1].phase == "failed"
+
+
+def test_policies_through_the_api(
+    tmp_path: Path,
+    stack_env: dict[str, str],
+    worker_process: WorkerProcess,
+    api_cli: Cli,  # noqa: F811
+) -> None:
+    """API mode: `policy push`/`show` and `--policy DIR` go through `stackflow serve` (the
+    bundle travels inline, the API stores it under the same digest); `--yes` still waits
+    for an approver when a policy asks for one."""
+    env, project = stack_env, new_project()
+    bundle = _bundle(tmp_path / "p", "gate.rego", GATE)
+    pushed = cli_json(
+        expect_exit(api_cli(env, "policy", "push", "-p", project, str(bundle), "-o", "json"))
+    )
+    shown = cli_json(expect_exit(api_cli(env, "policy", "show", "-p", project, "-o", "json")))
+    assert shown["digest"] == pushed["digest"] and shown["modules"] == ["gate.rego"]
+    assert shown["updated_by"] == CALLER
+    spec = write_spec(tmp_path / "s.yaml", [file_resource(tmp_path / "f" / "x.conf", "fine\n")])
+    extra = _bundle(tmp_path / "run", "more.rego", GATE.replace("forbidden", "fine"))
+    denied = api_cli(env, "preview", "-f", str(spec), "-p", project, "--policy", str(extra))
+    expect_exit(denied, 2)
+    assert "policy denied: run/more.rego:" in denied.stderr
+    previewed = expect_exit(api_cli(env, "preview", "-f", str(spec), "-p", project))
+    assert "Policy: warn" in previewed.stdout and "project/gate.rego" in previewed.stdout
+    expect_exit(api_cli(env, "apply", "-f", str(spec), "-p", project, "--yes"))
+    assert (tmp_path / "f" / "x.conf").read_text() == "fine\n"
+    missing = api_cli(env, "policy", "show", "-p", new_project())
+    expect_exit(missing, 1)
+    assert "has no policy bundle" in missing.stderr

@@ -69,7 +69,6 @@ def sensitive_paths_for(resource_type: str, attributes: Mapping[str, Any] | None
     own = rules.sensitive_paths(attributes) if rules is not None else []
     if own:
         return own
-        return []
     paths = [k for k in attributes if isinstance(k, str) and k.startswith(RUNTIME_KEY_PREFIX)]
     recorded = attributes.get(RECORDED_SENSITIVE_KEY)
     if isinstance(recorded, list):

@@ -106,6 +106,8 @@ def render_policy(decision: dict[str, Any], console: Console, digests: bool = Fa
     line.append(f" - {len(policies)} policies", style="dim")
     console.print(line)
     messages = decision.get("messages") or []
+    if not messages and policies:
+        console.print(Text(f"  evaluated: {', '.join(policies)}"), style="dim", highlight=False)
     for message in messages:
         rule = str(message.get("rule", ""))
         row = Text("  ")

@@ -1,7 +1,9 @@
-# Terraform resources only from the providers the platform team has reviewed. The input
-# names a Terraform resource's provider by its id, `<namespace>:<provider>:<type>:<name>`
-# (`hashicorp:random:random_password:db`; stackflow refuses other ids). Terraform's
-# built-in provider (`builtin:terraform:terraform_data:…`, nothing to install) is allowed.
+# Terraform resources only from the providers the platform team has reviewed. What is
+# installed is the resource's `extensions.provider` (`registry.terraform.io/hashicorp/
+# random/3.6.0`); a resource without one is judged by its id,
+# `<namespace>:<provider>:<type>:<name>` (`hashicorp:random:random_password:db`).
+# Terraform's built-in provider (`terraform.io/builtin/terraform`, nothing to install) is
+# allowed.
 package stackflow
 
 import data.stackflow.lib
@@ -17,7 +19,7 @@ allowed_providers := {
 deny contains {"msg": msg, "resource": c.id} if {
 	some c in lib.changing
 	c.type == "Terraform"
-	provider := _provider(c.id)
+	provider := _provider(c)
 	not provider in allowed_providers
 	msg := sprintf(
 		"%s: Terraform provider %s is not allowed (allowed: %s): use one of those, or have %s reviewed and added to terraform_providers.rego",
@@ -25,8 +27,22 @@ deny contains {"msg": msg, "resource": c.id} if {
 	)
 }
 
-_provider(id) := lower(sprintf("%s/%s", [parts[0], parts[1]])) if {
-	parts := split(id, ":")
+# registry host / namespace / name / version: the namespace and the name
+_provider(c) := lower(sprintf("%s/%s", [parts[n - 3], parts[n - 2]])) if {
+	parts := split(trim_suffix(c.extensions.provider, "/"), "/")
+	n := count(parts)
+	n >= 4
+}
+
+# registry host / namespace / name (no version)
+_provider(c) := lower(sprintf("%s/%s", [parts[1], parts[2]])) if {
+	parts := split(trim_suffix(c.extensions.provider, "/"), "/")
+	count(parts) == 3
+}
+
+_provider(c) := lower(sprintf("%s/%s", [parts[0], parts[1]])) if {
+	not c.extensions.provider
+	parts := split(c.id, ":")
 	count(parts) == 4
 	parts[0] != ""
 	parts[1] != ""

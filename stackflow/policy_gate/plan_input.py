@@ -1,9 +1,12 @@
 """The document policies read: the masked plan.
 
-``{stack, operation, changes: [{id, type, action, before, after, diff, drift}], summary,
-requested_by, source, time}``: every resource of the plan (unchanged ones too, so a policy
-can hold every object to a rule), ``before`` its recorded attributes, ``after`` the spec's
-(None when deleted), ``diff`` what the preview found, field by field. Every sensitive value
+``{stack, operation, changes: [{id, type, action, before, after, diff, drift, extensions}],
+summary, requested_by, source, time}``: every resource of the plan (unchanged ones too, so a
+policy can hold every object to a rule), ``before`` its recorded attributes, ``after`` the
+spec's (None when deleted), ``diff`` what the preview found, field by field, ``extensions``
+the spec's (or the recorded resource's) ``provider`` and ``resourceType`` (what a Terraform
+resource is installed from: a provider allowlist reads it, not the id). Provider settings
+(``providerMeta``) are left out: they may carry credentials. Every sensitive value
 (a type's secret fields, what was recorded sensitive, what a ``$kusion_path`` reference
 takes from one) is masked here exactly as in ``release show``; ``time`` is the run's clock
 (the workflow's, so a replay judges the same input)."""
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from stackflow.masking import (
@@ -25,6 +28,8 @@ from stackflow.sources import SourceRef
 from stackflow.spec import Resource, Spec
 
 INPUT_KIND = "policy_input"
+EXTENSION_KEYS = ("provider", "resourceType")
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 
 
@@ -65,6 +70,12 @@ def build_input(
         before = recorded.get(resource_id)
         after = None if deleting else desired.get(resource_id)
         summary[action] = summary.get(action, 0) + 1
+        source_of = after if after is not None else before
+        extensions = (
+            {k: source_of.extensions[k] for k in EXTENSION_KEYS if k in source_of.extensions}
+            if source_of is not None
+            else {}
+        )
         out.append(
             {
                 "id": resource_id,
@@ -77,6 +88,7 @@ def build_input(
                     {"path": d.get("path"), "old": d.get("old"), "new": d.get("new")}
                     for d in change.get("diff") or []
                 ],
+                "extensions": extensions,
             }
         )
 
@@ -84,7 +96,8 @@ def build_input(
         add(resource_id, False)
     for resource_id in deletion_ids:
         add(resource_id, True)
-    at = datetime.fromisoformat(now)
+    at = datetime.fromisoformat(now).astimezone(UTC)
+    seconds = (at - EPOCH) // timedelta(seconds=1)
     return {
         "stack": {"project": project, "workspace": workspace},
         "operation": operation,
@@ -94,7 +107,7 @@ def build_input(
         "source": source.model_dump(mode="json") if source is not None else None,
         "time": {
             "rfc3339": at.isoformat(),
-            "unix_ns": int(at.timestamp() * 1_000_000_000),
+            "unix_ns": seconds * 1_000_000_000 + at.microsecond * 1000,
             "weekday": _WEEKDAYS[at.weekday()],
             "hour": at.hour,
         },

@@ -393,6 +393,13 @@ def main_plan() -> list[Planned]:
                 visibility="private",
             )
         ),
+        Planned(
+            terraform(  # the id says hashicorp/random; what is installed is another one
+                "hashicorp:random:random_id:disguised",
+                "registry.example.com/acme/random/1.0.0",
+                byte_length=4,
+            )
+        ),
         Planned(None, recorded=bucket),  # protected by its tag
         Planned(
             None,
@@ -416,6 +423,7 @@ EXPECTED: set[Triple] = {
     ("labels.rego", "deny", "v1:ConfigMap:shop:web-config"),
     ("public_load_balancer.rego", "deny", "v1:Service:shop:public"),
     ("terraform_providers.rego", "deny", "integrations:github:github_repository:shop"),
+    ("terraform_providers.rego", "deny", "hashicorp:random:random_id:disguised"),
     ("replicas.rego", "require_approval", "apps/v1:Deployment:shop:api"),
     ("replicas.rego", "require_approval", "apps/v1:Deployment:shop:worker"),
     ("replicas.rego", "deny", "apps/v1:StatefulSet:shop:db"),

@@ -8,6 +8,11 @@ fetches that commit with dulwich into a cache under its home (a cache: any worke
 again) and reads the file from the commit's tree, never from a working tree, so a path can
 name nothing outside the repository. Credentials for private repositories come from the
 worker's configuration (``STACKFLOW_GIT_CREDENTIALS``), never from the spec or the binding.
+
+A repository on the worker's own disk (``file:///srv/git/infra.git``, or an absolute path,
+kept as its ``file://`` URL) is read only inside the directories the worker's
+``STACKFLOW_GIT_LOCAL_ROOTS`` names (none by default: refused with one line saying so), so
+binding a source never makes a worker read a repository its operator did not offer.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ COMMIT = re.compile(r"^[0-9a-f]{40}$")
 SPEC_FILE_LIMIT = 8 * 1024 * 1024
 """Largest spec file read from a commit."""
 CREDENTIALS_ENV = "STACKFLOW_GIT_CREDENTIALS"
+LOCAL_ROOTS_ENV = "STACKFLOW_GIT_LOCAL_ROOTS"
 FETCH_CONNECT, FETCH_READ = 10.0, 120.0
 """Seconds a fetch waits to connect, and for each read: a git host that hangs never holds a
 run (the activity is retried within its bounds)."""
@@ -44,9 +50,20 @@ class SourceMode(StrEnum):
 def _check_url(url: str) -> str:
     if not url.isprintable() or " " in url:
         raise ValueError("a URL of printable characters and no spaces")
+    if url.startswith("/"):
+        url = "file://" + url  # a local path: kept as its file:// URL
     parts = urlsplit(url)
+    if parts.scheme == "file":
+        if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
+            raise ValueError("a local repository is file:///<absolute path> (or the path)")
+        if ".." in parts.path.split("/") or parts.query or parts.fragment:
+            raise ValueError("a local repository's path has no '..', query or fragment")
+        return f"file://{posixpath.normpath(parts.path)}"
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError("a git source is an http(s) URL of a repository (smart HTTP)")
+        raise ValueError(
+            "a git source is an http(s) URL of a repository (smart HTTP), or file:///<path> "
+            "of one on the worker"
+        )
     if parts.username or parts.password:
         raise ValueError(
             "no credentials in the URL: the worker's STACKFLOW_GIT_CREDENTIALS has them"
@@ -126,6 +143,8 @@ def same_repository(a: str, b: str) -> bool:
     slash aside, host case-insensitive)."""
 
     def key(url: str) -> tuple[str, str]:
+        if url.startswith("/"):
+            url = "file://" + url
         parts = urlsplit(url)
         path = parts.path.rstrip("/")
         path = path[:-4] if path.endswith(".git") else path
@@ -155,6 +174,27 @@ def _credentials(url: str) -> tuple[str | None, str | None]:
     return entry.get("username"), entry.get("password")
 
 
+def local_repository(url: str) -> str | None:
+    """The path of a ``file://`` source on this worker, once it is inside one of the
+    directories ``STACKFLOW_GIT_LOCAL_ROOTS`` names (symlinks resolved); None for a remote
+    one. SpecError (exit 2, never retried) when this worker does not offer it."""
+    parts = urlsplit(url)
+    if parts.scheme != "file":
+        return None
+    roots = [r for r in os.environ.get(LOCAL_ROOTS_ENV, "").split(os.pathsep) if r.strip()]
+    real = os.path.realpath(parts.path)
+    for root in roots:
+        base = os.path.realpath(os.path.expanduser(root.strip()))
+        if os.path.isabs(root.strip()) and (real == base or real.startswith(base + os.sep)):
+            return real
+    offered = ", ".join(roots) if roots else "none"
+    raise SpecError(
+        f"git source {url}: this worker reads local repositories only inside "
+        f"{LOCAL_ROOTS_ENV} (set: {offered}); use an http(s) URL, or have the worker's "
+        "operator add the directory"
+    )
+
+
 _locks: dict[str, threading.Lock] = {}
 _locks_guard = threading.Lock()
 
@@ -169,7 +209,7 @@ def read_spec_file(source: SourceRef, cache: Path) -> str:
     cached under ``cache`` when the commit is not there yet. SpecError for a missing commit
     or file (naming it); SourceUnavailable when the repository cannot be reached."""
     import urllib3
-    from dulwich.client import HTTPUnauthorized, get_transport_and_path
+    from dulwich.client import HTTPUnauthorized, LocalGitClient, get_transport_and_path
     from dulwich.errors import GitProtocolError, HangupException, NotGitRepository
     from dulwich.objects import Blob, Commit, Tree
     from dulwich.repo import Repo
@@ -182,7 +222,14 @@ def read_spec_file(source: SourceRef, cache: Path) -> str:
         repo = Repo(str(where)) if where.exists() else Repo.init_bare(str(where), mkdir=True)
         store: Any = repo.object_store
         try:
-            if commit_id not in store:
+            local = local_repository(source.url)
+            if commit_id not in store and local is not None:
+                try:
+                    LocalGitClient().fetch(local, repo)
+                except (NotGitRepository, OSError) as err:
+                    text = " ".join(str(err).split())[:300]
+                    raise SpecError(f"git source {source.url}: {text}") from None
+            elif commit_id not in store:
                 username, password = _credentials(source.url)
                 client, path = get_transport_and_path(
                     source.url,

@@ -135,7 +135,7 @@ async def test_a_binding_reads_back_without_its_secret(api: httpx.AsyncClient) -
     headers = {"Authorization": f"Bearer {ADMIN}"}
     r = await api.get("/v1/stacks/acme/dev/source", headers=headers)
     assert r.status_code == 200 and SECRET not in r.text and r.json()["ref"] == "main"
-    bad = {"url": "file:///etc", "path": "spec.yaml", "secret": SECRET}
+    bad = {"url": "file://elsewhere/etc", "path": "spec.yaml", "secret": SECRET}
     assert "url" in problem(
         await api.put("/v1/stacks/acme/dev/source", json=bad, headers=headers), 422
     )

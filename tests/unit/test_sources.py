@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from stackflow.api.hooks import signature_ok
 from stackflow.errors import SpecError
 from stackflow.sources import (
+    LOCAL_ROOTS_ENV,
     GitSource,
     SourceRef,
     SourceUnavailable,
@@ -28,7 +29,10 @@ SECRET = "a-webhook-secret-of-some-length"
 @pytest.mark.parametrize(
     ("field", "value"),
     [
-        ("url", "file:///etc"),
+        ("url", "file://host/etc"),
+        ("url", "file:relative/repo"),
+        ("url", "file:///srv/../etc"),
+        ("url", "relative/repo"),
         ("url", "ssh://git@example.com/repo.git"),
         ("url", "https://user:token@example.com/repo.git"),
         ("url", "https://example.com/re po.git"),
@@ -56,6 +60,39 @@ def test_a_binding_shows_no_secret_and_names_its_branch() -> None:
     assert GitSource(url=source.url, path="s", ref="refs/heads/x", secret=SECRET).branch_ref == (
         "refs/heads/x"
     )
+
+
+def test_a_local_repository_is_its_file_url() -> None:
+    data = {"path": "spec.yaml", "secret": SECRET}
+    assert GitSource(url="/srv/git/infra.git", **data).url == "file:///srv/git/infra.git"
+    assert GitSource(url="file:///srv/git//infra.git/", **data).url == "file:///srv/git/infra.git"
+    assert same_repository("/srv/git/infra", "file:///srv/git/infra.git")
+
+
+def test_a_local_repository_is_read_only_inside_the_workers_roots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "offered").mkdir()
+    with GitServer(tmp_path / "offered" / "repo") as git:
+        first = git.commit({"spec.yaml": "resources: []\n"})
+    at = SourceRef(url=f"file://{tmp_path}/offered/repo", commit=first, path="spec.yaml")
+    monkeypatch.delenv(LOCAL_ROOTS_ENV, raising=False)
+    with pytest.raises(SpecError, match=f"only inside {LOCAL_ROOTS_ENV} \\(set: none\\)"):
+        read_spec_file(at, tmp_path / "cache")
+    monkeypatch.setenv(LOCAL_ROOTS_ENV, str(tmp_path / "elsewhere"))
+    with pytest.raises(SpecError, match="only inside"):
+        read_spec_file(at, tmp_path / "cache")
+    # a symlink inside a root to a repository outside it is still outside
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "link").symlink_to(tmp_path / "offered" / "repo")
+    linked = at.model_copy(update={"url": f"file://{tmp_path}/elsewhere/link"})
+    with pytest.raises(SpecError, match="only inside"):
+        read_spec_file(linked, tmp_path / "cache")
+    monkeypatch.setenv(LOCAL_ROOTS_ENV, str(tmp_path / "offered"))
+    assert read_spec_file(at, tmp_path / "cache") == "resources: []\n"
+    missing = at.model_copy(update={"url": f"file://{tmp_path}/offered/none"})
+    with pytest.raises(SpecError, match="offered/none"):
+        read_spec_file(missing, tmp_path / "cache2")
 
 
 def test_same_repository() -> None:

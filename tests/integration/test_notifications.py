@@ -208,3 +208,60 @@ def test_a_run_announces_each_transition_signed_and_a_dead_receiver_changes_noth
     drift = next(e for _, e in of_check() if e["type"].endswith("drift_detected"))
     assert drift["data"]["summary"]["drifted"] == 1 and drift["data"]["revision"] == 1
     assert all(marker.encode() not in body for _, body in receiver.got)
+
+
+DENY_FILES = """package stackflow
+
+import rego.v1
+
+deny contains {"msg": "no files in this project", "resource": c.id} if {
+\tsome c in input.changes
+\tc.action == "Create"
+}
+"""
+
+
+def test_a_policy_denial_is_announced(
+    api_env: dict[str, str], http: httpx.Client, receiver: Receiver, tmp_path: Path
+) -> None:
+    """A run the policy gate denies announces started, policy_denied (naming the policy and
+    the resource) and failed, each signed, and nothing is written."""
+    project = new_project()
+    target = {"url": receiver.url, "secret": SECRET}
+    r = http.put(f"/v1/projects/{project}/notifications/ops", json=target, headers=auth("admin"))
+    assert r.status_code == 200, r.text
+    marker = f"TOPSECRET-{uuid.uuid4().hex}"
+    resource = file_resource(tmp_path / "denied.conf", f"token = {marker}\n")
+    body = {
+        "operation": "apply",
+        "spec": {"resources": [resource]},
+        "auto_approve": True,
+        "policy": {"modules": {"no_files.rego": DENY_FILES}},
+    }
+    r = http.post(f"/v1/stacks/{project}/dev/runs", json=body, headers=auth("operator"))
+    assert r.status_code == 201, r.text
+    run = r.json()
+    view = wait_run(http, run["status_url"], lambda v: v["status"] != "running")
+    assert view["phase"] == "failed" and view["error_type"] == "PolicyDenied", view
+    assert not (tmp_path / "denied.conf").exists()
+    wanted = [
+        "io.stackflow.run.started",
+        "io.stackflow.run.policy_denied",
+        "io.stackflow.run.failed",
+    ]
+    deadline = time.monotonic() + 60
+    while len(receiver.got) < 3 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1)  # nothing more comes
+    events = {}
+    for headers, raw in receiver.got:
+        expected = "sha256=" + hmac.new(SECRET.encode(), raw, hashlib.sha256).hexdigest()
+        assert hmac.compare_digest(headers["x-stackflow-signature"], expected)
+        assert marker.encode() not in raw
+        event = json.loads(raw)
+        events[event["type"]] = event
+    assert sorted(events) == sorted(wanted)
+    denied = events["io.stackflow.run.policy_denied"]["data"]
+    assert denied["outcome"] == "deny" and denied["counts"] == {"deny": 1}
+    [message] = denied["messages"]
+    assert message["policy"] == "run/no_files.rego" and message["resource"] == resource["id"]

@@ -17,6 +17,7 @@ HISTORY_NAMES = {
     "preview_batch",
     "describe_changes",
     "index_diffs",
+    "evaluate_policy",
     "load_batch",
     "set_phase",
     "append_events",

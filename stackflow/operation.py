@@ -18,7 +18,7 @@ from stackflow.refs import RunRef, StackFields, StackRef
 from stackflow.release import Operation, Phase
 from stackflow.selection import LeftOut
 from stackflow.sources import SourceRef
-from stackflow.wire import DescribeItem
+from stackflow.wire import NOT_MINE, DescribeItem
 
 TASK_QUEUE_DEFAULT = "stackflow"
 BATCH_SIZE_DEFAULT = 800
@@ -225,6 +225,11 @@ class OperationPlan(BaseModel):
     left_out_count: int = 0
     four_eyes: bool = False
     """The worker policy forbids the requester (``operator``) to approve this run."""
+    queues: dict[str, str] = Field(default_factory=dict)
+    """Resource type -> the task queue of its runtime's activities (:mod:`stackflow.
+    runtime_queues`; empty: every activity on the run's own queue)."""
+    queue_wait_seconds: float = 300.0
+    """How long a runtime activity waits for a worker of its queue."""
     policies: list[BundleRef] = Field(default_factory=list, max_length=2)
     """The policy bundles the run evaluates between preview and apply (the project's, the
     run's own)."""
@@ -257,6 +262,9 @@ class PreviewBatchInput(StackFields, BaseModel):
     """Return the full changes with per-field diffs (``details``); False past DETAIL_LIMIT,
     where only ``codes`` come back (such a change shows ``diff: []`` and, when it had a
     diff, ``diff_omitted: true``)."""
+    runtimes: list[str] | None = None
+    """Only the resources of these types (a runtime's queue); the other lines of the range
+    come back as :data:`stackflow.wire.NOT_MINE` for the runtime that has them."""
 
 
 class RefreshBatchInput(PreviewBatchInput):
@@ -332,6 +340,46 @@ class PreviewBatchResult(BaseModel):
     refs: list[tuple[int, int, str]] = Field(default_factory=list)
     """(node index, referenced node index, dotted path) of each ``$kusion_path`` reference
     of the UnChanged nodes, in the node's ``refs`` order: what settling references needs."""
+    more_diff_refs: list[str] = Field(default_factory=list)
+    """Diff refs of the other runtimes' parts of a range (``merge``)."""
+
+    def spread(self, positions: list[int], total: int) -> PreviewBatchResult:
+        """This runtime's lines at their ``positions`` among the range's ``total`` lines;
+        the others :data:`~stackflow.wire.NOT_MINE` (a runtime queue's part of a range)."""
+        codes = [NOT_MINE] * total
+        details: list[dict[str, Any]] = [{} for _ in range(total)] if self.details else []
+        for n, position in enumerate(positions):
+            codes[position] = self.codes[2 * n : 2 * n + 2]
+            if self.details:
+                details[position] = self.details[n]
+        return self.model_copy(update={"codes": "".join(codes), "details": details})
+
+    @classmethod
+    def merge(cls, parts: list[PreviewBatchResult]) -> PreviewBatchResult:
+        """One range's result from its runtimes' parts (each line answered by exactly one;
+        ValueError otherwise)."""
+        if len(parts) == 1:
+            return parts[0]
+        total = len(parts[0].codes) // 2
+        codes: list[str] = []
+        details: list[dict[str, Any]] = []
+        with_details = any(p.details for p in parts)
+        for line in range(total):
+            owners = [p for p in parts if p.codes[2 * line : 2 * line + 2] != NOT_MINE]
+            if len(owners) != 1:
+                raise ValueError(f"line {line} of the range answered by {len(owners)} runtimes")
+            codes.append(owners[0].codes[2 * line : 2 * line + 2])
+            if with_details:
+                details.append(owners[0].details[line] if owners[0].details else {})
+        refs = sorted((r for p in parts for r in p.refs), key=lambda r: r[0])  # stable
+        diff_refs = [p.diff_ref for p in parts if p.diff_ref]
+        return cls(
+            diff_ref=diff_refs[0] if diff_refs else None,
+            more_diff_refs=diff_refs[1:],
+            codes="".join(codes),
+            details=details,
+            refs=refs,
+        )
 
 
 class DescribeInput(BaseModel):
@@ -525,6 +573,9 @@ class BatchInput(StackFields, BaseModel):
     watch: bool = False
     force: bool = False
     adopt: bool = False
+    queues: dict[str, str] = Field(default_factory=dict)
+    """The run's routing (``OperationPlan.queues``)."""
+    queue_wait_seconds: float = 300.0
 
 
 class BatchResult(BaseModel):

@@ -65,6 +65,10 @@ class ChangeFlags(IntFlag):
     """UnChanged, but this stack has not recorded it: the apply records it."""
 
 
+NOT_MINE = "--"
+"""A preview line another runtime's queue answers (a range split between runtimes)."""
+
+
 def encode_change(action: str, flags: ChangeFlags) -> str:
     """One preview line's two characters."""
     return f"{ActionCode.of(action)}{int(flags)}"

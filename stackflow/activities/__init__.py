@@ -81,6 +81,16 @@ class WorkerActivities:
     def backend(self) -> StateBackend:
         return self.deps.backend
 
+    def runtime_calls(self) -> list[Callable[..., Any]]:
+        """The activities that call a runtime: what a runtime's own task queue carries."""
+        return [
+            self.preview.preview_batch,
+            self.observe.refresh_batch,
+            self.walk.apply_resource,
+            self.walk.delete_resource,
+            self.walk.run_group,
+        ]
+
     def all(self) -> list[Callable[..., Any]]:
         """The bound activity methods a worker registers."""
         return [

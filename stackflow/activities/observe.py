@@ -16,7 +16,7 @@ from stackflow.activities.errors import temporal_errors
 from stackflow.activities.events import current_run, planned_changes, record_events
 from stackflow.activities.heartbeat import heartbeating
 from stackflow.activities.notify import drift_notice, send_notices
-from stackflow.activities.preview import batch_result
+from stackflow.activities.preview import batch_result, owned
 from stackflow.activities.resource_step import ResourceStep, desired_from_recorded
 from stackflow.activities.stack_guard import StackGuard, calling_run
 from stackflow.diff import Action, Change, diff_recorded
@@ -55,7 +55,9 @@ class ObserveActivities:
     async def _refresh_batch(self, inp: RefreshBatchInput) -> PreviewBatchResult:
         assert inp.revision is not None
         plan = await asyncio.to_thread(self.plans.get, inp.plan_ref)
-        ids = [n.id for n in plan.nodes[inp.start : inp.end]]
+        nodes = plan.nodes[inp.start : inp.end]
+        own = owned(nodes, inp.runtimes)
+        ids = [nodes[i].id for i in own]
         current = await asyncio.to_thread(self.backend.resources, inp.stack, inp.revision, ids)
         run = calling_run() if inp.record else None
         options = self.step.options(
@@ -82,7 +84,8 @@ class ObserveActivities:
             await asyncio.to_thread(
                 record_events, self.backend, inp.stack, current_run(), planned_changes(changes)
             )
-        return await batch_result(self.backend, inp, changes)
+        result = await batch_result(self.backend, inp, changes)
+        return result if inp.runtimes is None else result.spread(own, len(nodes))
 
     async def _refresh_one(
         self,

@@ -20,6 +20,7 @@ from stackflow.events import EventType, NewEvent
 from stackflow.graph import Graph, build_graph, find_references, implicit_dependencies
 from stackflow.operation import (
     PLAN_INLINE_LIMIT,
+    TASK_QUEUE_DEFAULT,
     OperationInput,
     OperationPlan,
     PlannedNode,
@@ -29,6 +30,7 @@ from stackflow.operation import (
 from stackflow.policy import worker_policy
 from stackflow.policy_gate.bundle import BundleRef, fetch_bundle
 from stackflow.release import Operation, Release
+from stackflow.runtime_queues import plan_queues, queue_wait, runtime_queues
 from stackflow.selection import LEFT_OUT_LIMIT, Selected, Selection, check_patterns, select
 from stackflow.sources import git_cache, read_spec_file
 from stackflow.spec import Resource, Spec, parse_spec, parse_spec_text
@@ -277,9 +279,13 @@ class PrepareActivities:
         deletions: list[PlannedNode],
         selected: Selected | None = None,
     ) -> OperationPlan:
-        """Store the plan; return its ref, its size and, when small, the plan itself."""
+        """Store the plan; return its ref, its size, its routing and, when small, the plan
+        itself."""
         inline = len(nodes) + len(deletions) <= PLAN_INLINE_LIMIT
+        main = activity.info().task_queue if activity.in_activity() else TASK_QUEUE_DEFAULT
         return OperationPlan(
+            queues=plan_queues((n.type for n in [*nodes, *deletions]), runtime_queues(main)),
+            queue_wait_seconds=queue_wait(),
             spec_ref=spec_ref,
             plan_ref=self.plans.put(nodes, deletions),
             revision=revision,

@@ -29,6 +29,7 @@ from stackflow.masking import SecretSet
 from stackflow.operation import (
     DescribeInput,
     DiffIndexInput,
+    PlannedNode,
     PreviewBatchInput,
     PreviewBatchResult,
     references_entry,
@@ -69,6 +70,11 @@ async def batch_result(
     return result
 
 
+def owned(nodes: list[PlannedNode], runtimes: list[str] | None) -> list[int]:
+    """Offsets of the nodes a batch for ``runtimes`` previews (every one when None)."""
+    return [i for i, node in enumerate(nodes) if runtimes is None or node.type in runtimes]
+
+
 class PreviewActivities:
     def __init__(self, deps: Deps, step: ResourceStep) -> None:
         self.registry = deps.registry
@@ -87,21 +93,27 @@ class PreviewActivities:
     async def _preview_batch(self, inp: PreviewBatchInput) -> PreviewBatchResult:
         plan = await asyncio.to_thread(self.plans.get, inp.plan_ref)
         nodes = plan.nodes[inp.start : inp.end]
-        ids = [n.id for n in nodes]
-        delete_ids = [n.id for n in plan.deletions[inp.start : inp.end]]
+        deletions = plan.deletions[inp.start : inp.end]
+        own, own_deleted = owned(nodes, inp.runtimes), owned(deletions, inp.runtimes)
+        ids = [nodes[i].id for i in own]
+        delete_ids = [deletions[i].id for i in own_deleted]
         changes = await self._preview_changes(inp, ids, delete_ids)
         await asyncio.to_thread(
             record_events, self.backend, inp.stack, current_run(), planned_changes(changes)
         )
         result = await batch_result(self.backend, inp, changes)
-        for offset, node in enumerate(nodes):
-            if node.refs and changes[offset].action is Action.UnChanged:
+        for position, offset in enumerate(own):
+            node = nodes[offset]
+            if node.refs and changes[position].action is Action.UnChanged:
                 result.refs.extend(
                     (inp.start + offset, plan.node_index[rid], path)
                     for rid, path in node.refs
                     if rid in plan.node_index
                 )
-        return result
+        if inp.runtimes is None:
+            return result
+        positions = [*own, *(len(nodes) + i for i in own_deleted)]
+        return result.spread(positions, len(nodes) + len(deletions))
 
     async def _preview_changes(
         self, inp: PreviewBatchInput, ids: list[str], delete_ids: list[str]

@@ -34,9 +34,12 @@ def request_for(resource: Resource, attributes: dict[str, Any] | None = None) ->
 def check_requests(
     registry: RuntimeRegistry, requests: Iterable[ResourceRequest], options: RuntimeOptions
 ) -> None:
-    """Each resource's runtime checks it; the first refusal is raised (PolicyViolation)."""
+    """Each resource's runtime checks it; the first refusal is raised (PolicyViolation). A
+    worker for some runtimes checks the resources of its own (the others' workers check
+    theirs before touching them)."""
     for request in requests:
-        registry.get(request.type).check_policy(request, options)
+        if registry.serves(request.type):
+            registry.get(request.type).check_policy(request, options)
 
 
 class SpecGate:

@@ -23,9 +23,16 @@ RuntimeFactory = Callable[[], Runtime]
 class RuntimeRegistry:
     """Lazily builds one runtime instance per type and hands it out."""
 
-    def __init__(self) -> None:
+    def __init__(self, only: frozenset[str] | None = None) -> None:
         self._factories: dict[str, RuntimeFactory] = {}
         self._instances: dict[str, Runtime] = {}
+        self.only = only
+        """The types a worker for some runtimes serves (None: every type it knows)."""
+
+    def serves(self, type_name: str) -> bool:
+        """Whether resources of ``type_name`` are this worker's to check and touch: a worker
+        for some runtimes leaves the other types to their own workers."""
+        return self.only is None or type_name in self.only
 
     def register(self, type_name: str, factory: RuntimeFactory) -> None:
         self._factories[type_name] = factory
@@ -53,12 +60,16 @@ class RuntimeRegistry:
         self._instances.clear()
 
 
-def default_registry(backend: StateBackend | None = None) -> RuntimeRegistry:
-    """Every installed runtime: stackflow's own and any other distribution's, found through
-    the entry-point group ``stackflow.runtimes`` (:mod:`stackflow.runtime_rules`) and built
-    lazily, so a missing client costs nothing. ``backend`` is handed to each runtime's
-    factory (the Terraform runtime keeps its state there, readable from any host)."""
-    registry = RuntimeRegistry()
+def default_registry(
+    backend: StateBackend | None = None, only: frozenset[str] | None = None
+) -> RuntimeRegistry:
+    """Every installed runtime (or ``only`` those types: a worker for some runtimes):
+    stackflow's own and any other distribution's, found through the entry-point group
+    ``stackflow.runtimes`` (:mod:`stackflow.runtime_rules`) and built lazily, so a missing
+    client costs nothing. ``backend`` is handed to each runtime's factory (the Terraform
+    runtime keeps its state there, readable from any host)."""
+    registry = RuntimeRegistry(only)
     for type_name, rules in all_rules().items():
-        registry.register(type_name, functools.partial(rules.create, backend))
+        if only is None or type_name in only:
+            registry.register(type_name, functools.partial(rules.create, backend))
     return registry

@@ -50,6 +50,7 @@ with workflow.unsafe.imports_passed_through():
         RunOwner,
     )
     from stackflow.release import Operation, Phase
+    from stackflow.runtime_queues import parts
     from stackflow.wire import BatchActions
     from stackflow.workflows import common
     from stackflow.workflows.constants import (
@@ -71,6 +72,7 @@ with workflow.unsafe.imports_passed_through():
         cause_type,
         failure_message,
         load_batch_nodes,
+        no_worker_line,
         raise_if_cancelled,
         walk_nodes,
     )
@@ -214,20 +216,42 @@ class OperationWorkflow(GatedRun):
         batch_activity: Callable[[Any, Any], Coroutine[Any, Any, PreviewBatchResult]] = (
             ObserveActivities.refresh_batch if refresh else PreviewActivities.preview_batch
         )
-        # Preview batches are read-only; a few run side by side.
+        # Preview batches are read-only; a few run side by side. A range whose resources
+        # belong to runtimes on different task queues goes to each queue for its part.
+        routes = parts(plan.queues)
         for first in range(0, len(calls), 4):
             group = calls[first : first + 4]
             verb = "record" if record else "refresh" if refresh else "preview"
             handles = [
-                workflow.start_activity_method(
-                    batch_activity,
-                    call,
-                    **common.resource_call(f"{verb} {range_size(call, plan)} resources"),
-                )
+                [
+                    (
+                        queue,
+                        types,
+                        workflow.start_activity_method(
+                            batch_activity,
+                            call if types is None else call.model_copy(update={"runtimes": types}),
+                            **common.resource_call(
+                                f"{verb} {range_size(call, plan)} resources",
+                                queue,
+                                plan.queue_wait_seconds,
+                            ),
+                        ),
+                    )
+                    for queue, types in routes
+                ]
                 for call in group
             ]
-            for call, handle in zip(group, handles, strict=True):
-                lines.add(call, await handle)
+            for call, started in zip(group, handles, strict=True):
+                results = []
+                for queue, types, handle in started:
+                    try:
+                        results.append(await handle)
+                    except ActivityError as exc:
+                        served = types or sorted(t for t, q in plan.queues.items() if q == queue)
+                        wait = plan.queue_wait_seconds
+                        self._no_worker = no_worker_line(exc, queue, ", ".join(served), wait)
+                        raise
+                lines.add(call, PreviewBatchResult.merge(results))
             if len(lines.diff_refs) > DIFF_REFS_LIMIT and workflow.patched(INDEX_DIFF_REFS):
                 index: str = await workflow.execute_activity_method(
                     PreviewActivities.index_diffs,
@@ -294,6 +318,8 @@ class OperationWorkflow(GatedRun):
                 owner=RunOwner(workflow_id=info.workflow_id, run_id=info.run_id),
                 unavailable_timeout_seconds=request.unavailable_timeout_seconds,
                 full_results=tally.full,
+                queues=plan.queues,
+                queue_wait_seconds=plan.queue_wait_seconds,
                 max_concurrency=request.max_concurrency,
                 fail_fast=request.fail_fast,
                 watch=request.watch,
@@ -499,7 +525,7 @@ class OperationWorkflow(GatedRun):
             await self._preview(plan)
         except ActivityError as exc:
             raise_if_cancelled(exc)
-            self._error = f"preview failed: {failure_message(exc)}"
+            self._error = f"preview failed: {self._no_worker or failure_message(exc)}"
             self._error_type = cause_type(exc)
             return await self._finish(Tally(full=True))
         assert self._lines is not None

@@ -67,15 +67,24 @@ def store_call(summary: str, *, closing: bool = False) -> dict[str, Any]:
     }
 
 
-def resource_call(summary: str) -> dict[str, Any]:
-    """Options of an activity that calls a runtime (preview batches, apply, delete)."""
-    return {
+def resource_call(
+    summary: str, queue: str | None = None, wait_seconds: float | None = None
+) -> dict[str, Any]:
+    """Options of an activity that calls a runtime (preview batches, apply, delete); on a
+    runtime's own task queue (:mod:`stackflow.runtime_queues`) it waits at most
+    ``wait_seconds`` for a worker of that queue to pick it up."""
+    options: dict[str, Any] = {
         "start_to_close_timeout": RESOURCE_START_TO_CLOSE,
         "schedule_to_close_timeout": RESOURCE_SCHEDULE_TO_CLOSE,
         "heartbeat_timeout": RESOURCE_HEARTBEAT,
         "retry_policy": RESOURCE_RETRY,
         "summary": summary,
     }
+    if queue:
+        options["task_queue"] = queue
+        if wait_seconds is not None:
+            options["schedule_to_start_timeout"] = timedelta(seconds=wait_seconds)
+    return options
 
 
 # ---- inputs ---------------------------------------------------------------------------------

@@ -87,6 +87,7 @@ class PreviewLines:
         self._view = None
         if result.diff_ref:
             self.diff_refs.append(result.diff_ref)
+        self.diff_refs.extend(result.more_diff_refs)
         for node, ref, path in result.refs:
             self.refs.setdefault(node, []).append((ref, path))
 

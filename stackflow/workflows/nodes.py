@@ -15,7 +15,9 @@ from temporalio.exceptions import (
     CancelledError,
     ChildWorkflowError,
     FailureError,
+    TimeoutType,
 )
+from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
     from stackflow.activities.walk import WalkActivities
@@ -35,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
         NodeStatus,
         PlannedNode,
     )
+    from stackflow.runtime_queues import no_worker_message
     from stackflow.wire import BatchActions
     from stackflow.workflows import common
     from stackflow.workflows.constants import (
@@ -66,6 +69,22 @@ def cause_type(exc: BaseException) -> str | None:
     if isinstance(inner, CancelledError):
         return "Cancelled"
     return None
+
+
+def no_worker_line(exc: BaseException, queue: str | None, served: str, wait: float) -> str | None:
+    """The one line of a runtime activity no worker of ``queue`` picked up within ``wait``
+    seconds (its schedule-to-start timeout), naming the queue; None for any other failure."""
+    inner = _innermost(exc)
+    if not queue or not isinstance(inner, ActivityTimeout):
+        return None
+    if inner.type != TimeoutType.SCHEDULE_TO_START:
+        return None
+    return no_worker_message(queue, served, wait)
+
+
+def stranded_line(exc: BaseException, batch: BatchInput, type_name: str) -> str | None:
+    """``no_worker_line`` of a walk's node or group (the batch carries the routing)."""
+    return no_worker_line(exc, batch.queues.get(type_name), type_name, batch.queue_wait_seconds)
 
 
 def raise_if_cancelled(exc: BaseException) -> None:
@@ -101,17 +120,20 @@ async def run_resource_node(node: PlannedNode, batch: BatchInput) -> NodeResult:
                 owner=batch.owner,
                 unavailable_timeout_seconds=batch.unavailable_timeout_seconds,
             ),
-            **common.resource_call(f"{node.action} {node.id}"),
+            **common.resource_call(
+                f"{node.action} {node.id}", batch.queues.get(node.type), batch.queue_wait_seconds
+            ),
         )
         return result
     except ActivityError as exc:
         raise_if_cancelled(exc)
+        stranded = stranded_line(exc, batch, node.type)
         return NodeResult(
             id=node.id,
             action=node.action,
             status=NodeStatus.failed,
-            error=failure_message(exc),
-            error_type=cause_type(exc),
+            error=stranded or failure_message(exc),
+            error_type="NoWorker" if stranded else cause_type(exc),
         )
 
 
@@ -136,12 +158,18 @@ async def run_resource_group(
                 owner=batch.owner,
                 unavailable_timeout_seconds=batch.unavailable_timeout_seconds,
             ),
-            **common.resource_call(f"{verb} {len(nodes)} resources: {nodes[0].id} …"),
+            **common.resource_call(
+                f"{verb} {len(nodes)} resources: {nodes[0].id} …",
+                batch.queues.get(nodes[0].type),
+                batch.queue_wait_seconds,
+            ),
         )
         return results
     except ActivityError as exc:
         raise_if_cancelled(exc)
-        error, kind = failure_message(exc), cause_type(exc)
+        stranded = stranded_line(exc, batch, nodes[0].type)
+        error = stranded or failure_message(exc)
+        kind = "NoWorker" if stranded else cause_type(exc)
         return [
             NodeResult(
                 id=node.id,
@@ -164,7 +192,9 @@ def group_key(
     def key(node: PlannedNode) -> str | None:
         if batch.watch or node.type not in types:
             return None
-        return "delete" if node.action == "Delete" else "apply"
+        verb = "delete" if node.action == "Delete" else "apply"
+        # routed runs group per runtime: a group's activity goes to its runtime's queue
+        return f"{node.type}/{verb}" if batch.queues else verb
 
     return key
 

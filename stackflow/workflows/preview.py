@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from temporalio import workflow
 from temporalio.exceptions import (
+    ActivityError,
     ApplicationError,
 )
 
@@ -37,7 +38,12 @@ class PreviewWorkflow(OperationWorkflow):
         plan = await self._prepare(request)
         self._total = plan.node_count + plan.deletion_count
         await self._set_phase(Phase.previewing)
-        await self._preview(plan)
+        try:
+            await self._preview(plan)
+        except ActivityError as exc:
+            if self._no_worker is None:
+                raise
+            raise ApplicationError(self._no_worker, type="NoWorker", non_retryable=True) from exc
         await self._policy_gate(plan)
         denial = self._policy_denial()
         if denial is not None:

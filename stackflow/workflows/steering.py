@@ -80,6 +80,8 @@ class SteeredRun:
         self._error_type: str | None = None
         self._events: list[NewEvent] = []
         self._policy: PolicyDecision | None = None
+        self._no_worker: str | None = None
+        """Why a runtime activity never started: no worker polls its queue."""
         """Events for the run's stream held until the next activity that carries them."""
 
     def _show(self) -> None:

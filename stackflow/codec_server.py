@@ -2,7 +2,8 @@
 UI and ``temporal … --codec-endpoint`` show stackflow's compressed and encrypted payloads.
 
 ``POST /encode`` and ``POST /decode`` take and return ``{"payloads": [...]}`` (proto3 JSON);
-CORS answers the UI's origin only. Decoding needs the keys (``STACKFLOW_ENCRYPTION_KEY`` /
+CORS answers the UI's origin only; ``GET /healthz`` answers ``{"status": "ok"}`` to anyone
+(liveness and readiness probes). Decoding needs the keys (``STACKFLOW_ENCRYPTION_KEY`` /
 ``_FILE``): whoever can reach this endpoint can read payloads. So requests carry
 ``Authorization: Bearer <credential>``, a static token (``STACKFLOW_CODEC_TOKEN``) or an OIDC
 access token (a JWT verified against the issuer's keys: ``STACKFLOW_CODEC_OIDC_ISSUER``,
@@ -156,6 +157,14 @@ def make_handler(
             )
             self.send_header("Access-Control-Max-Age", "600")
             self.end_headers()
+
+        def do_GET(self) -> None:
+            # The one unauthenticated answer: that the process serves (probes, load
+            # balancers). It says nothing about keys or payloads.
+            if self.path.split("?", 1)[0] == "/healthz":
+                self._reply(200, {"status": "ok"})
+                return
+            self._reply(404, {"error": "GET /healthz, POST /encode or /decode"})
 
         def do_POST(self) -> None:
             path = self.path.split("?", 1)[0].rstrip("/")

@@ -194,3 +194,25 @@ def test_a_static_token_and_oidc_each_open_the_door(
 def test_beyond_loopback_without_auth_is_refused_in_code() -> None:
     with pytest.raises(CodecAuthError):
         serve("10.1.2.3", 0, [], None)
+
+
+def test_healthz_answers_without_a_token_and_decodes_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The Helm chart's probes: ``GET /healthz`` is 200 with no credential on a server that
+    requires one; every other GET is 404 and decoding still needs the token."""
+    monkeypatch.setenv("STACKFLOW_ENCRYPTION_KEY", new_key_line("k1"))
+    server = serve("0.0.0.0", 0, [], CodecAuth(token="s3cret"))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        with urllib.request.urlopen(f"{url}/healthz", timeout=30) as response:
+            assert (response.status, json.load(response)) == (200, {"status": "ok"})
+        for path in ("/decode", "/healthz/x", "/"):
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(f"{url}{path}", timeout=30)
+            assert err.value.code == 404, path
+        assert _decode_status(url, None) == (401, "missing bearer token")
+    finally:
+        server.shutdown()
+        server.server_close()

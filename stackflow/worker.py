@@ -1,10 +1,11 @@
 """The stackflow worker: runs the operation workflows and their activities.
 
 `python -m stackflow.worker` (or `stackflow worker`) reads TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
-STACKFLOW_TASK_QUEUE, STACKFLOW_STATE_URL (default: SQLite under STACKFLOW_HOME), REDIS_URL
-and STACKFLOW_HOME (local caches only), migrates the state backend's schema, registers
-everything, and shuts down gracefully on SIGTERM/SIGINT (in-flight activities finish or are
-retried elsewhere).
+STACKFLOW_TASK_QUEUE, STACKFLOW_STATE_URL (default: SQLite under STACKFLOW_HOME), REDIS_URL,
+STACKFLOW_HOME (local caches only) and STACKFLOW_METRICS_ADDRESS (Prometheus metrics, the
+Temporal SDK's and stackflow's, at http://ADDRESS/metrics; unset: none), migrates the state
+backend's schema, registers everything, and shuts down gracefully on SIGTERM/SIGINT
+(in-flight activities finish or are retried elsewhere).
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio.client import Client
+from temporalio.runtime import Runtime
 from temporalio.worker import Worker
 
+from stackflow import metrics
 from stackflow.activities import WorkerActivities
 from stackflow.cache import PriorStateCache
 from stackflow.codec import data_converter
@@ -39,6 +42,7 @@ class WorkerSettings:
     namespace: str
     task_queue: str
     redis_url: str | None
+    metrics_address: str | None = None
 
     @classmethod
     def from_env(cls) -> WorkerSettings:
@@ -47,15 +51,18 @@ class WorkerSettings:
             namespace=os.environ.get("TEMPORAL_NAMESPACE", "default"),
             task_queue=os.environ.get("STACKFLOW_TASK_QUEUE", TASK_QUEUE_DEFAULT),
             redis_url=os.environ.get("REDIS_URL") or None,
+            metrics_address=os.environ.get(metrics.ADDRESS_ENV) or None,
         )
 
 
-async def connect(address: str, namespace: str, attempts: int = 30) -> Client:
+async def connect(
+    address: str, namespace: str, attempts: int = 30, runtime: Runtime | None = None
+) -> Client:
     """Connect with retries: after a reboot the server may come up after the worker."""
     for attempt in range(1, attempts + 1):
         try:
             return await Client.connect(
-                address, namespace=namespace, data_converter=data_converter()
+                address, namespace=namespace, data_converter=data_converter(), runtime=runtime
             )
         except Exception as exc:
             if attempt == attempts:
@@ -94,8 +101,14 @@ def build_worker(
 async def run(settings: WorkerSettings) -> None:
     policy = worker_policy()  # a bad policy or key setting stops the worker here, not later
     KeyRing.from_env()
-    client = await connect(settings.address, settings.namespace)
+    # one endpoint: the SDK's metrics and stackflow's, on the runtime the client connects with
+    runtime = (
+        metrics.prometheus_runtime(settings.metrics_address) if settings.metrics_address else None
+    )
+    client = await connect(settings.address, settings.namespace, runtime=runtime)
     activities = build_activities(settings.redis_url)
+    if runtime is not None:
+        metrics.install(runtime.metric_meter, activities.registry.types())
     worker = build_worker(client, settings.task_queue, activities)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -110,6 +123,10 @@ async def run(settings: WorkerSettings) -> None:
             flush=True,
         )
         print(f"stackflow worker policy: {policy.summary()}", flush=True)
+        if settings.metrics_address:
+            print(
+                f"stackflow worker metrics: http://{settings.metrics_address}/metrics", flush=True
+            )
         await stop.wait()
         print("stackflow worker stopping (SIGTERM)", flush=True)
     await activities.registry.close()

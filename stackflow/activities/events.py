@@ -9,6 +9,7 @@ twice, a new activity (a retry walk of the run) appends its own events.
 
 An event that cannot be appended in the background stays buffered for the next flush; the
 final flush raises like any state write (the activity is retried, its events deduplicated).
+Each node's end is also counted in stackflow's metrics (:mod:`stackflow.metrics`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 
 from temporalio import activity
 
+from stackflow import metrics
 from stackflow.diff import Action, Change
 from stackflow.events import EventType, NewEvent, resource_ref, short
 from stackflow.refs import RunRef, StackRef
@@ -64,6 +66,9 @@ class EventSink:
 
     def completed(self, resource_id: str) -> None:
         began, resource_type, action = self._started[resource_id]
+        metrics.current().resource_done(
+            resource_type, action, "succeeded", time.monotonic() - began
+        )
         self.add(
             EventType.apply_complete,
             resource_id,
@@ -77,6 +82,7 @@ class EventSink:
     def errored(self, resource_id: str, action: str, error: str, error_type: str | None) -> None:
         """A node failed for good (not a failure its activity retries)."""
         began, resource_type, action = self._started.get(resource_id, (None, None, action))
+        metrics.current().resource_done(resource_type, action, "failed")
         self.add(
             EventType.apply_errored,
             resource_id,

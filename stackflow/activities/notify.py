@@ -21,6 +21,7 @@ from temporalio import activity
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
+from stackflow import metrics
 from stackflow.activities.deps import Deps
 from stackflow.activities.errors import temporal_errors
 from stackflow.events import NewEvent, short
@@ -128,6 +129,7 @@ async def send_notices(store: NotificationStore, stack: StackRef, notices: list[
                     static_summary=f"{notice.type} of {stack}",
                 )
     except Exception as exc:  # a notification never fails the run's work
+        metrics.current().notification_undelivered("not_started")
         activity.logger.warning("notifications of %s not started: %s", stack, exc)
 
 
@@ -161,14 +163,19 @@ class NotifyActivities:
             async with httpx.AsyncClient(timeout=SEND_TIMEOUT, follow_redirects=False) as http:
                 answer = await http.post(target.url, content=body, headers=headers)
         except httpx.HTTPError as exc:
+            metrics.current().notification_attempt("unreachable")
             raise ApplicationError(
                 f"{target.name}: {type(exc).__name__}: {short(str(exc)) or 'no answer'}",
                 type="Unreachable",
                 non_retryable=False,
             ) from None
-        if 200 <= answer.status_code < 300:
-            return
         refused = 400 <= answer.status_code < 500 and answer.status_code not in (408, 429)
+        ok = 200 <= answer.status_code < 300
+        metrics.current().notification_attempt(
+            "delivered" if ok else "refused" if refused else "unavailable"
+        )
+        if ok:
+            return
         raise ApplicationError(
             f"{target.name}: answered HTTP {answer.status_code}",
             type="Refused" if refused else "Unavailable",
@@ -177,6 +184,7 @@ class NotifyActivities:
 
     @activity.defn(name="record_notification_failure")
     async def record_notification_failure(self, inp: FailureInput) -> None:
+        metrics.current().notification_undelivered("dead_lettered")
         with temporal_errors():
             failure = NotificationFailure(
                 project=inp.notice.project,

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 
 from temporalio import activity
 
+from stackflow import metrics
 from stackflow.activities.deps import Deps
 from stackflow.activities.errors import temporal_errors
 from stackflow.activities.events import current_run, record_events
@@ -38,7 +39,12 @@ class PolicyActivities:
     async def evaluate_policy(self, inp: PolicyInput) -> PolicyDecision:
         with temporal_errors():
             async with heartbeating("evaluate policies"):
-                decision = await asyncio.to_thread(self._evaluate, inp)
+                try:
+                    decision = await asyncio.to_thread(self._evaluate, inp)
+                except Exception:
+                    metrics.current().policy("error", len(inp.bundles))
+                    raise
+            metrics.current().policy(decision.outcome.value, len(inp.bundles))
             run = current_run()
             event = policy_decision(decision.model_dump(mode="json", exclude_none=True))
             keyed = await asyncio.to_thread(record_events, self.backend, inp.stack, run, [event])

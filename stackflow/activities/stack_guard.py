@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from temporalio import activity
 
+from stackflow import metrics
 from stackflow.activities.deps import Deps
 from stackflow.errors import FencedError, StackLockedError
 from stackflow.operation import RunOwner
@@ -79,7 +80,7 @@ class StackGuard:
             if lock is not None:
                 await self.recover_or_refuse(lock)
             try:
-                return await asyncio.to_thread(
+                release = await asyncio.to_thread(
                     lambda: self.backend.create(
                         stack,
                         operation,
@@ -91,12 +92,16 @@ class StackGuard:
                 )
             except StackLockedError:
                 continue  # taken meanwhile: look at the new holder
+            metrics.current().lock("acquired")
+            return release
+        metrics.current().lock("contended")
         raise StackLockedError(f"stack {stack}: too much contention for its lock")
 
     async def recover_or_refuse(self, lock: StackLock) -> None:
         """Close the release of a holder that has ended; refuse (naming it) one still open."""
         ended = await self.oracle.ended(lock)
         if ended is None:
+            metrics.current().lock("refused")
             holder = lock.holder()
             link = self.oracle.link(holder) if holder else None
             raise StackLockedError(
@@ -111,6 +116,7 @@ class StackGuard:
             self.backend.recover, lock, f"{ended}; recovered by the next operation"
         )
         if recovered:
+            metrics.current().lock("recovered")
             activity.logger.warning("recovered stack %s: %s", lock.stack, ended)
 
     async def write(self, run: RunRef, stack: StackRef, write: Callable[[], T]) -> T:
@@ -128,7 +134,9 @@ class StackGuard:
                 or await self.oracle.ended(lock) is None
                 or not await asyncio.to_thread(self.backend.transfer, lock, run)
             ):
+                metrics.current().lock("fenced")
                 raise
+            metrics.current().lock("taken_over")
             activity.logger.warning("%s took over %s from a closed run", run, lock.describe())
             return await asyncio.to_thread(write)
 

@@ -16,6 +16,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from stackflow import metrics
 from stackflow.activities.deps import Deps
 from stackflow.activities.errors import temporal_errors, to_application_error
 from stackflow.activities.events import EventSink, event_sink, record_events
@@ -347,6 +348,7 @@ class WalkActivities:
                 )
             keyed = await asyncio.to_thread(record_events, self.backend, inp.stack, run, events)
             await announce(self.backend, inp.stack, run, keyed)
+            metrics.current().runs_completed(release.operation, events)
             if release.phase == Phase.succeeded:
                 await asyncio.to_thread(self._cache_release, inp.stack, inp.revision)
 
@@ -358,6 +360,7 @@ class WalkActivities:
             run = calling_run()
             keyed = await asyncio.to_thread(record_events, self.backend, inp.stack, run, inp.events)
             await announce(self.backend, inp.stack, run, keyed)
+            metrics.current().runs_completed(None, inp.events)  # a preview's end
 
     def _cache_release(self, stack: StackRef, revision: int) -> None:
         """A succeeded release becomes the prior state the next diff reads (Redis)."""

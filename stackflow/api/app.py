@@ -19,10 +19,13 @@ from temporalio.client import Client
 from stackflow.api import problems
 from stackflow.api.auth import AuthUnavailable, TokenTable, bearer, load_tokens
 from stackflow.api.context import MAX_BODY_BYTES, ApiContext
+from stackflow.api.metrics import Metrics, sdk_runtime
 from stackflow.api.routes import router
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
+
+    from temporalio.runtime import MetricBuffer, Runtime
 
     from stackflow.state.backend import StateBackend
 
@@ -140,8 +143,10 @@ def create_app(
     *,
     task_queue: str | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
+    sdk_metrics: MetricBuffer | None = None,
 ) -> FastAPI:
-    """The API on Temporal (``connect`` makes its client on first use) and ``backend``."""
+    """The API on Temporal (``connect`` makes its client on first use) and ``backend``;
+    ``sdk_metrics``: the buffer of the SDK's metrics of that client (shown at /metrics)."""
     from stackflow.temporal_client import settings
 
     ctx = ApiContext(
@@ -150,6 +155,7 @@ def create_app(
         tokens=tokens,
         task_queue=task_queue or settings()[2],
         max_body_bytes=max_body_bytes,
+        metrics=Metrics(sdk_metrics),
     )
     app = FastAPI(
         title="stackflow",
@@ -172,14 +178,18 @@ def create_app(
     return app
 
 
-async def connect_temporal() -> Client:
-    """A client as the CLI makes one: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, the codec."""
+async def connect_temporal(runtime: Runtime | None = None) -> Client:
+    """A client as the CLI makes one: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, the codec (on
+    ``runtime``, else the CLI's quiet one)."""
     from stackflow.codec import data_converter
     from stackflow.temporal_client import quiet_runtime, settings
 
     address, namespace, _ = settings()
     return await Client.connect(
-        address, namespace=namespace, data_converter=data_converter(), runtime=quiet_runtime()
+        address,
+        namespace=namespace,
+        data_converter=data_converter(),
+        runtime=runtime or quiet_runtime(),
     )
 
 
@@ -187,6 +197,16 @@ def app_from_env(max_body_bytes: int = MAX_BODY_BYTES, **options: Any) -> FastAP
     from stackflow.config import default_backend
 
     tokens = load_tokens()
+    runtime, buffer = sdk_runtime()
+
+    async def connect() -> Client:
+        return await connect_temporal(runtime)
+
     return create_app(
-        connect_temporal, default_backend(), tokens, max_body_bytes=max_body_bytes, **options
+        connect,
+        default_backend(),
+        tokens,
+        max_body_bytes=max_body_bytes,
+        sdk_metrics=buffer,
+        **options,
     )

@@ -1,14 +1,52 @@
 """``GET /metrics``: the API's own counters in Prometheus' text format (0.0.4), kept in the
-process (each replica is scraped on its own). Labels name route templates, never a project,
-workspace or run id, so the endpoint needs no token and leaks no names."""
+process (each replica is scraped on its own), and the Temporal SDK's metrics of the API's
+client (``temporal_request``, ``temporal_request_latency``, …: the SDK records them in a
+:class:`~temporalio.runtime.MetricBuffer`, drained after each request and on each scrape).
+Labels name route templates and RPC names, never a project, workspace or run id, so the
+endpoint needs no token and leaks no names."""
 
 from __future__ import annotations
 
 import bisect
 import threading
 from collections import defaultdict
+from typing import TYPE_CHECKING
+
+from temporalio.runtime import (
+    BUFFERED_METRIC_KIND_COUNTER,
+    BUFFERED_METRIC_KIND_GAUGE,
+    BUFFERED_METRIC_KIND_HISTOGRAM,
+    BufferedMetricKind,
+    LoggingConfig,
+    MetricBuffer,
+    MetricBufferDurationFormat,
+    Runtime,
+    TelemetryConfig,
+    TelemetryFilter,
+)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+SDK_BUFFER = 20_000
+"""SDK metric updates held between drains (each Temporal call makes two or three)."""
+
+Labels = tuple[tuple[str, str], ...]
+
+
+def sdk_runtime() -> tuple[Runtime, MetricBuffer]:
+    """The API's Temporal runtime (core logs errors only, as the CLI's) recording the SDK's
+    metrics in a buffer this endpoint drains, durations in seconds."""
+    buffer = MetricBuffer(SDK_BUFFER, MetricBufferDurationFormat.SECONDS)
+    runtime = Runtime(
+        telemetry=TelemetryConfig(
+            logging=LoggingConfig(filter=TelemetryFilter(core_level="ERROR", other_level="ERROR")),
+            metrics=buffer,
+            attach_service_name=False,
+        )
+    )
+    return runtime, buffer
 
 
 def _labels(**values: str) -> str:
@@ -19,9 +57,71 @@ def _labels(**values: str) -> str:
     return "{" + inner + "}"
 
 
+class SdkMetrics:
+    """The SDK's buffered updates, folded: counters summed, gauges' last value, histograms
+    over :data:`BUCKETS`."""
+
+    def __init__(self, buffer: MetricBuffer) -> None:
+        self.buffer = buffer
+        self.help: dict[str, tuple[BufferedMetricKind, str]] = {}
+        self.counters: dict[tuple[str, Labels], float] = defaultdict(float)
+        self.gauges: dict[tuple[str, Labels], float] = {}
+        self.histograms: dict[tuple[str, Labels], list[float]] = {}
+        """Per series: the bucket counts, then the sum and the count."""
+
+    def drain(self) -> None:
+        for update in self.buffer.retrieve_updates():
+            metric = update.metric
+            kind, name = metric.kind, metric.name
+            self.help.setdefault(name, (kind, metric.description or name))
+            key = (name, _sorted(update.attributes))
+            value = float(update.value)
+            if kind == BUFFERED_METRIC_KIND_COUNTER:
+                self.counters[key] += value
+            elif kind == BUFFERED_METRIC_KIND_GAUGE:
+                self.gauges[key] = value
+            elif kind == BUFFERED_METRIC_KIND_HISTOGRAM:
+                series = self.histograms.setdefault(key, [0.0] * (len(BUCKETS) + 2))
+                for i in range(bisect.bisect_left(BUCKETS, value), len(BUCKETS)):
+                    series[i] += 1
+                series[-2] += value
+                series[-1] += 1
+
+    def render(self) -> list[str]:
+        lines: list[str] = []
+        types = {
+            BUFFERED_METRIC_KIND_COUNTER: "counter",
+            BUFFERED_METRIC_KIND_GAUGE: "gauge",
+            BUFFERED_METRIC_KIND_HISTOGRAM: "histogram",
+        }
+        for name, (kind, description) in sorted(self.help.items()):
+            lines += [
+                f"# HELP {name} {' '.join(description.split())}",
+                f"# TYPE {name} {types[kind]}",
+            ]
+            for (series, labels), value in sorted({**self.counters, **self.gauges}.items()):
+                if series == name:
+                    lines.append(f"{name}{_labels(**dict(labels))} {value:g}")
+            for (series, labels), counts in sorted(self.histograms.items()):
+                if series != name:
+                    continue
+                by = dict(labels)
+                for bound, n in zip(BUCKETS, counts, strict=False):
+                    lines.append(f"{name}_bucket{_labels(**by, le=f'{bound:g}')} {n:g}")
+                lines.append(f"{name}_bucket{_labels(**by, le='+Inf')} {counts[-1]:g}")
+                lines.append(f"{name}_sum{_labels(**by)} {counts[-2]:.6f}")
+                lines.append(f"{name}_count{_labels(**by)} {counts[-1]:g}")
+        return lines
+
+
+def _sorted(attributes: Mapping[str, object]) -> Labels:
+    return tuple(sorted((k, str(v)) for k, v in attributes.items()))
+
+
 class Metrics:
-    def __init__(self) -> None:
+    def __init__(self, sdk: MetricBuffer | None = None) -> None:
         self._lock = threading.Lock()
+        self._sdk = SdkMetrics(sdk) if sdk is not None else None
         self._requests: dict[tuple[str, str, str], int] = defaultdict(int)
         self._buckets: dict[tuple[str, str], list[int]] = {}
         self._sums: dict[tuple[str, str], float] = defaultdict(float)
@@ -38,10 +138,17 @@ class Metrics:
                 buckets[i] += 1
             self._sums[key] += seconds
             self._counts[key] += 1
+            if self._sdk is not None:
+                self._sdk.drain()
 
     def run_started(self, operation: str, created: bool) -> None:
         with self._lock:
             self._starts[(operation, "new" if created else "idempotent")] += 1
+
+    def run_refused(self, operation: str) -> None:
+        """A start that failed: invalid, a busy stack, Temporal or the backend unreachable."""
+        with self._lock:
+            self._starts[(operation, "refused")] += 1
 
     def render(self) -> str:
         lines = [
@@ -83,8 +190,8 @@ class Metrics:
                     + f" {count}"
                 )
             lines += [
-                "# HELP stackflow_api_runs_started_total Runs started (new) or found by their "
-                "Idempotency-Key (idempotent), by operation.",
+                "# HELP stackflow_api_runs_started_total Runs started (new), found by their "
+                "Idempotency-Key (idempotent) or refused, by operation.",
                 "# TYPE stackflow_api_runs_started_total counter",
             ]
             for (operation, kind), n in sorted(self._starts.items()):
@@ -93,4 +200,7 @@ class Metrics:
                     + _labels(operation=operation, kind=kind)
                     + f" {n}"
                 )
+            if self._sdk is not None:
+                self._sdk.drain()
+                lines += self._sdk.render()
         return "\n".join(lines) + "\n"

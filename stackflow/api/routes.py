@@ -121,7 +121,11 @@ async def start_run(
     """Start a run (as `stackflow preview|apply|destroy|rollback|refresh|drift check`)."""
     stack = StackRef(project, workspace)
     ctx = ctx_of(request)
-    started = await runs.start_run(ctx, stack, body, who.name, idempotency_key)
+    try:
+        started = await runs.start_run(ctx, stack, body, who.name, idempotency_key)
+    except Exception:
+        ctx.metrics.run_refused(body.operation.value)
+        raise
     ctx.metrics.run_started(body.operation.value, started.created)
     created = RunCreated(
         run_id=started.run_id,

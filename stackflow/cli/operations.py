@@ -379,8 +379,21 @@ def refresh(
 
 
 @app.command()
-def worker() -> None:
+def worker(
+    metrics_address: Annotated[
+        str | None,
+        typer.Option(
+            "--metrics-address",
+            envvar="STACKFLOW_METRICS_ADDRESS",
+            help="Serve Prometheus metrics (the Temporal SDK's and stackflow's) at "
+            "http://HOST:PORT/metrics, e.g. 127.0.0.1:9464 (default: none).",
+        ),
+    ] = None,
+) -> None:
     """Run a worker (as `python -m stackflow.worker`): TEMPORAL_ADDRESS, STACKFLOW_TASK_QUEUE, …"""
     import stackflow.worker as worker_module
+
+    if metrics_address:  # the worker reads its settings from the environment
+        os.environ["STACKFLOW_METRICS_ADDRESS"] = metrics_address
 
     worker_module.main()

@@ -15,6 +15,9 @@ TEMPORAL_CLI_VERSION="v1.9.1"
 ETCD_VERSION="v3.6.16"          # go.etcd.io/etcd/server/v3, built by the wrapper tools/gomod/etcd
 OPENTOFU_VERSION="v1.12.6"
 OPA_VERSION="v1.22.3"            # the policy gate's Rego engine (tools/gomod/opa)
+HELM_VERSION="v3.22.0"           # renders and lints deploy/helm/stackflow (tools/gomod/helm)
+KUBECONFORM_VERSION="v0.8.0"     # checks the rendered chart against offline schemas
+KEDA_VERSION="v2.21.0"           # only its ScaledObject CRD, from the module (tools/gomod/keda)
 KWOK_VERSION="v0.8.0"           # k8s.io libraries 0.36; fakes nodes for the 1.35-1.37 control planes
 
 # Kubernetes: one wrapper module per supported minor, tools/gomod/kubernetes/v<minor>/go.mod
@@ -48,6 +51,11 @@ KWOK_BIN_DIR="$(tool_dir kwok "$KWOK_VERSION")/bin"
 TOFU_BIN_DIR="$(tool_dir opentofu "$OPENTOFU_VERSION")/bin"
 OPA_BIN_DIR="$(tool_dir opa "$OPA_VERSION")/bin"
 TOOLS_PATH="$TEMPORAL_BIN_DIR:$ETCD_BIN_DIR:$KUBE_BIN_DIR:$KWOK_BIN_DIR:$TOFU_BIN_DIR:$OPA_BIN_DIR"
+# The Helm chart's tools: helm, kubeconform, and KEDA's CRDs (files, not binaries) under crds/.
+HELM_BIN_DIR="$(tool_dir helm "$HELM_VERSION")/bin"
+KUBECONFORM_BIN_DIR="$(tool_dir kubeconform "$KUBECONFORM_VERSION")/bin"
+KEDA_CRD_DIR="$(tool_dir keda "$KEDA_VERSION")/crds"
+TOOLS_PATH="$TOOLS_PATH:$HELM_BIN_DIR:$KUBECONFORM_BIN_DIR"
 
 # Loopback ports of the dev services.
 TEMPORAL_PORT="${STACKFLOW_TEMPORAL_PORT:-7233}"

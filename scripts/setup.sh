@@ -70,6 +70,7 @@ setup_go_tools() {
   go_env
   step "Go-built tools in $STACKFLOW_CACHE/tools (first build takes a while on 2 cores)"
   setup_temporal; setup_etcd; setup_kubernetes; setup_kwok; setup_opentofu; setup_opa
+  setup_helm; setup_kubeconform; setup_keda_crds
 }
 
 # The Temporal CLI through a wrapper module (tools/gomod/temporal: its cliext replace).
@@ -122,6 +123,44 @@ setup_opa() {
     bash -c "cd '$REPO_ROOT/tools/gomod/opa' && go build -ldflags '-s -w -X github.com/open-policy-agent/opa/v1/version.Version=${OPA_VERSION#v}' -o '$OPA_BIN_DIR/' github.com/open-policy-agent/opa"
 }
 
+# Helm (the chart's lint and render), with the version and the Kubernetes version it assumes for
+# `helm template` (.Capabilities.KubeVersion, from the client-go it is built with) stamped in as
+# Helm's own Makefile does.
+setup_helm() {
+  go_env
+  local kv
+  kv="$(awk '$1 == "k8s.io/client-go" {print $2}' "$REPO_ROOT/tools/gomod/helm/go.mod")"; kv="${kv#v0.}"; kv="${kv%%.*}"
+  go_tool helm "$HELM_VERSION-$(gomod_hash helm)" "$HELM_BIN_DIR" helm -- \
+    bash -c "cd '$REPO_ROOT/tools/gomod/helm' && go build -ldflags '-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.metadata= -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$kv -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$kv' -o '$HELM_BIN_DIR/' helm.sh/helm/v3/cmd/helm"
+}
+
+# kubeconform: validates the rendered chart offline (its schemas come from the dev
+# kube-apiserver's OpenAPI, scripts/kube_schemas.py; it never downloads any).
+setup_kubeconform() {
+  go_env
+  go_tool kubeconform "$KUBECONFORM_VERSION-$(gomod_hash kubeconform)" "$KUBECONFORM_BIN_DIR" kubeconform -- \
+    bash -c "cd '$REPO_ROOT/tools/gomod/kubeconform' && go build -ldflags '-s -w -X main.version=$KUBECONFORM_VERSION' -o '$KUBECONFORM_BIN_DIR/' github.com/yannh/kubeconform/cmd/kubeconform"
+}
+
+# KEDA's CRDs (ScaledObject, TriggerAuthentication, ...) copied from its module's zip (checked
+# against tools/gomod/keda/go.sum; nothing is built): the chart's optional ScaledObjects are
+# validated against them.
+setup_keda_crds() {
+  go_env
+  local stamp="${KEDA_CRD_DIR%/crds}/stamp" value
+  value="$KEDA_VERSION-$(gomod_hash keda)"
+  if [ -f "$KEDA_CRD_DIR/keda.sh_scaledobjects.yaml" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$value" ]; then
+    ok "keda CRDs $value cached"; return
+  fi
+  local dir
+  dir="$(cd "$REPO_ROOT/tools/gomod/keda" && go mod download github.com/kedacore/keda/v2 && go list -m -f '{{.Dir}}' github.com/kedacore/keda/v2)" \
+    || die "downloading the KEDA module $KEDA_VERSION failed"
+  mkdir -p "$KEDA_CRD_DIR"
+  install -m 0644 "$dir"/config/crd/bases/keda.sh_*.yaml "$KEDA_CRD_DIR/"
+  printf '%s' "$value" > "$stamp"
+  ok "keda CRDs $value in $KEDA_CRD_DIR"
+}
+
 setup_terraform_config() {
   step "OpenTofu offline CLI config ($TF_CLI_CONFIG)"
   mkdir -p "$TF_MIRROR_DIR" "$TF_PLUGIN_CACHE_DIR"
@@ -170,7 +209,7 @@ main() {
   local t0=$SECONDS steps=("$@")
   [ ${#steps[@]} -gt 0 ] || steps=(apt python go_tools terraform_config terraform_providers)
   for s in "${steps[@]}"; do
-    declare -F "setup_${s//-/_}" >/dev/null || die "unknown setup step '$s' (apt, python, go-tools or one of temporal, etcd, kubernetes, kwok, opentofu, opa; terraform-config, terraform-providers)"
+    declare -F "setup_${s//-/_}" >/dev/null || die "unknown setup step '$s' (apt, python, go-tools or one of temporal, etcd, kubernetes, kwok, opentofu, opa, helm, kubeconform, keda-crds; terraform-config, terraform-providers)"
     "setup_${s//-/_}"
   done
   step "setup done in $((SECONDS - t0))s"

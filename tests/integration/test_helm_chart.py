@@ -1,0 +1,388 @@
+"""The Helm chart (deploy/helm/stackflow) with the real tools and the dev kube-apiserver.
+
+`helm lint`, then `helm template` with the default values and with every optional part on
+(ci/all-values.yaml: all four workers, metrics, KEDA ScaledObjects and an HPA, kubeconfigs,
+codec OIDC), each render checked by `kubeconform -strict` against schemas written from the dev
+API server's own OpenAPI (scripts/kube_schemas.py; KEDA's ScaledObject from its CRD in the
+KEDA module) and by `kubectl apply --dry-run=server --validate=strict` into a namespace made
+for the test (the ScaledObject CRD installed for it, unless the cluster has it, and removed
+after). Then properties of the rendered objects: security contexts, one runtime per worker,
+RBAC for the Kubernetes worker only, no secret value anywhere, the grace period.
+
+helm, kubeconform and the KEDA CRDs come from `scripts/setup.sh` (helm, kubeconform,
+keda-crds); where scripts/lib.sh puts them is asked from scripts/lib.sh itself.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from stackflow.workflows.common import RESOURCE_HEARTBEAT
+from tests.integration.conftest import REPO, require_env
+
+pytestmark = pytest.mark.integration
+
+CHART = REPO / "deploy" / "helm" / "stackflow"
+ALL_VALUES = CHART / "ci" / "all-values.yaml"
+RUNTIMES = ("kubernetes", "terraform", "onprem")
+SCHEMA_LOCATION = "{{ .ResourceKind }}{{ .KindSuffix }}.json"
+Obj = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Tools:
+    helm: str
+    kubeconform: str
+    kubectl: str
+    keda_crd: Path
+
+
+@dataclass(frozen=True)
+class Render:
+    text: str
+    objects: list[Obj]
+
+    def of_kind(self, kind: str) -> list[Obj]:
+        return [o for o in self.objects if o["kind"] == kind]
+
+    def named(self, kind: str, name: str) -> Obj:
+        [found] = [o for o in self.of_kind(kind) if o["metadata"]["name"] == name]
+        return found
+
+
+def run(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=REPO)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{' '.join(args[:3])}… exit {proc.returncode}: {proc.stderr}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def tools() -> Tools:
+    lib = run(
+        "bash",
+        "-c",
+        'source scripts/lib.sh && printf "%s\\n" "$HELM_BIN_DIR" "$KUBECONFORM_BIN_DIR" '
+        '"$KEDA_CRD_DIR"',
+    ).stdout.split()
+    helm, kubeconform = f"{lib[0]}/helm", f"{lib[1]}/kubeconform"
+    keda_crd = Path(lib[2]) / "keda.sh_scaledobjects.yaml"
+    for path in (helm, kubeconform, keda_crd):
+        if not Path(path).exists():
+            pytest.fail(
+                f"{path} is missing: run `scripts/setup.sh helm kubeconform keda-crds` "
+                "(or `make setup`)",
+                pytrace=False,
+            )
+    return Tools(helm, kubeconform, require_env("STACKFLOW_KUBECTL"), keda_crd)
+
+
+@pytest.fixture(scope="module")
+def namespace(tools: Tools) -> Iterator[str]:
+    require_env("KUBECONFIG")
+    name = f"helm-chart-{uuid.uuid4().hex[:8]}"
+    run(tools.kubectl, "create", "namespace", name)
+    yield name
+    run(tools.kubectl, "delete", "namespace", name, "--wait=false", check=False)
+
+
+def helm_template(tools: Tools, namespace: str, *args: str) -> Render:
+    text = run(tools.helm, "template", "rel", str(CHART), "--namespace", namespace, *args).stdout
+    return Render(text, [o for o in yaml.safe_load_all(text) if o])
+
+
+@pytest.fixture(scope="module")
+def renders(tools: Tools, namespace: str) -> dict[str, Render]:
+    return {
+        "default": helm_template(tools, namespace),
+        # RoleBindings in the test's namespace (ClusterRoleBinding: the default render)
+        "all": helm_template(
+            tools,
+            namespace,
+            "-f",
+            str(ALL_VALUES),
+            "--set",
+            f"workers.kubernetes.rbac.namespaces={{{namespace}}}",
+        ),
+    }
+
+
+@pytest.fixture(scope="module")
+def schemas(tools: Tools, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("kube-schemas")
+    script = str(REPO / "scripts" / "kube_schemas.py")
+    run(
+        sys.executable,
+        script,
+        "--out",
+        str(out),
+        "--kubectl",
+        tools.kubectl,
+        "--crd",
+        str(tools.keda_crd),
+    )
+    return out
+
+
+@pytest.fixture(scope="module")
+def scaledobject_crd(tools: Tools) -> Iterator[None]:
+    name = "scaledobjects.keda.sh"
+    there = run(tools.kubectl, "get", "crd", name, check=False).returncode == 0
+    if not there:
+        run(tools.kubectl, "apply", "--server-side", "-f", str(tools.keda_crd))
+        run(tools.kubectl, "wait", "--for=condition=Established", f"crd/{name}", "--timeout=30s")
+    yield
+    if not there:
+        run(tools.kubectl, "delete", "crd", name, "--wait=false", check=False)
+
+
+def test_helm_lint_passes_with_default_and_all_values(tools: Tools) -> None:
+    for extra in ([], ["-f", str(ALL_VALUES)]):
+        proc = run(tools.helm, "lint", "--strict", str(CHART), *extra)
+        assert "1 chart(s) linted, 0 chart(s) failed" in proc.stdout, proc.stdout
+
+
+def test_both_renders_pass_kubeconform_strict(
+    tools: Tools, renders: dict[str, Render], schemas: Path, tmp_path: Path
+) -> None:
+    def kubeconform(path: Path) -> Obj:
+        proc = run(
+            tools.kubeconform,
+            "-strict",
+            "-summary",
+            "-output",
+            "json",
+            "-schema-location",
+            str(schemas / SCHEMA_LOCATION),
+            str(path),
+            check=False,
+        )
+        report: Obj = json.loads(proc.stdout)
+        return report
+
+    for name, render in renders.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(render.text)
+        summary = kubeconform(path)["summary"]
+        assert summary == {"valid": len(render.objects), "invalid": 0, "errors": 0, "skipped": 0}, (
+            name,
+            kubeconform(path),
+        )
+    assert len(renders["all"].of_kind("ScaledObject")) == 3  # checked against KEDA's CRD too
+
+    # the schemas are strict: one unknown field in a pod spec and one in a ScaledObject fail
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(
+        renders["all"]
+        .text.replace("enableServiceLinks: false", "enableServiceLinks: false\n      bogus: 1", 1)
+        .replace("  pollingInterval: 15", "  pollingInterval: 15\n  bogus: 1", 1)
+    )
+    report = kubeconform(bad)
+    assert report["summary"]["invalid"] == 2, report
+    assert all("additional properties 'bogus' not allowed" in r["msg"] for r in report["resources"])
+
+
+def test_both_renders_pass_a_server_side_dry_run(
+    tools: Tools,
+    renders: dict[str, Render],
+    namespace: str,
+    scaledobject_crd: None,
+    tmp_path: Path,
+) -> None:
+    for name, render in renders.items():
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(render.text)
+        proc = run(
+            tools.kubectl,
+            "apply",
+            "--dry-run=server",
+            "--validate=strict",
+            "--namespace",
+            namespace,
+            "-f",
+            str(path),
+        )
+        accepted = [line for line in proc.stdout.splitlines() if line.endswith("(server dry run)")]
+        assert len(accepted) == len(render.objects), (name, proc.stdout)
+        assert "Warning" not in proc.stderr, (name, proc.stderr)
+
+
+def deployments(render: Render) -> dict[str, Obj]:
+    return {
+        d["metadata"]["labels"]["app.kubernetes.io/component"]: d
+        for d in render.of_kind("Deployment")
+    }
+
+
+def test_every_deployment_runs_unprivileged_on_a_read_only_root(
+    renders: dict[str, Render],
+) -> None:
+    assert set(deployments(renders["default"])) == {"worker", "worker-kubernetes", "api", "codec"}
+    assert set(deployments(renders["all"])) == {
+        "worker",
+        *(f"worker-{r}" for r in RUNTIMES),
+        "api",
+        "codec",
+    }
+    for render in renders.values():
+        for component, deployment in deployments(render).items():
+            pod = deployment["spec"]["template"]["spec"]
+            assert pod["securityContext"]["runAsNonRoot"] is True, component
+            assert pod["securityContext"]["runAsUser"] == 10001, component
+            assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+            empty_dirs = {v["name"] for v in pod["volumes"] if "emptyDir" in v}
+            [container] = pod["containers"]
+            sc = container["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True, component
+            assert sc["allowPrivilegeEscalation"] is False, component
+            assert sc["capabilities"] == {"drop": ["ALL"]}, component
+            assert sc["seccompProfile"] == {"type": "RuntimeDefault"}, component
+            mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+            assert mounts["/data/stackflow"] in empty_dirs and mounts["/tmp"] in empty_dirs
+            env = {e["name"]: e.get("value") for e in container["env"]}
+            assert env["STACKFLOW_HOME"] == "/data/stackflow", component
+            assert env["STACKFLOW_ENCRYPTION_KEY_FILE"] == "/etc/stackflow/keys/keys.yaml"
+            # the API and codec always probe over HTTP; workers only with metrics on
+            probes = {k: container.get(k) for k in ("livenessProbe", "readinessProbe")}
+            if component in ("api", "codec") or render is renders["all"]:
+                assert all(p and "httpGet" in p for p in probes.values()), component
+            else:
+                assert probes == {"livenessProbe": None, "readinessProbe": None}, component
+
+
+def test_each_worker_serves_one_runtime_queue_with_only_its_own_access(
+    renders: dict[str, Render],
+) -> None:
+    render = renders["all"]
+    workers = {c: d for c, d in deployments(render).items() if c.startswith("worker")}
+    scaled = {o["spec"]["scaleTargetRef"]["name"]: o for o in render.of_kind("ScaledObject")}
+    for component, deployment in workers.items():
+        runtime = component.removeprefix("worker-") if "-" in component else "main"
+        pod = deployment["spec"]["template"]["spec"]
+        [container] = pod["containers"]
+        assert container["args"] == ["stackflow", "worker", "--runtimes", runtime]
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["STACKFLOW_RUNTIME_QUEUES"] == "on"
+        assert env["STACKFLOW_TASK_QUEUE"] == "stackflow"
+        assert env["STACKFLOW_METRICS_ADDRESS"] == "0.0.0.0:9464"
+        assert container["livenessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}
+        assert pod["automountServiceAccountToken"] is (runtime == "kubernetes")
+        assert ("STACKFLOW_ONPREM_ROOTS" in env) is (runtime == "onprem")
+        assert ("STACKFLOW_TF_BIN" in env) is (runtime == "terraform")
+        name = deployment["metadata"]["name"]
+        if runtime == "onprem":  # an HPA, the others KEDA on their own queue's backlog
+            assert render.named("HorizontalPodAutoscaler", name)
+            assert "replicas" not in deployment["spec"]
+            continue
+        trigger = scaled[name]["spec"]["triggers"][0]
+        queue = "stackflow" if runtime == "main" else f"stackflow-{runtime}"
+        assert trigger["type"] == "temporal"
+        assert trigger["metadata"]["taskQueue"] == queue
+        assert trigger["metadata"]["queueTypes"] == (
+            "workflow,activity" if runtime == "main" else "activity"
+        )
+        assert "replicas" not in deployment["spec"]  # the autoscaler owns it
+    # RBAC: bound to the Kubernetes worker's ServiceAccount only
+    for binding in render.of_kind("RoleBinding") + renders["default"].of_kind("ClusterRoleBinding"):
+        [subject] = binding["subjects"]
+        assert subject["name"] == "rel-stackflow-worker-kubernetes"
+    accounts = {a["metadata"]["name"]: a for a in render.of_kind("ServiceAccount")}
+    assert len(accounts) == 6
+    for name, account in accounts.items():
+        assert account["automountServiceAccountToken"] is name.endswith("worker-kubernetes")
+    [role] = renders["default"].of_kind("ClusterRole")
+    verbs = {v for rule in role["rules"] for v in rule["verbs"]}
+    assert verbs == {"get", "list", "create", "patch", "delete"}
+    assert not any("rbac.authorization.k8s.io" in rule["apiGroups"] for rule in role["rules"])
+
+
+SENSITIVE_ENV = re.compile(r"(STATE_URL|REDIS_URL|TOKEN|PASSWORD|SECRET|CREDENTIALS)$|_KEY$")
+
+
+def test_no_secret_values_are_rendered(
+    tools: Tools, renders: dict[str, Render], namespace: str
+) -> None:
+    for name, render in renders.items():
+        assert not render.of_kind("Secret"), name
+        assert not re.search(r"(postgres(ql)?|redis)://", render.text), name
+        for deployment in render.of_kind("Deployment"):
+            [container] = deployment["spec"]["template"]["spec"]["containers"]
+            for env in container["env"]:
+                if SENSITIVE_ENV.search(env["name"]):
+                    assert set(env) == {"name", "valueFrom"}, (name, env)
+                    assert "secretKeyRef" in env["valueFrom"], (name, env)
+    # nowhere to put one: a value beside a Secret's name is refused by the values schema
+    proc = run(
+        tools.helm,
+        "template",
+        "rel",
+        str(CHART),
+        "--namespace",
+        namespace,
+        "--set",
+        "secrets.stateUrl.value=postgresql://u:pw@db/stackflow",
+        check=False,
+    )
+    assert proc.returncode != 0
+    assert "additional properties 'value' not allowed" in proc.stderr, proc.stderr
+    assert "pw@db" not in proc.stdout
+
+
+def test_grace_period_outlasts_the_heartbeat_and_the_graceful_shutdown(
+    renders: dict[str, Render],
+) -> None:
+    source = (REPO / "stackflow" / "worker.py").read_text()
+    found = re.search(r"graceful_shutdown_timeout=timedelta\(seconds=(\d+)\)", source)
+    assert found, "stackflow/worker.py: graceful_shutdown_timeout=timedelta(seconds=N) not found"
+    floor = RESOURCE_HEARTBEAT.total_seconds() + int(found.group(1))
+    assert floor == 25  # what values.yaml and values.schema.json say
+    for render in renders.values():
+        for component, deployment in deployments(render).items():
+            if component.startswith("worker"):
+                grace = deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+                assert grace > floor, (component, grace)
+    assert (
+        deployments(renders["all"])["worker-terraform"]["spec"]["template"]["spec"][
+            "terminationGracePeriodSeconds"
+        ]
+        == 120
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "error"),
+    [
+        (["--set", "workers.main.replicaz=2"], "additional properties 'replicaz' not allowed"),
+        (["--set", "api.bogus=1"], "additional properties 'bogus' not allowed"),
+        (["--set", "metrics.bogus=1"], "additional properties 'bogus' not allowed"),
+        (["--set", "terminationGracePeriodSeconds=25"], "minimum: got 25, want 26"),
+        (
+            ["--set", "workers.kubernetes.terminationGracePeriodSeconds=20"],
+            "minimum: got 20, want 26",
+        ),
+        (
+            ["--set", "secrets.codecToken.name="],
+            "codec: set secrets.codecToken.name or codec.oidc",
+        ),
+        (["--set", "workers.kubernetes.autoscaling.kind=vpa"], "value must be one of"),
+        (
+            ["--set", "workers.kubernetes.kubeconfigs.default=prod.yaml"],
+            "kubeconfigs.default names a key of kubeconfigs.secretName, which is not set",
+        ),
+    ],
+)
+def test_values_are_checked(tools: Tools, args: list[str], error: str) -> None:
+    proc = run(tools.helm, "template", "rel", str(CHART), *args, check=False)
+    assert proc.returncode != 0
+    assert error in proc.stderr, proc.stderr

@@ -11,15 +11,18 @@ backend's schema, registers everything, and shuts down gracefully on SIGTERM/SIG
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 
 from temporalio.client import Client
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.runtime import Runtime
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkerDeploymentConfig
 
 from stackflow import metrics
 from stackflow.activities import WorkerActivities
@@ -29,11 +32,17 @@ from stackflow.config import default_backend, stackflow_home
 from stackflow.crypto import KeyRing
 from stackflow.operation import TASK_QUEUE_DEFAULT
 from stackflow.policy import worker_policy
+from stackflow.runtime_queues import RoutingError, serving
 from stackflow.runtimes.registry import RuntimeRegistry, default_registry
 from stackflow.state.backend import StateBackend, redact_url
 from stackflow.workflows.catalog import ALL_WORKFLOWS
 
 log = logging.getLogger("stackflow.worker")
+DEPLOYMENT_VAR = "STACKFLOW_WORKER_DEPLOYMENT"
+BUILD_VAR = "STACKFLOW_WORKER_BUILD_ID"
+GRACEFUL_SHUTDOWN = timedelta(seconds=10)
+"""On SIGTERM, in-flight activities get this long to finish before they are cancelled
+(and retried on another worker); a pod's grace period must be longer."""
 
 
 @dataclass(frozen=True)
@@ -43,6 +52,9 @@ class WorkerSettings:
     task_queue: str
     redis_url: str | None
     metrics_address: str | None = None
+    deployment: WorkerDeploymentVersion | None = None
+    """Worker Versioning: this worker's deployment and build (``STACKFLOW_WORKER_DEPLOYMENT``
+    and ``STACKFLOW_WORKER_BUILD_ID``; unset: an unversioned worker)."""
 
     @classmethod
     def from_env(cls) -> WorkerSettings:
@@ -52,7 +64,22 @@ class WorkerSettings:
             task_queue=os.environ.get("STACKFLOW_TASK_QUEUE", TASK_QUEUE_DEFAULT),
             redis_url=os.environ.get("REDIS_URL") or None,
             metrics_address=os.environ.get(metrics.ADDRESS_ENV) or None,
+            deployment=deployment_version(os.environ),
         )
+
+
+def deployment_version(environ: Mapping[str, str]) -> WorkerDeploymentVersion | None:
+    """The Worker Versioning version the environment names (both variables, or neither)."""
+    name = environ.get(DEPLOYMENT_VAR, "").strip()
+    build = environ.get(BUILD_VAR, "").strip()
+    if not name and not build:
+        return None
+    if not name or not build or "." in name:
+        raise RoutingError(
+            f"{DEPLOYMENT_VAR} and {BUILD_VAR} go together (a deployment name without '.', "
+            "and the build id of this worker's code, e.g. its image tag)"
+        )
+    return WorkerDeploymentVersion(deployment_name=name, build_id=build)
 
 
 async def connect(
@@ -76,50 +103,87 @@ def build_activities(
     redis_url: str | None,
     registry: RuntimeRegistry | None = None,
     backend: StateBackend | None = None,
+    only: frozenset[str] | None = None,
 ) -> WorkerActivities:
     backend = backend or default_backend(migrate=True)
     return WorkerActivities.create(
-        registry=registry or default_registry(backend),
+        registry=registry or default_registry(backend, only),
         backend=backend,
         cache=PriorStateCache(redis_url, backend),
     )
 
 
 def build_worker(
-    client: Client, task_queue: str, activities: WorkerActivities, max_concurrent: int = 64
+    client: Client,
+    task_queue: str,
+    activities: WorkerActivities,
+    max_concurrent: int = 64,
+    workflows: bool = True,
+    deployment: WorkerDeploymentVersion | None = None,
 ) -> Worker:
+    """A Temporal worker of ``task_queue``: the workflows and every activity (a runtime's
+    own queue: its activities only, no workflows). With a ``deployment`` version, runs are
+    PINNED to the build they started on: a run waiting hours for approval finishes on the
+    code that made its preview; a new build takes new runs once it is made current."""
+    versioning = (
+        WorkerDeploymentConfig(
+            version=deployment,
+            use_worker_versioning=True,
+            default_versioning_behavior=VersioningBehavior.PINNED,
+        )
+        if deployment is not None
+        else None
+    )
     return Worker(
         client,
         task_queue=task_queue,
-        workflows=ALL_WORKFLOWS,
-        activities=activities.all(),
+        workflows=ALL_WORKFLOWS if workflows else [],
+        activities=activities.all() if workflows else activities.runtime_calls(),
         max_concurrent_activities=max_concurrent,
-        graceful_shutdown_timeout=timedelta(seconds=10),
+        graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
+        deployment_config=versioning,
     )
 
 
-async def run(settings: WorkerSettings) -> None:
+async def run(settings: WorkerSettings, runtimes: str | None = None) -> None:
     policy = worker_policy()  # a bad policy or key setting stops the worker here, not later
     KeyRing.from_env()
     # one endpoint: the SDK's metrics and stackflow's, on the runtime the client connects with
     runtime = (
         metrics.prometheus_runtime(settings.metrics_address) if settings.metrics_address else None
     )
+    serves = serving(settings.task_queue, runtimes)
     client = await connect(settings.address, settings.namespace, runtime=runtime)
-    activities = build_activities(settings.redis_url)
+    activities = build_activities(settings.redis_url, only=serves.types)
     if runtime is not None:
         metrics.install(runtime.metric_meter, activities.registry.types())
-    worker = build_worker(client, settings.task_queue, activities)
+    workers = [
+        build_worker(
+            client,
+            queue,
+            activities,
+            workflows=queue == settings.task_queue,
+            deployment=settings.deployment,
+        )
+        for queue in serves.task_queues(settings.task_queue)
+    ]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with worker:
+    async with contextlib.AsyncExitStack() as running:
+        for worker in workers:
+            await running.enter_async_context(worker)
+        queues = ", ".join(repr(q) for q in serves.task_queues(settings.task_queue))
+        built = "all" if serves.types is None else ",".join(sorted(serves.types)) or "none"
+        build = settings.deployment.to_canonical_string() if settings.deployment else "unversioned"
         print(
-            f"stackflow worker ready: task queue {settings.task_queue!r} on {settings.address} "
+            f"stackflow worker ready: task queue {queues} on {settings.address} "
             f"(namespace {settings.namespace}, state {redact_url(activities.backend.url)}, "
             f"home {stackflow_home()}, payloads "
-            f"{'encrypted' if KeyRing.from_env() else 'NOT encrypted (no key configured)'})",
+            f"{'encrypted' if KeyRing.from_env() else 'NOT encrypted (no key configured)'}, "
+            f"runtimes {built}, "
+            f"build {build})",
             flush=True,
         )
         print(f"stackflow worker policy: {policy.summary()}", flush=True)
@@ -133,10 +197,11 @@ async def run(settings: WorkerSettings) -> None:
     activities.backend.close()
 
 
-def main() -> None:
+def main(runtimes: str | None = None) -> None:
+    """``runtimes``: what ``--runtimes`` says (else ``STACKFLOW_WORKER_RUNTIMES``, else all)."""
     os.umask(0o077)  # every file and directory the worker writes: 0600 / 0700
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    asyncio.run(run(WorkerSettings.from_env()))
+    asyncio.run(run(WorkerSettings.from_env(), runtimes))
 
 
 if __name__ == "__main__":

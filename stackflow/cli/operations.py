@@ -380,6 +380,15 @@ def refresh(
 
 @app.command()
 def worker(
+    runtimes: Annotated[
+        str | None,
+        typer.Option(
+            "--runtimes",
+            help="What this worker serves: 'all' (default), or a comma list of main (workflows "
+            "and bookkeeping), kubernetes, terraform, onprem; a list needs "
+            "STACKFLOW_RUNTIME_QUEUES=on on every worker. Env: STACKFLOW_WORKER_RUNTIMES.",
+        ),
+    ] = None,
     metrics_address: Annotated[
         str | None,
         typer.Option(
@@ -396,4 +405,4 @@ def worker(
     if metrics_address:  # the worker reads its settings from the environment
         os.environ["STACKFLOW_METRICS_ADDRESS"] = metrics_address
 
-    worker_module.main()
+    worker_module.main(runtimes)

@@ -17,11 +17,13 @@ binding a source never makes a worker read a repository its operator did not off
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import posixpath
 import re
 import threading
+from collections.abc import Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -204,95 +206,158 @@ def _cache_lock(key: str) -> threading.Lock:
         return _locks.setdefault(key, threading.Lock())
 
 
+def _refs(found: Any) -> dict[bytes, bytes]:
+    return {bytes(name): bytes(sha) for name, sha in dict(found).items() if sha is not None}
+
+
+def _fetch(url: str, repo: Any, any_local: bool = False) -> dict[bytes, bytes]:
+    """Fetch ``url`` into ``repo`` (a local repository only inside the worker's roots,
+    unless ``any_local``: the CLI on its user's machine); the remote's refs. SpecError when
+    refused; SourceUnavailable when it cannot be reached."""
+    import urllib3
+    from dulwich.client import HTTPUnauthorized, LocalGitClient, get_transport_and_path
+    from dulwich.errors import GitProtocolError, HangupException, NotGitRepository
+
+    if any_local and urlsplit(url).scheme == "file":
+        local: str | None = urlsplit(url).path
+    else:
+        local = local_repository(url)
+    if local is not None:
+        try:
+            return _refs(LocalGitClient().fetch(local, repo).refs)
+        except (NotGitRepository, OSError) as err:
+            text = " ".join(str(err).split())[:300]
+            raise SpecError(f"git source {url}: {text}") from None
+    username, password = _credentials(url)
+    client, path = get_transport_and_path(
+        url,
+        username=username,
+        password=password,
+        pool_manager=urllib3.PoolManager(
+            timeout=urllib3.Timeout(connect=FETCH_CONNECT, read=FETCH_READ), retries=False
+        ),
+    )
+    try:
+        return _refs(client.fetch(path, repo).refs)
+    except HTTPUnauthorized:
+        raise SpecError(
+            f"git source {url}: the host refused the credentials "
+            f"({CREDENTIALS_ENV} of the worker names them)"
+        ) from None
+    except (
+        GitProtocolError,
+        HangupException,
+        NotGitRepository,
+        OSError,
+        urllib3.exceptions.HTTPError,
+    ) as err:
+        text = " ".join(str(err).split())[:300]
+        raise SourceUnavailable(f"git source {url}: {text}") from None
+
+
+@contextlib.contextmanager
+def _cached_repo(url: str, cache: Path) -> Iterator[Any]:
+    """The bare repository caching ``url`` under ``cache`` (locked while in use)."""
+    from dulwich.repo import Repo
+
+    key = hashlib.sha256(url.encode()).hexdigest()[:32]
+    where = cache / f"{key}.git"
+    with _cache_lock(key):
+        where.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        repo = Repo(str(where)) if where.exists() else Repo.init_bare(str(where), mkdir=True)
+        try:
+            yield repo
+        finally:
+            repo.close()
+
+
+def _tree_of(repo: Any, url: str, commit_hex: str) -> Any:
+    from dulwich.objects import Commit, Tree
+
+    store: Any = repo.object_store
+    commit_id = commit_hex.encode()
+    if commit_id not in store:
+        raise SpecError(f"git source {url}: commit {commit_hex} is not in the repository")
+    commit = store[commit_id]
+    if not isinstance(commit, Commit):
+        raise SpecError(f"git source {url}: {commit_hex} is not a commit")
+    tree = repo[commit.tree]
+    assert isinstance(tree, Tree)
+    return tree
+
+
+def _text(url: str, path: str, blob: Any) -> str:
+    if blob.raw_length() > SPEC_FILE_LIMIT:
+        raise SpecError(f"git source {url}: {path} is over {SPEC_FILE_LIMIT // (1024 * 1024)} MiB")
+    try:
+        return str(blob.as_raw_string().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise SpecError(f"git source {url}: {path} is not UTF-8 text") from None
+
+
 def read_spec_file(source: SourceRef, cache: Path) -> str:
     """The text of ``source.path`` at ``source.commit``, fetched into a bare repository
     cached under ``cache`` when the commit is not there yet. SpecError for a missing commit
     or file (naming it); SourceUnavailable when the repository cannot be reached."""
-    import urllib3
-    from dulwich.client import HTTPUnauthorized, LocalGitClient, get_transport_and_path
-    from dulwich.errors import GitProtocolError, HangupException, NotGitRepository
-    from dulwich.objects import Blob, Commit, Tree
-    from dulwich.repo import Repo
+    from dulwich.objects import Blob, Tree
 
-    key = hashlib.sha256(source.url.encode()).hexdigest()[:32]
-    where = cache / f"{key}.git"
-    commit_id = source.commit.encode()
-    with _cache_lock(key):
-        where.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        repo = Repo(str(where)) if where.exists() else Repo.init_bare(str(where), mkdir=True)
-        store: Any = repo.object_store
-        try:
-            local = local_repository(source.url)
-            if commit_id not in store and local is not None:
-                try:
-                    LocalGitClient().fetch(local, repo)
-                except (NotGitRepository, OSError) as err:
-                    text = " ".join(str(err).split())[:300]
-                    raise SpecError(f"git source {source.url}: {text}") from None
-            elif commit_id not in store:
-                username, password = _credentials(source.url)
-                client, path = get_transport_and_path(
-                    source.url,
-                    username=username,
-                    password=password,
-                    pool_manager=urllib3.PoolManager(
-                        timeout=urllib3.Timeout(connect=FETCH_CONNECT, read=FETCH_READ),
-                        retries=False,
-                    ),
-                )
-                try:
-                    client.fetch(path, repo)
-                except HTTPUnauthorized:
-                    raise SpecError(
-                        f"git source {source.url}: the host refused the credentials "
-                        f"({CREDENTIALS_ENV} of the worker names them)"
-                    ) from None
-                except (
-                    GitProtocolError,
-                    HangupException,
-                    NotGitRepository,
-                    OSError,
-                    urllib3.exceptions.HTTPError,
-                ) as err:
-                    text = " ".join(str(err).split())[:300]
-                    raise SourceUnavailable(f"git source {source.url}: {text}") from None
-            if commit_id not in store:
+    with _cached_repo(source.url, cache) as repo:
+        local_repository(source.url)  # a local source is read only inside the roots, cached or not
+        if source.commit.encode() not in repo.object_store:
+            _fetch(source.url, repo)
+        tree = _tree_of(repo, source.url, source.commit)
+        parts = source.path.split("/")
+        for part in parts:
+            try:
+                _, sha = tree[part.encode()]
+            except KeyError:
                 raise SpecError(
-                    f"git source {source.url}: commit {source.commit} is not in the repository"
-                )
-            commit = store[commit_id]
-            if not isinstance(commit, Commit):
-                raise SpecError(f"git source {source.url}: {source.commit} is not a commit")
-            tree = repo[commit.tree]
-            assert isinstance(tree, Tree)
-            for part in source.path.split("/"):
-                try:
-                    _, sha = tree[part.encode()]
-                except KeyError:
-                    raise SpecError(
-                        f"git source {source.url}: {source.path} is not in commit "
-                        f"{source.commit[:12]}"
-                    ) from None
-                found = repo[sha]
-                if isinstance(found, Tree):
-                    tree = found
-                    continue
-                if not isinstance(found, Blob) or part != source.path.split("/")[-1]:
-                    raise SpecError(f"git source {source.url}: {source.path} is not a file")
-                if found.raw_length() > SPEC_FILE_LIMIT:
-                    raise SpecError(
-                        f"git source {source.url}: {source.path} is over "
-                        f"{SPEC_FILE_LIMIT // (1024 * 1024)} MiB"
-                    )
-                try:
-                    return found.as_raw_string().decode("utf-8")
-                except UnicodeDecodeError:
-                    raise SpecError(
-                        f"git source {source.url}: {source.path} is not UTF-8 text"
-                    ) from None
-            raise SpecError(f"git source {source.url}: {source.path} is a directory")
-        finally:
-            repo.close()
+                    f"git source {source.url}: {source.path} is not in commit {source.commit[:12]}"
+                ) from None
+            found = repo[sha]
+            if isinstance(found, Tree):
+                tree = found
+                continue
+            if not isinstance(found, Blob) or part != parts[-1]:
+                raise SpecError(f"git source {source.url}: {source.path} is not a file")
+            return _text(source.url, source.path, found)
+        raise SpecError(f"git source {source.url}: {source.path} is a directory")
+
+
+def read_directory(
+    url: str, ref: str, path: str, cache: Path, suffix: str, any_local: bool = False
+) -> tuple[str, dict[str, str]]:
+    """The branch ``ref``'s head commit of ``url`` and the text of every ``suffix`` file
+    under ``path`` in it (by its path below ``path``): what ``stackflow policy push --git``
+    stores as a bundle, pinned to that commit."""
+    from dulwich.objects import Blob, Tree
+
+    url = _check_url(url)
+    branch = (ref if ref.startswith("refs/") else f"refs/heads/{ref}").encode()
+    with _cached_repo(url, cache) as repo:
+        refs = _fetch(url, repo, any_local)
+        if branch not in refs:
+            raise SpecError(f"git source {url}: no branch {ref}")
+        commit = refs[branch].decode()
+        tree = _tree_of(repo, url, commit)
+        clean = posixpath.normpath(path).strip("/")
+        for part in [] if clean in ("", ".") else clean.split("/"):
+            try:
+                _, sha = tree[part.encode()]
+            except KeyError:
+                raise SpecError(
+                    f"git source {url}: {path} is not in commit {commit[:12]}"
+                ) from None
+            tree = repo[sha]
+            if not isinstance(tree, Tree):
+                raise SpecError(f"git source {url}: {path} is not a directory")
+        files: dict[str, str] = {}
+        for entry in repo.object_store.iter_tree_contents(tree.id):
+            name = entry.path.decode("utf-8", errors="replace")
+            blob = repo[entry.sha]
+            if name.endswith(suffix) and isinstance(blob, Blob):
+                files[name] = _text(url, f"{clean}/{name}", blob)
+        return commit, files
 
 
 def git_cache() -> Path:

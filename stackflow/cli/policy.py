@@ -34,7 +34,6 @@ policy_app = typer.Typer(
 )
 app.add_typer(policy_app, name="policy")
 
-DirArg = Annotated[str, typer.Argument(help="Directory of .rego modules (package stackflow).")]
 PolicyDirOpt = Annotated[
     str | None, typer.Option("--policy", help="Directory of .rego modules for this run only.")
 ]
@@ -86,14 +85,34 @@ def policy_requires_approval(view: dict[str, Any]) -> str | None:
 
 
 @policy_app.command("push")
-def push(project: ProjectOpt, directory: DirArg, output: OutputOpt = OutputFormat.table) -> None:
-    """Store DIR's modules as the project's bundle: every later run of the project
-    evaluates it."""
+def push(
+    project: ProjectOpt,
+    directory: Annotated[
+        str | None, typer.Argument(help="Directory of .rego modules (package stackflow).")
+    ] = None,
+    git: Annotated[
+        str | None,
+        typer.Option("--git", help="A git repository (http(s), file:// or a path) instead of DIR."),
+    ] = None,
+    ref: Annotated[str, typer.Option("--ref", help="With --git: the branch.")] = "main",
+    path: Annotated[
+        str, typer.Option("--path", help="With --git: the directory of the modules.")
+    ] = ".",
+    output: OutputOpt = OutputFormat.table,
+) -> None:
+    """Store DIR's modules (or those under --path at the head of --ref in --git) as the
+    project's bundle: every later run of the project evaluates it."""
     from stackflow.cli.api_mode import api_client, api_mode
     from stackflow.cli.runner import current_user
     from stackflow.config import default_backend
 
-    bundle = load_bundle_dir(directory)
+    if (directory is None) == (git is None):
+        raise SpecError("give the bundle's directory, or --git URL (with --ref, --path)")
+    commit = None
+    if git is not None:
+        commit, bundle = _bundle_from_git(git, ref, path)
+    else:
+        bundle = load_bundle_dir(directory or "")
     if api_mode():
         with api_client() as client:
             digest = client.push_policy(project, bundle).digest
@@ -104,11 +123,37 @@ def push(project: ProjectOpt, directory: DirArg, output: OutputOpt = OutputForma
             backend.bind_policy(project, digest, by=current_user())
         finally:
             backend.close()
-    result = {"project": project, "digest": digest, "modules": sorted(bundle.modules)}
+    result: dict[str, Any] = {
+        "project": project,
+        "digest": digest,
+        "modules": sorted(bundle.modules),
+    }
+    if commit is not None:
+        result["source"] = {"url": git, "ref": ref, "path": path, "commit": commit}
     if output == OutputFormat.json:
         print_json(result)
         return
-    typer.echo(f"project {project}: policy bundle {digest} ({len(bundle.modules)} modules)")
+    at = f" from {git} {ref} @{commit[:12]}" if commit else ""
+    typer.echo(f"project {project}: policy bundle {digest} ({len(bundle.modules)} modules){at}")
+
+
+def _bundle_from_git(url: str, ref: str, path: str) -> tuple[str, PolicyBundle]:
+    """The ``.rego`` modules under ``path`` at the head of ``ref`` (tests left out), and
+    that commit: the bundle is pinned to it."""
+    from stackflow.sources import git_cache, read_directory
+
+    try:
+        # the CLI reads what its user can read: a local repository needs no worker's roots
+        commit, files = read_directory(url, ref, path, git_cache(), ".rego", any_local=True)
+    except ValueError as exc:
+        raise SpecError(f"--git {url}: {exc}") from None
+    modules = {name: text for name, text in files.items() if not name.endswith("_test.rego")}
+    if not modules:
+        raise SpecError(f"--git {url}: no .rego files under {path} at {ref} ({commit[:12]})")
+    try:
+        return commit, PolicyBundle(modules=modules)
+    except ValueError as exc:
+        raise SpecError(f"--git {url}: {' '.join(str(exc).split())[:300]}") from None
 
 
 @policy_app.command("show")

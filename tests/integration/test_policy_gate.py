@@ -15,6 +15,7 @@ from pathlib import Path
 
 from stackflow.events import EventType
 from stackflow.refs import StackRef
+from tests.gitserver import GitServer
 from tests.integration.conftest import REPO, WorkerProcess, run_cli
 from tests.integration.opshelp import (
     all_releases,
@@ -210,6 +211,19 @@ def test_a_runs_own_bundle_eval_and_a_bundle_that_does_not_compile(
     )
     expect_exit(tested, 2)
     assert json.loads(tested.stdout)["counts"] == {"deny": 1, "warn": 1}
+
+    # a bundle pushed from a git repository, pinned to the branch's head commit
+    other = new_project()
+    with GitServer(tmp_path / "policy-repo") as git:
+        head = git.commit({"policies/gate.rego": GATE, "policies/gate_test.rego": "x"})
+        pushed = run_cli(
+            env, "policy", "push", "-p", other, "--git", git.url, "--path", "policies", "-o", "json"
+        )
+    got = cli_json(expect_exit(pushed))
+    assert got["modules"] == ["gate.rego"] and got["source"]["commit"] == head
+    from_git = run_cli(env, "preview", "-f", str(spec), "-p", other)
+    expect_exit(from_git, 2)
+    assert "policy denied: project/gate.rego:" in from_git.stderr
 
     # a pushed bundle that does not compile fails the run: one line, nothing written
     broken = _bundle(

@@ -18,6 +18,7 @@ from stackflow.sources import (
     GitSource,
     SourceRef,
     SourceUnavailable,
+    read_directory,
     read_spec_file,
     same_repository,
 )
@@ -138,3 +139,20 @@ def test_a_spec_is_read_at_an_exact_commit(tmp_path: Path) -> None:
         url = git.url
     with pytest.raises(SourceUnavailable, match=url.split("//")[1].split("/")[0]):
         read_spec_file(SourceRef(url=url, commit="1" * 40, path="s.yaml"), tmp_path / "c2")
+
+
+def test_a_directory_is_read_at_the_head_of_a_branch(tmp_path: Path) -> None:
+    with GitServer(tmp_path / "repo") as git:
+        git.commit({"policies/a.rego": "package stackflow\n", "policies/lib/b.rego": "x\n"})
+        head = git.commit({"policies/c.txt": "not rego\n", "README": "hi\n"})
+        other = git.commit({"policies/a.rego": "changed\n"}, branch="next")
+        commit, files = read_directory(git.url, "main", "policies", tmp_path / "c", ".rego")
+        assert commit == head and files == {"a.rego": "package stackflow\n", "lib/b.rego": "x\n"}
+        commit, files = read_directory(git.url, "next", "./policies/", tmp_path / "c", ".rego")
+        assert commit == other and files["a.rego"] == "changed\n"
+        with pytest.raises(SpecError, match="no branch gone"):
+            read_directory(git.url, "gone", "policies", tmp_path / "c", ".rego")
+        with pytest.raises(SpecError, match="missing is not in commit"):
+            read_directory(git.url, "main", "missing", tmp_path / "c", ".rego")
+        with pytest.raises(SpecError, match="is not a directory"):
+            read_directory(git.url, "main", "README", tmp_path / "c", ".rego")

@@ -28,6 +28,7 @@ from typing import Any
 import pytest
 import yaml
 
+from stackflow.worker import GRACEFUL_SHUTDOWN
 from stackflow.workflows.common import RESOURCE_HEARTBEAT
 from tests.integration.conftest import REPO, require_env
 
@@ -276,6 +277,9 @@ def test_each_worker_serves_one_runtime_queue_with_only_its_own_access(
         assert env["STACKFLOW_RUNTIME_QUEUES"] == "on"
         assert env["STACKFLOW_TASK_QUEUE"] == "stackflow"
         assert env["STACKFLOW_METRICS_ADDRESS"] == "0.0.0.0:9464"
+        # one build per release: runs stay pinned to the build they started on
+        assert env["STACKFLOW_WORKER_DEPLOYMENT"] == "stackflow"
+        assert env["STACKFLOW_WORKER_BUILD_ID"] == "0.1.0-abc123"
         assert container["livenessProbe"]["httpGet"] == {"path": "/metrics", "port": "metrics"}
         assert pod["automountServiceAccountToken"] is (runtime == "kubernetes")
         assert ("STACKFLOW_ONPREM_ROOTS" in env) is (runtime == "onprem")
@@ -293,6 +297,9 @@ def test_each_worker_serves_one_runtime_queue_with_only_its_own_access(
             "workflow,activity" if runtime == "main" else "activity"
         )
         assert "replicas" not in deployment["spec"]  # the autoscaler owns it
+    for deployment in deployments(renders["default"]).values():
+        for container in deployment["spec"]["template"]["spec"]["containers"]:
+            assert "STACKFLOW_WORKER_BUILD_ID" not in {e["name"] for e in container["env"]}
     # RBAC: bound to the Kubernetes worker's ServiceAccount only
     for binding in render.of_kind("RoleBinding") + renders["default"].of_kind("ClusterRoleBinding"):
         [subject] = binding["subjects"]
@@ -342,10 +349,7 @@ def test_no_secret_values_are_rendered(
 def test_grace_period_outlasts_the_heartbeat_and_the_graceful_shutdown(
     renders: dict[str, Render],
 ) -> None:
-    source = (REPO / "stackflow" / "worker.py").read_text()
-    found = re.search(r"graceful_shutdown_timeout=timedelta\(seconds=(\d+)\)", source)
-    assert found, "stackflow/worker.py: graceful_shutdown_timeout=timedelta(seconds=N) not found"
-    floor = RESOURCE_HEARTBEAT.total_seconds() + int(found.group(1))
+    floor = RESOURCE_HEARTBEAT.total_seconds() + GRACEFUL_SHUTDOWN.total_seconds()
     assert floor == 25  # what values.yaml and values.schema.json say
     for render in renders.values():
         for component, deployment in deployments(render).items():

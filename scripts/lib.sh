@@ -12,6 +12,7 @@ VENV="$REPO_ROOT/.venv"
 # lives in a directory of its own per version, $STACKFLOW_CACHE/tools/<tool>-<version>/bin, so
 # an upgrade builds only what changed and two versions (or two Kubernetes minors) coexist.
 TEMPORAL_CLI_VERSION="v1.9.1"
+TEMPORAL_SERVER_VERSION="v1.32.2"  # the server proper, its SQL tool and UI (tools/gomod/temporal-server)
 ETCD_VERSION="v3.6.16"          # go.etcd.io/etcd/server/v3, built by the wrapper tools/gomod/etcd
 OPENTOFU_VERSION="v1.12.6"
 OPA_VERSION="v1.22.3"            # the policy gate's Rego engine (tools/gomod/opa)
@@ -45,6 +46,7 @@ esac
 # tool_dir NAME VERSION: where one version of a Go-built tool lives (binaries under bin/).
 tool_dir() { echo "$STACKFLOW_CACHE/tools/$1-$2"; }
 TEMPORAL_BIN_DIR="$(tool_dir temporal "$TEMPORAL_CLI_VERSION")/bin"
+TEMPORAL_SERVER_BIN_DIR="$(tool_dir temporal-server "$TEMPORAL_SERVER_VERSION")/bin"
 ETCD_BIN_DIR="$(tool_dir etcd "$ETCD_VERSION")/bin"
 KUBE_BIN_DIR="$(tool_dir kubernetes "$KUBERNETES_VERSION")/bin"
 KWOK_BIN_DIR="$(tool_dir kwok "$KWOK_VERSION")/bin"
@@ -83,7 +85,7 @@ ETCD_DATA_DIR="$RUN_DIR/etcd-${ETCD_VERSION%.*}-kube-$KUBE_MINOR"
 # table: current_chasm_executions"). Runs of the old dev server stay in the old directory.
 TEMPORAL_DATA_DIR="$RUN_DIR/temporal-$TEMPORAL_CLI_VERSION"
 KUBECONFIG_PATH="$KUBE_DIR/kubeconfig"
-PG_DIR="$RUN_DIR/postgres"      # data/ (initdb'd once), socket/, pg_hba.conf, password
+PG_DIR="${STACKFLOW_PG_DIR:-$RUN_DIR/postgres}"  # data/ (initdb'd once), socket/, pg_hba.conf, password
 
 if [ -t 1 ]; then _B=$'\e[1m'; _G=$'\e[32m'; _R=$'\e[31m'; _Y=$'\e[33m'; _N=$'\e[0m'; else _B=; _G=; _R=; _Y=; _N=; fi
 step() { printf '%s==>%s %s\n' "$_B" "$_N" "$*"; }

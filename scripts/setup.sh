@@ -70,6 +70,7 @@ setup_go_tools() {
   go_env
   step "Go-built tools in $STACKFLOW_CACHE/tools (first build takes a while on 2 cores)"
   setup_temporal; setup_etcd; setup_kubernetes; setup_kwok; setup_opentofu; setup_opa
+  [ "${STACKFLOW_TEMPORAL_MODE:-dev}" != server ] || setup_temporal_server
   setup_helm; setup_kubeconform; setup_keda_crds
 }
 
@@ -78,6 +79,25 @@ setup_temporal() {
   go_env
   go_tool temporal "$TEMPORAL_CLI_VERSION-$(gomod_hash temporal)" "$TEMPORAL_BIN_DIR" temporal -- \
     bash -c "cd '$REPO_ROOT/tools/gomod/temporal' && go build -ldflags '-s -w -X github.com/temporalio/cli/internal/temporalcli.Version=${TEMPORAL_CLI_VERSION#v}' -o '$TEMPORAL_BIN_DIR/' github.com/temporalio/cli/cmd/temporal"
+}
+
+# The Temporal server proper, its SQL schema tool and the Temporal Web UI server, through one
+# wrapper module (tools/gomod/temporal-server; server v1.32.2 needs Go 1.26.10, which
+# GOTOOLCHAIN fetches through the module proxy), with the server module's PostgreSQL schema
+# dirs copied beside the binaries (temporal-sql-tool's update-schema reads them). Built by
+# `make setup` only for STACKFLOW_TEMPORAL_MODE=server (`scripts/setup.sh temporal-server`
+# builds it at any time): the default mode runs the Temporal CLI's dev server.
+setup_temporal_server() {
+  go_env
+  local m=go.temporal.io/server dir="${TEMPORAL_SERVER_BIN_DIR%/bin}"
+  GOTOOLCHAIN=go1.26.10 go_tool temporal-server "$TEMPORAL_SERVER_VERSION-$(gomod_hash temporal-server)" \
+    "$TEMPORAL_SERVER_BIN_DIR" temporal-server temporal-sql-tool temporal-ui-server ../schema/postgresql/v12 -- \
+    bash -c "cd '$REPO_ROOT/tools/gomod/temporal-server' &&
+      go build -ldflags '-s -w' -o '$TEMPORAL_SERVER_BIN_DIR/temporal-server' $m/cmd/server &&
+      go build -ldflags '-s -w' -o '$TEMPORAL_SERVER_BIN_DIR/temporal-sql-tool' $m/cmd/tools/sql &&
+      go build -ldflags '-s -w' -o '$TEMPORAL_SERVER_BIN_DIR/temporal-ui-server' github.com/temporalio/ui-server/v2/cmd/server &&
+      rm -rf '$dir/schema' && mkdir -p '$dir/schema' && cp -R \"\$(go list -m -f '{{.Dir}}' $m)/schema/postgresql\" '$dir/schema/' &&
+      chmod -R u+w '$dir/schema'"
 }
 
 setup_etcd() {
@@ -209,7 +229,7 @@ main() {
   local t0=$SECONDS steps=("$@")
   [ ${#steps[@]} -gt 0 ] || steps=(apt python go_tools terraform_config terraform_providers)
   for s in "${steps[@]}"; do
-    declare -F "setup_${s//-/_}" >/dev/null || die "unknown setup step '$s' (apt, python, go-tools or one of temporal, etcd, kubernetes, kwok, opentofu, opa, helm, kubeconform, keda-crds; terraform-config, terraform-providers)"
+    declare -F "setup_${s//-/_}" >/dev/null || die "unknown setup step '$s' (apt, python, go-tools or one of temporal, temporal-server, etcd, kubernetes, kwok, opentofu, opa, helm, kubeconform, keda-crds; terraform-config, terraform-providers)"
     "setup_${s//-/_}"
   done
   step "setup done in $((SECONDS - t0))s"

@@ -6,6 +6,8 @@
 # health check under the run dir; one that does not become healthy is stopped again and
 # its log is printed. Usage: services.sh up|down|status|env [service...]
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# STACKFLOW_TEMPORAL_MODE=server: the `temporal` service is the Temporal server on PostgreSQL
+source "$(dirname "${BASH_SOURCE[0]}")/temporal_server.sh"
 
 SERVICES=(postgres redis codec temporal etcd kube-apiserver kube-controller-manager kube-scheduler kwok worker api)
 
@@ -49,7 +51,8 @@ health_codec() {
 }
 health_temporal() {
   temporal operator cluster health --address "127.0.0.1:$TEMPORAL_PORT" 2>/dev/null | grep -q SERVING &&
-    temporal operator search-attribute list --address "127.0.0.1:$TEMPORAL_PORT" 2>/dev/null | grep -q StackflowDrift
+    temporal operator search-attribute list --address "127.0.0.1:$TEMPORAL_PORT" 2>/dev/null | grep -q StackflowDrift &&
+    health_temporal_ui
 }
 health_etcd() { curl -fsS "http://127.0.0.1:$ETCD_PORT/health" 2>/dev/null | grep -q '"health":"true"'; }
 health_kube-apiserver() {
@@ -77,7 +80,7 @@ runs_our_code() { [ "$1" = worker ] || [ "$1" = api ]; }
 # upgrade, or with another STACKFLOW_KUBE_VERSION) is restarted by `up`.
 version_of() {
   case "$1" in
-    temporal) echo "temporal $TEMPORAL_CLI_VERSION $TEMPORAL_DATA_DIR" ;;
+    temporal) temporal_version ;;
     etcd) echo "etcd $ETCD_VERSION $ETCD_DATA_DIR" ;;
     kube-apiserver|kube-controller-manager|kube-scheduler) echo "kubernetes $KUBERNETES_VERSION etcd $ETCD_VERSION" ;;
     kwok) echo "kwok $KWOK_VERSION kubernetes $KUBERNETES_VERSION" ;;
@@ -197,6 +200,7 @@ cmd_redis() {
 # benchmarks/onprem_bench.py). A killed server loses nothing committed; a power cut may lose
 # the last transactions, acceptable for the dev server.
 cmd_temporal() {
+  if [ "$TEMPORAL_MODE" = server ]; then temporal_server_cmd; return; fi
   mkdir -p "$TEMPORAL_DATA_DIR"
   echo temporal server start-dev --ip 127.0.0.1 --port "$TEMPORAL_PORT" --ui-ip 127.0.0.1 \
     --ui-port "$TEMPORAL_UI_PORT" --ui-codec-endpoint "http://127.0.0.1:$CODEC_PORT" --db-filename "$TEMPORAL_DATA_DIR/temporal.db" --log-level warn \

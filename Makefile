@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 PY := .venv/bin/python
 
-.PHONY: help setup up down status env demo test test-compat test-unit lint typecheck bench
+.PHONY: help setup up down status env demo test test-compat test-server test-unit lint typecheck bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -36,6 +36,17 @@ KUBE_COMPAT ?= 1.35
 test-compat: setup ## Kubernetes integration tests on the oldest supported minor, 1.35 (not in `make test`)
 	@export STACKFLOW_KUBE_VERSION=$(KUBE_COMPAT) && scripts/setup.sh kubernetes && scripts/services.sh up && \
 	  eval "$$(scripts/services.sh env)" && $(PY) -m pytest -q tests/integration/test_kubernetes_*.py
+
+# The multi-worker and crash tests against the Temporal server proper on PostgreSQL
+# (STACKFLOW_TEMPORAL_MODE=server: builds it once, restarts the `temporal` service as that server,
+# and leaves it there; a plain `make up` goes back to the dev server), with the 300-resource
+# cancel/terminate/reset runs and the persistence check of test_temporal_server.py.
+SERVER_TESTS ?= tests/integration/test_temporal_server.py tests/integration/test_crash_recovery.py \
+  tests/integration/test_shared_state.py tests/integration/test_steering.py \
+  tests/integration/test_approval_and_lock.py
+test-server: setup ## multi-worker and crash tests on the Temporal server + PostgreSQL (not in `make test`)
+	@export STACKFLOW_TEMPORAL_MODE=server && scripts/setup.sh temporal-server && scripts/services.sh up && \
+	  eval "$$(scripts/services.sh env)" && $(PY) -m pytest -q $(SERVER_TESTS)
 
 test-unit: setup ## only the tests that need no service
 	@$(PY) -m pytest -q -m "not integration" tests/unit tests/engine

@@ -138,6 +138,11 @@ async def assert_applied_once(
     assert set(scheduled_next.values()) == {1}, "no resource applied twice by the next run"
     assert set(scheduled_next) == everything - done_before
     assert set(scheduled_first) | set(scheduled_next) == everything
+    # started by both runs: only what was in flight when the run was cut and not recorded
+    # (with max_concurrency 2, two groups of 8 nodes at most); OnPrem writes are idempotent
+    both = set(scheduled_first) & set(scheduled_next)
+    print(f"cut after {len(done_before)} recorded; {len(both)} in flight, started again")
+    assert len(both) <= 16, sorted(both)
     ids = [r.id for r in last.state.resources]
     assert sorted(ids) == sorted(everything) and len(ids) == COUNT
     for i in range(COUNT):

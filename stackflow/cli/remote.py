@@ -6,6 +6,7 @@ codes."""
 from __future__ import annotations
 
 import sys
+import time
 import uuid
 from typing import Any
 
@@ -45,6 +46,8 @@ LOCAL_ONLY = {
 }
 """Options the API's run request has no field for: refused in API mode when given."""
 MOVING = {Phase.applying.value, Phase.destroying.value}
+CLOSE_WAIT = 30.0
+"""Seconds a finished run's workflow may take to close after its last event."""
 
 
 def run_request(workflow: str, request: OperationInput, yes: bool) -> RunRequest:
@@ -203,8 +206,16 @@ class RemoteRun:
                 )
 
     def final(self) -> RunView:
-        """The run as it ended; a run that failed as a workflow raises its error."""
+        """The run as it ended; a run that failed as a workflow raises its error. The
+        stream's ``run_complete`` is appended just before the workflow returns, so Temporal
+        may say ``running`` for a moment longer: asked again, for at most CLOSE_WAIT."""
         view = self.client.get_run(self.stack, self.run_id)
+        deadline = time.monotonic() + CLOSE_WAIT
+        pause = 0.05
+        while view.status == "running" and time.monotonic() < deadline:
+            time.sleep(pause)
+            pause = min(pause * 2, 1.0)
+            view = self.client.get_run(self.stack, self.run_id)
         if view.status != "completed":
             raise workflow_failure(self.workflow, view.error or view.status, view.error_type)
         return view

@@ -56,6 +56,9 @@ class PolicyBundle(BaseModel):
             parts = path.split("/")
             if not path.endswith(".rego") or path.startswith("/") or ".." in parts or "" in parts:
                 raise ValueError(f"{path!r} is not a relative path to a .rego file")
+            if not path.isprintable() or len(path) > 200:
+                # a module's path names its policy on terminals, in events and notifications
+                raise ValueError(f"{path!r}: a module path of at most 200 printable characters")
             total += len(source.encode())
         if total > MAX_BUNDLE_BYTES:
             raise ValueError(f"the modules hold {total} bytes, more than {MAX_BUNDLE_BYTES}")
@@ -104,7 +107,11 @@ def load_bundle_dir(directory: str | os.PathLike[str]) -> PolicyBundle:
         raise SpecError(
             f"policy bundle {directory}: no .rego files (write modules in package stackflow)"
         )
-    return PolicyBundle(modules=modules)
+    try:
+        return PolicyBundle(modules=modules)
+    except ValueError as exc:  # a path the bundle refuses: one line, exit 2
+        problem = " ".join(str(exc).split())[:300]
+        raise SpecError(f"policy bundle {directory}: {problem}") from None
 
 
 def store_bundle(blobs: BlobStore, bundle: PolicyBundle) -> str:

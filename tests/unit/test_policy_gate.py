@@ -74,10 +74,18 @@ def test_a_directory_that_cannot_be_a_bundle_is_one_line(
         load_bundle_dir(tmp_path / "missing")
 
 
-@pytest.mark.parametrize("path", ["../a.rego", "/etc/a.rego", "a.txt", "a//b.rego"])
+@pytest.mark.parametrize(
+    "path", ["../a.rego", "/etc/a.rego", "a.txt", "a//b.rego", "\x1b[2Ja.rego", "x" * 201 + ".rego"]
+)
 def test_bundle_paths_stay_inside(path: str) -> None:
     with pytest.raises(ValidationError):
         PolicyBundle(modules={path: MODULE})
+
+
+def test_a_module_named_with_control_characters_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "\x1b[2Jevil.rego").write_text(MODULE)
+    with pytest.raises(SpecError, match="printable characters"):
+        load_bundle_dir(tmp_path)
 
 
 def test_deny_wins_then_approval_then_warn() -> None:

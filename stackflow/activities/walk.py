@@ -10,8 +10,9 @@ for a batch child the parent named in the input."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Coroutine
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -43,6 +44,23 @@ from stackflow.release import Approval, Phase, Release
 from stackflow.runtimes.base import read_scope
 from stackflow.spec import Resource
 from stackflow.wire import BatchActions
+
+T = TypeVar("T")
+
+
+async def to_the_end(work: Coroutine[Any, Any, T]) -> T:
+    """``work`` (a runtime call and the state write that records it) run to its end even when
+    the activity is cancelled meanwhile; the cancel is raised after it. A cancelled run's
+    release then holds every object the run changed, and the next run does not change it
+    again."""
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()  # retrieved: the cancel is what this activity reports
+        raise
 
 
 class WalkActivities:
@@ -90,9 +108,6 @@ class WalkActivities:
         async def fence() -> None:
             await guard.assert_holds(run, stack, inp.revision)
 
-        sink.started(inp.resource_id, str(job.resource.type), inp.action)
-        live = await step.apply(job, fence)
-
         async def record(attributes: dict[str, Any]) -> None:
             applied = job.applied(attributes)
             await guard.write(
@@ -101,9 +116,15 @@ class WalkActivities:
                 lambda: self.backend.record_resource(stack, inp.revision, applied, run=run),
             )
 
+        async def apply_and_record() -> dict[str, Any]:
+            applied = await step.apply(job, fence)
+            await record(applied)
+            return applied
+
+        sink.started(inp.resource_id, str(job.resource.type), inp.action)
         # Recorded before any readiness wait: an object that never gets ready is still the
         # stack's (a later destroy removes it).
-        await record(live)
+        live = await to_the_end(apply_and_record())
         if inp.watch:
             live = await job.runtime.wait_ready(job.request, job.options)
             await record(live)
@@ -133,12 +154,17 @@ class WalkActivities:
             async def fence() -> None:
                 await guard.assert_holds(run, stack, inp.revision)
 
-            await self.step.delete(recorded, self.step.node_options(inp, run), fence)
-            await guard.write(
-                run,
-                stack,
-                lambda: self.backend.record_deletion(stack, inp.revision, inp.resource_id, run=run),
-            )
+            async def delete_and_record() -> None:
+                await self.step.delete(recorded, self.step.node_options(inp, run), fence)
+                await guard.write(
+                    run,
+                    stack,
+                    lambda: self.backend.record_deletion(
+                        stack, inp.revision, inp.resource_id, run=run
+                    ),
+                )
+
+            await to_the_end(delete_and_record())
         sink.completed(inp.resource_id)
         # Not in state any more: an earlier attempt already deleted and recorded it.
         return NodeResult(id=inp.resource_id, action="Delete", status=NodeStatus.succeeded)
@@ -205,9 +231,12 @@ class WalkActivities:
             runtime = self.registry.find(str(found.type)) if found is not None else None
             return merged if runtime is not None and runtime.coalesces_calls else gate
 
+        cancelled = False
+
         async def one(rid: str) -> None:
             async with gate_for(rid):
-                await node_step(rid)
+                if not cancelled:
+                    await node_step(rid)
 
         async def node_step(rid: str) -> None:
             node = nodes[rid]
@@ -235,7 +264,15 @@ class WalkActivities:
 
         # a walk of the run whose preview may have listed these objects on this worker
         with read_scope(read_scope_key(run), lists=False):
-            await asyncio.gather(*(one(rid) for rid in wanted))
+            steps = [asyncio.ensure_future(one(rid)) for rid in wanted]
+            try:
+                if steps:
+                    await asyncio.wait(steps)
+            except asyncio.CancelledError:
+                # The run is being cancelled: nothing more starts, the calls under way end,
+                # and what they applied or deleted is recorded before the cancel is reported.
+                cancelled = True
+                await asyncio.wait(steps)
         order = [rid for rid, _ in inp.nodes]
         await guard.write(
             run,
@@ -249,6 +286,8 @@ class WalkActivities:
             stack,
             lambda: self.backend.record_deletions(stack, revision, deleted, run=run),
         )
+        if cancelled:
+            raise asyncio.CancelledError("cancelled")
         return self._group_results(inp, outcome, sink)
 
     @staticmethod

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
+from temporalio.workflow import ActivityCancellationType
 
 NON_RETRYABLE = [
     "InvalidInput",
@@ -68,11 +69,16 @@ def store_call(summary: str, *, closing: bool = False) -> dict[str, Any]:
 
 
 def resource_call(
-    summary: str, queue: str | None = None, wait_seconds: float | None = None
+    summary: str,
+    queue: str | None = None,
+    wait_seconds: float | None = None,
+    *,
+    settle: bool = False,
 ) -> dict[str, Any]:
     """Options of an activity that calls a runtime (preview batches, apply, delete); on a
     runtime's own task queue (:mod:`stackflow.runtime_queues`) it waits at most
-    ``wait_seconds`` for a worker of that queue to pick it up."""
+    ``wait_seconds`` for a worker of that queue to pick it up. ``settle``: a cancel waits for
+    the activity to end (it records what it applied first) instead of leaving it running."""
     options: dict[str, Any] = {
         "start_to_close_timeout": RESOURCE_START_TO_CLOSE,
         "schedule_to_close_timeout": RESOURCE_SCHEDULE_TO_CLOSE,
@@ -80,6 +86,8 @@ def resource_call(
         "retry_policy": RESOURCE_RETRY,
         "summary": summary,
     }
+    if settle:
+        options["cancellation_type"] = ActivityCancellationType.WAIT_CANCELLATION_COMPLETED
     if queue:
         options["task_queue"] = queue
         if wait_seconds is not None:

@@ -36,3 +36,8 @@ POLICY_GATE = "policy-gate"
 RUN_EVENTS = "run-events"
 """Patch: the workflow appends what only it knows to the run's event stream (the change
 summary, approval and decision waits, a preview's end) through ``append_events``."""
+SETTLE_CANCELLED_NODES = "settle-cancelled-nodes"
+"""Patch: a cancelled walk waits for its running node and group activities to end (each
+finishes the runtime calls it had started and records them, then reports the cancel), so the
+cancelled release holds every object the run changed and the next run does not apply it
+again; runs started before close as soon as the cancel is requested."""

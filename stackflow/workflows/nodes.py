@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         FINALIZE_ON_EVERY_EXIT,
         GROUP_READY_NODES,
         GROUP_TERRAFORM_NODES,
+        SETTLE_CANCELLED_NODES,
     )
     from stackflow.workflows.walker import WalkProgress, walk
 
@@ -121,7 +122,10 @@ async def run_resource_node(node: PlannedNode, batch: BatchInput) -> NodeResult:
                 unavailable_timeout_seconds=batch.unavailable_timeout_seconds,
             ),
             **common.resource_call(
-                f"{node.action} {node.id}", batch.queues.get(node.type), batch.queue_wait_seconds
+                f"{node.action} {node.id}",
+                batch.queues.get(node.type),
+                batch.queue_wait_seconds,
+                settle=workflow.patched(SETTLE_CANCELLED_NODES),
             ),
         )
         return result
@@ -162,6 +166,7 @@ async def run_resource_group(
                 f"{verb} {len(nodes)} resources: {nodes[0].id} …",
                 batch.queues.get(nodes[0].type),
                 batch.queue_wait_seconds,
+                settle=workflow.patched(SETTLE_CANCELLED_NODES),
             ),
         )
         return results

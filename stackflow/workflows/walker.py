@@ -16,6 +16,7 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from stackflow.operation import NodeResult, NodeStatus, PlannedNode
+    from stackflow.workflows.constants import SETTLE_CANCELLED_NODES
 
 GROUP_ROUNDS = 8
 """A group holds at most this many nodes per runtime call it may make at once."""
@@ -155,6 +156,9 @@ async def walk(
             if workflow.patched(CANCEL_IN_FLIGHT):
                 for task in in_flight:
                     task.cancel()
+                if workflow.patched(SETTLE_CANCELLED_NODES):
+                    # each finishes the runtime calls it started and records them first
+                    await asyncio.gather(*in_flight, return_exceptions=True)
             raise
         newly_ready: list[str] = []
         done: list[tuple[str, NodeResult]] = []

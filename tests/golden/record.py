@@ -313,6 +313,24 @@ async def main() -> None:
         with contextlib.suppress(Exception):
             await refused.result()
         await save(client, refused, "policy_preview_denied")
+
+        # cancelled mid-walk: the groups in flight end, record what they applied, and only
+        # then is the release closed (the settle-cancelled-nodes patch)
+        walking = await start(
+            f"golden-cancel-walk-{tag}",
+            spec={"resources": files(root / "s", 400)},
+            auto_approve=True,
+            max_concurrency=1,
+        )
+        for _ in range(600):
+            status = await walking.query("status")
+            if status["phase"] == "applying" and status["done"] >= 16:
+                break
+            await asyncio.sleep(0.05)
+        await walking.cancel()
+        with contextlib.suppress(Exception):  # it ends cancelled, as intended
+            await walking.result()
+        await save(client, walking, "cancelled_mid_walk")
     await activities.registry.close()
     backend.close()
 

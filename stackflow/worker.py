@@ -2,10 +2,12 @@
 
 `python -m stackflow.worker` (or `stackflow worker`) reads TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE,
 STACKFLOW_TASK_QUEUE, STACKFLOW_STATE_URL (default: SQLite under STACKFLOW_HOME), REDIS_URL,
-STACKFLOW_HOME (local caches only) and STACKFLOW_METRICS_ADDRESS (Prometheus metrics, the
-Temporal SDK's and stackflow's, at http://ADDRESS/metrics; unset: none), migrates the state
-backend's schema, registers everything, and shuts down gracefully on SIGTERM/SIGINT
-(in-flight activities finish or are retried elsewhere).
+STACKFLOW_HOME (local caches only), STACKFLOW_METRICS_ADDRESS (Prometheus metrics, the
+Temporal SDK's and stackflow's, at http://ADDRESS/metrics; unset: none) and STACKFLOW_TRACING
+(``otlp``: OpenTelemetry spans of runs to an OTLP/HTTP collector, see stackflow.tracing; unset:
+none), migrates the state backend's schema, registers everything, and shuts down gracefully
+on SIGTERM/SIGINT (in-flight activities finish or are retried elsewhere; buffered spans are
+sent).
 """
 
 from __future__ import annotations
@@ -15,16 +17,16 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 
-from temporalio.client import Client
+from temporalio.client import Client, Interceptor
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.runtime import Runtime
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
-from stackflow import metrics
+from stackflow import metrics, tracing
 from stackflow.activities import WorkerActivities
 from stackflow.cache import PriorStateCache
 from stackflow.codec import data_converter
@@ -32,7 +34,7 @@ from stackflow.config import default_backend, stackflow_home
 from stackflow.crypto import KeyRing
 from stackflow.operation import TASK_QUEUE_DEFAULT
 from stackflow.policy import worker_policy
-from stackflow.runtime_queues import RoutingError, serving
+from stackflow.runtime_queues import RoutingError, Serving, serving
 from stackflow.runtimes.registry import RuntimeRegistry, default_registry
 from stackflow.state.backend import StateBackend, redact_url
 from stackflow.workflows.catalog import ALL_WORKFLOWS
@@ -83,13 +85,22 @@ def deployment_version(environ: Mapping[str, str]) -> WorkerDeploymentVersion | 
 
 
 async def connect(
-    address: str, namespace: str, attempts: int = 30, runtime: Runtime | None = None
+    address: str,
+    namespace: str,
+    attempts: int = 30,
+    runtime: Runtime | None = None,
+    interceptors: Sequence[Interceptor] = (),
 ) -> Client:
-    """Connect with retries: after a reboot the server may come up after the worker."""
+    """Connect with retries: after a reboot the server may come up after the worker. The
+    client's ``interceptors`` (tracing) are its workers' too."""
     for attempt in range(1, attempts + 1):
         try:
             return await Client.connect(
-                address, namespace=namespace, data_converter=data_converter(), runtime=runtime
+                address,
+                namespace=namespace,
+                data_converter=data_converter(),
+                runtime=runtime,
+                interceptors=interceptors,
             )
         except Exception as exc:
             if attempt == attempts:
@@ -153,7 +164,23 @@ async def run(settings: WorkerSettings, runtimes: str | None = None) -> None:
         metrics.prometheus_runtime(settings.metrics_address) if settings.metrics_address else None
     )
     serves = serving(settings.task_queue, runtimes)
-    client = await connect(settings.address, settings.namespace, runtime=runtime)
+    traced = tracing.interceptors(tracing.WORKER)  # [] unless STACKFLOW_TRACING=otlp
+    try:
+        await _serve(settings, serves, runtime, traced, policy.summary())
+    finally:
+        tracing.shutdown()  # the spans still buffered go out before the process does
+
+
+async def _serve(
+    settings: WorkerSettings,
+    serves: Serving,
+    runtime: Runtime | None,
+    traced: Sequence[Interceptor],
+    policy: str,
+) -> None:
+    client = await connect(
+        settings.address, settings.namespace, runtime=runtime, interceptors=traced
+    )
     activities = build_activities(settings.redis_url, only=serves.types)
     if runtime is not None:
         metrics.install(runtime.metric_meter, activities.registry.types())
@@ -186,11 +213,13 @@ async def run(settings: WorkerSettings, runtimes: str | None = None) -> None:
             f"build {build})",
             flush=True,
         )
-        print(f"stackflow worker policy: {policy.summary()}", flush=True)
+        print(f"stackflow worker policy: {policy}", flush=True)
         if settings.metrics_address:
             print(
                 f"stackflow worker metrics: http://{settings.metrics_address}/metrics", flush=True
             )
+        if traced:
+            print(f"stackflow worker tracing: OTLP to {tracing.endpoint()}", flush=True)
         await stop.wait()
         print("stackflow worker stopping (SIGTERM)", flush=True)
     await activities.registry.close()

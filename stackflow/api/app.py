@@ -180,7 +180,9 @@ def create_app(
 
 async def connect_temporal(runtime: Runtime | None = None) -> Client:
     """A client as the CLI makes one: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, the codec (on
-    ``runtime``, else the CLI's quiet one)."""
+    ``runtime``, else the CLI's quiet one), tracing as STACKFLOW_TRACING says (the API's spans
+    are ``stackflow-api``'s)."""
+    from stackflow import tracing
     from stackflow.codec import data_converter
     from stackflow.temporal_client import quiet_runtime, settings
 
@@ -190,6 +192,7 @@ async def connect_temporal(runtime: Runtime | None = None) -> Client:
         namespace=namespace,
         data_converter=data_converter(),
         runtime=runtime or quiet_runtime(),
+        interceptors=tracing.interceptors(tracing.API),
     )
 
 

@@ -89,6 +89,7 @@ class Temporal:
         return self._client
 
     async def connect(self) -> Client:
+        from stackflow import tracing
         from stackflow.codec import data_converter
 
         async def connect() -> Client:
@@ -98,6 +99,7 @@ class Temporal:
                     namespace=self.namespace,
                     data_converter=data_converter(),
                     runtime=quiet_runtime(),
+                    interceptors=tracing.interceptors(tracing.CLI),  # STACKFLOW_TRACING=otlp
                 )
             return self._client
 

@@ -1,8 +1,4 @@
-"""Console entry point: ``stackflow = "stackflow.cli.main:main"``.
-
-A few invocations are answered without the typer app (:mod:`stackflow.cli.quick`): the
-top-level help, and `stackflow status` in API mode; everything else goes to the app, which
-imports only the module of the command that runs (:class:`stackflow.cli.app.LazyGroup`)."""
+"""Console entry point: ``stackflow = "stackflow.cli.main:main"``."""
 
 from __future__ import annotations
 
@@ -10,15 +6,27 @@ import importlib
 import os
 import sys
 
-from stackflow.cli.commands import MODULES
+from stackflow.cli.app import app
+from stackflow.cli.output import error_line
+from stackflow.temporal_client import connection_error
 
-COMMAND_MODULES = MODULES
+COMMAND_MODULES = (
+    "stackflow.cli.offline",
+    "stackflow.cli.state",
+    "stackflow.cli.operations",
+    "stackflow.cli.steer",
+    "stackflow.cli.drift",
+    "stackflow.cli.serve",
+    "stackflow.cli.events",
+    "stackflow.cli.notifications",
+    "stackflow.cli.sources",
+    "stackflow.cli.notify",
+    "stackflow.cli.policy",
+)
 
 
 def load_commands() -> None:
-    """Import every command module so all commands are registered on ``app`` (in-process
-    callers such as tests; the console script imports them as commands are looked up). A
-    command module that is not installed is skipped."""
+    """Import the command modules so they register on ``app`` (operations is optional)."""
     for name in COMMAND_MODULES:
         try:
             importlib.import_module(name)
@@ -27,36 +35,25 @@ def load_commands() -> None:
                 raise
 
 
-def run_app() -> int:
-    """The typer app on ``sys.argv``; its exit code."""
-    try:
-        from stackflow.cli.app import app
-
-        app(prog_name="stackflow")
-    except Exception as exc:  # raised outside a command (e.g. while loading commands)
-        from stackflow.cli.app import one_line_error
-
-        err = one_line_error(exc)
-        if err is None:
-            raise
-        from stackflow.cli.output import error_line
-
-        error_line(str(err))
-        return err.exit_code
-    except SystemExit as exit_:
-        return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-    return 0
-
-
 def main() -> None:
     os.umask(0o077)  # files the CLI writes (the embedded database, exports): 0600 / 0700
-    from stackflow.cli.quick import answer
-
-    code = answer(sys.argv[1:])
-    if code is None:
-        code = run_app()
+    code: int = 0
+    try:
+        load_commands()
+        app(prog_name="stackflow")
+    except Exception as exc:  # raised outside a command (e.g. while loading commands)
+        err = connection_error(exc)
+        if err is None:
+            raise
+        error_line(str(err))
+        code = err.exit_code
+    except SystemExit as exit_:
+        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
     # The Temporal SDK's Rust core threads can abort the interpreter while it finalizes
     # (SIGABRT after the command already succeeded), so flush and leave without finalizing.
+    tracing = sys.modules.get("stackflow.tracing")  # loaded by a Temporal connection
+    if tracing is not None:
+        tracing.shutdown()  # STACKFLOW_TRACING=otlp: the command's spans, before os._exit
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)

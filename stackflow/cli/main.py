@@ -1,4 +1,8 @@
-"""Console entry point: ``stackflow = "stackflow.cli.main:main"``."""
+"""Console entry point: ``stackflow = "stackflow.cli.main:main"``.
+
+A few invocations are answered without the typer app (:mod:`stackflow.cli.quick`): the
+top-level help, and `stackflow status` in API mode; everything else goes to the app, which
+imports only the module of the command that runs (:class:`stackflow.cli.app.LazyGroup`)."""
 
 from __future__ import annotations
 
@@ -6,27 +10,15 @@ import importlib
 import os
 import sys
 
-from stackflow.cli.app import app
-from stackflow.cli.output import error_line
-from stackflow.temporal_client import connection_error
+from stackflow.cli.commands import MODULES
 
-COMMAND_MODULES = (
-    "stackflow.cli.offline",
-    "stackflow.cli.state",
-    "stackflow.cli.operations",
-    "stackflow.cli.steer",
-    "stackflow.cli.drift",
-    "stackflow.cli.serve",
-    "stackflow.cli.events",
-    "stackflow.cli.notifications",
-    "stackflow.cli.sources",
-    "stackflow.cli.notify",
-    "stackflow.cli.policy",
-)
+COMMAND_MODULES = MODULES
 
 
 def load_commands() -> None:
-    """Import the command modules so they register on ``app`` (operations is optional)."""
+    """Import every command module so all commands are registered on ``app`` (in-process
+    callers such as tests; the console script imports them as commands are looked up). A
+    command module that is not installed is skipped."""
     for name in COMMAND_MODULES:
         try:
             importlib.import_module(name)
@@ -35,20 +27,34 @@ def load_commands() -> None:
                 raise
 
 
-def main() -> None:
-    os.umask(0o077)  # files the CLI writes (the embedded database, exports): 0600 / 0700
-    code: int = 0
+def run_app() -> int:
+    """The typer app on ``sys.argv``; its exit code."""
     try:
-        load_commands()
+        from stackflow.cli.app import app
+
         app(prog_name="stackflow")
     except Exception as exc:  # raised outside a command (e.g. while loading commands)
-        err = connection_error(exc)
+        from stackflow.cli.app import one_line_error
+
+        err = one_line_error(exc)
         if err is None:
             raise
+        from stackflow.cli.output import error_line
+
         error_line(str(err))
-        code = err.exit_code
+        return err.exit_code
     except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    return 0
+
+
+def main() -> None:
+    os.umask(0o077)  # files the CLI writes (the embedded database, exports): 0600 / 0700
+    from stackflow.cli.quick import answer
+
+    code = answer(sys.argv[1:])
+    if code is None:
+        code = run_app()
     # The Temporal SDK's Rust core threads can abort the interpreter while it finalizes
     # (SIGABRT after the command already succeeded), so flush and leave without finalizing.
     tracing = sys.modules.get("stackflow.tracing")  # loaded by a Temporal connection

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -42,17 +42,9 @@ from stackflow.cli.options import (
 )
 from stackflow.cli.output import OutputFormat
 from stackflow.cli.policy import policy_fields, policy_requires_approval
+from stackflow.cli.quick import namespace, ui_link
 from stackflow.cli.report import release_from_backend, report
-from stackflow.cli.runner import (
-    FINAL,
-    PAUSED,
-    Runner,
-    RunPaused,
-    current_user,
-    full_changes,
-    ui_link,
-)
-from stackflow.codec import PAYLOAD_LIMIT, encoded_size
+from stackflow.cli.runs import RunPaused, current_user
 from stackflow.errors import SpecError
 from stackflow.operation import (
     OperationInput,
@@ -62,9 +54,9 @@ from stackflow.operation import (
 from stackflow.refs import StackRef
 from stackflow.release import Phase
 from stackflow.spec import load_spec
-from stackflow.temporal_client import settings
 
-_settings = settings
+if TYPE_CHECKING:  # the Temporal SDK is imported only when a run goes to Temporal directly
+    from stackflow.cli.runner import Runner
 
 
 def build_request(stack: StackRef, **fields: Any) -> OperationInput:
@@ -100,6 +92,8 @@ def spec_input(path: str) -> dict[str, Any]:
     data = spec.model_dump(mode="json", by_alias=True)
     if api_mode():
         return {"spec": data}  # the API stores it first if it is over the byte budget
+    from stackflow.codec import PAYLOAD_LIMIT, encoded_size
+
     size = asyncio.run(encoded_size(data))
     if size > BUDGET and os.environ.get("STACKFLOW_STATE_URL"):
         from stackflow.config import default_backend
@@ -119,8 +113,7 @@ def spec_input(path: str) -> dict[str, Any]:
 
 
 def _report(runner: Runner, result: OperationResult, run_id: str | None) -> None:
-    _, namespace, _ = _settings()
-    link = ui_link(namespace, runner.workflow_id, run_id)
+    link = ui_link(namespace(), runner.workflow_id, run_id)
     report(runner.output, runner.console, result, link, release_from_backend)
 
 
@@ -132,6 +125,8 @@ async def _run(
     detail: bool,
     full: bool = False,
 ) -> None:
+    from stackflow.cli.runner import FINAL, PAUSED, Runner, full_changes
+
     if yes and workflow != "PreviewWorkflow":
         # Approved up front: the run goes from its preview straight to the walk (the release
         # records "<user> (auto_approve)"), one round trip less than an approval Update.
@@ -213,6 +208,7 @@ async def _run_ndjson(workflow: str, request: OperationInput, yes: bool) -> None
     --yes or another command: `stackflow approve`); exit as the run's result says."""
     from stackflow.cli.events import ndjson_sink, stream_direct
     from stackflow.cli.report import raise_failure
+    from stackflow.cli.runner import Runner
     from stackflow.refs import RunRef
 
     if yes and workflow != "PreviewWorkflow":

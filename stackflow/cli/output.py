@@ -8,7 +8,6 @@ from collections.abc import Callable, Iterable
 from enum import StrEnum
 from typing import Any
 
-import typer
 from rich.console import Console
 from rich.segment import Segment
 
@@ -44,6 +43,8 @@ def stderr_console() -> Console:
 
 def echo_safe(text: str, err: bool = False) -> None:
     """``typer.echo`` for text that may carry spec- or client-supplied characters."""
+    import typer
+
     typer.echo(terminal_safe(text), err=err)
 
 

@@ -19,8 +19,9 @@ from stackflow.cli.api_mode import api_client, not_through_api
 from stackflow.cli.events import ndjson_sink, stream_api
 from stackflow.cli.output import OutputFormat
 from stackflow.cli.policy import local_bundle, policy_requires_approval
+from stackflow.cli.quick import namespace
 from stackflow.cli.report import BAD_INPUT_TYPES, report, workflow_failure
-from stackflow.cli.runner import CannotAsk, RunPaused, console_for, ui_link
+from stackflow.cli.runs import CannotAsk, RunPaused, console_for, ui_link
 from stackflow.client import StackflowClient
 from stackflow.errors import NotFoundError, OperationFailed, SpecError
 from stackflow.events import EventType, RunEvent
@@ -28,7 +29,6 @@ from stackflow.operation import NodeResult, OperationInput, OperationResult, Sta
 from stackflow.refs import StackRef
 from stackflow.release import Phase
 from stackflow.render import render_run_preview
-from stackflow.temporal_client import settings
 
 OPERATIONS = {
     "PreviewWorkflow": RunOperation.preview,
@@ -78,8 +78,7 @@ def run_request(workflow: str, request: OperationInput, yes: bool) -> RunRequest
 
 
 def link(created_or_view: RunCreated | RunView) -> str:
-    _, namespace, _ = settings()
-    return ui_link(namespace, created_or_view.workflow_id, created_or_view.run_id)
+    return ui_link(namespace(), created_or_view.workflow_id, created_or_view.run_id)
 
 
 class RemoteRun:
@@ -342,5 +341,4 @@ def status(stack: StackRef) -> tuple[StatusView, str]:
         error=view.error,
         eta_seconds=view.eta_seconds,
     )
-    _, namespace, _ = settings()
-    return status, ui_link(namespace, view.workflow_id, None)
+    return status, ui_link(namespace(), view.workflow_id, None)

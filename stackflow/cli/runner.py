@@ -5,15 +5,11 @@ its end into an exit code."""
 from __future__ import annotations
 
 import asyncio
-import getpass
-import os
 import sys
-import urllib.parse
 import uuid
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from temporalio.client import (
     WorkflowFailureError,
@@ -25,9 +21,10 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 from temporalio.service import RPCError
 
 from stackflow.cli.connection import Temporal
-from stackflow.cli.output import OutputFormat, SafeConsole
+from stackflow.cli.output import OutputFormat
 from stackflow.cli.report import BAD_INPUT_TYPES
-from stackflow.errors import OperationFailed, StackflowError, StackLockedError
+from stackflow.cli.runs import CannotAsk, RunPaused, console_for, current_user, ui_link
+from stackflow.errors import OperationFailed, StackLockedError
 from stackflow.operation import (
     ApprovalInput,
     OperationInput,
@@ -40,32 +37,22 @@ from stackflow.operation import (
 from stackflow.release import Phase
 from stackflow.render import render_run_preview
 
+__all__ = [
+    "FINAL",
+    "PAUSED",
+    "CannotAsk",
+    "RunPaused",
+    "Runner",
+    "console_for",
+    "current_user",
+    "eta_text",
+    "full_changes",
+    "ui_link",
+]
+
 FINAL = (Phase.succeeded, Phase.failed)
 PAUSED = Phase.awaitingDecision
 POLL_SECONDS = 0.25
-
-
-class RunPaused(StackflowError):
-    """The run waits for retry/abort on failed nodes (``--on-failure pause``)."""
-
-    exit_code = 4
-
-
-class CannotAsk(StackflowError):
-    """Approval needed but there is no terminal to ask on: bad input (exit 2)."""
-
-    exit_code = 2
-
-
-def ui_link(namespace: str, workflow_id: str, run_id: str | None) -> str:
-    base = os.environ.get("STACKFLOW_TEMPORAL_UI", "http://127.0.0.1:8233").rstrip("/")
-    wid = urllib.parse.quote(workflow_id, safe="")
-    return f"{base}/namespaces/{namespace}/workflows/{wid}" + (f"/{run_id}" if run_id else "")
-
-
-def console_for(output: OutputFormat) -> Console:
-    # In JSON mode everything human goes to stderr so stdout stays parseable.
-    return SafeConsole(stderr=output == OutputFormat.json, soft_wrap=True, emoji=False)
 
 
 class Runner:
@@ -263,10 +250,3 @@ def full_changes(view: dict[str, Any]) -> dict[str, Any]:
     shown = {c["id"] for c in changes}
     changes += [c for rid, c in full.items() if rid not in shown and c["action"] != "UnChanged"]
     return {**view, "changes": changes}
-
-
-def current_user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:
-        return "unknown"

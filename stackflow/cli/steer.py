@@ -5,37 +5,38 @@ from the Temporal UI and ``temporal workflow update execute``."""
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.table import Table
-from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
-from temporalio.service import RPCError, RPCStatusCode
 
 from stackflow.cli.api_mode import api_mode
 from stackflow.cli.app import app
-from stackflow.cli.connection import Temporal
 from stackflow.cli.options import (
     OutputOpt,
     ProjectOpt,
     WaitOpt,
     WorkspaceOpt,
 )
-from stackflow.cli.output import OutputFormat, echo_safe, stdout_console
-from stackflow.cli.runner import (
-    current_user,
-    ui_link,
-)
+from stackflow.cli.output import OutputFormat, echo_safe
+from stackflow.cli.quick import print_status, ui_link
 from stackflow.errors import NotFoundError, OperationFailed
-from stackflow.operation import ApprovalInput, StatusView, workflow_id_for
 from stackflow.refs import StackRef
+
+if TYPE_CHECKING:  # the Temporal SDK is imported only when a command talks to Temporal
+    from temporalio.client import WorkflowHandle
+
+    from stackflow.cli.connection import Temporal
+    from stackflow.operation import StatusView
 
 ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Recorded with the decision.")]
 
 
 async def _handle(temporal: Temporal, stack: StackRef) -> WorkflowHandle[Any, Any]:
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from stackflow.operation import workflow_id_for
+
     client = await temporal.connect()
     handle = client.get_workflow_handle(workflow_id_for(stack))
     try:
@@ -55,6 +56,12 @@ async def _handle(temporal: Temporal, stack: StackRef) -> WorkflowHandle[Any, An
 
 
 async def _update(stack: StackRef, name: str, reason: str | None, timeout: float) -> str:
+    from temporalio.client import WorkflowUpdateFailedError
+
+    from stackflow.cli.connection import Temporal
+    from stackflow.cli.runs import current_user
+    from stackflow.operation import ApprovalInput
+
     temporal = Temporal(timeout, stack)
     handle = await _handle(temporal, stack)
     arg = ApprovalInput(by=current_user(), reason=reason)
@@ -129,6 +136,8 @@ def cancel(
     """Cancel the stack's running operation; its release ends failed, saying so."""
 
     async def run() -> str:
+        from stackflow.cli.connection import Temporal
+
         stack = StackRef(project, workspace)
         temporal = Temporal(unavailable_timeout, stack)
         handle = await _handle(temporal, stack)
@@ -157,6 +166,11 @@ def status(
     stack = StackRef(project, workspace)
 
     async def run() -> tuple[StatusView, str]:
+        from temporalio.service import RPCError, RPCStatusCode
+
+        from stackflow.cli.connection import Temporal
+        from stackflow.operation import StatusView
+
         temporal = Temporal(unavailable_timeout, stack)
         handle = await _handle(temporal, stack)
         try:
@@ -178,18 +192,4 @@ def status(
         view, link = remote.status(stack)
     else:
         view, link = asyncio.run(run())
-    if output == OutputFormat.json:
-        data = view.model_dump(mode="json")
-        data["ui"] = link
-        typer.echo(json.dumps(data, indent=2, sort_keys=True))
-        return
-    table = Table(show_header=False)
-    table.add_row("phase", view.phase)
-    table.add_row("release", str(view.revision) if view.revision is not None else "-")
-    table.add_row("done", f"{view.done}/{view.total}, {view.failed} failed")
-    if view.running:
-        table.add_row("running", ", ".join(view.running[:5]))
-    if view.error:
-        table.add_row("error", view.error)
-    table.add_row("ui", link)
-    stdout_console().print(table)
+    print_status(view.model_dump(mode="json"), link, output.value)

@@ -259,3 +259,79 @@ def test_commands_that_need_temporal_or_the_state_refuse_and_a_token_is_needed(
     env["STACKFLOW_API_URL"] = f"http://127.0.0.1:{free_port()}"
     down = _ok(run_cli(env, "release", "list", "-p", "x"), 1)
     assert "unreachable" in down.stderr and "Traceback" not in down.stderr
+
+
+def test_status_and_help_start_without_the_engine(
+    tmp_path: Path, stack_env: dict[str, str], api_server: str, api_cli: Cli
+) -> None:
+    """`stackflow status` of a running operation and `stackflow --help`, in API mode, import
+    neither the Temporal SDK nor typer's rich help, the Kubernetes client or SQLAlchemy (nor
+    typer, pydantic or httpx: status answers on the standard library and rich), and print
+    what the typer command prints (issue 25; tests/unit/test_cli_startup.py holds the rest)."""
+    project = new_project()
+    spec = write_spec(tmp_path / "spec.yaml", [file_resource(tmp_path / "files" / "a", "a\n")])
+    env = api_env(stack_env, api_server, tmp_path / "laptop")
+    never = ("temporalio", "typer", "kubernetes", "sqlalchemy", "pydantic", "httpx")
+
+    def startup(*args: str) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+        done = subprocess.run(
+            [sys.executable, "-X", "importtime", "-m", "stackflow.cli.main", *args],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        lines = [line for line in done.stderr.splitlines() if line.startswith("import time:")]
+        modules = {line.rsplit("|", 1)[1].strip() for line in lines}
+        leaked = {m for m in modules for top in never if m == top or m.startswith(top + ".")}
+        assert not leaked, (args, sorted(leaked))
+        assert "typer.rich_utils" not in modules
+        return done, modules
+
+    helped, _ = startup("--help")
+    assert helped.returncode == 0 and "Exit codes: 0 ok" in helped.stdout
+    waiting = subprocess.Popen(
+        [
+            str(REPO / ".venv/bin/stackflow"),
+            "apply",
+            "-f",
+            str(spec),
+            "-p",
+            project,
+            "-o",
+            "ndjson",
+        ],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            shown, modules = startup("status", "-p", project, "-o", "json")
+            assert "stackflow.cli.quick" in modules and "stackflow.cli.steer" not in modules
+            if shown.returncode == 0 and json.loads(shown.stdout)["phase"] == "awaitingApproval":
+                break
+            assert time.monotonic() < deadline, shown.stdout + shown.stderr
+            time.sleep(0.5)
+        table, _ = startup("status", "-p", project)
+        assert table.returncode == 0 and "awaitingApproval" in table.stdout
+        # the typer command (``-pNAME`` is not the quick path's plain form) prints the same
+        for quick_one, args in ((shown, ("-o", "json")), (table, ())):
+            typer_one = _ok(api_cli(stack_env, "status", f"-p{project}", *args))
+            if args:
+                assert json.loads(typer_one.stdout) == json.loads(quick_one.stdout)
+            else:
+                assert typer_one.stdout == quick_one.stdout
+        _ok(api_cli(stack_env, "approve", "-p", project))
+        _, err = waiting.communicate(timeout=120)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+    assert waiting.returncode == 0, err
+    idle, _ = startup("status", "-p", project)
+    assert idle.returncode == 1 and "has no running operation" in idle.stderr

@@ -1,0 +1,39 @@
+"""What the run commands share in either mode (Temporal directly, or the HTTP API) and that
+needs no Temporal: the exits of a run that cannot go on, the console a run reports on, the
+operator's name and the run's Temporal UI link."""
+
+from __future__ import annotations
+
+import getpass
+
+from rich.console import Console
+
+from stackflow.cli.output import OutputFormat, SafeConsole
+from stackflow.cli.quick import ui_link
+from stackflow.errors import StackflowError
+
+__all__ = ["CannotAsk", "RunPaused", "console_for", "current_user", "ui_link"]
+
+
+class RunPaused(StackflowError):
+    """The run waits for retry/abort on failed nodes (``--on-failure pause``)."""
+
+    exit_code = 4
+
+
+class CannotAsk(StackflowError):
+    """Approval needed but there is no terminal to ask on: bad input (exit 2)."""
+
+    exit_code = 2
+
+
+def console_for(output: OutputFormat) -> Console:
+    # In JSON mode everything human goes to stderr so stdout stays parseable.
+    return SafeConsole(stderr=output == OutputFormat.json, soft_wrap=True, emoji=False)
+
+
+def current_user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "unknown"

@@ -1,0 +1,346 @@
+"""How `stackflow` starts (issue 25): the top-level help comes from the static command table
+without typer, rich or any engine module, the table lists exactly what the command modules
+register, and `stackflow status` in API mode answers on the standard library alone (see
+tests/integration/test_cli_api_mode.py for it against a real API server) with exactly the
+output, messages and exit codes of the typer command, falling back to it for anything else.
+
+No timing here: what is asserted is what gets imported."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer.main
+from typer.testing import CliRunner
+
+from stackflow.cli import quick
+from stackflow.cli.app import app
+from stackflow.cli.commands import COMMANDS, EXIT_CODES_HELP, render_help
+from stackflow.cli.main import load_commands
+from stackflow.release import Phase
+
+REPO = Path(__file__).resolve().parents[2]
+NEVER_FOR_HELP = ("temporalio", "typer", "rich", "pydantic", "kubernetes", "sqlalchemy", "httpx")
+
+
+def imported(stderr: str) -> set[str]:
+    """The modules a ``python -X importtime`` run imported (from its stderr)."""
+    names = set()
+    for line in stderr.splitlines():
+        if line.startswith("import time:") and line.count("|") == 2:
+            name = line.rsplit("|", 1)[1].strip()
+            if name != "package":  # the header line
+                names.add(name)
+    return names
+
+
+def run_main(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "stackflow.cli.main", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def first_paragraph(text: str | None) -> str:
+    return " ".join((text or "").strip().split("\n\n")[0].split())
+
+
+def test_the_static_table_is_what_the_command_modules_register() -> None:
+    load_commands()
+    group = typer.main.get_group(app)
+    registered = {name: cmd for name, cmd in group.commands.items() if not cmd.hidden}
+    assert [e.name for e in COMMANDS] == list(registered)  # names, in the order listed
+    for entry in COMMANDS:
+        command = registered[entry.name]
+        assert entry.help == first_paragraph(command.help), entry.name
+        callbacks = [command.callback] if command.callback else []
+        callbacks += [c.callback for c in getattr(command, "commands", {}).values()]
+        assert entry.module in {c.__module__ for c in callbacks if c is not None}, entry.name
+
+
+def test_the_app_lists_and_loads_commands_from_the_table() -> None:
+    result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0
+    for entry in COMMANDS:
+        assert f" {entry.name} " in result.stdout
+
+
+@pytest.mark.parametrize("args", [("--help",), ()], ids=["help", "no-arguments"])
+def test_top_level_help_imports_neither_typer_rich_nor_the_engine(args: tuple[str, ...]) -> None:
+    done = run_main(*args, env={"PATH": "/usr/bin:/bin", "COLUMNS": "100"})
+    assert done.returncode == (0 if args else 2)  # no arguments: a usage error, as typer's
+    modules = imported(done.stderr)
+    assert "stackflow.cli.quick" in modules
+    for top in NEVER_FOR_HELP:
+        assert not {m for m in modules if m == top or m.startswith(top + ".")}, top
+    assert done.stdout == render_help(width=100, colour=False)
+    text = " ".join(done.stdout.split())
+    assert " ".join(EXIT_CODES_HELP.split()) in text
+    for code in ("0 ok", "1 operation failed", "2 bad input", "3 stack locked", "4 run paused"):
+        assert code in text
+    for entry in COMMANDS:
+        assert f"│ {entry.name} " in done.stdout
+
+
+def test_help_is_wrapped_to_the_width() -> None:
+    for width in (40, 80, 123):
+        lines = render_help(width=width, colour=False).splitlines()
+        assert max(len(line) for line in lines) == width
+        assert all(len(line) in (0, width) for line in lines if line.startswith(("│", "╭", "╰")))
+
+
+def test_the_quick_path_knows_every_phase() -> None:
+    assert tuple(p.value for p in Phase) == quick.PHASES
+
+
+# ---- `stackflow status` in API mode: the quick answer against the typer command's -----------
+RUN_ID = "0198a0c2-0000-7000-8000-000000000001"
+
+
+class FakeApi(ThreadingHTTPServer):
+    """Answers ``GET …/runs`` and ``GET …/runs/{id}`` from ``pages`` (path -> (status, body))."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.pages: dict[str, tuple[int, Any]] = {}
+        self.seen: list[str] = []
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}"
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: FakeApi
+
+    def do_GET(self) -> None:
+        self.server.seen.append(self.path)
+        if self.headers.get("Authorization") != "Bearer t0ken":
+            status, body = 401, {"type": "urn:stackflow:problem:unauthorized", "detail": "no"}
+        else:
+            status, body = self.server.pages.get(self.path, (404, {"detail": "no such path"}))
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def fake_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeApi]:
+    server = FakeApi()
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    monkeypatch.setenv("STACKFLOW_API_URL", server.url)
+    monkeypatch.setenv("STACKFLOW_API_TOKEN", "t0ken")
+    monkeypatch.setenv("COLUMNS", "80")
+    monkeypatch.setenv("STACKFLOW_TEMPORAL_UI", "http://ui.example:8233")
+    for name in quick._proxy_names():
+        monkeypatch.delenv(name, raising=False)
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def summary(run_id: str, status: str, workflow_id: str = "stackflow/p/w") -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "workflow_id": workflow_id,
+        "operation": "apply",
+        "status": status,
+        "requested_by": "me",
+        "message": None,
+        "started_at": "2025-01-01T00:00:00Z",
+        "ended_at": None,
+    }
+
+
+def view(**fields: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "run_id": RUN_ID,
+        "workflow_id": "stackflow/p/w",
+        "operation": "apply",
+        "status": "running",
+        "phase": "awaitingApproval",
+        "revision": 4,
+        "total": 3,
+        "done": 0,
+        "failed": 0,
+        "running": [],
+        "summary": {"Create": 3, "Update": 0, "Delete": 0, "UnChanged": 0},
+        "eta_seconds": None,
+        "error": None,
+    }
+    return {**base, **fields}
+
+
+VIEWS = {
+    "awaiting": view(),
+    "applying": view(
+        phase="applying",
+        done=2,
+        total=40,
+        running=[f"onprem:File:/tmp/some/long/path/file-{i}.txt" for i in range(7)],
+        eta_seconds=12,
+    ),
+    "failed": view(phase="failed", failed=1, error="node x failed: disk full", summary={}),
+    "no-release": view(revision=None, eta_seconds=3.25, summary={}),
+    "no-answer": view(phase=None, error=None),
+    "no-answer-said-why": view(phase=None, error="the status query timed out"),
+}
+
+
+@pytest.mark.parametrize("output", ["table", "json"])
+@pytest.mark.parametrize("name", list(VIEWS))
+def test_quick_status_prints_what_the_command_prints(
+    fake_api: FakeApi, capsys: pytest.CaptureFixture[str], name: str, output: str
+) -> None:
+    runs = "/v1/stacks/p/w/runs"
+    fake_api.pages = {
+        f"{runs}?page_size=20": (
+            200,
+            {"runs": [summary(RUN_ID, "running"), summary("older", "completed")]},
+        ),
+        f"{runs}/{RUN_ID}": (200, VIEWS[name]),
+    }
+    args = ["status", "-p", "p", "--workspace", "w", "--output", output]
+    code = quick.answer(args)
+    quick_out = capsys.readouterr()
+    assert fake_api.seen == [f"{runs}?page_size=20", f"{runs}/{RUN_ID}"]
+    load_commands()
+    result = CliRunner().invoke(app, args)
+    assert (code, quick_out.out, quick_out.err) == (
+        result.exit_code,
+        result.stdout,
+        result.stderr,
+    )
+    assert code == (1 if name.startswith("no-answer") else 0)
+
+
+@pytest.mark.parametrize(
+    "runs",
+    [
+        [],
+        [summary("a", "completed"), summary("b", "failed")],
+        [summary("a", "running", "stackflow/p/w/preview")],
+    ],
+    ids=["never-ran", "ended", "only-a-preview"],
+)
+def test_quick_status_says_when_nothing_runs_as_the_command_does(
+    fake_api: FakeApi, capsys: pytest.CaptureFixture[str], runs: list[dict[str, Any]]
+) -> None:
+    fake_api.pages = {"/v1/stacks/p/w/runs?page_size=20": (200, {"runs": runs})}
+    code = quick.answer(["status", "-p", "p", "-w", "w"])
+    quick_out = capsys.readouterr()
+    load_commands()
+    result = CliRunner().invoke(app, ["status", "-p", "p", "-w", "w"])
+    assert code == result.exit_code == 1
+    assert quick_out.err == result.stderr and quick_out.err.startswith("Error: stack p/w has no")
+    assert quick_out.out == result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["status"],
+        ["status", "-pp"],
+        ["status", "-p", "p", "--help"],
+        ["status", "-p", "p", "-o", "JSON"],
+        ["status", "-p", "p", "-o", "ndjson"],
+        ["status", "-p", "p", "-p", "q"],
+        ["status", "-p", "a/b"],
+        ["status", "-p", "p", "--unavailable-timeout", "-1"],
+        ["status", "-p", "p", "--unavailable-timeout", "1e3"],
+        ["status", "-p", "p", "extra"],
+        ["status", "--project="],
+        ["approve", "-p", "p"],
+        ["--help", "status"],
+    ],
+)
+def test_anything_but_the_plain_case_goes_to_the_typer_app(
+    fake_api: FakeApi, args: list[str]
+) -> None:
+    assert quick.answer(args) is None
+    assert fake_api.seen == []
+
+
+def test_an_answer_that_is_not_a_success_goes_to_the_typer_app(
+    fake_api: FakeApi, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = "/v1/stacks/p/default/runs?page_size=20"
+    monkeypatch.setenv("STACKFLOW_API_TOKEN", "wrong")
+    assert quick.answer(["status", "-p", "p"]) is None  # 401: the command says it its way
+    monkeypatch.setenv("STACKFLOW_API_TOKEN", "t0ken")
+    fake_api.pages = {runs: (200, {"runs": [{"run_id": 1}]})}
+    assert quick.answer(["status", "-p", "p"]) is None  # not a RunPage: the client says so
+    fake_api.pages = {runs: (503, {"detail": "Temporal is unreachable"})}
+    assert quick.answer(["status", "-p", "p"]) is None
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    seen = len(fake_api.seen)
+    assert quick.answer(["status", "-p", "p"]) is None  # httpx would use the proxy
+    assert len(fake_api.seen) == seen
+    assert capsys.readouterr().out == ""
+
+
+def rich_table(rows: list[tuple[str, str]], width: int) -> str:
+    from rich.table import Table
+
+    from stackflow.cli.output import SafeConsole
+
+    out = io.StringIO()
+    table = Table(show_header=False)
+    for row in rows:
+        table.add_row(*row)
+    SafeConsole(file=out, emoji=False, width=width).print(table)
+    return out.getvalue()
+
+
+def test_the_plain_status_table_is_what_rich_prints() -> None:
+    """Wherever ``plain_table`` lays the status table out itself, it is rich's table to the
+    character; elsewhere it leaves it to rich."""
+    rnd = random.Random(25)
+    laid_out = 0
+    for _ in range(3000):
+        rows = [
+            ("phase", rnd.choice(quick.PHASES)),
+            ("release", str(rnd.randint(1, 10 ** rnd.randint(1, 6)))),
+            ("done", f"{rnd.randint(0, 99)}/{rnd.randint(0, 999)}, {rnd.randint(0, 9)} failed"),
+        ]
+        if rnd.random() < 0.4:
+            ids = [f"onprem:File:/tmp/{'x' * rnd.randint(1, 30)}" for _ in range(rnd.randint(1, 5))]
+            rows.append(("running", ", ".join(ids)))
+        if rnd.random() < 0.3:
+            words = ["word" * rnd.randint(1, 6) for _ in range(rnd.randint(1, 12))]
+            rows.append(("error", " ".join(words) if rnd.random() < 0.7 else "".join(words)))
+        rows.append(
+            ("ui", "http://127.0.0.1:8233/namespaces/default/workflows/" + "w" * rnd.randint(1, 90))
+        )
+        width = rnd.randint(15, 200)
+        plain = quick.plain_table(rows, width)
+        if plain is not None:
+            laid_out += 1
+            assert plain == rich_table(rows, width), (rows, width)
+    assert laid_out > 1500  # the plain case is the common one
+    assert quick.plain_table([("phase", "a [b]")], 80) is None  # markup: rich's
+    assert quick.plain_table([("phase", "wide ✓")], 80) is None

@@ -333,14 +333,27 @@ _cache_lock = threading.Lock()
 _FINGERPRINT_NAMES = ("KUBECONFIG", "TF_CLI_CONFIG_FILE", "HOME")
 
 
+_FINGERPRINT_BYTES = tuple(name.encode() for name in _FINGERPRINT_NAMES)
+
+
 def _fingerprint(environ: Mapping[str, str]) -> tuple[Any, ...]:
-    items = tuple(
-        sorted(
-            (k, v)
-            for k, v in environ.items()
-            if k.startswith("STACKFLOW_") or k in _FINGERPRINT_NAMES
+    raw = getattr(environ, "_data", None)  # os.environ's own bytes: nothing decoded
+    if isinstance(raw, dict):
+        items: tuple[Any, ...] = tuple(
+            sorted(
+                (k, v)
+                for k, v in raw.items()
+                if k.startswith(b"STACKFLOW_") or k in _FINGERPRINT_BYTES
+            )
         )
-    )
+    else:
+        items = tuple(
+            sorted(
+                (k, v)
+                for k, v in environ.items()
+                if k.startswith("STACKFLOW_") or k in _FINGERPRINT_NAMES
+            )
+        )
     file = environ.get(POLICY_FILE_VAR)
     if file:
         try:

@@ -73,6 +73,9 @@ class SteeredRun:
         """The worker policy forbids the requester to approve this run."""
         self._step: str | None = None
         """``retry`` or ``abort`` while a paused run is told what to do."""
+        self._brief: tuple[object, object, dict[str, Any]] | None = None
+        """The status query's changes, kept for the (settled) preview view and policy they
+        were made from: a CLI asks for the status four times a second."""
         self._step_by: str | None = None
         self._not_ok = NotOk()
         """Plan indices (nodes, deletions) of the last walk that did not succeed."""
@@ -149,14 +152,24 @@ class SteeredRun:
         return view
 
     # ---- queries & updates ----------------------------------------------------------------
-    @workflow.query
-    def status(self) -> StatusView:
+    def _brief_changes(self) -> dict[str, Any]:
+        """Each shown change as a ChangeBrief's fields, and the summary."""
+        view = summarise([]) if self._lines is None else self._lines.view()
+        kept = self._brief
+        if kept is not None and kept[0] is view and kept[1] is self._policy:
+            return kept[2]
         brief = self._changes_view()
         briefs = [
             ChangeBrief(id=c["id"], type=c["type"], action=c["action"], drift=c.get("drift", False))
             for c in brief["changes"]
         ]
-        summary = brief["summary"]
+        changes = {"changes": [b.model_dump() for b in briefs], "summary": brief["summary"]}
+        if self._lines is not None:
+            self._brief = (view, self._policy, changes)
+        return changes
+
+    @workflow.query
+    def status(self) -> StatusView:
         return StatusView(
             phase=self._phase,
             revision=self._revision,
@@ -164,7 +177,7 @@ class SteeredRun:
             done=self._progress.done,
             failed=self._progress.failed,
             running=list(self._progress.running),
-            changes={"changes": [b.model_dump() for b in briefs], "summary": summary},
+            changes=self._brief_changes(),
             error=self._error,
             eta_seconds=self._progress.eta_seconds(workflow.now(), self._total)
             if self._phase in WALKING

@@ -272,6 +272,51 @@ def test_kubeconfig_plugins_never_run(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
+def test_a_kept_verdict_on_the_workers_kubeconfig_ends_when_the_file_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every resource is checked; the verdict on the worker's own kubeconfig is kept while
+    the file is unchanged (no read), and a plugin written into it is refused at once."""
+    from stackflow.runtimes.kubernetes import policy as kube_policy
+
+    config = tmp_path / "kube" / "config"
+    config.parent.mkdir()
+    user: dict[str, Any] = {"name": "u", "user": {"token": "t"}}
+    doc = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [user],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}],
+        "current-context": "c",
+    }
+    config.write_text(yaml.safe_dump(doc))
+    policy = onprem_policy(tmp_path, KUBECONFIG=str(config))
+    reads: list[str] = []
+    real_read = kube_policy._kubeconfig_doc
+
+    def counted(resource_id: str, field: str, path: str) -> dict[str, Any] | None:
+        reads.append(path)
+        return real_read(resource_id, field, path)
+
+    monkeypatch.setattr(kube_policy, "_kubeconfig_doc", counted)
+
+    def check() -> None:
+        kube_policy.check_kubeconfig(
+            policy, "v1:ConfigMap:d:x", None, None, config_field="f", context_field="c"
+        )
+
+    for _ in range(3):
+        check()
+    assert reads == [str(config)], "read once, then kept while the file is unchanged"
+    user["user"] = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "sh"}}
+    config.write_text(yaml.safe_dump(doc))
+    with pytest.raises(PolicyViolation, match="exec credential plugin"):
+        check()
+    with pytest.raises(PolicyViolation, match="exec credential plugin"):
+        check()  # a refusal is never kept as a pass
+
+
 # ---- the activities: a whole spec before any runtime call ------------------------------------
 class Gated(Runtime):
     """Refuses resources named bad*; counts every runtime call."""

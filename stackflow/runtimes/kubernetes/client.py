@@ -23,6 +23,7 @@ import os
 import re
 import ssl
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -382,6 +383,29 @@ def _configuration() -> k8s_client.Configuration:
     return cfg
 
 
+REFRESH_SECONDS = 1.0
+"""The kubeconfig loader's credential refresh (a token's expiry, a token file) runs before
+every request; it is run at most this often (each run re-sets the whole configuration)."""
+
+
+def _throttle_refresh(cfg: k8s_client.Configuration) -> None:
+    hook = cfg.refresh_api_key_hook
+    if hook is None:
+        return
+    lock = threading.Lock()
+    last = [float("-inf")]
+
+    def refresh(configuration: k8s_client.Configuration) -> None:
+        with lock:
+            now = time.monotonic()
+            if now - last[0] < REFRESH_SECONDS:
+                return
+            last[0] = now
+            hook(configuration)
+
+    cfg.refresh_api_key_hook = refresh
+
+
 def connect(kubeconfig: str | None, context: str | None) -> KubeClient:
     """A client for a kubeconfig (path, or ``KUBECONFIG``/~/.kube/config) or in-cluster config."""
     path = kubeconfig or os.environ.get("KUBECONFIG") or None
@@ -412,5 +436,6 @@ def connect(kubeconfig: str | None, context: str | None) -> KubeClient:
     except (ConfigException, OSError, ValueError) as exc:
         where = f"{path}" + (f" context {context!r}" if context else "")
         raise InvalidInput(f"kubeconfig {where}: {exc}") from None
+    _throttle_refresh(cfg)
     label = cfg.host + (f" (context {context})" if context else "")
     return KubeClient(k8s_client.ApiClient(cfg), label)

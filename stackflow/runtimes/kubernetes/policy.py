@@ -34,7 +34,55 @@ def check_kubeconfig(
     context_field: str,
 ) -> None:
     """Refuse a kubeconfig (a path or ``os.pathsep`` list; None: the worker's own) or a
-    context the policy forbids, and kubeconfigs whose user runs a plugin."""
+    context the policy forbids, and kubeconfigs whose user runs a plugin.
+
+    A verdict that passed for the worker's own kubeconfig is kept for the same policy and
+    context while its files are the same files, unchanged (one ``lstat`` each): every
+    resource of a run is checked, and they almost always use the worker's kubeconfig."""
+    memo = (kubeconfig, context)
+    with _kube_lock:
+        passed = None if kubeconfig else _passed.get(memo)
+    if passed is not None and passed[0] is policy and passed[1] == _identities(passed[2]):
+        return
+    files = _check_kubeconfig(
+        policy,
+        resource_id,
+        kubeconfig,
+        context,
+        config_field=config_field,
+        context_field=context_field,
+    )
+    if kubeconfig:
+        return  # a path the spec names is resolved again each time (a symlink may move)
+    with _kube_lock:
+        if len(_passed) > 64:
+            _passed.clear()
+        _passed[memo] = (policy, _identities(files), files)
+
+
+def _identities(files: tuple[str, ...]) -> tuple[tuple[int, int, int] | None, ...]:
+    """Each file as it is now: (inode, mtime, size), None if absent or unreadable."""
+    found: list[tuple[int, int, int] | None] = []
+    for path in files:
+        try:
+            st = os.stat(path, follow_symlinks=False)
+        except OSError:
+            found.append(None)
+            continue
+        found.append((st.st_ino, st.st_mtime_ns, st.st_size))
+    return tuple(found)
+
+
+def _check_kubeconfig(
+    policy: WorkerPolicy,
+    resource_id: str,
+    kubeconfig: str | None,
+    context: str | None,
+    *,
+    config_field: str,
+    context_field: str,
+) -> tuple[str, ...]:
+    """:func:`check_kubeconfig` itself; the (real) files it read."""
     kube = policy.kubernetes
     if kubeconfig:
         files = []
@@ -52,8 +100,9 @@ def check_kubeconfig(
     else:
         files = list(policy.worker_kubeconfigs)
         field = "the worker's KUBECONFIG"
+    read = tuple(files)
     if kube.allow_exec and kube.allowed_contexts is None:
-        return  # nothing to look for in the files
+        return read  # nothing to look for in the files
     docs: list[tuple[str, dict[str, Any]]] = []
     for path in files:
         doc = _kubeconfig_doc(resource_id, field, path)
@@ -62,7 +111,7 @@ def check_kubeconfig(
     if not docs:
         if context and kube.allowed_contexts is not None:
             check_context(policy, resource_id, context_field, context)
-        return  # no file: in-cluster, or the client reports the missing file
+        return read  # no file: in-cluster, or the client reports the missing file
     chosen = context or next(
         (str(c["current-context"]) for _, c in docs if c.get("current-context")), None
     )
@@ -76,7 +125,7 @@ def check_kubeconfig(
             )
         check_context(policy, resource_id, context_field if context else field, chosen)
     if kube.allow_exec:
-        return
+        return read
     users = {
         str((entry.get("context") or {}).get("user"))
         for _, config in docs
@@ -99,6 +148,7 @@ def check_kubeconfig(
                         "worker does not allow kubeconfig plugins "
                         "(STACKFLOW_ALLOW_KUBE_EXEC)",
                     )
+    return read
 
 
 def kubeconfig_allowed(policy: WorkerPolicy, real: str) -> bool:
@@ -133,6 +183,12 @@ def _provider_name(value: Any) -> str:
 
 _kube_cache: dict[str, tuple[tuple[int, int, int], dict[str, Any]]] = {}
 _kube_lock = threading.Lock()
+_passed: dict[
+    tuple[str | None, str | None],
+    tuple[WorkerPolicy, tuple[tuple[int, int, int] | None, ...], tuple[str, ...]],
+] = {}
+"""Verdicts that passed: (kubeconfig, context) → (the policy, its files as they were, the
+files)."""
 
 
 def _kubeconfig_doc(resource_id: str, field: str, path: str) -> dict[str, Any] | None:

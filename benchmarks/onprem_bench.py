@@ -18,6 +18,10 @@ SQLite state backend, see benchmarks/_lib), then
     .venv/bin/python benchmarks/onprem_bench.py --sizes 10000      # peak RSS, size warnings
     .venv/bin/python benchmarks/onprem_bench.py --sizes 1000 --repeat 2 --backend postgresql
     .venv/bin/python benchmarks/onprem_bench.py --profile /tmp/onprem.raw    # py-spy samples
+
+After the one stack, the same number of files as ``--stacks`` (default 12) stacks applied at
+once by as many ``stackflow apply`` processes on the same worker: their aggregate res/s,
+and the single stack's res/s over it (at most 1.0x: the stacks together are no slower).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import argparse
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -80,6 +85,37 @@ async def direct(spec: dict[str, Any], *, with_reads: bool) -> float:
     return seconds
 
 
+def many_stacks(sf: harness.Stack, files: Path, size: int, stacks: int, extra: list[str]) -> float:
+    """``stacks`` projects of ``size // stacks`` files each, applied at once by as many
+    ``stackflow apply --yes`` processes on the same worker; wall seconds until the last ends."""
+    tag = uuid.uuid4().hex[:6]
+    each = size // stacks
+    procs: list[tuple[str, Path, subprocess.Popen[str]]] = []
+    started = time.perf_counter()
+    for n in range(stacks):
+        project = f"onprembench-many-{n}-{tag}"
+        spec_path = sf.work / f"spec-{n}.json"
+        spec_path.write_text(json.dumps(spec_for(files / project, each)))
+        command = [harness.STACKFLOW, "apply", "-f", str(spec_path), "--project", project]
+        proc = subprocess.Popen(
+            [*command, "--yes", *extra],
+            env=sf.env,
+            cwd=sf.work,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        procs.append((project, files / project, proc))
+    for project, root, proc in procs:
+        _, err = proc.communicate(timeout=3600)
+        if proc.returncode != 0:
+            raise SystemExit(f"stackflow apply of {project} exited {proc.returncode}:\n{err}")
+        written = sum(1 for _ in root.iterdir()) if root.exists() else 0
+        if written != each:
+            raise SystemExit(f"stackflow apply of {project} wrote {written} of {each} files")
+    return time.perf_counter() - started
+
+
 def bench_size(size: int, args: argparse.Namespace, files: Path) -> tuple[list[object], str, str]:
     tag = uuid.uuid4().hex[:6]
     project = f"onprembench-{size}-{tag}"
@@ -94,8 +130,9 @@ def bench_size(size: int, args: argparse.Namespace, files: Path) -> tuple[list[o
         written = sum(1 for _ in root.iterdir()) if root.exists() else 0
         if written != size:
             raise SystemExit(f"stackflow apply wrote {written} of {size} files")
-        peak = sf.worker.peak_rss_mb()
         cpu = sf.meter.describe(seconds) if sf.meter else ""
+        many = many_stacks(sf, files, size, args.stacks, extra) if args.stacks > 1 else None
+        peak = sf.worker.peak_rss_mb()
     stats = asyncio.run(stack_stats(f"stackflow/{project}/default", t0))
     # direct calls: the same files in another directory (the policy's roots allow it)
     os.environ["STACKFLOW_ONPREM_ROOTS"] = str(files)
@@ -112,6 +149,13 @@ def bench_size(size: int, args: argparse.Namespace, files: Path) -> tuple[list[o
         f"{overhead_ms:.1f}",
         f"{peak:.0f}" if peak else "-",
     ]
+    if many is not None:
+        each = size // args.stacks * args.stacks
+        row += [
+            harness.fmt_s(many),
+            f"{each / many:.0f}",
+            harness.ratio(size / seconds, each / many),
+        ]
     return row, f"{stats.describe(size)}\n  {cpu}", server_log.report()
 
 
@@ -125,6 +169,12 @@ def main() -> None:
     parser.add_argument("--backend", default="sqlite", help="sqlite (default) or postgresql")
     parser.add_argument("--profile", type=Path, default=None, help="py-spy raw output file")
     parser.add_argument("--keep", action="store_true", help="keep the temporary directories")
+    parser.add_argument(
+        "--stacks",
+        type=int,
+        default=12,
+        help="then the same number of files as this many stacks applied at once (1: not)",
+    )
     args = parser.parse_args()
     harness.need_env("TEMPORAL_ADDRESS")
     rows: list[list[object]] = []
@@ -151,6 +201,11 @@ def main() -> None:
                 "stackflow/direct",
                 "overhead ms/res",
                 "worker peak RSS MB",
+                *(
+                    [f"{args.stacks} stacks at once s", "aggregate res/s", "one/aggregate"]
+                    if args.stacks > 1
+                    else []
+                ),
             ],
             rows,
         )

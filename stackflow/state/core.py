@@ -28,6 +28,8 @@ from stackflow.state.models import (
     redact_url,
 )
 from stackflow.state.schema import (
+    HEAD_REVISION,
+    VERSION_TABLE,
     blobs,
     stack_locks,
 )
@@ -83,21 +85,24 @@ class SqlCore:
             ) from err
 
     def head_revision(self) -> str:
-        from alembic.script import ScriptDirectory  # alembic only when the schema is checked
-
-        script = ScriptDirectory(str(MIGRATIONS))
-        head = script.get_current_head()
-        assert head is not None
-        return head
+        """The newest migration (``HEAD_REVISION``; a test holds it to Alembic's head)."""
+        return HEAD_REVISION
 
     def schema_revision(self) -> str | None:
-        from alembic.runtime.migration import MigrationContext
-
+        """The migration the database is at (Alembic's ``alembic_version`` table), None for
+        an empty database; read with one query, without loading Alembic."""
         with self._tx() as conn:
-            return MigrationContext.configure(conn).get_current_revision()
+            if not sa.inspect(conn).has_table(VERSION_TABLE):
+                return None
+            rows = conn.execute(sa.text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
+        return str(rows[0][0]) if len(rows) == 1 else None
 
     def migrate(self) -> str:
-        """Bring the schema to the newest migration (idempotent, safe from many processes)."""
+        """Bring the schema to the newest migration (idempotent, safe from many processes).
+        A database already at the head is left alone without loading Alembic (every CLI
+        command on an embedded SQLite backend opens it this way)."""
+        if self.schema_revision() == HEAD_REVISION:
+            return HEAD_REVISION
         from alembic import command
         from alembic.config import Config
 

@@ -10,6 +10,12 @@ import sqlalchemy as sa
 
 metadata = sa.MetaData()
 
+HEAD_REVISION = "0007"
+"""The newest migration under ``migrations/versions`` (a test holds it to Alembic's head):
+a database at it needs no migration, and opening one checks it without loading Alembic."""
+VERSION_TABLE = "alembic_version"
+"""Where Alembic keeps the migration a database is at."""
+
 _STACK = (
     sa.Column("project", sa.String(200), primary_key=True),
     sa.Column("workspace", sa.String(200), primary_key=True),

@@ -252,14 +252,16 @@ class ReleaseWrites(ReleaseReads):
                     .where(t.resource_id.in_([rid for rid, _ in bodies]))
                 )
             }
-            for rid, body in bodies:
-                if rid in known:
-                    conn.execute(
-                        release_resources.update()
-                        .where(*self._where_state(stack, revision))
-                        .where(t.resource_id == rid)
-                        .values(body=body)
-                    )
+            # executemany of one statement each: compiled once, whatever the group's size
+            again = [{"rid": rid, "sealed": body} for rid, body in bodies if rid in known]
+            if again:
+                conn.execute(
+                    release_resources.update()
+                    .where(*self._where_state(stack, revision))
+                    .where(t.resource_id == sa.bindparam("rid"))
+                    .values(body=sa.bindparam("sealed")),
+                    again,
+                )
             fresh = [(rid, body) for rid, body in bodies if rid not in known]
             if not fresh:
                 return
@@ -268,7 +270,12 @@ class ReleaseWrites(ReleaseReads):
                     *self._where_state(stack, revision)
                 )
             ).scalar_one()
-            insert = self._insert(release_resources).values(
+            insert = self._insert(release_resources)
+            conn.execute(
+                insert.on_conflict_do_update(
+                    index_elements=["project", "workspace", "revision", "resource_id"],
+                    set_={"body": insert.excluded.body},
+                ),
                 [
                     {
                         "project": stack.project,
@@ -279,13 +286,7 @@ class ReleaseWrites(ReleaseReads):
                         "body": body,
                     }
                     for n, (rid, body) in enumerate(fresh, start=1)
-                ]
-            )
-            conn.execute(
-                insert.on_conflict_do_update(
-                    index_elements=["project", "workspace", "revision", "resource_id"],
-                    set_={"body": insert.excluded.body},
-                )
+                ],
             )
 
     def record_deletion(

@@ -1,21 +1,28 @@
-"""Rich rendering of a preview: a table with a summary line, and per-resource field diffs."""
+"""Rich rendering of a preview: a table with a summary line, and per-resource field diffs.
+
+The preview is drawn from plain data (:func:`render_changes`: the changes as their JSON
+objects and the summary), so the CLI's quick path draws a preview from the API's answer
+without the engine's models; :func:`render_preview` draws a :class:`~stackflow.diff.Preview`
+the same way."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from stackflow.diff import Action, Preview
+if TYPE_CHECKING:
+    from stackflow.diff import Preview
 
-_STYLE = {
-    Action.Create: "green",
-    Action.Update: "yellow",
-    Action.Delete: "red",
-    Action.UnChanged: "dim",
+_STYLE = {  # by stackflow.diff.Action's values (an Action looks its style up as well)
+    "Create": "green",
+    "Update": "yellow",
+    "Delete": "red",
+    "UnChanged": "dim",
 }
 
 
@@ -28,7 +35,10 @@ def _show(value: Any) -> str:
 
 
 def summary_line(preview: Preview) -> str:
-    s = preview.summary
+    return _summary_text(preview.summary)
+
+
+def _summary_text(s: Mapping[str, int]) -> str:
     return (
         f"Plan: {s['Create']} to create, {s['Update']} to update, "
         f"{s['Delete']} to delete, {s['UnChanged']} unchanged"
@@ -37,27 +47,50 @@ def summary_line(preview: Preview) -> str:
 
 def render_preview(preview: Preview, console: Console, detail: bool = False) -> None:
     """Print the change table, then (with ``detail``) each changed resource's field diff."""
+    render_changes(
+        [change.model_dump() for change in preview.changes],
+        preview.summary,
+        preview.truncated,
+        preview.left_out,
+        console,
+        detail,
+    )
+
+
+def render_changes(
+    changes: Sequence[Mapping[str, Any]],
+    summary: Mapping[str, int],
+    truncated: bool,
+    left_out: Mapping[str, Any] | None,
+    console: Console,
+    detail: bool = False,
+) -> None:
+    """:func:`render_preview` of a preview given as data: its changes as
+    ``Change.model_dump()`` has them (``id``, ``type``, ``action``, ``drift``, ``diff`` of
+    ``path``/``old``/``new``), the summary of every action's count, whether the list was
+    cut and what ``--target``/``--exclude`` left out."""
     table = Table(show_header=True, header_style="bold")
     table.add_column("ID", overflow="fold")
     table.add_column("Type")
     table.add_column("Action")
-    for change in preview.changes:
-        action = Text(change.action.value, style=_STYLE[change.action])
-        if change.drift:
+    for change in changes:
+        name = str(change["action"])
+        action = Text(name, style=_STYLE[name])
+        if change["drift"]:
             action.append(" (drift)", style="magenta")
-        table.add_row(Text(change.id), Text(change.type), action)
+        table.add_row(Text(change["id"]), Text(change["type"]), action)
     console.print(table)
-    console.print(summary_line(preview), highlight=False)
-    if preview.truncated or len(preview.changes) < sum(preview.summary.values()):
+    console.print(_summary_text(summary), highlight=False)
+    if truncated or len(changes) < sum(summary.values()):
         console.print(
-            f"(listing {len(preview.changes)} of {sum(preview.summary.values())} resources: "
+            f"(listing {len(changes)} of {sum(summary.values())} resources: "
             "the first changes; unchanged ones are counted, not listed)",
             style="dim",
             highlight=False,
         )
-    if preview.left_out:
-        left = preview.left_out.get("resources") or []
-        count = int(preview.left_out.get("count") or len(left))
+    if left_out:
+        left = left_out.get("resources") or []
+        count = int(left_out.get("count") or len(left))
         console.print(
             f"Left out by --target/--exclude: {count} resource(s), state kept as recorded",
             style="cyan",
@@ -70,20 +103,21 @@ def render_preview(preview: Preview, console: Console, detail: bool = False) -> 
             console.print(f"  … and {count - len(left)} more", style="dim", highlight=False)
     if not detail:
         return
-    for change in preview.changes:
-        if change.action is Action.UnChanged or not change.diff:
+    for change in changes:
+        name = str(change["action"])
+        if name == "UnChanged" or not change["diff"]:
             continue
         console.print()
-        header = Text(f"{change.action.value} ", style=f"bold {_STYLE[change.action]}")
-        header.append(change.id, style="bold")
-        if change.drift:
+        header = Text(f"{name} ", style=f"bold {_STYLE[name]}")
+        header.append(change["id"], style="bold")
+        if change["drift"]:
             header.append(" (drift: live differs from the last applied state)", style="magenta")
         console.print(header)
-        for field in change.diff:
-            line = Text(f"  {field.path}: ")
-            line.append(_show(field.old), style="red")
+        for field in change["diff"]:
+            line = Text(f"  {field['path']}: ")
+            line.append(_show(field["old"]), style="red")
             line.append(" -> ")
-            line.append(_show(field.new), style="green")
+            line.append(_show(field["new"]), style="green")
             console.print(line, soft_wrap=True)
 
 
@@ -133,6 +167,8 @@ def render_policy(decision: dict[str, Any], console: Console, digests: bool = Fa
 def render_run_preview(view: dict[str, Any], console: Console, detail: bool = False) -> None:
     """A run's preview view (``preview`` query, ``GET …/preview``): the changes, then the
     policy gate's decision when the run had policies."""
+    from stackflow.diff import Preview
+
     render_preview(Preview.model_validate(view), console, detail=detail)
     if view.get("policy"):
         render_policy(view["policy"], console)

@@ -1,15 +1,19 @@
 """Answers `stackflow` gives without its typer app, so they start as fast as Python does:
-the top-level help (from the static table of :mod:`stackflow.cli.commands`), and
-`stackflow status` in API mode (``STACKFLOW_API_URL``), which reads the run through the
-HTTP API with the standard library and prints it as the status command does.
+the top-level help (from the static table of :mod:`stackflow.cli.commands`), and in API
+mode (``STACKFLOW_API_URL``) `stackflow status` and `stackflow preview`, which talk to the
+HTTP API with the standard library (:mod:`stackflow.cli.quick_http`) and print what the
+typer commands print.
 
-Only the plain case is answered here: :func:`answer` returns None for anything else
-(another option, an unusual value, a proxy, an answer of the API that is not a success, a
-body that is not what it should be, …) and the typer app then runs the command as always,
-with its own messages and exit codes. Nothing is printed before that decision, and what is
-asked of the API before it is only read (GET), so asking again is harmless.
+Only the plain case is answered here, and :func:`answer` returns None for anything else
+(another option, an unusual value, a proxy, an answer of the API that is not a success, …):
+the typer app then runs the command as always, with its own checks, messages and exit
+codes. Nothing is printed before that decision, and nothing is changed before it but for a
+preview's start, which the API refuses (4xx) for whatever the typer command would refuse
+itself first (an invalid spec or option). Once a preview has started, anything unusual
+hands the run to ``stackflow.cli.remote.resume_preview``, which follows it as `stackflow
+preview` does.
 
-Imports nothing beyond the standard library until it prints (rich for the table)."""
+Imports nothing beyond the standard library until it prints (rich for tables)."""
 
 from __future__ import annotations
 
@@ -23,10 +27,10 @@ if TYPE_CHECKING:  # not imported at run time: ``typing`` alone costs a third of
     from collections.abc import Mapping
     from typing import Any
 
+    from stackflow.cli.quick_http import Http
+
 URL_ENV = "STACKFLOW_API_URL"
 TOKEN_ENV = "STACKFLOW_API_TOKEN"
-PROXY_ENV = ("http_proxy", "https_proxy", "all_proxy")
-"""Set (any case), httpx would go through a proxy: the typer app's client does that."""
 PHASES = (
     "generating",
     "previewing",
@@ -37,20 +41,40 @@ PHASES = (
     "succeeded",
     "failed",
 )
-"""``stackflow.release.Phase``'s values (a unit test keeps them equal)."""
-STATUS_OPTIONS = {
+"""``stackflow.release.Phase``'s values (a unit test keeps these tables equal to the
+engine's)."""
+ACTIONS = ("Create", "Update", "Delete", "UnChanged")
+"""``stackflow.diff.Action``'s values."""
+EVENT_TYPES = (
+    "run_start",
+    "phase",
+    "planned_change",
+    "change_summary",
+    "approval_wait",
+    "policy_decision",
+    "apply_start",
+    "apply_complete",
+    "apply_errored",
+    "run_complete",
+)
+"""``stackflow.events.EventType``'s values."""
+STREAM = ("stackflow.events", 1)
+"""``stackflow.events.STREAM_NAME`` and ``STREAM_VERSION``."""
+MAX_SPEC_BYTES = 512 * 1024 * 1024
+"""``stackflow.spec.MAX_SPEC_BYTES``."""
+CLOSE_WAIT = 30.0
+"""``stackflow.cli.remote.CLOSE_WAIT``: how long a run may say running after its last event."""
+COMMON_OPTIONS = {
     "-p": "project",
     "--project": "project",
     "-w": "workspace",
     "--workspace": "workspace",
     "-o": "output",
     "--output": "output",
-    "--unavailable-timeout": "timeout",
 }
-CONNECT_TIMEOUT = 10.0
-TIMEOUT = 60.0
-"""As :mod:`stackflow.client.http`'s."""
-MAX_BODY = 16 * 1024 * 1024
+STATUS_OPTIONS = {**COMMON_OPTIONS, "--unavailable-timeout": "timeout"}
+PREVIEW_OPTIONS = {**COMMON_OPTIONS, "-f": "file", "--file": "file"}
+PREVIEW_FLAGS = {"--detail": ("detail", "yes"), "--no-detail": ("detail", "no")}
 RUN_FIELDS = ("run_id", "workflow_id", "operation", "status")
 UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
 
@@ -60,12 +84,26 @@ def answer(argv: list[str]) -> int | None:
     if not argv or argv == ["--help"]:
         sys.stdout.write(render_help())
         return 0 if argv else 2  # no arguments: the help, as a usage error (typer's exit 2)
-    if argv[0] == "status" and os.environ.get(URL_ENV, "").strip():
-        return status(argv[1:])
-    return None
+    command = {"status": status, "preview": preview}.get(argv[0])
+    if command is None or not os.environ.get(URL_ENV, "").strip():
+        return None
+    try:
+        return command(argv[1:])
+    except KeyboardInterrupt:
+        return 130  # as typer exits on ^C
+    except Exception as exc:  # as the command group turns it into one line and an exit code
+        from stackflow.cli.app import one_line_error
+
+        err = one_line_error(exc)
+        if err is None:
+            raise
+        from stackflow.cli.output import error_line
+
+        error_line(str(err))
+        return err.exit_code
 
 
-# ---- status ----------------------------------------------------------------------------------
+# ---- options ---------------------------------------------------------------------------------
 def _plain(value: str) -> bool:
     """A project, workspace or run id that goes into a URL path as it is."""
     return (
@@ -75,23 +113,31 @@ def _plain(value: str) -> bool:
     )
 
 
-def _status_options(args: list[str]) -> dict[str, str] | None:
-    """``--project``, ``--workspace``, ``--output`` and ``--unavailable-timeout`` given as
-    ``-p X``, ``--project X`` or ``--project=X``, each at most once, with plain values;
-    None for anything else."""
+def _options(
+    args: list[str], options: dict[str, str], flags: dict[str, tuple[str, str]] | None = None
+) -> dict[str, str] | None:
+    """``options`` given as ``-p X``, ``--project X`` or ``--project=X`` and ``flags``
+    (option -> field and value), each field at most once, with values that do not look like
+    options, and a plain project and workspace (default ``default``) and an output of table
+    or json (the default); None for anything else (the typer command parses it)."""
+    flags = flags or {}
     values: dict[str, str] = {}
     i = 0
     while i < len(args):
         option, eq, value = args[i].partition("=")
-        if eq and option.startswith("--"):
+        if not eq and option in flags:
+            field, value = flags[option]
+            i += 1
+        elif eq and option.startswith("--"):
+            field = options.get(option, "")
             i += 1
         elif i + 1 < len(args):
             option, value = args[i], args[i + 1]
+            field = options.get(option, "")
             i += 2
         else:
             return None
-        field = STATUS_OPTIONS.get(option)
-        if field is None or field in values or not value or value.startswith("-"):
+        if not field or field in values or not value or value.startswith("-"):
             return None
         values[field] = value
     values.setdefault("workspace", "default")
@@ -99,12 +145,25 @@ def _status_options(args: list[str]) -> dict[str, str] | None:
         return None
     if values.setdefault("output", "table") not in ("table", "json"):
         return None
-    timeout = values.get("timeout", "0")
-    if not timeout.replace(".", "", 1).isdigit() or not timeout.isascii():
-        return None
     return values
 
 
+def _token_and_api() -> Http | None:
+    """The API client of ``STACKFLOW_API_URL`` and ``STACKFLOW_API_TOKEN`` for the quick
+    path; None without a token (the typer command says so), through a proxy, or for a URL
+    it does not take as it is."""
+    from stackflow.cli.quick_http import Http, proxied
+
+    token = os.environ.get(TOKEN_ENV, "").strip()
+    if not token or proxied():
+        return None
+    try:
+        return Http(os.environ[URL_ENV].strip(), token)
+    except ValueError:
+        return None
+
+
+# ---- the API's answers, checked as the client's models would take them -----------------------
 def _int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
@@ -119,9 +178,7 @@ def _runs(page: Any) -> list[dict[str, Any]] | None:
         return None
     runs: list[dict[str, Any]] = page["runs"]
     for run in runs:
-        if not isinstance(run, dict) or not all(
-            isinstance(run.get(key), str) for key in RUN_FIELDS
-        ):
+        if not isinstance(run, dict) or not all(isinstance(run.get(k), str) for k in RUN_FIELDS):
             return None
     return runs
 
@@ -129,7 +186,7 @@ def _runs(page: Any) -> list[dict[str, Any]] | None:
 def _status_data(view: Any) -> dict[str, Any] | None:
     """``StatusView(...).model_dump(mode="json")`` of a ``GET …/runs/{id}`` answer (as
     ``remote.status`` builds it), if the answer has the fields' types exactly."""
-    if not isinstance(view, dict) or not isinstance(view.get("workflow_id"), str):
+    if not isinstance(view, dict) or not all(isinstance(view.get(k), str) for k in RUN_FIELDS):
         return None
     phase, eta = view.get("phase"), view.get("eta_seconds", None)
     running, summary = view.get("running", []), view.get("summary", {})
@@ -157,39 +214,98 @@ def _status_data(view: Any) -> dict[str, Any] | None:
     }
 
 
+def preview_parts(
+    view: Any,
+) -> tuple[list[dict[str, Any]], dict[str, int], bool, dict[str, Any] | None] | None:
+    """A run's preview view as ``stackflow.diff.Preview.model_validate`` reads it, in the
+    arguments of ``stackflow.render.render_changes`` (changes, summary, truncated,
+    left_out), if the view has its fields' types exactly; None otherwise."""
+    if not isinstance(view, dict) or "totals" in view:
+        return None
+    totals, changes = view.get("summary"), view.get("changes", [])
+    truncated, left_out = view.get("truncated", False), view.get("left_out")
+    if (
+        not (totals is None or isinstance(totals, dict))
+        or not isinstance(changes, list)
+        or not isinstance(truncated, bool)
+        or not (left_out is None or isinstance(left_out, dict))
+        or not (totals is None or all(_int(v) for v in totals.values()))
+    ):
+        return None
+    parts: list[dict[str, Any]] = []
+    for change in changes:
+        if not isinstance(change, dict):
+            return None
+        drift, diff = change.get("drift", False), change.get("diff", [])
+        if (
+            not isinstance(change.get("id"), str)
+            or not isinstance(change.get("type"), str)
+            or change.get("action") not in ACTIONS
+            or not isinstance(drift, bool)
+            or not isinstance(diff, list)
+            or not all(isinstance(f, dict) and isinstance(f.get("path"), str) for f in diff)
+        ):
+            return None
+        fields = [{"path": f["path"], "old": f.get("old"), "new": f.get("new")} for f in diff]
+        parts.append(
+            {
+                "id": change["id"],
+                "type": change["type"],
+                "action": change["action"],
+                "drift": drift,
+                "diff": fields,
+            }
+        )
+    counts = dict.fromkeys(ACTIONS, 0)
+    if totals is not None:
+        counts.update({k: v for k, v in totals.items() if k in counts})
+    else:
+        for change in parts:
+            counts[change["action"]] += 1
+    return parts, counts, truncated, left_out
+
+
+# ---- status ----------------------------------------------------------------------------------
 def status(args: list[str]) -> int | None:
     """`stackflow status` through the API: the stack's running operation, as
     ``remote.status`` finds it (the newest page of the stack's runs, then the run)."""
-    options = _status_options(args)
-    token = os.environ.get(TOKEN_ENV, "").strip()
-    if options is None or not token or any(os.environ.get(n) for n in _proxy_names()):
+    from stackflow.cli.quick_http import NotPlain
+
+    options = _options(args, STATUS_OPTIONS)
+    if options is None:
+        return None
+    timeout = options.get("timeout", "0")  # not used through the API, but checked (>= 0)
+    if not timeout.replace(".", "", 1).isdigit() or not timeout.isascii():
+        return None
+    api = _token_and_api()
+    if api is None:
         return None
     project, workspace = options["project"], options["workspace"]
     stack, wid = f"{project}/{workspace}", f"stackflow/{project}/{workspace}"
-    try:
-        api = Http(os.environ[URL_ENV].strip(), token)
-    except ValueError:
-        return None
+    path = f"/v1/stacks/{project}/{workspace}/runs"
     with api:
-        path = f"/v1/stacks/{project}/{workspace}/runs"
-        runs = _runs(api.get(path + "?page_size=20"))
-        if runs is None:
+        try:
+            runs = _runs(api.get(path + "?page_size=20"))
+            if runs is None:
+                return None
+            ours = [r for r in runs if r["workflow_id"] == wid]
+            if not ours:
+                return _fail("not found", f"stack {stack} has no operation (workflow {wid})")
+            latest = next((r for r in ours if r["status"] == "running"), ours[0])
+            if latest["status"] != "running":
+                return _fail(
+                    "not found",
+                    f"stack {stack} has no running operation (its last run is "
+                    f"{latest['status']}; see `stackflow release list -p {project} -w "
+                    f"{workspace}`)",
+                )
+            if not _plain(latest["run_id"]):
+                return None
+            view = api.get(f"{path}/{latest['run_id']}")
+        except NotPlain:
             return None
-        ours = [r for r in runs if r["workflow_id"] == wid]
-        if not ours:
-            return _fail("not found", f"stack {stack} has no operation (workflow {wid})")
-        latest = next((r for r in ours if r["status"] == "running"), ours[0])
-        if latest["status"] != "running":
-            return _fail(
-                "not found",
-                f"stack {stack} has no running operation (its last run is {latest['status']}; "
-                f"see `stackflow release list -p {project} -w {workspace}`)",
-            )
-        if not _plain(latest["run_id"]):
-            return None
-        view = api.get(f"{path}/{latest['run_id']}")
     data = _status_data(view)
-    if data is None or not isinstance(view, dict):
+    if data is None:
         return None
     if data["phase"] is None:
         return _fail(
@@ -197,10 +313,6 @@ def status(args: list[str]) -> int | None:
         )
     print_status(data, ui_link(namespace(), view["workflow_id"], None), options["output"])
     return 0
-
-
-def _proxy_names() -> list[str]:
-    return [name for base in PROXY_ENV for name in (base, base.upper())]
 
 
 def _fail(kind: str, message: str) -> int:
@@ -215,6 +327,145 @@ def _fail(kind: str, message: str) -> int:
     return err.exit_code
 
 
+# ---- preview ---------------------------------------------------------------------------------
+def _spec_text(path: str) -> str | None:
+    """The spec file's text as the API's ``spec_yaml`` takes it, for a plain file: UTF-8
+    without a byte-order mark, under ``stackflow.spec.MAX_SPEC_BYTES``; None for anything
+    else (stdin, a file that cannot be read, …: the typer command reads it itself)."""
+    try:
+        with open(path, "rb") as file:
+            if os.fstat(file.fileno()).st_size > MAX_SPEC_BYTES:
+                return None
+            data = file.read(MAX_SPEC_BYTES + 1)
+    except (OSError, ValueError):
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return None if len(data) > MAX_SPEC_BYTES or text.startswith("\ufeff") else text
+
+
+def preview(args: list[str]) -> int | None:
+    """`stackflow preview -f FILE -p P [-w W] [-o table|json] [--[no-]detail]` through the
+    API: start the preview with the spec's text (``spec_yaml``: the API reads it as the CLI
+    reads the file), follow its events to ``run_complete``, wait for its end, and print its
+    changes as `stackflow preview` does."""
+    from stackflow.cli.quick_http import Dropped, NotPlain, Unsent
+
+    options = _options(args, PREVIEW_OPTIONS, PREVIEW_FLAGS)
+    if options is None or "file" not in options:
+        return None
+    text = _spec_text(options["file"])
+    api = _token_and_api() if text is not None else None
+    if api is None or text is None:
+        return None
+    output, detail = options["output"], options.get("detail", "yes") == "yes"
+    project, workspace = options["project"], options["workspace"]
+    path = f"/v1/stacks/{project}/{workspace}/runs"
+    key = f"stackflow-cli-{os.urandom(16).hex()}"
+    body = {"operation": "preview", "spec_yaml": text}
+    with api:
+        try:
+            created = api.post(path, body, {"Idempotency-Key": key}, (200, 201))
+        except Unsent:
+            return None
+        except Dropped:  # it may have arrived: sent again with its key, as the client does
+            _resume(project, workspace, output, detail, start=(text, key))
+            return 0
+        except NotPlain:  # refused: the typer command checks the spec and options first
+            return None
+        run_id = created.get("run_id") if isinstance(created, dict) else None
+        if not isinstance(run_id, str) or not _plain(run_id):
+            _resume(project, workspace, output, detail, created=created)
+            return 0
+        try:
+            changes = _follow_preview(api, f"{path}/{run_id}")
+        except NotPlain:
+            changes = None
+    if changes is None:
+        _resume(project, workspace, output, detail, created=created)
+        return 0
+    if output == "json":
+        import json
+
+        sys.stdout.write(json.dumps(changes, indent=2, sort_keys=True) + "\n")
+        return 0
+    from stackflow.cli.output import OutputFormat
+    from stackflow.cli.runs import console_for
+    from stackflow.render import render_changes, render_policy, render_run_preview
+
+    console = console_for(OutputFormat.table)
+    parts = preview_parts(changes)
+    if parts is None:
+        render_run_preview(changes, console, detail=detail)
+        return 0
+    render_changes(*parts, console, detail)
+    if changes.get("policy"):
+        render_policy(changes["policy"], console)
+    return 0
+
+
+def _follow_preview(api: Http, run: str) -> dict[str, Any] | None:
+    """The preview's changes once it has ended as it should (``remote.finish_preview``'s
+    events, final view and preview); None when it did not (the typer path says why)."""
+    import json
+    import time
+
+    lines = (line for line in api.lines(run + "/events?after=0", {"Accept": NDJSON}) if line)
+    try:
+        header = json.loads(next(lines))
+        if not isinstance(header, dict) or (header.get("stream"), header.get("version")) != STREAM:
+            return None
+        for line in lines:
+            event = json.loads(line)
+            if (
+                not isinstance(event, dict)
+                or not _int(event.get("seq"))
+                or event.get("type") not in EVENT_TYPES
+                or not isinstance(event.get("time"), str)
+            ):
+                return None
+            if event["type"] == "run_complete":
+                break
+    except (StopIteration, ValueError):
+        return None
+    finally:
+        lines.close()
+    view = api.get(run)
+    deadline, pause = time.monotonic() + CLOSE_WAIT, 0.05
+    while isinstance(view, dict) and view.get("status") == "running":
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(pause)
+        pause = min(pause * 2, 1.0)
+        view = api.get(run)
+    if not isinstance(view, dict) or view.get("status") != "completed":
+        return None
+    changes = api.get(run + "/preview")
+    return changes if isinstance(changes, dict) else None
+
+
+def _resume(
+    project: str,
+    workspace: str,
+    output: str,
+    detail: bool,
+    created: Any = None,
+    start: tuple[str, str] | None = None,
+) -> None:
+    from stackflow.cli.output import OutputFormat
+    from stackflow.cli.remote import resume_preview
+    from stackflow.refs import StackRef
+
+    stack = StackRef(project, workspace)
+    resume_preview(stack, OutputFormat(output), detail, created=created, start=start)
+
+
+NDJSON = "application/x-ndjson"
+
+
+# ---- output ----------------------------------------------------------------------------------
 def namespace() -> str:
     """The Temporal namespace the UI links name (``temporal_client.settings``'s)."""
     return os.environ.get("TEMPORAL_NAMESPACE", "default")
@@ -314,123 +565,3 @@ def plain_table(rows: list[tuple[str, str]], width: int | None) -> str | None:
         out.append(f"│ {label.ljust(first - 2)} │ {value.ljust(inner)} │")
     out.append("└" + "─" * first + "┴" + "─" * second + "┘")
     return "\n".join(out) + "\n"
-
-
-# ---- HTTP ------------------------------------------------------------------------------------
-class Http:
-    """GET requests with a JSON answer to one API over one kept-alive connection (HTTP/1.1,
-    TLS verified as httpx verifies it), for the plain case: any answer but a 200 with a
-    Content-Length and a JSON body, and any transport error, is None."""
-
-    def __init__(self, url: str, token: str) -> None:
-        scheme, sep, rest = url.partition("://")
-        host_port, slash, prefix = rest.partition("/")
-        host, colon, port = host_port.partition(":")
-        if (
-            not sep
-            or scheme not in ("http", "https")
-            or any(c in url for c in "?#@[] \\")
-            or not host
-            or (colon and not port.isdigit())
-            or not (token.isascii() and token.isprintable())
-        ):
-            raise ValueError(url)
-        self.tls = scheme == "https"
-        self.host = host
-        self.port = int(port) if colon else (443 if self.tls else 80)
-        self.host_header = host_port
-        self.prefix = ("/" + prefix).rstrip("/") if slash else ""
-        self.token = token
-        self.sock: Any = None
-
-    def __enter__(self) -> Http:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self.sock is not None:
-            try:
-                self.sock.close()
-            finally:
-                self.sock = None
-
-    def _connect(self) -> Any:
-        import socket
-
-        sock = socket.create_connection((self.host, self.port), timeout=CONNECT_TIMEOUT)
-        if self.tls:
-            sock = self._tls_context().wrap_socket(sock, server_hostname=self.host)
-        sock.settimeout(TIMEOUT)
-        return sock
-
-    @staticmethod
-    def _tls_context() -> Any:
-        import ssl
-
-        if os.environ.get("SSL_CERT_FILE"):
-            return ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
-        if os.environ.get("SSL_CERT_DIR"):
-            return ssl.create_default_context(capath=os.environ["SSL_CERT_DIR"])
-        import certifi
-
-        return ssl.create_default_context(cafile=certifi.where())
-
-    def get(self, path: str) -> Any:
-        """The JSON of ``GET path`` (under the URL's own path), or None."""
-        request = (
-            f"GET {self.prefix}{path} HTTP/1.1\r\n"
-            f"Host: {self.host_header}\r\n"
-            "Accept: */*\r\n"
-            "Connection: keep-alive\r\n"
-            "User-Agent: stackflow-client/1\r\n"
-            f"Authorization: Bearer {self.token}\r\n\r\n"
-        ).encode()
-        try:
-            if self.sock is None:
-                self.sock = self._connect()
-            self.sock.sendall(request)
-            return self._response()
-        except (OSError, ValueError):
-            self.close()
-            return None
-
-    def _response(self) -> Any:
-        import json
-
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = self.sock.recv(65536)
-            if not chunk or len(data) > 65536:
-                raise ValueError("no complete header")
-            data += chunk
-        head, _, body = data.partition(b"\r\n\r\n")
-        status_line, *header_lines = head.decode("latin-1").split("\r\n")
-        parts = status_line.split(" ", 2)
-        headers: dict[str, str] = {}
-        for line in header_lines:
-            name, _, value = line.partition(":")
-            headers[name.strip().lower()] = value.strip()
-        length = headers.get("content-length", "")
-        if (
-            len(parts) < 2
-            or parts[0] not in ("HTTP/1.1", "HTTP/1.0")
-            or parts[1] != "200"
-            or not length.isdigit()
-            or int(length) > MAX_BODY
-            or "transfer-encoding" in headers
-            or headers.get("content-encoding", "identity") != "identity"
-        ):
-            raise ValueError("not a plain 200")
-        size = int(length)
-        while len(body) < size:
-            chunk = self.sock.recv(min(size - len(body), 1 << 20))
-            if not chunk:
-                raise ValueError("body cut short")
-            body += chunk
-        if len(body) != size:
-            raise ValueError("more than the body")
-        if parts[0] == "HTTP/1.0" or headers.get("connection", "").lower() == "close":
-            self.close()
-        return json.loads(body)

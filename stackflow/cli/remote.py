@@ -279,22 +279,53 @@ def run(
             fail_if(remote.final())
             return
         if workflow == "PreviewWorkflow":
-            with client.events(stack, created.run_id) as stream:
-                for _ in stream:
-                    pass
-            remote.final()
-            changes = client.preview(stack, created.run_id)
-            if output == OutputFormat.json:
-                import json
-
-                typer.echo(json.dumps(changes, indent=2, sort_keys=True))
-            else:
-                render_run_preview(changes, remote.console, detail=detail)
+            finish_preview(remote, output, detail)
             return
         remote.follow(yes, detail)
         view = remote.final()
         remote.show_preview(detail, only_changes=True)
         report(output, remote.console, remote.result(view), link(created), remote.release_of)
+
+
+def finish_preview(remote: RemoteRun, output: OutputFormat, detail: bool) -> None:
+    """A started preview to its end: its events up to ``run_complete``, its final view (a
+    run that failed raises its error), then its changes as JSON or a table."""
+    client, stack = remote.client, remote.stack
+    with client.events(stack, remote.run_id) as stream:
+        for _ in stream:
+            pass
+    remote.final()
+    changes = client.preview(stack, remote.run_id)
+    if output == OutputFormat.json:
+        import json
+
+        typer.echo(json.dumps(changes, indent=2, sort_keys=True))
+    else:
+        render_run_preview(changes, remote.console, detail=detail)
+
+
+def resume_preview(
+    stack: StackRef,
+    output: OutputFormat,
+    detail: bool,
+    created: Any = None,
+    start: tuple[str, str] | None = None,
+) -> None:
+    """`stackflow preview` from where :mod:`stackflow.cli.quick` left it: the run it
+    started (``created``, the API's answer to its start), or its start to send again with
+    the same idempotency key (``start``: the spec's text and the key) after the connection
+    dropped under it; then :func:`finish_preview`."""
+    with api_client() as client:
+        remote = RemoteRun(client, stack, "PreviewWorkflow", output)
+        if start is not None:
+            spec_yaml, key = start
+            run = client.start_run(
+                stack, RunRequest(operation=RunOperation.preview, spec_yaml=spec_yaml), key
+            )
+        else:
+            run = client.model(RunCreated, created)
+        remote.run_id = run.run_id
+        finish_preview(remote, output, detail)
 
 
 # ---- steering and status --------------------------------------------------------------------

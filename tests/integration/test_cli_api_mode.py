@@ -264,10 +264,11 @@ def test_commands_that_need_temporal_or_the_state_refuse_and_a_token_is_needed(
 def test_status_and_help_start_without_the_engine(
     tmp_path: Path, stack_env: dict[str, str], api_server: str, api_cli: Cli
 ) -> None:
-    """`stackflow status` of a running operation and `stackflow --help`, in API mode, import
-    neither the Temporal SDK nor typer's rich help, the Kubernetes client or SQLAlchemy (nor
-    typer, pydantic or httpx: status answers on the standard library and rich), and print
-    what the typer command prints (issue 25; tests/unit/test_cli_startup.py holds the rest)."""
+    """`stackflow --help`, and in API mode `stackflow status` of a running operation and
+    `stackflow preview`, import neither the Temporal SDK nor typer's rich help, the
+    Kubernetes client or SQLAlchemy (nor typer, pydantic or httpx: they answer on the
+    standard library and rich), and print what the typer commands print (issue 25;
+    tests/unit/test_cli_startup.py holds the rest)."""
     project = new_project()
     spec = write_spec(tmp_path / "spec.yaml", [file_resource(tmp_path / "files" / "a", "a\n")])
     env = api_env(stack_env, api_server, tmp_path / "laptop")
@@ -335,3 +336,14 @@ def test_status_and_help_start_without_the_engine(
     assert waiting.returncode == 0, err
     idle, _ = startup("status", "-p", project)
     assert idle.returncode == 1 and "has no running operation" in idle.stderr
+
+    # a preview through the API: no engine either, and what the typer command prints
+    changed = write_spec(
+        tmp_path / "changed.yaml", [file_resource(tmp_path / "files" / "a", "b\n")]
+    )
+    for args in ((), ("-o", "json")):
+        quick_one, _ = startup("preview", "-f", str(changed), "-p", project, *args)
+        assert quick_one.returncode == 0, quick_one.stderr
+        typer_one = _ok(api_cli(stack_env, "preview", f"-f{changed}", "-p", project, *args))
+        assert quick_one.stdout == typer_one.stdout
+        assert "Update" in quick_one.stdout

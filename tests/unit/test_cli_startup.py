@@ -27,6 +27,7 @@ from stackflow.cli import quick
 from stackflow.cli.app import app
 from stackflow.cli.commands import COMMANDS, EXIT_CODES_HELP, render_help
 from stackflow.cli.main import load_commands
+from stackflow.cli.quick_http import PROXY_ENV
 from stackflow.release import Phase
 
 REPO = Path(__file__).resolve().parents[2]
@@ -103,8 +104,18 @@ def test_help_is_wrapped_to_the_width() -> None:
         assert all(len(line) in (0, width) for line in lines if line.startswith(("│", "╭", "╰")))
 
 
-def test_the_quick_path_knows_every_phase() -> None:
+def test_the_quick_path_knows_the_engine_s_values() -> None:
+    from stackflow.cli import remote
+    from stackflow.diff import Action
+    from stackflow.events import STREAM_NAME, STREAM_VERSION, EventType
+    from stackflow.spec import MAX_SPEC_BYTES
+
     assert tuple(p.value for p in Phase) == quick.PHASES
+    assert tuple(a.value for a in Action) == quick.ACTIONS
+    assert tuple(t.value for t in EventType) == quick.EVENT_TYPES
+    assert (STREAM_NAME, STREAM_VERSION) == quick.STREAM
+    assert MAX_SPEC_BYTES == quick.MAX_SPEC_BYTES
+    assert remote.CLOSE_WAIT == quick.CLOSE_WAIT
 
 
 # ---- `stackflow status` in API mode: the quick answer against the typer command's -----------
@@ -112,7 +123,9 @@ RUN_ID = "0198a0c2-0000-7000-8000-000000000001"
 
 
 class FakeApi(ThreadingHTTPServer):
-    """Answers ``GET …/runs`` and ``GET …/runs/{id}`` from ``pages`` (path -> (status, body))."""
+    """Answers from ``pages``: ``"GET /path?query"`` (or ``"POST /path"``) -> (status,
+    body); a body that is a list of objects is sent as a chunked NDJSON stream, one chunk
+    a line."""
 
     daemon_threads = True
 
@@ -120,10 +133,14 @@ class FakeApi(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", 0), Handler)
         self.pages: dict[str, tuple[int, Any]] = {}
         self.seen: list[str] = []
+        self.posted: list[Any] = []
 
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.server_address[1]}"
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that closes a stream after its last line: nothing to print
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -131,13 +148,30 @@ class Handler(BaseHTTPRequestHandler):
     server: FakeApi
 
     def do_GET(self) -> None:
-        self.server.seen.append(self.path)
+        self.answer("GET")
+
+    def do_POST(self) -> None:
+        self.server.posted.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.answer("POST")
+
+    def answer(self, method: str) -> None:
+        key = f"{method} {self.path}" if method == "POST" else self.path
+        self.server.seen.append(key)
         if self.headers.get("Authorization") != "Bearer t0ken":
             status, body = 401, {"type": "urn:stackflow:problem:unauthorized", "detail": "no"}
         else:
-            status, body = self.server.pages.get(self.path, (404, {"detail": "no such path"}))
-        data = json.dumps(body).encode()
+            status, body = self.server.pages.get(key, (404, {"detail": "no such path"}))
         self.send_response(status)
+        if isinstance(body, list):
+            self.send_header("Content-Type", "application/x-ndjson")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for line in body:
+                data = (json.dumps(line) + "\n").encode()
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.write(b"0\r\n\r\n")
+            return
+        data = json.dumps(body).encode()
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
@@ -156,8 +190,9 @@ def fake_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeApi]:
     monkeypatch.setenv("STACKFLOW_API_TOKEN", "t0ken")
     monkeypatch.setenv("COLUMNS", "80")
     monkeypatch.setenv("STACKFLOW_TEMPORAL_UI", "http://ui.example:8233")
-    for name in quick._proxy_names():
-        monkeypatch.delenv(name, raising=False)
+    for base in PROXY_ENV:
+        monkeypatch.delenv(base, raising=False)
+        monkeypatch.delenv(base.upper(), raising=False)
     yield server
     server.shutdown()
     server.server_close()
@@ -344,3 +379,163 @@ def test_the_plain_status_table_is_what_rich_prints() -> None:
     assert laid_out > 1500  # the plain case is the common one
     assert quick.plain_table([("phase", "a [b]")], 80) is None  # markup: rich's
     assert quick.plain_table([("phase", "wide ✓")], 80) is None
+
+
+# ---- `stackflow preview` in API mode ----------------------------------------------------------
+SPEC = """resources:
+  - id: onprem:File:/tmp/quick/a.txt
+    type: OnPrem
+    attributes: {kind: File, path: /tmp/quick/a.txt, mode: "0644", content: "a\\n"}
+"""
+PREVIEW_ID = "0198a0c2-0000-7000-8000-00000000000f"
+RUNS = "/v1/stacks/p/w/runs"
+
+
+def change(rid: str, action: str, **fields: Any) -> dict[str, Any]:
+    return {"id": rid, "type": "OnPrem", "action": action, "drift": False, "diff": [], **fields}
+
+
+PREVIEWS = {
+    "plain": {
+        "changes": [
+            change(
+                "onprem:File:/tmp/quick/a.txt",
+                "Create",
+                diff=[
+                    {"path": "content", "old": None, "new": "a\n"},
+                    {"path": "mode", "old": None, "new": "0644"},
+                ],
+            )
+        ],
+        "summary": {"Create": 1, "Update": 0, "Delete": 0, "UnChanged": 0},
+    },
+    "drift-and-more": {
+        "changes": [
+            change(
+                "x:1", "Update", drift=True, diff=[{"path": "a.b", "old": {"k": [1]}, "new": 2}]
+            ),
+            change("x:2", "Delete", diff=[{"path": "spec", "old": "s"}]),
+            change("x:3", "UnChanged"),
+        ],
+        "summary": {"Create": 0, "Update": 1, "Delete": 1, "UnChanged": 40},
+        "truncated": True,
+        "left_out": {"count": 3, "resources": [{"id": "x:9", "reason": "excluded", "via": "x:8"}]},
+        "diff_refs": ["abc"],
+    },
+    "no-summary": {"changes": [change("x:1", "Create"), change("x:2", "Create")]},
+    "policy": {
+        "changes": [change("x:1", "Create")],
+        "summary": {"Create": 1, "Update": 0, "Delete": 0, "UnChanged": 0},
+        "policy": {
+            "outcome": "warn",
+            "counts": {"deny": 0, "require_approval": 0, "warn": 1},
+            "policies": ["naming"],
+            "messages": [{"rule": "warn", "policy": "naming", "resource": "x:1", "msg": "hm"}],
+        },
+    },
+    "odd-types": {  # not as the quick path reads it: rendered by the engine's model
+        "changes": [change("x:1", "Create", drift=1)],
+        "summary": {"Create": "1"},
+    },
+}
+
+
+def started_preview(fake: FakeApi, preview: dict[str, Any], status: str = "completed") -> None:
+    run = f"{RUNS}/{PREVIEW_ID}"
+    created = {
+        "run_id": PREVIEW_ID,
+        "workflow_id": "stackflow/p/w/preview",
+        "operation": "preview",
+        "status_url": run,
+        "events_url": run + "/events",
+    }
+    header = {
+        "stream": "stackflow.events",
+        "version": 1,
+        "project": "p",
+        "workspace": "w",
+        "workflow_id": "stackflow/p/w/preview",
+        "run_id": PREVIEW_ID,
+    }
+    t = "2025-01-01T00:00:00+00:00"
+    events = [
+        header,
+        {"seq": 1, "type": "run_start", "time": t, "operation": "preview", "total": 1},
+        {"seq": 2, "type": "phase", "time": t, "phase": "previewing"},
+        {"seq": 3, "type": "run_complete", "time": t, "status": status, "counts": {}},
+    ]
+    final = view(
+        run_id=PREVIEW_ID,
+        workflow_id="stackflow/p/w/preview",
+        operation="preview",
+        status=status,
+        phase="succeeded" if status == "completed" else "failed",
+        error=None if status == "completed" else "the spec broke something",
+        error_type=None if status == "completed" else "InternalError",
+    )
+    fake.pages = {
+        f"POST {RUNS}": (201, created),
+        f"{run}/events?after=0": (200, events),
+        run: (200, final),
+        f"{run}/preview": (200, preview),
+    }
+
+
+def compare_preview(
+    fake: FakeApi, capsys: pytest.CaptureFixture[str], tmp_path: Path, *options: str
+) -> tuple[int | None, str, str]:
+    """The quick preview's (exit code, stdout, stderr), asserted equal to the typer
+    command's against the same API; the quick one sends the file's text as ``spec_yaml``."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    args = ["preview", "-f", str(spec), "-p", "p", "-w", "w", *options]
+    code = quick.answer(args)
+    got = capsys.readouterr()
+    assert fake.posted[-1] == {"operation": "preview", "spec_yaml": SPEC}
+    load_commands()
+    result = CliRunner().invoke(app, args)
+    assert fake.posted[-1]["operation"] == "preview" and "spec" in fake.posted[-1]
+    assert (code, got.out, got.err) == (result.exit_code, result.stdout, result.stderr)
+    return code, got.out, got.err
+
+
+@pytest.mark.parametrize("options", [(), ("--no-detail",), ("-o", "json")], ids=str)
+@pytest.mark.parametrize("name", list(PREVIEWS))
+def test_quick_preview_prints_what_the_command_prints(
+    fake_api: FakeApi,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    name: str,
+    options: tuple[str, ...],
+) -> None:
+    started_preview(fake_api, PREVIEWS[name])
+    code, out, _ = compare_preview(fake_api, capsys, tmp_path, *options)
+    assert code == 0 and out
+    assert (quick.preview_parts(PREVIEWS[name]) is None) == (name == "odd-types")
+
+
+def test_a_preview_that_failed_ends_as_the_command_ends_it(
+    fake_api: FakeApi, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    started_preview(fake_api, PREVIEWS["plain"], status="failed")
+    code, out, err = compare_preview(fake_api, capsys, tmp_path)
+    assert code == 1 and out == "" and "the spec broke something" in err
+
+
+def test_a_refused_preview_start_goes_to_the_typer_app(fake_api: FakeApi, tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    problem = {"type": "urn:stackflow:problem:invalid-input", "detail": "spec_yaml: bad"}
+    fake_api.pages = {f"POST {RUNS}": (422, problem)}
+    assert quick.answer(["preview", "-f", str(spec), "-p", "p", "-w", "w"]) is None
+    for args in (
+        ["-f", "-", "-p", "p"],  # stdin: read once, by the typer command
+        ["-f", str(tmp_path / "missing.yaml"), "-p", "p"],
+        ["-f", str(spec), "-p", "p", "--target", "x*"],
+        ["-f", str(spec), "-p", "p", "-o", "ndjson"],
+        ["-f", str(spec), "-p", "p", "--detail", "--no-detail"],
+        ["-p", "p"],
+    ):
+        seen = len(fake_api.seen)
+        assert quick.answer(["preview", *args]) is None, args
+        assert len(fake_api.seen) == seen

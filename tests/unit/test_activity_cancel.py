@@ -92,6 +92,31 @@ async def until(check: object, what: str) -> None:
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def node_input(spec_ref: str | None, rid: str, action: str, *, watch: bool = False) -> NodeInput:
+    return NodeInput(
+        project="p",
+        workspace="w",
+        revision=1,
+        spec_ref=spec_ref,
+        resource_id=rid,
+        action=action,
+        watch=watch,
+    )
+
+
+async def cancel_while_held(
+    env: ActivityEnvironment, running: asyncio.Future[object], runtime: HeldRuntime
+) -> None:
+    """Cancel the activity while its runtime calls are held; it waits for them, then ends
+    cancelled once they are let go."""
+    env.cancel()
+    await asyncio.sleep(0.05)  # the cancel has landed; the calls are still held
+    assert not running.done(), "the activity waits for the calls it started"
+    runtime.release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+
+
 async def test_a_cancelled_group_records_the_calls_it_started_and_starts_no_more(
     backend: StateBackend,
 ) -> None:
@@ -107,12 +132,7 @@ async def test_a_cancelled_group_records_the_calls_it_started_and_starts_no_more
     )
     running = asyncio.ensure_future(env.run(acts.walk.run_group, group))
     await until(lambda: len(runtime.started) == 2, "two calls under way")
-    env.cancel()
-    await asyncio.sleep(0.05)  # the cancel has landed; the two calls are still held
-    assert not running.done(), "the activity waits for the calls it started"
-    runtime.release.set()
-    with pytest.raises(asyncio.CancelledError):
-        await running
+    await cancel_while_held(env, running, runtime)
     assert runtime.started == runtime.finished == IDS[:2], "nothing started after the cancel"
     recorded = [r.id for r in backend.get(STACK, 1).state.resources]
     assert recorded == IDS[:2]
@@ -121,23 +141,11 @@ async def test_a_cancelled_group_records_the_calls_it_started_and_starts_no_more
 async def test_a_cancelled_node_finishes_its_apply_and_records_it(backend: StateBackend) -> None:
     acts, runtime, spec_ref = await prepared(backend)
     env = environment()
-    node = NodeInput(
-        project="p",
-        workspace="w",
-        revision=1,
-        spec_ref=spec_ref,
-        resource_id="r3",
-        action="Create",
-        watch=True,  # the readiness wait after the record is what a cancel stops
-    )
+    # with watch: the readiness wait after the record is what a cancel stops
+    node = node_input(spec_ref, "r3", "Create", watch=True)
     running = asyncio.ensure_future(env.run(acts.walk.apply_resource, node))
     await until(lambda: runtime.started == ["r3"], "the apply under way")
-    env.cancel()
-    await asyncio.sleep(0.05)
-    assert not running.done()
-    runtime.release.set()
-    with pytest.raises(asyncio.CancelledError):
-        await running
+    await cancel_while_held(env, running, runtime)
     assert runtime.finished == ["r3"]
     assert [r.id for r in backend.get(STACK, 1).state.resources] == ["r3"]
 
@@ -149,28 +157,13 @@ async def test_a_cancelled_delete_finishes_and_records_the_deletion(
     runtime.release.set()
     env = environment()
     for rid in ("r0", "r1"):
-        node = NodeInput(
-            project="p",
-            workspace="w",
-            revision=1,
-            spec_ref=spec_ref,
-            resource_id=rid,
-            action="Create",
-        )
-        await env.run(acts.walk.apply_resource, node)
+        await env.run(acts.walk.apply_resource, node_input(spec_ref, rid, "Create"))
     runtime.release.clear()
-    gone = NodeInput(
-        project="p", workspace="w", revision=1, spec_ref=spec_ref, resource_id="r0", action="Delete"
-    )
     env = environment()
+    gone = node_input(spec_ref, "r0", "Delete")
     running = asyncio.ensure_future(env.run(acts.walk.delete_resource, gone))
     await until(lambda: runtime.started[-1:] == ["r0"] and len(runtime.started) == 3, "delete")
-    env.cancel()
-    await asyncio.sleep(0.05)
-    assert not running.done()
-    runtime.release.set()
-    with pytest.raises(asyncio.CancelledError):
-        await running
+    await cancel_while_held(env, running, runtime)
     assert [r.id for r in backend.get(STACK, 1).state.resources] == ["r1"]
 
 

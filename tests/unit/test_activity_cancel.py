@@ -13,6 +13,7 @@ import asyncio
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from temporalio.testing import ActivityEnvironment
@@ -105,7 +106,7 @@ def node_input(spec_ref: str | None, rid: str, action: str, *, watch: bool = Fal
 
 
 async def cancel_while_held(
-    env: ActivityEnvironment, running: asyncio.Future[object], runtime: HeldRuntime
+    env: ActivityEnvironment, running: asyncio.Future[Any], runtime: HeldRuntime
 ) -> None:
     """Cancel the activity while its runtime calls are held; it waits for them, then ends
     cancelled once they are let go."""

@@ -60,8 +60,11 @@ def main() -> None:
     tracing = sys.modules.get("stackflow.tracing")  # loaded by a Temporal connection
     if tracing is not None:
         tracing.shutdown()  # STACKFLOW_TRACING=otlp: the command's spans, before os._exit
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except OSError:  # a closed pipe: what it did not take is lost either way
+            continue
     os._exit(code)
 
 

@@ -82,7 +82,11 @@ UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123
 def answer(argv: list[str]) -> int | None:
     """The exit code once the invocation ``argv`` is answered; None: run the typer app."""
     if not argv or argv == ["--help"]:
-        sys.stdout.write(render_help())
+        try:
+            sys.stdout.write(render_help())
+            sys.stdout.flush()
+        except BrokenPipeError:
+            return 1  # as typer ends on a closed pipe
         return 0 if argv else 2  # no arguments: the help, as a usage error (typer's exit 2)
     command = {"status": status, "preview": preview}.get(argv[0])
     if command is None or not os.environ.get(URL_ENV, "").strip():
@@ -91,6 +95,8 @@ def answer(argv: list[str]) -> int | None:
         return command(argv[1:])
     except KeyboardInterrupt:
         return 130  # as typer exits on ^C
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
     except Exception as exc:  # as the command group turns it into one line and an exit code
         from stackflow.cli.app import one_line_error
 
@@ -389,7 +395,7 @@ def preview(args: list[str]) -> int | None:
     if output == "json":
         import json
 
-        sys.stdout.write(json.dumps(changes, indent=2, sort_keys=True) + "\n")
+        echo(json.dumps(changes, indent=2, sort_keys=True))
         return 0
     from stackflow.cli.output import OutputFormat
     from stackflow.cli.runs import console_for
@@ -478,6 +484,12 @@ def ui_link(namespace: str, workflow_id: str, run_id: str | None) -> str:
     return f"{base}/namespaces/{namespace}/workflows/{wid}" + (f"/{run_id}" if run_id else "")
 
 
+def echo(text: str) -> None:
+    """``typer.echo(text)`` of plain text: the line, flushed (a closed pipe raises here)."""
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
 def quote(text: str) -> str:
     """``urllib.parse.quote(text, safe="")``: every byte of its UTF-8 but letters, digits
     and ``_.-~`` percent-encoded (without importing urllib)."""
@@ -490,7 +502,7 @@ def print_status(data: Mapping[str, Any], link: str, output: str) -> None:
     if output == "json":
         import json
 
-        sys.stdout.write(json.dumps({**data, "ui": link}, indent=2, sort_keys=True) + "\n")
+        echo(json.dumps({**data, "ui": link}, indent=2, sort_keys=True))
         return
     rows = [
         ("phase", str(data["phase"])),
@@ -504,7 +516,12 @@ def print_status(data: Mapping[str, Any], link: str, output: str) -> None:
     rows.append(("ui", link))
     text = plain_table(rows, console_width(sys.stdout))
     if text is not None:
-        sys.stdout.write(text)
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except BrokenPipeError:  # as rich's Console.on_broken_pipe: exit 1, quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise SystemExit(1) from None
         return
     from rich.table import Table
 

@@ -4,8 +4,6 @@ operator's name and the run's Temporal UI link."""
 
 from __future__ import annotations
 
-import getpass
-
 from rich.console import Console
 
 from stackflow.cli.output import OutputFormat, SafeConsole
@@ -33,6 +31,8 @@ def console_for(output: OutputFormat) -> Console:
 
 
 def current_user() -> str:
+    import getpass
+
     try:
         return getpass.getuser()
     except Exception:

@@ -277,6 +277,8 @@ def test_each_worker_serves_one_runtime_queue_with_only_its_own_access(
         assert env["STACKFLOW_RUNTIME_QUEUES"] == "on"
         assert env["STACKFLOW_TASK_QUEUE"] == "stackflow"
         assert env["STACKFLOW_METRICS_ADDRESS"] == "0.0.0.0:9464"
+        assert env["STACKFLOW_TRACING"] == "otlp"
+        assert env["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector.observability:4318"
         # one build per release: runs stay pinned to the build they started on
         assert env["STACKFLOW_WORKER_DEPLOYMENT"] == "stackflow"
         assert env["STACKFLOW_WORKER_BUILD_ID"] == "0.1.0-abc123"
@@ -299,7 +301,9 @@ def test_each_worker_serves_one_runtime_queue_with_only_its_own_access(
         assert "replicas" not in deployment["spec"]  # the autoscaler owns it
     for deployment in deployments(renders["default"]).values():
         for container in deployment["spec"]["template"]["spec"]["containers"]:
-            assert "STACKFLOW_WORKER_BUILD_ID" not in {e["name"] for e in container["env"]}
+            names = {e["name"] for e in container["env"]}
+            assert "STACKFLOW_WORKER_BUILD_ID" not in names
+            assert "STACKFLOW_TRACING" not in names  # tracing is off by default
     # RBAC: bound to the Kubernetes worker's ServiceAccount only
     for binding in render.of_kind("RoleBinding") + renders["default"].of_kind("ClusterRoleBinding"):
         [subject] = binding["subjects"]

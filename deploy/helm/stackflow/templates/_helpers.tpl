@@ -67,6 +67,12 @@ helm.sh/chart: {{ printf "%s-%s" .ctx.Chart.Name .ctx.Chart.Version | replace "+
       key: {{ .Values.secrets.stateUrl.key }}
 - name: STACKFLOW_ENCRYPTION_KEY_FILE
   value: /etc/stackflow/keys/keys.yaml
+{{- if .Values.tracing.enabled }}
+- name: STACKFLOW_TRACING
+  value: otlp
+- name: OTEL_EXPORTER_OTLP_ENDPOINT
+  value: {{ required "tracing.endpoint: the OTLP/HTTP collector's URL (tracing.enabled is true)" .Values.tracing.endpoint | quote }}
+{{- end }}
 {{- end -}}
 
 {{/* Volumes every pod has: the key file, STACKFLOW_HOME and /tmp (the root is read-only). */}}

@@ -53,6 +53,19 @@ __all__ = [
 FINAL = (Phase.succeeded, Phase.failed)
 PAUSED = Phase.awaitingDecision
 POLL_SECONDS = 0.25
+WAIT_POLLS = ((8, 0.25), (20, 0.5))
+"""A wait without a progress bar asks the run's status every 0.25 s for its first 8 asks
+(a small run's preview is ready within them), then every 0.5 s, and after 20 asks every
+second: each ask is a query the worker answers, and a long run waited for by many CLIs (one
+per stack, in CI) should not keep the worker busy answering them."""
+
+
+def wait_interval(asked: int) -> float:
+    """Seconds before the next status ask, after ``asked`` asks."""
+    for below, seconds in WAIT_POLLS:
+        if asked < below:
+            return seconds
+    return 1.0
 
 
 class Runner:
@@ -123,13 +136,15 @@ class Runner:
         self, handle: WorkflowHandle[Any, OperationResult], phases: set[Phase]
     ) -> StatusView:
         outcome = self.outcome_of(handle)
+        asked = 0
         while True:
             status = await self.query_status(handle)
+            asked += 1
             if isinstance(status, StatusView) and (status.phase in phases or status.phase in FINAL):
                 return status
             if outcome.done():
                 return status if isinstance(status, StatusView) else StatusView(phase=Phase.failed)
-            await asyncio.wait({outcome}, timeout=POLL_SECONDS)
+            await asyncio.wait({outcome}, timeout=wait_interval(asked))
 
     async def result(self, handle: WorkflowHandle[Any, OperationResult]) -> OperationResult:
         try:

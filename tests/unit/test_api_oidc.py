@@ -71,6 +71,8 @@ class Idp:
     status: int = 200
     delay: float = 0.0
     hits: list[float] = field(default_factory=list)
+    gate: threading.Event | None = None
+    """When set, each request waits until the gate opens (20 s at most) before answering."""
 
 
 @pytest.fixture
@@ -81,6 +83,8 @@ def idp(keys: Keys) -> Iterator[Idp]:
         def do_GET(self) -> None:
             state.hits.append(time.monotonic())
             time.sleep(state.delay)
+            if state.gate is not None:
+                state.gate.wait(20)
             body = json.dumps({"keys": state.keys}).encode()
             self.send_response(state.status)
             self.send_header("Content-Type", "application/json")
@@ -337,14 +341,21 @@ async def test_the_api_answers_503_when_the_issuer_is_down(keys: Keys, tmp_path:
 async def test_a_slow_issuer_does_not_hold_up_other_requests(
     idp: Idp, keys: Keys, tmp_path: Path
 ) -> None:
-    idp.delay = 1.0
+    """The issuer answers only when the test lets it: another request is answered meanwhile
+    (a fetch that held the event loop would hold this one until the gate's 20 s ran out, and
+    the slow request would be done by then)."""
+    idp.gate = threading.Event()
     async for http in client_for(table_for(idp.url), tmp_path):
         headers = {"Authorization": f"Bearer {sign(keys.rsa_key)}"}
-        began = time.monotonic()
         slow = asyncio.create_task(http.get("/v1/stacks/team-a/w/releases", headers=headers))
-        await asyncio.sleep(0.2)  # the JWKS fetch has begun (on a worker thread)
+        for _ in range(1000):  # the JWKS fetch has reached the issuer
+            if idp.hits:
+                break
+            await asyncio.sleep(0.01)
+        assert idp.hits, "the slow request never asked the issuer"
         assert (await http.get("/v1/healthz")).status_code == 200
-        assert time.monotonic() - began < 0.8 and not slow.done()  # the loop was never held
+        assert not slow.done()  # answered while the issuer still held the fetch
+        idp.gate.set()
         assert (await slow).json() == []
 
 

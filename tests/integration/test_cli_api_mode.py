@@ -120,6 +120,29 @@ def _ok(proc: subprocess.CompletedProcess[str], code: int = 0) -> subprocess.Com
     return proc
 
 
+def apply_waiting(spec: Path, project: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    """``stackflow apply`` of ``spec`` through the API, waiting for approval (no terminal to
+    ask on), its event stream on stdout as NDJSON."""
+    return subprocess.Popen(
+        [
+            str(REPO / ".venv/bin/stackflow"),
+            "apply",
+            "-f",
+            str(spec),
+            "-p",
+            project,
+            "-o",
+            "ndjson",
+        ],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+
+
 async def test_the_operations_flow_passes_in_api_mode(
     tmp_path: Path,
     stack_env: dict[str, str],
@@ -146,24 +169,7 @@ def test_approve_from_a_second_command_status_and_a_busy_stack(
     )
     env = api_env(stack_env, api_server, tmp_path / "laptop")
     # an apply that waits for approval, its event stream on stdout
-    waiting = subprocess.Popen(
-        [
-            str(REPO / ".venv/bin/stackflow"),
-            "apply",
-            "-f",
-            str(spec),
-            "-p",
-            project,
-            "-o",
-            "ndjson",
-        ],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-    )
+    waiting = apply_waiting(spec, project, env)
     try:
         deadline = time.monotonic() + 90
         while True:
@@ -292,24 +298,7 @@ def test_status_and_help_start_without_the_engine(
 
     helped, _ = startup("--help")
     assert helped.returncode == 0 and "Exit codes: 0 ok" in helped.stdout
-    waiting = subprocess.Popen(
-        [
-            str(REPO / ".venv/bin/stackflow"),
-            "apply",
-            "-f",
-            str(spec),
-            "-p",
-            project,
-            "-o",
-            "ndjson",
-        ],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-    )
+    waiting = apply_waiting(spec, project, env)
     try:
         deadline = time.monotonic() + 90
         while True:

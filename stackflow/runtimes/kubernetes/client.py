@@ -395,11 +395,15 @@ every request; it is run at most this often (each run re-sets the whole configur
 
 
 def _throttle_refresh(cfg: k8s_client.Configuration) -> None:
+    """Run the loader's refresh hook at most every ``REFRESH_SECONDS``. The hook re-sets the
+    whole configuration, its own hook included: the throttle puts itself back after each
+    run, and throttles the hook that run installed."""
     hook = cfg.refresh_api_key_hook
     if hook is None:
         return
     lock = threading.Lock()
     last = [float("-inf")]
+    current = [hook]
 
     def refresh(configuration: k8s_client.Configuration) -> None:
         with lock:
@@ -407,7 +411,12 @@ def _throttle_refresh(cfg: k8s_client.Configuration) -> None:
             if now - last[0] < REFRESH_SECONDS:
                 return
             last[0] = now
-            hook(configuration)
+            current[0](configuration)
+            installed = configuration.refresh_api_key_hook
+            if installed is not refresh:
+                if installed is not None:
+                    current[0] = installed
+                configuration.refresh_api_key_hook = refresh
 
     cfg.refresh_api_key_hook = refresh
 

@@ -253,8 +253,9 @@ def bench_size(
     return ours, peer
 
 
-def report(size: int, ours: Measured, peer: Measured, run: int) -> None:
-    rows = []
+def samples(size: int, ours: Measured, peer: Measured) -> list[harness.Sample]:
+    """The run's rows: each phase of stackflow against each peer measured for it."""
+    found = []
     for phase, peer_name, peer_key in (
         ("apply", "kubectl apply --server-side --validate=false", "apply"),
         ("apply", "  kubectl apply --server-side (validate=strict)", "apply-strict"),
@@ -263,19 +264,29 @@ def report(size: int, ours: Measured, peer: Measured, run: int) -> None:
         ("destroy", "  … + wait until the namespace is gone", "destroy+gone"),
         ("destroy", "kubectl delete --cascade=foreground (waits)", "destroy-fg"),
     ):
-        mine, theirs = ours.seconds.get(phase), peer.seconds.get(peer_key)
-        if theirs is None:
-            continue
-        rows.append(
-            [
-                f"{phase} {size}",
-                harness.fmt_s(mine),
-                f"{size / mine:.0f}" if mine else "-",
-                peer_name,
-                harness.fmt_s(theirs),
-                harness.ratio(mine, theirs),
-            ]
-        )
+        theirs = peer.seconds.get(peer_key)
+        if theirs is not None:
+            found.append(
+                harness.Sample(
+                    f"{phase} {size}", peer_name, ours.seconds.get(phase), theirs, count=size
+                )
+            )
+    return found
+
+
+def report(size: int, ours: Measured, peer: Measured, run: int) -> list[harness.Sample]:
+    found = samples(size, ours, peer)
+    rows = [
+        [
+            s.work,
+            harness.fmt_s(s.ours),
+            f"{size / s.ours:.0f}" if s.ours else "-",
+            s.peer,
+            harness.fmt_s(s.theirs),
+            harness.ratio(s.ours, s.theirs),
+        ]
+        for s in found
+    ]
     print(f"\n== {size} ConfigMaps + Namespace, run {run}")
     print(
         harness.table(
@@ -290,6 +301,7 @@ def report(size: int, ours: Measured, peer: Measured, run: int) -> None:
     for phase, stats in ours.temporal.items():
         print(f"  {phase:<8} {stats.describe(size + 1)}")
         print(f"  {'':<8} {ours.cpu.get(phase, '')}")
+    return found
 
 
 def main() -> None:
@@ -323,12 +335,14 @@ def main() -> None:
     harness.need_env("TEMPORAL_ADDRESS", "KUBECONFIG")
     kubectl = harness.tool("STACKFLOW_KUBECTL", "kubectl")
     server_log = harness.ServerLog()
+    sizes = harness.sizes_arg(args.sizes)
+    found: list[harness.Sample] = []
     with harness.stack(args.backend, profile=args.profile, keep=args.keep) as sf:
         print(
             f"stackflow worker pid {sf.worker.pid} (task queue {sf.queue}, {sf.backend}); "
             f"kubectl {kubectl}"
         )
-        for size in harness.sizes_arg(args.sizes):
+        for size in sizes:
             for run in range(1, args.repeat + 1):
                 ours, peer = bench_size(
                     sf,
@@ -339,8 +353,10 @@ def main() -> None:
                     args.foreground_peer,
                     args.propagation,
                 )
-                report(size, ours, peer, run)
+                found += report(size, ours, peer, run)
         peak = sf.worker.peak_rss_mb()
+    if args.repeat > 1 or len(sizes) > 1:
+        print(harness.summary(f"ConfigMaps + Namespace, {args.repeat} run(s) a size", found))
     print(f"\nworker peak RSS {peak:.0f} MB" if peak else "")
     print(server_log.report())
 

@@ -116,7 +116,12 @@ def many_stacks(sf: harness.Stack, files: Path, size: int, stacks: int, extra: l
     return time.perf_counter() - started
 
 
-def bench_size(size: int, args: argparse.Namespace, files: Path) -> tuple[list[object], str, str]:
+def bench_size(
+    size: int, args: argparse.Namespace, files: Path
+) -> tuple[list[object], list[harness.Sample], str, str]:
+    """One run for ``size`` files: its table row, its samples (stackflow against the direct
+    calls; the stacks at once against the one stack), the Temporal work and the server log's
+    size warnings."""
     tag = uuid.uuid4().hex[:6]
     project = f"onprembench-{size}-{tag}"
     server_log = harness.ServerLog()
@@ -139,6 +144,11 @@ def bench_size(size: int, args: argparse.Namespace, files: Path) -> tuple[list[o
     plain = asyncio.run(direct(spec_for(files / f"direct-{tag}", size), with_reads=False))
     reads = asyncio.run(direct(spec_for(files / f"direct-reads-{tag}", size), with_reads=True))
     overhead_ms = (seconds - plain) / size * 1000
+    work = f"apply {size} files"
+    found = [
+        harness.Sample(work, "direct apply", seconds, plain, count=size),
+        harness.Sample(work, "direct read+preview+apply", seconds, reads, count=size),
+    ]
     row: list[object] = [
         size,
         harness.fmt_s(seconds),
@@ -156,7 +166,18 @@ def bench_size(size: int, args: argparse.Namespace, files: Path) -> tuple[list[o
             f"{each / many:.0f}",
             harness.ratio(size / seconds, each / many),
         ]
-    return row, f"{stats.describe(size)}\n  {cpu}", server_log.report()
+        # seconds a file, as the table's one/aggregate res/s
+        found.append(
+            harness.Sample(
+                f"{args.stacks} stacks at once, {each} files",
+                f"one stack, {size} files (ratio per file)",
+                many,
+                seconds,
+                count=each,
+                ratio=(many / each) / (seconds / size),
+            )
+        )
+    return row, found, f"{stats.describe(size)}\n  {cpu}", server_log.report()
 
 
 def main() -> None:
@@ -178,13 +199,16 @@ def main() -> None:
     args = parser.parse_args()
     harness.need_env("TEMPORAL_ADDRESS")
     rows: list[list[object]] = []
+    found: list[harness.Sample] = []
     notes: list[str] = []
+    sizes = harness.sizes_arg(args.sizes)
     with tempfile.TemporaryDirectory(prefix="stackflow-onprem-bench-") as tmp:
         files = Path(tmp).resolve()
-        for size in harness.sizes_arg(args.sizes):
+        for size in sizes:
             for run in range(1, args.repeat + 1):
-                row, temporal, warnings = bench_size(size, args, files)
+                row, samples, temporal, warnings = bench_size(size, args, files)
                 rows.append(row)
+                found += samples
                 notes.append(f"{size} files, run {run}: Temporal: {temporal}\n  {warnings}")
                 print(
                     f"{size} files, run {run}: stackflow {row[1]} s, direct {row[3]} s", flush=True
@@ -212,6 +236,8 @@ def main() -> None:
     )
     for note in notes:
         print(note)
+    if args.repeat > 1 or len(sizes) > 1:
+        print(harness.summary(f"OnPrem files, {args.repeat} run(s) a size", found))
 
 
 if __name__ == "__main__":

@@ -198,7 +198,11 @@ def root_module(kind: str, size: int) -> str:
     return "\n".join(blocks)
 
 
-def side_by_side(kind: str, size: int, run: int, backend: str, concurrency: int | None) -> None:
+def side_by_side(
+    kind: str, size: int, run: int, backend: str, concurrency: int | None
+) -> list[harness.Sample]:
+    """One run of the three phases for ``size`` resources; its table printed, its rows
+    (CLI and service, each against tofu) returned."""
     tofu = harness.tool("STACKFLOW_TF_BIN", "tofu")
     tag = uuid.uuid4().hex[:6]
     project = f"tfbench-{size}-{tag}"
@@ -286,6 +290,11 @@ def side_by_side(kind: str, size: int, run: int, backend: str, concurrency: int 
     print(f"Temporal (apply + destroy runs): {stats.describe(size)}")
     for phase, text in cpu.items():
         print(f"  stackflow {phase}: {text}")
+    return [
+        harness.Sample(f"{phase} {size}, {way}", f"tofu {phase}", seconds[phase], theirs[phase])
+        for phase in ("apply", "plan", "destroy")
+        for way, seconds in (("CLI", ours), ("service", served))
+    ]
 
 
 def main() -> None:
@@ -306,9 +315,14 @@ def main() -> None:
         asyncio.run(bench(args.n))
         return
     harness.need_env("TEMPORAL_ADDRESS", "TF_CLI_CONFIG_FILE")
-    for size in harness.sizes_arg(args.sizes):
+    sizes = harness.sizes_arg(args.sizes)
+    found: list[harness.Sample] = []
+    for size in sizes:
         for run in range(1, args.repeat + 1):
-            side_by_side(args.kind, size, run, args.backend, args.max_concurrency)
+            found += side_by_side(args.kind, size, run, args.backend, args.max_concurrency)
+    if args.repeat > 1 or len(sizes) > 1:
+        title = f"{args.kind}, {args.repeat} run(s) a size, vs one tofu root module"
+        print(harness.summary(title, found))
 
 
 if __name__ == "__main__":

@@ -488,3 +488,73 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
 
 def median(values: Sequence[float]) -> float:
     return statistics.median(values)
+
+
+def spread(values: Sequence[float], unit: str = "") -> str:
+    """``min-max`` of ``values`` (``-`` for none), as the median/spread tables print it."""
+    return f"{min(values):.2f}-{max(values):.2f}{unit}" if values else "-"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One run's row of a side-by-side table: stackflow's wall seconds for ``work`` and the
+    peer's for the same work (None: not measured in that run)."""
+
+    work: str
+    peer: str
+    ours: float | None
+    theirs: float | None
+    count: int | None = None
+    """Objects ``work`` handles (their number per stackflow second is shown), if any."""
+    ratio: float | None = None
+    """stackflow/peer when it is not ``ours / theirs`` (e.g. per object, when the two
+    handle different numbers)."""
+
+    @property
+    def ours_per_peer(self) -> float | None:
+        if self.ratio is not None:
+            return self.ratio
+        return self.ours / self.theirs if self.ours and self.theirs else None
+
+
+def summary(title: str, samples: Sequence[Sample]) -> str:
+    """The median and the spread (min-max) over the runs of stackflow's seconds, the peer's
+    and their ratio (each run's own ratio), one row per work and peer in the order first
+    met; ``title`` above."""
+    groups: dict[tuple[str, str], list[Sample]] = {}
+    for sample in samples:
+        groups.setdefault((sample.work, sample.peer), []).append(sample)
+    with_counts = any(s.count for s in samples)
+    rows: list[list[object]] = []
+    for (work, peer), runs in groups.items():
+        ours = [s.ours for s in runs if s.ours]
+        theirs = [s.theirs for s in runs if s.theirs]
+        ratios = [r for s in runs if (r := s.ours_per_peer) is not None]
+        per_s = [s.count / s.ours for s in runs if s.count and s.ours]
+        rows.append(
+            [
+                work,
+                len(runs),
+                fmt_s(median(ours)) if ours else "-",
+                spread(ours),
+                *([f"{median(per_s):.0f}" if per_s else "-"] if with_counts else []),
+                peer,
+                fmt_s(median(theirs)) if theirs else "-",
+                spread(theirs),
+                f"{median(ratios):.2f}x" if ratios else "-",
+                spread(ratios, "x"),
+            ]
+        )
+    headers = [
+        "work",
+        "runs",
+        "stackflow s",
+        "min-max s",
+        *(["objects/s"] if with_counts else []),
+        "peer",
+        "peer s",
+        "min-max s",
+        "stackflow/peer",
+        "min-max",
+    ]
+    return f"\n== {title}: median and spread (min-max) over the runs\n{table(headers, rows)}"

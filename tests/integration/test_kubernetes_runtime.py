@@ -18,6 +18,7 @@ from kubernetes import client as k8s
 
 from stackflow.diff import Change, diff_resource
 from stackflow.masking import sensitive_paths_for
+from stackflow.refs import RunRef
 from stackflow.runtimes.base import (
     Conflict,
     InvalidInput,
@@ -74,14 +75,14 @@ def sent(monkeypatch: pytest.MonkeyPatch) -> list[Sent]:
     from stackflow.runtimes.kubernetes.client import KubeClient
 
     found: list[Sent] = []
-    real = KubeClient.request
+    real = KubeClient.exchange  # every request goes through it
 
     def counted(self: KubeClient, method: str, path: str, **kw: Any) -> Any:
         limit = (kw.get("query") or {}).get("limit")
         found.append(Sent(method, path, None if limit is None else str(limit)))
         return real(self, method, path, **kw)
 
-    monkeypatch.setattr(KubeClient, "request", counted)
+    monkeypatch.setattr(KubeClient, "exchange", counted)
     return found
 
 
@@ -325,6 +326,65 @@ async def test_ownership_conflicts_and_adoption(
     adopted = await rt.apply(request(unowned, adopt=True), opts)
     assert adopted["metadata"]["annotations"]["stackflow.io/project"] == opts.project
     assert (await change(rt, request(unowned), opts)).action == "UnChanged"  # ours now
+
+
+async def test_new_objects_in_a_namespace_the_run_created_are_applied_without_a_read(
+    rt: KubernetesRuntime, api: k8s.ApiClient, sent: list[Sent]
+) -> None:
+    """A run that created a namespace applies the new objects in it without the ownership
+    read (nothing could be there before the namespace); an object that appeared meanwhile
+    (the apply answered 200, not 201) has the fields stackflow set withdrawn and fails as
+    Conflict, as the read would have. A second apply of the same object in the run, another
+    run, and the objects the control plane makes in every namespace are read first."""
+    run = RunRef(workflow_id=f"apply-{suffix()}", run_id="first")
+    opts = RuntimeOptions(project=f"p{suffix()}", workspace="dev", timeout_seconds=60, owner=run)
+    other_run = opts.model_copy(update={"owner": RunRef(workflow_id=run.workflow_id, run_id="2")})
+    core = k8s.CoreV1Api(api)
+    name = f"sf-{suffix()}"
+    try:
+        await rt.apply(request(namespace(name)), opts)
+        sent.clear()
+        made = await rt.apply(request(config_map(name, "a", {"k": "1"})), opts)
+        assert [s.method for s in sent] == ["PATCH"]
+        assert made["metadata"]["annotations"]["stackflow.io/project"] == opts.project
+        sent.clear()  # the same object again in this run (a retried attempt): read first
+        await rt.apply(request(config_map(name, "a", {"k": "2"})), opts)
+        assert [s.method for s in sent] == ["GET", "PATCH"]
+        sent.clear()
+        await rt.apply(request(config_map(name, "b", {"k": "1"})), other_run)
+        assert [s.method for s in sent] == ["GET", "PATCH"]
+
+        core.create_namespaced_config_map(
+            name,
+            k8s.V1ConfigMap(metadata=k8s.V1ObjectMeta(name="c"), data={"k": "theirs"}),
+            field_manager="kubectl",
+        )
+        sent.clear()
+        with pytest.raises(Conflict, match=f"appeared in namespace {name}, which this run created"):
+            await rt.apply(request(config_map(name, "c", {"k": "theirs", "x": "ours"})), opts)
+        assert [s.method for s in sent] == ["PATCH", "PATCH"]  # the apply, the withdrawal
+        live = core.read_namespaced_config_map("c", name)
+        assert live.data == {"k": "theirs"}
+        assert "stackflow.io/project" not in (live.metadata.annotations or {})
+        assert [m.manager for m in live.metadata.managed_fields] == ["kubectl"]
+        with pytest.raises(Conflict, match="not managed by stackflow"):  # as for any other
+            await rt.apply(request(config_map(name, "c", {"k": "theirs"})), opts)
+
+        deadline = time.monotonic() + 30  # the service account controller makes "default"
+        while not core.list_namespaced_service_account(name).items:
+            assert time.monotonic() < deadline, "no default ServiceAccount"
+            await asyncio.sleep(0.1)
+        account = {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": "default", "namespace": name},
+        }
+        sent.clear()
+        with pytest.raises(Conflict, match="not managed by stackflow"):
+            await rt.apply(request(account), opts)
+        assert [s.method for s in sent] == ["GET"]
+    finally:
+        delete_quietly(api, namespaces=[name])
 
 
 async def test_readiness_rollout_job_and_timeout(

@@ -170,7 +170,21 @@ class KubeClient:
         body: JSON | None = None,
         content_type: str = "application/json",
     ) -> JSON:
-        """Send one request; the decoded JSON answer, ApiError on a failure status.
+        """Send one request; the decoded JSON answer, ApiError on a failure status (see
+        :meth:`exchange`)."""
+        return self.exchange(method, path, query=query, body=body, content_type=content_type)[1]
+
+    def exchange(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, str] | None = None,
+        body: JSON | None = None,
+        content_type: str = "application/json",
+    ) -> tuple[int, JSON]:
+        """Send one request; (the status, the decoded JSON answer), ApiError on a failure
+        status.
 
         A JSON body goes as the client's (ASCII, escaped) JSON; any other content type, e.g.
         server-side apply's YAML, as :func:`encode_body`'s UTF-8 JSON.
@@ -208,7 +222,7 @@ class KubeClient:
         decoded = _decode(text)
         if response.status >= 400:
             raise ApiError(int(response.status), decoded, text[:500], self.label)
-        return decoded or {}
+        return int(response.status), decoded or {}
 
     # ---- discovery -----------------------------------------------------------------------
     def resource_for(

@@ -31,7 +31,11 @@ How it behaves, in one place:
   stackflow``) on every object. Another stack's object is never applied or deleted; an
   existing unowned object is taken over only with ``adopt`` (run option or
   ``extensions.adopt``). The markers are part of the applied manifest, so preview shows
-  them only when they are really missing.
+  them only when they are really missing. An object not recorded yet is read before its
+  apply to check this, except a new object in a namespace the same run created on this
+  worker (nothing by its name can predate the namespace): its apply must then be answered
+  201 Created; a 200 means someone created it meanwhile, and the fields the apply set are
+  withdrawn (an empty apply by the same field manager) before it fails as ``Conflict``.
 - **Delete** reads the object (uid, owner) and deletes it on the condition that it is that
   object (uid precondition), or, when the run's preview listed it on this worker, deletes
   the listed object on the condition that it is unchanged (uid and resourceVersion) with no
@@ -135,6 +139,12 @@ APPLY_PATCH = "application/apply-patch+yaml; charset=utf-8"
 CRD_READY_SECONDS = 60.0
 """How long applying a CustomResourceDefinition waits (unless ``extensions.readinessTimeout``
 says otherwise) until it is Established, its names accepted and its kind served."""
+HTTP_CREATED = 201
+"""What an apply that created its object is answered (200: it was there)."""
+CLUSTER_MADE = frozenset(
+    {("v1", "ConfigMap", "kube-root-ca.crt"), ("v1", "ServiceAccount", "default")}
+)
+"""Objects the control plane itself puts in every new namespace."""
 ABSENT_NAMESPACE_SECONDS = 2.0
 """How long a preview trusts a dry run's "namespace not found": the objects of a stack that
 creates its namespace are previewed without one GET and one dry run each."""
@@ -193,7 +203,7 @@ class KubernetesRuntime(KubeConnection):
         if live is not None:
             check_owner(resource, ref, live, options)
         try:
-            result = self._server_side_apply(
+            _, result = self._server_side_apply(
                 client, api, ref, resource, options, desired, dry_run=True
             )
         except NotFound as exc:
@@ -288,13 +298,16 @@ class KubernetesRuntime(KubeConnection):
         # An object this stack recorded with its own ownership markers is this stack's (no
         # other stack applies or adopts an owned object): apply without reading it first.
         ours = prior is not None and owner_of(prior) == options.stack
-        if not ours:
+        # So is a new object in a namespace this run created: nothing was there before it;
+        # the apply must create it (201), which is checked below.
+        fresh = not ours and self._in_fresh_namespace(client, api, ref, resource, options)
+        if not ours and not fresh:
             live = self._get(client, api, ref, resource.id)
             if live is not None:
                 self._refuse_terminating(resource, ref, live)
                 check_owner(resource, ref, live, options)
         try:
-            result = self._apply_served(client, api, ref, resource, options, desired)
+            status, result = self._apply_served(client, api, ref, resource, options, desired)
         except KindNotServed:
             raise
         except NotFound as exc:
@@ -303,11 +316,72 @@ class KubernetesRuntime(KubeConnection):
                 "resource depend on it)",
                 resource_id=resource.id,
             ) from None
+        if fresh and status != HTTP_CREATED:
+            self._appeared(client, api, ref, resource)
         self._refuse_terminating(resource, ref, result)
         if ref.kind == "Namespace" and ref.api_version == "v1":
             with self._lock:
                 self._absent_namespaces.pop((id(client), ref.name), None)
+                if status == HTTP_CREATED and options.owner is not None:
+                    self._fresh_namespaces.add(id(client), ref.name, options.owner)
         return client, ref, result
+
+    def _in_fresh_namespace(
+        self,
+        client: KubeClient,
+        api: ApiResource,
+        ref: ObjectRef,
+        resource: ResourceRequest,
+        options: RuntimeOptions,
+    ) -> bool:
+        """Whether ``ref`` is a new object (none recorded) in a namespace this very run
+        created on this worker, applied here for the first time: then nothing by its name
+        can have been there before the run made the namespace, and it is applied without
+        the ownership read. Not so for adoption, for a retried apply (its first attempt may
+        have created it) nor for what the control plane itself puts in every new namespace
+        (``CLUSTER_MADE``)."""
+        if (
+            options.owner is None
+            or not api.namespaced
+            or not ref.namespace
+            or resource.prior_state is not None
+            or options.adopt
+            or resource.extensions.get("adopt")
+            or (ref.api_version, ref.kind, ref.name) in CLUSTER_MADE
+        ):
+            return False
+        with self._lock:
+            return self._fresh_namespaces.claim(
+                id(client), ref.namespace, options.owner, api.path(ref.namespace, ref.name)
+            )
+
+    def _appeared(
+        self, client: KubeClient, api: ApiResource, ref: ObjectRef, resource: ResourceRequest
+    ) -> None:
+        """The apply of an object in a namespace this run created found it there already
+        (answered 200, not 201): someone else created it meanwhile. Withdraw what the apply
+        set (an apply of no fields by the same field manager gives up every field it owned:
+        the ones only it set are removed, the others stay as their managers set them) and
+        refuse, as the ownership read would have."""
+        bare = {
+            "apiVersion": ref.api_version,
+            "kind": ref.kind,
+            "metadata": {"name": ref.name, "namespace": ref.namespace},
+        }
+        query = {"fieldManager": FIELD_MANAGER, "force": "false"}
+        path = api.path(ref.namespace, ref.name)
+        try:
+            client.request("PATCH", path, query=query, body=bare, content_type=APPLY_PATCH)
+            withdrawn = "stackflow withdrew the fields it applied"
+        except ApiError as exc:
+            withdrawn = f"withdrawing the fields stackflow applied failed: {one_line(exc.message)}"
+        raise Conflict(
+            f"{resource.id}: {ref.describe()} appeared in namespace {ref.namespace}, which this "
+            f"run created, before stackflow applied it (someone else created it); {withdrawn}. "
+            "To take it over, set extensions.adopt: true on the resource (or run with adopt), "
+            "or delete it first",
+            resource_id=resource.id,
+        )
 
     def _apply_served(
         self,
@@ -317,12 +391,12 @@ class KubernetesRuntime(KubeConnection):
         resource: ResourceRequest,
         options: RuntimeOptions,
         desired: JSON,
-    ) -> JSON:
-        """Server-side apply; when the server has no route for the kind (discovery cached
-        from before its CRD was made again, or a CRD still being established), discovery is
-        asked again and the apply retried while the kind is on its way (up to
-        ``DISCOVERY_WAIT_SECONDS``): then Unavailable (retried later), or InvalidInput when
-        nothing in the cluster would serve the kind."""
+    ) -> tuple[int, JSON]:
+        """Server-side apply, (its status, its answer); when the server has no route for the
+        kind (discovery cached from before its CRD was made again, or a CRD still being
+        established), discovery is asked again and the apply retried while the kind is on
+        its way (up to ``DISCOVERY_WAIT_SECONDS``): then Unavailable (retried later), or
+        InvalidInput when nothing in the cluster would serve the kind."""
         deadline = time.monotonic() + DISCOVERY_WAIT_SECONDS
         delay = 0.1
         while True:
@@ -378,16 +452,16 @@ class KubernetesRuntime(KubeConnection):
         desired: JSON,
         *,
         dry_run: bool,
-    ) -> JSON:
+    ) -> tuple[int, JSON]:
         force = options.force or bool(resource.extensions.get("force"))
         path = api.path(ref.namespace, ref.name)
         doing = f"{'dry-run ' if dry_run else ''}apply of {ref.describe()}"
 
-        def patch(force: bool) -> JSON:
+        def patch(force: bool) -> tuple[int, JSON]:
             query = {"fieldManager": FIELD_MANAGER, "force": "true" if force else "false"}
             if dry_run:
                 query["dryRun"] = "All"
-            return client.request(
+            return client.exchange(
                 "PATCH", path, query=query, body=desired, content_type=APPLY_PATCH
             )
 

@@ -20,6 +20,7 @@ from stackflow.activities.resource_step import (
     COALESCED_PARALLELISM,
     ResourceStep,
     desired_from_recorded,
+    referenced_ids,
 )
 from stackflow.activities.stack_guard import read_scope_key
 from stackflow.budget import BUDGET, compact_change, fit_changes
@@ -118,7 +119,12 @@ class PreviewActivities:
     async def _preview_changes(
         self, inp: PreviewBatchInput, ids: list[str], delete_ids: list[str]
     ) -> list[Change]:
-        prior = await asyncio.to_thread(self.cache.prior, inp.stack)
+        resources = self.specs.resources(inp.spec_ref) if inp.spec_ref else {}
+        # what the batch reads of the prior state: its own resources and what they reference
+        # (not the whole state, once per batch)
+        needed = [*ids, *delete_ids]
+        needed += (r for i in ids for r in referenced_ids(resources[i], resources))
+        prior = await asyncio.to_thread(self.cache.prior_of, inp.stack, needed)
         current: Mapping[str, Resource]
         if inp.revision is not None:
             current = await asyncio.to_thread(
@@ -126,7 +132,6 @@ class PreviewActivities:
             )
         else:
             current = prior
-        resources = self.specs.resources(inp.spec_ref) if inp.spec_ref else {}
         step = self.step
         options = step.options(inp.stack, inp.spec_ref, force=inp.force, adopt=inp.adopt)
         # The worker policy, before any runtime call: the whole spec, then this batch.

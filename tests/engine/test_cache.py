@@ -62,6 +62,38 @@ def test_prior_resource_fills_on_miss(redis_server: Any, releases: StateBackend)
     assert cache.prior_resource(STACK, "b") is None
 
 
+def test_prior_of_reads_only_the_ids_asked(
+    redis_server: Any, releases: StateBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A preview batch asks for its own resources and what they reference: one HMGET of
+    those, each opened, never the whole state; a miss (or a flushed Redis) fills from storage."""
+    succeed(releases, *(res(f"r{i}", v=i) for i in range(50)))
+    cache = PriorStateCache(redis_server.url, releases)
+    assert cache.prior_of(STACK, ["r3", "r7", "nope", "r3"]) == {
+        "r3": res("r3", v=3),
+        "r7": res("r7", v=7),
+    }
+    opened: list[str] = []
+    real_open = releases.sealer.open
+
+    def counted(stack: StackRef, raw: str) -> Resource:
+        found = real_open(stack, raw)
+        opened.append(found.id)
+        return found
+
+    monkeypatch.setattr(releases.sealer, "open", counted)
+    monkeypatch.setattr(releases, "get", lambda *a, **k: pytest.fail("storage read on a cache hit"))
+    assert cache.prior_of(STACK, ["r10", "r11"]) == {
+        "r10": res("r10", v=10),
+        "r11": res("r11", v=11),
+    }
+    assert sorted(opened) == ["r10", "r11"]
+    assert cache.prior_of(STACK, []) == {}
+    monkeypatch.undo()
+    redis_server.client.flushall()
+    assert cache.prior_of(STACK, ["r49", "x"]) == {"r49": res("r49", v=49)}
+
+
 def test_no_succeeded_release(redis_server: Any, releases: StateBackend) -> None:
     cache = PriorStateCache(redis_server.url, releases)
     assert cache.prior(STACK) == {} and cache.prior_resource(STACK, "a") is None

@@ -98,7 +98,8 @@ class PreviewActivities:
         own, own_deleted = owned(nodes, inp.runtimes), owned(deletions, inp.runtimes)
         ids = [nodes[i].id for i in own]
         delete_ids = [deletions[i].id for i in own_deleted]
-        changes = await self._preview_changes(inp, ids, delete_ids)
+        run_size = len(plan.nodes) + len(plan.deletions)
+        changes = await self._preview_changes(inp, ids, delete_ids, run_size)
         await asyncio.to_thread(
             record_events, self.backend, inp.stack, current_run(), planned_changes(changes)
         )
@@ -117,7 +118,7 @@ class PreviewActivities:
         return result.spread(positions, len(nodes) + len(deletions))
 
     async def _preview_changes(
-        self, inp: PreviewBatchInput, ids: list[str], delete_ids: list[str]
+        self, inp: PreviewBatchInput, ids: list[str], delete_ids: list[str], run_size: int
     ) -> list[Change]:
         resources = self.specs.resources(inp.spec_ref) if inp.spec_ref else {}
         # what the batch reads of the prior state: its own resources and what they reference
@@ -170,7 +171,7 @@ class PreviewActivities:
 
         # one read scope: a runtime may answer many reads of one kind and place from one
         # listing, kept as a snapshot for the run's later preview batches
-        with read_scope(read_scope_key(), (r.attributes for r in batch)):
+        with read_scope(read_scope_key(), (r.attributes for r in batch), run_size=run_size):
             jobs = [one(i, False) for i in ids] + [one(i, True) for i in delete_ids]
             return list(await asyncio.gather(*jobs))
 

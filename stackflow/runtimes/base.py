@@ -119,11 +119,18 @@ class ReadScope:
     namespace)."""
 
     def __init__(
-        self, run: str, attributes: Iterable[Mapping[str, Any]], *, lists: bool = True
+        self,
+        run: str,
+        attributes: Iterable[Mapping[str, Any]],
+        *,
+        lists: bool = True,
+        run_size: int = 0,
     ) -> None:
         self.run = run
         self.lists = lists
         self._attributes = list(attributes)
+        self.run_size = max(run_size, len(self._attributes))
+        """How many resources the run's preview reads in all its batches."""
         self._tallies: dict[Callable[[Mapping[str, Any]], Hashable], Counter[Hashable]] = {}
 
     def count(self, key: Callable[[Mapping[str, Any]], Hashable], value: Hashable) -> int:
@@ -134,6 +141,14 @@ class ReadScope:
             self._tallies[key] = tally
         return tally[value]
 
+    def run_count(self, key: Callable[[Mapping[str, Any]], Hashable], value: Hashable) -> int:
+        """How many objects ``key`` maps to ``value`` the whole run is expected to read: the
+        batch's count scaled to the run's size (the run's batches are cut from one plan)."""
+        count = self.count(key, value)
+        if not self._attributes:
+            return count
+        return max(count, count * self.run_size // len(self._attributes))
+
 
 READ_SCOPE: contextvars.ContextVar[ReadScope | None] = contextvars.ContextVar(
     "stackflow_read_scope", default=None
@@ -142,11 +157,15 @@ READ_SCOPE: contextvars.ContextVar[ReadScope | None] = contextvars.ContextVar(
 
 @contextlib.contextmanager
 def read_scope(
-    run: str, attributes: Iterable[Mapping[str, Any]] = (), *, lists: bool = True
+    run: str,
+    attributes: Iterable[Mapping[str, Any]] = (),
+    *,
+    lists: bool = True,
+    run_size: int = 0,
 ) -> Iterator[ReadScope]:
     """Reads made inside (by tasks started inside) belong to one preview batch of ``run``
-    (``lists`` False: to a walk of it)."""
-    scope = ReadScope(run, attributes, lists=lists)
+    (``lists`` False: to a walk of it), whose preview reads ``run_size`` resources in all."""
+    scope = ReadScope(run, attributes, lists=lists, run_size=run_size)
     token = READ_SCOPE.set(scope)
     try:
         yield scope

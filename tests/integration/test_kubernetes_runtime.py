@@ -698,8 +698,8 @@ async def test_a_namespace_of_many_other_objects_is_not_listed(
         await rt.apply(cm, opts)
     sent.clear()
 
-    async def preview(run: str) -> list[Any]:
-        with read_scope(run, [cm.attributes for cm in maps]):
+    async def preview(run: str, run_size: int = 0) -> list[Any]:
+        with read_scope(run, [cm.attributes for cm in maps], run_size=run_size):
             return list(await asyncio.gather(*(rt.read(cm, opts) for cm in maps)))
 
     first = await preview("few")
@@ -718,3 +718,8 @@ async def test_a_namespace_of_many_other_objects_is_not_listed(
     assert gets[0] == ("configmaps", "5") and sorted(name for name, _ in gets[1:]) == sorted(
         cm.attributes["metadata"]["name"] for cm in maps
     )
+    # a run whose preview reads 20 of them in all (this batch's 10, others in later batches)
+    # weighs the 36 against those 20: listed, once, for all its batches
+    sent.clear()
+    assert await preview("run-wide", run_size=20) == first
+    assert [(s.method, s.name, s.limit) for s in sent] == [("GET", "configmaps", "5")] * 8

@@ -70,6 +70,10 @@ def test_read_scope_counts_by_the_runtimes_key() -> None:
     assert scope.count(scope_key, ("v1", "ConfigMap", "a")) == 2
     assert scope.count(scope_key, ("v1", "Namespace", None)) == 1
     assert scope.count(lambda a: a.get("kind"), "File") == 1
+    assert scope.run_count(scope_key, ("v1", "ConfigMap", "a")) == 2  # the run is the batch
+    run = ReadScope("run", attrs, run_size=40)  # ten batches like this one
+    assert run.run_count(scope_key, ("v1", "ConfigMap", "a")) == 20
+    assert run.count(scope_key, ("v1", "ConfigMap", "a")) == 2
 
 
 @pytest.fixture

@@ -241,7 +241,8 @@ class KubeConnection(Runtime):
             or scope.count(scope_key, (ref.api_version, ref.kind, namespace)) < LIST_AT_LEAST
         ):
             return None
-        wanted = scope.count(scope_key, (ref.api_version, ref.kind, namespace))
+        # the listing serves the run's later batches too: weighed against what they read
+        wanted = scope.run_count(scope_key, (ref.api_version, ref.kind, namespace))
         return self._snapshots.get(
             snapshot_key(scope, client, api, namespace),
             lambda: list_objects(client, api, namespace, wanted),

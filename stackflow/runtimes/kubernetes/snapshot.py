@@ -7,8 +7,8 @@ preview batches on this worker for :data:`SNAPSHOT_SECONDS` (a preview is one sn
 the stack, as it is shown to be approved); listings of :data:`SNAPSHOT_BYTES` of JSON at most
 are held in all (older ones go first; one larger than that serves only the batch that made
 it). Secrets are never listed (:data:`NEVER_LISTED`), nor a kind whose namespace holds far
-more objects than the batch reads (:data:`LIST_SPARE`). A listing the server refuses (no
-``list`` permission, say) leaves each object to its own GET.
+more objects than the run's preview reads there, all batches together (:data:`LIST_SPARE`).
+A listing the server refuses (no ``list`` permission, say) leaves each object to its own GET.
 
 An apply reads afresh. A delete in the run's walk may act on the listed object, but only on
 the condition that it is still exactly that object (uid and resourceVersion preconditions);
@@ -36,7 +36,7 @@ LIST_AT_LEAST = 8
 LIST_PAGE = 500
 LIST_SPARE = 10
 """A listing is given up (each object read alone) once the kind holds more than this many
-times the objects the batch reads there, and more than a page: a stack's few objects in a
+times the objects the run's preview reads there, and more than a page: a stack's few objects in a
 namespace shared with thousands of others are not worth the listing."""
 SNAPSHOT_SECONDS = 120.0
 SNAPSHOT_BYTES = 64 * 1024 * 1024

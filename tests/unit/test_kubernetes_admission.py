@@ -389,7 +389,7 @@ class Refusing(KubeClient):
         super().__init__(api=None, label=SERVER)  # type: ignore[arg-type]
         self.refusal, self.live = refusal, live
 
-    def request(
+    def exchange(
         self,
         method: str,
         path: str,
@@ -397,7 +397,10 @@ class Refusing(KubeClient):
         query: dict[str, str] | None = None,
         body: JSON | None = None,
         content_type: str = "application/json",
-    ) -> JSON:
+    ) -> tuple[int, JSON]:
+        return 200, self._answer(method, path)
+
+    def _answer(self, method: str, path: str) -> JSON:
         if method == "GET" and path == "/api/v1":
             return {"resources": [{"name": "secrets", "kind": "Secret", "namespaced": True}]}
         if method == "GET":

@@ -265,7 +265,7 @@ class ScriptedClient(KubeClient):
         super().__init__(api=None, label="https://127.0.0.1:6443")  # type: ignore[arg-type]
         self.server = server
 
-    def request(
+    def exchange(
         self,
         method: str,
         path: str,
@@ -273,8 +273,8 @@ class ScriptedClient(KubeClient):
         query: dict[str, str] | None = None,
         body: JSON | None = None,
         content_type: str = "application/json",
-    ) -> JSON:
-        return self.server.answer(method, path)
+    ) -> tuple[int, JSON]:
+        return 200, self.server.answer(method, path)
 
     def close(self) -> None:
         pass

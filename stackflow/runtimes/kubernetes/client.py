@@ -37,6 +37,8 @@ from kubernetes.config.config_exception import ConfigException
 from stackflow.runtimes.base import InvalidInput, Unavailable
 
 JSON = dict[str, Any]
+APPLY_PATCH = "application/apply-patch+yaml; charset=utf-8"
+"""Server-side apply's content type (the body is JSON, which is YAML)."""
 POOL_CONNECTIONS = 32
 """Kept-alive connections per cluster client (the runtime runs as many requests at once)."""
 REQUEST_TIMEOUT = (5.0, 60.0)

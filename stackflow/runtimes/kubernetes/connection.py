@@ -9,13 +9,11 @@ import functools
 import os
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from stackflow.policy import WorkerPolicy, worker_policy
-from stackflow.refs import RunRef
 from stackflow.runtimes.base import (
     READ_SCOPE,
     InvalidInput,
@@ -38,6 +36,7 @@ from stackflow.runtimes.kubernetes.failures import (
     failure,
     unserved_error,
 )
+from stackflow.runtimes.kubernetes.fresh import FreshNamespaces
 from stackflow.runtimes.kubernetes.manifest import (
     ObjectRef,
     check_id,
@@ -55,34 +54,6 @@ from stackflow.runtimes.kubernetes.snapshot import (
 T = TypeVar("T")
 REQUEST_THREADS = POOL_CONNECTIONS
 """Blocking API calls the runtime runs at once (one connection each)."""
-
-
-class FreshNamespaces:
-    """Namespaces a run created on this worker (their apply answered 201 Created), and the
-    objects it has applied in them since: evidence that nothing by an object's name was in
-    the namespace before the run, good for that run only and for each object's first apply
-    (a retry may find what its first attempt created). The caller holds the runtime's lock.
-    At most ``SIZE`` namespaces are remembered, the oldest forgotten first."""
-
-    SIZE = 256
-
-    def __init__(self) -> None:
-        self._made: OrderedDict[tuple[int, str], tuple[RunRef, set[str]]] = OrderedDict()
-
-    def add(self, client: int, namespace: str, run: RunRef) -> None:
-        self._made[(client, namespace)] = (run, set())
-        self._made.move_to_end((client, namespace))
-        while len(self._made) > self.SIZE:
-            self._made.popitem(last=False)
-
-    def claim(self, client: int, namespace: str, run: RunRef, path: str) -> bool:
-        """Whether ``run`` made ``namespace`` and ``path`` was not applied in it before (it
-        counts as applied from now on)."""
-        made = self._made.get((client, namespace))
-        if made is None or made[0] != run or path in made[1]:
-            return False
-        made[1].add(path)
-        return True
 
 
 def snapshot_key(

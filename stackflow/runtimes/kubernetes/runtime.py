@@ -96,6 +96,7 @@ from stackflow.runtimes.base import (
     Unavailable,
 )
 from stackflow.runtimes.kubernetes.client import (
+    APPLY_PATCH,
     JSON,
     ApiError,
     ApiResource,
@@ -113,6 +114,7 @@ from stackflow.runtimes.kubernetes.failures import (
     namespace_missing,
     one_line,
 )
+from stackflow.runtimes.kubernetes.fresh import HTTP_CREATED, appeared
 from stackflow.runtimes.kubernetes.manifest import (
     FIELD_MANAGER,
     ObjectRef,
@@ -135,16 +137,9 @@ from stackflow.runtimes.kubernetes.readiness import (
 )
 from stackflow.runtimes.kubernetes.rules import TYPE_NAME
 
-APPLY_PATCH = "application/apply-patch+yaml; charset=utf-8"
 CRD_READY_SECONDS = 60.0
 """How long applying a CustomResourceDefinition waits (unless ``extensions.readinessTimeout``
 says otherwise) until it is Established, its names accepted and its kind served."""
-HTTP_CREATED = 201
-"""What an apply that created its object is answered (200: it was there)."""
-CLUSTER_MADE = frozenset(
-    {("v1", "ConfigMap", "kube-root-ca.crt"), ("v1", "ServiceAccount", "default")}
-)
-"""Objects the control plane itself puts in every new namespace."""
 ABSENT_NAMESPACE_SECONDS = 2.0
 """How long a preview trusts a dry run's "namespace not found": the objects of a stack that
 creates its namespace are previewed without one GET and one dry run each."""
@@ -300,7 +295,7 @@ class KubernetesRuntime(KubeConnection):
         ours = prior is not None and owner_of(prior) == options.stack
         # So is a new object in a namespace this run created: nothing was there before it;
         # the apply must create it (201), which is checked below.
-        fresh = not ours and self._in_fresh_namespace(client, api, ref, resource, options)
+        fresh = not ours and self._fresh_namespaces.claim_for(client, api, ref, resource, options)
         if not ours and not fresh:
             live = self._get(client, api, ref, resource.id)
             if live is not None:
@@ -317,71 +312,14 @@ class KubernetesRuntime(KubeConnection):
                 resource_id=resource.id,
             ) from None
         if fresh and status != HTTP_CREATED:
-            self._appeared(client, api, ref, resource)
+            appeared(client, api, ref, resource)
         self._refuse_terminating(resource, ref, result)
         if ref.kind == "Namespace" and ref.api_version == "v1":
             with self._lock:
                 self._absent_namespaces.pop((id(client), ref.name), None)
-                if status == HTTP_CREATED and options.owner is not None:
-                    self._fresh_namespaces.add(id(client), ref.name, options.owner)
+            if status == HTTP_CREATED and options.owner is not None:
+                self._fresh_namespaces.add(id(client), ref.name, options.owner)
         return client, ref, result
-
-    def _in_fresh_namespace(
-        self,
-        client: KubeClient,
-        api: ApiResource,
-        ref: ObjectRef,
-        resource: ResourceRequest,
-        options: RuntimeOptions,
-    ) -> bool:
-        """Whether ``ref`` is a new object (none recorded) in a namespace this very run
-        created on this worker, applied here for the first time: then nothing by its name
-        can have been there before the run made the namespace, and it is applied without
-        the ownership read. Not so for adoption, for a retried apply (its first attempt may
-        have created it) nor for what the control plane itself puts in every new namespace
-        (``CLUSTER_MADE``)."""
-        if (
-            options.owner is None
-            or not api.namespaced
-            or not ref.namespace
-            or resource.prior_state is not None
-            or options.adopt
-            or resource.extensions.get("adopt")
-            or (ref.api_version, ref.kind, ref.name) in CLUSTER_MADE
-        ):
-            return False
-        with self._lock:
-            return self._fresh_namespaces.claim(
-                id(client), ref.namespace, options.owner, api.path(ref.namespace, ref.name)
-            )
-
-    def _appeared(
-        self, client: KubeClient, api: ApiResource, ref: ObjectRef, resource: ResourceRequest
-    ) -> None:
-        """The apply of an object in a namespace this run created found it there already
-        (answered 200, not 201): someone else created it meanwhile. Withdraw what the apply
-        set (an apply of no fields by the same field manager gives up every field it owned:
-        the ones only it set are removed, the others stay as their managers set them) and
-        refuse, as the ownership read would have."""
-        bare = {
-            "apiVersion": ref.api_version,
-            "kind": ref.kind,
-            "metadata": {"name": ref.name, "namespace": ref.namespace},
-        }
-        query = {"fieldManager": FIELD_MANAGER, "force": "false"}
-        path = api.path(ref.namespace, ref.name)
-        try:
-            client.request("PATCH", path, query=query, body=bare, content_type=APPLY_PATCH)
-            withdrawn = "stackflow withdrew the fields it applied"
-        except ApiError as exc:
-            withdrawn = f"withdrawing the fields stackflow applied failed: {one_line(exc.message)}"
-        raise Conflict(
-            f"{resource.id}: {ref.describe()} appeared in namespace {ref.namespace}, which this "
-            f"run created, before stackflow applied it (someone else created it); {withdrawn}. "
-            "To take it over, set extensions.adopt: true on the resource (or run with adopt), "
-            "or delete it first",
-            resource_id=resource.id,
-        )
 
     def _apply_served(
         self,

@@ -4,9 +4,10 @@ Nothing by an object's name can predate a namespace the run itself created (its 
 answered 201 Created), so the first apply of a new object there needs no GET to check whose
 it is. That apply must be answered 201 too: a 200 means someone else created the object in
 the meantime, and :func:`appeared` withdraws what the apply set and refuses, as the read
-would have. Not for adoption, for a retried apply (its first attempt may have created the
-object), for another run, nor for what the control plane itself puts in every new namespace
-(:data:`CLUSTER_MADE`).
+would have. Not for adoption, for a forced apply (fields it took over from other managers
+would be lost by the withdrawal), for a retried apply (its first attempt may have created
+the object), for another run, nor for what the control plane itself puts in every new
+namespace (:data:`CLUSTER_MADE`).
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ class FreshNamespaces:
             or resource.prior_state is not None
             or options.adopt
             or resource.extensions.get("adopt")
+            or options.force  # a forced apply takes fields over: never withdrawn after it
+            or resource.extensions.get("force")
             or (ref.api_version, ref.kind, ref.name) in CLUSTER_MADE
         ):
             return False

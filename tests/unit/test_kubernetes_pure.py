@@ -479,3 +479,47 @@ def test_the_credential_refresh_stays_throttled_after_it_ran(
             assert auth["BearerToken"]["value"] == "Bearer t0"
         assert len(runs) == second + 1  # once a second, however many requests
         now[0] += kube_client.REFRESH_SECONDS
+
+
+def test_fresh_namespaces_are_one_runs_evidence_for_each_objects_first_apply() -> None:
+    """What a run's Namespace apply answered 201 proves: for that run, that client and that
+    namespace only, once per object; the oldest namespaces are forgotten past SIZE."""
+    from stackflow.refs import RunRef
+    from stackflow.runtimes.kubernetes.client import ApiResource, KubeClient
+    from stackflow.runtimes.kubernetes.fresh import FreshNamespaces
+
+    client = KubeClient(api=None, label="test")  # type: ignore[arg-type]
+    other_client = KubeClient(api=None, label="other")  # type: ignore[arg-type]
+    maps = ApiResource(api_version="v1", kind="ConfigMap", plural="configmaps", namespaced=True)
+    run, later = RunRef("apply-x", "r1"), RunRef("apply-x", "r2")
+    opts = RuntimeOptions(project="p", workspace="w", owner=run)
+
+    def claim(name: str, ns: str = "fresh", options: RuntimeOptions = opts, **ext: Any) -> bool:
+        req = ResourceRequest(
+            id=f"v1:ConfigMap:{ns}:{name}",
+            type="Kubernetes",
+            attributes={
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": ns},
+            },
+            extensions=ext,
+        )
+        return made.claim_for(on, maps, object_ref(req), req, options)
+
+    made, on = FreshNamespaces(), client
+    assert not claim("a")  # nothing made yet
+    made.add(id(client), "fresh", run)
+    assert claim("a") and not claim("a")  # the first apply only
+    assert claim("b") and not claim("c", ns="elsewhere")
+    assert not claim("d", options=opts.model_copy(update={"owner": later}))
+    assert not claim("d", options=opts.model_copy(update={"owner": None}))
+    assert not claim("d", adopt=True) and not claim("d", force=True)
+    assert not claim("kube-root-ca.crt")
+    on = other_client
+    assert not claim("d")
+    on = client
+    assert claim("d")
+    for i in range(FreshNamespaces.SIZE):
+        made.add(id(client), f"ns{i}", run)
+    assert not claim("e")  # forgotten: read first, as for any namespace

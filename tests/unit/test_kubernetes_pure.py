@@ -523,3 +523,32 @@ def test_fresh_namespaces_are_one_runs_evidence_for_each_objects_first_apply() -
     for i in range(FreshNamespaces.SIZE):
         made.add(id(client), f"ns{i}", run)
     assert not claim("e")  # forgotten: read first, as for any namespace
+
+
+def test_an_object_that_appeared_fails_as_conflict_even_when_its_withdrawal_gets_no_answer() -> (
+    None
+):
+    """A withdrawal cut off by the network must not turn into a retry (the retry would read
+    the object with this stack's markers and take it as its own): still Conflict, saying so."""
+    from stackflow.runtimes.kubernetes.client import ApiResource, KubeClient
+    from stackflow.runtimes.kubernetes.fresh import appeared
+
+    class Unreachable(KubeClient):
+        def exchange(self, method: str, path: str, **kw: Any) -> tuple[int, dict[str, Any]]:
+            raise Unavailable("Kubernetes API https://127.0.0.1:1: connection refused")
+
+    maps = ApiResource(api_version="v1", kind="ConfigMap", plural="configmaps", namespaced=True)
+    req = ResourceRequest(
+        id="v1:ConfigMap:fresh:c",
+        type="Kubernetes",
+        attributes={
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "fresh"},
+        },
+    )
+    client = Unreachable(api=None, label="test")  # type: ignore[arg-type]
+    with pytest.raises(
+        Conflict, match=r"appeared in namespace fresh.*withdrawing .* failed: .*refused"
+    ):
+        appeared(client, maps, object_ref(req), req)

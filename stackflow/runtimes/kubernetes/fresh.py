@@ -16,7 +16,7 @@ import threading
 from collections import OrderedDict
 
 from stackflow.refs import RunRef
-from stackflow.runtimes.base import Conflict, ResourceRequest, RuntimeOptions
+from stackflow.runtimes.base import Conflict, ResourceRequest, RuntimeFailure, RuntimeOptions
 from stackflow.runtimes.kubernetes.client import (
     APPLY_PATCH,
     ApiError,
@@ -104,6 +104,8 @@ def appeared(
         withdrawn = "stackflow withdrew the fields it applied"
     except ApiError as exc:
         withdrawn = f"withdrawing the fields stackflow applied failed: {one_line(exc.message)}"
+    except RuntimeFailure as exc:  # no answer: still a Conflict, never retried into adoption
+        withdrawn = f"withdrawing the fields stackflow applied failed: {one_line(str(exc))}"
     raise Conflict(
         f"{resource.id}: {ref.describe()} appeared in namespace {ref.namespace}, which this "
         f"run created, before stackflow applied it (someone else created it); {withdrawn}. "

@@ -98,8 +98,8 @@ class PreviewActivities:
         own, own_deleted = owned(nodes, inp.runtimes), owned(deletions, inp.runtimes)
         ids = [nodes[i].id for i in own]
         delete_ids = [deletions[i].id for i in own_deleted]
-        run_size = len(plan.nodes) + len(plan.deletions)
-        changes = await self._preview_changes(inp, ids, delete_ids, run_size)
+        sizes = (len(plan.nodes) + len(plan.deletions), len(nodes) + len(deletions))
+        changes = await self._preview_changes(inp, ids, delete_ids, sizes)
         await asyncio.to_thread(
             record_events, self.backend, inp.stack, current_run(), planned_changes(changes)
         )
@@ -118,8 +118,13 @@ class PreviewActivities:
         return result.spread(positions, len(nodes) + len(deletions))
 
     async def _preview_changes(
-        self, inp: PreviewBatchInput, ids: list[str], delete_ids: list[str], run_size: int
+        self,
+        inp: PreviewBatchInput,
+        ids: list[str],
+        delete_ids: list[str],
+        sizes: tuple[int, int],
     ) -> list[Change]:
+        """``sizes``: the resources of the run's plan, and of this batch's slice of it."""
         resources = self.specs.resources(inp.spec_ref) if inp.spec_ref else {}
         # what the batch reads of the prior state: its own resources and what they reference
         # (not the whole state, once per batch)
@@ -171,7 +176,10 @@ class PreviewActivities:
 
         # one read scope: a runtime may answer many reads of one kind and place from one
         # listing, kept as a snapshot for the run's later preview batches
-        with read_scope(read_scope_key(), (r.attributes for r in batch), run_size=run_size):
+        run_size, span = sizes
+        with read_scope(
+            read_scope_key(), (r.attributes for r in batch), run_size=run_size, span=span
+        ):
             jobs = [one(i, False) for i in ids] + [one(i, True) for i in delete_ids]
             return list(await asyncio.gather(*jobs))
 

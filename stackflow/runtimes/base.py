@@ -125,11 +125,15 @@ class ReadScope:
         *,
         lists: bool = True,
         run_size: int = 0,
+        span: int = 0,
     ) -> None:
         self.run = run
         self.lists = lists
         self._attributes = list(attributes)
-        self.run_size = max(run_size, len(self._attributes))
+        self.span = max(span, len(self._attributes))
+        """How many of the run's resources this batch's slice of the plan covers (with
+        runtime queues, other runtimes' too: their batches read them)."""
+        self.run_size = max(run_size, self.span)
         """How many resources the run's preview reads in all its batches."""
         self._tallies: dict[Callable[[Mapping[str, Any]], Hashable], Counter[Hashable]] = {}
 
@@ -143,11 +147,10 @@ class ReadScope:
 
     def run_count(self, key: Callable[[Mapping[str, Any]], Hashable], value: Hashable) -> int:
         """How many objects ``key`` maps to ``value`` the whole run is expected to read: the
-        batch's count scaled to the run's size (the run's batches are cut from one plan)."""
+        batch's count scaled from its slice of the plan to the run's size (the run's batches
+        are cut from one plan)."""
         count = self.count(key, value)
-        if not self._attributes:
-            return count
-        return max(count, count * self.run_size // len(self._attributes))
+        return max(count, count * self.run_size // self.span) if self.span else count
 
 
 READ_SCOPE: contextvars.ContextVar[ReadScope | None] = contextvars.ContextVar(
@@ -162,10 +165,12 @@ def read_scope(
     *,
     lists: bool = True,
     run_size: int = 0,
+    span: int = 0,
 ) -> Iterator[ReadScope]:
     """Reads made inside (by tasks started inside) belong to one preview batch of ``run``
-    (``lists`` False: to a walk of it), whose preview reads ``run_size`` resources in all."""
-    scope = ReadScope(run, attributes, lists=lists, run_size=run_size)
+    (``lists`` False: to a walk of it), a slice of ``span`` of the ``run_size`` resources
+    the run's preview reads in all."""
+    scope = ReadScope(run, attributes, lists=lists, run_size=run_size, span=span)
     token = READ_SCOPE.set(scope)
     try:
         yield scope

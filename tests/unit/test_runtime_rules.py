@@ -74,6 +74,9 @@ def test_read_scope_counts_by_the_runtimes_key() -> None:
     run = ReadScope("run", attrs, run_size=40)  # ten batches like this one
     assert run.run_count(scope_key, ("v1", "ConfigMap", "a")) == 20
     assert run.count(scope_key, ("v1", "ConfigMap", "a")) == 2
+    # a batch of one runtime's queue: its 4 of a 40-resource slice of a 400-resource run
+    queued = ReadScope("run", attrs, run_size=400, span=40)
+    assert queued.run_count(scope_key, ("v1", "ConfigMap", "a")) == 20
 
 
 @pytest.fixture

@@ -257,7 +257,7 @@ def bench_size(
     return ours, peer
 
 
-def namespace_seconds(sf: Any, project: str, namespace: str) -> float | None:
+def namespace_seconds(sf: harness.Stack, project: str, namespace: str) -> float | None:
     """How long the destroy's Namespace node took (its DELETE, then the namespace controller
     emptying and removing it, ~5 s on this cluster whatever it holds): its
     ``apply_complete`` event's ``elapsed_seconds``, from ``stackflow events``."""

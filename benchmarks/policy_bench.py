@@ -34,7 +34,6 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -200,10 +199,6 @@ def stackflow_json(sf: harness.Stack, *args: str) -> tuple[float, Any]:
     return seconds, json.loads(done.stdout)
 
 
-def spread(values: Sequence[float]) -> str:
-    return f"{min(values):.2f}-{max(values):.2f}"
-
-
 def ratio(ours: float, peer: float) -> str:
     """harness.ratio to three decimals: the policy is a small fraction of the preview."""
     return f"{ours / peer:.3f}x" if peer else "-"
@@ -284,26 +279,31 @@ def main() -> None:
                 [
                     "policy evaluation (OPA, in process)",
                     harness.fmt_s(med(policy)),
-                    spread(policy),
+                    harness.spread(policy),
                     ratio(med(policy), med(preview)),
                 ],
                 [
                     "  an empty policy (OPA start, input read)",
                     harness.fmt_s(med(baseline)),
-                    spread(baseline),
+                    harness.spread(baseline),
                     ratio(med(baseline), med(preview)),
                 ],
-                ["stackflow preview", harness.fmt_s(med(preview)), spread(preview), "1.000x"],
+                [
+                    "stackflow preview",
+                    harness.fmt_s(med(preview)),
+                    harness.spread(preview),
+                    "1.000x",
+                ],
                 [
                     "stackflow preview --policy examples/policies",
                     harness.fmt_s(med(gated)),
-                    spread(gated),
+                    harness.spread(gated),
                     ratio(med(gated), med(preview)),
                 ],
                 [
                     "  its decision's duration_ms (OPA in the worker)",
                     harness.fmt_s(med(engine_ms) / 1000),
-                    spread([ms / 1000 for ms in engine_ms]),
+                    harness.spread([ms / 1000 for ms in engine_ms]),
                     ratio(med(engine_ms) / 1000, med(preview)),
                 ],
             ],

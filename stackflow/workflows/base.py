@@ -76,6 +76,7 @@ with workflow.unsafe.imports_passed_through():
         raise_if_cancelled,
         walk_nodes,
     )
+    from stackflow.workflows.phases import write_phase
     from stackflow.workflows.steering import WALKING, NotOk
     from stackflow.workflows.waits import GatedRun
     from stackflow.workflows.walker import WalkProgress
@@ -144,8 +145,7 @@ class OperationWorkflow(GatedRun):
                 wait = "approval" if approval else "decision"
                 await self._announce(approval_wait(wait, timeout, four_eyes=self._four_eyes))
             return
-        await workflow.execute_activity_method(
-            WalkActivities.set_phase,
+        await write_phase(
             PhaseInput(
                 project=self._request.project,
                 workspace=self._request.workspace,
@@ -154,7 +154,7 @@ class OperationWorkflow(GatedRun):
                 events=self._take_events(),
                 **extra,
             ),
-            **common.store_call(f"release {self._revision} → {phase}"),
+            f"release {self._revision} → {phase}",
         )
 
     def _take_events(self) -> list[NewEvent]:
@@ -500,8 +500,7 @@ class OperationWorkflow(GatedRun):
         if self._revision is None or self._request is None:
             return
         try:
-            await workflow.execute_activity_method(
-                WalkActivities.set_phase,
+            await write_phase(
                 PhaseInput(
                     project=self._request.project,
                     workspace=self._request.workspace,
@@ -510,7 +509,8 @@ class OperationWorkflow(GatedRun):
                     error=reason,
                     approval=self._approval,
                 ),
-                **common.store_call(f"release {self._revision} → failed", closing=True),
+                f"release {self._revision} → failed",
+                closing=True,
             )
         except ActivityError:
             # Already final, or the stack was taken from this run: the next operation's

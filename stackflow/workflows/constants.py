@@ -41,3 +41,6 @@ SETTLE_CANCELLED_NODES = "settle-cancelled-nodes"
 finishes the runtime calls it had started and records them, then reports the cancel), so the
 cancelled release holds every object the run changed and the next run does not apply it
 again; runs started before close as soon as the cancel is requested."""
+LOCAL_PHASE_WRITES = "local-phase-writes"
+"""Patch: the release's phase is written by a local activity (``set_phase`` in the workflow
+task, :mod:`stackflow.workflows.phases`) instead of an activity on the task queue."""

@@ -208,7 +208,15 @@ async def test_an_apply_is_one_trace_from_the_cli_through_the_worker(
         if event.HasField("activity_task_scheduled_event_attributes"):
             attrs = event.activity_task_scheduled_event_attributes
             scheduled.add((attrs.activity_type.name, attrs.activity_id))
-    assert "run_group" in {kind for kind, _ in scheduled}, scheduled  # the files' group
+        marker = event.marker_recorded_event_attributes
+        if event.HasField("marker_recorded_event_attributes") and (
+            marker.marker_name == "core_local_activity"
+        ):  # a local activity (the phase writes): its type and id in the marker's data
+            data = json.loads(marker.details["data"].payloads[0].data)
+            scheduled.add((data["activity_type"], data["activity_id"]))
+    kinds = {kind for kind, _ in scheduled}
+    assert "run_group" in kinds, scheduled  # the files' group
+    assert "set_phase" in kinds, scheduled  # local activities are traced too
 
     spans = collector.received()
     [start] = [

@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import json
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,14 +33,7 @@ import httpx  # noqa: E402
 
 from benchmarks._lib import harness  # noqa: E402
 
-TOKEN = "bench-admin-token"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+TOKEN = harness.API_TOKEN
 
 
 def spec_for(root: Path, files: int) -> dict[str, Any]:
@@ -67,33 +57,6 @@ def spec_for(root: Path, files: int) -> dict[str, Any]:
 def pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def serve(env: dict[str, str], work: Path) -> tuple[subprocess.Popen[bytes], str]:
-    tokens = work / "tokens.json"
-    digest = hashlib.sha256(TOKEN.encode()).hexdigest()
-    tokens.write_text(json.dumps([{"name": "bench", "sha256": digest, "roles": {"*": "approver"}}]))
-    port = free_port()
-    log = (work / "api.log").open("wb")
-    proc = subprocess.Popen(
-        [harness.PYTHON, "-m", "stackflow.cli.main", "serve", "--port", str(port)],
-        env={**env, "STACKFLOW_API_TOKENS": str(tokens)},
-        cwd=harness.code_root(),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"{url}/v1/readyz", timeout=2).status_code == 200:
-                return proc, url
-        except httpx.HTTPError:
-            pass
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            raise SystemExit(f"stackflow serve did not start: {(work / 'api.log').read_text()}")
-        time.sleep(0.2)
 
 
 async def follow(http: httpx.AsyncClient, status_url: str, lags: list[float]) -> dict[str, Any]:
@@ -197,18 +160,15 @@ def main() -> None:
     parser.add_argument("--backend", choices=["sqlite", "postgresql"], default="sqlite")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="stackflow-api-bench-"))
-    with harness.stack(args.backend, onprem_root=root) as stack:
-        proc, url = serve(stack.env, stack.work)
-        try:
-            # warm both paths once (connections, imports, the worker's first run)
-            asyncio.run(through_api(url, root / "warm", 1, 1))
-            api_starts, lags = asyncio.run(through_api(url, root, args.runs, args.files))
-            temporal_starts = asyncio.run(
-                through_temporal(stack.env, stack.queue, root, args.runs, args.files)
-            )
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+    with harness.stack(args.backend, onprem_root=root, api=True) as stack:
+        assert stack.api is not None
+        url = stack.api.url
+        # warm both paths once (connections, imports, the worker's first run)
+        asyncio.run(through_api(url, root / "warm", 1, 1))
+        api_starts, lags = asyncio.run(through_api(url, root, args.runs, args.files))
+        temporal_starts = asyncio.run(
+            through_temporal(stack.env, stack.queue, root, args.runs, args.files)
+        )
     rows = [
         [
             "start (API, HTTP)",

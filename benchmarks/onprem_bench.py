@@ -19,6 +19,9 @@ SQLite state backend, see benchmarks/_lib), then
     .venv/bin/python benchmarks/onprem_bench.py --sizes 1000 --repeat 2 --backend postgresql
     .venv/bin/python benchmarks/onprem_bench.py --profile /tmp/onprem.raw    # py-spy samples
 
+With ``--api`` the ``stackflow`` commands run in API mode, through a ``stackflow serve`` of
+the benchmark's own on the same worker (as a team with the service runs them).
+
 After the one stack, the same number of files as ``--stacks`` (default 12) stacks applied at
 once by as many ``stackflow apply`` processes on the same worker: their aggregate res/s,
 and the single stack's res/s over it (at most 1.0x: the stacks together are no slower).
@@ -99,7 +102,7 @@ def many_stacks(sf: harness.Stack, files: Path, size: int, stacks: int, extra: l
         command = [harness.STACKFLOW, "apply", "-f", str(spec_path), "--project", project]
         proc = subprocess.Popen(
             [*command, "--yes", *extra],
-            env=sf.env,
+            env=sf.cli_env(),
             cwd=sf.work,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
@@ -126,7 +129,9 @@ def bench_size(
     project = f"onprembench-{size}-{tag}"
     server_log = harness.ServerLog()
     extra = ["--max-concurrency", str(args.max_concurrency)] if args.max_concurrency else []
-    with harness.stack(args.backend, onprem_root=files, profile=args.profile, keep=args.keep) as sf:
+    with harness.stack(
+        args.backend, onprem_root=files, profile=args.profile, keep=args.keep, api=args.api
+    ) as sf:
         root = files / project
         spec_path = sf.work / "spec.json"
         spec_path.write_text(json.dumps(spec_for(root, size)))
@@ -196,6 +201,11 @@ def main() -> None:
         default=12,
         help="then the same number of files as this many stacks applied at once (1: not)",
     )
+    parser.add_argument(
+        "--api",
+        action="store_true",
+        help="the CLI through a `stackflow serve` of the benchmark's own (API mode)",
+    )
     args = parser.parse_args()
     harness.need_env("TEMPORAL_ADDRESS")
     rows: list[list[object]] = []
@@ -213,7 +223,11 @@ def main() -> None:
                 print(
                     f"{size} files, run {run}: stackflow {row[1]} s, direct {row[3]} s", flush=True
                 )
-    print(f"\n== OnPrem files: `stackflow apply --yes` ({args.backend}) vs the runtime in-process")
+    mode = ", the CLI through the API" if args.api else ""
+    print(
+        f"\n== OnPrem files: `stackflow apply --yes` ({args.backend}{mode}) vs the runtime "
+        "in-process"
+    )
     print(
         harness.table(
             [

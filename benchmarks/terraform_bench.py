@@ -6,8 +6,10 @@ planned unchanged and destroyed
 - by stackflow as a user runs it: ``stackflow apply --yes`` / ``stackflow preview`` /
   ``stackflow destroy --yes`` against a worker process of the benchmark's own (own task queue,
   home and SQLite state backend; see benchmarks/_lib), one working directory per resource;
+- the same commands in API mode (``STACKFLOW_API_URL``), through a ``stackflow serve`` of the
+  benchmark's own on the same worker, on a second project;
 - by stackflow as a service starts it: one Temporal client, connected once, starts the same
-  three runs on a second project and waits for each result (the run alone, without the CLI
+  three runs on a third project and waits for each result (the run alone, without the CLI
   process's start: Python and the Temporal SDK import in about 0.5 s, more than tofu's
   whole run of 50 ``terraform_data``);
 - by ``tofu`` on one root module holding all N: ``apply -auto-approve -parallelism=10``,
@@ -207,22 +209,27 @@ def side_by_side(
     tag = uuid.uuid4().hex[:6]
     project = f"tfbench-{size}-{tag}"
     ours: dict[str, float] = {}
+    via_api: dict[str, float] = {}
     served: dict[str, float] = {}
     theirs: dict[str, float] = {}
     extra = ["--max-concurrency", str(concurrency)] if concurrency else []
-    with harness.stack(backend) as sf:
+    with harness.stack(backend, api=True) as sf:
         spec = sf.work / "spec.json"
         spec.write_text(json.dumps(stackflow_spec(kind, size)))
-        flags = ["--project", project]
         t0 = time.time()
         cpu = {}
-        for phase, args in (
-            ("apply", ("apply", "-f", str(spec), *flags, "--yes", *extra)),
-            ("plan", ("preview", "-f", str(spec), *flags)),
-            ("destroy", ("destroy", *flags, "--yes", *extra)),
+        for way, project_of_way, times in (
+            ("direct", project, ours),
+            ("API", f"{project}-api", via_api),
         ):
-            ours[phase] = sf.cli(*args)
-            cpu[phase] = sf.meter.describe(ours[phase]) if sf.meter else ""
+            flags = ["--project", project_of_way]
+            for phase, args in (
+                ("apply", ("apply", "-f", str(spec), *flags, "--yes", *extra)),
+                ("plan", ("preview", "-f", str(spec), *flags)),
+                ("destroy", ("destroy", *flags, "--yes", *extra)),
+            ):
+                times[phase] = sf.cli(*args, api=way == "API")
+                cpu[f"{phase} ({way})"] = sf.meter.describe(times[phase]) if sf.meter else ""
         stats = asyncio.run(stack_stats(f"stackflow/{project}/default", t0))
         service = harness.Service(sf)
         try:
@@ -259,10 +266,12 @@ def side_by_side(
         [
             f"{phase} {size}",
             harness.fmt_s(ours[phase]),
+            harness.fmt_s(via_api[phase]),
             harness.fmt_s(served[phase]),
             f"tofu {phase}" + (" (-detailed-exitcode 0)" if phase == "plan" else ""),
             harness.fmt_s(theirs[phase]),
             harness.ratio(ours[phase], theirs[phase]),
+            harness.ratio(via_api[phase], theirs[phase]),
             harness.ratio(served[phase], theirs[phase]),
         ]
         for phase in ("apply", "plan", "destroy")
@@ -273,17 +282,20 @@ def side_by_side(
             [
                 "work",
                 "CLI s",
+                "CLI via API s",
                 "service s",
                 "peer",
                 "tofu s",
                 "CLI/tofu",
+                "via API/tofu",
                 "service/tofu",
             ],
             rows,
         )
     )
     print(
-        "CLI: `stackflow apply --yes` / `preview` / `destroy --yes`, a new process each; "
+        "CLI: `stackflow apply --yes` / `preview` / `destroy --yes`, a new process each "
+        "(direct: Temporal and the state backend; via API: through a `stackflow serve`); "
         "service: the same runs started by a connected Temporal client"
     )
     print(f"tofu init of the root module (not in the ratios): {init:.2f} s")
@@ -293,7 +305,7 @@ def side_by_side(
     return [
         harness.Sample(f"{phase} {size}, {way}", f"tofu {phase}", seconds[phase], theirs[phase])
         for phase in ("apply", "plan", "destroy")
-        for way, seconds in (("CLI", ours), ("service", served))
+        for way, seconds in (("CLI", ours), ("CLI via API", via_api), ("service", served))
     ]
 
 

@@ -16,11 +16,14 @@ under ``benchmarks/``).
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import re
 import resource
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -191,29 +194,115 @@ class Worker:
             self.proc.wait()
 
 
+API_TOKEN = "bench-admin-token"
+"""The bearer token of the benchmarks' own ``stackflow serve`` (approver on every stack)."""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class ApiServer:
+    """``stackflow serve`` on the worker's state backend and task queue, with one token."""
+
+    def __init__(self, env: dict[str, str], work: Path) -> None:
+        self.env, self.work = env, work
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.url = ""
+
+    def start(self, timeout: float = 60.0) -> None:
+        import urllib.request
+
+        tokens = self.work / "tokens.json"
+        digest = hashlib.sha256(API_TOKEN.encode()).hexdigest()
+        tokens.write_text(
+            json.dumps([{"name": "bench", "sha256": digest, "roles": {"*": "approver"}}])
+        )
+        port = free_port()
+        log = self.work / "api.log"
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [PYTHON, "-m", "stackflow.cli.main", "serve", "--port", str(port)],
+                env={**self.env, "STACKFLOW_API_TOKENS": str(tokens)},
+                cwd=code_root(),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        self.url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + timeout
+        while True:
+            with (
+                contextlib.suppress(OSError),
+                urllib.request.urlopen(f"{self.url}/v1/readyz", timeout=2) as answer,
+            ):
+                if answer.status == 200:
+                    return
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise SystemExit(f"stackflow serve did not start:\n{log.read_text()[-3000:]}")
+            time.sleep(0.2)
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def client_env(self) -> dict[str, str]:
+        """The CLI's environment in API mode (``STACKFLOW_API_URL``/``_TOKEN``)."""
+        return {**self.env, "STACKFLOW_API_URL": self.url, "STACKFLOW_API_TOKEN": API_TOKEN}
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+
 @dataclass
 class Stack:
-    """A worker with its environment; ``cli`` runs ``stackflow`` against it."""
+    """A worker with its environment; ``cli`` runs ``stackflow`` against it (through the
+    benchmark's own API server when ``api`` is set: the CLI in API mode)."""
 
     env: dict[str, str]
     worker: Worker
     work: Path
     queue: str
     backend: str
+    api: ApiServer | None = None
     cli_cpu: float = 0.0
     """CPU seconds of the last ``stackflow`` command."""
     meter: CpuMeter | None = None
     """CPU of the worker and the services during the last ``stackflow`` command."""
 
-    def cli(self, *args: str, timeout: float = 3600.0, stdin: str | None = None) -> float:
-        """Run ``stackflow ARGS``; its wall time in seconds. A failure stops the benchmark."""
-        self.meter = CpuMeter({"worker": self.worker.pid, **service_pids(SERVICES)})
+    def cli(
+        self,
+        *args: str,
+        timeout: float = 3600.0,
+        stdin: str | None = None,
+        api: bool | None = None,
+    ) -> float:
+        """Run ``stackflow ARGS``; its wall time in seconds. A failure stops the benchmark.
+        ``api``: through the API server or not (default: through it when there is one)."""
+        through = self.api is not None if api is None else api
+        pids = {"worker": self.worker.pid, **service_pids(SERVICES)}
+        if self.api is not None and through:
+            pids["stackflow serve"] = self.api.pid
+        self.meter = CpuMeter(pids)
         self.meter.start()
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
         done = subprocess.run(
             [STACKFLOW, *args],
-            env=self.env,
+            env=self.cli_env() if through else self.env,
             cwd=self.work,
             capture_output=True,
             text=True,
@@ -231,6 +320,10 @@ class Stack:
                 f"{done.stdout[-2000:]}\nworker log:\n{self.worker.tail()}"
             )
         return seconds
+
+    def cli_env(self) -> dict[str, str]:
+        """The ``stackflow`` command's environment: direct, or in API mode."""
+        return self.env if self.api is None else self.api.client_env()
 
 
 class Service:
@@ -315,9 +408,11 @@ def stack(
     profile: Path | None = None,
     keep: bool = False,
     extra_env: dict[str, str] | None = None,
+    api: bool = False,
 ) -> Iterator[Stack]:
     """A worker of the benchmark's own (task queue, home, state backend) and the CLI's
-    environment to reach it; everything is removed afterwards unless ``keep``."""
+    environment to reach it (``api``: through a ``stackflow serve`` of its own, as a team
+    with the service runs the CLI); everything is removed afterwards unless ``keep``."""
     work = Path(tempfile.mkdtemp(prefix="stackflow-bench-"))
     home = work / "home"
     home.mkdir(mode=0o700)
@@ -338,9 +433,14 @@ def stack(
             env.update(extra_env or {})
             worker = Worker(env, work / "worker.log", profile)
             worker.start()
+            server = ApiServer(env, work) if api else None
             try:
-                yield Stack(env, worker, work, queue, backend)
+                if server is not None:
+                    server.start()
+                yield Stack(env, worker, work, queue, backend, server)
             finally:
+                if server is not None:
+                    server.stop()
                 worker.stop()
     finally:
         if keep:

@@ -331,6 +331,22 @@ async def main() -> None:
         with contextlib.suppress(Exception):  # it ends cancelled, as intended
             await walking.result()
         await save(client, walking, "cancelled_mid_walk")
+
+        # the phase written by local activities (the local-phase-writes patch): an apply,
+        # and a run cancelled while awaiting approval (its closing write is local too)
+        local = await start(
+            f"golden-local-{tag}", spec={"resources": files(root / "l", 3)}, auto_approve=True
+        )
+        await local.result()
+        await save(client, local, "local_phase_apply")
+        closing = await start(
+            f"golden-local-cancel-{tag}", spec={"resources": files(root / "m", 2)}
+        )
+        await phase(closing, "awaitingApproval")
+        await closing.cancel()
+        with contextlib.suppress(Exception):  # it ends cancelled, as intended
+            await closing.result()
+        await save(client, closing, "local_phase_cancelled")
     await activities.registry.close()
     backend.close()
 

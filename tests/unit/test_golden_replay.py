@@ -37,6 +37,8 @@ EXPECTED = {
     "policy_approval",
     "policy_denied",
     "policy_preview_denied",
+    "local_phase_apply",
+    "local_phase_cancelled",
 }
 
 

@@ -2,7 +2,8 @@
 ``stackflow events`` share.
 
 Events come from the state backend (:class:`~stackflow.state.protocols.RunEventLog`), after a
-``seq``; the loop polls every :data:`POLL_SECONDS` and ends after ``run_complete``. Every
+``seq``; the loop polls every :data:`POLL_SECONDS` (sooner when the run's bell rings:
+:mod:`stackflow.event_bell`) and ends after ``run_complete``. Every
 :data:`CLOSED_CHECK_SECONDS` without one it asks Temporal whether the run has closed: a run
 that ended without writing its ``run_complete`` (terminated, timed out, failed before it
 could, or started before runs wrote events) gets one appended under the run's own key, so
@@ -19,6 +20,7 @@ from typing import Any
 from pydantic import BaseModel
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
 
+from stackflow.event_bell import Nudge
 from stackflow.events import PAGE_LIMIT, EventType, RunEvent, run_complete
 from stackflow.refs import RunRef, StackRef
 from stackflow.state.protocols import RunEventLog
@@ -79,11 +81,14 @@ async def follow(
     after: int = 0,
     wait: bool = True,
     idle_seconds: float | None = None,
+    nudge: Nudge | None = None,
 ) -> AsyncIterator[RunEvent | None]:
     """The run's events after ``after``, in order, each once, up to its ``run_complete``.
     With ``wait`` the stream waits for new events until then; without, it ends with what
     is there (still closing a run that Temporal says has ended). With ``idle_seconds``, a
-    ``None`` comes whenever nothing came for that long (a keep-alive for the caller)."""
+    ``None`` comes whenever nothing came for that long (a keep-alive for the caller). With
+    ``nudge`` (:mod:`stackflow.event_bell`), a wait between two polls ends as soon as the
+    run's bell rings."""
     if after > 0:
         last = await asyncio.to_thread(log.last_event, stack, run.run_id)
         if last is not None and last.type == EventType.run_complete and last.seq <= after:
@@ -91,6 +96,8 @@ async def follow(
     cursor, asked = after, time.monotonic()
     quiet_since = asked
     while True:
+        if nudge is not None:
+            nudge.clear()  # before the read: a ring from now on ends the wait after it
         page = await asyncio.to_thread(log.events, stack, run.run_id, after=cursor)
         for event in page:
             yield event
@@ -114,4 +121,7 @@ async def follow(
                 continue  # read it back: the run's own, if it wrote one meanwhile
             if not wait:
                 return
-        await asyncio.sleep(POLL_SECONDS)
+        if nudge is not None:
+            await nudge.wait(POLL_SECONDS)
+        else:
+            await asyncio.sleep(POLL_SECONDS)

@@ -32,6 +32,7 @@ from stackflow.cache import PriorStateCache
 from stackflow.codec import data_converter
 from stackflow.config import default_backend, stackflow_home
 from stackflow.crypto import KeyRing
+from stackflow.event_bell import Bell
 from stackflow.operation import TASK_QUEUE_DEFAULT
 from stackflow.policy import worker_policy
 from stackflow.runtime_queues import RoutingError, Serving, serving
@@ -121,6 +122,7 @@ def build_activities(
         registry=registry or default_registry(backend, only),
         backend=backend,
         cache=PriorStateCache(redis_url, backend),
+        bell=Bell(redis_url) if redis_url else None,
     )
 
 

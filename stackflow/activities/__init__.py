@@ -36,6 +36,7 @@ from stackflow.activities.runs import RunOracle
 from stackflow.activities.stack_guard import StackGuard
 from stackflow.activities.walk import WalkActivities
 from stackflow.cache import PriorStateCache
+from stackflow.event_bell import Bell
 from stackflow.runtimes.registry import RuntimeRegistry
 from stackflow.state.backend import StateBackend
 
@@ -59,8 +60,9 @@ class WorkerActivities:
         backend: StateBackend,
         cache: PriorStateCache,
         oracle: RunOracle | None = None,
+        bell: Bell | None = None,
     ) -> WorkerActivities:
-        deps = Deps.create(registry, backend, cache, oracle)
+        deps = Deps.create(registry, backend, cache, oracle, bell)
         guard = StackGuard(deps)
         step = ResourceStep(deps)
         return cls(

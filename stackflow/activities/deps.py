@@ -12,10 +12,12 @@ from dataclasses import dataclass
 
 from stackflow.activities.runs import RunOracle, TemporalRunOracle
 from stackflow.cache import PriorStateCache
+from stackflow.event_bell import Bell, RingingEventLog
 from stackflow.plan_store import PlanStore
 from stackflow.runtimes.registry import RuntimeRegistry
 from stackflow.spec_store import SpecStore
 from stackflow.state.backend import StateBackend
+from stackflow.state.protocols import RunEventLog
 
 
 @dataclass
@@ -32,6 +34,9 @@ class Deps:
     """Redis read-through cache of the latest succeeded state (never the truth)."""
     oracle: RunOracle
     """Temporal's answer to "has the run holding this stack ended?"."""
+    events: RunEventLog
+    """Where activities append a run's events: the backend's log, ringing the run's bell
+    after each append when Redis is configured (:mod:`stackflow.event_bell`)."""
 
     @classmethod
     def create(
@@ -40,6 +45,7 @@ class Deps:
         backend: StateBackend,
         cache: PriorStateCache,
         oracle: RunOracle | None = None,
+        bell: Bell | None = None,
     ) -> Deps:
         return cls(
             registry=registry,
@@ -48,4 +54,5 @@ class Deps:
             plans=PlanStore(backend),
             cache=cache,
             oracle=oracle or TemporalRunOracle(),
+            events=RingingEventLog(backend, bell) if bell is not None else backend,
         )

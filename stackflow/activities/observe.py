@@ -42,6 +42,7 @@ REFRESH_PARALLELISM = 16
 class ObserveActivities:
     def __init__(self, deps: Deps, guard: StackGuard, step: ResourceStep) -> None:
         self.backend = deps.backend
+        self.events = deps.events
         self.plans = deps.plans
         self.guard = guard
         self.step = step
@@ -82,7 +83,7 @@ class ObserveActivities:
         changes = list(await asyncio.gather(*(one(rid) for rid in ids)))
         if not inp.record:
             await asyncio.to_thread(
-                record_events, self.backend, inp.stack, current_run(), planned_changes(changes)
+                record_events, self.events, inp.stack, current_run(), planned_changes(changes)
             )
         result = await batch_result(self.backend, inp, changes)
         return result if inp.runtimes is None else result.spread(own, len(nodes))

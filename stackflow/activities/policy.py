@@ -31,6 +31,7 @@ from stackflow.policy_gate.plan_input import INPUT_KIND, build_input, input_byte
 class PolicyActivities:
     def __init__(self, deps: Deps) -> None:
         self.backend = deps.backend
+        self.events = deps.events
         self.specs = deps.specs
         self.plans = deps.plans
         self.cache = deps.cache
@@ -47,7 +48,7 @@ class PolicyActivities:
             metrics.current().policy(decision.outcome.value, len(inp.bundles))
             run = current_run()
             event = policy_decision(decision.model_dump(mode="json", exclude_none=True))
-            keyed = await asyncio.to_thread(record_events, self.backend, inp.stack, run, [event])
+            keyed = await asyncio.to_thread(record_events, self.events, inp.stack, run, [event])
             if run is not None:
                 await announce(self.backend, inp.stack, run, keyed)
             return decision

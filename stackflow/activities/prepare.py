@@ -76,6 +76,7 @@ def deletion_graph(resources: list[Resource]) -> tuple[Graph, dict[str, str]]:
 class PrepareActivities:
     def __init__(self, deps: Deps, guard: StackGuard) -> None:
         self.backend = deps.backend
+        self.events = deps.events
         self.specs = deps.specs
         self.plans = deps.plans
         self.guard = guard
@@ -98,9 +99,7 @@ class PrepareActivities:
                 },
             )
             run = RunRef(inp.workflow_id, inp.run_id)
-            keyed = await asyncio.to_thread(
-                record_events, self.backend, request.stack, run, [start]
-            )
+            keyed = await asyncio.to_thread(record_events, self.events, request.stack, run, [start])
             await announce(self.backend, request.stack, run, keyed)
             return plan
 

@@ -80,6 +80,7 @@ class PreviewActivities:
     def __init__(self, deps: Deps, step: ResourceStep) -> None:
         self.registry = deps.registry
         self.backend = deps.backend
+        self.events = deps.events
         self.specs = deps.specs
         self.plans = deps.plans
         self.cache = deps.cache
@@ -101,7 +102,7 @@ class PreviewActivities:
         sizes = (len(plan.nodes) + len(plan.deletions), len(nodes) + len(deletions))
         changes = await self._preview_changes(inp, ids, delete_ids, sizes)
         await asyncio.to_thread(
-            record_events, self.backend, inp.stack, current_run(), planned_changes(changes)
+            record_events, self.events, inp.stack, current_run(), planned_changes(changes)
         )
         result = await batch_result(self.backend, inp, changes)
         for position, offset in enumerate(own):

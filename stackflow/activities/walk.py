@@ -67,6 +67,7 @@ class WalkActivities:
     def __init__(self, deps: Deps, guard: StackGuard, step: ResourceStep) -> None:
         self.registry = deps.registry
         self.backend = deps.backend
+        self.events = deps.events
         self.specs = deps.specs
         self.plans = deps.plans
         self.cache = deps.cache
@@ -84,7 +85,7 @@ class WalkActivities:
                     raise self._errored(sink, inp, exc) from None
 
     def _events(self, inp: NodeInput | GroupInput) -> AbstractAsyncContextManager[EventSink]:
-        return event_sink(self.backend, inp.stack, calling_run(inp.owner))
+        return event_sink(self.events, inp.stack, calling_run(inp.owner))
 
     @staticmethod
     def _errored(sink: EventSink, inp: NodeInput, exc: Exception) -> BaseException:
@@ -385,7 +386,7 @@ class WalkActivities:
                         counts=inp.counts,
                     )
                 )
-            keyed = await asyncio.to_thread(record_events, self.backend, inp.stack, run, events)
+            keyed = await asyncio.to_thread(record_events, self.events, inp.stack, run, events)
             await announce(self.backend, inp.stack, run, keyed)
             metrics.current().runs_completed(release.operation, events)
             if release.phase == Phase.succeeded:
@@ -397,7 +398,7 @@ class WalkActivities:
         end), appended to the calling run's stream."""
         with temporal_errors():
             run = calling_run()
-            keyed = await asyncio.to_thread(record_events, self.backend, inp.stack, run, inp.events)
+            keyed = await asyncio.to_thread(record_events, self.events, inp.stack, run, inp.events)
             await announce(self.backend, inp.stack, run, keyed)
             metrics.current().runs_completed(None, inp.events)  # a preview's end
 

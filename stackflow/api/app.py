@@ -6,8 +6,11 @@ keys, and ``STACKFLOW_API_TOKENS``)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import time
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from fastapi import FastAPI, Request
@@ -144,9 +147,12 @@ def create_app(
     task_queue: str | None = None,
     max_body_bytes: int = MAX_BODY_BYTES,
     sdk_metrics: MetricBuffer | None = None,
+    redis_url: str | None = None,
 ) -> FastAPI:
     """The API on Temporal (``connect`` makes its client on first use) and ``backend``;
-    ``sdk_metrics``: the buffer of the SDK's metrics of that client (shown at /metrics)."""
+    ``sdk_metrics``: the buffer of the SDK's metrics of that client (shown at /metrics);
+    ``redis_url``: where the run's event bells ring (:mod:`stackflow.event_bell`)."""
+    from stackflow.event_bell import Listener
     from stackflow.temporal_client import settings
 
     ctx = ApiContext(
@@ -156,8 +162,16 @@ def create_app(
         task_queue=task_queue or settings()[2],
         max_body_bytes=max_body_bytes,
         metrics=Metrics(sdk_metrics),
+        listener=Listener(redis_url),
     )
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        await ctx.listener.close()  # its Redis subscription, if a stream started it
+
     app = FastAPI(
+        lifespan=lifespan,
         title="stackflow",
         summary="Start and steer stackflow runs; read releases.",
         version="1",
@@ -211,5 +225,6 @@ def app_from_env(max_body_bytes: int = MAX_BODY_BYTES, **options: Any) -> FastAP
         tokens,
         max_body_bytes=max_body_bytes,
         sdk_metrics=buffer,
+        redis_url=os.environ.get("REDIS_URL") or None,
         **options,
     )

@@ -14,6 +14,7 @@ from temporalio.client import Client
 
 from stackflow.api.auth import TokenTable
 from stackflow.api.metrics import Metrics
+from stackflow.event_bell import Listener
 from stackflow.operation import TASK_QUEUE_DEFAULT
 from stackflow.temporal_client import TemporalUnreachable, connection_error, is_unreachable
 
@@ -35,6 +36,8 @@ class ApiContext:
     task_queue: str = TASK_QUEUE_DEFAULT
     max_body_bytes: int = MAX_BODY_BYTES
     metrics: Metrics = field(default_factory=Metrics)
+    listener: Listener = field(default_factory=lambda: Listener(None))
+    """Wakes the event streams this process serves when their run's bell rings (Redis)."""
     _client: Client | None = field(default=None, init=False, repr=False)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
 

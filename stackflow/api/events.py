@@ -68,19 +68,23 @@ async def stream(
     ).line()
     sse = kind == SSE
     yield (f"event: stream\ndata: {header}\n\n" if sse else header + "\n").encode()
-    events = follow(
-        ctx.backend,
-        stack,
-        run,
-        closed,
-        after=after,
-        wait=wait,
-        idle_seconds=KEEPALIVE_SECONDS if sse else None,
-    )
-    async for event in events:
-        if event is None:
-            yield b": keep-alive\n\n"
-        elif sse:
-            yield f"id: {event.seq}\nevent: {event.type.value}\ndata: {event.line()}\n\n".encode()
-        else:
-            yield (event.line() + "\n").encode()
+    with ctx.listener.nudge(run.run_id) as nudge:
+        events = follow(
+            ctx.backend,
+            stack,
+            run,
+            closed,
+            after=after,
+            wait=wait,
+            idle_seconds=KEEPALIVE_SECONDS if sse else None,
+            nudge=nudge,
+        )
+        async for event in events:
+            if event is None:
+                yield b": keep-alive\n\n"
+            elif sse:
+                yield (
+                    f"id: {event.seq}\nevent: {event.type.value}\ndata: {event.line()}\n\n"
+                ).encode()
+            else:
+                yield (event.line() + "\n").encode()

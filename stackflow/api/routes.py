@@ -163,6 +163,7 @@ async def get_run(
     ctx = ctx_of(request)
     stack = StackRef(project, workspace)
     handle, described = await runs.find_run(ctx, stack, run_id)
+    described = await runs.closed_if_ending(ctx, stack, handle, described)
     return await runs.run_view(ctx, stack, handle, described)
 
 

@@ -45,6 +45,7 @@ from stackflow.api.problems import Problem
 from stackflow.budget import BUDGET
 from stackflow.codec import encoded_size
 from stackflow.errors import NotFoundError, OperationFailed, SpecError, StackLockedError
+from stackflow.events import EventType
 from stackflow.operation import (
     ApprovalInput,
     DriftInput,
@@ -69,6 +70,8 @@ REQUESTED_BY_MEMO = "stackflow-requested-by"
 MESSAGE_MEMO = "stackflow-message"
 IDEMPOTENCY_WINDOW = timedelta(hours=24)
 QUERY_TIMEOUT = timedelta(seconds=10)
+CLOSING_WAIT = 2.0
+"""How long a ``GET`` of a run whose stream has ended waits for its workflow to close."""
 STEP_TIMEOUT = timedelta(seconds=30)
 """How long a step (an Update) may wait for a worker to take it: an HTTP call never hangs."""
 KEY_LIMIT = 255
@@ -315,6 +318,28 @@ def failure_message(exc: WorkflowFailureError) -> tuple[str, str | None]:
     cause = typed[0] if typed else chain[-1]
     message = getattr(cause, "message", None) or str(cause)
     return message, getattr(cause, "type", None)
+
+
+async def closed_if_ending(
+    ctx: ApiContext, stack: StackRef, handle: WorkflowHandle[Any, Any], described: Any
+) -> Any:
+    """The run's description once it has closed, when its event stream has ended with the
+    workflow's own ``run_complete`` (its release is final and it returns right after): a
+    client that read the end of the stream, then asks for the run, gets its final view in
+    one request instead of "running" and another try. Waits at most CLOSING_WAIT; anything
+    else (still running after that, not ending yet) is the description as it was."""
+    if (described.status or WorkflowExecutionStatus.RUNNING) != WorkflowExecutionStatus.RUNNING:
+        return described
+    last = await ctx.state(lambda: ctx.backend.last_event(stack, described.run_id))
+    if last is None or last.type != EventType.run_complete or last.data.get("source"):
+        return described  # not ending, or an end Temporal reported (the run had closed)
+    try:
+        await asyncio.wait_for(handle.result(follow_runs=False), CLOSING_WAIT)
+    except TimeoutError:
+        return described
+    except Exception:
+        pass
+    return await handle.describe()
 
 
 async def run_view(

@@ -1,0 +1,101 @@
+"""``GET …/runs/{id}`` of a run whose event stream has ended waits for its workflow to close
+(stackflow.api.runs.closed_if_ending), so a client that read ``run_complete`` gets the final
+view in one request; a run not ending, or ended by Temporal's account, is not waited for."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from starlette.concurrency import run_in_threadpool
+from temporalio.client import WorkflowExecutionStatus
+
+from stackflow.api import runs
+from stackflow.events import EventType, RunEvent
+from stackflow.refs import StackRef
+
+STACK = StackRef("p", "w")
+RUNNING = SimpleNamespace(status=WorkflowExecutionStatus.RUNNING, run_id="r1")
+CLOSED = SimpleNamespace(status=WorkflowExecutionStatus.COMPLETED, run_id="r1")
+
+
+def last(type: EventType, **data: Any) -> RunEvent:
+    return RunEvent.model_validate(
+        {"seq": 9, "type": type, "time": "2026-11-26T08:00:00+00:00", "data": data}
+    )
+
+
+class Backend:
+    def __init__(self, event: RunEvent | None) -> None:
+        self.event = event
+
+    def last_event(self, stack: StackRef, run_id: str) -> RunEvent | None:
+        assert (stack, run_id) == (STACK, "r1")
+        return self.event
+
+
+class Handle:
+    """Closes ``after`` seconds after the first wait (never: None)."""
+
+    def __init__(self, after: float | None) -> None:
+        self.after, self.waited, self.described = after, 0, 0
+
+    async def result(self, follow_runs: bool = True) -> Any:
+        self.waited += 1
+        if self.after is None:
+            await asyncio.Event().wait()
+        await asyncio.sleep(self.after)
+        return {"phase": "succeeded"}
+
+    async def describe(self) -> Any:
+        self.described += 1
+        return CLOSED
+
+
+def ctx(event: RunEvent | None) -> Any:
+    backend = Backend(event)
+
+    async def state(fn: Any) -> Any:
+        return await run_in_threadpool(fn)
+
+    return SimpleNamespace(backend=backend, state=state)
+
+
+async def test_a_run_whose_stream_ended_is_answered_once_it_has_closed() -> None:
+    handle = Handle(after=0.2)
+    got = await runs.closed_if_ending(
+        ctx(last(EventType.run_complete, status="succeeded")), STACK, handle, RUNNING
+    )
+    assert got is CLOSED and (handle.waited, handle.described) == (1, 1)
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        None,
+        last(EventType.apply_complete),
+        last(EventType.run_complete, status="failed", source="temporal"),
+    ],
+    ids=["no events", "not ending", "ended by Temporal's account"],
+)
+async def test_a_run_not_ending_is_not_waited_for(event: RunEvent | None) -> None:
+    handle = Handle(after=0.0)
+    got = await runs.closed_if_ending(ctx(event), STACK, handle, RUNNING)
+    assert got is RUNNING and handle.waited == 0
+
+
+async def test_a_closed_run_is_not_looked_at_again() -> None:
+    handle = Handle(after=0.0)
+    got = await runs.closed_if_ending(ctx(None), STACK, handle, CLOSED)
+    assert got is CLOSED and (handle.waited, handle.described) == (0, 0)
+
+
+async def test_the_wait_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runs, "CLOSING_WAIT", 0.1)
+    handle = Handle(after=None)
+    got = await asyncio.wait_for(
+        runs.closed_if_ending(ctx(last(EventType.run_complete)), STACK, handle, RUNNING), 5
+    )
+    assert got is RUNNING and handle.waited == 1

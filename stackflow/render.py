@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -172,3 +173,31 @@ def render_run_preview(view: dict[str, Any], console: Console, detail: bool = Fa
     render_preview(Preview.model_validate(view), console, detail=detail)
     if view.get("policy"):
         render_policy(view["policy"], console)
+
+
+def render_outcome(
+    console: Console,
+    operation: str,
+    stack: str,
+    revision: int | None,
+    phase: str,
+    results: Sequence[tuple[str, str, str | None]],
+    link: str,
+) -> None:
+    """The lines a run command ends with (``stackflow.cli.report.report``'s table): the
+    operation, the stack, its release and the phase; the node results counted by status;
+    each failed node when more than one failed; the run's Temporal UI ``link``. ``results``
+    are each node result's id, status and error, drawn from plain data so the CLI's quick
+    path prints them without the engine's models."""
+    colour = "green" if phase == "succeeded" else "red"
+    rev = f"release {revision} " if revision is not None else ""
+    console.print(f"[bold]{operation}[/] {stack}: {rev}[{colour}]{phase}[/]")
+    counts: dict[str, int] = {}
+    for _, status, _ in results:
+        counts[status] = counts.get(status, 0) + 1
+    if counts:
+        console.print("  " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    failed = [(rid, error) for rid, status, error in results if status == "failed"]
+    for rid, error in failed if len(failed) > 1 else []:
+        console.print(f"  [red]✗ {escape(rid)}[/]: {escape(error or '')}")
+    console.print(f"  Temporal UI: {link}")

@@ -1,7 +1,8 @@
 """Console entry point: ``stackflow = "stackflow.cli.main:main"``.
 
 A few invocations are answered without the typer app (:mod:`stackflow.cli.quick`): the
-top-level help, and `stackflow status` in API mode; everything else goes to the app, which
+top-level help, and in API mode `stackflow status`, `preview`, `apply --yes` and `destroy
+--yes` in their plain case; everything else goes to the app, which
 imports only the module of the command that runs (:class:`stackflow.cli.app.LazyGroup`)."""
 
 from __future__ import annotations

@@ -2,16 +2,17 @@
 the top-level help (from the static table of :mod:`stackflow.cli.commands`), and in API
 mode (``STACKFLOW_API_URL``) `stackflow status` and `stackflow preview`, which talk to the
 HTTP API with the standard library (:mod:`stackflow.cli.quick_http`) and print what the
-typer commands print.
+typer commands print, and `stackflow apply --yes` and `stackflow destroy --yes`
+(:mod:`stackflow.cli.quick_run`, imported for them only).
 
 Only the plain case is answered here, and :func:`answer` returns None for anything else
 (another option, an unusual value, a proxy, an answer of the API that is not a success, …):
 the typer app then runs the command as always, with its own checks, messages and exit
 codes. Nothing is printed before that decision, and nothing is changed before it but for a
-preview's start, which the API refuses (4xx) for whatever the typer command would refuse
-itself first (an invalid spec or option). Once a preview has started, anything unusual
-hands the run to ``stackflow.cli.remote.resume_preview``, which follows it as `stackflow
-preview` does.
+run's start, which the API refuses (4xx) for whatever the typer command would refuse
+itself first (an invalid spec or option). Once a run has started, anything unusual hands
+it to ``stackflow.cli.remote.resume_preview`` (or ``resume_run``), which follows it as the
+typer command does.
 
 Imports nothing beyond the standard library until it prints (rich for tables)."""
 
@@ -76,6 +77,8 @@ STATUS_OPTIONS = {**COMMON_OPTIONS, "--unavailable-timeout": "timeout"}
 PREVIEW_OPTIONS = {**COMMON_OPTIONS, "-f": "file", "--file": "file"}
 PREVIEW_FLAGS = {"--detail": ("detail", "yes"), "--no-detail": ("detail", "no")}
 RUN_FIELDS = ("run_id", "workflow_id", "operation", "status")
+COMMANDS = ("status", "preview", "apply", "destroy")
+"""The commands answered in API mode (in their plain case)."""
 UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
 
 
@@ -88,25 +91,37 @@ def answer(argv: list[str]) -> int | None:
         except BrokenPipeError:
             return 1  # as typer ends on a closed pipe
         return 0 if argv else 2  # no arguments: the help, as a usage error (typer's exit 2)
-    command = {"status": status, "preview": preview}.get(argv[0])
-    if command is None or not os.environ.get(URL_ENV, "").strip():
+    if argv[0] not in COMMANDS or not os.environ.get(URL_ENV, "").strip():
         return None
     try:
-        return command(argv[1:])
+        return _command(argv[0], argv[1:])
     except KeyboardInterrupt:
         return 130  # as typer exits on ^C
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
     except Exception as exc:  # as the command group turns it into one line and an exit code
-        from stackflow.cli.app import one_line_error
+        from stackflow.errors import StackflowError
 
-        err = one_line_error(exc)
+        err: StackflowError | None = exc if isinstance(exc, StackflowError) else None
+        if err is None:  # ``one_line_error`` takes a StackflowError as it is: typer not needed
+            from stackflow.cli.app import one_line_error
+
+            err = one_line_error(exc)
         if err is None:
             raise
         from stackflow.cli.output import error_line
 
         error_line(str(err))
         return err.exit_code
+
+
+def _command(name: str, args: list[str]) -> int | None:
+    """The quick answer of command ``name`` (one of :data:`COMMANDS`) to ``args``."""
+    if name in ("apply", "destroy"):
+        from stackflow.cli.quick_run import run_command
+
+        return run_command(name, args)
+    return status(args) if name == "status" else preview(args)
 
 
 # ---- options ---------------------------------------------------------------------------------
@@ -399,17 +414,24 @@ def preview(args: list[str]) -> int | None:
         return 0
     from stackflow.cli.output import OutputFormat
     from stackflow.cli.runs import console_for
+
+    show_changes(changes, console_for(OutputFormat.table), detail)
+    return 0
+
+
+def show_changes(changes: dict[str, Any], console: Any, detail: bool) -> None:
+    """``stackflow.render.render_run_preview(changes, console, detail=detail)``: a run's
+    preview view drawn from its plain data when :func:`preview_parts` reads it (without
+    the engine's models), else by that function."""
     from stackflow.render import render_changes, render_policy, render_run_preview
 
-    console = console_for(OutputFormat.table)
     parts = preview_parts(changes)
     if parts is None:
         render_run_preview(changes, console, detail=detail)
-        return 0
+        return
     render_changes(*parts, console, detail)
     if changes.get("policy"):
         render_policy(changes["policy"], console)
-    return 0
 
 
 def _follow_preview(api: Http, run: str) -> dict[str, Any] | None:

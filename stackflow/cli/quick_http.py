@@ -27,7 +27,12 @@ PROXY_ENV = ("http_proxy", "https_proxy", "all_proxy")
 
 class NotPlain(Exception):
     """Not an answer the quick path handles (a transport error, a status other than the
-    expected, a body that is not JSON, …): the typer app's client will say what it is."""
+    expected, a body that is not JSON, …): the typer app's client will say what it is.
+    ``status``: the answer's HTTP status, when one came."""
+
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class Unsent(NotPlain):
@@ -70,6 +75,10 @@ class Http:
         self.sock: Any = None
         self.buffer = b""
 
+    def another(self) -> Http:
+        """A client of the same API on a connection of its own (a stream's is its own)."""
+        return Http(self.base_url, self.token)
+
     def __enter__(self) -> Http:
         return self
 
@@ -103,7 +112,7 @@ class Http:
         status, head = self._send("GET", path, None, headers)
         if status != 200:
             self.close()
-            raise NotPlain(f"HTTP {status}")
+            raise NotPlain(f"HTTP {status}", status)
         self.sock.settimeout(None)
         pending = b""
         try:
@@ -126,7 +135,7 @@ class Http:
         if head.get("connection", "").lower() == "close":
             self.close()
         if status not in ok:
-            raise NotPlain(f"HTTP {status}")
+            raise NotPlain(f"HTTP {status}", status)
         try:
             return json.loads(data)
         except ValueError:

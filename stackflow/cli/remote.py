@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -29,6 +29,9 @@ from stackflow.operation import NodeResult, OperationInput, OperationResult, Sta
 from stackflow.refs import StackRef
 from stackflow.release import Phase
 from stackflow.render import render_run_preview
+
+if TYPE_CHECKING:
+    from stackflow.cli.quick_run import Followed
 
 OPERATIONS = {
     "PreviewWorkflow": RunOperation.preview,
@@ -171,9 +174,10 @@ class RemoteRun:
             decision = typer.confirm(f"Apply these changes to {self.stack}?", default=False)
         self.client.step(self.stack, self.run_id, "approve" if decision else "reject")
 
-    def follow(self, yes: bool, detail: bool) -> None:
-        """The events up to ``run_complete``, with a progress bar on a terminal."""
-        stream = self.client.events(self.stack, self.run_id)
+    def follow(self, yes: bool, detail: bool, after: int = 0) -> None:
+        """The events after ``after`` up to ``run_complete``, with a progress bar on a
+        terminal."""
+        stream = self.client.events(self.stack, self.run_id, after)
         if self.output == OutputFormat.json or not self.console.is_terminal:
             with stream:
                 for event in stream:
@@ -203,6 +207,14 @@ class RemoteRun:
                     running=", ".join(names[:2])
                     + (f" +{len(names) - 2}" if len(names) > 2 else ""),
                 )
+
+    def take(self, followed: Followed) -> None:
+        """What :mod:`stackflow.cli.quick_run` took of the run's events, as
+        :meth:`on_event` would have kept it (never a policy decision: it hands the run
+        over at one, so ``needs_person`` is None)."""
+        self.total, self.counts, self.shown = followed.total, followed.counts, followed.shown
+        self.running = dict(followed.running)
+        self.results = {rid: NodeResult(**fields) for rid, fields in followed.results.items()}
 
     def final(self) -> RunView:
         """The run as it ended; a run that failed as a workflow raises its error. The
@@ -282,9 +294,47 @@ def run(
             finish_preview(remote, output, detail)
             return
         remote.follow(yes, detail)
-        view = remote.final()
-        remote.show_preview(detail, only_changes=True)
-        report(output, remote.console, remote.result(view), link(created), remote.release_of)
+        finish_run(remote, created, output, detail)
+
+
+def finish_run(remote: RemoteRun, created: RunCreated, output: OutputFormat, detail: bool) -> None:
+    """A followed run to its end: its final view (a run that failed as a workflow raises
+    its error), its preview when it has not been shown, and its report (a failed run
+    raises its failure)."""
+    view = remote.final()
+    remote.show_preview(detail, only_changes=True)
+    report(output, remote.console, remote.result(view), link(created), remote.release_of)
+
+
+def resume_run(
+    stack: StackRef,
+    workflow: str,
+    output: OutputFormat,
+    detail: bool,
+    *,
+    created: Any = None,
+    start: tuple[dict[str, Any], str] | None = None,
+    followed: Followed | None = None,
+) -> None:
+    """`stackflow apply|destroy --yes` from where :mod:`stackflow.cli.quick_run` left it:
+    the run it started (``created``, the API's answer to its start), or its start to send
+    again with the same idempotency key (``start``: the request's JSON and the key) after
+    the connection dropped under it; with what it took of the run's events (``followed``:
+    the events after the last one taken are read, and nothing it printed is printed
+    again); then :func:`finish_run`."""
+    with api_client() as client:
+        remote = RemoteRun(client, stack, workflow, output)
+        if start is not None:
+            body, key = start
+            run = client.start_run(stack, client.model(RunRequest, body), key)
+        else:
+            run = client.model(RunCreated, created)
+        remote.run_id = run.run_id
+        if followed is not None:
+            remote.take(followed)
+        if followed is None or not followed.ended:
+            remote.follow(True, detail, followed.after if followed is not None else 0)
+        finish_run(remote, run, output, detail)
 
 
 def finish_preview(remote: RemoteRun, output: OutputFormat, detail: bool) -> None:

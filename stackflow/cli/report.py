@@ -9,13 +9,13 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 
 from stackflow.cli.output import OutputFormat
 from stackflow.errors import OperationFailed, SpecError, StackflowError, StackLockedError
 from stackflow.masking import masked_release_data
 from stackflow.operation import OperationResult
 from stackflow.release import Phase
+from stackflow.render import render_outcome
 
 BAD_INPUT_TYPES = (
     "InvalidInput",
@@ -44,19 +44,15 @@ def report(
         data["ui"] = link
         typer.echo(json.dumps(data, indent=2, sort_keys=True))
     else:
-        c = console
-        colour = "green" if result.phase == Phase.succeeded else "red"
-        rev = f"release {result.revision} " if result.revision is not None else ""
-        c.print(f"[bold]{result.operation}[/] {result.stack}: {rev}[{colour}]{result.phase}[/]")
-        counts: dict[str, int] = {}
-        for r in result.results:
-            counts[r.status] = counts.get(r.status, 0) + 1
-        if counts:
-            c.print("  " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-        failed = [r for r in result.results if r.status == "failed"]
-        for r in failed if len(failed) > 1 else []:
-            c.print(f"  [red]✗ {escape(r.id)}[/]: {escape(r.error or '')}")
-        c.print(f"  Temporal UI: {link}")
+        render_outcome(
+            console,
+            str(result.operation),
+            str(result.stack),
+            result.revision,
+            str(result.phase),
+            [(r.id, str(r.status), r.error) for r in result.results],
+            link,
+        )
     raise_failure(result)
 
 

@@ -336,3 +336,193 @@ def test_status_and_help_start_without_the_engine(
         typer_one = _ok(api_cli(stack_env, "preview", f"-f{changed}", "-p", project, *args))
         assert quick_one.stdout == typer_one.stdout
         assert "Update" in quick_one.stdout
+
+
+# ---- `stackflow apply --yes` and `stackflow destroy --yes` on the quick path -----------------
+NEVER_QUICK = ("temporalio", "typer", "kubernetes", "sqlalchemy", "pydantic", "httpx")
+VOLATILE = {"run_id", "ui", "at", "created_at", "modified_at", "started_at", "ended_at"}
+ASKS = """package stackflow
+
+import rego.v1
+
+require_approval contains {"msg": "creates a file", "resource": c.id} if {
+	some c in input.changes
+	c.action == "Create"
+}
+"""
+
+
+def with_imports(
+    env: dict[str, str], *args: str, timeout: float = 180
+) -> tuple[subprocess.CompletedProcess[str], set[str]]:
+    """The CLI as ``python -X importtime -m stackflow.cli.main``: its run, with the import
+    lines taken out of stderr, and the modules it imported."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "stackflow.cli.main", *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    lines = done.stderr.splitlines(keepends=True)
+    modules = {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
+    done.stderr = "".join(line for line in lines if not line.startswith("import time:"))
+    return done, modules
+
+
+def quick(env: dict[str, str], *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
+    """A command the quick path answers, as it answers it: without the engine, typer,
+    pydantic or httpx, and without handing the run to the typer path."""
+    done, modules = with_imports(env, *args)
+    _ok(done, code)
+    leaked = {m for m in modules for top in NEVER_QUICK if m == top or m.startswith(top + ".")}
+    assert not leaked, (args, sorted(leaked))
+    assert "stackflow.cli.quick_run" in modules and "stackflow.cli.remote" not in modules
+    return done
+
+
+def normalised(text: str, project: str, other: str) -> Any:
+    """A command's JSON with ``other`` (the project of the typer command's runs) read as
+    ``project``, the run ids, UI links and timestamps blanked and the node results in id
+    order (they come in the order the nodes ended)."""
+
+    def clean(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: "…" if k in VOLATILE else clean(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [clean(v) for v in value]
+        return value
+
+    data = clean(json.loads(text.replace(other, project)))
+    data["results"].sort(key=lambda r: r["id"])
+    return data
+
+
+def table_of(text: str, project: str, other: str) -> str:
+    """A command's table with ``other`` read as ``project`` and the run id of its UI link
+    blanked."""
+    lines = text.replace(other, project).splitlines()
+    return "\n".join(
+        line.rsplit("/", 1)[0] + "/…" if "Temporal UI:" in line else line for line in lines
+    )
+
+
+def test_apply_and_destroy_yes_answer_quickly_and_print_what_the_typer_commands_print(
+    tmp_path: Path, stack_env: dict[str, str], api_server: str, api_cli: Cli
+) -> None:
+    """The same sequence on two stacks of the same files, one answered by the quick path,
+    one by the typer commands (``-pNAME`` is not the quick path's plain form): apply and
+    destroy as JSON, then as tables; each prints what the other prints."""
+    root = tmp_path / "files"
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        [
+            file_resource(root / "a.txt", "a\n"),
+            file_resource(root / "b.txt", "b\n", deps=[f"onprem:File:{root / 'a.txt'}"]),
+            file_resource(root / "c.txt", "c\n"),
+        ],
+    )
+    env = api_env(stack_env, api_server, tmp_path / "laptop")
+    mine, theirs = new_project(), new_project()
+    steps = (
+        ("apply", "-f", str(spec), "-o", "json"),
+        ("destroy", "-o", "json"),
+        ("apply", "-f", str(spec), "--detail"),
+        ("destroy",),
+    )
+    printed: dict[str, list[str]] = {mine: [], theirs: []}
+    for command, *rest in steps:
+        done = quick(env, command, "-p", mine, "--yes", *rest)
+        printed[mine].append(done.stdout)
+        assert done.stderr == ""
+        assert (root / "b.txt").exists() == (command == "apply")
+    for command, *rest in steps:
+        done = _ok(api_cli(stack_env, command, f"-p{theirs}", "--yes", *rest))
+        printed[theirs].append(done.stdout)
+    for step, ours, typers in zip(steps, printed[mine], printed[theirs], strict=True):
+        if "json" in step:
+            assert normalised(ours, mine, theirs) == normalised(typers, mine, theirs), step
+            data = json.loads(ours)
+            assert data["phase"] == "succeeded" and data["counts"] == {"succeeded": 3}
+            assert data["release"]["revision"] == data["revision"]
+        else:
+            assert table_of(ours, mine, theirs) == table_of(typers, mine, theirs), step
+            assert f"{step[0]} {mine}/default: release" in ours and "3 succeeded" in ours
+
+
+def test_a_failing_apply_on_the_quick_path_ends_as_the_typer_command_ends_it(
+    tmp_path: Path, stack_env: dict[str, str], api_server: str, api_cli: Cli
+) -> None:
+    """An OnPrem path outside the worker's roots: the same JSON, the same line on stderr
+    and the same exit code (2: bad input) as the typer command's."""
+    outside = Path("/var/lib/stackflow-quick-outside")
+    spec = write_spec(
+        tmp_path / "bad.yaml",
+        [file_resource(outside / "x.txt", "x\n"), file_resource(tmp_path / "ok.txt", "ok\n")],
+    )
+    env = api_env(stack_env, api_server, tmp_path / "laptop")
+    mine, theirs = new_project(), new_project()
+    ours = quick(env, "apply", "-f", str(spec), "-p", mine, "-y", "-o", "json", code=2)
+    typers = _ok(api_cli(stack_env, "apply", "-f", str(spec), f"-p{theirs}", "-y", "-o", "json"), 2)
+    assert ours.stderr == typers.stderr
+    assert ours.stderr.startswith("Error: ") and len(ours.stderr.splitlines()) == 1
+    assert "outside this worker's OnPrem roots" in ours.stderr
+    assert normalised(ours.stdout, mine, theirs) == normalised(typers.stdout, mine, theirs)
+    assert json.loads(ours.stdout)["phase"] == "failed" and not outside.exists()
+    table = quick(env, "apply", "-f", str(spec), "-p", mine, "-y", code=2)
+    assert table.stderr == ours.stderr and "apply " + mine in table.stdout
+
+
+def test_a_run_the_quick_path_does_not_take_goes_on_in_the_typer_path(
+    tmp_path: Path, stack_env: dict[str, str], api_server: str, api_cli: Cli
+) -> None:
+    """The project's policy asks for an approver: the quick path hands the run it started
+    (at its policy decision) to the typer path, which says so, waits for the approval of
+    another command and reports the run: printed once, as the typer command prints it."""
+    project = new_project()
+    bundle = tmp_path / "policy"
+    bundle.mkdir()
+    (bundle / "asks.rego").write_text(ASKS)
+    _ok(api_cli(stack_env, "policy", "push", "-p", project, str(bundle)))
+    root = tmp_path / "files"
+    spec = write_spec(tmp_path / "spec.yaml", [file_resource(root / "a.txt", "a\n")])
+    env = api_env(stack_env, api_server, tmp_path / "laptop")
+    args = ["-X", "importtime", "-m", "stackflow.cli.main", "apply", "-f", str(spec)]
+    waiting = subprocess.Popen(
+        [sys.executable, *args, "-p", project, "--yes", "-o", "json"],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            status = api_cli(stack_env, "status", "-p", project, "-o", "json")
+            if status.returncode == 0 and cli_json(status)["phase"] == "awaitingApproval":
+                break
+            assert time.monotonic() < deadline, status.stdout + status.stderr
+            time.sleep(0.3)
+        assert not root.exists()
+        _ok(api_cli(stack_env, "approve", "-p", project, "--reason", "ok"))
+        out, err = waiting.communicate(timeout=120)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+    lines = err.splitlines()
+    modules = {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
+    said = [line for line in lines if not line.startswith("import time:")]
+    assert waiting.returncode == 0, said
+    assert {"stackflow.cli.quick_run", "stackflow.cli.remote"} <= modules  # handed over
+    assert said == [
+        f"policy requires an approver: project/asks.rego: creates a file; waiting for "
+        f"`stackflow approve -p {project} -w default`"
+    ]
+    result = json.loads(out)
+    assert result["phase"] == "succeeded" and result["counts"] == {"succeeded": 1}
+    assert [r["id"] for r in result["results"]] == [f"onprem:File:{root / 'a.txt'}"]
+    assert result["release"]["approval"]["by"] == CALLER
+    assert (root / "a.txt").read_text() == "a\n"

@@ -1,8 +1,10 @@
 """How `stackflow` starts (issue 25): the top-level help comes from the static command table
 without typer, rich or any engine module, the table lists exactly what the command modules
-register, and `stackflow status` in API mode answers on the standard library alone (see
-tests/integration/test_cli_api_mode.py for it against a real API server) with exactly the
-output, messages and exit codes of the typer command, falling back to it for anything else.
+register, and `stackflow status`, `preview`, `apply --yes` and `destroy --yes` in API mode
+answer on the standard library alone (see tests/integration/test_cli_api_mode.py for them
+against a real API server) with exactly the output, messages and exit codes of the typer
+command, falling back to it for anything else (a run already started: handed over to the
+typer path's code, which goes on with it).
 
 No timing here: what is asserted is what gets imported."""
 
@@ -134,6 +136,9 @@ class FakeApi(ThreadingHTTPServer):
         self.pages: dict[str, tuple[int, Any]] = {}
         self.seen: list[str] = []
         self.posted: list[Any] = []
+        self.keys: list[str | None] = []
+        self.drop: set[str] = set()
+        """Requests (as ``pages`` names them) read once and left without an answer."""
 
     @property
     def url(self) -> str:
@@ -152,11 +157,16 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_POST(self) -> None:
         self.server.posted.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.server.keys.append(self.headers.get("Idempotency-Key"))
         self.answer("POST")
 
     def answer(self, method: str) -> None:
         key = f"{method} {self.path}" if method == "POST" else self.path
         self.server.seen.append(key)
+        if key in self.server.drop:
+            self.server.drop.discard(key)
+            self.close_connection = True
+            return
         if self.headers.get("Authorization") != "Bearer t0ken":
             status, body = 401, {"type": "urn:stackflow:problem:unauthorized", "detail": "no"}
         else:
@@ -539,3 +549,542 @@ def test_a_refused_preview_start_goes_to_the_typer_app(fake_api: FakeApi, tmp_pa
         seen = len(fake_api.seen)
         assert quick.answer(["preview", *args]) is None, args
         assert len(fake_api.seen) == seen
+
+
+# ---- `stackflow apply --yes` and `stackflow destroy --yes` in API mode ------------------------
+RUN = f"{RUNS}/{RUN_ID}"
+T = "2025-01-01T00:00:00.123456+00:00"
+NEVER_ON_THE_QUICK_PATH = ("typer", "pydantic", "httpx", "temporalio", "sqlalchemy")
+
+
+def event(seq: int, kind: str, **data: Any) -> dict[str, Any]:
+    return {"seq": seq, "type": kind, "time": T, **data}
+
+
+def node(rid: str, action: str = "Create") -> dict[str, Any]:
+    return {"resource": {"id": rid, "type": "OnPrem"}, "action": action}
+
+
+def walk(moving: str, action: str, ends: list[dict[str, Any]], **complete: Any) -> list[Any]:
+    """A run's events: previewed, then ``moving`` with two nodes whose ends are ``ends``
+    (each an apply_complete or apply_errored event's type and fields), then its end."""
+    events = [
+        event(1, "run_start", operation="apply", total=2, revision=4),
+        event(2, "phase", phase="previewing", revision=4),
+        event(3, "planned_change", **node("x:1", action), drift=False),
+        event(4, "change_summary", add=2, change=0, remove=0, unchanged=0),
+        event(5, "phase", phase=moving, revision=4),
+        event(6, "apply_start", **node("x:1", action)),
+        event(7, "apply_start", **node("x:2", action)),
+    ]
+    for seq, end in enumerate(ends, 8):
+        events.append(event(seq, end.pop("type"), **end))
+    seq = len(events) + 1
+    events.append(event(seq, "phase", phase=complete.get("status", "succeeded")))
+    events.append(event(seq + 1, "run_complete", revision=4, **complete))
+    return events
+
+
+def done(rid: str, action: str = "Create") -> dict[str, Any]:
+    return {"type": "apply_complete", **node(rid, action), "elapsed_seconds": 0.01}
+
+
+def errored(rid: str, error: str, error_type: str = "Unreachable") -> dict[str, Any]:
+    return {"type": "apply_errored", **node(rid), "error": error, "error_type": error_type}
+
+
+PLAN = PREVIEWS["plain"]
+RUNS_OF = {  # name -> (events, final view's fields, preview)
+    "succeeded": (
+        walk("applying", "Create", [done("x:2"), done("x:1")], counts={"succeeded": 2}),
+        {},
+        PLAN,
+    ),
+    "no-counts": (walk("applying", "Create", [done("x:1"), done("x:2")]), {}, PLAN),
+    "nodes-failed": (
+        walk(
+            "applying",
+            "Create",
+            [errored("x:1", "disk [full]"), errored("x:2", "no route")],
+            status="failed",
+            counts={"failed": 2},
+        ),
+        {"phase": "failed", "error": "2 node(s) failed", "error_type": "Unreachable"},
+        PLAN,
+    ),
+    "one-bad-input": (
+        walk(
+            "applying",
+            "Create",
+            [done("x:2"), errored("x:1", "outside the roots", "InvalidInput")],
+            status="failed",
+            counts={"failed": 1, "succeeded": 1},
+        ),
+        {"phase": "failed", "error": "x:1: outside the roots", "error_type": "InvalidInput"},
+        PLAN,
+    ),
+    "failed-in-preview": (
+        [
+            event(1, "run_start", operation="apply", total=1),
+            event(2, "phase", phase="previewing"),
+            event(3, "phase", phase="failed"),
+            event(4, "run_complete", status="failed", counts={}),
+        ],
+        {"phase": "failed", "error": "preview failed: x", "error_type": "SpecError"},
+        {"changes": [], "summary": {"Create": 0, "Update": 0, "Delete": 0, "UnChanged": 0}},
+    ),
+    "no-release": (
+        walk("applying", "Create", [done("x:1"), done("x:2")], counts={"succeeded": 2}),
+        {"revision": None},
+        PLAN,
+    ),
+    "workflow-failed": (
+        walk("applying", "Create", [done("x:1"), done("x:2")]),
+        {"status": "failed", "phase": None, "error": "boom", "error_type": None},
+        PLAN,
+    ),
+    "stack-locked": (
+        [event(1, "run_complete", status="failed")],
+        {"status": "failed", "phase": None, "error": "busy", "error_type": "StackLocked"},
+        PLAN,
+    ),
+    "destroyed": (
+        walk("destroying", "Delete", [done("x:1", "Delete"), done("x:2", "Delete")]),
+        {"operation": "destroy"},
+        PREVIEWS["drift-and-more"],
+    ),
+}
+
+
+def started_run(fake: FakeApi, events: list[Any], final: dict[str, Any], preview: Any) -> None:
+    """The API of a run started by apply or destroy: its stream from any ``after``, its
+    final view, preview and release (none for release 4 when the view has no revision)."""
+    operation = final.get("operation", "apply")
+    created = {
+        "run_id": RUN_ID,
+        "workflow_id": "stackflow/p/w",
+        "operation": operation,
+        "status_url": RUN,
+        "events_url": RUN + "/events",
+    }
+    header = {
+        "stream": "stackflow.events",
+        "version": 1,
+        "project": "p",
+        "workspace": "w",
+        "workflow_id": "stackflow/p/w",
+        "run_id": RUN_ID,
+    }
+    ended = view(
+        status="completed", phase="succeeded", operation=operation, error_type=None, summary={}
+    )
+    ended.update(final)
+    fake.pages = {
+        f"POST {RUNS}": (201, created),
+        RUN: (200, ended),
+        f"{RUN}/preview": (200, preview),
+        f"POST {RUN}/approve": (
+            200,
+            {"run_id": RUN_ID, "workflow_id": "stackflow/p/w", "action": "approve", "result": "ok"},
+        ),
+    }
+    if final.get("revision", 4) is not None and operation == "apply":
+        fake.pages["/v1/stacks/p/w/releases/4"] = (200, {"revision": 4, "phase": "succeeded"})
+    for after in range(len(events) + 1):
+        later = [e for e in events if e["seq"] > after]
+        fake.pages[f"{RUN}/events?after={after}"] = (200, [header, *later])
+
+
+def run_args(tmp_path: Path, command: str, *options: str) -> list[str]:
+    if command == "destroy":
+        return ["destroy", "-p", "p", "-w", "w", *options]
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    return ["apply", "-f", str(spec), "-p", "p", "-w", "w", *options]
+
+
+def compare_run(
+    fake: FakeApi, capsys: pytest.CaptureFixture[str], args: list[str], same_asks: bool = True
+) -> tuple[int | None, str, str, list[str]]:
+    """The quick answer's (exit code, stdout, stderr, requests), asserted equal to the typer
+    command's against the same API (with ``same_asks``, its requests too, but for the
+    event streams: a hand-over reads the rest of a stream after what was taken); the
+    request it starts the run with is the typer command's, with the spec as the file's
+    text."""
+    fake.seen.clear()
+    code = quick.answer(args)
+    got = capsys.readouterr()
+    quick_seen = list(fake.seen)
+    load_commands()
+    fake.seen.clear()
+    result = CliRunner().invoke(app, args)
+    starts = [body for body in fake.posted if "operation" in body]
+    assert len(starts) == 2  # one start each (the others: approvals)
+    quick_body, typer_body = starts
+    assert (code, got.out, got.err) == (result.exit_code, result.stdout, result.stderr)
+    streams = [s for s in quick_seen if "/events?" in s]
+    if same_asks:
+        asked = [s for s in quick_seen if s not in streams]
+        assert asked == [s for s in fake.seen if "/events?" not in s]
+    assert streams[0].endswith("/events?after=0")
+    if "spec_yaml" in quick_body:
+        from stackflow.spec import parse_spec_text
+
+        spec = parse_spec_text(quick_body.pop("spec_yaml"))
+        assert typer_body.pop("spec") == spec.model_dump(mode="json", by_alias=True)
+    assert quick_body == typer_body
+    assert quick_body == {
+        "operation": args[0],
+        "auto_approve": True,
+        "on_failure": "fail",
+        "max_concurrency": 8,
+    }
+    return code, got.out, got.err, quick_seen
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        ("--yes",),
+        ("-y", "-o", "json"),
+        ("--yes", "--detail"),
+        ("--no-detail", "--output=json", "-y"),
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize("name", list(RUNS_OF))
+def test_quick_apply_and_destroy_print_what_the_commands_print(
+    fake_api: FakeApi,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    name: str,
+    options: tuple[str, ...],
+) -> None:
+    events, final, preview = RUNS_OF[name]
+    started_run(fake_api, events, final, preview)
+    command = "destroy" if final.get("operation") == "destroy" else "apply"
+    if command == "destroy" and "detail" in str(options):
+        options = tuple(o for o in options if "detail" not in o)
+    code, out, err, seen = compare_run(fake_api, capsys, run_args(tmp_path, command, *options))
+    assert [s for s in seen if "/events?" in s] == [f"{RUN}/events?after=0"]  # no hand-over
+    wanted = {
+        "nodes-failed": 1,
+        "one-bad-input": 2,
+        "failed-in-preview": 2,
+        "workflow-failed": 1,
+        "stack-locked": 3,
+    }
+    assert code == wanted.get(name, 0)
+    assert (err == "") == (code == 0)
+    if final.get("status") == "failed":  # failed as a workflow: no report, its one line
+        assert "Temporal UI:" not in out and '"phase"' not in out
+        assert err.startswith("Error: ") and len(err.splitlines()) == 1
+    elif "json" in str(options):
+        data = json.loads(out)
+        assert data["ui"].endswith(f"/workflows/stackflow%2Fp%2Fw/{RUN_ID}")
+        assert data["release"] == (
+            None
+            if name == "no-release"
+            else fake_api.pages.get("/v1/stacks/p/w/releases/4", (0, None))[1]
+        )
+    else:
+        assert "Temporal UI:" in out and ("Plan:" in out) == (name != "failed-in-preview")
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        [
+            event(1, "run_start", total=2),
+            event(2, "policy_decision", outcome="warn", input_digest="d", counts={"warn": 1}),
+            event(3, "phase", phase="applying"),
+            event(4, "apply_start", **node("x:1")),
+            event(5, "apply_complete", **node("x:1")),
+            event(6, "run_complete", status="succeeded", counts={"succeeded": 1}),
+        ],
+        [
+            event(1, "run_start", total=2),
+            event(
+                2,
+                "policy_decision",
+                outcome="require_approval",
+                input_digest="d",
+                counts={"require_approval": 1},
+                messages=[{"policy": "run/p.rego", "rule": "require_approval", "msg": "ask"}],
+            ),
+            event(3, "approval_wait", wait="approval", timeout_seconds=60),
+            event(4, "phase", phase="applying"),
+            event(5, "apply_complete", **node("x:1")),
+            event(6, "run_complete", status="succeeded"),
+        ],
+        [
+            event(1, "run_start", total=2),
+            event(2, "phase", phase="applying"),
+            event(3, "apply_start", **node("x:1")),
+            event(4, "approval_wait", wait="approval", timeout_seconds=60),
+            event(5, "apply_complete", **node("x:1")),
+            event(6, "run_complete", status="succeeded"),
+        ],
+        [
+            event(1, "run_start", total=2),
+            event(2, "phase", phase="applying"),
+            event(3, "apply_errored", **node("x:1"), error="e", error_type="Unreachable"),
+            event(4, "approval_wait", wait="decision", timeout_seconds=60),
+        ],
+        [
+            event(1, "run_start", total=2),
+            event(2, "phase", phase="applying"),
+            event(3, "apply_start", **node("x:1")),
+            {**event(4, "apply_complete", **node("x:1")), "time": "2025-01-01 00:00:00Z"},
+            event(5, "apply_errored", **node("x:2"), error="e", error_type="Conflict"),
+            event(6, "run_complete", status="failed"),
+        ],
+        [
+            event(1, "phase", phase="previewing"),
+            event(2, "run_start", total="2"),
+            event(3, "phase", phase="applying"),
+            event(4, "run_complete", status="succeeded"),
+        ],
+    ],
+    ids=["policy", "approver-needed", "approval", "paused", "odd-time", "odd-total"],
+)
+@pytest.mark.parametrize("output", ["table", "json"])
+def test_what_the_quick_path_does_not_take_goes_on_in_the_typer_path(
+    fake_api: FakeApi,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    events: list[dict[str, Any]],
+    output: str,
+) -> None:
+    """The same run, handed over at the event the quick path does not take: what is
+    printed is what the typer command prints, nothing twice, nothing left out."""
+    started_run(fake_api, events, {}, PLAN)
+    args = run_args(tmp_path, "apply", "--yes", "-o", output)
+    code, _, err, seen = compare_run(fake_api, capsys, args)
+    streams = [s for s in seen if "/events?" in s]
+    assert len(streams) == 2 and streams[1] != streams[0]  # handed over, after what it took
+    kinds = [e["type"] for e in events]
+    if any(e.get("wait") == "decision" for e in events):
+        assert code == 4 and "paused: 0 node(s) failed" in err  # the view's count
+    elif "require_approval" in str(events):
+        assert "policy requires an approver: run/p.rego: ask" in err
+    elif "approval_wait" in kinds:
+        assert f"POST {RUN}/approve" in seen  # the typer path approved (--yes)
+
+
+def test_an_odd_final_view_goes_on_in_the_typer_path_without_following_again(
+    fake_api: FakeApi, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    events = walk("applying", "Create", [done("x:1"), done("x:2")], counts={"succeeded": 2})
+    started_run(fake_api, events, {"total": 2.0}, PLAN)  # RunView takes 2.0; quick does not
+    args = run_args(tmp_path, "apply", "-y")
+    _, out, _, seen = compare_run(fake_api, capsys, args, same_asks=False)
+    assert [s for s in seen if "/events?" in s] == [f"{RUN}/events?after=0"]
+    assert seen.count(RUN) == 2  # its own, then the typer path's
+    assert out.count("Plan:") == 1 and seen.count(f"{RUN}/preview") == 2  # shown once
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["apply", "-f", "{spec}", "-p", "p"],
+        ["apply", "-f", "{spec}", "-p", "p", "--yes", "-o", "ndjson"],
+        ["apply", "-f", "{spec}", "-p", "p", "--yes", "--max-concurrency", "4"],
+        ["apply", "-f", "{spec}", "-p", "p", "--yes", "--on-failure", "pause"],
+        ["apply", "-f", "{spec}", "-p", "p", "--yes", "--policy", "{spec}"],
+        ["apply", "-f", "{spec}", "-p", "p", "--yes", "--target", "x*"],
+        ["apply", "-f", "{spec}", "-p", "p", "--yes", "--watch"],
+        ["apply", "-f", "-", "-p", "p", "--yes"],
+        ["apply", "-f", "{missing}", "-p", "p", "--yes"],
+        ["apply", "-p", "p", "--yes"],
+        ["apply", "-f", "{spec}", "-p", "p", "--yes", "--yes"],
+        ["apply", "-f", "{spec}", "-p", "p", "--yes", "--detail", "--no-detail"],
+        ["apply", "-f", "{spec}", "-p", "p", "--yes=true"],
+        ["apply", "-f", "{spec}", "-p", "p", "-yo", "json"],
+        ["apply", "-f", "{spec}", "-p", "p", "--yes", "--help"],
+        ["destroy", "-p", "p"],
+        ["destroy", "-p", "p", "--yes", "--detail"],
+        ["destroy", "-p", "p", "--yes", "-f", "{spec}"],
+        ["destroy", "-p", "p", "--yes", "--fail-fast"],
+        ["destroy", "-p", "p/q", "--yes"],
+        ["destroy", "-p", "p", "--yes", "extra"],
+        ["rollback", "-p", "p", "--to", "1", "--yes"],
+    ],
+    ids=" ".join,
+)
+def test_apply_and_destroy_but_the_plain_case_go_to_the_typer_app(
+    fake_api: FakeApi, tmp_path: Path, args: list[str]
+) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    given = [a.format(spec=spec, missing=tmp_path / "missing.yaml") for a in args]
+    assert quick.answer(given) is None
+    assert fake_api.seen == []
+
+
+@pytest.mark.parametrize(
+    "env", [{"FORCE_COLOR": "1"}, {"TTY_COMPATIBLE": "1"}, {"HTTPS_PROXY": "http://proxy:3128"}]
+)
+def test_a_table_on_a_terminal_or_a_proxy_goes_to_the_typer_app(
+    fake_api: FakeApi, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str]
+) -> None:
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert quick.answer(run_args(tmp_path, "destroy", "--yes")) is None
+    assert quick.answer(run_args(tmp_path, "apply", "--yes")) is None
+    assert fake_api.seen == []
+
+
+def test_a_start_whose_answer_was_lost_is_sent_again_with_its_key(
+    fake_api: FakeApi, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """The connection drops after the start was sent: the typer path's client sends it
+    again, with the same key and body (the API gives the run it started, if it did), and
+    follows that run as the typer command does."""
+    events, final, preview = RUNS_OF["succeeded"]
+    started_run(fake_api, events, final, preview)
+    fake_api.drop = {f"POST {RUNS}"}
+    args = run_args(tmp_path, "apply", "--yes", "-o", "json")
+    code = quick.answer(args)
+    got = capsys.readouterr()
+    assert fake_api.seen[:2] == [f"POST {RUNS}", f"POST {RUNS}"]
+    assert fake_api.keys[0] == fake_api.keys[1] and (fake_api.keys[0] or "").startswith(
+        "stackflow-cli-"
+    )
+    assert fake_api.posted[0] == fake_api.posted[1]
+    load_commands()
+    result = CliRunner().invoke(app, args)
+    assert (code, got.out, got.err) == (result.exit_code, result.stdout, result.stderr)
+    assert code == 0 and json.loads(got.out)["phase"] == "succeeded"
+
+
+def test_a_refused_start_goes_to_the_typer_app(fake_api: FakeApi, tmp_path: Path) -> None:
+    problem = {"type": "urn:stackflow:problem:stack-locked", "detail": "stack p/w is busy"}
+    fake_api.pages = {f"POST {RUNS}": (409, problem)}
+    assert quick.answer(run_args(tmp_path, "apply", "--yes", "-o", "json")) is None
+    assert fake_api.seen == [f"POST {RUNS}"]
+
+
+@pytest.mark.parametrize("force_color", [None, "", "1"])
+@pytest.mark.parametrize("tty_compatible", [None, "0", "1", "x"])
+@pytest.mark.parametrize("isatty", [True, False])
+def test_the_quick_path_sees_a_terminal_where_rich_does(
+    monkeypatch: pytest.MonkeyPatch,
+    force_color: str | None,
+    tty_compatible: str | None,
+    isatty: bool,
+) -> None:
+    from stackflow.cli import quick_run
+    from stackflow.cli.output import OutputFormat
+    from stackflow.cli.runs import console_for
+
+    for name, value in (("FORCE_COLOR", force_color), ("TTY_COMPATIBLE", tty_compatible)):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    stdout = io.StringIO()
+    monkeypatch.setattr(stdout, "isatty", lambda: isatty)
+    monkeypatch.setattr(sys, "stdout", stdout)
+    assert quick_run.stdout_is_terminal() == console_for(OutputFormat.table).is_terminal
+
+
+def test_the_quick_run_knows_the_engine_s_values() -> None:
+    from stackflow.api.models import RunOperation
+    from stackflow.cli import quick_run, remote, report
+    from stackflow.release import Operation
+
+    assert tuple(o.value for o in Operation) == quick_run.OPERATIONS
+    assert {o.value for o in RunOperation} == set(quick_run.OPERATIONS)
+    assert report.BAD_INPUT_TYPES == quick_run.BAD_INPUT_TYPES
+    assert set(remote.MOVING) == set(quick_run.MOVING)
+
+
+FINALS = {
+    "succeeded": (view(status="completed", phase="succeeded"), {"succeeded": 2}),
+    "counted-from-results": (view(status="completed", phase="succeeded"), None),
+    "failed": (
+        view(status="completed", phase="failed", error="2 failed", error_type="Conflict"),
+        {"failed": 1, "succeeded": 1},
+    ),
+    "no-phase-no-release": (
+        view(status="completed", phase=None, revision=None, operation="destroy"),
+        {},
+    ),
+}
+RESULTS = {
+    "none": {},
+    "succeeded": {
+        "x:1": {"id": "x:1", "action": "Create", "status": "succeeded", "error": None},
+        "x:2": {"id": "x:2", "action": "", "status": "succeeded", "error": None},
+    },
+    "failed": {
+        "x:2": {"id": "x:2", "action": "Update", "status": "succeeded", "error": None},
+        "x:1": {"id": "x:1", "action": "Create", "status": "failed", "error": "no [route]"},
+    },
+}
+
+
+@pytest.mark.parametrize("results", list(RESULTS))
+@pytest.mark.parametrize("final", list(FINALS))
+def test_the_json_built_by_hand_is_the_operation_result_s(final: str, results: str) -> None:
+    """``quick_run.result_data`` is ``RemoteRun.result(view).model_dump(mode="json")`` of
+    the same final view, preview, node results and counts."""
+    from stackflow.api.models import RunView
+    from stackflow.cli import quick_run
+    from stackflow.cli.output import OutputFormat
+    from stackflow.cli.remote import RemoteRun
+    from stackflow.operation import NodeResult
+    from stackflow.refs import StackRef
+
+    final_view, counts = FINALS[final]
+    nodes = {
+        rid: {**fields, "error_type": "Conflict" if fields["error"] else None}
+        for rid, fields in RESULTS[results].items()
+    }
+    changes = PREVIEWS["drift-and-more"]
+
+    class Client:
+        def preview(self, stack: StackRef, run_id: str) -> dict[str, Any]:
+            return changes
+
+    remote = RemoteRun(Client(), StackRef("p", "w"), "ApplyWorkflow", OutputFormat.json)  # type: ignore[arg-type]
+    remote.results = {rid: NodeResult(**fields) for rid, fields in nodes.items()}
+    remote.counts = counts
+    model = remote.result(RunView.model_validate(final_view)).model_dump(mode="json")
+    built = quick_run.result_data("p", "w", final_view, changes, nodes, counts)
+    assert built == model
+    assert json.dumps(built, sort_keys=True) == json.dumps(model, sort_keys=True)
+
+
+@pytest.mark.parametrize(
+    "name,options",
+    [("succeeded", ("-o", "json")), ("succeeded", ()), ("nodes-failed", ("-o", "json"))],
+)
+def test_quick_apply_imports_neither_typer_pydantic_httpx_temporalio_nor_sqlalchemy(
+    fake_api: FakeApi, tmp_path: Path, name: str, options: tuple[str, ...]
+) -> None:
+    import os
+
+    events, final, preview = RUNS_OF[name]
+    started_run(fake_api, events, final, preview)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "STACKFLOW_API_URL": fake_api.url,
+        "STACKFLOW_API_TOKEN": "t0ken",
+        "COLUMNS": "80",
+        "PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+    }
+    done = run_main(*run_args(tmp_path, "apply", "--yes", *options), env=env)
+    assert done.returncode == (1 if name == "nodes-failed" else 0), done.stderr[-2000:]
+    modules = imported(done.stderr)
+    assert "stackflow.cli.quick_run" in modules
+    for top in NEVER_ON_THE_QUICK_PATH:
+        assert not {m for m in modules if m == top or m.startswith(top + ".")}, top
+    assert f"{RUN}/events?after=0" in fake_api.seen
+    if options:
+        assert json.loads(done.stdout)["phase"] == final.get("phase", "succeeded")
+    else:
+        assert "apply p/w: release 4 succeeded" in done.stdout
+    if name == "nodes-failed":
+        assert done.stderr.splitlines()[-1] == "Error: 2 node(s) failed"

@@ -118,6 +118,7 @@ class Listener:
         self.redis_url = redis_url
         self._waiting: dict[str, set[Nudge]] = {}
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
 
     @contextlib.contextmanager
     def nudge(self, run_id: str) -> Iterator[Nudge | None]:
@@ -125,7 +126,7 @@ class Listener:
         if not self.redis_url:
             yield None
             return
-        if self._task is None or self._task.done():
+        if not self._closing and (self._task is None or self._task.done()):
             self._task = asyncio.get_running_loop().create_task(self._listen())
         nudge = Nudge()
         self._waiting.setdefault(run_id, set()).add(nudge)
@@ -148,7 +149,7 @@ class Listener:
 
         assert self.redis_url
         warned = False
-        while True:
+        while not self._closing:
             client = aioredis.Redis.from_url(self.redis_url, socket_connect_timeout=SOCKET_TIMEOUT)
             try:
                 async with client.pubsub(ignore_subscribe_messages=True) as pubsub:
@@ -159,6 +160,8 @@ class Listener:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # Redis down or gone: followers poll meanwhile
+                if self._closing:  # the client may turn the cancel into its own error
+                    return
                 if not warned:
                     warned = True
                     log.warning("event bell: cannot listen on Redis (%s); followers poll", exc)
@@ -168,7 +171,9 @@ class Listener:
             await asyncio.sleep(RETRY_AFTER_SECONDS)
 
     async def close(self) -> None:
+        """Stop listening (for good: a closed listener only polls)."""
+        self._closing = True
         if self._task is not None:
             self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
+            # not wait_for: it would wait for a cancel the client swallowed, without end
+            await asyncio.wait({self._task}, timeout=SOCKET_TIMEOUT * 2)

@@ -5,6 +5,7 @@ carries nothing but the run's id, and without Redis (none, or down) streams poll
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -142,3 +143,55 @@ async def test_a_ring_between_the_read_and_the_wait_is_not_lost() -> None:
         listener.wake(CHANNEL + "other-run")
     assert "r1" not in listener._waiting  # forgotten with its last follower
     await listener.close()
+
+
+async def test_closing_ends_a_subscription_whose_client_swallowed_the_cancel(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A Redis client may turn the cancel into an error of its own (or into nothing): the
+    listener still stops, and closing it takes a bounded time (a CLI or an API shutting down
+    must not wait for a subscription)."""
+    listener = Listener("redis://unused")
+    rounds = 0
+
+    async def stubborn() -> None:
+        nonlocal rounds
+        while not listener._closing:
+            rounds += 1
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                continue  # swallowed, as a client may
+
+    monkeypatch.setattr(listener, "_listen", stubborn)
+    with listener.nudge("r1"):
+        await asyncio.sleep(0.05)
+    began = time.monotonic()
+    await listener.close()
+    assert time.monotonic() - began < 3
+    await asyncio.sleep(0)
+    assert listener._task is not None and listener._task.done() and rounds == 1
+    with listener.nudge("r2"):
+        await asyncio.sleep(0)
+    assert listener._task.done()  # a closed listener starts no new subscription
+
+
+async def test_closing_does_not_wait_for_a_subscription_that_never_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    listener = Listener("redis://unused")
+    release = asyncio.Event()
+
+    async def deaf() -> None:
+        while not release.is_set():
+            with contextlib.suppress(asyncio.CancelledError):
+                await release.wait()
+
+    monkeypatch.setattr(listener, "_listen", deaf)
+    with listener.nudge("r1"):
+        await asyncio.sleep(0.05)
+    began = time.monotonic()
+    await asyncio.wait_for(listener.close(), 5)
+    assert time.monotonic() - began < 3
+    release.set()  # let it go (the test's loop must not keep it)
+    await asyncio.sleep(0.01)

@@ -22,6 +22,21 @@ import os
 import sys
 
 from stackflow.cli.commands import render_help
+from stackflow.cli.quick_args import (
+    CLOSE_WAIT,
+    COMMANDS,
+    PREVIEW_FLAGS,
+    PREVIEW_OPTIONS,
+    RUN_FIELDS,
+    STATUS_OPTIONS,
+    URL_ENV,
+    is_int,
+    optional,
+    parse_options,
+    plain,
+    spec_text,
+    token_and_api,
+)
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # not imported at run time: ``typing`` alone costs a third of a fast answer
@@ -30,8 +45,6 @@ if TYPE_CHECKING:  # not imported at run time: ``typing`` alone costs a third of
 
     from stackflow.cli.quick_http import Http
 
-URL_ENV = "STACKFLOW_API_URL"
-TOKEN_ENV = "STACKFLOW_API_TOKEN"
 PHASES = (
     "generating",
     "previewing",
@@ -61,24 +74,6 @@ EVENT_TYPES = (
 """``stackflow.events.EventType``'s values."""
 STREAM = ("stackflow.events", 1)
 """``stackflow.events.STREAM_NAME`` and ``STREAM_VERSION``."""
-MAX_SPEC_BYTES = 512 * 1024 * 1024
-"""``stackflow.spec.MAX_SPEC_BYTES``."""
-CLOSE_WAIT = 30.0
-"""``stackflow.cli.remote.CLOSE_WAIT``: how long a run may say running after its last event."""
-COMMON_OPTIONS = {
-    "-p": "project",
-    "--project": "project",
-    "-w": "workspace",
-    "--workspace": "workspace",
-    "-o": "output",
-    "--output": "output",
-}
-STATUS_OPTIONS = {**COMMON_OPTIONS, "--unavailable-timeout": "timeout"}
-PREVIEW_OPTIONS = {**COMMON_OPTIONS, "-f": "file", "--file": "file"}
-PREVIEW_FLAGS = {"--detail": ("detail", "yes"), "--no-detail": ("detail", "no")}
-RUN_FIELDS = ("run_id", "workflow_id", "operation", "status")
-COMMANDS = ("status", "preview", "apply", "destroy")
-"""The commands answered in API mode (in their plain case)."""
 UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
 
 
@@ -124,75 +119,7 @@ def _command(name: str, args: list[str]) -> int | None:
     return status(args) if name == "status" else preview(args)
 
 
-# ---- options ---------------------------------------------------------------------------------
-def _plain(value: str) -> bool:
-    """A project, workspace or run id that goes into a URL path as it is."""
-    return (
-        value.isascii()
-        and value.replace("-", "").replace("_", "").replace(".", "").isalnum()
-        and value[0].isalnum()
-    )
-
-
-def _options(
-    args: list[str], options: dict[str, str], flags: dict[str, tuple[str, str]] | None = None
-) -> dict[str, str] | None:
-    """``options`` given as ``-p X``, ``--project X`` or ``--project=X`` and ``flags``
-    (option -> field and value), each field at most once, with values that do not look like
-    options, and a plain project and workspace (default ``default``) and an output of table
-    or json (the default); None for anything else (the typer command parses it)."""
-    flags = flags or {}
-    values: dict[str, str] = {}
-    i = 0
-    while i < len(args):
-        option, eq, value = args[i].partition("=")
-        if not eq and option in flags:
-            field, value = flags[option]
-            i += 1
-        elif eq and option.startswith("--"):
-            field = options.get(option, "")
-            i += 1
-        elif i + 1 < len(args):
-            option, value = args[i], args[i + 1]
-            field = options.get(option, "")
-            i += 2
-        else:
-            return None
-        if not field or field in values or not value or value.startswith("-"):
-            return None
-        values[field] = value
-    values.setdefault("workspace", "default")
-    if not _plain(values.get("project", "")) or not _plain(values["workspace"]):
-        return None
-    if values.setdefault("output", "table") not in ("table", "json"):
-        return None
-    return values
-
-
-def _token_and_api() -> Http | None:
-    """The API client of ``STACKFLOW_API_URL`` and ``STACKFLOW_API_TOKEN`` for the quick
-    path; None without a token (the typer command says so), through a proxy, or for a URL
-    it does not take as it is."""
-    from stackflow.cli.quick_http import Http, proxied
-
-    token = os.environ.get(TOKEN_ENV, "").strip()
-    if not token or proxied():
-        return None
-    try:
-        return Http(os.environ[URL_ENV].strip(), token)
-    except ValueError:
-        return None
-
-
 # ---- the API's answers, checked as the client's models would take them -----------------------
-def _int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _optional(value: Any, kind: type) -> bool:
-    return value is None or (isinstance(value, kind) and not isinstance(value, bool))
-
-
 def _runs(page: Any) -> list[dict[str, Any]] | None:
     """The runs of a ``GET …/runs`` page, if every one has the fields the status uses."""
     if not isinstance(page, dict) or not isinstance(page.get("runs"), list):
@@ -213,12 +140,12 @@ def _status_data(view: Any) -> dict[str, Any] | None:
     running, summary = view.get("running", []), view.get("summary", {})
     if (
         not (phase is None or phase in PHASES)
-        or not _optional(view.get("revision"), int)
-        or not all(_int(view.get(key, 0)) for key in ("total", "done", "failed"))
+        or not optional(view.get("revision"), int)
+        or not all(is_int(view.get(key, 0)) for key in ("total", "done", "failed"))
         or not (isinstance(running, list) and all(isinstance(r, str) for r in running))
         or not isinstance(summary, dict)
-        or not _optional(view.get("error"), str)
-        or not (eta is None or _int(eta) or isinstance(eta, float))
+        or not optional(view.get("error"), str)
+        or not (eta is None or is_int(eta) or isinstance(eta, float))
         or (isinstance(eta, float) and not abs(eta) < float("inf"))
     ):
         return None
@@ -250,7 +177,7 @@ def preview_parts(
         or not isinstance(changes, list)
         or not isinstance(truncated, bool)
         or not (left_out is None or isinstance(left_out, dict))
-        or not (totals is None or all(_int(v) for v in totals.values()))
+        or not (totals is None or all(is_int(v) for v in totals.values()))
     ):
         return None
     parts: list[dict[str, Any]] = []
@@ -292,13 +219,13 @@ def status(args: list[str]) -> int | None:
     ``remote.status`` finds it (the newest page of the stack's runs, then the run)."""
     from stackflow.cli.quick_http import NotPlain
 
-    options = _options(args, STATUS_OPTIONS)
+    options = parse_options(args, STATUS_OPTIONS)
     if options is None:
         return None
     timeout = options.get("timeout", "0")  # not used through the API, but checked (>= 0)
     if not timeout.replace(".", "", 1).isdigit() or not timeout.isascii():
         return None
-    api = _token_and_api()
+    api = token_and_api()
     if api is None:
         return None
     project, workspace = options["project"], options["workspace"]
@@ -320,7 +247,7 @@ def status(args: list[str]) -> int | None:
                     f"{latest['status']}; see `stackflow release list -p {project} -w "
                     f"{workspace}`)",
                 )
-            if not _plain(latest["run_id"]):
+            if not plain(latest["run_id"]):
                 return None
             view = api.get(f"{path}/{latest['run_id']}")
         except NotPlain:
@@ -349,24 +276,6 @@ def _fail(kind: str, message: str) -> int:
 
 
 # ---- preview ---------------------------------------------------------------------------------
-def _spec_text(path: str) -> str | None:
-    """The spec file's text as the API's ``spec_yaml`` takes it, for a plain file: UTF-8
-    without a byte-order mark, under ``stackflow.spec.MAX_SPEC_BYTES``; None for anything
-    else (stdin, a file that cannot be read, …: the typer command reads it itself)."""
-    try:
-        with open(path, "rb") as file:
-            if os.fstat(file.fileno()).st_size > MAX_SPEC_BYTES:
-                return None
-            data = file.read(MAX_SPEC_BYTES + 1)
-    except (OSError, ValueError):
-        return None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        return None
-    return None if len(data) > MAX_SPEC_BYTES or text.startswith("\ufeff") else text
-
-
 def preview(args: list[str]) -> int | None:
     """`stackflow preview -f FILE -p P [-w W] [-o table|json] [--[no-]detail]` through the
     API: start the preview with the spec's text (``spec_yaml``: the API reads it as the CLI
@@ -374,11 +283,11 @@ def preview(args: list[str]) -> int | None:
     changes as `stackflow preview` does."""
     from stackflow.cli.quick_http import Dropped, NotPlain, Unsent
 
-    options = _options(args, PREVIEW_OPTIONS, PREVIEW_FLAGS)
+    options = parse_options(args, PREVIEW_OPTIONS, PREVIEW_FLAGS)
     if options is None or "file" not in options:
         return None
-    text = _spec_text(options["file"])
-    api = _token_and_api() if text is not None else None
+    text = spec_text(options["file"])
+    api = token_and_api() if text is not None else None
     if api is None or text is None:
         return None
     output, detail = options["output"], options.get("detail", "yes") == "yes"
@@ -397,7 +306,7 @@ def preview(args: list[str]) -> int | None:
         except NotPlain:  # refused: the typer command checks the spec and options first
             return None
         run_id = created.get("run_id") if isinstance(created, dict) else None
-        if not isinstance(run_id, str) or not _plain(run_id):
+        if not isinstance(run_id, str) or not plain(run_id):
             _resume(project, workspace, output, detail, created=created)
             return 0
         try:
@@ -449,7 +358,7 @@ def _follow_preview(api: Http, run: str) -> dict[str, Any] | None:
             event = json.loads(line)
             if (
                 not isinstance(event, dict)
-                or not _int(event.get("seq"))
+                or not is_int(event.get("seq"))
                 or event.get("type") not in EVENT_TYPES
                 or not isinstance(event.get("time"), str)
             ):

@@ -22,22 +22,24 @@ import os
 import sys
 
 from stackflow.cli.quick import (
-    CLOSE_WAIT,
-    COMMON_OPTIONS,
     EVENT_TYPES,
     NDJSON,
     PHASES,
     STREAM,
-    _int,
-    _optional,
-    _options,
-    _plain,
-    _spec_text,
-    _token_and_api,
     echo,
     namespace,
     show_changes,
     ui_link,
+)
+from stackflow.cli.quick_args import (
+    CLOSE_WAIT,
+    COMMON_OPTIONS,
+    is_int,
+    optional,
+    parse_options,
+    plain,
+    spec_text,
+    token_and_api,
 )
 
 TYPE_CHECKING = False
@@ -103,7 +105,7 @@ def run_command(command: str, args: list[str]) -> int | None:
     once answered; None: run the typer command."""
     from stackflow.cli.quick_http import Dropped, NotPlain, Unsent
 
-    options = _options(args, *OPTIONS[command])
+    options = parse_options(args, *OPTIONS[command])
     if (
         options is None
         or options.get("yes") != "yes"
@@ -114,12 +116,12 @@ def run_command(command: str, args: list[str]) -> int | None:
         return None
     body: dict[str, Any] = {"operation": command}
     if command == "apply":
-        text = _spec_text(options["file"])
+        text = spec_text(options["file"])
         if text is None:
             return None
         body["spec_yaml"] = text
     body.update(auto_approve=True, **DEFAULTS)
-    api = _token_and_api()
+    api = token_and_api()
     if api is None:
         return None
     run = QuickRun(api, command, options)
@@ -192,7 +194,7 @@ class QuickRun:
             isinstance(created, dict)
             and all(isinstance(created.get(k), str) for k in CREATED_FIELDS)
             and created["operation"] in OPERATIONS
-            and _plain(created["run_id"])
+            and plain(created["run_id"])
         ):
             return None
         self.run = f"{self.runs}/{created['run_id']}"
@@ -249,7 +251,7 @@ class QuickRun:
             raise HandOver(kind)  # a policy (pydantic's) and the waits are the typer path's
         if kind == "run_start":
             total = event.get("total")
-            if total and not _int(total):
+            if total and not is_int(total):
                 raise HandOver("total")
             followed.total = total or 0
         elif kind == "apply_start":
@@ -268,7 +270,7 @@ class QuickRun:
                 self.show_preview()
         elif kind == "run_complete":
             counts = event.get("counts")
-            if isinstance(counts, dict) and not all(_int(n) for n in counts.values()):
+            if isinstance(counts, dict) and not all(is_int(n) for n in counts.values()):
                 raise HandOver("counts")
             followed.counts = dict(counts) if isinstance(counts, dict) else None
 
@@ -404,7 +406,7 @@ def _event(event: Any) -> bool:
     """``client.stream.parse_event`` takes it as a ``RunEvent``."""
     return (
         isinstance(event, dict)
-        and _int(event.get("seq"))
+        and is_int(event.get("seq"))
         and event.get("type") in EVENT_TYPES
         and _time(event.get("time"))
     )
@@ -418,7 +420,7 @@ def _node_result(rid: Any, event: dict[str, Any], failed: bool) -> dict[str, Any
     if (
         not isinstance(rid, str)
         or not (isinstance(action, str) or not action)
-        or not (_optional(error, str) and _optional(error_type, str))
+        or not (optional(error, str) and optional(error_type, str))
     ):
         raise HandOver("node result")
     return {
@@ -440,15 +442,15 @@ def _run_view(view: Any) -> bool:
     return (
         view["operation"] in OPERATIONS
         and (view.get("phase") is None or view.get("phase") in PHASES)
-        and _optional(view.get("revision"), int)
-        and all(_int(view.get(k, 0)) for k in ("total", "done", "failed"))
+        and optional(view.get("revision"), int)
+        and all(is_int(view.get(k, 0)) for k in ("total", "done", "failed"))
         and isinstance(running, list)
         and all(isinstance(r, str) for r in running)
         and isinstance(view.get("summary", {}), dict)
-        and (eta is None or _int(eta) or isinstance(eta, float))
-        and all(_optional(view.get(k), str) for k in VIEW_TEXTS)
+        and (eta is None or is_int(eta) or isinstance(eta, float))
+        and all(optional(view.get(k), str) for k in VIEW_TEXTS)
         and all(view.get(k) is None or _time(view[k]) for k in ("started_at", "ended_at"))
-        and _optional(view.get("result"), dict)
+        and optional(view.get("result"), dict)
     )
 
 

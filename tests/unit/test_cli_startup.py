@@ -25,7 +25,7 @@ import pytest
 import typer.main
 from typer.testing import CliRunner
 
-from stackflow.cli import quick
+from stackflow.cli import quick, quick_args
 from stackflow.cli.app import app
 from stackflow.cli.commands import COMMANDS, EXIT_CODES_HELP, render_help
 from stackflow.cli.main import load_commands
@@ -116,8 +116,8 @@ def test_the_quick_path_knows_the_engine_s_values() -> None:
     assert tuple(a.value for a in Action) == quick.ACTIONS
     assert tuple(t.value for t in EventType) == quick.EVENT_TYPES
     assert (STREAM_NAME, STREAM_VERSION) == quick.STREAM
-    assert MAX_SPEC_BYTES == quick.MAX_SPEC_BYTES
-    assert remote.CLOSE_WAIT == quick.CLOSE_WAIT
+    assert MAX_SPEC_BYTES == quick_args.MAX_SPEC_BYTES
+    assert remote.CLOSE_WAIT == quick_args.CLOSE_WAIT
 
 
 # ---- `stackflow status` in API mode: the quick answer against the typer command's -----------

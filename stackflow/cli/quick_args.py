@@ -30,6 +30,16 @@ STATUS_OPTIONS = {**COMMON_OPTIONS, "--unavailable-timeout": "timeout"}
 PREVIEW_OPTIONS = {**COMMON_OPTIONS, "-f": "file", "--file": "file"}
 PREVIEW_FLAGS = {"--detail": ("detail", "yes"), "--no-detail": ("detail", "no")}
 RUN_FIELDS = ("run_id", "workflow_id", "operation", "status")
+BAD_INPUT_TYPES = (
+    "InvalidInput",
+    "SpecError",
+    "PolicyDenied",
+    "NotFound",
+    "NotFoundError",
+    "Conflict",
+)
+"""Failure classes that fixing the spec or options resolves: exit 2 (else 1). The typer
+commands (``stackflow.cli.report``) and the quick path share this one table."""
 COMMANDS = ("status", "preview", "apply", "destroy")
 """The commands answered in API mode (in their plain case)."""
 

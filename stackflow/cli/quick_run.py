@@ -32,6 +32,7 @@ from stackflow.cli.quick import (
     ui_link,
 )
 from stackflow.cli.quick_args import (
+    BAD_INPUT_TYPES,
     CLOSE_WAIT,
     COMMON_OPTIONS,
     is_int,
@@ -62,15 +63,6 @@ DEFAULTS = {"on_failure": "fail", "max_concurrency": 8}
 """What ``remote.run_request`` sends for apply's and destroy's default options."""
 OPERATIONS = ("apply", "destroy", "rollback", "refresh", "preview", "drift")
 """``stackflow.release.Operation``'s values (and ``stackflow.api.models.RunOperation``'s)."""
-BAD_INPUT_TYPES = (
-    "InvalidInput",
-    "SpecError",
-    "PolicyDenied",
-    "NotFound",
-    "NotFoundError",
-    "Conflict",
-)
-"""``stackflow.cli.report.BAD_INPUT_TYPES``: failure classes that exit 2."""
 MOVING = ("applying", "destroying")
 """``stackflow.cli.remote.MOVING``: the phases on which the preview is shown."""
 CREATED_FIELDS = ("run_id", "workflow_id", "operation", "status_url", "events_url")

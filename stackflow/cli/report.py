@@ -11,21 +11,12 @@ import typer
 from rich.console import Console
 
 from stackflow.cli.output import OutputFormat
+from stackflow.cli.quick_args import BAD_INPUT_TYPES as BAD_INPUT_TYPES
 from stackflow.errors import OperationFailed, SpecError, StackflowError, StackLockedError
 from stackflow.masking import masked_release_data
 from stackflow.operation import OperationResult
 from stackflow.release import Phase
 from stackflow.render import render_outcome
-
-BAD_INPUT_TYPES = (
-    "InvalidInput",
-    "SpecError",
-    "PolicyDenied",
-    "NotFound",
-    "NotFoundError",
-    "Conflict",
-)
-"""Failure classes that fixing the spec or options resolves: exit 2 (else 1)."""
 
 ReleaseOf = Callable[[OperationResult], dict[str, Any] | None]
 

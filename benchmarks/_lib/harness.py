@@ -184,14 +184,19 @@ class Worker:
             self.spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.spy.wait(timeout=60)
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        terminate(self.proc)
+
+
+def terminate(proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM (a worker drains, the API closes), then SIGKILL after 30 s."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 API_TOKEN = "bench-admin-token"
@@ -257,14 +262,7 @@ class ApiServer:
         return {**self.env, "STACKFLOW_API_URL": self.url, "STACKFLOW_API_TOKEN": API_TOKEN}
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        terminate(self.proc)
 
 
 @dataclass

@@ -505,6 +505,9 @@ TERRAFORM_GROUPED = "Terraform"
 group's concurrent calls as one tofu command."""
 GROUP_LIMIT = 64
 """Nodes one ``run_group`` activity takes at most."""
+TERRAFORM_GROUP_LIMIT = 256
+"""Terraform nodes one ``run_group`` activity takes at most, in runs with the
+``whole-terraform-groups`` patch: all go to one tofu command (the runtime's ``BATCH_LIMIT``)."""
 
 
 class StatusView(BaseModel):

@@ -40,8 +40,9 @@ from stackflow.spec import Resource
 from stackflow.state.backend import RunRef
 
 UNKNOWN_UNTIL_APPLY = "(known after apply)"
-COALESCED_PARALLELISM = 64
-"""Calls in flight at once to a runtime that merges concurrent calls into one command."""
+COALESCED_PARALLELISM = 256
+"""Calls in flight at once to a runtime that merges concurrent calls into one command (as many
+as one command takes: the Terraform runtime's ``BATCH_LIMIT``)."""
 STACK_SECRETS_KEPT = 256
 """Stacks whose known secrets (digests) a worker remembers, the latest revision of each."""
 

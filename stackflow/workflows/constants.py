@@ -44,3 +44,7 @@ again; runs started before close as soon as the cancel is requested."""
 LOCAL_PHASE_WRITES = "local-phase-writes"
 """Patch: the release's phase is written by a local activity (``set_phase`` in the workflow
 task, :mod:`stackflow.workflows.phases`) instead of an activity on the task queue."""
+WHOLE_TERRAFORM_GROUPS = "whole-terraform-groups"
+"""Patch: a group of ready Terraform nodes takes up to TERRAFORM_GROUP_LIMIT (one tofu command),
+not GROUP_ROUNDS rounds of its share of the concurrency, and groups are keyed by runtime as
+well as by step (a Terraform group holds no other runtime's nodes)."""

@@ -26,6 +26,7 @@ with workflow.unsafe.imports_passed_through():
         DETAIL_LIMIT,
         GROUP_LIMIT,
         GROUPED_TYPES,
+        TERRAFORM_GROUP_LIMIT,
         TERRAFORM_GROUPED,
         BatchInput,
         BatchResult,
@@ -45,8 +46,9 @@ with workflow.unsafe.imports_passed_through():
         GROUP_READY_NODES,
         GROUP_TERRAFORM_NODES,
         SETTLE_CANCELLED_NODES,
+        WHOLE_TERRAFORM_GROUPS,
     )
-    from stackflow.workflows.walker import WalkProgress, walk
+    from stackflow.workflows.walker import GroupSize, WalkProgress, rounds_of_share, walk
 
 
 def _innermost(exc: BaseException) -> BaseException:
@@ -188,20 +190,29 @@ async def run_resource_group(
 
 
 def group_key(
-    batch: BatchInput, types: tuple[str, ...] = GROUPED_TYPES
+    batch: BatchInput, types: tuple[str, ...] = GROUPED_TYPES, *, by_runtime: bool = False
 ) -> Callable[[PlannedNode], str | None]:
     """Nodes that may share an activity: runtimes in ``types`` (cheap ones, or Terraform,
     whose runtime runs a group's calls as one command), same kind of step, no readiness
-    wait (``watch`` can take minutes per node)."""
+    wait (``watch`` can take minutes per node); ``by_runtime``: one runtime per group."""
 
     def key(node: PlannedNode) -> str | None:
         if batch.watch or node.type not in types:
             return None
         verb = "delete" if node.action == "Delete" else "apply"
         # routed runs group per runtime: a group's activity goes to its runtime's queue
-        return f"{node.type}/{verb}" if batch.queues else verb
+        return f"{node.type}/{verb}" if batch.queues or by_runtime else verb
 
     return key
+
+
+def whole_terraform_groups(key: str, share: int) -> int:
+    """A Terraform group takes every ready node it may (TERRAFORM_GROUP_LIMIT): its runtime
+    runs them as one tofu command, so fewer, larger groups mean fewer tofu processes. Other
+    groups keep about GROUP_ROUNDS rounds of their share, GROUP_LIMIT at most."""
+    if key.startswith(f"{TERRAFORM_GROUPED}/"):
+        return TERRAFORM_GROUP_LIMIT
+    return min(GROUP_LIMIT, rounds_of_share(share))
 
 
 async def walk_nodes(
@@ -215,9 +226,13 @@ async def walk_nodes(
 
     grouped = workflow.patched(GROUP_READY_NODES)
     types: tuple[str, ...] = GROUPED_TYPES
+    size: GroupSize | None = None
+    by_runtime = False
     terraform = grouped and any(n.type == TERRAFORM_GROUPED for n in nodes)
     if terraform and workflow.patched(GROUP_TERRAFORM_NODES):
         types = (*GROUPED_TYPES, TERRAFORM_GROUPED)
+        if workflow.patched(WHOLE_TERRAFORM_GROUPS):
+            size, by_runtime = whole_terraform_groups, True
     return await walk(
         nodes,
         run,
@@ -226,8 +241,9 @@ async def walk_nodes(
         blocked=blocked,
         progress=progress,
         run_group=run_group if grouped else None,
-        group_key=group_key(batch, types) if grouped else None,
+        group_key=group_key(batch, types, by_runtime=by_runtime) if grouped else None,
         group_limit=GROUP_LIMIT,
+        group_size=size,
     )
 
 

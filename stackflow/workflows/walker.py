@@ -23,6 +23,15 @@ GROUP_ROUNDS = 8
 RunNode = Callable[[PlannedNode], Awaitable[NodeResult]]
 RunGroup = Callable[[list[PlannedNode], int], Awaitable[list[NodeResult]]]
 """Runs a group of nodes, at most the given number of runtime calls at once."""
+GroupSize = Callable[[str, int], int]
+"""The most nodes a group of a key takes, given its share of the concurrency."""
+
+
+def rounds_of_share(share: int) -> int:
+    """About GROUP_ROUNDS rounds of the group's share: progress still moves in small steps."""
+    return GROUP_ROUNDS * share
+
+
 CANCEL_IN_FLIGHT = "walk-cancels-in-flight-nodes"
 """Patch: a cancelled walk cancels its running nodes (runs from before it let them finish)."""
 
@@ -62,13 +71,16 @@ async def walk(
     run_group: RunGroup | None = None,
     group_key: Callable[[PlannedNode], str | None] | None = None,
     group_limit: int = 64,
+    group_size: GroupSize | None = None,
 ) -> list[NodeResult]:
     """Run every node after its dependencies; return one result per node, in plan order.
 
     With ``run_group``, ready nodes that share a ``group_key`` (None: never grouped) start
     together in one call (one activity, up to ``group_limit`` nodes) instead of one call
-    each. ``max_concurrency`` bounds the runtime calls in flight either way: a group may make
-    at most half of them at once, so two groups overlap (one runs while the other's result
+    each: as many as ``group_size`` says for the key, by default about GROUP_ROUNDS rounds of
+    its share and never more than ``group_limit``.
+    ``max_concurrency`` bounds the runtime calls in flight either way: a group may make at
+    most half of them at once, so two groups overlap (one runs while the other's result
     travels back)."""
     progress = progress or WalkProgress()
     order = {node.id: i for i, node in enumerate(nodes)}
@@ -112,12 +124,13 @@ async def walk(
     async def single(node: PlannedNode) -> list[NodeResult]:
         return [await run_node(node)]
 
-    def take(limit: int) -> list[str]:
-        """The next ready node, and the ready nodes of its group (up to ``limit``)."""
+    def take(share: int) -> list[str]:
+        """The next ready node, and the ready nodes of its group (up to its size)."""
         first = ready.pop(0)
         key = group_key(by_id[first]) if run_group is not None and group_key else None
         if key is None:
             return [first]
+        limit = group_size(key, share) if group_size else min(group_limit, rounds_of_share(share))
         picked = [first]
         for node_id in list(ready):
             if len(picked) >= limit:
@@ -133,8 +146,7 @@ async def walk(
     while ready or in_flight:
         while ready and not stopping and flying < max_concurrency:
             share = min(group_slots, max_concurrency - flying)
-            # a group runs about 8 rounds of its share: progress still moves in small steps
-            ids = take(min(group_limit, GROUP_ROUNDS * share))
+            ids = take(share)
             if len(ids) == 1:
                 task = asyncio.ensure_future(single(by_id[ids[0]]))
                 slots[task] = 1

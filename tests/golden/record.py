@@ -248,6 +248,28 @@ async def main() -> None:
         )
         await tf_gone.result()
         await save(client, tf_gone, "grouped_terraform_destroy")
+        # whole-terraform-groups: with a share of one call, a Terraform group still takes
+        # every ready node (one tofu command), and groups hold one runtime each
+        whole = [
+            {**data[0], "id": f"builtin:terraform:terraform_data:w{i}", "attributes": {"input": i}}
+            for i in range(12)
+        ] + files(root / "w", 2)
+        tf_whole = await start(
+            f"golden-tfwhole-{tag}",
+            spec={"resources": whole},
+            auto_approve=True,
+            max_concurrency=2,
+        )
+        await tf_whole.result()
+        await save(client, tf_whole, "whole_terraform_apply")
+        tf_whole_gone = await start(
+            f"golden-tfwhole-{tag}",
+            workflow="DestroyWorkflow",
+            auto_approve=True,
+            max_concurrency=2,
+        )
+        await tf_whole_gone.result()
+        await save(client, tf_whole_gone, "whole_terraform_destroy")
 
         # the run-events patch: the change summary with the approval wait, the decision
         # wait of a paused run, and a preview's run_complete, appended by append_events

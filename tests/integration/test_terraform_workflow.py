@@ -14,11 +14,13 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
+from temporalio.client import Client
 
 from stackflow.refs import StackRef
 from stackflow.runtimes.terraform import STATE_KEY
 from stackflow.state.backend import open_backend
 from tests.integration.conftest import WorkerProcess, run_cli
+from tests.integration.opshelp import payload_json_async
 
 MIRROR = Path.home() / ".cache" / "stackflow" / "terraform" / "mirror"
 RANDOM = "registry.terraform.io/hashicorp/random/3.6.0"
@@ -197,3 +199,66 @@ def test_twenty_independent_resources_apply_concurrently(
     destroyed = _json(run_cli(env, "destroy", "--yes", "--max-concurrency", "10", *common))
     assert destroyed["phase"] == "succeeded"
     assert len(destroyed["results"]) == 20
+
+
+async def _groups(client: Client, workflow_id: str) -> list[list[str]]:
+    """The node ids of each ``run_group`` activity of the workflow's latest run."""
+    groups = []
+    handle = client.get_workflow_handle(workflow_id)
+    async for event in handle.fetch_history_events():
+        if event.HasField("activity_task_scheduled_event_attributes"):
+            attrs = event.activity_task_scheduled_event_attributes
+            if attrs.activity_type.name == "run_group":
+                group = await payload_json_async(attrs.input.payloads[0])
+                groups.append([rid for rid, _ in group["nodes"]])
+    return groups
+
+
+async def test_ready_terraform_nodes_go_to_one_tofu_command_whatever_the_concurrency(
+    tmp_path: Path,
+    stack_env: dict[str, str],
+    worker_process: WorkerProcess,
+    temporal_client: Client,
+) -> None:
+    """With ``--max-concurrency 2`` a group's share is one call: groups of cheap runtimes take
+    8 nodes (GROUP_ROUNDS rounds), a Terraform group every ready node (one tofu command),
+    and no group mixes runtimes."""
+    project = f"tfw{uuid.uuid4().hex[:8]}"
+    data = [
+        {
+            "id": f"builtin:terraform:terraform_data:d{i:02d}",
+            "type": "Terraform",
+            "attributes": {"input": {"n": i}},
+            "extensions": {"provider": BUILTIN},
+        }
+        for i in range(12)
+    ]
+    root = tmp_path / "files"
+    files = [
+        {
+            "id": f"onprem:File:{root}/f{i:02d}",
+            "type": "OnPrem",
+            "attributes": {"kind": "File", "path": f"{root}/f{i:02d}", "content": f"{i}\n"},
+        }
+        for i in range(10)
+    ]
+    spec = _spec(tmp_path / "spec.yaml", [*data, *files])
+    common = ("--project", project, "--output", "json", "--max-concurrency", "2")
+    applied = _json(run_cli(stack_env, "apply", "-f", str(spec), "--yes", *common))
+    assert applied["phase"] == "succeeded", applied
+    assert [r["status"] for r in applied["results"]] == ["succeeded"] * 22
+    assert sorted(p.name for p in root.iterdir()) == [f"f{i:02d}" for i in range(10)]
+    workflow_id = f"stackflow/{project}/default"
+    groups = await _groups(temporal_client, workflow_id)
+    terraform = [g for g in groups if g[0].startswith("builtin:terraform:")]
+    onprem = [g for g in groups if g[0].startswith("onprem:")]
+    assert terraform == [[d["id"] for d in data]], groups
+    assert sorted(len(g) for g in onprem) == [2, 8], groups  # 8 per group, its share 1
+    assert all(len({rid.split(":")[0] for rid in g}) == 1 for g in groups), groups
+
+    destroyed = _json(run_cli(stack_env, "destroy", "--yes", *common))
+    assert destroyed["phase"] == "succeeded", destroyed
+    gone = await _groups(temporal_client, workflow_id)
+    tf_gone = [sorted(g) for g in gone if g[0].startswith("builtin:terraform:")]
+    assert tf_gone == [sorted(d["id"] for d in data)], gone
+    assert list(root.iterdir()) == []

@@ -11,8 +11,14 @@ from typing import Any
 
 import pytest
 
+from stackflow.activities.resource_step import COALESCED_PARALLELISM
 from stackflow.masking import sensitive_paths_for
-from stackflow.operation import GROUPED_TYPES, TERRAFORM_GROUPED
+from stackflow.operation import (
+    GROUP_LIMIT,
+    GROUPED_TYPES,
+    TERRAFORM_GROUP_LIMIT,
+    TERRAFORM_GROUPED,
+)
 from stackflow.runtime_rules import (
     ENTRY_POINT_GROUP,
     RuntimeLoadError,
@@ -42,6 +48,22 @@ def test_the_workflows_group_what_the_runtimes_declare_grouped() -> None:
     runtime declares whether it may be grouped: the two must agree."""
     declared = {name for name, rules in all_rules().items() if rules.grouped}
     assert declared == {*GROUPED_TYPES, TERRAFORM_GROUPED}
+
+
+def test_a_whole_terraform_group_fits_one_tofu_command() -> None:
+    """A Terraform group of the walk (whole-terraform-groups) is one command: its calls are
+    all in flight at once and one batch of the runtime takes them all; other groups keep
+    GROUP_ROUNDS rounds of their share."""
+    from stackflow.runtimes.terraform.batch import BATCH_LIMIT
+    from stackflow.workflows.nodes import whole_terraform_groups
+    from stackflow.workflows.walker import GROUP_ROUNDS
+
+    assert COALESCED_PARALLELISM >= TERRAFORM_GROUP_LIMIT
+    assert BATCH_LIMIT >= TERRAFORM_GROUP_LIMIT > GROUP_LIMIT
+    assert whole_terraform_groups(f"{TERRAFORM_GROUPED}/apply", 1) == TERRAFORM_GROUP_LIMIT
+    assert whole_terraform_groups(f"{TERRAFORM_GROUPED}/delete", 4) == TERRAFORM_GROUP_LIMIT
+    assert whole_terraform_groups("OnPrem/apply", 1) == GROUP_ROUNDS
+    assert whole_terraform_groups("Kubernetes/apply", 16) == GROUP_LIMIT
 
 
 def test_each_runtime_owns_its_id_rule_and_secrets() -> None:

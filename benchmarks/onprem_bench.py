@@ -20,7 +20,9 @@ SQLite state backend, see benchmarks/_lib), then
     .venv/bin/python benchmarks/onprem_bench.py --profile /tmp/onprem.raw    # py-spy samples
 
 With ``--api`` the ``stackflow`` commands run in API mode, through a ``stackflow serve`` of
-the benchmark's own on the same worker (as a team with the service runs them).
+the benchmark's own on the same worker (as a team with the service runs them). With
+``--worker-processes N`` the worker runs as N processes (``stackflow worker --processes N``);
+its CPU and peak RSS are those of the N together.
 
 After the one stack, the same number of files as ``--stacks`` (default 12) stacks applied at
 once by as many ``stackflow apply`` processes on the same worker: their aggregate res/s,
@@ -130,7 +132,12 @@ def bench_size(
     server_log = harness.ServerLog()
     extra = ["--max-concurrency", str(args.max_concurrency)] if args.max_concurrency else []
     with harness.stack(
-        args.backend, onprem_root=files, profile=args.profile, keep=args.keep, api=args.api
+        args.backend,
+        onprem_root=files,
+        profile=args.profile,
+        keep=args.keep,
+        api=args.api,
+        worker_processes=args.worker_processes,
     ) as sf:
         root = files / project
         spec_path = sf.work / "spec.json"
@@ -206,6 +213,12 @@ def main() -> None:
         action="store_true",
         help="the CLI through a `stackflow serve` of the benchmark's own (API mode)",
     )
+    parser.add_argument(
+        "--worker-processes",
+        type=int,
+        default=1,
+        help="the worker as this many processes (`stackflow worker --processes N`)",
+    )
     args = parser.parse_args()
     harness.need_env("TEMPORAL_ADDRESS")
     rows: list[list[object]] = []
@@ -224,6 +237,8 @@ def main() -> None:
                     f"{size} files, run {run}: stackflow {row[1]} s, direct {row[3]} s", flush=True
                 )
     mode = ", the CLI through the API" if args.api else ""
+    if args.worker_processes > 1:
+        mode += f", {args.worker_processes} worker processes"
     print(
         f"\n== OnPrem files: `stackflow apply --yes` ({args.backend}{mode}) vs the runtime "
         "in-process"

@@ -5,9 +5,10 @@ STACKFLOW_TASK_QUEUE, STACKFLOW_STATE_URL (default: SQLite under STACKFLOW_HOME)
 STACKFLOW_HOME (local caches only), STACKFLOW_METRICS_ADDRESS (Prometheus metrics, the
 Temporal SDK's and stackflow's, at http://ADDRESS/metrics; unset: none) and STACKFLOW_TRACING
 (``otlp``: OpenTelemetry spans of runs to an OTLP/HTTP collector, see stackflow.tracing; unset:
-none), migrates the state backend's schema, registers everything, and shuts down gracefully
-on SIGTERM/SIGINT (in-flight activities finish or are retried elsewhere; buffered spans are
-sent).
+none) and STACKFLOW_WORKER_PROCESSES (that many worker processes under one supervisor, see
+stackflow.worker_processes; default 1), migrates the state backend's schema, registers
+everything, and shuts down gracefully on SIGTERM/SIGINT (in-flight activities finish or are
+retried elsewhere; buffered spans are sent).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -26,7 +28,7 @@ from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.runtime import Runtime
 from temporalio.worker import Worker, WorkerDeploymentConfig
 
-from stackflow import metrics, tracing
+from stackflow import metrics, tracing, worker_processes
 from stackflow.activities import WorkerActivities
 from stackflow.cache import PriorStateCache
 from stackflow.codec import data_converter
@@ -206,13 +208,15 @@ async def _serve(
         queues = ", ".join(repr(q) for q in serves.task_queues(settings.task_queue))
         built = "all" if serves.types is None else ",".join(sorted(serves.types)) or "none"
         build = settings.deployment.to_canonical_string() if settings.deployment else "unversioned"
+        index = worker_processes.describe_index(os.environ)
+        placed = f"; {index}" if index else ""
         print(
             f"stackflow worker ready: task queue {queues} on {settings.address} "
             f"(namespace {settings.namespace}, state {redact_url(activities.backend.url)}, "
             f"home {stackflow_home()}, payloads "
             f"{'encrypted' if KeyRing.from_env() else 'NOT encrypted (no key configured)'}, "
             f"runtimes {built}, "
-            f"build {build})",
+            f"build {build}{placed})",
             flush=True,
         )
         print(f"stackflow worker policy: {policy}", flush=True)
@@ -228,11 +232,27 @@ async def _serve(
     activities.backend.close()
 
 
-def main(runtimes: str | None = None) -> None:
-    """``runtimes``: what ``--runtimes`` says (else ``STACKFLOW_WORKER_RUNTIMES``, else all)."""
+def check(settings: WorkerSettings, runtimes: str | None) -> None:
+    """What a worker checks before it starts: a bad policy, key or routing setting stops it
+    here, with the same message whether one process starts or many."""
+    worker_policy()
+    KeyRing.from_env()
+    serving(settings.task_queue, runtimes)
+
+
+def main(runtimes: str | None = None, processes: str | None = None) -> None:
+    """``runtimes``: what ``--runtimes`` says (else ``STACKFLOW_WORKER_RUNTIMES``, else all);
+    ``processes``: what ``--processes`` says (else ``STACKFLOW_WORKER_PROCESSES``, else 1)."""
     os.umask(0o077)  # every file and directory the worker writes: 0600 / 0700
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    asyncio.run(run(WorkerSettings.from_env(), runtimes))
+    settings = WorkerSettings.from_env()
+    count = worker_processes.process_count(
+        processes if processes is not None else os.environ.get(worker_processes.PROCESSES_ENV)
+    )
+    if count > 1:
+        check(settings, runtimes)
+        sys.exit(worker_processes.supervise(count, runtimes, settings.metrics_address))
+    asyncio.run(run(settings, runtimes))
 
 
 if __name__ == "__main__":

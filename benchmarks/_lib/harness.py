@@ -105,15 +105,21 @@ def _proc_kb(pid: int, key: str) -> int | None:
 
 
 class Worker:
-    """``python worker.py`` on its own task queue, home and state backend."""
+    """``python worker.py`` on its own task queue, home and state backend (``processes``: that
+    many worker processes under one supervisor, ``--processes``)."""
 
-    def __init__(self, env: dict[str, str], log: Path, profile: Path | None = None) -> None:
-        self.env = env
+    def __init__(
+        self, env: dict[str, str], log: Path, profile: Path | None = None, processes: int = 1
+    ) -> None:
+        self.env = {**env, "STACKFLOW_WORKER_PROCESSES": str(processes)}
         self.log = log
         self.profile = profile
+        self.processes = processes
         self.proc: subprocess.Popen[bytes] | None = None
         self.spy: subprocess.Popen[bytes] | None = None
-        self.peak_kb: int | None = None
+        self.peak_kb: dict[int, int] = {}
+        self.pids: list[int] = []
+        """The processes that run the worker (the supervisor's children, or the one)."""
 
     def start(self, timeout: float = 90.0) -> None:
         with self.log.open("wb") as out:
@@ -127,13 +133,18 @@ class Worker:
                 start_new_session=True,
             )
         deadline = time.monotonic() + timeout
-        while "stackflow worker ready" not in self.log.read_text(errors="replace"):
+        while self.log.read_text(errors="replace").count("stackflow worker ready") < self.processes:
             if self.proc.poll() is not None:
                 raise SystemExit(f"the worker exited during start-up:\n{self.tail()}")
             if time.monotonic() > deadline:
                 self.stop()
                 raise SystemExit(f"the worker did not start in {timeout:g}s:\n{self.tail()}")
             time.sleep(0.2)
+        self.pids = [self.proc.pid]
+        if self.processes > 1:
+            found = re.search(r"stackflow worker: \d+ processes \(pids ([\d, ]+)\)", self.tail(200))
+            assert found, self.tail()
+            self.pids = [int(p) for p in found.group(1).split(", ")]
         if self.profile is not None:
             spy = os.environ.get("PYSPY") or shutil.which("py-spy")
             if not spy:
@@ -143,7 +154,7 @@ class Worker:
                     spy,
                     "record",
                     "--pid",
-                    str(self.proc.pid),
+                    str(self.pids[0]),
                     "--format",
                     "raw",
                     "--rate",
@@ -166,11 +177,14 @@ class Worker:
         return None if kb is None else kb / 1024
 
     def peak_rss_mb(self) -> float | None:
-        """Peak resident set size of the worker so far (``VmHWM``)."""
-        kb = _proc_kb(self.pid, "VmHWM") if self.proc and self.proc.poll() is None else None
-        if kb is not None:
-            self.peak_kb = kb
-        return None if self.peak_kb is None else self.peak_kb / 1024
+        """Peak resident set size of the worker so far (``VmHWM``; of several processes,
+        the sum of each one's peak)."""
+        if self.proc and self.proc.poll() is None:
+            for pid in self.pids:
+                kb = _proc_kb(pid, "VmHWM")
+                if kb is not None:
+                    self.peak_kb[pid] = kb
+        return sum(self.peak_kb.values()) / 1024 if self.peak_kb else None
 
     def tail(self, lines: int = 30) -> str:
         try:
@@ -291,10 +305,10 @@ class Stack:
         """Run ``stackflow ARGS``; its wall time in seconds. A failure stops the benchmark.
         ``api``: through the API server or not (default: through it when there is one)."""
         through = self.api is not None if api is None else api
-        pids = {"worker": self.worker.pid, **service_pids(SERVICES)}
+        pids = service_pids(SERVICES)
         if self.api is not None and through:
             pids["stackflow serve"] = self.api.pid
-        self.meter = CpuMeter(pids)
+        self.meter = CpuMeter(pids, self.worker.pids)
         self.meter.start()
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         started = time.perf_counter()
@@ -407,6 +421,7 @@ def stack(
     keep: bool = False,
     extra_env: dict[str, str] | None = None,
     api: bool = False,
+    worker_processes: int = 1,
 ) -> Iterator[Stack]:
     """A worker of the benchmark's own (task queue, home, state backend) and the CLI's
     environment to reach it (``api``: through a ``stackflow serve`` of its own, as a team
@@ -429,7 +444,7 @@ def stack(
                     roots.append(env["STACKFLOW_ONPREM_ROOTS"])
                 env["STACKFLOW_ONPREM_ROOTS"] = os.pathsep.join(roots)
             env.update(extra_env or {})
-            worker = Worker(env, work / "worker.log", profile)
+            worker = Worker(env, work / "worker.log", profile, worker_processes)
             worker.start()
             server = ApiServer(env, work) if api else None
             try:
@@ -497,19 +512,21 @@ def service_pids(names: Sequence[str]) -> dict[str, int]:
 
 
 class CpuMeter:
-    """CPU seconds used by each named process between ``start()`` and ``stop()``."""
+    """CPU seconds used by each named process between ``start()`` and ``stop()``; the worker's
+    processes (``workers``) count together as ``worker``, their children (tofu) apart."""
 
-    def __init__(self, pids: dict[str, int]) -> None:
+    def __init__(self, pids: dict[str, int], workers: Sequence[int] = ()) -> None:
         self.pids = pids
+        self.workers = list(workers)
         self.begin: dict[str, float] = {}
         self.used: dict[str, float] = {}
 
     def _sample(self) -> dict[str, float]:
         found = {n: c for n, p in self.pids.items() if (c := cpu_seconds(p)) is not None}
-        if "worker" in self.pids:
-            kids = cpu_seconds(self.pids["worker"], children=True)
-            if kids is not None:
-                found["worker's child processes"] = kids
+        for name, children in (("worker", False), ("worker's child processes", True)):
+            each = [cpu_seconds(pid, children=children) for pid in self.workers]
+            if any(c is not None for c in each):
+                found[name] = sum(c for c in each if c is not None)
         return found
 
     def start(self) -> None:

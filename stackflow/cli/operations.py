@@ -391,7 +391,17 @@ def worker(
             "--metrics-address",
             envvar="STACKFLOW_METRICS_ADDRESS",
             help="Serve Prometheus metrics (the Temporal SDK's and stackflow's) at "
-            "http://HOST:PORT/metrics, e.g. 127.0.0.1:9464 (default: none).",
+            "http://HOST:PORT/metrics, e.g. 127.0.0.1:9464 (default: none; with --processes N, "
+            "process i serves PORT+i).",
+        ),
+    ] = None,
+    processes: Annotated[
+        str | None,
+        typer.Option(
+            "--processes",
+            help="Worker processes on this host, under this one (a number from 1 to 64, or "
+            "'auto': one per CPU). One process runs Python on one core at a time; several "
+            "share the runs' activities. Env: STACKFLOW_WORKER_PROCESSES. Default: 1.",
         ),
     ] = None,
 ) -> None:
@@ -401,4 +411,4 @@ def worker(
     if metrics_address:  # the worker reads its settings from the environment
         os.environ["STACKFLOW_METRICS_ADDRESS"] = metrics_address
 
-    worker_module.main(runtimes)
+    worker_module.main(runtimes, processes)

@@ -1,0 +1,128 @@
+"""``stackflow worker --processes 2`` against the real Temporal server: both processes poll
+the task queue and serve runs, SIGTERM stops them all, and one that dies takes the others
+down with a failing exit code (the service manager restarts the whole)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+from temporalio.client import Client
+
+from tests.integration.conftest import REPO, run_cli
+from tests.integration.opshelp import cli_json, expect_exit, poll
+
+
+def start(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "stackflow.worker"],
+        cwd=REPO,
+        env={**env, "STACKFLOW_WORKER_PROCESSES": "2"},
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+    )
+
+
+async def pollers(client: Client, queue: str) -> set[str]:
+    answer = await client.workflow_service.describe_task_queue(
+        DescribeTaskQueueRequest(
+            namespace=client.namespace,
+            task_queue=TaskQueue(name=queue),
+            task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY,
+        )
+    )
+    return {p.identity for p in answer.pollers}
+
+
+def children(log: Path) -> list[int]:
+    for line in log.read_text().splitlines():
+        if line.startswith("stackflow worker: 2 processes (pids "):
+            return [int(p) for p in line.split("pids ")[1].rstrip(")").split(", ")]
+    return []
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+async def test_two_processes_serve_one_queue_and_stop_together(
+    tmp_path: Path, stack_env: dict[str, str], temporal_client: Client
+) -> None:
+    log = tmp_path / "worker.log"
+    supervisor = start(stack_env, log)
+    try:
+        await poll(lambda: _ready(log, 2), timeout=60, what=f"two ready worker processes in {log}")
+        pids = children(log)
+        assert len(pids) == 2 and supervisor.pid not in pids
+        queue = stack_env["STACKFLOW_TASK_QUEUE"]
+        found = await poll(
+            lambda: _both(temporal_client, queue, pids),
+            timeout=30,
+            what="both processes polling the task queue",
+        )
+        assert found == {f"{pid}@" for pid in pids}
+        root = tmp_path / "files"
+        spec = tmp_path / "spec.json"
+        files = [
+            {
+                "id": f"onprem:File:{root}/f{i:02d}",
+                "type": "OnPrem",
+                "attributes": {"kind": "File", "path": f"{root}/f{i:02d}", "content": f"{i}\n"},
+            }
+            for i in range(40)
+        ]
+        spec.write_text(json.dumps({"resources": files}))
+        project = f"wp{uuid.uuid4().hex[:8]}"
+        command = ("apply", "-f", str(spec), "--project", project, "--yes", "-o", "json")
+        applied = cli_json(expect_exit(run_cli(stack_env, *command)))
+        assert applied["phase"] == "succeeded"
+        assert len(list(root.iterdir())) == 40
+
+        supervisor.send_signal(signal.SIGTERM)
+        assert supervisor.wait(timeout=40) == 0
+        assert all(gone(pid) for pid in pids)
+        assert log.read_text().count("stackflow worker stopping (SIGTERM)") == 2
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait()
+
+
+async def test_a_process_that_dies_takes_the_others_down(
+    tmp_path: Path, stack_env: dict[str, str]
+) -> None:
+    log = tmp_path / "worker.log"
+    supervisor = start(stack_env, log)
+    try:
+        await poll(lambda: _ready(log, 2), timeout=60, what=f"two ready worker processes in {log}")
+        first, second = children(log)
+        os.kill(first, signal.SIGKILL)
+        assert supervisor.wait(timeout=40) == 1
+        assert gone(second)
+        assert f"process {first} exited with code -9; stopping the others" in log.read_text()
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait()
+
+
+async def _ready(log: Path, count: int) -> bool:
+    return log.exists() and log.read_text().count("stackflow worker ready") >= count
+
+
+async def _both(client: Client, queue: str, pids: list[int]) -> set[str] | None:
+    seen = {i.split("@")[0] + "@" for i in await pollers(client, queue)}
+    wanted = {f"{pid}@" for pid in pids}
+    return seen if wanted <= seen else None

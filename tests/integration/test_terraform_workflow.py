@@ -20,7 +20,7 @@ from stackflow.refs import StackRef
 from stackflow.runtimes.terraform import STATE_KEY
 from stackflow.state.backend import open_backend
 from tests.integration.conftest import WorkerProcess, run_cli
-from tests.integration.opshelp import payload_json_async
+from tests.integration.opshelp import file_resource, payload_json_async
 
 MIRROR = Path.home() / ".cache" / "stackflow" / "terraform" / "mirror"
 RANDOM = "registry.terraform.io/hashicorp/random/3.6.0"
@@ -234,14 +234,7 @@ async def test_ready_terraform_nodes_go_to_one_tofu_command_whatever_the_concurr
         for i in range(12)
     ]
     root = tmp_path / "files"
-    files = [
-        {
-            "id": f"onprem:File:{root}/f{i:02d}",
-            "type": "OnPrem",
-            "attributes": {"kind": "File", "path": f"{root}/f{i:02d}", "content": f"{i}\n"},
-        }
-        for i in range(10)
-    ]
+    files = [file_resource(root / f"f{i:02d}", f"{i}\n") for i in range(10)]
     spec = _spec(tmp_path / "spec.yaml", [*data, *files])
     common = ("--project", project, "--output", "json", "--max-concurrency", "2")
     applied = _json(run_cli(stack_env, "apply", "-f", str(spec), "--yes", *common))

@@ -4,7 +4,6 @@ down with a failing exit code (the service manager restarts the whole)."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -18,7 +17,7 @@ from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client
 
 from tests.integration.conftest import REPO, run_cli
-from tests.integration.opshelp import cli_json, expect_exit, poll
+from tests.integration.opshelp import cli_json, expect_exit, file_resource, poll, write_spec
 
 
 def start(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -74,16 +73,8 @@ async def test_two_processes_serve_one_queue_and_stop_together(
         )
         assert found == {f"{pid}@" for pid in pids}
         root = tmp_path / "files"
-        spec = tmp_path / "spec.json"
-        files = [
-            {
-                "id": f"onprem:File:{root}/f{i:02d}",
-                "type": "OnPrem",
-                "attributes": {"kind": "File", "path": f"{root}/f{i:02d}", "content": f"{i}\n"},
-            }
-            for i in range(40)
-        ]
-        spec.write_text(json.dumps({"resources": files}))
+        files = [file_resource(root / f"f{i:02d}", f"{i}\n") for i in range(40)]
+        spec = write_spec(tmp_path / "spec.yaml", files)
         project = f"wp{uuid.uuid4().hex[:8]}"
         command = ("apply", "-f", str(spec), "--project", project, "--yes", "-o", "json")
         applied = cli_json(expect_exit(run_cli(stack_env, *command)))

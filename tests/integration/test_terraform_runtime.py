@@ -407,6 +407,46 @@ async def test_concurrent_calls_share_one_tofu_command_and_fail_alone(
         backend.close()
 
 
+async def test_a_large_batch_with_a_bad_member_halves_instead_of_running_each_alone(
+    tmp_path: Path, options: RuntimeOptions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """21 calls in one command, one of them bad: the command fails, its halves run as
+    commands again (the good half applies), and only a small half runs each member alone,
+    so the bad member still fails with its own message."""
+    from stackflow.runtimes.terraform.batch import SPLIT_ABOVE
+    from stackflow.state.backend import open_backend
+
+    backend = open_backend(f"sqlite:///{tmp_path / 'state.db'}")
+    runtime = TerraformRuntime(root=tmp_path / "tf", backend=backend)
+    commands: list[str] = []
+    real_run = runtime.cli.run
+
+    async def counted(workdir: Path, command: str, *args: str, **kw: Any) -> Any:
+        commands.append(command)
+        return await real_run(workdir, command, *args, **kw)
+
+    monkeypatch.setattr(runtime.cli, "run", counted)
+    good = [
+        req(f"hashicorp:random:random_password:h{i:02d}", {"length": 8 + i}, RANDOM)
+        for i in range(20)
+    ]
+    bad = req("hashicorp:random:random_password:typo", {"lenght": 16}, RANDOM)
+    try:
+        lives = await asyncio.gather(
+            *(runtime.apply(r, options) for r in [*good, bad]), return_exceptions=True
+        )
+    finally:
+        backend.close()
+    assert isinstance(lives[-1], InvalidInput) and 'named "lenght"' in str(lives[-1])
+    assert str(lives[-1]).startswith("hashicorp:random:random_password:typo:")
+    assert [len(live["result"]) for live in lives[:-1] if isinstance(live, dict)] == [
+        8 + i for i in range(20)
+    ]
+    # one command of 21, then halves (10 and 11, then 5 and 6): at most 5 commands, and
+    # each member alone only in the last half of at most SPLIT_ABOVE (22 applies before)
+    assert 5 + 1 <= commands.count("apply") <= 5 + SPLIT_ABOVE, commands
+
+
 async def test_a_batch_whose_state_cannot_be_kept_leaves_it_for_the_retry(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

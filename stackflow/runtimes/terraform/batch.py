@@ -48,6 +48,10 @@ every command (by about 0.1 s per 50-resource apply, preview included)."""
 BATCH_LIMIT = 256
 """Resources per command at most (a full batch starts at once): a whole Terraform group of the
 walk (``TERRAFORM_GROUP_LIMIT``) or a preview batch's Terraform resources, in one command."""
+SPLIT_ABOVE = 8
+"""A failed batch command of more members than this is tried again as two halves (what the
+failed one applied is kept: they apply the rest); a smaller one runs each member on its own,
+whose error then names its own resource."""
 SLOTS = 4
 """Batch directories per stack and provider configuration (batches running side by side)."""
 LOCK_NAME = ".stackflow.lock"

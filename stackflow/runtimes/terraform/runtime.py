@@ -45,6 +45,7 @@ from stackflow.runtimes.base import (
 from stackflow.runtimes.faults import fault_point
 from stackflow.runtimes.terraform.batch import (
     MEMBERS_FILE,
+    SPLIT_ABOVE,
     Call,
     Coalescer,
     StateLoader,
@@ -57,11 +58,7 @@ from stackflow.runtimes.terraform.batch import (
     split_state,
     write_members,
 )
-from stackflow.runtimes.terraform.cli import (
-    Cli,
-    failure,
-    file_locks,
-)
+from stackflow.runtimes.terraform.cli import Cli, failure, file_locks
 from stackflow.runtimes.terraform.config import (
     TerraformResource,
     parse_resource,
@@ -420,6 +417,14 @@ class TerraformRuntime(Runtime):
             except RuntimeFailure:
                 done = False  # each member on its own says what is wrong with it
             if done:
+                return
+            left = [c for c in calls if not c.settled]
+            if len(left) > SPLIT_ABOVE:  # halves find a bad member in a few commands
+                kept = await asyncio.gather(*(self._stored(c.res.id, c.options) for c in left))
+                for call, stored in zip(left, kept, strict=True):
+                    call.stored = stored  # what the failed command applied and kept
+                half = len(left) // 2
+                await asyncio.gather(self._run_batch(left[:half]), self._run_batch(left[half:]))
                 return
         gate = asyncio.Semaphore(4)
 

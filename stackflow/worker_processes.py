@@ -48,7 +48,9 @@ def process_count(raw: str | None) -> int:
     if not text:
         return 1
     if text == "auto":
-        return max(1, min(MAX_PROCESSES, len(os.sched_getaffinity(0))))
+        usable = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+        cpus = len(usable) if usable is not None else (os.cpu_count() or 1)
+        return max(1, min(MAX_PROCESSES, cpus))
     try:
         count = int(text)
     except ValueError:

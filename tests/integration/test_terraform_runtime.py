@@ -337,6 +337,19 @@ async def test_context_env_reaches_the_cli_and_is_not_recorded(
     assert not dump.exists()
 
 
+def counting_commands(runtime: TerraformRuntime, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The tofu commands the runtime runs from now on, in order (each still runs)."""
+    commands: list[str] = []
+    real_run = runtime.cli.run
+
+    async def counted(workdir: Path, command: str, *args: str, **kw: Any) -> Any:
+        commands.append(command)
+        return await real_run(workdir, command, *args, **kw)
+
+    monkeypatch.setattr(runtime.cli, "run", counted)
+    return commands
+
+
 async def test_concurrent_calls_share_one_tofu_command_and_fail_alone(
     tmp_path: Path, options: RuntimeOptions, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -346,14 +359,7 @@ async def test_concurrent_calls_share_one_tofu_command_and_fail_alone(
 
     backend = open_backend(f"sqlite:///{tmp_path / 'state.db'}")
     runtime = TerraformRuntime(root=tmp_path / "tf", backend=backend)
-    commands: list[str] = []
-    real_run = runtime.cli.run
-
-    async def counted(workdir: Path, command: str, *args: str, **kw: Any) -> Any:
-        commands.append(command)
-        return await real_run(workdir, command, *args, **kw)
-
-    monkeypatch.setattr(runtime.cli, "run", counted)
+    commands = counting_commands(runtime, monkeypatch)
     good = [
         req(f"hashicorp:random:random_password:p{i}", {"length": 8 + i}, RANDOM) for i in range(6)
     ]
@@ -418,14 +424,7 @@ async def test_a_large_batch_with_a_bad_member_halves_instead_of_running_each_al
 
     backend = open_backend(f"sqlite:///{tmp_path / 'state.db'}")
     runtime = TerraformRuntime(root=tmp_path / "tf", backend=backend)
-    commands: list[str] = []
-    real_run = runtime.cli.run
-
-    async def counted(workdir: Path, command: str, *args: str, **kw: Any) -> Any:
-        commands.append(command)
-        return await real_run(workdir, command, *args, **kw)
-
-    monkeypatch.setattr(runtime.cli, "run", counted)
+    commands = counting_commands(runtime, monkeypatch)
     good = [
         req(f"hashicorp:random:random_password:h{i:02d}", {"length": 8 + i}, RANDOM)
         for i in range(20)

@@ -36,7 +36,7 @@ from stackflow.config import default_backend, stackflow_home
 from stackflow.crypto import KeyRing
 from stackflow.event_bell import Bell
 from stackflow.operation import TASK_QUEUE_DEFAULT
-from stackflow.policy import worker_policy
+from stackflow.policy import WorkerPolicy, worker_policy
 from stackflow.runtime_queues import RoutingError, Serving, serving
 from stackflow.runtimes.registry import RuntimeRegistry, default_registry
 from stackflow.state.backend import StateBackend, redact_url
@@ -161,13 +161,11 @@ def build_worker(
 
 
 async def run(settings: WorkerSettings, runtimes: str | None = None) -> None:
-    policy = worker_policy()  # a bad policy or key setting stops the worker here, not later
-    KeyRing.from_env()
+    policy, serves = check(settings, runtimes)
     # one endpoint: the SDK's metrics and stackflow's, on the runtime the client connects with
     runtime = (
         metrics.prometheus_runtime(settings.metrics_address) if settings.metrics_address else None
     )
-    serves = serving(settings.task_queue, runtimes)
     traced = tracing.interceptors(tracing.WORKER)  # [] unless STACKFLOW_TRACING=otlp
     try:
         await _serve(settings, serves, runtime, traced, policy.summary())
@@ -232,12 +230,13 @@ async def _serve(
     activities.backend.close()
 
 
-def check(settings: WorkerSettings, runtimes: str | None) -> None:
-    """What a worker checks before it starts: a bad policy, key or routing setting stops it
-    here, with the same message whether one process starts or many."""
-    worker_policy()
+def check(settings: WorkerSettings, runtimes: str | None) -> tuple[WorkerPolicy, Serving]:
+    """What a worker checks before it starts (its policy and what it serves): a bad policy,
+    key or routing setting stops it here, with the same message whether one process starts
+    or many."""
+    policy = worker_policy()
     KeyRing.from_env()
-    serving(settings.task_queue, runtimes)
+    return policy, serving(settings.task_queue, runtimes)
 
 
 def main(runtimes: str | None = None, processes: str | None = None) -> None:

@@ -104,11 +104,14 @@ def supervise(count: int, runtimes: str | None, metrics_address: str | None) -> 
     children: list[subprocess.Popen[bytes]] = []
     stopping: list[int] = []
 
-    def stop(signum: int, _frame: FrameType | None) -> None:
-        stopping.append(signum)
+    def terminate_living() -> None:
         for child in children:
             if child.poll() is None:
                 child.send_signal(signal.SIGTERM)
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        stopping.append(signum)
+        terminate_living()
 
     # before the first process starts: a stop during the starts stops what started
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -140,9 +143,7 @@ def supervise(count: int, runtimes: str | None, metrics_address: str | None) -> 
             file=sys.stderr,
             flush=True,
         )
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signal.SIGTERM)
+        terminate_living()
     deadline = time.monotonic() + STOP_SECONDS
     for child in children:
         try:

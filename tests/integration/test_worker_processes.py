@@ -4,25 +4,42 @@ down with a failing exit code (the service manager restarts the whole)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from tests.integration.conftest import REPO, run_cli
 from tests.integration.opshelp import cli_json, expect_exit, file_resource, poll, write_spec
 
 
-def start(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
+@contextlib.asynccontextmanager
+async def supervised(
+    env: dict[str, str], log: Path
+) -> AsyncIterator[tuple[subprocess.Popen[bytes], list[int]]]:
+    """``stackflow worker`` with ``STACKFLOW_WORKER_PROCESSES=2``, once both processes are
+    ready: the supervisor and its two processes' pids; all killed at the end if still up."""
+    supervisor = subprocess.Popen(
         [sys.executable, "-m", "stackflow.worker"],
         cwd=REPO,
         env={**env, "STACKFLOW_WORKER_PROCESSES": "2"},
         stdout=log.open("ab"),
         stderr=subprocess.STDOUT,
     )
+    try:
+        await poll(lambda: _ready(log, 2), timeout=60, what=f"two ready worker processes in {log}")
+        yield supervisor, children(log)
+    finally:
+        if supervisor.poll() is None:
+            supervisor.kill()
+            supervisor.wait()
+        for pid in children(log):  # a killed supervisor leaves them behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def children(log: Path) -> list[int]:
@@ -44,10 +61,7 @@ async def test_two_processes_serve_one_queue_and_stop_together(
     tmp_path: Path, stack_env: dict[str, str]
 ) -> None:
     log = tmp_path / "worker.log"
-    supervisor = start(stack_env, log)
-    try:
-        await poll(lambda: _ready(log, 2), timeout=60, what=f"two ready worker processes in {log}")
-        pids = children(log)
+    async with supervised(stack_env, log) as (supervisor, pids):
         assert len(pids) == 2 and supervisor.pid not in pids
         # each prints its ready line once its Temporal worker polls the task queue (the
         # server's list of pollers is per partition: it may name one of them for a while)
@@ -67,28 +81,17 @@ async def test_two_processes_serve_one_queue_and_stop_together(
         assert supervisor.wait(timeout=40) == 0
         assert all(gone(pid) for pid in pids)
         assert log.read_text().count("stackflow worker stopping (SIGTERM)") == 2
-    finally:
-        if supervisor.poll() is None:
-            supervisor.kill()
-            supervisor.wait()
 
 
 async def test_a_process_that_dies_takes_the_others_down(
     tmp_path: Path, stack_env: dict[str, str]
 ) -> None:
     log = tmp_path / "worker.log"
-    supervisor = start(stack_env, log)
-    try:
-        await poll(lambda: _ready(log, 2), timeout=60, what=f"two ready worker processes in {log}")
-        first, second = children(log)
+    async with supervised(stack_env, log) as (supervisor, (first, second)):
         os.kill(first, signal.SIGKILL)
         assert supervisor.wait(timeout=40) == 1
         assert gone(second)
         assert f"process {first} exited with code -9; stopping the others" in log.read_text()
-    finally:
-        if supervisor.poll() is None:
-            supervisor.kill()
-            supervisor.wait()
 
 
 async def _ready(log: Path, count: int) -> bool:

@@ -224,7 +224,12 @@ async def _serve(
             )
         if traced:
             print(f"stackflow worker tracing: OTLP to {tracing.endpoint()}", flush=True)
+        orphan_watch = (
+            asyncio.ensure_future(worker_processes.stop_when_orphaned(stop)) if index else None
+        )
         await stop.wait()
+        if orphan_watch is not None:
+            orphan_watch.cancel()
         print("stackflow worker stopping (SIGTERM)", flush=True)
     await activities.registry.close()
     activities.backend.close()

@@ -19,6 +19,7 @@ one's code, so the service manager restarts the whole. With a metrics address
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -94,6 +95,18 @@ def describe_index(environ: Mapping[str, str]) -> str | None:
     if not index.isdigit() or not count.isdigit():
         return None
     return f"process {int(index) + 1} of {count}, pid {os.getpid()}"
+
+
+async def stop_when_orphaned(stop: asyncio.Event, every: float = 1.0) -> None:
+    """A process a supervisor started stops, as on SIGTERM, once that supervisor is gone
+    (killed with SIGKILL, say): it never polls on alone with nobody to stop it."""
+    parent = os.getppid()  # may be 1: a supervisor that is a container's first process
+    while not stop.is_set():
+        if os.getppid() != parent:
+            print("stackflow worker: its supervisor is gone; stopping", flush=True)
+            stop.set()
+            return
+        await asyncio.sleep(every)
 
 
 def supervise(count: int, runtimes: str | None, metrics_address: str | None) -> int:

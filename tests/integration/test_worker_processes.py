@@ -96,3 +96,18 @@ async def test_a_process_that_dies_takes_the_others_down(
 
 async def _ready(log: Path, count: int) -> bool:
     return log.exists() and log.read_text().count("stackflow worker ready") >= count
+
+
+async def test_the_processes_stop_when_their_supervisor_is_killed(
+    tmp_path: Path, stack_env: dict[str, str]
+) -> None:
+    log = tmp_path / "worker.log"
+    async with supervised(stack_env, log) as (supervisor, pids):
+        supervisor.kill()
+        supervisor.wait()
+        await poll(lambda: _all_gone(pids), timeout=30, what=f"worker processes {pids} to stop")
+        assert log.read_text().count("its supervisor is gone; stopping") == 2
+
+
+async def _all_gone(pids: list[int]) -> bool:
+    return all(gone(pid) for pid in pids)

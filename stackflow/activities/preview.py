@@ -140,7 +140,13 @@ class PreviewActivities:
         else:
             current = prior
         step = self.step
-        options = step.options(inp.stack, inp.spec_ref, force=inp.force, adopt=inp.adopt)
+        options = step.options(
+            inp.stack,
+            inp.spec_ref,
+            force=inp.force,
+            adopt=inp.adopt,
+            preview_of=await self._applying(inp),
+        )
         # The worker policy, before any runtime call: the whole spec, then this batch.
         deleting = [
             current[i].model_copy(
@@ -183,6 +189,14 @@ class PreviewActivities:
         ):
             jobs = [one(i, False) for i in ids] + [one(i, True) for i in delete_ids]
             return list(await asyncio.gather(*jobs))
+
+    async def _applying(self, inp: PreviewBatchInput) -> int | None:
+        """The release this preview's apply will make (a run's release not yet final; a
+        drift check previews a final one), or None."""
+        if inp.revision is None:
+            return None
+        phase = await asyncio.to_thread(self.backend.phase_of, inp.stack, inp.revision)
+        return None if phase.is_final else inp.revision
 
     @activity.defn(name="describe_changes")
     async def describe_changes(self, inp: DescribeInput) -> list[dict[str, Any]]:

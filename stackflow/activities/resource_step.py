@@ -243,6 +243,7 @@ class ResourceStep:
         adopt: bool,
         revision: int | None = None,
         run: RunRef | None = None,
+        preview_of: int | None = None,
     ) -> RuntimeOptions:
         """Per-run runtime options; the spec's ``context`` travels by ref, never in history."""
         context = self.specs.get(spec_ref).context if spec_ref else {}
@@ -254,6 +255,7 @@ class ResourceStep:
             context=context,
             revision=revision,
             owner=run,
+            preview_of=preview_of,
         )
 
     def node_options(self, inp: NodeInput | GroupInput, run: RunRef) -> RuntimeOptions:

@@ -82,6 +82,9 @@ class RuntimeOptions(StackFields, BaseModel):
     """The release being applied (None for previews): state writes name it."""
     owner: RunOwner | None = None
     """The run that holds the stack: a runtime's own state writes are fenced by it."""
+    preview_of: int | None = None
+    """The release whose apply follows this preview (an apply's preview; None otherwise): a
+    runtime may keep what it planned for that apply (Terraform keeps its plan files)."""
 
 
 class ResourceRequest(BaseModel):

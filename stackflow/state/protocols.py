@@ -168,7 +168,8 @@ class DriftReportStore(Protocol):
 class TerraformStateStore(Protocol):
     """The latest OpenTofu state of each Terraform resource of a stack, written (fenced by
     the run) right after every apply or destroy, so a fresh working directory on any worker
-    starts from it; the newest serial wins."""
+    starts from it; the newest serial wins. Beside them, the plan files an apply's preview
+    saved for the release being applied, each taken once by that release's apply."""
 
     def put_terraform_state(
         self,
@@ -194,6 +195,10 @@ class TerraformStateStore(Protocol):
     def delete_terraform_state(
         self, stack: StackRef, resource_id: str, *, revision: int, run: RunRef | None
     ) -> None: ...
+    def put_terraform_plan(
+        self, stack: StackRef, revision: int, digest: str, plan: bytes
+    ) -> None: ...
+    def take_terraform_plan(self, stack: StackRef, revision: int, digest: str) -> bytes | None: ...
 
 
 @runtime_checkable

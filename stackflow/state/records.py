@@ -1,9 +1,11 @@
-"""Records beside the releases: drift reports and the latest OpenTofu state of each Terraform
-resource (:class:`~stackflow.state.protocols.DriftReportStore`,
+"""Records beside the releases: drift reports, the latest OpenTofu state of each Terraform
+resource and the plans an apply's preview saved for it
+(:class:`~stackflow.state.protocols.DriftReportStore`,
 :class:`~stackflow.state.protocols.TerraformStateStore`)."""
 
 from __future__ import annotations
 
+import base64
 import builtins
 import json
 from collections.abc import Iterable, Mapping
@@ -20,6 +22,7 @@ from stackflow.state.models import (
 )
 from stackflow.state.schema import (
     drift_reports,
+    terraform_plans,
     terraform_states,
 )
 from stackflow.state.writes import ReleaseWrites
@@ -188,3 +191,54 @@ class Records(ReleaseWrites):
                     terraform_states.c.resource_id == resource_id,
                 )
             )
+
+    # ---- saved plans ---------------------------------------------------------------------------
+
+    def put_terraform_plan(self, stack: StackRef, revision: int, digest: str, plan: bytes) -> None:
+        """Keep a plan file an apply's preview made for release ``revision`` (sealed as a state
+        is: it holds the same values), by the digest of its inputs; plans kept for the stack's
+        older releases are dropped (their applies are over)."""
+        p = terraform_plans.c
+        body = self.sealer.seal_text(
+            base64.b64encode(plan).decode(),
+            stack.project,
+            stack.workspace,
+            str(revision),
+            digest,
+            "tfplan",
+        )
+        with self._tx(write=True) as conn:
+            conn.execute(
+                terraform_plans.delete().where(
+                    *self._where_stack(terraform_plans, stack), p.revision < revision
+                )
+            )
+            upsert = self._insert(terraform_plans).values(
+                project=stack.project,
+                workspace=stack.workspace,
+                revision=revision,
+                digest=digest,
+                body=body,
+                created_at=now(),
+            )
+            conn.execute(
+                upsert.on_conflict_do_update(
+                    index_elements=["project", "workspace", "revision", "digest"],
+                    set_={"body": upsert.excluded.body, "created_at": upsert.excluded.created_at},
+                )
+            )
+
+    def take_terraform_plan(self, stack: StackRef, revision: int, digest: str) -> bytes | None:
+        """The plan kept for release ``revision`` and these inputs, removed as it is read (a
+        plan is applied once); None: none was kept."""
+        p = terraform_plans.c
+        where = (*self._where_stack(terraform_plans, stack), p.revision == revision)
+        with self._tx(write=True) as conn:
+            row = conn.execute(sa.select(p.body).where(*where, p.digest == digest)).first()
+            if row is None:
+                return None
+            conn.execute(terraform_plans.delete().where(*where, p.digest == digest))
+        text = self.sealer.open_text(
+            row.body, stack.project, stack.workspace, str(revision), digest, "tfplan"
+        )
+        return base64.b64decode(text)

@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 metadata = sa.MetaData()
 
-HEAD_REVISION = "0007"
+HEAD_REVISION = "0008"
 """The newest migration under ``migrations/versions`` (a test holds it to Alembic's head):
 a database at it needs no migration, and opening one checks it without loading Alembic."""
 VERSION_TABLE = "alembic_version"
@@ -99,6 +99,18 @@ terraform_states = sa.Table(
 )
 """The latest OpenTofu state of each Terraform resource, written right after every tofu
 command that changes it, so a retry on another host never starts from nothing."""
+
+terraform_plans = sa.Table(
+    "terraform_plans",
+    metadata,
+    *_stack(),
+    sa.Column("revision", sa.Integer, primary_key=True),
+    sa.Column("digest", sa.String(64), primary_key=True),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+)
+"""The plan files an apply's preview made for the release being applied (sealed like a
+state, by its inputs' digest), each taken once by that release's apply of the same inputs."""
 
 drift_reports = sa.Table(
     "drift_reports",

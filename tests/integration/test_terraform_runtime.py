@@ -533,3 +533,78 @@ async def test_a_batch_whose_callers_are_all_cancelled_stops_its_command(tmp_pat
     finally:
         subprocess.run(["pkill", "-f", marker], check=False)
         backend.close()
+
+
+def recording_argv(runtime: TerraformRuntime, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Each tofu command the runtime runs from now on: its command and positional arguments."""
+    seen: list[list[str]] = []
+    real_run = runtime.cli.run
+
+    async def recorded(workdir: Path, command: str, *args: str, **kw: Any) -> Any:
+        seen.append([command, *args])
+        return await real_run(workdir, command, *args, **kw)
+
+    monkeypatch.setattr(runtime.cli, "run", recorded)
+    return seen
+
+
+async def test_an_apply_applies_the_plan_its_preview_made(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An apply's preview keeps its batch's plan for the release; the release's apply of the
+    same batch applies that plan (no second plan) and takes it; a batch whose inputs changed
+    since its preview plans again, and a preview that is not an apply's keeps nothing."""
+    from stackflow.operation import Operation
+    from stackflow.refs import RunRef
+    from stackflow.state.backend import open_backend
+    from stackflow.state.schema import terraform_plans
+
+    backend = open_backend(f"sqlite:///{tmp_path / 'state.db'}")
+    runtime = TerraformRuntime(root=tmp_path / "tf", backend=backend)
+    argv = recording_argv(runtime, monkeypatch)
+    stack, run = StackRef("saved", "dev"), RunRef("stackflow/saved/dev", "r1")
+    base = RuntimeOptions(project="saved", workspace="dev", timeout_seconds=120)
+    data = [req(f"builtin:terraform:terraform_data:d{i}", {"input": i}, BUILTIN) for i in range(5)]
+    try:
+        revision = backend.create(stack, Operation.apply, run=run).revision
+        previewing = base.model_copy(update={"preview_of": revision})
+        applying = base.model_copy(update={"revision": revision, "owner": run})
+        seen = await asyncio.gather(
+            *(runtime.observe(r, previewing, with_preview=True) for r in reversed(data))
+        )
+        assert all(live is None and p is not None for live, p in seen)
+        argv.clear()
+        lives = await asyncio.gather(*(runtime.apply(r, applying) for r in data))
+        assert [live["output"] for live in lives] == list(range(5))
+        assert argv == [["apply", "stackflow.tfplan"]], argv  # the preview's plan, applied
+        assert not list((tmp_path / "tf").rglob("stackflow.tfplan"))
+
+        # the plan was taken: applying again plans (a no-op on the state just kept)
+        argv.clear()
+        recorded = [
+            req(r.id, r.attributes, BUILTIN, live) for r, live in zip(data, lives, strict=True)
+        ]
+        again = await asyncio.gather(*(runtime.apply(r, applying) for r in recorded))
+        assert [live["id"] for live in again] == [live["id"] for live in lives]
+        assert argv == [["apply"]], argv
+
+        # a value that changed since the preview: the apply plans, with the new value
+        backend.unlock(stack)  # (the release ends; the next run's)
+        revision = backend.create(stack, Operation.apply, run=run).revision
+        previewing = base.model_copy(update={"preview_of": revision})
+        applying = base.model_copy(update={"revision": revision, "owner": run})
+        await asyncio.gather(*(runtime.observe(r, previewing, with_preview=True) for r in recorded))
+        changed = [recorded[0].model_copy(update={"attributes": {"input": 99}}), *recorded[1:]]
+        argv.clear()
+        lives = await asyncio.gather(*(runtime.apply(r, applying) for r in changed))
+        assert [live["output"] for live in lives] == [99, 1, 2, 3, 4]
+        assert argv == [["apply"]], argv
+
+        # a plain preview (not an apply's) keeps no plan for anyone: what is kept is the
+        # unused plan of the last apply's preview only (an older release's went with it)
+        await asyncio.gather(*(runtime.observe(r, base, with_preview=True) for r in changed))
+        with backend.engine.begin() as conn:
+            kept = conn.execute(terraform_plans.select()).fetchall()
+        assert [row.revision for row in kept] == [revision]
+    finally:
+        backend.close()

@@ -35,7 +35,15 @@ from typing import Any, Literal
 from stackflow.refs import StackRef
 from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
 from stackflow.runtimes.terraform.config import TerraformResource
-from stackflow.runtimes.terraform.state import State
+from stackflow.runtimes.terraform.state import State, newest
+from stackflow.runtimes.terraform.workdir import (
+    CONFIG_FILE,
+    PLAN_FILE,
+    STATE_FILE,
+    VARS_FILE,
+    read_json,
+    write_atomically,
+)
 
 Verb = Literal["read", "preview", "observe", "apply", "delete"]
 
@@ -57,6 +65,8 @@ SLOTS = 4
 LOCK_NAME = ".stackflow.lock"
 MEMBERS_FILE = "members.json"
 """In a batch directory during a command: each member's id, lineage and serial before it."""
+BATCH_FILES = (STATE_FILE, f"{STATE_FILE}.backup", PLAN_FILE, CONFIG_FILE, VARS_FILE, MEMBERS_FILE)
+"""What a batch command leaves in its directory, removed after it (values among them)."""
 
 
 @dataclass
@@ -243,21 +253,26 @@ def _answer(
 
 # ---- the merged state ------------------------------------------------------------------------
 def merge_states(states: Iterable[State | None]) -> State | None:
-    """One state holding every member's resources (None: nothing tracked)."""
+    """One state holding every member's resources (None: nothing tracked). The same states
+    merge to the same document, lineage included (it is made from theirs): an apply's plan
+    then finds its preview's (:mod:`.saved_plans`)."""
     resources: list[Any] = []
     version = None
+    members: list[Any] = []
     for state in states:
         if not state:
             continue
         version = version or state.get("terraform_version")
         resources.extend(state.get("resources") or [])
+        members.append([state.get("lineage"), state.get("serial")])
     if not resources:
         return None
+    seed = json.dumps(members, separators=(",", ":"), default=str)
     return {
         "version": 4,
         "terraform_version": version or "1.8.0",
         "serial": 1,
-        "lineage": str(uuid.uuid4()),
+        "lineage": str(uuid.uuid5(uuid.NAMESPACE_URL, f"stackflow:merged:{seed}")),
         "outputs": {},
         "resources": resources,
         "check_results": None,
@@ -367,3 +382,23 @@ def leftovers(path: Path, state_file: str) -> list[tuple[Path, State]]:
         if part["resources"]:
             out.append((Path(member["workdir"]), part))
     return out
+
+
+def salvage(path: Path) -> None:
+    """A killed batch's leftovers in ``path``: each member's part of the merged state put in
+    its own working directory (unless that holds a newer one), then the batch's files gone."""
+    for workdir, state in leftovers(path, STATE_FILE):
+        workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        local = read_json(workdir / STATE_FILE)
+        if newest(state, local) is state:
+            write_atomically(workdir / STATE_FILE, json.dumps(state, indent=2))
+    for name in BATCH_FILES:
+        (path / name).unlink(missing_ok=True)
+
+
+def salvage_all(root: Path) -> None:
+    """What batches killed on this host left under ``root``."""
+    for path in root.glob(f"*/*/_batch-*/{MEMBERS_FILE}"):
+        with held(path.parent) as free:
+            if free:  # else another process's batch is running there
+                salvage(path.parent)

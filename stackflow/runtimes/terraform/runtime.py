@@ -44,7 +44,7 @@ from stackflow.runtimes.base import (
 )
 from stackflow.runtimes.faults import fault_point
 from stackflow.runtimes.terraform.batch import (
-    MEMBERS_FILE,
+    BATCH_FILES,
     SPLIT_ABOVE,
     Call,
     Coalescer,
@@ -52,9 +52,9 @@ from stackflow.runtimes.terraform.batch import (
     Verb,
     batch_dir,
     batch_key,
-    held,
-    leftovers,
     merge_states,
+    salvage,
+    salvage_all,
     split_state,
     write_members,
 )
@@ -66,6 +66,7 @@ from stackflow.runtimes.terraform.config import (
 )
 from stackflow.runtimes.terraform.policy import check_terraform, terraform_env
 from stackflow.runtimes.terraform.rules import TYPE_NAME
+from stackflow.runtimes.terraform.saved_plans import inputs_digest, keep_plan, take_plan
 from stackflow.runtimes.terraform.state import (
     RESERVED_KEYS,
     SENSITIVE_KEY,
@@ -395,7 +396,7 @@ class TerraformRuntime(Runtime):
         self._check(res, options)  # the worker policy, before anything is written or run
         if not self._salvaged:
             self._salvaged = True
-            await asyncio.to_thread(self._salvage_all)
+            await asyncio.to_thread(salvage_all, self.root())
         stored = await self._stored(resource.id, options)
         prior = resource.prior_state
         if verb == "delete" and prior is None:
@@ -451,31 +452,9 @@ class TerraformRuntime(Runtime):
         await self._delete_one(call.request, call.options)
         return None
 
-    def _salvage_all(self) -> None:
-        """What batches killed on this host left (see runtimes.terraform.batch)."""
-        for path in self.root().glob(f"*/*/_batch-*/{MEMBERS_FILE}"):
-            with held(path.parent) as free:
-                if free:  # else another process's batch is running there
-                    self._salvage(path.parent)
-
-    def _salvage(self, path: Path) -> None:
-        for workdir, state in leftovers(path, STATE_FILE):
-            workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            local = read_json(workdir / STATE_FILE)
-            if newest(state, local) is state:
-                write_atomically(workdir / STATE_FILE, json.dumps(state, indent=2))
-        for name in (
-            STATE_FILE,
-            f"{STATE_FILE}.backup",
-            PLAN_FILE,
-            CONFIG_FILE,
-            VARS_FILE,
-            MEMBERS_FILE,
-        ):
-            (path / name).unlink(missing_ok=True)
-
     async def _batch_command(self, calls: list[Call]) -> bool:
         """One command for every call; False: it failed, each member runs on its own."""
+        calls = sorted(calls, key=lambda c: c.res.address)  # the same files for the same calls
         first = calls[0]
         options = first.options
         base = self.root() / safe_name(options.project) / safe_name(options.workspace)
@@ -486,7 +465,7 @@ class TerraformRuntime(Runtime):
             batch_dir(base, first.key) as path,
             file_locks([p / LOCK_FILE for p in workdirs.values()]),
         ):
-            self._salvage(path)
+            salvage(path)
             for call in calls:
                 self._choose(call)
             # tofu runs 10 resources at a time: the batch gets each round's time
@@ -508,7 +487,7 @@ class TerraformRuntime(Runtime):
                 doc = render_module(members, with_resources=with_resources)
                 write_variables(path, members if with_resources else [])
                 write_atomically(path / CONFIG_FILE, json.dumps(doc, indent=2, sort_keys=True))
-                done = await self._batch_verb(wd, calls)
+                done = await self._batch_verb(wd, calls, inputs_digest(path, self.cli.binary))
                 if done and first.verb in ("apply", "delete"):
                     for workdir in workdirs.values():  # superseded by what the batch kept
                         (workdir / STATE_FILE).unlink(missing_ok=True)
@@ -516,17 +495,18 @@ class TerraformRuntime(Runtime):
             except BaseException:
                 # e.g. the backend failed to keep what tofu wrote: it stays where this host's
                 # retry looks, each member's part in its own working directory
-                self._salvage(path)
+                salvage(path)
                 raise
             finally:
-                for name in (STATE_FILE, f"{STATE_FILE}.backup", PLAN_FILE, CONFIG_FILE, VARS_FILE):
+                for name in BATCH_FILES:
                     (path / name).unlink(missing_ok=True)
-                (path / MEMBERS_FILE).unlink(missing_ok=True)
 
-    async def _batch_verb(self, wd: Workdir, calls: list[Call]) -> bool:
-        verb, options = calls[0].verb, calls[0].options
+    async def _batch_verb(self, wd: Workdir, calls: list[Call], digest: str) -> bool:
+        verb, options, backend = calls[0].verb, calls[0].options, self.backend
         if verb in ("preview", "observe"):
             plan = await wd.plan()
+            if verb == "observe" and backend is not None:
+                await keep_plan(backend, options, wd.path, digest)
             for call in calls:
                 member = Workdir(self, call.res, wd.path, call.options)
                 block = await member.schema() if not call.res.provider.builtin else None
@@ -542,8 +522,12 @@ class TerraformRuntime(Runtime):
             return True
         command = {"read": "apply", "apply": "apply", "delete": "destroy"}[verb]
         flags: dict[str, Any] = {"refresh_only": IsFlagged} if verb == "read" else {}
+        planned = False
+        if verb == "apply" and backend is not None:
+            planned = await take_plan(backend, options, wd.path, digest)
         result = await wd.run(
             command,
+            *([PLAN_FILE] if planned else []),
             auto_approve=IsFlagged,
             input=False,
             json=IsFlagged,

@@ -4,6 +4,7 @@ tests/conftest.py) passes it."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import pytest
@@ -124,7 +125,7 @@ def test_import_keeps_revisions_and_an_in_progress_release_locks_with_no_run(
 
 def test_sensitive_values_are_sealed_at_rest_and_bound_to_their_row(backend: StateBackend) -> None:
     from stackflow.crypto import EncryptionKeyError, KeyRing, new_key_line
-    from stackflow.state.schema import release_resources, terraform_states
+    from stackflow.state.schema import release_resources, terraform_plans, terraform_states
 
     ring = KeyRing.parse(new_key_line("k1"), "test")
     sealed = open_backend(backend.target.url, migrate=True, keys=ring)
@@ -143,14 +144,20 @@ def test_sensitive_values_are_sealed_at_rest_and_bound_to_their_row(backend: Sta
         sealed.record_resource(STACK, 1, other, run=R1)
         tfstate = '{"lineage":"L","serial":1,"resources":[{"password":"tf-secret-456"}]}'
         sealed.put_terraform_state(STACK, "tf", tfstate, revision=1, run=R1)
+        sealed.put_terraform_plan(STACK, 1, "d", b"plan holding tf-secret-456")
         with sealed.engine.begin() as conn:  # the raw rows: no secret in clear
             raw = " ".join(str(r.body) for r in conn.execute(sa.select(release_resources)))
             raw += " ".join(r.body for r in conn.execute(sa.select(terraform_states)))
             raw += " ".join(repr(r.body) for r in conn.execute(sa.select(blobs)))
+            plans = " ".join(r.body for r in conn.execute(sa.select(terraform_plans)))
+        # the plan is kept base64-encoded: sealed, neither it nor its encoding shows
+        assert plans.startswith('{"$sealed"')
+        assert base64.b64encode(b"plan holding tf-secret-456").decode()[:20] not in plans
         for plain in ("aHVudGVyMg==", "tf-secret-456", "tok-plain-123"):
             assert plain not in raw
         assert sealed.resource_state(STACK, 1, secret.id) == secret
         assert sealed.get_terraform_state(STACK, "tf") == tfstate
+        assert sealed.take_terraform_plan(STACK, 1, "d") == b"plan holding tf-secret-456"
         assert sealed.get(STACK, 1).spec == spec
         # a ciphertext copied onto another resource's row does not decrypt
         with sealed.engine.begin() as conn:

@@ -67,3 +67,23 @@ def test_terraform_states_read_together(backend: StateBackend) -> None:
     with pytest.raises(FencedError):
         backend.put_terraform_states(STACK, {"tf0": bodies["tf0"]}, revision=1, run=R2)
     assert backend.get_terraform_state(STACK, "tf0") == again["tf0"]
+
+
+def test_a_saved_plan_is_taken_once_by_its_release_and_digest(backend: StateBackend) -> None:
+    other = StackRef("q", "w")
+    plan = bytes(range(256)) * 40  # a plan file is a zip: any bytes
+    backend.put_terraform_plan(STACK, 2, "d1", plan)
+    backend.put_terraform_plan(STACK, 2, "d2", b"second")
+    backend.put_terraform_plan(other, 2, "d1", b"another stack's")
+    # another release, another digest, another stack: nothing
+    assert backend.take_terraform_plan(STACK, 3, "d1") is None
+    assert backend.take_terraform_plan(STACK, 2, "d3") is None
+    assert backend.take_terraform_plan(STACK, 2, "d1") == plan
+    assert backend.take_terraform_plan(STACK, 2, "d1") is None  # taken: applied once
+    # a newer preview of the same inputs replaces the plan
+    backend.put_terraform_plan(STACK, 2, "d2", b"newer")
+    # a plan for a newer release drops what older releases kept
+    backend.put_terraform_plan(STACK, 3, "d9", b"next release")
+    assert backend.take_terraform_plan(STACK, 2, "d2") is None
+    assert backend.take_terraform_plan(STACK, 3, "d9") == b"next release"
+    assert backend.take_terraform_plan(other, 2, "d1") == b"another stack's"

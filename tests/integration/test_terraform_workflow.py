@@ -255,3 +255,54 @@ async def test_ready_terraform_nodes_go_to_one_tofu_command_whatever_the_concurr
     tf_gone = [sorted(g) for g in gone if g[0].startswith("builtin:terraform:")]
     assert tf_gone == [sorted(d["id"] for d in data)], gone
     assert list(root.iterdir()) == []
+
+
+def _kept_plans(env: dict[str, str], project: str) -> list[int]:
+    """The releases the stack's kept Terraform plans are for."""
+    from stackflow.state.schema import terraform_plans
+
+    store = open_backend(env["STACKFLOW_STATE_URL"])
+    try:
+        with store.engine.begin() as conn:
+            rows = conn.execute(
+                terraform_plans.select().where(terraform_plans.c.project == project)
+            ).fetchall()
+    finally:
+        store.close()
+    return [row.revision for row in rows]
+
+
+async def test_an_approved_apply_applies_the_plan_its_preview_showed(
+    tmp_path: Path,
+    stack_env: dict[str, str],
+    worker_process: WorkerProcess,
+    temporal_client: Client,
+) -> None:
+    """Through the worker: the preview of a run waiting for approval has kept its Terraform
+    plan for the run's release; the approved apply takes it (nothing is left kept), and the
+    resources hold the previewed values."""
+    from stackflow.operation import ApprovalInput, OperationInput
+    from tests.integration.opshelp import start_run, wait_phase
+
+    project = f"tfp{uuid.uuid4().hex[:8]}"
+    spec = {
+        "resources": [
+            {
+                "id": f"builtin:terraform:terraform_data:p{i}",
+                "type": "Terraform",
+                "attributes": {"input": {"n": i}},
+                "extensions": {"provider": BUILTIN},
+            }
+            for i in range(6)
+        ]
+    }
+    handle = await start_run(temporal_client, stack_env, OperationInput(project=project, spec=spec))
+    await wait_phase(handle, "awaitingApproval")
+    assert _kept_plans(stack_env, project) == [1]  # release 1's preview kept its plan
+    await handle.execute_update("approve", ApprovalInput(by="alice"))
+    result = await handle.result()
+    assert result.phase == "succeeded", result
+    assert _kept_plans(stack_env, project) == []  # its apply took it
+    for i in range(6):
+        recorded = _recorded(stack_env, project, f"builtin:terraform:terraform_data:p{i}")
+        assert recorded["output"] == {"n": i}

@@ -121,7 +121,8 @@ class TerraformRuntime(Runtime):
         self._import_plans: dict[Path, tuple[str, dict[str, Any]]] = {}
         self._coalescer = Coalescer(self._run_batch)
         self._states = StateLoader(self._kept_states)
-        self._salvaged = False
+        self._salvaged: asyncio.Future[None] | None = None
+        """What killed batches left on this host, split back once, before the first batch."""
 
     @property
     def policy(self) -> WorkerPolicy:
@@ -394,9 +395,13 @@ class TerraformRuntime(Runtime):
         if res.import_id:
             return None
         self._check(res, options)  # the worker policy, before anything is written or run
-        if not self._salvaged:
-            self._salvaged = True
-            await asyncio.to_thread(salvage_all, self.root())
+        if self._salvaged is None:
+            self._salvaged = asyncio.ensure_future(asyncio.to_thread(salvage_all, self.root()))
+        try:
+            await asyncio.shield(self._salvaged)  # every first call waits: they batch together
+        except OSError:
+            self._salvaged = None  # tried again by the next call
+            raise
         stored = await self._stored(resource.id, options)
         prior = resource.prior_state
         if verb == "delete" and prior is None:

@@ -133,6 +133,8 @@ class Coalescer:
         self._window = window
         self._quiet = quiet
         self._open: dict[tuple[Verb, str], list[Call]] = {}
+        self._addresses: dict[int, set[str]] = {}
+        """The resource addresses in each open batch, by the batch's id."""
         self._tasks: dict[int, asyncio.Task[None]] = {}
         """Each batch's task, by the batch's id."""
 
@@ -140,7 +142,7 @@ class Coalescer:
         call.future = asyncio.get_running_loop().create_future()
         slot = (call.verb, key)
         batch = self._open.get(slot)
-        if batch is not None and any(c.res.address == call.res.address for c in batch):
+        if batch is not None and call.res.address in self._addresses[id(batch)]:
             del self._open[slot]  # one address per root module: this call starts the next
             batch = None
         if batch is None:
@@ -148,8 +150,10 @@ class Coalescer:
             task = asyncio.get_running_loop().create_task(self._after_window(slot, batch))
             ident = id(batch)
             self._tasks[ident] = task
+            self._addresses[ident] = set()
             task.add_done_callback(lambda _: self._tasks.pop(ident, None))
         batch.append(call)
+        self._addresses[id(batch)].add(call.res.address)
         if len(batch) >= BATCH_LIMIT and self._open.get(slot) is batch:
             del self._open[slot]
         try:
@@ -180,6 +184,7 @@ class Coalescer:
         finally:
             if self._open.get(slot) is batch:
                 del self._open[slot]
+            self._addresses.pop(id(batch), None)  # closed: nothing joins it any more
         try:
             await self._run(batch)
         except BaseException as exc:

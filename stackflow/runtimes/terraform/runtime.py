@@ -5,7 +5,8 @@
 - ``preview``: ``plan -out`` + ``show -json``; never an apply. The planned values are the
   would-be object, values unknown until apply read ``(known after apply)``, a planned
   replacement sets ``replace``, sensitive values become ``sensitive_paths``.
-- ``apply``: ``apply -auto-approve``; returns the resource's attribute values at top level
+- ``apply``: ``apply -auto-approve`` (of the plan an apply's preview kept for the same
+  batch, when there is one: :mod:`.saved_plans`); returns the resource's attribute values at top level
   (so ``$kusion_path.<id>.result`` resolves) plus the Terraform state under
   :data:`STATE_KEY` and the sensitive paths under :data:`SENSITIVE_KEY`.
 - ``delete``: ``destroy`` of what the seeded state tracks; nothing tracked is success.

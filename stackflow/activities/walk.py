@@ -10,6 +10,7 @@ for a batch child the parent named in the input."""
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Coroutine
 from contextlib import AbstractAsyncContextManager
 from typing import Any, TypeVar
@@ -45,6 +46,8 @@ from stackflow.runtimes.base import read_scope
 from stackflow.spec import Resource
 from stackflow.wire import BatchActions
 
+log = logging.getLogger(__name__)
+
 T = TypeVar("T")
 
 
@@ -73,6 +76,8 @@ class WalkActivities:
         self.cache = deps.cache
         self.guard = guard
         self.step = step
+        self._warming: set[asyncio.Task[None]] = set()
+        """Caches being warmed after their activity answered (kept referenced)."""
 
     # ---- one node --------------------------------------------------------------------------
     @activity.defn(name="apply_resource")
@@ -390,7 +395,7 @@ class WalkActivities:
             await announce(self.backend, inp.stack, run, keyed)
             metrics.current().runs_completed(release.operation, events)
             if release.phase == Phase.succeeded:
-                await asyncio.to_thread(self._cache_release, inp.stack, inp.revision)
+                self._warm(inp.stack, inp.revision)
 
     @activity.defn(name="append_events")
     async def append_events(self, inp: EventsInput) -> None:
@@ -402,6 +407,19 @@ class WalkActivities:
             await announce(self.backend, inp.stack, run, keyed)
             metrics.current().runs_completed(None, inp.events)  # a preview's end
 
+    def _warm(self, stack: StackRef, revision: int) -> None:
+        """A succeeded release becomes the prior state the next diff reads (Redis), after the
+        activity has answered: the run's end does not wait for a cache, whose reads fill in
+        what this misses (a worker stopped meanwhile, Redis down)."""
+        work = asyncio.to_thread(self._cache_release, stack, revision)
+        task = asyncio.get_running_loop().create_task(work)
+        self._warming.add(task)
+        task.add_done_callback(self._warmed)
+
+    def _warmed(self, task: asyncio.Task[None]) -> None:
+        self._warming.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("prior state not cached: %s", short_error(str(task.exception())))
+
     def _cache_release(self, stack: StackRef, revision: int) -> None:
-        """A succeeded release becomes the prior state the next diff reads (Redis)."""
         self.cache.remember(self.backend.get(stack, revision, with_spec=False))

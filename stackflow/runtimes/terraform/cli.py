@@ -12,11 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
+import hashlib
 import json
 import os
 import re
 import shutil
 import signal
+import struct
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -271,6 +273,43 @@ class Cli:
             err=text_err,
             messages=_parse_json_lines(text_out) if flags.get("json") is not None else [],
         )
+
+
+RANGE_LOCKS = ".stackflow.locks"
+"""In a stack's working-directory root: one byte of it per resource, locked while a command
+acts on that resource (:func:`resource_locks`)."""
+
+
+def _flock(kind: int, start: int) -> bytes:
+    """A ``struct flock`` of one byte at ``start`` (Linux, 64-bit ``off_t``)."""
+    return struct.pack("hhqqi4x", kind, os.SEEK_SET, start, 1, 0)
+
+
+def lock_offset(resource_id: str) -> int:
+    """Where a resource's byte is in :data:`RANGE_LOCKS` (from its id's digest)."""
+    return int.from_bytes(hashlib.sha256(resource_id.encode()).digest()[:5], "big")
+
+
+@contextlib.asynccontextmanager
+async def resource_locks(root: Path, resource_ids: Iterable[str]) -> AsyncIterator[None]:
+    """Exclusive locks on resources across processes and within one: a byte each of the
+    stack's one lock file (open-file-description locks, taken in order, so no deadlock), so a
+    batch of 200 new resources creates no file (200 lock files took 0.13 s to create on
+    ext4, a preview's first command). A free byte is taken at once; a held one is waited for
+    in a thread. Released when the block ends (closing the file releases them too)."""
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(root / RANGE_LOCKS, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        for start in sorted({lock_offset(rid) for rid in resource_ids}):
+            try:
+                fcntl.fcntl(fd, fcntl.F_OFD_SETLK, _flock(fcntl.F_WRLCK, start))
+            except (BlockingIOError, PermissionError):  # EAGAIN or EACCES: held
+                await asyncio.to_thread(
+                    fcntl.fcntl, fd, fcntl.F_OFD_SETLKW, _flock(fcntl.F_WRLCK, start)
+                )
+        yield
+    finally:
+        os.close(fd)  # every byte this description locked is free again
 
 
 @contextlib.asynccontextmanager

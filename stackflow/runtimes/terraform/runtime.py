@@ -6,8 +6,8 @@
   would-be object, values unknown until apply read ``(known after apply)``, a planned
   replacement sets ``replace``, sensitive values become ``sensitive_paths``.
 - ``apply``: ``apply -auto-approve`` (of the plan an apply's preview kept for the same
-  batch, when there is one: :mod:`.saved_plans`); returns the resource's attribute values at top level
-  (so ``$kusion_path.<id>.result`` resolves) plus the Terraform state under
+  batch, when there is one: :mod:`.saved_plans`); returns the resource's attribute values
+  at top level (so ``$kusion_path.<id>.result`` resolves) plus the Terraform state under
   :data:`STATE_KEY` and the sensitive paths under :data:`SENSITIVE_KEY`.
 - ``delete``: ``destroy`` of what the seeded state tracks; nothing tracked is success.
 
@@ -59,7 +59,7 @@ from stackflow.runtimes.terraform.batch import (
     split_state,
     write_members,
 )
-from stackflow.runtimes.terraform.cli import Cli, failure, file_locks
+from stackflow.runtimes.terraform.cli import Cli, failure, resource_locks
 from stackflow.runtimes.terraform.config import (
     TerraformResource,
     parse_resource,
@@ -84,7 +84,6 @@ from stackflow.runtimes.terraform.state import (
 from stackflow.runtimes.terraform.workdir import (
     BATCH_TIMEOUT_SECONDS,
     CONFIG_FILE,
-    LOCK_FILE,
     LOCK_TIMEOUT,
     PLAN_FILE,
     STATE_FILE,
@@ -166,7 +165,7 @@ class TerraformRuntime(Runtime):
         path = self.workdir_path(resource.id, options)
         path.mkdir(parents=True, exist_ok=True, mode=0o700)
         # one command sequence per resource at a time, across processes
-        async with file_locks([path / LOCK_FILE]):
+        async with resource_locks(path.parent, [resource.id]):
             try:
                 yield Workdir(self, res, path, options)
             except RuntimeFailure as exc:  # e.g. no CLI, a timeout: name the resource
@@ -464,12 +463,11 @@ class TerraformRuntime(Runtime):
         first = calls[0]
         options = first.options
         base = self.root() / safe_name(options.project) / safe_name(options.workspace)
+        # (a member's own working directory is made only when something is put there)
         workdirs = {c.res.id: self.workdir_path(c.res.id, c.options) for c in calls}
-        for path in workdirs.values():
-            path.mkdir(parents=True, exist_ok=True, mode=0o700)
         async with (
             batch_dir(base, first.key) as path,
-            file_locks([p / LOCK_FILE for p in workdirs.values()]),
+            resource_locks(base, workdirs),
         ):
             salvage(path)
             for call in calls:

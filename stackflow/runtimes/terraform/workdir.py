@@ -63,7 +63,6 @@ PLAN_FILE = "stackflow.tfplan"
 VARS_FILE = "stackflow.auto.tfvars.json"
 """The sensitive variables' values (OpenTofu loads ``*.auto.tfvars.json`` by itself)."""
 INIT_STAMP = ".stackflow-init"
-LOCK_FILE = ".stackflow.lock"
 LOCK_TIMEOUT = "120s"
 TOFU_PARALLELISM = 10
 """OpenTofu's default ``-parallelism``: resources one command works on at once."""

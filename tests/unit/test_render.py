@@ -99,3 +99,59 @@ def test_many_long_node_errors_stay_within_the_budget() -> None:
     assert all(r.error and r.error.endswith("(2000 chars)") for r in fitted)
     few = results[:3]
     assert fit_errors(few) == few  # under the budget: untouched
+
+
+def _rich_changes_table(rows: list[tuple[str, str, str]], width: int) -> str:
+    from rich.table import Table
+    from rich.text import Text
+
+    from stackflow.cli.output import SafeConsole
+
+    table = Table(show_header=True, header_style="bold")
+    table.add_column("ID", overflow="fold")
+    table.add_column("Type")
+    table.add_column("Action")
+    for row in rows:
+        table.add_row(*(Text(cell) for cell in row))
+    out = io.StringIO()
+    SafeConsole(file=out, emoji=False, width=width, soft_wrap=True).print(table)
+    return out.getvalue()
+
+
+def test_the_plain_changes_table_is_what_rich_prints() -> None:
+    """Wherever ``plain_grid`` lays a preview's table out itself (off a terminal), it is
+    rich's table to the character; elsewhere (too wide, not plain ASCII) it leaves it to
+    rich, and the preview a console off a terminal prints is the same either way."""
+    import random
+
+    from stackflow.render import plain_grid
+
+    rnd = random.Random(26)
+    laid_out = 0
+    for _ in range(2000):
+        rows = [
+            (
+                f"v1:ConfigMap:ns-{rnd.randint(0, 9)}:{'c' * rnd.randint(0, 40)}",
+                rnd.choice(["Kubernetes", "Terraform", "OnPrem", ""]),
+                rnd.choice(["Create", "Update", "Delete", "UnChanged"])
+                + rnd.choice(["", " (drift)"]),
+            )
+            for _ in range(rnd.randint(1, 12))
+        ]
+        width = rnd.randint(20, 160)
+        plain = plain_grid(("ID", "Type", "Action"), rows, width)
+        if plain is not None:
+            laid_out += 1
+            assert plain + "\n" == _rich_changes_table(rows, width), (rows, width)
+    assert laid_out > 800  # the plain case is the common one
+    assert plain_grid(("ID", "Type", "Action"), [("x" * 200, "OnPrem", "Create")], 80) is None
+    assert plain_grid(("ID", "Type", "Action"), [("naïve", "OnPrem", "Create")], 80) is None
+    # through render_preview: the same text off a terminal as rich's own table gives
+    buf = io.StringIO()
+    render_preview(make_preview(), Console(file=buf, width=120), detail=False)
+    rows = [
+        ("a", "OnPrem", "Create"),
+        ("b", "OnPrem", "Update"),
+        ("c", "OnPrem", "UnChanged"),
+    ]
+    assert buf.getvalue().startswith(_rich_changes_table(rows, 120))

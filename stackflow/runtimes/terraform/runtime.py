@@ -399,7 +399,7 @@ class TerraformRuntime(Runtime):
             self._salvaged = asyncio.ensure_future(asyncio.to_thread(salvage_all, self.root()))
         try:
             await asyncio.shield(self._salvaged)  # every first call waits: they batch together
-        except OSError:
+        except Exception:
             self._salvaged = None  # tried again by the next call
             raise
         stored = await self._stored(resource.id, options)
@@ -467,7 +467,7 @@ class TerraformRuntime(Runtime):
         workdirs = {c.res.id: self.workdir_path(c.res.id, c.options) for c in calls}
         async with (
             batch_dir(base, first.key) as path,
-            resource_locks(base, workdirs),
+            resource_locks(base, [c.res.id for c in calls]),
         ):
             salvage(path)
             for call in calls:

@@ -33,6 +33,7 @@ from stackflow.state.schema import (
     release_resources,
     releases,
     stack_locks,
+    terraform_plans,
 )
 
 
@@ -216,6 +217,8 @@ class ReleaseWrites(ReleaseReads):
     @classmethod
     def _release_lock(cls, conn: Connection, stack: StackRef) -> None:
         conn.execute(stack_locks.delete().where(*cls._where_stack(stack_locks, stack)))
+        # the plans an apply's preview kept were for the release that held the lock: it ended
+        conn.execute(terraform_plans.delete().where(*cls._where_stack(terraform_plans, stack)))
 
     def record_resource(
         self,

@@ -302,7 +302,9 @@ async def test_an_approved_apply_applies_the_plan_its_preview_showed(
     await handle.execute_update("approve", ApprovalInput(by="alice"))
     result = await handle.result()
     assert result.phase == "succeeded", result
-    assert _kept_plans(stack_env, project) == []  # its apply took it
+    applied = f"{project}/default release 1: applying the plan its preview made"
+    assert worker_process.log.read_text().count(applied) == 1  # its apply took it
+    assert _kept_plans(stack_env, project) == []
     for i in range(6):
         recorded = _recorded(stack_env, project, f"builtin:terraform:terraform_data:p{i}")
         assert recorded["output"] == {"n": i}

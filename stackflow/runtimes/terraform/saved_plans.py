@@ -75,5 +75,11 @@ async def take_plan(
     fd = os.open(path / PLAN_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as handle:  # holds values: only this user reads it
         handle.write(plan)
-    log.debug("applying the previewed plan in %s", path)
+    log.info(
+        "%s/%s release %d: applying the plan its preview made (%s)",
+        options.project,
+        options.workspace,
+        options.revision,
+        digest[:12],
+    )
     return True

@@ -12,7 +12,7 @@ from stackflow.errors import (
     FencedError,
 )
 from stackflow.refs import StackRef
-from stackflow.release import Operation
+from stackflow.release import Operation, Phase
 from stackflow.state.backend import StateBackend
 from stackflow.state.protocols import ReleaseWriter, StackLocks, TerraformStateStore
 from tests.conformance.state.common import R1, R2, STACK, narrow, res  # noqa: F401
@@ -87,3 +87,14 @@ def test_a_saved_plan_is_taken_once_by_its_release_and_digest(backend: StateBack
     assert backend.take_terraform_plan(STACK, 2, "d2") is None
     assert backend.take_terraform_plan(STACK, 3, "d9") == b"next release"
     assert backend.take_terraform_plan(other, 2, "d1") == b"another stack's"
+    # a release that ends (succeeded, failed, unlocked, recovered) drops what it kept
+    revision = backend.create(STACK, Operation.apply, run=R1).revision
+    backend.put_terraform_plan(STACK, revision, "d", b"unused")
+    backend.put_terraform_plan(other, 3, "d", b"another stack's, kept")
+    backend.set_phase(STACK, revision, Phase.failed, run=R1)
+    assert backend.take_terraform_plan(STACK, revision, "d") is None
+    assert backend.take_terraform_plan(other, 3, "d") == b"another stack's, kept"
+    revision = backend.create(STACK, Operation.apply, run=R2).revision
+    backend.put_terraform_plan(STACK, revision, "d", b"unused")
+    backend.unlock(STACK)
+    assert backend.take_terraform_plan(STACK, revision, "d") is None

@@ -6,9 +6,10 @@ under the release and the digest of what ``tofu plan`` read: the configuration, 
 variables file, the merged state, the dependency lock file and the binary. That release's apply
 of the same batch writes the same files, so it finds the plan by the same digest and runs
 ``tofu apply <plan>``: exactly what was previewed, without planning again. A plan is taken
-(removed) as it is read; the release's unused ones go when it ends (the lock is freed). Any other batch (other members, a value resolved only since the
-preview, a state changed, another tofu) finds none and plans as before; a plan that fails to
-apply fails the batch as any command does (its halves then plan again).
+(removed) as it is read; the release's unused ones go when it ends (the lock is freed). Any
+other batch (other members, a value resolved only since the preview, a state changed, another
+tofu) finds none and plans as before; a plan that fails to apply fails the batch as any
+command does (its halves then plan again).
 """
 
 from __future__ import annotations

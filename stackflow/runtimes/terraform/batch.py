@@ -164,6 +164,7 @@ class Coalescer:
             if all(c.future is not None and c.future.done() for c in batch):
                 if self._open.get(slot) is batch:
                     del self._open[slot]
+                self._addresses.pop(id(batch), None)  # (a task cancelled unstarted keeps it)
                 running = self._tasks.get(id(batch))
                 if running is not None:
                     running.cancel()

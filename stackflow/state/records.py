@@ -199,6 +199,7 @@ class Records(ReleaseWrites):
         is: it holds the same values), by the digest of its inputs; plans kept for the stack's
         older releases are dropped (their applies are over)."""
         p = terraform_plans.c
+        digest = self.sealer.keyed(digest, "tfplan")  # it covers the sensitive variables
         body = self.sealer.seal_text(
             base64.b64encode(plan).decode(),
             stack.project,
@@ -232,6 +233,7 @@ class Records(ReleaseWrites):
         """The plan kept for release ``revision`` and these inputs, removed as it is read (a
         plan is applied once); None: none was kept."""
         p = terraform_plans.c
+        digest = self.sealer.keyed(digest, "tfplan")
         where = (*self._where_stack(terraform_plans, stack), p.revision == revision)
         with self._tx(write=True) as conn:
             row = conn.execute(sa.select(p.body).where(*where, p.digest == digest)).first()

@@ -13,6 +13,8 @@ Without keys, values are stored as they are (and masked wherever shown).
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -106,6 +108,15 @@ class Sealer:
             return value
 
         return resource.model_copy(update={"attributes": walk(resource.attributes)})
+
+    def keyed(self, digest: str, purpose: str) -> str:
+        """``digest`` (of input that may hold sensitive values) as a row may keep it: an HMAC
+        under the current key when keys are configured, so whoever reads the rows cannot test
+        guesses against it; as it is without keys (the values themselves are then clear)."""
+        if self.keys is None:
+            return digest
+        key = self.keys.keys[self.keys.current]
+        return hmac.new(key, f"{purpose}\0{digest}".encode(), hashlib.sha256).hexdigest()
 
     def seal_text(self, text: str, *context: str) -> str:
         """A whole document (e.g. a Terraform state) sealed for the row ``context`` names."""

@@ -67,7 +67,7 @@ from stackflow.runtimes.terraform.config import (
 )
 from stackflow.runtimes.terraform.policy import check_terraform, terraform_env
 from stackflow.runtimes.terraform.rules import TYPE_NAME
-from stackflow.runtimes.terraform.saved_plans import inputs_digest, keep_plan, take_plan
+from stackflow.runtimes.terraform.saved_plans import keep_plan, take_plan
 from stackflow.runtimes.terraform.state import (
     RESERVED_KEYS,
     SENSITIVE_KEY,
@@ -491,7 +491,7 @@ class TerraformRuntime(Runtime):
                 doc = render_module(members, with_resources=with_resources)
                 write_variables(path, members if with_resources else [])
                 write_atomically(path / CONFIG_FILE, json.dumps(doc, indent=2, sort_keys=True))
-                done = await self._batch_verb(wd, calls, inputs_digest(path, self.cli.binary))
+                done = await self._batch_verb(wd, calls)
                 if done and first.verb in ("apply", "delete"):
                     for workdir in workdirs.values():  # superseded by what the batch kept
                         (workdir / STATE_FILE).unlink(missing_ok=True)
@@ -505,12 +505,12 @@ class TerraformRuntime(Runtime):
                 for name in BATCH_FILES:
                     (path / name).unlink(missing_ok=True)
 
-    async def _batch_verb(self, wd: Workdir, calls: list[Call], digest: str) -> bool:
+    async def _batch_verb(self, wd: Workdir, calls: list[Call]) -> bool:
         verb, options, backend = calls[0].verb, calls[0].options, self.backend
         if verb in ("preview", "observe"):
             plan = await wd.plan()
             if verb == "observe" and backend is not None:
-                await keep_plan(backend, options, wd.path, digest)
+                await keep_plan(backend, options, wd.path, self.cli.binary)
             for call in calls:
                 member = Workdir(self, call.res, wd.path, call.options)
                 block = await member.schema() if not call.res.provider.builtin else None
@@ -528,7 +528,7 @@ class TerraformRuntime(Runtime):
         flags: dict[str, Any] = {"refresh_only": IsFlagged} if verb == "read" else {}
         planned = False
         if verb == "apply" and backend is not None:
-            planned = await take_plan(backend, options, wd.path, digest)
+            planned = await take_plan(backend, options, wd.path, self.cli.binary)
         result = await wd.run(
             command,
             *([PLAN_FILE] if planned else []),

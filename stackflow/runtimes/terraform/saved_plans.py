@@ -49,26 +49,29 @@ def inputs_digest(path: Path, binary: str) -> str:
 
 
 async def keep_plan(
-    backend: TerraformStateStore, options: RuntimeOptions, path: Path, digest: str
+    backend: TerraformStateStore, options: RuntimeOptions, path: Path, binary: str
 ) -> None:
-    """After an apply's preview planned in ``path``: its plan file, kept for the apply."""
+    """After an apply's preview planned in ``path`` with ``binary``: its plan file, kept for
+    the apply (nothing for another preview)."""
     if options.preview_of is None:
         return
     plan = (path / PLAN_FILE).read_bytes()
     if len(plan) > PLAN_LIMIT:
         return
     stack = StackRef(options.project, options.workspace)
+    digest = inputs_digest(path, binary)
     await asyncio.to_thread(backend.put_terraform_plan, stack, options.preview_of, digest, plan)
 
 
 async def take_plan(
-    backend: TerraformStateStore, options: RuntimeOptions, path: Path, digest: str
+    backend: TerraformStateStore, options: RuntimeOptions, path: Path, binary: str
 ) -> bool:
-    """Before an apply in ``path``: the plan its preview kept for these inputs, put in place
-    as :data:`PLAN_FILE` (True), or none (False: it plans)."""
+    """Before an apply in ``path`` with ``binary``: the plan its preview kept for these
+    inputs, put in place as :data:`PLAN_FILE` (True), or none (False: it plans)."""
     if options.revision is None:
         return False
     stack = StackRef(options.project, options.workspace)
+    digest = inputs_digest(path, binary)
     plan = await asyncio.to_thread(backend.take_terraform_plan, stack, options.revision, digest)
     if plan is None:
         return False
@@ -76,11 +79,12 @@ async def take_plan(
     fd = os.open(path / PLAN_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as handle:  # holds values: only this user reads it
         handle.write(plan)
+    # (not the digest: it is taken over the sensitive variables)
     log.info(
-        "%s/%s release %d: applying the plan its preview made (%s)",
+        "%s/%s release %d: applying the plan its preview made (%d bytes)",
         options.project,
         options.workspace,
         options.revision,
-        digest[:12],
+        len(plan),
     )
     return True

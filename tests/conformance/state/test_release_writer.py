@@ -149,7 +149,10 @@ def test_sensitive_values_are_sealed_at_rest_and_bound_to_their_row(backend: Sta
             raw = " ".join(str(r.body) for r in conn.execute(sa.select(release_resources)))
             raw += " ".join(r.body for r in conn.execute(sa.select(terraform_states)))
             raw += " ".join(repr(r.body) for r in conn.execute(sa.select(blobs)))
-            plans = " ".join(r.body for r in conn.execute(sa.select(terraform_plans)))
+            rows = list(conn.execute(sa.select(terraform_plans)))
+            plans = " ".join(r.body for r in rows)
+        # the digest (taken over sensitive variables) is kept keyed, not as given
+        assert [len(r.digest) for r in rows] == [64] and rows[0].digest != "d"
         # the plan is kept base64-encoded: sealed, neither it nor its encoding shows
         assert plans.startswith('{"$sealed"')
         assert base64.b64encode(b"plan holding tf-secret-456").decode()[:20] not in plans

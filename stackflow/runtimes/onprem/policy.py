@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import os
 import stat
+from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict
 
@@ -51,9 +52,11 @@ def onprem_target(
     field: str = "attributes.path",
     directory: bool = False,
     reading: bool = False,
+    resolve: Callable[[str], str] = real_path,
 ) -> OnPremTarget:
     """Where ``path`` lives, once it is known to be inside a root (through symlinks) and
-    outside stackflow's own paths; ``reading``: an existing file must not be too large."""
+    outside stackflow's own paths; ``reading``: an existing file must not be too large.
+    ``resolve`` resolves the parent directory (a batch passes one that remembers)."""
     roots = real_roots(tuple(policy.onprem.roots))
     if not roots:
         raise PolicyViolation(
@@ -62,7 +65,7 @@ def onprem_target(
             f"{path}: this worker manages no files for specs (it has no STACKFLOW_ONPREM_ROOTS)",
         )
     lexical = os.path.normpath(path)
-    parent = real_path(os.path.dirname(lexical))
+    parent = resolve(os.path.dirname(lexical))
     name = os.path.basename(lexical)
     if not name or name in (".", ".."):
         raise PolicyViolation(resource_id, field, f"{path} names no file or directory")

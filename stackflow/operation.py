@@ -508,6 +508,11 @@ GROUP_LIMIT = 64
 TERRAFORM_GROUP_LIMIT = 256
 """Terraform nodes one ``run_group`` activity takes at most, in runs with the
 ``whole-terraform-groups`` patch: all go to one tofu command (the runtime's ``BATCH_LIMIT``)."""
+ONPREM_GROUPED = "OnPrem"
+ONPREM_GROUP_LIMIT = 128
+"""OnPrem nodes one ``run_group`` activity takes at most, in runs with the
+``whole-onprem-groups`` patch: its runtime runs calls made at once as one batch (the
+runtime's ``BATCH_LIMIT``), so a group's size no longer follows its share of the concurrency."""
 
 
 class StatusView(BaseModel):

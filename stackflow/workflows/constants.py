@@ -48,3 +48,7 @@ WHOLE_TERRAFORM_GROUPS = "whole-terraform-groups"
 """Patch: a group of ready Terraform nodes takes up to TERRAFORM_GROUP_LIMIT (one tofu command),
 not GROUP_ROUNDS rounds of its share of the concurrency, and groups are keyed by runtime as
 well as by step (a Terraform group holds no other runtime's nodes)."""
+WHOLE_ONPREM_GROUPS = "whole-onprem-groups"
+"""Patch: a group of ready OnPrem nodes takes up to ONPREM_GROUP_LIMIT (one batch of its
+runtime), not GROUP_ROUNDS rounds of its share of the concurrency, and groups are keyed by
+runtime as well as by step."""

@@ -6,7 +6,7 @@ Shared by the operation workflows and the BatchWorkflow child; deterministic.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from temporalio import workflow
 from temporalio.exceptions import (
@@ -26,6 +26,8 @@ with workflow.unsafe.imports_passed_through():
         DETAIL_LIMIT,
         GROUP_LIMIT,
         GROUPED_TYPES,
+        ONPREM_GROUP_LIMIT,
+        ONPREM_GROUPED,
         TERRAFORM_GROUP_LIMIT,
         TERRAFORM_GROUPED,
         BatchInput,
@@ -46,6 +48,7 @@ with workflow.unsafe.imports_passed_through():
         GROUP_READY_NODES,
         GROUP_TERRAFORM_NODES,
         SETTLE_CANCELLED_NODES,
+        WHOLE_ONPREM_GROUPS,
         WHOLE_TERRAFORM_GROUPS,
     )
     from stackflow.workflows.walker import GroupSize, WalkProgress, rounds_of_share, walk
@@ -206,13 +209,17 @@ def group_key(
     return key
 
 
-def whole_terraform_groups(key: str, share: int) -> int:
-    """A Terraform group takes every ready node it may (TERRAFORM_GROUP_LIMIT): its runtime
-    runs them as one tofu command, so fewer, larger groups mean fewer tofu processes. Other
-    groups keep about GROUP_ROUNDS rounds of their share, GROUP_LIMIT at most."""
-    if key.startswith(f"{TERRAFORM_GROUPED}/"):
-        return TERRAFORM_GROUP_LIMIT
-    return min(GROUP_LIMIT, rounds_of_share(share))
+def whole_groups(limits: Mapping[str, int]) -> GroupSize:
+    """Groups of the runtimes in ``limits`` take every ready node they may (their limit):
+    Terraform runs a group as one tofu command, OnPrem as one batch, so fewer, larger groups
+    mean fewer commands and activities. Other groups keep about GROUP_ROUNDS rounds of their
+    share, GROUP_LIMIT at most. Keys are ``<type>/<step>`` (groups keyed by runtime)."""
+
+    def size(key: str, share: int) -> int:
+        limit = limits.get(key.partition("/")[0])
+        return limit if limit is not None else min(GROUP_LIMIT, rounds_of_share(share))
+
+    return size
 
 
 async def walk_nodes(
@@ -226,13 +233,17 @@ async def walk_nodes(
 
     grouped = workflow.patched(GROUP_READY_NODES)
     types: tuple[str, ...] = GROUPED_TYPES
-    size: GroupSize | None = None
-    by_runtime = False
+    whole: dict[str, int] = {}
     terraform = grouped and any(n.type == TERRAFORM_GROUPED for n in nodes)
     if terraform and workflow.patched(GROUP_TERRAFORM_NODES):
         types = (*GROUPED_TYPES, TERRAFORM_GROUPED)
         if workflow.patched(WHOLE_TERRAFORM_GROUPS):
-            size, by_runtime = whole_terraform_groups, True
+            whole[TERRAFORM_GROUPED] = TERRAFORM_GROUP_LIMIT
+    onprem = grouped and any(n.type == ONPREM_GROUPED for n in nodes)
+    if onprem and workflow.patched(WHOLE_ONPREM_GROUPS):
+        whole[ONPREM_GROUPED] = ONPREM_GROUP_LIMIT
+    size = whole_groups(whole) if whole else None
+    by_runtime = bool(whole)
     return await walk(
         nodes,
         run,

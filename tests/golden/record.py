@@ -94,6 +94,9 @@ async def save(client: Client, handle: WorkflowHandle[Any, Any], name: str) -> N
 
 
 async def main() -> None:
+    # the histories are committed in the clear: the replay test has no key to read them with
+    for name in ("STACKFLOW_ENCRYPTION_KEY", "STACKFLOW_ENCRYPTION_KEY_FILE"):
+        os.environ.pop(name, None)
     work = Path(tempfile.mkdtemp(prefix="stackflow-golden-"))
     root = work / "files"
     backend = open_backend(f"sqlite:///{work / 'state.db'}")
@@ -270,6 +273,24 @@ async def main() -> None:
         )
         await tf_whole_gone.result()
         await save(client, tf_whole_gone, "whole_terraform_destroy")
+        # whole-onprem-groups: with a share of one call, an OnPrem group still takes every
+        # ready node (one batch of its runtime), not GROUP_ROUNDS of them
+        onprem_whole = await start(
+            f"golden-onpremwhole-{tag}",
+            spec={"resources": files(root / "o", 20)},
+            auto_approve=True,
+            max_concurrency=2,
+        )
+        await onprem_whole.result()
+        await save(client, onprem_whole, "whole_onprem_apply")
+        onprem_whole_gone = await start(
+            f"golden-onpremwhole-{tag}",
+            workflow="DestroyWorkflow",
+            auto_approve=True,
+            max_concurrency=2,
+        )
+        await onprem_whole_gone.result()
+        await save(client, onprem_whole_gone, "whole_onprem_destroy")
 
         # the run-events patch: the change summary with the approval wait, the decision
         # wait of a paused run, and a preview's run_complete, appended by append_events

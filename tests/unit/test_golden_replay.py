@@ -39,6 +39,10 @@ EXPECTED = {
     "policy_preview_denied",
     "local_phase_apply",
     "local_phase_cancelled",
+    "whole_terraform_apply",
+    "whole_terraform_destroy",
+    "whole_onprem_apply",
+    "whole_onprem_destroy",
 }
 
 

@@ -66,15 +66,24 @@ class Parents:
 
     def __init__(self) -> None:
         self._open: dict[str, int] = {}
+        self._missing: set[str] = set()
+        """Parents found missing (read, delete), until a call creates directories."""
         self._changed: dict[str, list[FileJob]] = {}
 
     def get(self, where: Confined, *, create: bool) -> int | None:
         key = where.target.parent
         fd = self._open.get(key)
+        if fd is not None:
+            return fd
+        if create:
+            self._missing.clear()
+        elif key in self._missing:
+            return None
+        fd = where.open_parent(create)
         if fd is None:
-            fd = where.open_parent(create)
-            if fd is not None:
-                self._open[key] = fd
+            self._missing.add(key)
+        else:
+            self._open[key] = fd
         return fd
 
     def changed(self, job: FileJob) -> None:

@@ -9,12 +9,11 @@ process (a ref always names the same bytes; the hash is checked on load).
 from __future__ import annotations
 
 import json
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from stackflow.operation import PlannedNode
+from stackflow.ref_cache import RefCache
 from stackflow.state.backend import StateBackend, check_ref
 
 
@@ -39,8 +38,7 @@ def _row(node: PlannedNode) -> list[object]:
 class PlanStore:
     def __init__(self, backend: StateBackend) -> None:
         self.backend = backend
-        self._cache: OrderedDict[str, StoredPlan] = OrderedDict()
-        self._lock = threading.Lock()
+        self._cache: RefCache[StoredPlan] = RefCache(8)
 
     def put(self, nodes: list[PlannedNode], deletions: list[PlannedNode]) -> str:
         data = {"nodes": [_row(n) for n in nodes], "deletions": [_row(n) for n in deletions]}
@@ -48,17 +46,10 @@ class PlanStore:
 
     def get(self, ref: str) -> StoredPlan:
         check_ref(ref, "plan_ref")
-        with self._lock:
-            plan = self._cache.get(ref)
-            if plan is not None:
-                self._cache.move_to_end(ref)
-                return plan
-        plan = _parse(json.loads(self.backend.get_blob("plan_ref", ref)))
-        with self._lock:
-            self._cache[ref] = plan
-            while len(self._cache) > 8:
-                self._cache.popitem(last=False)
-        return plan
+        return self._cache.get(ref, self._load)
+
+    def _load(self, ref: str) -> StoredPlan:
+        return _parse(json.loads(self.backend.get_blob("plan_ref", ref)))
 
 
 def _nodes(rows: list[list[Any]]) -> list[PlannedNode]:

@@ -320,13 +320,33 @@ def parse_spec(data: Any, source: str = "<input>") -> Spec:
         return _validate(data, source)
 
 
-def _validate(data: dict[str, Any], source: str) -> Spec:
-    from stackflow.graph import build_graph  # graph imports spec models
+def load_stored_spec(data: Any, source: str) -> Spec:
+    """A spec the state backend stored (by content ref, hash checked): :func:`parse_spec`
+    checked it (ids, types, sizes, the graph) before it was stored, so only its shape is
+    validated again. A run given a stored spec by ref checks it whole once
+    (:func:`check_spec`, in ``prepare_operation``); its other activities load it as is."""
+    if not isinstance(data, dict) or "resources" not in data:
+        raise SpecError(f"{source}: not a stored spec (no 'resources')")
+    with gc_paused():
+        try:
+            return Spec.model_validate(data)
+        except ValidationError as err:
+            raise SpecError(f"{source}: {_validation_message(data, err)}") from err
 
+
+def _validate(data: dict[str, Any], source: str) -> Spec:
     try:
         spec = Spec.model_validate(data)
     except ValidationError as err:
         raise SpecError(f"{source}: {_validation_message(data, err)}") from err
+    check_spec(spec, source)
+    return spec
+
+
+def check_spec(spec: Spec, source: str) -> None:
+    """What a valid shape does not say: known types, id conventions, sizes, a sound graph."""
+    from stackflow.graph import build_graph  # graph imports spec models
+
     for index, resource in enumerate(spec.resources):
         where = f"{source}: resources[{index}] (id {resource.id!r})"
         problem = unknown_type(resource.type)
@@ -356,7 +376,6 @@ def _validate(data: dict[str, Any], source: str) -> Spec:
         build_graph(spec)
     except SpecError as err:
         raise type(err)(f"{source}: {err}") from err
-    return spec
 
 
 @contextmanager

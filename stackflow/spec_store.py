@@ -7,9 +7,7 @@ ref always names the same bytes).
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-
+from stackflow.ref_cache import RefCache
 from stackflow.spec import Resource, Spec
 from stackflow.state.backend import StateBackend, check_ref
 
@@ -19,26 +17,18 @@ _CACHED = 16
 class SpecStore:
     def __init__(self, backend: StateBackend) -> None:
         self.backend = backend
-        self._cache: OrderedDict[str, tuple[Spec, dict[str, Resource]]] = OrderedDict()
-        self._lock = threading.Lock()
+        self._cache: RefCache[tuple[Spec, dict[str, Resource]]] = RefCache(_CACHED)
 
     def put(self, spec: Spec) -> str:
         return self.backend.put_spec(spec)
 
+    def _load(self, ref: str) -> tuple[Spec, dict[str, Resource]]:
+        spec = self.backend.get_spec(ref)
+        return spec, {resource.id: resource for resource in spec.resources}
+
     def _entry(self, ref: str) -> tuple[Spec, dict[str, Resource]]:
         check_ref(ref, "spec_ref")
-        with self._lock:
-            entry = self._cache.get(ref)
-            if entry is not None:
-                self._cache.move_to_end(ref)
-                return entry
-        spec = self.backend.get_spec(ref)
-        entry = (spec, {resource.id: resource for resource in spec.resources})
-        with self._lock:
-            self._cache[ref] = entry
-            while len(self._cache) > _CACHED:
-                self._cache.popitem(last=False)
-        return entry
+        return self._cache.get(ref, self._load)
 
     def get(self, ref: str) -> Spec:
         return self._entry(ref)[0]

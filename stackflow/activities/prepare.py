@@ -33,7 +33,7 @@ from stackflow.release import Operation, Release
 from stackflow.runtime_queues import plan_queues, queue_wait, runtime_queues
 from stackflow.selection import LEFT_OUT_LIMIT, Selected, Selection, check_patterns, select
 from stackflow.sources import git_cache, read_spec_file
-from stackflow.spec import Resource, Spec, parse_spec, parse_spec_text
+from stackflow.spec import Resource, Spec, check_spec, parse_spec, parse_spec_text
 from stackflow.state.backend import RunRef
 
 GATED = (Operation.apply, Operation.destroy, Operation.rollback)
@@ -155,7 +155,9 @@ class PrepareActivities:
             spec = parse_spec(request.spec, source="input.spec")
             return spec, self.specs.put(spec)
         if request.spec_ref is not None:
-            return self.specs.get(request.spec_ref), request.spec_ref
+            spec = self.specs.get(request.spec_ref)
+            check_spec(spec, request.spec_ref)  # stored by whoever started the run
+            return spec, request.spec_ref
         if request.source is not None:
             text = read_spec_file(request.source, git_cache())
             where = f"{request.source.path}@{request.source.commit[:12]}"

@@ -126,7 +126,9 @@ class PreviewActivities:
         sizes: tuple[int, int],
     ) -> list[Change]:
         """``sizes``: the resources of the run's plan, and of this batch's slice of it."""
-        resources = self.specs.resources(inp.spec_ref) if inp.spec_ref else {}
+        resources = (
+            await asyncio.to_thread(self.specs.resources, inp.spec_ref) if inp.spec_ref else {}
+        )
         # what the batch reads of the prior state: its own resources and what they reference
         # (not the whole state, once per batch)
         needed = [*ids, *delete_ids]

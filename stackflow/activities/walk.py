@@ -103,7 +103,9 @@ class WalkActivities:
 
     async def _apply(self, inp: NodeInput, sink: EventSink) -> NodeResult:
         step, guard = self.step, self.guard
-        spec_resources = self.specs.resources(inp.spec_ref) if inp.spec_ref else {}
+        spec_resources = (
+            await asyncio.to_thread(self.specs.resources, inp.spec_ref) if inp.spec_ref else {}
+        )
         wanted = step.ids_to_read(inp, spec_resources)
         stack = inp.stack
         state = await asyncio.to_thread(self.backend.resources, stack, inp.revision, wanted)
@@ -194,7 +196,9 @@ class WalkActivities:
         run = calling_run(inp.owner)
         stack, revision = inp.stack, inp.revision
         options = step.node_options(inp, run)
-        spec_resources = self.specs.resources(inp.spec_ref) if inp.spec_ref else {}
+        spec_resources = (
+            await asyncio.to_thread(self.specs.resources, inp.spec_ref) if inp.spec_ref else {}
+        )
         nodes = {
             rid: NodeInput(
                 project=inp.project,

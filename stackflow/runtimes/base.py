@@ -11,7 +11,7 @@ import abc
 import contextlib
 import contextvars
 from collections import Counter
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -206,6 +206,12 @@ class Runtime(abc.ABC):
         local files the policy needs (paths, a kubeconfig) but never at infrastructure.
         Blocking: callers run it in a thread. Default: nothing to check.
         """
+
+    def check_policies(self, resources: Sequence[ResourceRequest], options: RuntimeOptions) -> None:
+        """:meth:`check_policy` for each resource in order (the first refusal is raised); a
+        runtime may share work between them (OnPrem resolves each directory once)."""
+        for resource in resources:
+            self.check_policy(resource, options)
 
     async def preview(self, resource: ResourceRequest, options: RuntimeOptions) -> PreviewResult:
         """Return what the object would become if applied; defaults to the desired attributes."""

@@ -37,9 +37,16 @@ def check_requests(
     """Each resource's runtime checks it; the first refusal is raised (PolicyViolation). A
     worker for some runtimes checks the resources of its own (the others' workers check
     theirs before touching them)."""
+    run: list[ResourceRequest] = []  # consecutive requests of one runtime, checked together
     for request in requests:
-        if registry.serves(request.type):
-            registry.get(request.type).check_policy(request, options)
+        if not registry.serves(request.type):
+            continue
+        if run and run[0].type != request.type:
+            registry.get(run[0].type).check_policies(run, options)
+            run = []
+        run.append(request)
+    if run:
+        registry.get(run[0].type).check_policies(run, options)
 
 
 class SpecGate:

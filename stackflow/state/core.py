@@ -19,7 +19,7 @@ from stackflow.errors import (
     SpecError,
 )
 from stackflow.refs import StackRef
-from stackflow.spec import Spec, parse_spec
+from stackflow.spec import Spec, load_stored_spec
 from stackflow.state.models import (
     MIGRATIONS,
     blob_ref,
@@ -175,4 +175,4 @@ class SqlCore:
         return self.put_blob("spec_ref", body)
 
     def get_spec(self, ref: str) -> Spec:
-        return parse_spec(json.loads(self.get_blob("spec_ref", ref)), source=ref)
+        return load_stored_spec(json.loads(self.get_blob("spec_ref", ref)), source=ref)

@@ -74,7 +74,10 @@ class RunEvents(Records):
                         "body": event.data,
                     }
                 )
-                appended.append(RunEvent(seq=seq, type=event.type, time=at, data=event.data))
+                # built from validated parts (a NewEvent, the clock): not validated again
+                appended.append(
+                    RunEvent.model_construct(seq=seq, type=event.type, time=at, data=event.data)
+                )
             conn.execute(run_events.insert(), rows)
         return appended
 

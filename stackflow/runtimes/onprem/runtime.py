@@ -19,7 +19,10 @@ per step of the batch rather than twice per file, with the same durability.
 
 from __future__ import annotations
 
-from stackflow.policy import WorkerPolicy, worker_policy
+import functools
+from collections.abc import Sequence
+
+from stackflow.policy import WorkerPolicy, real_path, worker_policy
 from stackflow.runtimes.base import (
     Attributes,
     PreviewResult,
@@ -83,6 +86,12 @@ class OnPremRuntime(Runtime):
 
     def check_policy(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
         self._place(resource)
+
+    def check_policies(self, resources: Sequence[ResourceRequest], options: RuntimeOptions) -> None:
+        policy = self.policy
+        resolve = functools.lru_cache(maxsize=None)(real_path)  # these checks' lookups only
+        for resource in resources:
+            place(policy, resource, resolve=resolve)
 
     async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
         return (await self._call("read", resource)).result

@@ -35,6 +35,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -90,12 +91,21 @@ async def direct(spec: dict[str, Any], *, with_reads: bool) -> float:
     return seconds
 
 
-def many_stacks(sf: harness.Stack, files: Path, size: int, stacks: int, extra: list[str]) -> float:
+def many_stacks(
+    sf: harness.Stack, files: Path, size: int, stacks: int, extra: list[str]
+) -> tuple[float, str]:
     """``stacks`` projects of ``size // stacks`` files each, applied at once by as many
-    ``stackflow apply --yes`` processes on the same worker; wall seconds until the last ends."""
+    ``stackflow apply --yes`` processes on the same worker; wall seconds until the last ends,
+    and the CPU each part used meanwhile."""
     tag = uuid.uuid4().hex[:6]
     each = size // stacks
     procs: list[tuple[str, Path, subprocess.Popen[str]]] = []
+    pids = harness.service_pids(harness.SERVICES)
+    if sf.api is not None:
+        pids["stackflow serve"] = sf.api.pid
+    meter = harness.CpuMeter(pids, sf.worker.pids)
+    meter.start()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     for n in range(stacks):
         project = f"onprembench-many-{n}-{tag}"
@@ -118,7 +128,13 @@ def many_stacks(sf: harness.Stack, files: Path, size: int, stacks: int, extra: l
         written = sum(1 for _ in root.iterdir()) if root.exists() else 0
         if written != each:
             raise SystemExit(f"stackflow apply of {project} wrote {written} of {each} files")
-    return time.perf_counter() - started
+    seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    meter.stop()
+    meter.used[f"{stacks} stackflow CLIs"] = (after.ru_utime + after.ru_stime) - (
+        before.ru_utime + before.ru_stime
+    )
+    return seconds, meter.describe(seconds)
 
 
 def bench_size(
@@ -148,7 +164,9 @@ def bench_size(
         if written != size:
             raise SystemExit(f"stackflow apply wrote {written} of {size} files")
         cpu = sf.meter.describe(seconds) if sf.meter else ""
-        many = many_stacks(sf, files, size, args.stacks, extra) if args.stacks > 1 else None
+        many, many_cpu = (
+            many_stacks(sf, files, size, args.stacks, extra) if args.stacks > 1 else (None, "")
+        )
         peak = sf.worker.peak_rss_mb()
     stats = asyncio.run(stack_stats(f"stackflow/{project}/default", t0))
     # direct calls: the same files in another directory (the policy's roots allow it)
@@ -189,6 +207,8 @@ def bench_size(
                 ratio=(many / each) / (seconds / size),
             )
         )
+    if many_cpu:
+        cpu += f"\n  {args.stacks} stacks at once: {many_cpu}"
     return row, found, f"{stats.describe(size)}\n  {cpu}", server_log.report()
 
 

@@ -325,8 +325,6 @@ def load_stored_spec(data: Any, source: str) -> Spec:
     checked it (ids, types, sizes, the graph) before it was stored, so only its shape is
     validated again. A run given a stored spec by ref checks it whole once
     (:func:`check_spec`, in ``prepare_operation``); its other activities load it as is."""
-    if not isinstance(data, dict) or "resources" not in data:
-        raise SpecError(f"{source}: not a stored spec (no 'resources')")
     with gc_paused():
         try:
             return Spec.model_validate(data)

@@ -63,6 +63,7 @@ with workflow.unsafe.imports_passed_through():
         PHASE_KEY,
         PROJECT_KEY,
         RUN_EVENTS,
+        SLIDING_PREVIEW_WINDOW,
         WORKSPACE_KEY,
     )
     from stackflow.workflows.lines import PreviewLines, brief_changes, range_size
@@ -80,6 +81,7 @@ with workflow.unsafe.imports_passed_through():
     from stackflow.workflows.steering import WALKING, NotOk
     from stackflow.workflows.waits import GatedRun
     from stackflow.workflows.walker import WalkProgress
+    from stackflow.workflows.windows import in_order
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -219,39 +221,46 @@ class OperationWorkflow(GatedRun):
         # Preview batches are read-only; a few run side by side. A range whose resources
         # belong to runtimes on different task queues goes to each queue for its part.
         routes = parts(plan.queues)
-        for first in range(0, len(calls), 4):
-            group = calls[first : first + 4]
-            verb = "record" if record else "refresh" if refresh else "preview"
+        verb = "record" if record else "refresh" if refresh else "preview"
+
+        def start(call: Any) -> Coroutine[Any, Any, PreviewBatchResult]:
             handles = [
-                [
-                    (
-                        queue,
-                        types,
-                        workflow.start_activity_method(
-                            batch_activity,
-                            call if types is None else call.model_copy(update={"runtimes": types}),
-                            **common.resource_call(
-                                f"{verb} {range_size(call, plan)} resources",
-                                queue,
-                                plan.queue_wait_seconds,
-                            ),
+                (
+                    queue,
+                    types,
+                    workflow.start_activity_method(
+                        batch_activity,
+                        call if types is None else call.model_copy(update={"runtimes": types}),
+                        **common.resource_call(
+                            f"{verb} {range_size(call, plan)} resources",
+                            queue,
+                            plan.queue_wait_seconds,
                         ),
-                    )
-                    for queue, types in routes
-                ]
-                for call in group
+                    ),
+                )
+                for queue, types in routes
             ]
-            for call, started in zip(group, handles, strict=True):
-                results = []
-                for queue, types, handle in started:
+
+            async def results() -> PreviewBatchResult:
+                found = []
+                for queue, types, handle in handles:
                     try:
-                        results.append(await handle)
+                        found.append(await handle)
                     except ActivityError as exc:
                         served = types or sorted(t for t, q in plan.queues.items() if q == queue)
                         wait = plan.queue_wait_seconds
                         self._no_worker = no_worker_line(exc, queue, ", ".join(served), wait)
                         raise
-                lines.add(call, PreviewBatchResult.merge(results))
+                return PreviewBatchResult.merge(found)
+
+            return results()
+
+        width = common.PREVIEW_WINDOW
+        sliding = len(calls) > width and workflow.patched(SLIDING_PREVIEW_WINDOW)
+        async for call, result, checkpoint in in_order(calls, start, width, sliding=sliding):
+            lines.add(call, result)
+            if not checkpoint:
+                continue
             if len(lines.diff_refs) > DIFF_REFS_LIMIT and workflow.patched(INDEX_DIFF_REFS):
                 index: str = await workflow.execute_activity_method(
                     PreviewActivities.index_diffs,

@@ -52,6 +52,8 @@ STORE_START_TO_CLOSE = timedelta(minutes=5)
 STORE_SCHEDULE_TO_CLOSE = timedelta(minutes=15)
 PREVIEW_BATCH = 200
 """Resources one preview activity reads and diffs."""
+PREVIEW_WINDOW = 4
+"""Preview activities of a run in flight at once."""
 CLOSE_SCHEDULE_TO_CLOSE = timedelta(minutes=10)
 """Closing a release on the way out: bounded, the next operation's recovery covers the rest."""
 

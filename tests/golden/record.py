@@ -37,6 +37,7 @@ from stackflow.operation import (  # noqa: E402
     OperationResult,
 )
 from stackflow.policy_gate.bundle import PolicyBundle, store_bundle  # noqa: E402
+from stackflow.spec import parse_spec  # noqa: E402
 from stackflow.state.backend import open_backend  # noqa: E402
 
 
@@ -322,6 +323,29 @@ async def main() -> None:
         )
         await previewed.result()
         await save(client, previewed, "events_preview")
+        # sliding-preview-window: six preview batches (1,001 files), four in flight, the
+        # next started as each earlier one's result is taken (the spec goes by ref)
+        wide = backend.put_spec(parse_spec({"resources": files(root / "s", 1001)}))
+        slid = await client.start_workflow(
+            "PreviewWorkflow",
+            OperationInput(project=f"golden-slide-{tag}", spec_ref=wide),
+            id=f"stackflow/golden-slide-{tag}/default/preview",
+            task_queue=queue,
+            result_type=OperationResult,
+        )
+        await slid.result()
+        await save(client, slid, "sliding_preview")
+        # the same preview as recorded before that patch: groups of four batches
+        # (committed from the code before it; a re-record writes the sliding order)
+        grouped_preview = await client.start_workflow(
+            "PreviewWorkflow",
+            OperationInput(project=f"golden-groups-{tag}", spec_ref=wide),
+            id=f"stackflow/golden-groups-{tag}/default/preview",
+            task_queue=queue,
+            result_type=OperationResult,
+        )
+        await grouped_preview.result()
+        await save(client, grouped_preview, "grouped_preview")
         # the policy gate: a pushed bundle asks for an approver despite auto_approve (and
         # warns); a run's own bundle denies an apply and a preview before anything changes
         gate = PolicyBundle(modules={"gate.rego": GATE})

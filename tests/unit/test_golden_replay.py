@@ -43,6 +43,8 @@ EXPECTED = {
     "whole_terraform_destroy",
     "whole_onprem_apply",
     "whole_onprem_destroy",
+    "sliding_preview",
+    "grouped_preview",
 }
 
 

@@ -512,7 +512,10 @@ ONPREM_GROUPED = "OnPrem"
 ONPREM_GROUP_LIMIT = 128
 """OnPrem nodes one ``run_group`` activity takes at most, in runs with the
 ``whole-onprem-groups`` patch: its runtime runs calls made at once as one batch (the
-runtime's ``BATCH_LIMIT``), so a group's size no longer follows its share of the concurrency."""
+runtime's ``BATCH_LIMIT``), one call after another."""
+ONPREM_GROUP_ROUNDS = 32
+"""In those runs, an OnPrem group takes up to this many nodes per call of its share of
+``max_concurrency`` (a run asked to go one call at a time still moves in steps of 32)."""
 
 
 class StatusView(BaseModel):

@@ -49,9 +49,9 @@ WHOLE_TERRAFORM_GROUPS = "whole-terraform-groups"
 not GROUP_ROUNDS rounds of its share of the concurrency, and groups are keyed by runtime as
 well as by step (a Terraform group holds no other runtime's nodes)."""
 WHOLE_ONPREM_GROUPS = "whole-onprem-groups"
-"""Patch: a group of ready OnPrem nodes takes up to ONPREM_GROUP_LIMIT (one batch of its
-runtime), not GROUP_ROUNDS rounds of its share of the concurrency, and groups are keyed by
-runtime as well as by step."""
+"""Patch: a group of ready OnPrem nodes takes up to ONPREM_GROUP_ROUNDS (32) per call of its
+share of the concurrency, ONPREM_GROUP_LIMIT (one batch of its runtime) at most, not
+GROUP_ROUNDS (8); groups are keyed by runtime as well as by step."""
 SLIDING_PREVIEW_WINDOW = "sliding-preview-window"
 """Patch: a run's preview batches keep PREVIEW_WINDOW in flight, the next starting as soon as
 the oldest's result is taken, instead of groups of that many (:mod:`.windows`)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 
 from temporalio import workflow
 from temporalio.exceptions import (
@@ -27,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
         GROUP_LIMIT,
         GROUPED_TYPES,
         ONPREM_GROUP_LIMIT,
+        ONPREM_GROUP_ROUNDS,
         ONPREM_GROUPED,
         TERRAFORM_GROUP_LIMIT,
         TERRAFORM_GROUPED,
@@ -209,15 +211,27 @@ def group_key(
     return key
 
 
-def whole_groups(limits: Mapping[str, int]) -> GroupSize:
-    """Groups of the runtimes in ``limits`` take every ready node they may (their limit):
-    Terraform runs a group as one tofu command, OnPrem as one batch, so fewer, larger groups
-    mean fewer commands and activities. Other groups keep about GROUP_ROUNDS rounds of their
-    share, GROUP_LIMIT at most. Keys are ``<type>/<step>`` (groups keyed by runtime)."""
+@dataclass(frozen=True)
+class Sizing:
+    """How large a group of one runtime grows: ``limit`` nodes at most, and with ``rounds``
+    at most that many per call of its share of the concurrency (None: the limit, whatever
+    the share)."""
+
+    limit: int
+    rounds: int | None = None
+
+
+def group_sizes(sizing: Mapping[str, Sizing]) -> GroupSize:
+    """Groups of the runtimes in ``sizing`` grow as it says: Terraform runs a group as one
+    tofu command and OnPrem as one batch, so fewer, larger groups mean fewer commands and
+    activities. Other groups keep about GROUP_ROUNDS rounds of their share, GROUP_LIMIT at
+    most. Keys are ``<type>/<step>`` (groups keyed by runtime)."""
 
     def size(key: str, share: int) -> int:
-        limit = limits.get(key.partition("/")[0])
-        return limit if limit is not None else min(GROUP_LIMIT, rounds_of_share(share))
+        found = sizing.get(key.partition("/")[0])
+        if found is None:
+            return min(GROUP_LIMIT, rounds_of_share(share))
+        return found.limit if found.rounds is None else min(found.limit, found.rounds * share)
 
     return size
 
@@ -233,17 +247,17 @@ async def walk_nodes(
 
     grouped = workflow.patched(GROUP_READY_NODES)
     types: tuple[str, ...] = GROUPED_TYPES
-    whole: dict[str, int] = {}
+    sizing: dict[str, Sizing] = {}
     terraform = grouped and any(n.type == TERRAFORM_GROUPED for n in nodes)
     if terraform and workflow.patched(GROUP_TERRAFORM_NODES):
         types = (*GROUPED_TYPES, TERRAFORM_GROUPED)
         if workflow.patched(WHOLE_TERRAFORM_GROUPS):
-            whole[TERRAFORM_GROUPED] = TERRAFORM_GROUP_LIMIT
+            sizing[TERRAFORM_GROUPED] = Sizing(TERRAFORM_GROUP_LIMIT)
     onprem = grouped and any(n.type == ONPREM_GROUPED for n in nodes)
     if onprem and workflow.patched(WHOLE_ONPREM_GROUPS):
-        whole[ONPREM_GROUPED] = ONPREM_GROUP_LIMIT
-    size = whole_groups(whole) if whole else None
-    by_runtime = bool(whole)
+        sizing[ONPREM_GROUPED] = Sizing(ONPREM_GROUP_LIMIT, ONPREM_GROUP_ROUNDS)
+    size = group_sizes(sizing) if sizing else None
+    by_runtime = bool(sizing)
     return await walk(
         nodes,
         run,

@@ -20,7 +20,9 @@ from tests.integration.opshelp import (
     scheduled_ids,
 )
 
-FILES = 120
+FILES = 480
+"""With one call at a time, OnPrem groups of 32: 15 groups, the run still applying when
+the worker dies."""
 
 
 async def test_worker_killed_mid_apply_is_replaced_and_the_run_completes(

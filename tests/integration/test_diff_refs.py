@@ -46,8 +46,9 @@ async def test_many_preview_batches_leave_a_few_diff_refs(
         ]
         assert result.phase == "succeeded" and result.counts == {"succeeded": 50}
         refs = result.changes["diff_refs"]
-        # 20 refs after five rounds of four batches fold into one; five more follow it
-        assert len(indexed) == 1 and len(refs) == 6 and len(refs) <= DIFF_REFS_LIMIT
+        # the 17th batch's ref (one past the limit) folds the 17 into one index; the eight
+        # later batches add theirs (sliding-preview-window: checked after each batch)
+        assert len(indexed) == 1 and len(refs) == 9 and len(refs) <= DIFF_REFS_LIMIT
         changes = load_changes(backend, refs)
         assert [c["id"] for c in changes] == [f["id"] for f in files]
         assert all(c["action"] == "Create" and c["diff"] for c in changes)

@@ -68,7 +68,9 @@ async def test_two_hosts_and_a_laptop_share_postgres_and_survive_a_sigkill(
         project, count = new_project(), 300
         root = tmp_path / "files"
         spec = files_spec(root, count)
-        request = OperationInput(project=project, spec=spec, auto_approve=True, max_concurrency=4)
+        # two calls at once: OnPrem groups of 32, two in flight, ten in all (still under way
+        # when the poll sees the first ones done)
+        request = OperationInput(project=project, spec=spec, auto_approve=True, max_concurrency=2)
         handle = await start_run(temporal_client, stack_env, request)
 
         async def under_way() -> StatusView | None:
@@ -179,7 +181,8 @@ async def test_cancel_at_any_phase_closes_the_release_and_frees_the_stack(
 ) -> None:
     project = new_project()
     root = tmp_path / "files"
-    count = 2000 if when == "previewing" else 60
+    # applying: one call at a time, OnPrem groups of 32, eight of them: still under way
+    count = 2000 if when == "previewing" else 240
     spec = files_spec(root, count)
     request = OperationInput(
         project=project,

@@ -17,6 +17,7 @@ from stackflow.operation import (
     GROUP_LIMIT,
     GROUPED_TYPES,
     ONPREM_GROUP_LIMIT,
+    ONPREM_GROUP_ROUNDS,
     ONPREM_GROUPED,
     TERRAFORM_GROUP_LIMIT,
     TERRAFORM_GROUPED,
@@ -56,24 +57,32 @@ def test_a_whole_group_fits_one_command_or_batch_of_its_runtime() -> None:
     """A Terraform group of the walk (whole-terraform-groups) is one command and an OnPrem
     group (whole-onprem-groups) one batch: its calls are all in flight at once and one batch
     of the runtime takes them all; other groups keep GROUP_ROUNDS rounds of their share, and
-    a runtime not made whole keeps them too (a run replaying without its patch)."""
+    a runtime not in the sizing keeps them too (a run replaying without its patch)."""
     from stackflow.runtimes.onprem.batch import BATCH_LIMIT as ONPREM_BATCH_LIMIT
     from stackflow.runtimes.onprem.runtime import OnPremRuntime
     from stackflow.runtimes.terraform.batch import BATCH_LIMIT
-    from stackflow.workflows.nodes import whole_groups
+    from stackflow.workflows.nodes import Sizing, group_sizes
     from stackflow.workflows.walker import GROUP_ROUNDS
 
     assert COALESCED_PARALLELISM >= TERRAFORM_GROUP_LIMIT
     assert BATCH_LIMIT >= TERRAFORM_GROUP_LIMIT > GROUP_LIMIT
     assert COALESCED_PARALLELISM >= ONPREM_GROUP_LIMIT == ONPREM_BATCH_LIMIT > GROUP_LIMIT
     assert OnPremRuntime.coalesces_calls and OnPremRuntime.type_name == ONPREM_GROUPED
-    size = whole_groups({TERRAFORM_GROUPED: TERRAFORM_GROUP_LIMIT})
+    size = group_sizes({TERRAFORM_GROUPED: Sizing(TERRAFORM_GROUP_LIMIT)})
     assert size(f"{TERRAFORM_GROUPED}/apply", 1) == TERRAFORM_GROUP_LIMIT
     assert size(f"{TERRAFORM_GROUPED}/delete", 4) == TERRAFORM_GROUP_LIMIT
     assert size("OnPrem/apply", 1) == GROUP_ROUNDS
     assert size("Kubernetes/apply", 16) == GROUP_LIMIT
-    both = whole_groups({TERRAFORM_GROUPED: TERRAFORM_GROUP_LIMIT, "OnPrem": ONPREM_GROUP_LIMIT})
-    assert both("OnPrem/apply", 1) == both("OnPrem/delete", 3) == ONPREM_GROUP_LIMIT
+    both = group_sizes(
+        {
+            TERRAFORM_GROUPED: Sizing(TERRAFORM_GROUP_LIMIT),
+            ONPREM_GROUPED: Sizing(ONPREM_GROUP_LIMIT, ONPREM_GROUP_ROUNDS),
+        }
+    )
+    # OnPrem: 32 a call of its share (a run asked for one call at a time still moves in
+    # steps), one batch of its runtime at most (the default concurrency's share of 5)
+    assert both("OnPrem/apply", 1) == ONPREM_GROUP_ROUNDS == 32
+    assert both("OnPrem/delete", 5) == ONPREM_GROUP_LIMIT
     assert both("Kubernetes/delete", 1) == GROUP_ROUNDS
 
 

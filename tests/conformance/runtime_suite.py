@@ -15,11 +15,14 @@ calls a runtime (each call carries the state the last one returned as ``prior_st
 - delete: the object is gone, and deleting it again succeeds (a missing object is deleted);
 - typed errors: bad attributes are ``InvalidInput`` (never retried);
 - policy hook: ``check_policy`` refuses what the worker policy forbids with a
-  ``PolicyViolation``, and a runtime that checks every call refuses it on apply too.
+  ``PolicyViolation``, and a runtime that checks every call refuses it on apply too;
+- calls made at once (as a group's or a preview batch's are): each keeps its own outcome,
+  a bad one fails alone, and ``check_policies`` refuses the first refused request.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -165,3 +168,34 @@ class RuntimeSuite:
         if runtime.checks_every_call:
             with pytest.raises(PolicyViolation):
                 await runtime.apply(request, built.options)
+
+    async def test_calls_made_at_once_keep_their_own_outcomes(self, built: RuntimeCase) -> None:
+        """As a group's calls (all at once for a runtime that coalesces them): three new
+        objects and a bad request; each object applies, reads back and deletes on its own."""
+        runtime = built.runtime
+        assert runtime is not None
+        opts = built.options
+        requests = [built.make(f"at-once-{n}") for n in range(3)]
+        try:
+            results = await asyncio.gather(
+                *(runtime.apply(r, opts) for r in [*requests, built.invalid("at-once-bad")]),
+                return_exceptions=True,
+            )
+            assert isinstance(results[-1], InvalidInput), results[-1]
+            lives = [live for live in results[:-1] if isinstance(live, dict)]
+            assert len(lives) == len(requests), results
+            reads = await asyncio.gather(
+                *(
+                    runtime.read(with_prior(r, live), opts)
+                    for r, live in zip(requests, lives, strict=True)
+                )
+            )
+            for live, read in zip(lives, reads, strict=True):
+                assert read is not None and built.observed(read) == built.observed(live)
+        finally:
+            await asyncio.gather(*(runtime.delete(r, opts) for r in requests))
+        assert await asyncio.gather(*(runtime.read(r, opts) for r in requests)) == [None] * 3
+        first, second = built.refused("at-once-r1"), built.refused("at-once-r2")
+        with pytest.raises(PolicyViolation) as err:
+            runtime.check_policies([built.make("at-once-ok"), first, second], opts)
+        assert err.value.resource_id == first.id

@@ -128,6 +128,29 @@ async def main() -> None:
             await asyncio.sleep(0.1)
         raise SystemExit(f"{handle.id} never reached {wanted}")
 
+    async def preview(project: str, **fields: Any) -> WorkflowHandle[Any, OperationResult]:
+        """A PreviewWorkflow of ``project``, once it has ended."""
+        handle = await client.start_workflow(
+            "PreviewWorkflow",
+            OperationInput(project=project, **fields),
+            id=f"stackflow/{project}/default/preview",
+            task_queue=queue,
+            result_type=OperationResult,
+        )
+        await handle.result()
+        return handle
+
+    async def apply_then_destroy(project: str, name: str, **fields: Any) -> None:
+        """An apply of ``fields["spec"]`` saved as ``<name>_apply``, then a destroy of the
+        stack (same concurrency) saved as ``<name>_destroy``."""
+        concurrency = {k: v for k, v in fields.items() if k == "max_concurrency"}
+        applied = await start(project, auto_approve=True, **fields)
+        await applied.result()
+        await save(client, applied, f"{name}_apply")
+        gone = await start(project, workflow="DestroyWorkflow", auto_approve=True, **concurrency)
+        await gone.result()
+        await save(client, gone, f"{name}_destroy")
+
     async with worker_module.build_worker(client, queue, activities):
         # approval wait, approved by Update
         approval = await start(f"golden-approve-{tag}", spec={"resources": files(root / "a", 3)})
@@ -217,22 +240,12 @@ async def main() -> None:
             "type": "OnPrem",
             "attributes": {"kind": "Directory", "path": f"{root}/g/dir"},
         }
-        grouped = await start(
+        await apply_then_destroy(
             f"golden-grouped-{tag}",
+            "grouped",
             spec={"resources": [directory, *grouped_files]},
-            auto_approve=True,
             max_concurrency=4,
         )
-        await grouped.result()
-        await save(client, grouped, "grouped_apply")
-        ungrouped = await start(
-            f"golden-grouped-{tag}",
-            workflow="DestroyWorkflow",
-            auto_approve=True,
-            max_concurrency=4,
-        )
-        await ungrouped.result()
-        await save(client, ungrouped, "grouped_destroy")
 
         # Terraform nodes sharing run_group activities (one tofu command per group)
         data = [
@@ -244,54 +257,26 @@ async def main() -> None:
             }
             for i in range(4)
         ]
-        tf = await start(f"golden-tfgroup-{tag}", spec={"resources": data}, auto_approve=True)
-        await tf.result()
-        await save(client, tf, "grouped_terraform_apply")
-        tf_gone = await start(
-            f"golden-tfgroup-{tag}", workflow="DestroyWorkflow", auto_approve=True
+        await apply_then_destroy(
+            f"golden-tfgroup-{tag}", "grouped_terraform", spec={"resources": data}
         )
-        await tf_gone.result()
-        await save(client, tf_gone, "grouped_terraform_destroy")
         # whole-terraform-groups: with a share of one call, a Terraform group still takes
         # every ready node (one tofu command), and groups hold one runtime each
         whole = [
             {**data[0], "id": f"builtin:terraform:terraform_data:w{i}", "attributes": {"input": i}}
             for i in range(12)
         ] + files(root / "w", 2)
-        tf_whole = await start(
-            f"golden-tfwhole-{tag}",
-            spec={"resources": whole},
-            auto_approve=True,
-            max_concurrency=2,
+        await apply_then_destroy(
+            f"golden-tfwhole-{tag}", "whole_terraform", spec={"resources": whole}, max_concurrency=2
         )
-        await tf_whole.result()
-        await save(client, tf_whole, "whole_terraform_apply")
-        tf_whole_gone = await start(
-            f"golden-tfwhole-{tag}",
-            workflow="DestroyWorkflow",
-            auto_approve=True,
-            max_concurrency=2,
-        )
-        await tf_whole_gone.result()
-        await save(client, tf_whole_gone, "whole_terraform_destroy")
-        # whole-onprem-groups: with a share of one call, an OnPrem group still takes every
-        # ready node (one batch of its runtime), not GROUP_ROUNDS of them
-        onprem_whole = await start(
+        # whole-onprem-groups: with a share of one call, an OnPrem group takes up to 32
+        # (ONPREM_GROUP_ROUNDS) ready nodes, one batch of its runtime: the 20 files in one
+        await apply_then_destroy(
             f"golden-onpremwhole-{tag}",
+            "whole_onprem",
             spec={"resources": files(root / "o", 20)},
-            auto_approve=True,
             max_concurrency=2,
         )
-        await onprem_whole.result()
-        await save(client, onprem_whole, "whole_onprem_apply")
-        onprem_whole_gone = await start(
-            f"golden-onpremwhole-{tag}",
-            workflow="DestroyWorkflow",
-            auto_approve=True,
-            max_concurrency=2,
-        )
-        await onprem_whole_gone.result()
-        await save(client, onprem_whole_gone, "whole_onprem_destroy")
 
         # the run-events patch: the change summary with the approval wait, the decision
         # wait of a paused run, and a preview's run_complete, appended by append_events
@@ -312,39 +297,16 @@ async def main() -> None:
         await decided.execute_update("abort", ApprovalInput(by="golden"))
         await decided.result()
         await save(client, decided, "events_paused_abort")
-        previewed = await client.start_workflow(
-            "PreviewWorkflow",
-            OperationInput(
-                project=f"golden-events-{tag}", spec={"resources": files(root / "x", 3)}
-            ),
-            id=f"stackflow/golden-events-{tag}/default/preview",
-            task_queue=queue,
-            result_type=OperationResult,
-        )
-        await previewed.result()
+        previewed = await preview(f"golden-events-{tag}", spec={"resources": files(root / "x", 3)})
         await save(client, previewed, "events_preview")
         # sliding-preview-window: six preview batches (1,001 files), four in flight, the
         # next started as each earlier one's result is taken (the spec goes by ref)
         wide = backend.put_spec(parse_spec({"resources": files(root / "s", 1001)}))
-        slid = await client.start_workflow(
-            "PreviewWorkflow",
-            OperationInput(project=f"golden-slide-{tag}", spec_ref=wide),
-            id=f"stackflow/golden-slide-{tag}/default/preview",
-            task_queue=queue,
-            result_type=OperationResult,
-        )
-        await slid.result()
+        slid = await preview(f"golden-slide-{tag}", spec_ref=wide)
         await save(client, slid, "sliding_preview")
         # the same preview as recorded before that patch: groups of four batches
         # (committed from the code before it; a re-record writes the sliding order)
-        grouped_preview = await client.start_workflow(
-            "PreviewWorkflow",
-            OperationInput(project=f"golden-groups-{tag}", spec_ref=wide),
-            id=f"stackflow/golden-groups-{tag}/default/preview",
-            task_queue=queue,
-            result_type=OperationResult,
-        )
-        await grouped_preview.result()
+        grouped_preview = await preview(f"golden-groups-{tag}", spec_ref=wide)
         await save(client, grouped_preview, "grouped_preview")
         # the policy gate: a pushed bundle asks for an approver despite auto_approve (and
         # warns); a run's own bundle denies an apply and a preview before anything changes

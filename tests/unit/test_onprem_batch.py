@@ -12,27 +12,17 @@ from typing import Any
 
 import pytest
 
-from stackflow.policy import PolicyViolation, WorkerPolicy, load_policy
+from stackflow.policy import PolicyViolation, WorkerPolicy
 from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
 from stackflow.runtimes.onprem import OnPremRuntime
-from stackflow.runtimes.onprem import batch as onprem_batch
-from stackflow.runtimes.onprem import files as onprem_files
 from stackflow.runtimes.turns import TurnBatcher
+from tests.unit.test_runtime_policy import onprem_policy
 
 OPTS = RuntimeOptions(project="p", workspace="w")
 
 
 def policy_for(tmp_path: Path) -> WorkerPolicy:
-    root = tmp_path / "root"
-    root.mkdir(exist_ok=True)
-    return load_policy(
-        {
-            "HOME": str(tmp_path / "user"),
-            "STACKFLOW_HOME": str(tmp_path / "home"),
-            "STACKFLOW_ONPREM_ROOTS": str(root),
-            "STACKFLOW_ONPREM_MAX_BYTES": "1KiB",
-        }
-    )
+    return onprem_policy(tmp_path)  # roots: tmp_path/root, files at most 1 KiB
 
 
 def request(path: Path, content: str = "x\n", rid: str | None = None) -> ResourceRequest:
@@ -118,9 +108,8 @@ async def test_every_new_content_is_durable_before_any_rename(
         seen.append("rename")
         real_replace(*args, **kwargs)
 
-    monkeypatch.setattr(onprem_files.os, "fsync", fsync)
-    monkeypatch.setattr(onprem_files.os, "replace", replace)
-    monkeypatch.setattr(onprem_batch.os, "fsync", fsync)
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
     news = [request(root / f"new{i}.txt", f"{i}\n") for i in range(3)]
     await asyncio.gather(
         *(rt.apply(r, OPTS) for r in [*news, request(root / "same.txt", "same\n")])
@@ -144,7 +133,7 @@ async def test_a_write_that_fails_before_its_rename_leaves_the_target_and_the_ot
                 raise OSError(5, "Input/output error")
         real_fsync(fd)
 
-    monkeypatch.setattr(onprem_files.os, "fsync", fsync)
+    monkeypatch.setattr(os, "fsync", fsync)
     good, bad = request(root / "good.txt", "good\n"), request(root / "bad.txt", "bad\n")
     results = await asyncio.gather(
         rt.apply(good, OPTS), rt.apply(bad, OPTS), return_exceptions=True

@@ -38,7 +38,7 @@ def _row(node: PlannedNode) -> list[object]:
 class PlanStore:
     def __init__(self, backend: StateBackend) -> None:
         self.backend = backend
-        self._cache: RefCache[StoredPlan] = RefCache(8)
+        self._cache: RefCache[str, StoredPlan] = RefCache(8)
 
     def put(self, nodes: list[PlannedNode], deletions: list[PlannedNode]) -> str:
         data = {"nodes": [_row(n) for n in nodes], "deletions": [_row(n) for n in deletions]}

@@ -17,7 +17,7 @@ _CACHED = 16
 class SpecStore:
     def __init__(self, backend: StateBackend) -> None:
         self.backend = backend
-        self._cache: RefCache[tuple[Spec, dict[str, Resource]]] = RefCache(_CACHED)
+        self._cache: RefCache[str, tuple[Spec, dict[str, Resource]]] = RefCache(_CACHED)
 
     def put(self, spec: Spec) -> str:
         return self.backend.put_spec(spec)

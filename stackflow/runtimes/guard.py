@@ -9,12 +9,11 @@ any runtime call, and no resource ever reaches its runtime unchecked.
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from stackflow.policy import worker_policy
+from stackflow.policy import WorkerPolicy, worker_policy
+from stackflow.ref_cache import RefCache
 from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
 from stackflow.runtimes.registry import RuntimeRegistry
 from stackflow.spec import Resource
@@ -50,12 +49,11 @@ def check_requests(
 
 
 class SpecGate:
-    """Remembers the specs whose every resource passed the policy, per policy."""
+    """Remembers the specs whose every resource passed the policy, per policy; one thread
+    checks a spec, the preview batches that ask meanwhile wait for its word."""
 
     def __init__(self) -> None:
-        self._passed: OrderedDict[tuple[str, Any], None] = OrderedDict()
-        self._checking: dict[tuple[str, Any], threading.Lock] = {}
-        self._lock = threading.Lock()
+        self._passed: RefCache[tuple[str, WorkerPolicy], None] = RefCache(_CHECKED_SPECS)
 
     def check_spec(
         self,
@@ -64,31 +62,13 @@ class SpecGate:
         resources: Mapping[str, Resource],
         options: RuntimeOptions,
     ) -> None:
-        key = (spec_ref or "", worker_policy())
-        if spec_ref is None:
+        def check(_: object) -> None:
             check_requests(registry, (request_for(r) for r in resources.values()), options)
+
+        if spec_ref is None:
+            check(None)
             return
-        with self._lock:
-            if key in self._passed:
-                self._passed.move_to_end(key)
-                return
-            checking = self._checking.setdefault(key, threading.Lock())
-        # One thread checks a spec; the preview batches that ask meanwhile wait for its word.
-        with checking:
-            with self._lock:
-                if key in self._passed:
-                    return
-            try:
-                check_requests(registry, (request_for(r) for r in resources.values()), options)
-            except BaseException:
-                with self._lock:
-                    self._checking.pop(key, None)
-                raise
-            with self._lock:
-                self._checking.pop(key, None)
-                self._passed[key] = None
-                while len(self._passed) > _CHECKED_SPECS:
-                    self._passed.popitem(last=False)
+        self._passed.get((spec_ref, worker_policy()), check)
 
 
 SPECS = SpecGate()

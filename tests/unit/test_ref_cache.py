@@ -14,7 +14,7 @@ from stackflow.ref_cache import RefCache
 
 def test_refs_asked_at_once_are_loaded_once() -> None:
     loads: list[str] = []
-    cache: RefCache[str] = RefCache(4)
+    cache: RefCache[str, str] = RefCache(4)
 
     def load(ref: str) -> str:
         loads.append(ref)
@@ -29,7 +29,7 @@ def test_refs_asked_at_once_are_loaded_once() -> None:
 
 def test_the_least_recently_used_ref_goes_first_and_a_failed_load_is_tried_again() -> None:
     loads: list[str] = []
-    cache: RefCache[str] = RefCache(2)
+    cache: RefCache[str, str] = RefCache(2)
 
     def load(ref: str) -> str:
         loads.append(ref)

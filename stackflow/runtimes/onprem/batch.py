@@ -37,6 +37,12 @@ BATCH_LIMIT = 128
 """The most calls one batch runs (each may hold a temporary file open until it is durable)."""
 
 
+def remembering() -> Resolve:
+    """``real_path`` for one batch's (or one check's) lookups: each directory resolved once,
+    nothing kept past it."""
+    return functools.lru_cache(maxsize=None)(real_path)
+
+
 def place(
     policy: WorkerPolicy,
     resource: ResourceRequest,
@@ -245,7 +251,7 @@ class FileJob:
 def run_batch(jobs: Sequence[FileJob], policy: WorkerPolicy) -> None:
     """Runs every job (in a worker thread); each one's outcome is left on it. What it wrote
     or deleted is on disk, durably, when this returns."""
-    resolve = functools.lru_cache(maxsize=None)(real_path)  # this batch's lookups only
+    resolve = remembering()
     for job in jobs:
         with job.step() as going:
             if going:

@@ -143,19 +143,9 @@ class Confined:
             self.resource_id, "attributes.path", f"{self.target.path}: {problem}"
         )
 
-    @contextlib.contextmanager
-    def parent(self, *, create: bool) -> Iterator[int | None]:
-        """A descriptor of the real parent directory (None: it does not exist and ``create``
-        is false; with ``create``, missing directories are made)."""
-        fd = self.open_parent(create)
-        try:
-            yield fd
-        finally:
-            if fd is not None:
-                os.close(fd)
-
     def open_parent(self, create: bool) -> int | None:
-        """As :meth:`parent`; the caller closes the descriptor."""
+        """A descriptor of the real parent directory, which the caller closes (None: it does
+        not exist and ``create`` is false; with ``create``, missing directories are made)."""
         target = self.target
         rel = os.path.relpath(target.parent, target.anchor)
         parts = [] if rel == "." else rel.split(os.sep)

@@ -19,10 +19,9 @@ per step of the batch rather than twice per file, with the same durability.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 
-from stackflow.policy import WorkerPolicy, real_path, worker_policy
+from stackflow.policy import WorkerPolicy, worker_policy
 from stackflow.runtimes.base import (
     Attributes,
     PreviewResult,
@@ -35,6 +34,7 @@ from stackflow.runtimes.onprem.batch import (
     FileJob,
     Verb,
     place,
+    remembering,
     run_batch,
     run_checked,
 )
@@ -89,7 +89,7 @@ class OnPremRuntime(Runtime):
 
     def check_policies(self, resources: Sequence[ResourceRequest], options: RuntimeOptions) -> None:
         policy = self.policy
-        resolve = functools.lru_cache(maxsize=None)(real_path)  # these checks' lookups only
+        resolve = remembering()
         for resource in resources:
             place(policy, resource, resolve=resolve)
 

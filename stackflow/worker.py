@@ -26,7 +26,7 @@ from datetime import timedelta
 from temporalio.client import Client, Interceptor
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.runtime import Runtime
-from temporalio.worker import Worker, WorkerDeploymentConfig
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkerDeploymentConfig
 
 from stackflow import metrics, tracing, worker_processes
 from stackflow.activities import WorkerActivities
@@ -157,6 +157,12 @@ def build_worker(
         max_concurrent_activities=max_concurrent,
         graceful_shutdown_timeout=GRACEFUL_SHUTDOWN,
         deployment_config=versioning,
+        # The workflow modules import all of stackflow passed through the sandbox, so its
+        # checks reached only their few lines of module code, at a cost per run (the modules
+        # re-executed, every payload's context asked through compiled code): about a fifth of
+        # the worker's CPU for a small run. The sandboxed Replayer of the golden histories
+        # still checks them (tests/unit/test_golden_replay.py).
+        workflow_runner=UnsandboxedWorkflowRunner(),
     )
 
 

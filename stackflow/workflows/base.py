@@ -23,7 +23,6 @@ with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
 
     from stackflow.activities.observe import ObserveActivities
-    from stackflow.activities.prepare import PrepareActivities
     from stackflow.activities.preview import PreviewActivities
     from stackflow.activities.walk import WalkActivities
     from stackflow.budget import fit_errors
@@ -52,7 +51,7 @@ with workflow.unsafe.imports_passed_through():
     from stackflow.release import Operation, Phase
     from stackflow.runtime_queues import parts
     from stackflow.wire import BatchActions
-    from stackflow.workflows import common
+    from stackflow.workflows import common, patches
     from stackflow.workflows.constants import (
         AWAITING_APPROVAL,
         AWAITING_DECISION,
@@ -77,7 +76,7 @@ with workflow.unsafe.imports_passed_through():
         raise_if_cancelled,
         walk_nodes,
     )
-    from stackflow.workflows.phases import write_phase
+    from stackflow.workflows.phases import prepare_run, write_phase
     from stackflow.workflows.steering import WALKING, NotOk
     from stackflow.workflows.waits import GatedRun
     from stackflow.workflows.walker import WalkProgress
@@ -113,15 +112,14 @@ class OperationWorkflow(GatedRun):
             ]
         )
         info = workflow.info()
-        plan: OperationPlan = await workflow.execute_activity_method(
-            PrepareActivities.prepare_operation,
+        plan = await prepare_run(
             PrepareInput(
                 operation=self.operation,
                 request=request,
                 workflow_id=info.workflow_id,
                 run_id=info.run_id,
             ),
-            **common.store_call(f"prepare {self.operation} {request.stack}"),
+            f"prepare {self.operation} {request.stack}",
         )
         self._revision = plan.revision
         self._four_eyes = plan.four_eyes
@@ -137,7 +135,7 @@ class OperationWorkflow(GatedRun):
             return
         assert self._request is not None
         if phase in (AWAITING_APPROVAL, AWAITING_DECISION):
-            if workflow.patched(RUN_EVENTS):
+            if patches.patched(RUN_EVENTS):
                 approval = phase == AWAITING_APPROVAL
                 timeout = (
                     self._request.approval_timeout_seconds
@@ -256,12 +254,12 @@ class OperationWorkflow(GatedRun):
             return results()
 
         width = common.PREVIEW_WINDOW
-        sliding = len(calls) > width and workflow.patched(SLIDING_PREVIEW_WINDOW)
+        sliding = len(calls) > width and patches.patched(SLIDING_PREVIEW_WINDOW)
         async for call, result, checkpoint in in_order(calls, start, width, sliding=sliding):
             lines.add(call, result)
             if not checkpoint:
                 continue
-            if len(lines.diff_refs) > DIFF_REFS_LIMIT and workflow.patched(INDEX_DIFF_REFS):
+            if len(lines.diff_refs) > DIFF_REFS_LIMIT and patches.patched(INDEX_DIFF_REFS):
                 index: str = await workflow.execute_activity_method(
                     PreviewActivities.index_diffs,
                     DiffIndexInput(refs=lines.diff_refs),
@@ -278,7 +276,7 @@ class OperationWorkflow(GatedRun):
             )
             lines.described(describe, described)
         self._lines = lines
-        if not record and workflow.patched(RUN_EVENTS):
+        if not record and patches.patched(RUN_EVENTS):
             summary = change_summary(str(self.operation), lines.view()["summary"])
             self._events.append(summary)  # goes out with the next phase or wait
 
@@ -372,7 +370,7 @@ class OperationWorkflow(GatedRun):
                 )
                 not_ok.extend(i for i, _ in chunk)
                 continue
-            if len(not_ok) > NOT_OK_LIMIT and workflow.patched(BOUNDED_NOT_OK):
+            if len(not_ok) > NOT_OK_LIMIT and patches.patched(BOUNDED_NOT_OK):
                 await self._settle_batch(
                     plan,
                     batch_of(chunk, []),
@@ -482,7 +480,7 @@ class OperationWorkflow(GatedRun):
     async def _guarded(self, request: OperationInput) -> OperationResult:
         """``_execute``, and whatever way it ends — cancelled (CLI, Temporal UI), an activity
         or child failure, an error in this code — the release ends final, saying why."""
-        if not workflow.patched(FINALIZE_ON_EVERY_EXIT):
+        if not patches.patched(FINALIZE_ON_EVERY_EXIT):
             return await self._execute(request)
         try:
             return await self._execute(request)
@@ -590,7 +588,7 @@ class OperationWorkflow(GatedRun):
             stop = (
                 self._request.fail_fast
                 and bool(self._not_ok.nodes)
-                and workflow.patched(FAIL_FAST_STOPS_DELETES)
+                and patches.patched(FAIL_FAST_STOPS_DELETES)
             )
             reason = "not started: an earlier node failed and fail_fast is set" if stop else None
             await self._walk(plan, True, to_delete, tally, skip_reason=reason)

@@ -55,3 +55,34 @@ GROUP_ROUNDS (8); groups are keyed by runtime as well as by step."""
 SLIDING_PREVIEW_WINDOW = "sliding-preview-window"
 """Patch: a run's preview batches keep PREVIEW_WINDOW in flight, the next starting as soon as
 the oldest's result is taken, instead of groups of that many (:mod:`.windows`)."""
+CANCEL_IN_FLIGHT = "walk-cancels-in-flight-nodes"
+"""Patch: a cancelled walk cancels its running nodes (runs from before it let them finish)."""
+LOCAL_PREPARE = "local-prepare"
+"""Patch: ``prepare_operation`` runs as a local activity, in the run's first workflow task
+(like ``set_phase``): no activity round trip through the task queue and no workflow task after
+it. Runs started before keep the activity they began with."""
+
+BASELINE = "baseline-2026-11-26"
+"""Patch: the run started on a build that knows every patch in :data:`BASELINED`, and records
+this one marker for all of them (:mod:`stackflow.workflows.patches`)."""
+BASELINED = frozenset(
+    {
+        FINALIZE_ON_EVERY_EXIT,
+        FAIL_FAST_STOPS_DELETES,
+        GROUP_READY_NODES,
+        GROUP_TERRAFORM_NODES,
+        INDEX_DIFF_REFS,
+        BOUNDED_NOT_OK,
+        POLICY_GATE,
+        RUN_EVENTS,
+        SETTLE_CANCELLED_NODES,
+        LOCAL_PHASE_WRITES,
+        WHOLE_TERRAFORM_GROUPS,
+        WHOLE_ONPREM_GROUPS,
+        SLIDING_PREVIEW_WINDOW,
+        CANCEL_IN_FLIGHT,
+        LOCAL_PREPARE,
+    }
+)
+"""Every patch id the workflows knew when :data:`BASELINE` was made. A later patch is asked
+alone (its own marker) until a new baseline takes it in."""

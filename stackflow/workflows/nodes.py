@@ -44,7 +44,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from stackflow.runtime_queues import no_worker_message
     from stackflow.wire import BatchActions
-    from stackflow.workflows import common
+    from stackflow.workflows import common, patches
     from stackflow.workflows.constants import (
         FINALIZE_ON_EVERY_EXIT,
         GROUP_READY_NODES,
@@ -101,7 +101,7 @@ def raise_if_cancelled(exc: BaseException) -> None:
     cause: BaseException | None = exc
     while cause is not None:
         if isinstance(cause, CancelledError):
-            if workflow.patched(FINALIZE_ON_EVERY_EXIT):
+            if patches.patched(FINALIZE_ON_EVERY_EXIT):
                 raise asyncio.CancelledError(str(cause) or "cancelled") from exc
             return
         cause = cause.cause if isinstance(cause, FailureError) else None
@@ -132,7 +132,7 @@ async def run_resource_node(node: PlannedNode, batch: BatchInput) -> NodeResult:
                 f"{node.action} {node.id}",
                 batch.queues.get(node.type),
                 batch.queue_wait_seconds,
-                settle=workflow.patched(SETTLE_CANCELLED_NODES),
+                settle=patches.patched(SETTLE_CANCELLED_NODES),
             ),
         )
         return result
@@ -173,7 +173,7 @@ async def run_resource_group(
                 f"{verb} {len(nodes)} resources: {nodes[0].id} …",
                 batch.queues.get(nodes[0].type),
                 batch.queue_wait_seconds,
-                settle=workflow.patched(SETTLE_CANCELLED_NODES),
+                settle=patches.patched(SETTLE_CANCELLED_NODES),
             ),
         )
         return results
@@ -245,16 +245,16 @@ async def walk_nodes(
     async def run_group(group: list[PlannedNode], concurrency: int) -> list[NodeResult]:
         return await run_resource_group(group, batch, concurrency)
 
-    grouped = workflow.patched(GROUP_READY_NODES)
+    grouped = patches.patched(GROUP_READY_NODES)
     types: tuple[str, ...] = GROUPED_TYPES
     sizing: dict[str, Sizing] = {}
     terraform = grouped and any(n.type == TERRAFORM_GROUPED for n in nodes)
-    if terraform and workflow.patched(GROUP_TERRAFORM_NODES):
+    if terraform and patches.patched(GROUP_TERRAFORM_NODES):
         types = (*GROUPED_TYPES, TERRAFORM_GROUPED)
-        if workflow.patched(WHOLE_TERRAFORM_GROUPS):
+        if patches.patched(WHOLE_TERRAFORM_GROUPS):
             sizing[TERRAFORM_GROUPED] = Sizing(TERRAFORM_GROUP_LIMIT)
     onprem = grouped and any(n.type == ONPREM_GROUPED for n in nodes)
-    if onprem and workflow.patched(WHOLE_ONPREM_GROUPS):
+    if onprem and patches.patched(WHOLE_ONPREM_GROUPS):
         sizing[ONPREM_GROUPED] = Sizing(ONPREM_GROUP_LIMIT, ONPREM_GROUP_ROUNDS)
     size = group_sizes(sizing) if sizing else None
     by_runtime = bool(sizing)

@@ -15,6 +15,7 @@ with workflow.unsafe.imports_passed_through():
         OperationResult,
     )
     from stackflow.release import Operation, Phase
+    from stackflow.workflows import patches
     from stackflow.workflows.base import OperationWorkflow
     from stackflow.workflows.constants import PHASE_KEY, RUN_EVENTS
     from stackflow.workflows.nodes import Tally
@@ -51,7 +52,7 @@ class PreviewWorkflow(OperationWorkflow):
             workflow.upsert_search_attributes([PHASE_KEY.value_set(Phase.failed)])
             await self._announce(run_complete(Phase.failed.value, error=denial))
             raise ApplicationError(denial, type="PolicyDenied", non_retryable=True)
-        if workflow.patched(RUN_EVENTS):
+        if patches.patched(RUN_EVENTS):
             await self._announce(run_complete(Phase.succeeded.value, counts=self._counts()))
         self._phase = Phase.succeeded
         workflow.upsert_search_attributes([PHASE_KEY.value_set(Phase.succeeded)])

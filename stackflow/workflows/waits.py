@@ -15,7 +15,7 @@ with workflow.unsafe.imports_passed_through():
     from stackflow.operation import OperationPlan, PolicyInput
     from stackflow.policy_gate.decision import Outcome
     from stackflow.release import Phase
-    from stackflow.workflows import common
+    from stackflow.workflows import common, patches
     from stackflow.workflows.constants import AWAITING_APPROVAL, AWAITING_DECISION, POLICY_GATE
     from stackflow.workflows.nodes import Tally
     from stackflow.workflows.steering import SteeredRun
@@ -35,7 +35,7 @@ class GatedRun(SteeredRun):
         request = self._request
         if not (plan.policies or request.policy_input) or plan.plan_ref is None:
             return
-        if not workflow.patched(POLICY_GATE):
+        if not patches.patched(POLICY_GATE):
             return
         self._policy = await workflow.execute_activity_method(
             PolicyActivities.evaluate_policy,

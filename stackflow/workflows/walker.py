@@ -16,7 +16,8 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from stackflow.operation import NodeResult, NodeStatus, PlannedNode
-    from stackflow.workflows.constants import SETTLE_CANCELLED_NODES
+    from stackflow.workflows import patches
+    from stackflow.workflows.constants import CANCEL_IN_FLIGHT, SETTLE_CANCELLED_NODES
 
 GROUP_ROUNDS = 8
 """A group holds at most this many nodes per runtime call it may make at once."""
@@ -30,10 +31,6 @@ GroupSize = Callable[[str, int], int]
 def rounds_of_share(share: int) -> int:
     """About GROUP_ROUNDS rounds of the group's share: progress still moves in small steps."""
     return GROUP_ROUNDS * share
-
-
-CANCEL_IN_FLIGHT = "walk-cancels-in-flight-nodes"
-"""Patch: a cancelled walk cancels its running nodes (runs from before it let them finish)."""
 
 
 class WalkProgress:
@@ -165,10 +162,10 @@ async def walk(
         except asyncio.CancelledError:
             # The run is being cancelled: so are the nodes in flight (their activities get
             # a cancel request) rather than finishing after the release was closed.
-            if workflow.patched(CANCEL_IN_FLIGHT):
+            if patches.patched(CANCEL_IN_FLIGHT):
                 for task in in_flight:
                     task.cancel()
-                if workflow.patched(SETTLE_CANCELLED_NODES):
+                if patches.patched(SETTLE_CANCELLED_NODES):
                     # each finishes the runtime calls it started and records them first
                     await asyncio.gather(*in_flight, return_exceptions=True)
             raise

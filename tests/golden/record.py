@@ -84,12 +84,16 @@ async def save(client: Client, handle: WorkflowHandle[Any, Any], name: str) -> N
     history = await handle.fetch_history()
     (HERE / f"{name}.json").write_text(history.to_json())
     index[f"{name}.json"] = handle.id
-    children = f'WorkflowId STARTS_WITH "{handle.id}/r"'
-    async for child in client.list_workflows(children):
-        sub = client.get_workflow_handle(child.id, run_id=child.run_id)
-        suffix = child.id.rsplit("/", 1)[-1]
+    children = [  # this run's own children (an apply and its destroy share a workflow id)
+        event.start_child_workflow_execution_initiated_event_attributes.workflow_id
+        for event in history.events
+        if event.HasField("start_child_workflow_execution_initiated_event_attributes")
+    ]
+    for child_id in children:
+        sub = client.get_workflow_handle(child_id)
+        suffix = child_id.rsplit("/", 1)[-1]
         (HERE / f"{name}.{suffix}.json").write_text((await sub.fetch_history()).to_json())
-        index[f"{name}.{suffix}.json"] = child.id
+        index[f"{name}.{suffix}.json"] = child_id
     INDEX.write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
     print(f"recorded {name}")
 
@@ -143,7 +147,7 @@ async def main() -> None:
     async def apply_then_destroy(project: str, name: str, **fields: Any) -> None:
         """An apply of ``fields["spec"]`` saved as ``<name>_apply``, then a destroy of the
         stack (same concurrency) saved as ``<name>_destroy``."""
-        concurrency = {k: v for k, v in fields.items() if k == "max_concurrency"}
+        concurrency = {k: v for k, v in fields.items() if k in ("max_concurrency", "batch_size")}
         applied = await start(project, auto_approve=True, **fields)
         await applied.result()
         await save(client, applied, f"{name}_apply")
@@ -376,6 +380,22 @@ async def main() -> None:
         with contextlib.suppress(Exception):  # it ends cancelled, as intended
             await closing.result()
         await save(client, closing, "local_phase_cancelled")
+
+        # the baseline: one patch marker a run; prepare_operation as a local activity. An
+        # apply walked by BatchWorkflow children and its destroy, and an approval wait
+        await apply_then_destroy(
+            f"golden-baseline-{tag}",
+            "baseline",
+            spec={"resources": files(root / "z", 9)},
+            batch_size=4,
+        )
+        waiting = await start(
+            f"golden-baseline-wait-{tag}", spec={"resources": files(root / "t", 2)}
+        )
+        await phase(waiting, "awaitingApproval")
+        await waiting.execute_update("approve", ApprovalInput(by="golden"))
+        await waiting.result()
+        await save(client, waiting, "baseline_approval")
     await activities.registry.close()
     backend.close()
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
 from stackflow.operation import OperationInput, OperationResult, workflow_id_for
 from stackflow.refs import StackRef
+from stackflow.workflows.constants import BASELINE
 from tests.integration.conftest import WorkerProcess
 from tests.integration.opshelp import (
     all_releases,
@@ -63,3 +66,31 @@ async def test_batched_apply_and_destroy_histories_replay(
         f"{workflow_id}/r2/destroy-1",
         f"{workflow_id}/r2/destroy-2",
     ]
+    for wid, run_id in await closed_runs(temporal_client, project):
+        patches, versions, scheduled = await _patch_events(temporal_client, wid, run_id)
+        # one marker and one TemporalChangeVersion write a run, whatever it went through
+        assert patches == [BASELINE] and versions == [[BASELINE]], wid
+        assert "prepare_operation" not in scheduled, wid  # a local activity since the baseline
+
+
+async def _patch_events(
+    client: Client, workflow_id: str, run_id: str
+) -> tuple[list[str], list[object], list[str]]:
+    """The patch ids a run's markers record, its TemporalChangeVersion upserts, and the
+    activity types it scheduled."""
+    history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
+    patches, versions, scheduled = [], [], []
+    for event in history.events:
+        if event.event_type == EventType.EVENT_TYPE_MARKER_RECORDED:
+            marker = event.marker_recorded_event_attributes
+            if marker.marker_name == "core_patch":
+                [data] = marker.details["patch-data"].payloads
+                patches.append(json.loads(data.data)["id"])
+        elif event.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
+            fields = event.upsert_workflow_search_attributes_event_attributes.search_attributes
+            if "TemporalChangeVersion" in fields.indexed_fields:
+                versions.append(json.loads(fields.indexed_fields["TemporalChangeVersion"].data))
+        elif event.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
+            attrs = event.activity_task_scheduled_event_attributes
+            scheduled.append(attrs.activity_type.name)
+    return patches, versions, scheduled

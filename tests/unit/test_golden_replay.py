@@ -45,6 +45,9 @@ EXPECTED = {
     "whole_onprem_destroy",
     "sliding_preview",
     "grouped_preview",
+    "baseline_apply",
+    "baseline_destroy",
+    "baseline_approval",
 }
 
 

@@ -1,6 +1,7 @@
 """The house rules of the source tree, checked on every run (issue 20's "done when"): the
 import graph of ``stackflow`` has no circles, no file is over 600 lines, no module imports
-another module's ``_private`` name, and no workflow names an activity by string.
+another module's ``_private`` name, no workflow names an activity by string, and patches are
+asked only through ``stackflow.workflows.patches`` (which settles the baseline first).
 
 The import graph is what importing a module runs: its module-level imports (in ``if``/``try``
 blocks and class bodies too), not those for type checkers only (``if TYPE_CHECKING:``) nor
@@ -137,3 +138,22 @@ def test_workflows_name_no_activity_by_string() -> None:
             ):
                 by_string.append(f"{path.name}:{node.lineno}")
     assert by_string == []
+
+
+def test_patches_are_asked_through_the_baseline() -> None:
+    """``workflow.patched`` is called in ``stackflow.workflows.patches`` only: a patch asked
+    directly could be seen false before its baseline is settled true (see that module)."""
+    direct = []
+    for module, path in FILES.items():
+        if module == "stackflow.workflows.patches":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("patched", "deprecate_patch")
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "workflow"
+            ):
+                direct.append(f"{path.name}:{node.lineno}")
+    assert direct == []

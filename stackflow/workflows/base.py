@@ -24,7 +24,6 @@ with workflow.unsafe.imports_passed_through():
 
     from stackflow.activities.observe import ObserveActivities
     from stackflow.activities.preview import PreviewActivities
-    from stackflow.activities.walk import WalkActivities
     from stackflow.budget import fit_errors
     from stackflow.diff_store import DIFF_REFS_LIMIT
     from stackflow.events import NewEvent, approval_wait, change_summary
@@ -76,7 +75,7 @@ with workflow.unsafe.imports_passed_through():
         raise_if_cancelled,
         walk_nodes,
     )
-    from stackflow.workflows.phases import prepare_run, write_phase
+    from stackflow.workflows.phases import append_events, prepare_run, write_phase
     from stackflow.workflows.steering import WALKING, NotOk
     from stackflow.workflows.waits import GatedRun
     from stackflow.workflows.walker import WalkProgress
@@ -167,14 +166,13 @@ class OperationWorkflow(GatedRun):
         assert self._request is not None
         every = [*self._take_events(), *events]
         try:
-            await workflow.execute_activity_method(
-                WalkActivities.append_events,
+            await append_events(
                 EventsInput(
                     project=self._request.project,
                     workspace=self._request.workspace,
                     events=every,
                 ),
-                **common.store_call(f"{len(every)} events"),
+                f"{len(every)} events",
             )
         except ActivityError as exc:
             # A cancel that lands while the events are appended is the run's cancel; any

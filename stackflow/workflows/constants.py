@@ -61,6 +61,9 @@ LOCAL_PREPARE = "local-prepare"
 """Patch: ``prepare_operation`` runs as a local activity, in the run's first workflow task
 (like ``set_phase``): no activity round trip through the task queue and no workflow task after
 it. Runs started before keep the activity they began with."""
+LOCAL_EVENTS = "local-events"
+"""Patch: ``append_events`` (an approval or decision wait, a preview's end) runs as a local
+activity too, in the workflow task that announces it."""
 
 BASELINE = "baseline-2026-11-26"
 """Patch: the run started on a build that knows every patch in :data:`BASELINED`, and records
@@ -82,6 +85,7 @@ BASELINED = frozenset(
         SLIDING_PREVIEW_WINDOW,
         CANCEL_IN_FLIGHT,
         LOCAL_PREPARE,
+        LOCAL_EVENTS,
     }
 )
 """Every patch id the workflows knew when :data:`BASELINE` was made. A later patch is asked

@@ -20,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from stackflow.api import runs
+from stackflow.api import run_start
 from stackflow.api.context import ApiContext
 from stackflow.api.models import RunOperation, RunRequest
 from stackflow.api.problems import Problem
@@ -232,7 +232,7 @@ async def start_pushed(
         if source.on_push == SourceMode.apply and source.auto_approve:
             request.auto_approve = True
         try:
-            started = await runs.start_run(ctx, stack, request, push.who, f"git:{commit}")
+            started = await run_start.start_run(ctx, stack, request, push.who, f"git:{commit}")
         except StackLockedError as err:
             result.ignored.append(HookSkip(**_names(stack), reason=str(err)))
             continue

@@ -11,7 +11,7 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 
-from stackflow.api import events, hooks, releases, runs
+from stackflow.api import events, hooks, releases, run_start, runs
 from stackflow.api.auth import Identity, Role
 from stackflow.api.context import ApiContext
 from stackflow.api.hooks import HookResult
@@ -122,7 +122,7 @@ async def start_run(
     stack = StackRef(project, workspace)
     ctx = ctx_of(request)
     try:
-        started = await runs.start_run(ctx, stack, body, who.name, idempotency_key)
+        started = await run_start.start_run(ctx, stack, body, who.name, idempotency_key)
     except Exception:
         ctx.metrics.run_refused(body.operation.value)
         raise

@@ -1,13 +1,6 @@
-"""Runs through the API: start one as the CLI does (the same workflow input, checked by the
-same code, under the stack's workflow id so a busy stack is refused at once), find a run by
-its Temporal run id, read its status and preview, and steer it with the same Updates.
-
-``Idempotency-Key``: kept in Temporal itself, in the memo of the run a start made
-(``stackflow-idempotency``: the key and the sha256 of the request), so every API replica
-sees it. A start with a key first looks for a run of the stack started in the last
-:data:`IDEMPOTENCY_WINDOW` carrying it (Temporal's visibility), and a start refused because
-the stack is busy looks at the running run's memo: the same key and body is that run
-(200), the same key with another body is a 422.
+"""Runs through the API: the workflow input a start sends (checked by the same code as the
+CLI's; the start itself: :mod:`stackflow.api.run_start`), find a run by its Temporal run id,
+read its status and preview, and steer it with the same Updates.
 """
 
 from __future__ import annotations
@@ -15,20 +8,17 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
-import json
 import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 from temporalio.client import (
-    Client,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
+from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from stackflow.api.context import ApiContext
@@ -44,7 +34,7 @@ from stackflow.api.models import (
 from stackflow.api.problems import Problem
 from stackflow.budget import BUDGET
 from stackflow.codec import encoded_size
-from stackflow.errors import NotFoundError, OperationFailed, SpecError, StackLockedError
+from stackflow.errors import NotFoundError, OperationFailed, SpecError
 from stackflow.events import EventType
 from stackflow.operation import (
     ApprovalInput,
@@ -63,7 +53,7 @@ from stackflow.refs import StackRef
 from stackflow.release import Phase
 from stackflow.sources import SourceRef
 from stackflow.spec import Spec, parse_spec, parse_spec_text
-from stackflow.temporal_client import START_TOKEN, TemporalUnreachable, is_unreachable
+from stackflow.temporal_client import TemporalUnreachable, is_unreachable
 
 IDEMPOTENCY_MEMO = "stackflow-idempotency"
 REQUESTED_BY_MEMO = "stackflow-requested-by"
@@ -89,13 +79,6 @@ def workflow_id_of(stack: StackRef, operation: RunOperation) -> str:
 def candidate_ids(stack: StackRef) -> list[str]:
     """Every workflow id a run of the stack can have."""
     return [workflow_id_for(stack), preview_workflow_id(stack), drift_workflow_id(stack)]
-
-
-def request_digest(stack: StackRef, body: RunRequest) -> str:
-    """What ``Idempotency-Key`` binds to: the stack and the request as validated."""
-    data = {"stack": str(stack), "body": body.model_dump(mode="json")}
-    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def check_fields(body: RunRequest) -> None:
@@ -191,95 +174,11 @@ async def workflow_input(
     return request
 
 
-class Started:
-    def __init__(self, handle: WorkflowHandle[Any, Any], run_id: str, created: bool) -> None:
-        self.handle = handle
-        self.run_id = run_id
-        self.created = created
-
-
-async def _memo(described: Any, key: str) -> Any:
+async def memo_of(described: Any, key: str) -> Any:
     try:
         return await described.memo_value(key, None)
     except Exception:  # a memo this server cannot decode is no match
         return None
-
-
-def reused(key: str, run_id: str) -> Problem:
-    return Problem(
-        422,
-        f"Idempotency-Key {key!r} was used for another request (run {run_id}); use a new key "
-        "for a new request",
-        "idempotency-key-reused",
-    )
-
-
-async def keyed_run(
-    client: Client, stack: StackRef, key: str, digest: str
-) -> tuple[str, str] | None:
-    """(workflow id, run id) of the stack's run started with ``key`` in the window; Problem
-    422 when it was started with another request."""
-    since = (datetime.now(UTC) - IDEMPOTENCY_WINDOW).strftime("%Y-%m-%dT%H:%M:%SZ")
-    ids = ", ".join(f"'{wid}'" for wid in candidate_ids(stack))
-    query = f"WorkflowId IN ({ids}) AND StartTime > '{since}'"
-    async for execution in client.list_workflows(query, limit=200):
-        held = await _memo(execution, IDEMPOTENCY_MEMO)
-        if isinstance(held, dict) and held.get("key") == key:
-            if held.get("digest") != digest:
-                raise reused(key, execution.run_id)
-            return execution.id, execution.run_id
-    return None
-
-
-async def start_run(
-    ctx: ApiContext, stack: StackRef, body: RunRequest, by: str, key: str | None
-) -> Started:
-    if key is not None and (not key or len(key) > KEY_LIMIT or not key.isprintable()):
-        raise SpecError(f"Idempotency-Key: 1 to {KEY_LIMIT} printable characters")
-    request = await workflow_input(ctx, stack, body, by)
-    client = await ctx.client()
-    digest = request_digest(stack, body)
-    if key is not None:
-        found = await keyed_run(client, stack, key, digest)
-        if found is not None:
-            wid, rid = found
-            return Started(client.get_workflow_handle(wid, run_id=rid), rid, created=False)
-    workflow = WORKFLOWS[body.operation]
-    wid = workflow_id_of(stack, body.operation)
-    memo: dict[str, Any] = {START_TOKEN: uuid.uuid4().hex, REQUESTED_BY_MEMO: by}
-    if key is not None:
-        memo[IDEMPOTENCY_MEMO] = {"key": key, "digest": digest}
-    if body.message:
-        memo[MESSAGE_MEMO] = body.message
-    spec = getattr(request, "spec", None)
-    summary = f"{body.operation} {stack}" + (
-        f": {len(spec.get('resources') or [])} resources" if spec else ""
-    )
-    try:
-        handle = await client.start_workflow(
-            workflow,
-            request,
-            id=wid,
-            task_queue=ctx.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-            memo=memo,
-            static_summary=summary + f" (by {by} through the API)",
-        )
-    except WorkflowAlreadyStartedError as exc:
-        holder = client.get_workflow_handle(wid)
-        described = await holder.describe()
-        held = await _memo(described, IDEMPOTENCY_MEMO)
-        if key is not None and isinstance(held, dict) and held.get("key") == key:
-            if held.get("digest") != digest:
-                raise reused(key, described.run_id) from None
-            return Started(holder, described.run_id, created=False)
-        running = exc.run_id or described.run_id
-        raise StackLockedError(
-            f"stack {stack} already has an operation running (workflow {wid}, run {running}); "
-            "wait for it or steer it"
-        ) from None
-    return Started(handle, handle.result_run_id or "", created=True)
 
 
 async def find_run(
@@ -351,8 +250,8 @@ async def run_view(
         workflow_id=described.id,
         operation=operation_of(described.workflow_type),
         status=status.name.lower(),
-        requested_by=await _memo(described, REQUESTED_BY_MEMO),
-        message=await _memo(described, MESSAGE_MEMO),
+        requested_by=await memo_of(described, REQUESTED_BY_MEMO),
+        message=await memo_of(described, MESSAGE_MEMO),
         started_at=described.start_time,
         ended_at=described.close_time,
     )
@@ -541,8 +440,8 @@ async def list_runs(
                 workflow_id=execution.id,
                 operation=operation_of(execution.workflow_type),
                 status=status.name.lower(),
-                requested_by=await _memo(execution, REQUESTED_BY_MEMO),
-                message=await _memo(execution, MESSAGE_MEMO),
+                requested_by=await memo_of(execution, REQUESTED_BY_MEMO),
+                message=await memo_of(execution, MESSAGE_MEMO),
                 started_at=execution.start_time,
                 ended_at=execution.close_time,
             )

@@ -34,7 +34,6 @@ from stackflow.state.models import (
     default_state_url,
     redact_url,
 )
-from stackflow.state.policy_store import PolicyBindingStore
 from stackflow.state.protocols import (
     BlobStore,
     DriftReportStore,
@@ -43,14 +42,16 @@ from stackflow.state.protocols import (
     ReleaseReader,
     ReleaseWriter,
     RunEventLog,
+    RunKeys,
     SchemaAdmin,
     SourceBindings,
     StackLocks,
     TerraformStateStore,
 )
+from stackflow.state.run_keys import RunKeyStore
 
 
-class StateBackend(PolicyBindingStore):
+class StateBackend(RunKeyStore):
     """Everything stackflow stores, on one SQL engine. Thread-safe; every method is sync.
     It satisfies every protocol of :mod:`stackflow.state.protocols`."""
 
@@ -195,8 +196,10 @@ if TYPE_CHECKING:  # mypy proves StateBackend satisfies every protocol of the in
         SourceBindings,
         NotificationStore,
         PolicyBindings,
+        RunKeys,
     ]:
         return (
+            backend,
             backend,
             backend,
             backend,

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import sqlalchemy as sa
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from stackflow.errors import (
     SpecError,
@@ -89,3 +89,15 @@ def redact_url(url: str) -> str:
         return sa.make_url(url).render_as_string(hide_password=True)
     except sa.exc.ArgumentError:
         return "<invalid url>"
+
+
+class RunKey(BaseModel):
+    """A claim of a key: whether it was made for the same request, and the run its start
+    made (None: not recorded yet, or the start did not happen)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    same_request: bool
+    workflow_id: str | None = None
+    run_id: str | None = None
+    created_at: datetime

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import builtins
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from stackflow.drift import DriftReport
@@ -20,7 +21,7 @@ from stackflow.refs import RunRef, StackRef
 from stackflow.release import Approval, Operation, Phase, Release
 from stackflow.sources import GitSource, SourceRef
 from stackflow.spec import Resource, Spec
-from stackflow.state.models import StackLock
+from stackflow.state.models import RunKey, StackLock
 
 
 @runtime_checkable
@@ -253,6 +254,18 @@ class NotificationStore(Protocol):
     ) -> builtins.list[NotificationFailure]: ...
 
 
+@runtime_checkable
+class RunKeys(Protocol):
+    """The API's ``Idempotency-Key`` claims: one per stack and key, the request it was made
+    for and the run its start made."""
+
+    def claim_run_key(
+        self, stack: StackRef, key: str, digest: str, *, window: timedelta
+    ) -> RunKey | None: ...
+    def record_run_key(self, stack: StackRef, key: str, workflow_id: str, run_id: str) -> None: ...
+    def drop_run_key(self, stack: StackRef, key: str) -> None: ...
+
+
 STATE_PROTOCOLS: tuple[type, ...] = (
     SchemaAdmin,
     BlobStore,
@@ -265,5 +278,6 @@ STATE_PROTOCOLS: tuple[type, ...] = (
     SourceBindings,
     NotificationStore,
     PolicyBindings,
+    RunKeys,
 )
 """Every protocol a complete state backend satisfies."""

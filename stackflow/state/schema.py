@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 metadata = sa.MetaData()
 
-HEAD_REVISION = "0008"
+HEAD_REVISION = "0009"
 """The newest migration under ``migrations/versions`` (a test holds it to Alembic's head):
 a database at it needs no migration, and opening one checks it without loading Alembic."""
 VERSION_TABLE = "alembic_version"
@@ -155,6 +155,20 @@ project_policies = sa.Table(
 )
 """A project's policy bundle (its digest; the bundle is a blob): every later run of the
 project evaluates it (:mod:`stackflow.policy_gate`)."""
+
+run_keys = sa.Table(
+    "run_keys",
+    metadata,
+    *_stack(),
+    sa.Column("key", sa.String(255), primary_key=True),
+    sa.Column("digest", sa.String(64), nullable=False),
+    sa.Column("workflow_id", sa.String(400)),
+    sa.Column("run_id", sa.String(64)),
+    sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+)
+"""The API's ``Idempotency-Key`` claims: the request a key was first given with (its digest,
+keyed like every digest of input that may hold secrets) and the run its start made (None
+until the start is recorded)."""
 
 stack_sources = sa.Table(
     "stack_sources",

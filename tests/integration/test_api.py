@@ -20,7 +20,10 @@ from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 
+from stackflow.state.backend import open_backend
+from stackflow.state.schema import run_keys
 from tests.integration.conftest import REPO, WorkerProcess, require_env, require_port
 from tests.integration.opshelp import dir_resource, file_resource, new_project
 
@@ -261,7 +264,9 @@ def test_preview_run(http: httpx.Client, tmp_path: Path) -> None:
     assert not (tmp_path / "app").exists()  # a preview changes nothing
 
 
-def test_idempotent_start_is_one_run(http: httpx.Client, tmp_path: Path) -> None:
+def test_idempotent_start_is_one_run(
+    http: httpx.Client, tmp_path: Path, api_env: dict[str, str]
+) -> None:
     project = new_project()
     body = {"operation": "apply", "spec": small_spec(tmp_path)}
     key = {"Idempotency-Key": f"deploy-{uuid.uuid4().hex}"}
@@ -283,6 +288,25 @@ def test_idempotent_start_is_one_run(http: httpx.Client, tmp_path: Path) -> None
     assert view["phase"] == "failed", view
     again = http.post(url, json=body, headers=auth() | key)
     assert again.status_code == 200 and again.json()["run_id"] == first.json()["run_id"]
+
+    # the key's claim holds the run; a claim whose run was never recorded (the API stopped
+    # between the start and the record) finds it through the run's memo, and records it
+    state = open_backend(api_env["STACKFLOW_STATE_URL"])
+    mine = (run_keys.c.project == project, run_keys.c.key == key["Idempotency-Key"])
+    try:
+        with state.engine.begin() as conn:
+            [row] = conn.execute(sa.select(run_keys).where(*mine)).all()
+            assert row.run_id == first.json()["run_id"]
+            conn.execute(run_keys.update().where(*mine).values(workflow_id=None, run_id=None))
+        lost = http.post(url, json=body, headers=auth() | key)
+        assert lost.status_code == 200 and lost.json()["run_id"] == first.json()["run_id"]
+        with state.engine.begin() as conn:
+            assert (
+                conn.execute(sa.select(run_keys.c.run_id).where(*mine)).scalar()
+                == (first.json()["run_id"])
+            )
+    finally:
+        state.close()
     metrics = http.get("/metrics").text
     assert 'stackflow_api_runs_started_total{operation="apply",kind="idempotent"}' in metrics
 

@@ -57,6 +57,7 @@ with workflow.unsafe.imports_passed_through():
         BOUNDED_NOT_OK,
         FAIL_FAST_STOPS_DELETES,
         FINALIZE_ON_EVERY_EXIT,
+        HELD_ATTRIBUTES,
         INDEX_DIFF_REFS,
         PHASE_KEY,
         PROJECT_KEY,
@@ -103,23 +104,26 @@ class OperationWorkflow(GatedRun):
 
     async def _prepare(self, request: OperationInput) -> OperationPlan:
         self._request = request
-        workflow.upsert_search_attributes(
-            [
-                PROJECT_KEY.value_set(request.project),
-                WORKSPACE_KEY.value_set(request.workspace),
-                PHASE_KEY.value_set(self._phase),
-            ]
-        )
+        stack = [PROJECT_KEY.value_set(request.project), WORKSPACE_KEY.value_set(request.workspace)]
+        if patches.patched(HELD_ATTRIBUTES):
+            self._held = stack  # they go out with the first phase, in this workflow task
+        else:
+            workflow.upsert_search_attributes([*stack, PHASE_KEY.value_set(self._phase)])
         info = workflow.info()
-        plan = await prepare_run(
-            PrepareInput(
-                operation=self.operation,
-                request=request,
-                workflow_id=info.workflow_id,
-                run_id=info.run_id,
-            ),
-            f"prepare {self.operation} {request.stack}",
-        )
+        try:
+            plan = await prepare_run(
+                PrepareInput(
+                    operation=self.operation,
+                    request=request,
+                    workflow_id=info.workflow_id,
+                    run_id=info.run_id,
+                ),
+                f"prepare {self.operation} {request.stack}",
+            )
+        except BaseException:
+            if self._held:
+                self._attributes()  # a run that fails here is listed under its stack too
+            raise
         self._revision = plan.revision
         self._four_eyes = plan.four_eyes
         return plan
@@ -128,7 +132,7 @@ class OperationWorkflow(GatedRun):
         self._phase = phase
         if phase in WALKING:
             self._progress.started = workflow.now()
-        workflow.upsert_search_attributes([PHASE_KEY.value_set(phase)])
+        self._attributes(PHASE_KEY.value_set(phase))
         self._show()
         if self._revision is None:
             return
@@ -501,7 +505,7 @@ class OperationWorkflow(GatedRun):
         """The release becomes ``failed`` with ``reason`` (a no-op if already final)."""
         self._error = self._error or reason
         self._phase = Phase.failed
-        workflow.upsert_search_attributes([PHASE_KEY.value_set(Phase.failed)])
+        self._attributes(PHASE_KEY.value_set(Phase.failed))
         if self._revision is None or self._request is None:
             return
         try:

@@ -64,6 +64,9 @@ it. Runs started before keep the activity they began with."""
 LOCAL_EVENTS = "local-events"
 """Patch: ``append_events`` (an approval or decision wait, a preview's end) runs as a local
 activity too, in the workflow task that announces it."""
+HELD_ATTRIBUTES = "held-search-attributes"
+"""Patch: the stack's search attributes go out with the run's first phase (one upsert, one
+visibility write) instead of one upsert of their own just before it."""
 
 BASELINE = "baseline-2026-11-26"
 """Patch: the run started on a build that knows every patch in :data:`BASELINED`, and records
@@ -86,6 +89,7 @@ BASELINED = frozenset(
         CANCEL_IN_FLIGHT,
         LOCAL_PREPARE,
         LOCAL_EVENTS,
+        HELD_ATTRIBUTES,
     }
 )
 """Every patch id the workflows knew when :data:`BASELINE` was made. A later patch is asked

@@ -72,9 +72,7 @@ class DriftWorkflow(OperationWorkflow):
             **common.store_call(f"drift report {inp.stack}"),
         )
         self._phase = Phase.succeeded
-        workflow.upsert_search_attributes(
-            [DRIFT_KEY.value_set(drifted), PHASE_KEY.value_set(Phase.succeeded)]
-        )
+        self._attributes(DRIFT_KEY.value_set(drifted), PHASE_KEY.value_set(Phase.succeeded))
         self._show()
         return DriftResult(
             project=inp.project,

@@ -49,13 +49,13 @@ class PreviewWorkflow(OperationWorkflow):
         denial = self._policy_denial()
         if denial is not None:
             self._phase, self._error, self._error_type = Phase.failed, denial, "PolicyDenied"
-            workflow.upsert_search_attributes([PHASE_KEY.value_set(Phase.failed)])
+            self._attributes(PHASE_KEY.value_set(Phase.failed))
             await self._announce(run_complete(Phase.failed.value, error=denial))
             raise ApplicationError(denial, type="PolicyDenied", non_retryable=True)
         if patches.patched(RUN_EVENTS):
             await self._announce(run_complete(Phase.succeeded.value, counts=self._counts()))
         self._phase = Phase.succeeded
-        workflow.upsert_search_attributes([PHASE_KEY.value_set(Phase.succeeded)])
+        self._attributes(PHASE_KEY.value_set(Phase.succeeded))
         return self._result(Phase.succeeded, Tally(full=True))
 
     def _counts(self) -> dict[str, int]:

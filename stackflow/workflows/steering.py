@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from temporalio import workflow
+from temporalio.common import SearchAttributeUpdate
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
@@ -82,10 +83,18 @@ class SteeredRun:
         self._failures: list[NodeResult] = []
         self._error_type: str | None = None
         self._events: list[NewEvent] = []
+        """Events for the run's stream held until the next activity that carries them."""
         self._policy: PolicyDecision | None = None
         self._no_worker: str | None = None
         """Why a runtime activity never started: no worker polls its queue."""
-        """Events for the run's stream held until the next activity that carries them."""
+        self._held: list[SearchAttributeUpdate[Any]] = []
+        """Search attributes held back to go out with the next upsert (the stack's, with the
+        first phase: one visibility write instead of two)."""
+
+    def _attributes(self, *updates: SearchAttributeUpdate[Any]) -> None:
+        """Upsert ``updates`` with any held back."""
+        workflow.upsert_search_attributes([*self._held, *updates])
+        self._held = []
 
     def _show(self) -> None:
         """What the Temporal UI shows for the run (Markdown, a few hundred bytes)."""

@@ -12,9 +12,10 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
+
+from stackflow.plain_render import HEADERS, change_rows, listing_note, plain_grid, summary_text
 
 if TYPE_CHECKING:
     from stackflow.diff import Preview
@@ -36,14 +37,7 @@ def _show(value: Any) -> str:
 
 
 def summary_line(preview: Preview) -> str:
-    return _summary_text(preview.summary)
-
-
-def _summary_text(s: Mapping[str, int]) -> str:
-    return (
-        f"Plan: {s['Create']} to create, {s['Update']} to update, "
-        f"{s['Delete']} to delete, {s['UnChanged']} unchanged"
-    )
+    return summary_text(preview.summary)
 
 
 def render_preview(preview: Preview, console: Console, detail: bool = False) -> None:
@@ -58,33 +52,6 @@ def render_preview(preview: Preview, console: Console, detail: bool = False) -> 
     )
 
 
-_HEADERS = ("ID", "Type", "Action")
-
-
-def plain_grid(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int) -> str | None:
-    """rich's ``Table`` with a header (its default heavy-head box) as a console of ``width``
-    that writes no styles prints it, for the plain case: printable ASCII cells that fit as
-    they are; None otherwise (rich lays it out: folds, wraps, wide characters).
-    tests/unit/test_render.py compares it with rich's output."""
-    cells = [*headers, *(cell for row in rows for cell in row)]
-    if not all(cell.isascii() and cell.isprintable() for cell in cells):
-        return None
-    widths = [max(len(row[i]) for row in (headers, *rows)) for i in range(len(headers))]
-    if sum(widths) + 3 * len(widths) + 1 > width:
-        return None
-
-    def rule(left: str, fill: str, middle: str, right: str) -> str:
-        return left + middle.join(fill * (w + 2) for w in widths) + right
-
-    def line(edge: str, row: Sequence[str]) -> str:
-        return edge + edge.join(f" {c.ljust(w)} " for c, w in zip(row, widths, strict=True)) + edge
-
-    lines = [rule("┏", "━", "┳", "┓"), line("┃", headers), rule("┡", "━", "╇", "┩")]
-    lines += [line("│", row) for row in rows]
-    lines.append(rule("└", "─", "┴", "┘"))
-    return "\n".join(lines)
-
-
 def render_changes(
     changes: Sequence[Mapping[str, Any]],
     summary: Mapping[str, int],
@@ -97,12 +64,9 @@ def render_changes(
     ``Change.model_dump()`` has them (``id``, ``type``, ``action``, ``drift``, ``diff`` of
     ``path``/``old``/``new``), the summary of every action's count, whether the list was
     cut and what ``--target``/``--exclude`` left out."""
-    rows = [
-        (str(c["id"]), str(c["type"]), str(c["action"]) + (" (drift)" if c["drift"] else ""))
-        for c in changes
-    ]
+    rows = change_rows(changes)
     styled = console.is_terminal or console.color_system is not None
-    plain = None if styled else plain_grid(_HEADERS, rows, console.width)
+    plain = None if styled else plain_grid(HEADERS, rows, console.width)
     if plain is not None:  # off a terminal, where rich's layout costs 0.15 s per 200 rows
         console.out(plain, highlight=False)
     else:
@@ -117,14 +81,10 @@ def render_changes(
                 action.stylize("magenta", len(name))
             table.add_row(Text(rid), Text(rtype), action)
         console.print(table)
-    console.print(_summary_text(summary), highlight=False)
-    if truncated or len(changes) < sum(summary.values()):
-        console.print(
-            f"(listing {len(changes)} of {sum(summary.values())} resources: "
-            "the first changes; unchanged ones are counted, not listed)",
-            style="dim",
-            highlight=False,
-        )
+    console.print(summary_text(summary), highlight=False)
+    note = listing_note(changes, truncated, sum(summary.values()))
+    if note is not None:
+        console.print(note, style="dim", highlight=False)
     if left_out:
         left = left_out.get("resources") or []
         count = int(left_out.get("count") or len(left))
@@ -213,31 +173,3 @@ def render_run_preview(view: dict[str, Any], console: Console, detail: bool = Fa
     render_preview(Preview.model_validate(view), console, detail=detail)
     if view.get("policy"):
         render_policy(view["policy"], console)
-
-
-def render_outcome(
-    console: Console,
-    operation: str,
-    stack: str,
-    revision: int | None,
-    phase: str,
-    results: Sequence[tuple[str, str, str | None]],
-    link: str,
-) -> None:
-    """The lines a run command ends with (``stackflow.cli.report.report``'s table): the
-    operation, the stack, its release and the phase; the node results counted by status;
-    each failed node when more than one failed; the run's Temporal UI ``link``. ``results``
-    are each node result's id, status and error, drawn from plain data so the CLI's quick
-    path prints them without the engine's models."""
-    colour = "green" if phase == "succeeded" else "red"
-    rev = f"release {revision} " if revision is not None else ""
-    console.print(f"[bold]{operation}[/] {stack}: {rev}[{colour}]{phase}[/]")
-    counts: dict[str, int] = {}
-    for _, status, _ in results:
-        counts[status] = counts.get(status, 0) + 1
-    if counts:
-        console.print("  " + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
-    failed = [(rid, error) for rid, status, error in results if status == "failed"]
-    for rid, error in failed if len(failed) > 1 else []:
-        console.print(f"  [red]✗ {escape(rid)}[/]: {escape(error or '')}")
-    console.print(f"  Temporal UI: {link}")

@@ -332,9 +332,18 @@ def show_changes(changes: dict[str, Any], console: Any, detail: bool) -> None:
     """``stackflow.render.render_run_preview(changes, console, detail=detail)``: a run's
     preview view drawn from its plain data when :func:`preview_parts` reads it (without
     the engine's models), else by that function."""
+    parts = preview_parts(changes)
+    if getattr(console, "plain", False):  # a PlainConsole: rich only for what it lays out
+        if parts is not None and not detail and not changes.get("policy"):
+            from stackflow.plain_render import plain_changes
+
+            text = plain_changes(*parts, console.width)
+            if text is not None:
+                console.out(text)
+                return
+        console = console.rich
     from stackflow.render import render_changes, render_policy, render_run_preview
 
-    parts = preview_parts(changes)
     if parts is None:
         render_run_preview(changes, console, detail=detail)
         return

@@ -26,6 +26,7 @@ from stackflow.cli.quick import (
     NDJSON,
     PHASES,
     STREAM,
+    console_width,
     echo,
     namespace,
     show_changes,
@@ -137,6 +138,14 @@ def run_command(command: str, args: list[str]) -> int | None:
         return 0
     run.report(data)
     return 0
+
+
+def rich_console() -> Any:
+    """``runs.console_for(OutputFormat.table)``."""
+    from stackflow.cli.output import OutputFormat
+    from stackflow.cli.runs import console_for
+
+    return console_for(OutputFormat.table)
 
 
 def stdout_is_terminal() -> bool:
@@ -325,7 +334,7 @@ class QuickRun:
 
             echo(json.dumps(data, indent=2, sort_keys=True))
         else:
-            from stackflow.render import render_outcome
+            from stackflow.plain_render import render_outcome
 
             results = [(r["id"], r["status"], r["error"]) for r in data["results"]]
             stack = f"{self.project}/{self.workspace}"
@@ -341,12 +350,13 @@ class QuickRun:
         raise_failure(data)
 
     def table(self) -> Any:
-        """The console a run reports its table on (``runs.console_for``), made once."""
+        """The console a run reports its table on (``runs.console_for``), made once: off a
+        terminal (the quick path's only table), a PlainConsole where rich's width is known."""
         if self.console is None:
-            from stackflow.cli.output import OutputFormat
-            from stackflow.cli.runs import console_for
+            from stackflow.plain_render import PlainConsole
 
-            self.console = console_for(OutputFormat.table)
+            width = console_width(sys.stdout)
+            self.console = rich_console() if width is None else PlainConsole(width, rich_console)
         return self.console
 
     def resume(self, created: Any = None, start: tuple[dict[str, Any], str] | None = None) -> None:

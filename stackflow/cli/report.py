@@ -15,8 +15,8 @@ from stackflow.cli.quick_args import BAD_INPUT_TYPES as BAD_INPUT_TYPES
 from stackflow.errors import OperationFailed, SpecError, StackflowError, StackLockedError
 from stackflow.masking import masked_release_data
 from stackflow.operation import OperationResult
+from stackflow.plain_render import render_outcome
 from stackflow.release import Phase
-from stackflow.render import render_outcome
 
 ReleaseOf = Callable[[OperationResult], dict[str, Any] | None]
 

@@ -1086,5 +1086,7 @@ def test_quick_apply_imports_neither_typer_pydantic_httpx_temporalio_nor_sqlalch
         assert json.loads(done.stdout)["phase"] == final.get("phase", "succeeded")
     else:
         assert "apply p/w: release 4 succeeded" in done.stdout
+        assert "Plan: " in done.stdout  # the change table and outcome off a terminal:
+        assert not {m for m in modules if m == "rich" or m.startswith("rich.")}  # no rich
     if name == "nodes-failed":
         assert done.stderr.splitlines()[-1] == "Error: 2 node(s) failed"

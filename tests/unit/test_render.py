@@ -124,7 +124,7 @@ def test_the_plain_changes_table_is_what_rich_prints() -> None:
     rich, and the preview a console off a terminal prints is the same either way."""
     import random
 
-    from stackflow.render import plain_grid
+    from stackflow.plain_render import plain_grid
 
     rnd = random.Random(26)
     laid_out = 0
@@ -155,3 +155,75 @@ def test_the_plain_changes_table_is_what_rich_prints() -> None:
         ("c", "OnPrem", "UnChanged"),
     ]
     assert buf.getvalue().startswith(_rich_changes_table(rows, 120))
+
+
+def _console_pair(width: int) -> tuple[io.StringIO, io.StringIO, object, object]:
+    """A PlainConsole and the rich console it stands for (``runs.console_for`` off a
+    terminal), each writing to its own buffer."""
+    from stackflow.cli.output import SafeConsole
+    from stackflow.plain_render import PlainConsole
+
+    plain_out, rich_out = io.StringIO(), io.StringIO()
+
+    def rich_of(buffer: io.StringIO) -> SafeConsole:
+        return SafeConsole(file=buffer, width=width, soft_wrap=True, emoji=False)
+
+    plain = PlainConsole(width, lambda: rich_of(plain_out), file=plain_out)
+    return plain_out, rich_out, plain, rich_of(rich_out)
+
+
+def test_the_plain_console_prints_what_rich_prints() -> None:
+    """Off a terminal, whatever the PlainConsole writes itself is rich's output to the
+    character; the rest it hands to rich (markup, controls, tabs, newlines, bidi)."""
+    import random
+
+    from rich.errors import MarkupError
+
+    rnd = random.Random(1126)
+    alphabet = "abc XYZ:/._-[]✗é漢\t\n\x1b\u202e\x07"
+    given = ["[bold]apply[/] p/w", "a [b]c", "[red]✗ x[/]: y", "\\[dim] x", "x [/] y"]
+    for n in range(1500 + len(given)):
+        text = (
+            given[n - 1500]
+            if n >= 1500
+            else "".join(rnd.choice(alphabet) for _ in range(rnd.randint(0, 30)))
+        )
+        markup = n >= 1500 or rnd.random() < 0.5
+        style = rnd.choice([None, "dim", "cyan"])
+        plain_out, rich_out, plain, rich = _console_pair(rnd.choice([40, 80, 120]))
+        refused = []
+        for console in (plain, rich):
+            try:  # random markup may not parse: then both refuse it alike
+                console.print(text, markup=markup, style=style, highlight=False)  # type: ignore[attr-defined]
+            except MarkupError as exc:
+                refused.append(str(exc))
+            console.out(text)  # type: ignore[attr-defined]
+        assert len(refused) in (0, 2) and len(set(refused)) <= 1, repr(text)
+        assert plain_out.getvalue() == rich_out.getvalue(), repr(text)
+
+
+def test_a_run_s_outcome_and_changes_are_the_same_on_either_console() -> None:
+    from stackflow.cli.quick import show_changes
+    from stackflow.plain_render import render_outcome
+
+    results = [
+        ("onprem:File:/tmp/a", "succeeded", None),
+        ("onprem:File:/tmp/[b]", "failed", "cannot write: Permission denied"),
+        ("v1:Secret:ns:x", "failed", "line one\nline\ttwo \x1b[31m"),
+    ]
+    changes = {
+        "changes": [
+            {"id": f"onprem:File:/tmp/f{i}", "type": "OnPrem", "action": "Create", "drift": False}
+            for i in range(3)
+        ],
+        "summary": {"Create": 3, "Update": 0, "Delete": 0, "UnChanged": 5},
+        "truncated": False,
+    }
+    for width in (40, 80, 200):
+        plain_out, rich_out, plain, rich = _console_pair(width)
+        for console in (plain, rich):
+            show_changes(changes, console, False)
+            render_outcome(console, "apply", "p/w", 4, "failed", results, "http://ui/x")
+        assert plain_out.getvalue() == rich_out.getvalue()
+        assert "Plan: 3 to create" in plain_out.getvalue()
+        assert "\x1b" not in plain_out.getvalue()  # shown as an escape, never written

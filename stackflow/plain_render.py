@@ -25,17 +25,31 @@ def summary_text(s: Mapping[str, int]) -> str:
     )
 
 
-def plain_grid(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int) -> str | None:
+def plain_grid(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], width: int, fold: int | None = None
+) -> str | None:
     """rich's ``Table`` with a header (its default heavy-head box) as a console of ``width``
     that writes no styles prints it, for the plain case: printable ASCII cells that fit as
-    they are; None otherwise (rich lays it out: folds, wraps, wide characters).
+    they are, or (``fold``: the index of a column with ``overflow="fold"``) that fit once
+    rich has narrowed that column alone and folded its cells, which then hold no space;
+    None otherwise (rich lays it out: wraps, shares the narrowing, wide characters).
     tests/unit/test_render.py compares it with rich's output."""
     cells = [*headers, *(cell for row in rows for cell in row)]
     if not all(cell.isascii() and cell.isprintable() for cell in cells):
         return None
     widths = [max(len(row[i]) for row in (headers, *rows)) for i in range(len(headers))]
-    if sum(widths) + 3 * len(widths) + 1 > width:
-        return None
+    # what rich's Table._collapse_widths does when one column is the widest by enough: it
+    # alone gives up the excess (each width counted with its cell's padding of 1 + 1)
+    excess = sum(widths) + 3 * len(widths) + 1 - width
+    if excess > 0:
+        if fold is None:
+            return None
+        others = max((w for i, w in enumerate(widths) if i != fold), default=0)
+        if widths[fold] - others < excess or widths[fold] - excess < 1:
+            return None
+        widths[fold] -= excess
+        if any(" " in row[fold] for row in rows if len(row[fold]) > widths[fold]):
+            return None  # rich wraps it at its spaces
 
     def rule(left: str, fill: str, middle: str, right: str) -> str:
         return left + middle.join(fill * (w + 2) for w in widths) + right
@@ -43,8 +57,22 @@ def plain_grid(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int
     def line(edge: str, row: Sequence[str]) -> str:
         return edge + edge.join(f" {c.ljust(w)} " for c, w in zip(row, widths, strict=True)) + edge
 
+    def lines_of(row: Sequence[str]) -> list[str]:
+        if fold is None or len(row[fold]) <= widths[fold]:
+            return [line("│", row)]
+        step = widths[fold]
+        pieces = [row[fold][at : at + step] for at in range(0, len(row[fold]), step)]
+        return [
+            line(
+                "│",
+                [piece if i == fold else (cell if n == 0 else "") for i, cell in enumerate(row)],
+            )
+            for n, piece in enumerate(pieces)
+        ]
+
     lines = [rule("┏", "━", "┳", "┓"), line("┃", headers), rule("┡", "━", "╇", "┩")]
-    lines += [line("│", row) for row in rows]
+    for row in rows:
+        lines += lines_of(row)
     lines.append(rule("└", "─", "┴", "┘"))
     return "\n".join(lines)
 
@@ -78,7 +106,7 @@ def plain_changes(
     prints it, when it is plain (see :func:`plain_grid`); None otherwise."""
     if left_out:
         return None
-    grid = plain_grid(HEADERS, change_rows(changes), width)
+    grid = plain_grid(HEADERS, change_rows(changes), width, fold=0)
     if grid is None:
         return None
     lines = [grid, summary_text(summary)]

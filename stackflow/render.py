@@ -66,7 +66,7 @@ def render_changes(
     cut and what ``--target``/``--exclude`` left out."""
     rows = change_rows(changes)
     styled = console.is_terminal or console.color_system is not None
-    plain = None if styled else plain_grid(HEADERS, rows, console.width)
+    plain = None if styled else plain_grid(HEADERS, rows, console.width, fold=0)
     if plain is not None:  # off a terminal, where rich's layout costs 0.15 s per 200 rows
         console.out(plain, highlight=False)
     else:

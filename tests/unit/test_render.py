@@ -120,18 +120,19 @@ def _rich_changes_table(rows: list[tuple[str, str, str]], width: int) -> str:
 
 def test_the_plain_changes_table_is_what_rich_prints() -> None:
     """Wherever ``plain_grid`` lays a preview's table out itself (off a terminal), it is
-    rich's table to the character; elsewhere (too wide, not plain ASCII) it leaves it to
-    rich, and the preview a console off a terminal prints is the same either way."""
+    rich's table to the character, its ids folded where rich folds them; elsewhere (not
+    plain ASCII, ids wrapped at spaces, narrowing shared) it leaves it to rich, and the preview a console off a terminal prints is the same either way."""
     import random
 
     from stackflow.plain_render import plain_grid
 
     rnd = random.Random(26)
-    laid_out = 0
-    for _ in range(2000):
+    laid_out = folded = 0
+    for _ in range(3000):
         rows = [
             (
-                f"v1:ConfigMap:ns-{rnd.randint(0, 9)}:{'c' * rnd.randint(0, 40)}",
+                f"v1:ConfigMap:ns-{rnd.randint(0, 9)}:{'c' * rnd.randint(0, 40)}"
+                + rnd.choice(["", "", "/" + "d" * rnd.randint(0, 60), " e" * rnd.randint(0, 9)]),
                 rnd.choice(["Kubernetes", "Terraform", "OnPrem", ""]),
                 rnd.choice(["Create", "Update", "Delete", "UnChanged"])
                 + rnd.choice(["", " (drift)"]),
@@ -139,11 +140,12 @@ def test_the_plain_changes_table_is_what_rich_prints() -> None:
             for _ in range(rnd.randint(1, 12))
         ]
         width = rnd.randint(20, 160)
-        plain = plain_grid(("ID", "Type", "Action"), rows, width)
+        plain = plain_grid(("ID", "Type", "Action"), rows, width, fold=0)
         if plain is not None:
             laid_out += 1
+            folded += len(plain.splitlines()) > len(rows) + 4
             assert plain + "\n" == _rich_changes_table(rows, width), (rows, width)
-    assert laid_out > 800  # the plain case is the common one
+    assert laid_out > 1200 and folded > 300  # the plain case is the common one
     assert plain_grid(("ID", "Type", "Action"), [("x" * 200, "OnPrem", "Create")], 80) is None
     assert plain_grid(("ID", "Type", "Action"), [("naïve", "OnPrem", "Create")], 80) is None
     # through render_preview: the same text off a terminal as rich's own table gives

@@ -121,7 +121,8 @@ def _rich_changes_table(rows: list[tuple[str, str, str]], width: int) -> str:
 def test_the_plain_changes_table_is_what_rich_prints() -> None:
     """Wherever ``plain_grid`` lays a preview's table out itself (off a terminal), it is
     rich's table to the character, its ids folded where rich folds them; elsewhere (not
-    plain ASCII, ids wrapped at spaces, narrowing shared) it leaves it to rich, and the preview a console off a terminal prints is the same either way."""
+    plain ASCII, ids wrapped at spaces, narrowing shared) it leaves it to rich, and the
+    preview a console off a terminal prints is the same either way."""
     import random
 
     from stackflow.plain_render import plain_grid

@@ -72,7 +72,7 @@ def failure_text(exc: BaseException) -> str:
     return str(getattr(cause, "message", None) or cause)
 
 
-async def follow(
+async def follow_pages(
     log: RunEventLog,
     stack: StackRef,
     run: RunRef,
@@ -82,9 +82,9 @@ async def follow(
     wait: bool = True,
     idle_seconds: float | None = None,
     nudge: Nudge | None = None,
-) -> AsyncIterator[RunEvent | None]:
-    """The run's events after ``after``, in order, each once, up to its ``run_complete``.
-    With ``wait`` the stream waits for new events until then; without, it ends with what
+) -> AsyncIterator[list[RunEvent] | None]:
+    """The run's events after ``after``, in order, each once, up to its ``run_complete``,
+    a page (as read in one go) at a time. With ``wait`` the stream waits for new events until then; without, it ends with what
     is there (still closing a run that Temporal says has ended). With ``idle_seconds``, a
     ``None`` comes whenever nothing came for that long (a keep-alive for the caller). With
     ``nudge`` (:mod:`stackflow.event_bell`), a wait between two polls ends as soon as the
@@ -99,12 +99,13 @@ async def follow(
         if nudge is not None:
             nudge.clear()  # before the read: a ring from now on ends the wait after it
         page = await asyncio.to_thread(log.events, stack, run.run_id, after=cursor)
-        for event in page:
-            yield event
-            cursor = event.seq
+        for n, event in enumerate(page):
             if event.type == EventType.run_complete:
+                yield page[: n + 1]
                 return
         if page:
+            yield page
+            cursor = page[-1].seq
             quiet_since = time.monotonic()
         elif idle_seconds is not None and time.monotonic() - quiet_since >= idle_seconds:
             quiet_since = time.monotonic()
@@ -125,3 +126,26 @@ async def follow(
             await nudge.wait(POLL_SECONDS)
         else:
             await asyncio.sleep(POLL_SECONDS)
+
+
+async def follow(
+    log: RunEventLog,
+    stack: StackRef,
+    run: RunRef,
+    closed: Closed,
+    *,
+    after: int = 0,
+    wait: bool = True,
+    idle_seconds: float | None = None,
+    nudge: Nudge | None = None,
+) -> AsyncIterator[RunEvent | None]:
+    """:func:`follow_pages`, an event at a time."""
+    pages = follow_pages(
+        log, stack, run, closed, after=after, wait=wait, idle_seconds=idle_seconds, nudge=nudge
+    )
+    async for page in pages:
+        if page is None:
+            yield None
+            continue
+        for event in page:
+            yield event

@@ -84,11 +84,11 @@ async def follow_pages(
     nudge: Nudge | None = None,
 ) -> AsyncIterator[list[RunEvent] | None]:
     """The run's events after ``after``, in order, each once, up to its ``run_complete``,
-    a page (as read in one go) at a time. With ``wait`` the stream waits for new events until then; without, it ends with what
-    is there (still closing a run that Temporal says has ended). With ``idle_seconds``, a
-    ``None`` comes whenever nothing came for that long (a keep-alive for the caller). With
-    ``nudge`` (:mod:`stackflow.event_bell`), a wait between two polls ends as soon as the
-    run's bell rings."""
+    a page (as read in one go) at a time. With ``wait`` the stream waits for new events
+    until then; without, it ends with what is there (still closing a run that Temporal says
+    has ended). With ``idle_seconds``, a ``None`` comes whenever nothing came for that long
+    (a keep-alive for the caller). With ``nudge`` (:mod:`stackflow.event_bell`), a wait
+    between two polls ends as soon as the run's bell rings."""
     if after > 0:
         last = await asyncio.to_thread(log.last_event, stack, run.run_id)
         if last is not None and last.type == EventType.run_complete and last.seq <= after:

@@ -129,21 +129,10 @@ async def follow_pages(
 
 
 async def follow(
-    log: RunEventLog,
-    stack: StackRef,
-    run: RunRef,
-    closed: Closed,
-    *,
-    after: int = 0,
-    wait: bool = True,
-    idle_seconds: float | None = None,
-    nudge: Nudge | None = None,
+    log: RunEventLog, stack: StackRef, run: RunRef, closed: Closed, **options: Any
 ) -> AsyncIterator[RunEvent | None]:
-    """:func:`follow_pages`, an event at a time."""
-    pages = follow_pages(
-        log, stack, run, closed, after=after, wait=wait, idle_seconds=idle_seconds, nudge=nudge
-    )
-    async for page in pages:
+    """:func:`follow_pages` (the same options), an event at a time."""
+    async for page in follow_pages(log, stack, run, closed, **options):
         if page is None:
             yield None
             continue

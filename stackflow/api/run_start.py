@@ -100,10 +100,12 @@ async def start_run(
         claimed = found
     try:
         started = await _start(ctx, client, stack, body, request, by, key, digest)
-    except BaseException:
-        if claimed and key is not None:  # nothing was started under it: a retry may start
+    except StackLockedError:
+        if claimed and key is not None:  # refused: nothing started, the key is free again
             await ctx.state(lambda: ctx.backend.drop_run_key(stack, key))
         raise
+    # (any other failure keeps the claim: the start may have reached Temporal, and a retry
+    # looks for its run by the key in the run's memo before it starts another)
     if key is not None:
         run_id, wid = started.run_id, started.handle.id
         await ctx.state(lambda: ctx.backend.record_run_key(stack, key, wid, run_id))

@@ -319,7 +319,8 @@ def test_busy_stack_is_409_naming_the_run(http: httpx.Client, tmp_path: Path) ->
     )
     assert first.status_code == 201, first.text
     run_id = first.json()["run_id"]
-    busy = http.post(url, json={"operation": "destroy"}, headers=auth())
+    key = {"Idempotency-Key": f"busy-{uuid.uuid4().hex}"}
+    busy = http.post(url, json={"operation": "destroy"}, headers=auth() | key)
     detail = is_problem(busy, 409)["detail"]
     assert run_id in detail and f"stack {project}/default" in detail
     wait_run(http, first.json()["status_url"], lambda v: v["phase"] == "awaitingApproval")
@@ -329,6 +330,11 @@ def test_busy_stack_is_409_naming_the_run(http: httpx.Client, tmp_path: Path) ->
     assert r.status_code == 200 and r.json()["result"] == "rejected by admin", r.text
     view = wait_run(http, first.json()["status_url"], lambda v: v["status"] != "running")
     assert view["phase"] == "failed" and view["approved_by"] is None
+    # the refused start gave its key up: the key starts another request now
+    later = http.post(
+        url, json={"operation": "destroy", "max_concurrency": 2}, headers=auth() | key
+    )
+    assert later.status_code == 201, later.text
 
 
 def test_paused_run_is_aborted(http: httpx.Client, tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ class RunKeyStore(PolicyBindingStore):
         k = run_keys.c
         kept = self.sealer.keyed(digest, "run-key")  # the request may hold secrets
         stamp = now()
-        where = (*self._where_stack(run_keys, stack),)
+        where = self._where_stack(run_keys, stack)
         with self._tx(write=True) as conn:
             conn.execute(run_keys.delete().where(*where, k.created_at < stamp - window))
             made = conn.execute(
@@ -63,7 +63,7 @@ class RunKeyStore(PolicyBindingStore):
             )
 
     def drop_run_key(self, stack: StackRef, key: str) -> None:
-        """Give up a claim whose start made no run (refused, or failed): the key is free."""
+        """Give up a claim whose start was refused (it made no run): the key is free again."""
         k = run_keys.c
         with self._tx(write=True) as conn:
             conn.execute(

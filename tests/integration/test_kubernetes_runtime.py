@@ -584,8 +584,8 @@ async def test_a_preview_batch_reads_many_objects_of_a_kind_from_one_listing(
     ns: str,
     sent: list[Sent],
 ) -> None:
-    """Ten ConfigMaps of one namespace in a preview batch: one LIST answers their reads (the
-    dry runs stay one each), the run's next batch reuses it, another run lists anew, and
+    """Ten ConfigMaps of one namespace in a preview batch: one LIST answers their reads, the
+    run's next batch reuses it, another run lists anew, and
     what each read returns is what a GET returns."""
     from stackflow.runtimes.base import read_scope
     from stackflow.runtimes.kubernetes.snapshot import LIST_AT_LEAST
@@ -607,7 +607,8 @@ async def test_a_preview_batch_reads_many_objects_of_a_kind_from_one_listing(
     assert [live for live, _ in seen] == alone and alone[-1] is None
     gets = [p for m, p, _ in sent if m == "GET"]
     assert gets == [listing]  # one LIST, no GET per object
-    assert sum(1 for m, _, _ in sent if m == "PATCH") == 10  # each dry run as before
+    # the nine applied and unchanged need no dry run (see the next test); the new one does
+    assert [p for m, p, _ in sent if m == "PATCH"] == [f"{listing}/c9"]
 
     sent.clear()
     await batch("run-1", maps)  # the run's next preview batch: the same snapshot
@@ -726,3 +727,55 @@ async def test_a_namespace_of_many_other_objects_is_not_listed(
     sent.clear()
     assert await preview("run-wide", run_size=20) == first
     assert [(s.method, s.name, s.limit) for s in sent] == [("GET", "configmaps", "5")] * 8
+
+
+async def test_a_preview_skips_the_dry_run_only_where_it_would_answer_the_live_object(
+    rt: KubernetesRuntime,
+    opts: RuntimeOptions,
+    ns: str,
+    api: k8s.ApiClient,
+    sent: list[Sent],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An object the apply would leave as it is previews from the live object alone (no dry
+    run); each preview equals the dry run's, whether it skipped it or not: after another
+    manager's edits, with a field dropped from the spec, with lists, an empty map, a Secret,
+    the Namespace itself."""
+    from stackflow.runtimes.kubernetes import runtime as runtime_module
+
+    core = k8s.CoreV1Api(api)
+    cm = config_map(ns, "plain", {"a": "1", "b": "2"})
+    empty = config_map(ns, "empty", {})
+    secret_obj = secret(ns, "creds", {"password": "hunter2"})
+    web = deployment(ns, "web")
+    recorded = [await rt.apply(request(obj), opts) for obj in (cm, empty, secret_obj, web)]
+
+    async def both(obj: Obj, prior: Obj | None = None) -> tuple[bool, Any]:
+        """(whether the preview sent a dry run, its answer), checked against the dry run's."""
+        sent.clear()
+        got = await rt.observe(request(obj, prior=prior), opts, with_preview=True)
+        dry_run = any(s.method == "PATCH" for s in sent)
+        with monkeypatch.context() as m:
+            m.setattr(runtime_module, "applies_unchanged", lambda desired, live: False)
+            assert await rt.observe(request(obj, prior=prior), opts, with_preview=True) == got
+        return dry_run, got
+
+    for obj in (cm, secret_obj, namespace(ns)):
+        assert (await both(obj))[0] is False, obj["kind"]
+    assert (await both(web))[0] is True  # lists: their merge type is the schema's
+    assert (await both(config_map(ns, "plain", {"a": "1"})))[0] is True  # "b" would go
+    assert (await both(config_map(ns, "plain", {"a": "1", "b": "2", "c": "3"})))[0] is True
+    assert (await both(config_map(ns, "plain", {"a": "9", "b": "2"})))[0] is True
+    dry_run, (live, _) = await both(empty)
+    assert dry_run is True and "data" not in live  # the server keeps no empty map
+
+    # another manager adds a label: stackflow's fields are as they were, no dry run
+    core.patch_namespaced_config_map("plain", ns, {"metadata": {"labels": {"team": "x"}}})
+    dry_run, (live, preview) = await both(cm)
+    assert dry_run is False and live["metadata"]["labels"]["team"] == "x"
+    assert preview.would_be["data"] == {"a": "1", "b": "2"}
+    # another manager changes a value stackflow set: the dry run decides (drift repair)
+    core.patch_namespaced_config_map("plain", ns, {"data": {"a": "drifted"}})
+    dry_run, (live, preview) = await both(cm, prior=recorded[0])
+    assert dry_run is True and live["data"]["a"] == "drifted"
+    assert preview.would_be["data"] == {"a": "1", "b": "2"}

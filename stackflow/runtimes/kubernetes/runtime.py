@@ -136,6 +136,7 @@ from stackflow.runtimes.kubernetes.readiness import (
     readiness,
 )
 from stackflow.runtimes.kubernetes.rules import TYPE_NAME
+from stackflow.runtimes.kubernetes.unchanged import applies_unchanged
 
 CRD_READY_SECONDS = 60.0
 """How long applying a CustomResourceDefinition waits (unless ``extensions.readinessTimeout``
@@ -197,6 +198,9 @@ class KubernetesRuntime(KubeConnection):
         live = self._get(client, api, ref, resource.id)
         if live is not None:
             check_owner(resource, ref, live, options)
+            if applies_unchanged(desired, live):  # its dry run would answer live itself
+                would_be = shaped_like(normalise(live), desired)
+                return live, PreviewResult(would_be=would_be, sensitive_paths=sensitive)
         try:
             _, result = self._server_side_apply(
                 client, api, ref, resource, options, desired, dry_run=True

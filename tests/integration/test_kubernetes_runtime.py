@@ -740,7 +740,7 @@ async def test_a_preview_skips_the_dry_run_only_where_it_would_answer_the_live_o
     """An object the apply would leave as it is previews from the live object alone (no dry
     run); each preview equals the dry run's, whether it skipped it or not: after another
     manager's edits, with a field dropped from the spec, with lists, an empty map, a Secret,
-    the Namespace itself."""
+    a Deployment and a Service (lists by key, atomic selectors), the Namespace itself."""
     from stackflow.runtimes.kubernetes import runtime as runtime_module
 
     core = k8s.CoreV1Api(api)
@@ -748,7 +748,9 @@ async def test_a_preview_skips_the_dry_run_only_where_it_would_answer_the_live_o
     empty = config_map(ns, "empty", {})
     secret_obj = secret(ns, "creds", {"password": "hunter2"})
     web = deployment(ns, "web")
-    recorded = [await rt.apply(request(obj), opts) for obj in (cm, empty, secret_obj, web)]
+    svc = service(ns, "web")
+    objs = (cm, empty, secret_obj, web, svc)
+    recorded = [await rt.apply(request(obj), opts) for obj in objs]
 
     async def both(obj: Obj, prior: Obj | None = None) -> tuple[bool, Any]:
         """(whether the preview sent a dry run, its answer), checked against the dry run's."""
@@ -760,9 +762,11 @@ async def test_a_preview_skips_the_dry_run_only_where_it_would_answer_the_live_o
             assert await rt.observe(request(obj, prior=prior), opts, with_preview=True) == got
         return dry_run, got
 
-    for obj in (cm, secret_obj, namespace(ns)):
+    # lists of items by key (a port's protocol defaulted), atomic maps (selectors)
+    for obj in (cm, secret_obj, namespace(ns), web, svc):
         assert (await both(obj))[0] is False, obj["kind"]
-    assert (await both(web))[0] is True  # lists: their merge type is the schema's
+    assert (await both(deployment(ns, "web", image="nginx:1.27")))[0] is True
+    assert (await both(deployment(ns, "web", replicas=2)))[0] is True
     assert (await both(config_map(ns, "plain", {"a": "1"})))[0] is True  # "b" would go
     assert (await both(config_map(ns, "plain", {"a": "1", "b": "2", "c": "3"})))[0] is True
     assert (await both(config_map(ns, "plain", {"a": "9", "b": "2"})))[0] is True
@@ -774,6 +778,9 @@ async def test_a_preview_skips_the_dry_run_only_where_it_would_answer_the_live_o
     dry_run, (live, preview) = await both(cm)
     assert dry_run is False and live["metadata"]["labels"]["team"] == "x"
     assert preview.would_be["data"] == {"a": "1", "b": "2"}
+    apps = k8s.AppsV1Api(api)  # the controller scales it: a field stackflow set
+    apps.patch_namespaced_deployment_scale("web", ns, {"spec": {"replicas": 3}})
+    assert (await both(web, prior=recorded[3]))[0] is True
     # another manager changes a value stackflow set: the dry run decides (drift repair)
     core.patch_namespaced_config_map("plain", ns, {"data": {"a": "drifted"}})
     dry_run, (live, preview) = await both(cm, prior=recorded[0])

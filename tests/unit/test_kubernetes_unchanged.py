@@ -60,7 +60,7 @@ def test_an_object_as_the_apply_left_it_is_unchanged() -> None:
             {**DESIRED, "replicas": 1},
             live(fields={**FIELDS, "f:replicas": {}}, replicas=True),
         ),
-        ("a list (merge type unknown)", {**DESIRED, "list": ["a"]}, live(list=["a"])),
+        ("a list the entry does not show", {**DESIRED, "list": ["a"]}, live(list=["a"])),
         ("a null", {**DESIRED, "extra": None}, live(extra=None)),
         ("a status", {**DESIRED, "status": {}}, live(status={})),
         (
@@ -68,7 +68,11 @@ def test_an_object_as_the_apply_left_it_is_unchanged() -> None:
             {**DESIRED, "metadata": {**DESIRED["metadata"], "finalizers": ["f"]}},
             live(),
         ),
-        ("an atomic map (owned whole)", DESIRED, live(fields={**FIELDS, "f:data": {}})),
+        (
+            "an atomic map holding more (replaced whole)",
+            DESIRED,
+            live(fields={**FIELDS, "f:data": {}}, data={"k": "v", "n": "1", "x": "y"}),
+        ),
         ("a field owned but not configured", DESIRED, live(fields={**FIELDS, "f:x": {}})),
         ("an empty map over a full one", {**DESIRED, "data": {}}, live()),
         ("not served at this version", {**DESIRED, "apiVersion": "v2"}, live()),
@@ -92,3 +96,31 @@ def test_entries_that_do_not_decide_it() -> None:
     status_entry["metadata"]["managedFields"][0]["subresource"] = "status"
     assert not applies_unchanged(DESIRED, status_entry)
     assert not applies_unchanged(DESIRED, {"metadata": None})
+
+
+PORTS: Obj = {  # a list of items by key, the key's protocol defaulted by the server
+    'k:{"containerPort":80,"protocol":"TCP"}': {".": {}, "f:containerPort": {}},
+    'k:{"containerPort":81,"protocol":"TCP"}': {".": {}, "f:containerPort": {}},
+}
+
+
+def lists(ports: list[Obj], args: list[Any], held_ports: list[Obj], held_args: list[Any]) -> bool:
+    desired = {**DESIRED, "ports": ports, "args": args, "tags": ["a", "b"]}
+    fields = {**FIELDS, "f:ports": PORTS, "f:args": {}, "f:tags": {'v:"a"': {}, 'v:"b"': {}}}
+    return applies_unchanged(
+        desired, live(fields, ports=held_ports, args=held_args, tags=["a", "b"])
+    )
+
+
+def test_lists_read_as_the_entry_reads_them() -> None:
+    ports = [{"containerPort": 80}, {"containerPort": 81}]
+    held = [{"containerPort": p, "protocol": "TCP"} for p in (80, 81)]
+    assert lists(ports, ["x", 1], held, ["x", 1])
+    assert not lists(ports, ["x", 1], held, ["x", 2])  # an atomic list changed
+    assert not lists(ports, ["x", 1], held, ["x", 1, 2])
+    assert not lists(ports, ["x", 1], held[::-1], ["x", 1])  # another order
+    assert not lists(ports, ["x", 1], [*held, {"containerPort": 82}], ["x", 1])
+    assert not lists(ports[:1], ["x", 1], held[:1], ["x", 1])  # an owned item dropped
+    udp = [held[0], {"containerPort": 81, "protocol": "UDP"}]
+    assert not lists(ports, ["x", 1], udp, ["x", 1])  # another item by its key
+    assert not lists([{"containerPort": 80}, {"containerPort": "81"}], ["x", 1], held, ["x", 1])

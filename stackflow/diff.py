@@ -177,13 +177,16 @@ def diff_resource(
     *,
     ignore_fields: Sequence[str] = (),
     sensitive_paths: Sequence[str] = (),
+    removed_paths: Sequence[str] = (),
 ) -> Change:
     """The change that brings ``live`` to ``desired``, with drift judged against ``prior``.
 
     - desired None: Delete if the resource is in prior state or still live, else UnChanged.
     - live None: Create (drift if prior says it existed: someone deleted it).
-    - otherwise Update if live (projected onto desired) differs from desired, else UnChanged;
-      drift if a differing field was not changed by the spec since prior.
+    - otherwise Update if live (projected onto desired) differs from desired, or holds one
+      of ``removed_paths`` (fields outside desired the runtime's merge would remove, as the
+      runtime's preview reports them: one a spec no longer sets), else UnChanged; drift if a
+      differing field was not changed by the spec since prior (a removal is the spec's).
     """
     ignore = [parse_path(p) for p in ignore_fields]
     secret = [parse_path(p) for p in sensitive_paths]
@@ -202,12 +205,15 @@ def diff_resource(
         want = prune(desired, ignore)
         have = prune(project(live, desired), ignore)
         raw = leaf_changes(have, want)
-        action = Action.Update if raw else Action.UnChanged
         if raw and prior is not None:
             # A field differs from desired although the spec left it as it was in prior:
             # so live moved away from prior behind our back.
             before = prune(project(prior, desired), ignore)
             drift = any(_value_at(want, path) == _value_at(before, path) for path, _, _ in raw)
+        removals = _removals(live, want, removed_paths, ignore, {path for path, _, _ in raw})
+        if removals:
+            raw = sorted(raw + removals, key=lambda item: format_path(item[0]))
+        action = Action.Update if raw else Action.UnChanged
     diff = [
         FieldChange(
             path=format_path(path),
@@ -218,6 +224,34 @@ def diff_resource(
         if path or old_value or new_value  # an empty object created/deleted has no fields
     ]
     return Change(id=resource_id, type=resource_type, action=action, drift=drift, diff=diff)
+
+
+def _removals(
+    live: Mapping[str, Any],
+    want: Any,
+    removed_paths: Sequence[str],
+    ignore: Sequence[Sequence[Segment]],
+    known: set[tuple[Segment, ...]],
+) -> list[tuple[tuple[Segment, ...], Any, Any]]:
+    """(path, live value, None) for each leaf under ``removed_paths`` that ``live`` holds and
+    ``want`` does not, outside ``ignore`` and not already among ``known`` changes."""
+    out: list[tuple[tuple[Segment, ...], Any, Any]] = []
+    for text in removed_paths:
+        try:
+            at = tuple(parse_path(text))
+        except PathError:
+            continue
+        value = _value_at(live, at)
+        if value is _Absent or _value_at(want, at) is not _Absent:
+            continue
+        if any(matches_prefix(p, at) for p in ignore):
+            continue
+        out.extend(
+            (path, old, None)
+            for path, old in leaves(prune(value, ignore, at), at)
+            if path not in known
+        )
+    return out
 
 
 def diff_recorded(

@@ -407,6 +407,7 @@ class ResourceStep:
             before.attributes if before else None,
             ignore_fields=ignore_fields,
             sensitive_paths=sensitive,
+            removed_paths=result.removed_paths if result is not None else (),
         )
         if recorded is None and change.action is Action.UnChanged:
             # Matches already, but this stack has not recorded it: apply adopts it into state.

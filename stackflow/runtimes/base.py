@@ -103,11 +103,17 @@ class ResourceRequest(BaseModel):
 
 
 class PreviewResult(BaseModel):
-    """What the object would become, plus paths whose values must never be shown."""
+    """What the object would become, plus paths whose values must never be shown.
+
+    ``would_be`` holds the fields the spec sets; ``removed_paths`` names fields outside them
+    that the apply would remove from the live object (a runtime whose apply merges, as
+    server-side apply does, removes what its manager set before and the spec no longer
+    does)."""
 
     would_be: Attributes
     sensitive_paths: list[str] = Field(default_factory=list)
     replace: bool = False
+    removed_paths: list[str] = Field(default_factory=list)
 
 
 class ReadScope:

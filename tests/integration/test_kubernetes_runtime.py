@@ -99,6 +99,7 @@ async def change(
         live,
         prior,
         sensitive_paths=result.sensitive_paths + sensitive_paths_for(req.type, req.attributes),
+        removed_paths=result.removed_paths,
     )
 
 
@@ -158,6 +159,45 @@ async def test_secret_values_never_leave_the_diff(
     for ch in (created, same, updated):
         text = ch.model_dump_json()
         assert value not in text and encoded not in text, text
+
+
+async def test_a_field_the_spec_no_longer_sets_previews_as_removed_and_is_removed(
+    rt: KubernetesRuntime, opts: RuntimeOptions, ns: str, api: k8s.ApiClient
+) -> None:
+    """Server-side apply removes what stackflow set before and the spec no longer does (a
+    data key, a label, a container's args, a Secret's key): the preview shows each removal
+    (a Secret's value masked), the apply makes it, and what another manager set stays."""
+    cm = config_map(ns, "settings", {"keep": "1", "drop": "2"})
+    cm["metadata"]["labels"] = {"tier": "web", "old": "x"}
+    web = deployment(ns, "web")
+    web["spec"]["template"]["spec"]["containers"][0]["args"] = ["--verbose"]
+    value = f"hunter2-{suffix()}"
+    creds = secret(ns, "creds", {"user": "me", "password": value})
+    recorded = [await rt.apply(request(obj), opts) for obj in (cm, web, creds)]
+    core = k8s.CoreV1Api(api)
+    core.patch_namespaced_config_map("settings", ns, {"data": {"theirs": "3"}})
+
+    cm_next = config_map(ns, "settings", {"keep": "1"})
+    cm_next["metadata"]["labels"] = {"tier": "web"}
+    web_next = deployment(ns, "web")
+    creds_next = secret(ns, "creds", {"user": "me"})
+    removals = {
+        "ConfigMap": [("data.drop", "2", None), ("metadata.labels.old", "x", None)],
+        "Deployment": [("spec.template.spec.containers[0].args[0]", "--verbose", None)],
+        "Secret": [("data.password", "(sensitive value)", None)],
+    }
+    for obj, prior in zip((cm_next, web_next, creds_next), recorded, strict=True):
+        got = await change(rt, request(obj, prior=prior), opts, prior=prior)
+        assert got.action == "Update" and not got.drift, got
+        assert [(d.path, d.old, d.new) for d in got.diff] == removals[obj["kind"]]
+        assert value not in got.model_dump_json()
+        await rt.apply(request(obj, prior=prior), opts)
+        assert (await change(rt, request(obj), opts)).action == "UnChanged"
+    held = core.read_namespaced_config_map("settings", ns)
+    assert held.data == {"keep": "1", "theirs": "3"} and "old" not in held.metadata.labels
+    deployed = k8s.AppsV1Api(api).read_namespaced_deployment("web", ns)
+    assert deployed.spec.template.spec.containers[0].args is None
+    assert set(core.read_namespaced_secret("creds", ns).data or {}) == {"user"}
 
 
 async def test_crd_and_custom_resource_in_one_run(

@@ -218,3 +218,47 @@ def test_taint_follows_references_to_sensitive_values() -> None:
     }
     assert tainted_paths(attributes, deps) == ["content", "env[0].value", "whole"]
     assert tainted_paths({"a": "$kusion_path.plain.path"}, deps) == []
+
+
+def test_removed_paths_show_what_the_apply_removes() -> None:
+    """Fields outside desired that the runtime's merge removes show as removed (not drift,
+    the spec dropped them); ignored fields, fields live no longer holds and fields already
+    compared are left out; a removed sensitive value is masked."""
+    live = {
+        "data": {"keep": "1", "drop": "2", "secret": "s3cr3t"},
+        "metadata": {"labels": {"a": "1", "old": "x"}, "annotations": {"ignored": "y"}},
+        "spec": {"nested": {"k": [1, 2]}},
+    }
+    desired = {"data": {"keep": "1"}, "metadata": {"labels": {"a": "1"}}}
+    prior = {**live}
+    removed = [
+        "data.drop",
+        "data.secret",
+        "metadata.labels.old",
+        "metadata.annotations.ignored",
+        "spec.nested",
+        "data.gone",
+        "data.keep",
+    ]
+    got = diff_resource(
+        "r",
+        "Kubernetes",
+        desired,
+        live,
+        prior,
+        ignore_fields=["metadata.annotations"],
+        sensitive_paths=["data.secret"],
+        removed_paths=removed,
+    )
+    assert got.action == Action.Update and not got.drift
+    assert [(d.path, d.old, d.new) for d in got.diff] == [
+        ("data.drop", "2", None),
+        ("data.secret", SENSITIVE_MARKER, None),
+        ("metadata.labels.old", "x", None),
+        ("spec.nested.k[0]", 1, None),
+        ("spec.nested.k[1]", 2, None),
+    ]
+    assert diff_resource("r", "Kubernetes", desired, live, prior).action == Action.UnChanged
+    drifted = {**live, "data": {**live["data"], "keep": "changed"}}
+    both = diff_resource("r", "Kubernetes", desired, drifted, prior, removed_paths=["data.drop"])
+    assert both.drift and [d.path for d in both.diff] == ["data.drop", "data.keep"]

@@ -241,6 +241,11 @@ class KubeClient:
             self._resources[api_version] = found
         return found.get(kind)
 
+    def undiscovered(self, kinds: list[tuple[str, str]]) -> list[str]:
+        """The API versions of ``kinds`` ((apiVersion, kind) pairs) whose discovery, asked
+        again (refreshing the cache), does not list the kind yet."""
+        return [v for v, kind in kinds if self.resource_for(v, kind, refresh=True) is None]
+
     def forget(self, api_version: str) -> None:
         """Drop what discovery said of ``api_version``: the next lookup asks the server."""
         with self._lock:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from stackflow.paths import format_path
 from stackflow.refs import StackRef
 from stackflow.runtimes.base import Conflict, InvalidInput, ResourceRequest, RuntimeOptions
 
@@ -162,6 +163,27 @@ def normalise(obj: Mapping[str, Any]) -> JSON:
         metadata.pop(key, None)
     out["metadata"] = metadata
     return out
+
+
+def removed_paths(before: Any, after: Any, at: tuple[str | int, ...] = ()) -> list[str]:
+    """The fields of ``before`` that ``after`` no longer holds (map keys; list items of lists
+    of one length, position by position: a list that grew or shrank shows as a change of the
+    list itself)."""
+    if isinstance(before, Mapping) and isinstance(after, Mapping):
+        out = []
+        for key, value in before.items():
+            if key not in after:
+                out.append(format_path((*at, key)))
+            else:
+                out += removed_paths(value, after[key], (*at, key))
+        return out
+    if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+        return [
+            p
+            for i, (b, a) in enumerate(zip(before, after, strict=True))
+            for p in removed_paths(b, a, (*at, i))
+        ]
+    return []
 
 
 def shaped_like(value: Any, shape: Any) -> Any:

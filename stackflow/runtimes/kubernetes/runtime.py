@@ -125,6 +125,7 @@ from stackflow.runtimes.kubernetes.manifest import (
     normalise,
     object_ref,
     owner_of,
+    removed_paths,
     shaped_like,
 )
 from stackflow.runtimes.kubernetes.readiness import (
@@ -211,8 +212,12 @@ class KubernetesRuntime(KubeConnection):
             if live is None:  # its namespace or CRD is created by an earlier node of this run
                 return None, PreviewResult(would_be=desired, sensitive_paths=sensitive)
             raise
-        would_be = shaped_like(normalise(result), desired)
-        return live, PreviewResult(would_be=would_be, sensitive_paths=sensitive)
+        after = normalise(result)  # what the apply would remove shows, as kubectl diff shows it
+        removed = [] if live is None else removed_paths(normalise(live), after)
+        would_be = shaped_like(after, desired)
+        return live, PreviewResult(
+            would_be=would_be, sensitive_paths=sensitive, removed_paths=removed
+        )
 
     async def apply(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
         attrs = resource.attributes
@@ -251,7 +256,8 @@ class KubernetesRuntime(KubeConnection):
                     f"{resource.id}: {ref.describe()}: {state.message}", resource_id=resource.id
                 )
             if state.ready:
-                missing = await self._call(resource.id, self._undiscovered, client, crd)
+                kinds = crd_served_kinds(crd)
+                missing = await self._call(resource.id, client.undiscovered, kinds)
                 if not missing:
                     return crd
                 state = Readiness(False, f"discovery does not list it in {', '.join(missing)}")
@@ -274,16 +280,6 @@ class KubernetesRuntime(KubeConnection):
                     resource_id=resource.id,
                 )
             crd = live
-
-    @staticmethod
-    def _undiscovered(client: KubeClient, crd: JSON) -> list[str]:
-        """The versions whose discovery (asked again, refreshing the cache) does not list
-        the CRD's kind yet."""
-        return [
-            api_version
-            for api_version, kind in crd_served_kinds(crd)
-            if client.resource_for(api_version, kind, refresh=True) is None
-        ]
 
     def _apply(
         self, resource: ResourceRequest, options: RuntimeOptions

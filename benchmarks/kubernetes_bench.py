@@ -21,11 +21,15 @@ stackflow runs as a user runs it: the ``stackflow`` command against a worker pro
 benchmark's own (own task queue, home and SQLite state backend; see benchmarks/_lib). Per
 phase it also counts the API server's requests on configmaps and namespaces (from its
 ``apiserver_request_total`` metric; other clients of the shared cluster add noise) and,
-for stackflow, the Temporal workflow and activity tasks of the runs.
+for stackflow, the Temporal workflow and activity tasks of the runs. With ``--api`` the
+``stackflow`` commands run in API mode, through a ``stackflow serve`` of the benchmark's own
+on the same worker (as a team with the service runs them: the CLI then starts without the
+Temporal SDK).
 
     eval "$(make -s env)"
     .venv/bin/python benchmarks/kubernetes_bench.py                 # 1,000 ConfigMaps
     .venv/bin/python benchmarks/kubernetes_bench.py --sizes 100,1000 --repeat 2
+    .venv/bin/python benchmarks/kubernetes_bench.py --api --repeat 3   # the CLI via the API
     .venv/bin/python benchmarks/kubernetes_bench.py --foreground-peer --strict-peer
     .venv/bin/python benchmarks/kubernetes_bench.py --propagation Background
     .venv/bin/python benchmarks/kubernetes_bench.py --profile /tmp/k8s.raw   # py-spy samples
@@ -368,6 +372,11 @@ def main() -> None:
         default=None,
         help="extensions.deletionPropagation of every object (default: none, i.e. Foreground)",
     )
+    parser.add_argument(
+        "--api",
+        action="store_true",
+        help="the CLI through a `stackflow serve` of the benchmark's own (API mode)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     args = parser.parse_args()
     harness.need_env("TEMPORAL_ADDRESS", "KUBECONFIG")
@@ -375,9 +384,10 @@ def main() -> None:
     server_log = harness.ServerLog()
     sizes = harness.sizes_arg(args.sizes)
     found: list[harness.Sample] = []
-    with harness.stack(args.backend, profile=args.profile, keep=args.keep) as sf:
+    with harness.stack(args.backend, profile=args.profile, keep=args.keep, api=args.api) as sf:
+        mode = ", the CLI through the API" if args.api else ""
         print(
-            f"stackflow worker pid {sf.worker.pid} (task queue {sf.queue}, {sf.backend}); "
+            f"stackflow worker pid {sf.worker.pid} (task queue {sf.queue}, {sf.backend}{mode}); "
             f"kubectl {kubectl}"
         )
         for size in sizes:

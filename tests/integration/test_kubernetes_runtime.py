@@ -200,6 +200,45 @@ async def test_a_field_the_spec_no_longer_sets_previews_as_removed_and_is_remove
     assert set(core.read_namespaced_secret("creds", ns).data or {}) == {"user"}
 
 
+async def test_what_the_apply_changes_beyond_the_spec_previews_as_it_will_be(
+    rt: KubernetesRuntime, opts: RuntimeOptions, ns: str, api: k8s.ApiClient
+) -> None:
+    """A field the spec stops setting goes back to its default (replicas 2 -> 1), a field the
+    server allocates appears (a NodePort's port): the preview shows them, as kubectl diff
+    does; what another manager changed after the preview's listing is not shown as the
+    apply's (the dry run's object is read again)."""
+    from stackflow.runtimes.base import read_scope
+
+    recorded = await rt.apply(request(deployment(ns, "web", replicas=2)), opts)
+    unset = deployment(ns, "web")
+    del unset["spec"]["replicas"]
+    got = await change(rt, request(unset, prior=recorded), opts, prior=recorded)
+    assert got.action == "Update" and not got.drift
+    assert [(d.path, d.old, d.new) for d in got.diff] == [("spec.replicas", 2, 1)]
+    await rt.apply(request(unset, prior=recorded), opts)
+    assert k8s.AppsV1Api(api).read_namespaced_deployment("web", ns).spec.replicas == 1
+
+    await rt.apply(request(service(ns, "web")), opts)
+    node_port = service(ns, "web")
+    node_port["spec"]["type"] = "NodePort"
+    got = await change(rt, request(node_port), opts)
+    assert ("spec.ports[0].nodePort", None) in [(d.path, d.old) for d in got.diff]
+    assert ("spec.type", "ClusterIP", "NodePort") in [(d.path, d.old, d.new) for d in got.diff]
+
+    maps = [config_map(ns, f"c{i}", {"k": str(i)}) for i in range(9)]
+    for cm in maps:
+        await rt.apply(request(cm), opts)
+    core = k8s.CoreV1Api(api)
+    with read_scope("stale-run", maps):
+        await asyncio.gather(*(rt.read(request(cm), opts) for cm in maps))  # listed
+        core.patch_namespaced_config_map("c0", ns, {"metadata": {"labels": {"team": "x"}}})
+        edited = config_map(ns, "c0", {"k": "new"})
+        live, preview = await rt.observe(request(edited), opts, with_preview=True)
+    assert live is not None and live["metadata"]["labels"]["team"] == "x"  # read again
+    assert "team" not in preview.would_be["metadata"].get("labels", {})
+    assert preview.removed_paths == []
+
+
 async def test_crd_and_custom_resource_in_one_run(
     rt: KubernetesRuntime, opts: RuntimeOptions, ns: str, api: k8s.ApiClient
 ) -> None:

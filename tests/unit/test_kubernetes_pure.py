@@ -552,3 +552,31 @@ def test_an_object_that_appeared_fails_as_conflict_even_when_its_withdrawal_gets
         Conflict, match=r"appeared in namespace fresh.*withdrawing .* failed: .*refused"
     ):
         appeared(client, maps, object_ref(req), req)
+
+
+def test_previewed_shows_the_spec_fields_and_what_else_the_apply_changes() -> None:
+    from stackflow.runtimes.kubernetes.manifest import previewed
+
+    desired = {"spec": {"type": "NodePort", "ports": [{"port": 80}]}}
+    live = {
+        "metadata": {"resourceVersion": "5", "uid": "u"},
+        "spec": {"type": "ClusterIP", "ports": [{"port": 80}], "replicas": 2, "old": "x"},
+        "status": {"ready": True},
+    }
+    result = {
+        "metadata": {"resourceVersion": "5", "uid": "u", "generation": 2},
+        "spec": {"type": "NodePort", "ports": [{"port": 80, "nodePort": 30001}], "replicas": 1},
+        "status": {"ready": False},
+    }
+    would_be, removed = previewed(desired, live, result) or ({}, [])
+    assert would_be == {
+        "spec": {"type": "NodePort", "ports": [{"port": 80, "nodePort": 30001}], "replicas": 1}
+    }
+    assert removed == ["spec.old"]
+    # the object changed since it was read: not the one the dry run merged onto
+    assert previewed(desired, {**live, "metadata": {"resourceVersion": "6"}}, result) is None
+    # a create shows the fields the spec sets
+    assert previewed(desired, None, result) == (
+        {"spec": {"type": "NodePort", "ports": [{"port": 80}]}},
+        [],
+    )

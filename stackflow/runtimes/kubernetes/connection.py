@@ -189,8 +189,11 @@ class KubeConnection(Runtime):
                 return api
         raise unserved_error(resource.id, ref, reason, soon)
 
-    def _get(self, client: KubeClient, api: ApiResource, ref: ObjectRef, rid: str) -> JSON | None:
-        listing = self._listing(client, api, ref)
+    def _get(
+        self, client: KubeClient, api: ApiResource, ref: ObjectRef, rid: str, *, fresh: bool = False
+    ) -> JSON | None:
+        """The object as the server holds it (``fresh``: now, never from a listing)."""
+        listing = None if fresh else self._listing(client, api, ref)
         if listing is not None:
             return listing.get(ref.name)
         try:

@@ -186,6 +186,64 @@ def removed_paths(before: Any, after: Any, at: tuple[str | int, ...] = ()) -> li
     return []
 
 
+def previewed(
+    desired: JSON, live: Mapping[str, Any] | None, result: Mapping[str, Any]
+) -> tuple[JSON, list[str]] | None:
+    """What a preview shows of a dry-run apply's answer ``result`` (would-be object, removed
+    paths), or None when ``live`` is not the object the dry run merged onto (another
+    ``resourceVersion``: it changed since it was read). Without ``live`` (a create), the
+    fields ``desired`` sets."""
+    after = normalise(result)
+    if live is None:
+        return shaped_like(after, desired), []
+    if _version(live) != _version(result):
+        return None
+    before = normalise(live)
+    return shaped_like(after, preview_shape(desired, before, after)), removed_paths(before, after)
+
+
+def _version(obj: Mapping[str, Any]) -> Any:
+    return (obj.get("metadata") or {}).get("resourceVersion")
+
+
+def preview_shape(desired: Any, before: Any, after: Any) -> Any:
+    """The shape (for :func:`shaped_like`) of what a preview shows of the apply's answer
+    ``after``: the fields ``desired`` sets, plus every field the apply gives another value
+    than ``before`` (the live object) holds, or adds (a field the spec no longer sets going
+    back to its default, a port the server allocates), as kubectl diff shows them."""
+    return _union(desired, _changed(before, after))
+
+
+def _changed(before: Any, after: Any) -> Any:
+    """The fields of ``after`` that ``before`` lacks or holds another value of (whole values
+    below a map key), None when there are none."""
+    if isinstance(before, Mapping) and isinstance(after, Mapping):
+        out = {}
+        for key, value in after.items():
+            if key not in before:
+                out[key] = value
+            elif before[key] != value:
+                inner = _changed(before[key], value)
+                out[key] = value if inner is None else inner
+        return out or None
+    return None if before == after else after
+
+
+def _union(a: Any, b: Any) -> Any:
+    """Two shapes as one: the map keys of both, lists item by item."""
+    if b is None:
+        return a
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return {**b, **{k: _union(v, b.get(k)) for k, v in a.items()}}
+    if isinstance(a, list) and isinstance(b, list):
+        n = max(len(a), len(b))
+        return [
+            _union(a[i], b[i]) if i < len(a) and i < len(b) else (a + b[len(a) :])[i]
+            for i in range(n)
+        ]
+    return b if isinstance(b, Mapping | list) else a
+
+
 def shaped_like(value: Any, shape: Any) -> Any:
     """``value`` reduced to the map keys present in ``shape``, recursively.
 

@@ -125,7 +125,7 @@ from stackflow.runtimes.kubernetes.manifest import (
     normalise,
     object_ref,
     owner_of,
-    removed_paths,
+    previewed,
     shaped_like,
 )
 from stackflow.runtimes.kubernetes.readiness import (
@@ -212,9 +212,12 @@ class KubernetesRuntime(KubeConnection):
             if live is None:  # its namespace or CRD is created by an earlier node of this run
                 return None, PreviewResult(would_be=desired, sensitive_paths=sensitive)
             raise
-        after = normalise(result)  # what the apply would remove shows, as kubectl diff shows it
-        removed = [] if live is None else removed_paths(normalise(live), after)
-        would_be = shaped_like(after, desired)
+        shown = previewed(desired, live, result)
+        if shown is None:  # changed since it was read or listed: what the dry run merged onto
+            live = self._get(client, api, ref, resource.id, fresh=True)
+            shown = previewed(desired, live, result) or previewed(desired, None, result)
+        assert shown is not None
+        would_be, removed = shown
         return live, PreviewResult(
             would_be=would_be, sensitive_paths=sensitive, removed_paths=removed
         )

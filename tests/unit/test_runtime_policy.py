@@ -272,6 +272,27 @@ def test_kubeconfig_plugins_never_run(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
+async def test_every_kubernetes_call_checks_before_anything_runs(tmp_path: Path) -> None:
+    """checks_every_call: callers skip their own check, so each call refuses on its own
+    before a kubeconfig is loaded or a request sent."""
+    assert KubernetesRuntime.checks_every_call
+    rt = KubernetesRuntime(onprem_policy(tmp_path))
+    obj = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x", "namespace": "d"}}
+    foreign = ResourceRequest(
+        id="v1:ConfigMap:d:x",
+        type="Kubernetes",
+        attributes=obj,
+        extensions={"kubeConfig": "/etc/passwd"},
+    )
+    for call in (rt.read, rt.preview, rt.apply, rt.delete, rt.wait_ready):
+        with pytest.raises(PolicyViolation, match=r"extensions\.kubeConfig: /etc/passwd"):
+            await call(foreign, OPTS)
+    with pytest.raises(PolicyViolation, match=r"extensions\.kubeConfig: /etc/passwd"):
+        await rt.observe(foreign, OPTS, with_preview=True)
+    assert rt._clients == {}  # nothing connected
+    await rt.close()
+
+
 def test_a_kept_verdict_on_the_workers_kubeconfig_ends_when_the_file_changes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -151,6 +151,7 @@ class KubernetesRuntime(KubeConnection):
     """Any Kubernetes object, built-in or custom, by server-side apply."""
 
     type_name = TYPE_NAME
+    checks_every_call = True  # each call starts with client_for, which checks the policy
 
     # ---- read ----------------------------------------------------------------------------
     async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:

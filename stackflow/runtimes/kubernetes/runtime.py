@@ -16,11 +16,11 @@ How it behaves, in one place:
   asks for, someone changed it behind stackflow's back and stackflow takes it back
   (forces just that apply). A field the spec newly sets or changes while another manager
   owns it still conflicts.
-- **Preview** is the same apply with ``dryRun=All``: the server validates, defaults and
-  merges; ``would_be`` is its answer reduced to the fields of the applied manifest, so
-  defaults, status and bookkeeping never show as changes. A create whose namespace (or
-  CRD) does not exist yet - made by an earlier node of the same run - previews as the
-  manifest itself.
+- **Preview** is the same apply with ``dryRun=All`` (none when the live object shows the
+  apply would change nothing, :mod:`.unchanged`); ``would_be`` is its answer reduced to the
+  manifest's fields plus any other the apply changes, removals as ``removed_paths``
+  (:func:`.manifest.previewed`). A create whose namespace (or CRD) an earlier node of the
+  same run makes previews as the manifest itself.
 - **read** returns the live object without ``status`` and server bookkeeping
   (``managedFields``, ``resourceVersion``, ``uid``, timestamps, ``generation``); the diff
   projects it onto ``would_be`` anyway, and what is recorded stays stable between applies.

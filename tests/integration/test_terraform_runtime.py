@@ -391,7 +391,23 @@ async def test_concurrent_calls_share_one_tofu_command_and_fail_alone(
         for (live, result), before in zip(again, applied, strict=True):
             assert live is not None and live["result"] == before["result"]
             assert result is not None and result.would_be["result"] == before["result"]
-        assert commands == ["plan", "show"]  # the plan's refresh read every object
+            assert "result" in result.sensitive_paths
+        # the plan's refresh read every object; it changes nothing, so no show: each preview
+        # is what the state holds, exactly what show would have said
+        assert commands == ["plan"]
+        from stackflow.runtimes.terraform import workdir
+
+        with monkeypatch.context() as m:
+            m.setattr(workdir, "changes_nothing", lambda messages: False)
+            commands.clear()
+            shown = await asyncio.gather(
+                *(runtime.observe(r, options, with_preview=True) for r in recorded)
+            )
+            assert commands == ["plan", "show"] and shown == again
+        changed = [req(recorded[0].id, {"length": 20}, RANDOM, applied[0]), *recorded[1:]]
+        commands.clear()
+        await asyncio.gather(*(runtime.observe(r, options, with_preview=True) for r in changed))
+        assert commands == ["plan", "show"]  # a change: show says what it is
 
         commands.clear()
         await asyncio.gather(*(runtime.delete(r, options) for r in recorded))
@@ -409,6 +425,45 @@ async def test_concurrent_calls_share_one_tofu_command_and_fail_alone(
         # nothing that holds values stays on disk between commands, batches included
         left = {p.name for p in (tmp_path / "tf").rglob("*") if p.is_file()}
         assert not left & {"terraform.tfstate", "stackflow.tfplan", "main.tf.json"}, left
+    finally:
+        backend.close()
+
+
+async def test_a_batch_preview_that_finds_drift_asks_show_what_changed(
+    tmp_path: Path, options: RuntimeOptions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unchanged batch previews from the state alone (no show); a file changed behind
+    stackflow's back (the plan's refresh reports drift) is shown through show, as before."""
+    from stackflow.state.backend import open_backend
+
+    backend = open_backend(f"sqlite:///{tmp_path / 'state.db'}")
+    runtime = TerraformRuntime(root=tmp_path / "tf", backend=backend)
+    commands = counting_commands(runtime, monkeypatch)
+    files = [tmp_path / "out" / f"f{i}.txt" for i in range(3)]
+    made = [
+        req(f"hashicorp:local:local_file:f{i}", {"content": f"v{i}", "filename": str(f)}, LOCAL)
+        for i, f in enumerate(files)
+    ]
+    try:
+        lives = await asyncio.gather(*(runtime.apply(r, options) for r in made))
+        recorded = [
+            req(r.id, r.attributes, LOCAL, live) for r, live in zip(made, lives, strict=True)
+        ]
+        commands.clear()
+        seen = await asyncio.gather(
+            *(runtime.observe(r, options, with_preview=True) for r in recorded)
+        )
+        assert commands == ["plan"] and all(live is not None for live, _ in seen)
+        files[1].write_text("changed behind stackflow's back")
+        commands.clear()
+        seen = await asyncio.gather(
+            *(runtime.observe(r, options, with_preview=True) for r in recorded)
+        )
+        assert commands == ["plan", "show"]
+        change = diff_resource(
+            recorded[1].id, "Terraform", seen[1][1].would_be, seen[1][0], recorded[1].prior_state
+        )
+        assert change.action != "UnChanged", change
     finally:
         backend.close()
 

@@ -106,3 +106,24 @@ def test_error_line_keeps_places_outside_the_generated_config() -> None:
         'Invalid provider configuration: bad (in provider "aws"); '
         "Module error: boom (modules/x/main.tf:8, module.x)"
     )
+
+
+def test_a_plan_changes_nothing_only_when_its_messages_say_so() -> None:
+    """Without show, a preview is built from the state: only for a plan whose summary counts
+    nothing and whose refresh reported no drift."""
+    from stackflow.runtimes.terraform.workdir import changes_nothing
+
+    def summary(**counts: int) -> dict[str, Any]:
+        changes = {"add": 0, "change": 0, "import": 0, "remove": 0, **counts}
+        return {"type": "change_summary", "changes": {**changes, "operation": "plan"}}
+
+    version = {"type": "version", "terraform": "1.12.6"}
+    assert changes_nothing([version, summary()])
+    assert not changes_nothing([version, summary(change=1)])
+    assert not changes_nothing([summary(forget=1)])  # any count, known or not
+    drift = {"type": "resource_drift", "change": {"action": "update"}}
+    assert not changes_nothing([version, drift, summary()])
+    planned = {"type": "planned_change", "change": {"action": "update"}}
+    assert not changes_nothing([planned, summary()])
+    assert not changes_nothing([version])  # no summary: an error, or another tofu
+    assert not changes_nothing([summary(), summary()])

@@ -77,7 +77,6 @@ from stackflow.runtimes.terraform.state import (
     compact,
     instance,
     newest,
-    planned_live,
     recorded_state,
     resource_change,
 )
@@ -90,6 +89,7 @@ from stackflow.runtimes.terraform.workdir import (
     TOFU_PARALLELISM,
     VARS_FILE,
     Workdir,
+    batch_previews,
     preview_result,
     read_json,
     safe_name,
@@ -508,21 +508,15 @@ class TerraformRuntime(Runtime):
     async def _batch_verb(self, wd: Workdir, calls: list[Call]) -> bool:
         verb, options, backend = calls[0].verb, calls[0].options, self.backend
         if verb in ("preview", "observe"):
-            plan = await wd.plan()
+            members = [Workdir(self, call.res, wd.path, call.options) for call in calls]
+            previews = await batch_previews(wd, members)
             if verb == "observe" and backend is not None:
                 await keep_plan(backend, options, wd.path, self.cli.binary)
-            for call in calls:
-                member = Workdir(self, call.res, wd.path, call.options)
-                block = await member.schema() if not call.res.provider.builtin else None
-                try:
-                    preview = preview_result(call.res, plan, block)
-                except RuntimeFailure as exc:
-                    call.settle(error=exc)
-                    continue
-                if verb == "preview":
-                    call.settle(preview)
+            for call, previewed in zip(calls, previews, strict=True):
+                if isinstance(previewed, RuntimeFailure):
+                    call.settle(error=previewed)
                 else:
-                    call.settle((planned_live(plan, call.res.address), preview))
+                    call.settle(previewed[1] if verb == "preview" else previewed)
             return True
         command = {"read": "apply", "apply": "apply", "delete": "destroy"}[verb]
         flags: dict[str, Any] = {"refresh_only": IsFlagged} if verb == "read" else {}

@@ -21,6 +21,7 @@ from stackflow.paths import format_path
 from stackflow.runtimes.base import (
     Attributes,
     PreviewResult,
+    RuntimeFailure,
     RuntimeOptions,
     Unavailable,
 )
@@ -47,6 +48,7 @@ from stackflow.runtimes.terraform.state import (
     instance,
     marked_paths,
     newest,
+    planned_live,
     recorded_state,
     resource_change,
     schema_sensitive_paths,
@@ -224,6 +226,13 @@ class Workdir:
 
     async def plan(self) -> dict[str, Any]:
         """``tofu plan`` to a plan file, then ``tofu show -json`` of it."""
+        await self.plan_file()
+        return await self.show()
+
+    async def plan_file(self) -> bool:
+        """``tofu plan`` to a plan file; whether its own messages say it changes nothing
+        and its refresh found nothing changed (no drift): the state then holds what
+        ``tofu show -json`` of the plan would show."""
         wd = self
         (wd.path / PLAN_FILE).unlink(missing_ok=True)
         result = await wd.run(
@@ -231,6 +240,11 @@ class Workdir:
         )
         if result.code != 0:
             raise failure(wd.res.id, "terraform plan", result, config_stage=True)
+        return changes_nothing(result.messages)
+
+    async def show(self) -> dict[str, Any]:
+        """``tofu show -json`` of the plan file."""
+        wd = self
         shown = await wd.run("show", PLAN_FILE, json=IsFlagged, no_color=IsFlagged)
         if shown.code != 0:
             raise failure(wd.res.id, "terraform show", shown, config_stage=False)
@@ -241,6 +255,47 @@ class Workdir:
                 f"{wd.res.id}: terraform show -json printed no JSON", resource_id=wd.res.id
             ) from None
         return doc if isinstance(doc, dict) else {}
+
+
+Previewed = tuple[Attributes | None, PreviewResult] | RuntimeFailure
+
+
+async def batch_previews(wd: Workdir, members: list[Workdir]) -> list[Previewed]:
+    """One ``tofu plan`` of a batch's merged configuration and state: each member's live
+    object (as the plan's refresh found it) and preview, or its failure. A plan that changes
+    nothing and found no drift needs no ``tofu show -json``: each member is then what the
+    state holds (values and sensitive paths as show renders them)."""
+    state = wd.local_state() if await wd.plan_file() else None
+    if state is not None:
+        held = [await m.values(state) if instance(state, m.res.address) else None for m in members]
+        if all(found is not None for found in held):
+            return [
+                (values, PreviewResult(would_be=dict(values), sensitive_paths=sorted(sensitive)))
+                for values, sensitive in (found for found in held if found is not None)
+            ]
+    plan = await wd.show()
+    out: list[Previewed] = []
+    for member in members:
+        block = await member.schema() if not member.res.provider.builtin else None
+        try:
+            preview = preview_result(member.res, plan, block)
+        except RuntimeFailure as exc:
+            out.append(exc)
+            continue
+        out.append((planned_live(plan, member.res.address), preview))
+    return out
+
+
+def changes_nothing(messages: list[dict[str, Any]]) -> bool:
+    """Whether a ``tofu plan -json``'s messages say it changes nothing: one change summary,
+    every count zero, no planned change and no drift (``resource_drift``) reported."""
+    summaries = [m for m in messages if m.get("type") == "change_summary"]
+    if len(summaries) != 1:
+        return False
+    counts = summaries[0].get("changes")
+    if not isinstance(counts, dict) or any(v for k, v in counts.items() if k != "operation"):
+        return False
+    return not any(m.get("type") in ("planned_change", "resource_drift") for m in messages)
 
 
 def preview_result(

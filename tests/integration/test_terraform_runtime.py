@@ -468,6 +468,30 @@ async def test_a_batch_preview_that_finds_drift_asks_show_what_changed(
         backend.close()
 
 
+async def test_a_single_unchanged_preview_needs_no_show(
+    runtime: TerraformRuntime, options: RuntimeOptions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One resource alone (no batch): a plan that changes nothing previews from the state,
+    equal to what show would have said (the generated secret masked alike)."""
+    from stackflow.runtimes.terraform import workdir
+
+    pw = req("hashicorp:random:random_password:solo", {"length": 12}, RANDOM)
+    live = await runtime.apply(pw, options)
+    recorded = req(pw.id, pw.attributes, RANDOM, live)
+    commands = counting_commands(runtime, monkeypatch)
+    quiet = await runtime.preview(recorded, options)
+    assert commands == ["plan"] and "result" in quiet.sensitive_paths
+    with monkeypatch.context() as m:
+        m.setattr(workdir, "changes_nothing", lambda messages: False)
+        commands.clear()
+        assert await runtime.preview(recorded, options) == quiet
+        assert commands == ["plan", "show"]
+    commands.clear()
+    longer = await runtime.preview(req(pw.id, {"length": 13}, RANDOM, live), options)
+    assert commands == ["plan", "show"] and longer.replace
+    await runtime.delete(recorded, options)
+
+
 async def test_a_large_batch_with_a_bad_member_halves_instead_of_running_each_alone(
     tmp_path: Path, options: RuntimeOptions, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -236,11 +236,8 @@ def _union(a: Any, b: Any) -> Any:
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return {**b, **{k: _union(v, b.get(k)) for k, v in a.items()}}
     if isinstance(a, list) and isinstance(b, list):
-        n = max(len(a), len(b))
-        return [
-            _union(a[i], b[i]) if i < len(a) and i < len(b) else (a + b[len(a) :])[i]
-            for i in range(n)
-        ]
+        both = [_union(x, y) for x, y in zip(a, b, strict=False)]
+        return both + a[len(b) :] + b[len(a) :]
     return b if isinstance(b, Mapping | list) else a
 
 

@@ -283,10 +283,8 @@ class TerraformRuntime(Runtime):
             cached = self._import_plans.pop(wd.path, None)
             if importing and cached and cached[0] == (wd.path / CONFIG_FILE).read_text():
                 plan = cached[1]
-            elif await wd.plan_file() and state is not None and instance(state, wd.res.address):
-                held = await wd.values(state)  # nothing changes: the state says it all
-                assert held is not None
-                return PreviewResult(would_be=held[0], sensitive_paths=sorted(held[1]))
+            elif await wd.plan_file() and (held := await wd.held(state)) is not None:
+                return held[1]  # nothing changes: the state says it all
             else:
                 plan = await wd.show()
             block = await wd.schema() if not wd.res.provider.builtin else None

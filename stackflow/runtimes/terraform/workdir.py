@@ -224,6 +224,18 @@ class Workdir:
         values = decode_block(raw, block) if block else dict(raw)
         return values, state_sensitive_paths(inst, block)
 
+    async def held(self, state: State | None) -> tuple[Attributes, PreviewResult] | None:
+        """The resource as ``state`` holds it at its address (values and sensitive paths as
+        show renders them), as its live object and its preview: what a plan that changes
+        nothing and found no drift would show; None when ``state`` does not hold it."""
+        if state is None or instance(state, self.res.address) is None:
+            return None
+        found = await self.values(state)
+        if found is None:
+            return None
+        values, sensitive = found
+        return values, PreviewResult(would_be=dict(values), sensitive_paths=sorted(sensitive))
+
     async def plan(self) -> dict[str, Any]:
         """``tofu plan`` to a plan file, then ``tofu show -json`` of it."""
         await self.plan_file()
@@ -265,14 +277,11 @@ async def batch_previews(wd: Workdir, members: list[Workdir]) -> list[Previewed]
     object (as the plan's refresh found it) and preview, or its failure. A plan that changes
     nothing and found no drift needs no ``tofu show -json``: each member is then what the
     state holds (values and sensitive paths as show renders them)."""
-    state = wd.local_state() if await wd.plan_file() else None
-    if state is not None:
-        held = [await m.values(state) if instance(state, m.res.address) else None for m in members]
+    if await wd.plan_file():
+        state = wd.local_state()
+        held = [await member.held(state) for member in members]
         if all(found is not None for found in held):
-            return [
-                (values, PreviewResult(would_be=dict(values), sensitive_paths=sorted(sensitive)))
-                for values, sensitive in (found for found in held if found is not None)
-            ]
+            return [found for found in held if found is not None]
     plan = await wd.show()
     out: list[Previewed] = []
     for member in members:

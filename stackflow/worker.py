@@ -28,7 +28,7 @@ from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.runtime import Runtime
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkerDeploymentConfig
 
-from stackflow import metrics, tracing, worker_processes
+from stackflow import heap, metrics, tracing, worker_processes
 from stackflow.activities import WorkerActivities
 from stackflow.cache import PriorStateCache
 from stackflow.codec import data_converter
@@ -209,6 +209,7 @@ async def _serve(
     async with contextlib.AsyncExitStack() as running:
         for worker in workers:
             await running.enter_async_context(worker)
+        heap.freeze_started()  # what every run shares stays out of each collection
         queues = ", ".join(repr(q) for q in serves.task_queues(settings.task_queue))
         built = "all" if serves.types is None else ",".join(sorted(serves.types)) or "none"
         build = settings.deployment.to_canonical_string() if settings.deployment else "unversioned"

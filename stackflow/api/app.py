@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.client import Client
 
+from stackflow import heap
 from stackflow.api import problems
 from stackflow.api.auth import AuthUnavailable, TokenTable, bearer, load_tokens
 from stackflow.api.context import MAX_BODY_BYTES, ApiContext
@@ -167,6 +168,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        heap.freeze_started()  # what every request shares stays out of each collection
         yield
         await ctx.listener.close()  # its Redis subscription, if a stream started it
 

@@ -19,7 +19,7 @@ from stackflow.runtimes.terraform.batch import (
     batch_key,
     leftovers,
     merge_states,
-    split_state,
+    split_states,
     write_members,
 )
 from stackflow.runtimes.terraform.config import parse_resource, render_module
@@ -68,10 +68,11 @@ def test_each_member_gets_its_own_part_back_as_its_next_serial() -> None:
     a, b = state_of("a", "L-a", 7, "x"), state_of("b", "L-b", 2, "y")
     merged = merge_states([a, None, b])
     assert merged is not None and [r["name"] for r in merged["resources"]] == ["a", "b"]
-    part_a = split_state(merged, "random_id.a", a)
+    parts = split_states(merged, {"random_id.a": a, "random_id.c": None})
+    part_a = parts["random_id.a"]
     assert (part_a["lineage"], part_a["serial"]) == ("L-a", 8)
     assert part_a["resources"] == a["resources"]
-    new = split_state(merged, "random_id.c", None)  # created by the batch: a lineage of its own
+    new = parts["random_id.c"]  # created by the batch: a lineage of its own
     assert new["serial"] == 1 and new["lineage"] not in ("L-a", "L-b") and new["resources"] == []
     assert merge_states([None, None]) is None
 

@@ -35,7 +35,7 @@ from typing import Any, Literal
 from stackflow.refs import StackRef
 from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
 from stackflow.runtimes.terraform.config import TerraformResource
-from stackflow.runtimes.terraform.state import State, newest
+from stackflow.runtimes.terraform.state import State, managed_by_address, newest
 from stackflow.runtimes.terraform.workdir import (
     CONFIG_FILE,
     PLAN_FILE,
@@ -285,28 +285,24 @@ def merge_states(states: Iterable[State | None]) -> State | None:
     }
 
 
-def _address(entry: dict[str, Any]) -> str:
-    return f"{entry.get('type')}.{entry.get('name')}"
-
-
-def split_state(merged: State | None, address: str, before: State | None) -> State:
-    """The member's part of a merged state, as the next serial of its own lineage."""
+def split_states(merged: State | None, members: Mapping[str, State | None]) -> dict[str, State]:
+    """Each member's part of a merged state (``members``: each one's address and its state
+    before), as the next serial of its own lineage; by address."""
     merged = merged or {}
-    resources = [
-        r
-        for r in merged.get("resources") or []
-        if r.get("mode") == "managed" and _address(r) == address
-    ]
+    parts = managed_by_address(merged)
     return {
-        "version": 4,
-        "terraform_version": merged.get("terraform_version")
-        or (before or {}).get("terraform_version")
-        or "1.8.0",
-        "serial": int((before or {}).get("serial", 0)) + 1,
-        "lineage": (before or {}).get("lineage") or str(uuid.uuid4()),
-        "outputs": {},
-        "resources": resources,
-        "check_results": None,
+        address: {
+            "version": 4,
+            "terraform_version": merged.get("terraform_version")
+            or (before or {}).get("terraform_version")
+            or "1.8.0",
+            "serial": int((before or {}).get("serial", 0)) + 1,
+            "lineage": (before or {}).get("lineage") or str(uuid.uuid4()),
+            "outputs": {},
+            "resources": parts.get(address, []),
+            "check_results": None,
+        }
+        for address, before in members.items()
     }
 
 
@@ -379,15 +375,23 @@ def leftovers(path: Path, state_file: str) -> list[tuple[Path, State]]:
         merged = json.loads((path / state_file).read_text(encoding="utf-8"))
     except (FileNotFoundError, ValueError):
         return []
-    out = []
-    for address, member in members.items():
-        if not isinstance(member, dict) or not member.get("workdir"):
-            continue
-        before = {"lineage": member.get("lineage"), "serial": member.get("serial") or 0}
-        part = split_state(merged, address, before if before["lineage"] else None)
-        if part["resources"]:
-            out.append((Path(member["workdir"]), part))
-    return out
+    kept = {
+        address: member
+        for address, member in members.items()
+        if isinstance(member, dict) and member.get("workdir")
+    }
+    befores: dict[str, State | None] = {
+        address: {"lineage": m["lineage"], "serial": m.get("serial") or 0}
+        if m.get("lineage")
+        else None
+        for address, m in kept.items()
+    }
+    parts = split_states(merged, befores)
+    return [
+        (Path(kept[address]["workdir"]), part)
+        for address, part in parts.items()
+        if part["resources"]
+    ]
 
 
 def salvage(path: Path) -> None:

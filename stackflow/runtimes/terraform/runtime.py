@@ -56,7 +56,7 @@ from stackflow.runtimes.terraform.batch import (
     merge_states,
     salvage,
     salvage_all,
-    split_state,
+    split_states,
     write_members,
 )
 from stackflow.runtimes.terraform.cli import Cli, failure, resource_locks
@@ -288,7 +288,7 @@ class TerraformRuntime(Runtime):
             else:
                 plan = await wd.show()
             block = await wd.schema() if not wd.res.provider.builtin else None
-        return preview_result(wd.res, plan, block)
+        return preview_result(wd.res, resource_change(plan, wd.res.address), block)
 
     # ---- apply ------------------------------------------------------------------------------
     async def _stored(self, resource_id: str, options: RuntimeOptions) -> State | None:
@@ -535,7 +535,8 @@ class TerraformRuntime(Runtime):
             **flags,
         )
         merged = wd.local_state()
-        parts = {c.res.id: split_state(merged, c.res.address, c.state) for c in calls}
+        split = split_states(merged, {c.res.address: c.state for c in calls})
+        parts = {c.res.id: split[c.res.address] for c in calls}
         if verb != "read" and merged is not None and self.backend is not None:
             # kept (all in one transaction) before anything else: a retry on any host resumes
             # from each member's state

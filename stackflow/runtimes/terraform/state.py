@@ -78,6 +78,17 @@ def newest(first: State | None, second: State | None) -> State | None:
     return first
 
 
+def managed_by_address(state: Mapping[str, Any] | None) -> dict[str, list[dict[str, Any]]]:
+    """``state``'s managed resources by address (``type.name``), in order: a batch reads its
+    merged state's members from it, where looking each one up would scan the whole state
+    once per member."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for res in (state or {}).get("resources") or []:
+        if res.get("mode") == "managed":
+            found.setdefault(f"{res.get('type')}.{res.get('name')}", []).append(res)
+    return found
+
+
 def instance(state: State | None, address: str | None = None) -> dict[str, Any] | None:
     """The single managed resource instance in ``state`` (stackflow keeps one per state)."""
     if not state:
@@ -222,21 +233,35 @@ def with_unknowns(after: Any, unknown: Any) -> Any:
     return after
 
 
-def resource_change(plan: Mapping[str, Any], address: str) -> dict[str, Any] | None:
+def resource_changes(plan: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The plan's managed resource changes by address (the first of each)."""
+    found: dict[str, dict[str, Any]] = {}
     for change in plan.get("resource_changes") or []:
-        if change.get("address") == address and change.get("mode", "managed") == "managed":
-            return dict(change)
-    return None
+        if change.get("mode", "managed") == "managed":
+            found.setdefault(change.get("address"), change)
+    return found
+
+
+def resource_change(plan: Mapping[str, Any], address: str) -> dict[str, Any] | None:
+    change = resource_changes(plan).get(address)
+    return dict(change) if change is not None else None
+
+
+def planned_lives(plan: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each object as the plan's refresh found it, by address (absent: not tracked, or
+    gone)."""
+    root = ((plan.get("prior_state") or {}).get("values") or {}).get("root_module") or {}
+    found: dict[str, dict[str, Any]] = {}
+    for res in root.get("resources") or []:
+        if res.get("mode", "managed") == "managed" and res.get("address") not in found:
+            values = res.get("values")
+            found[res.get("address")] = dict(values) if isinstance(values, dict) else {}
+    return found
 
 
 def planned_live(plan: Mapping[str, Any], address: str) -> dict[str, Any] | None:
     """The object as the plan's refresh found it (None: not tracked, or gone)."""
-    root = ((plan.get("prior_state") or {}).get("values") or {}).get("root_module") or {}
-    for res in root.get("resources") or []:
-        if res.get("address") == address and res.get("mode", "managed") == "managed":
-            values = res.get("values")
-            return dict(values) if isinstance(values, dict) else {}
-    return None
+    return planned_lives(plan).get(address)
 
 
 def compact(state: State) -> str:

@@ -46,11 +46,12 @@ from stackflow.runtimes.terraform.state import (
     choose_state,
     decode_block,
     instance,
+    managed_by_address,
     marked_paths,
     newest,
-    planned_live,
+    planned_lives,
     recorded_state,
-    resource_change,
+    resource_changes,
     schema_sensitive_paths,
     state_sensitive_paths,
     with_unknowns,
@@ -278,20 +279,25 @@ async def batch_previews(wd: Workdir, members: list[Workdir]) -> list[Previewed]
     nothing and found no drift needs no ``tofu show -json``: each member is then what the
     state holds (values and sensitive paths as show renders them)."""
     if await wd.plan_file():
-        state = wd.local_state()
-        held = [await member.held(state) for member in members]
+        state = wd.local_state() or {}
+        parts = managed_by_address(state)
+        held = [
+            await member.held({**state, "resources": parts.get(member.res.address, [])})
+            for member in members
+        ]
         if all(found is not None for found in held):
             return [found for found in held if found is not None]
     plan = await wd.show()
+    changes, lives = resource_changes(plan), planned_lives(plan)
     out: list[Previewed] = []
     for member in members:
         block = await member.schema() if not member.res.provider.builtin else None
         try:
-            preview = preview_result(member.res, plan, block)
+            preview = preview_result(member.res, changes.get(member.res.address), block)
         except RuntimeFailure as exc:
             out.append(exc)
             continue
-        out.append((planned_live(plan, member.res.address), preview))
+        out.append((lives.get(member.res.address), preview))
     return out
 
 
@@ -308,9 +314,9 @@ def changes_nothing(messages: list[dict[str, Any]]) -> bool:
 
 
 def preview_result(
-    res: TerraformResource, plan: dict[str, Any], block: dict[str, Any] | None
+    res: TerraformResource, change: Mapping[str, Any] | None, block: dict[str, Any] | None
 ) -> PreviewResult:
-    change = resource_change(plan, res.address)
+    """The preview ``change`` (the plan's for ``res.address``; None: it has none) shows."""
     if change is None:
         raise Unavailable(f"{res.id}: the plan has no change for {res.address}", resource_id=res.id)
     body = change.get("change") or {}

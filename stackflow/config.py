@@ -3,6 +3,7 @@ worker's local caches under ``STACKFLOW_HOME``."""
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -14,7 +15,12 @@ if TYPE_CHECKING:  # the backend (SQLAlchemy) is imported by what opens it, not 
 def stackflow_home() -> Path:
     """``$STACKFLOW_HOME``, default ``~/.stackflow``: the embedded SQLite database and the
     worker's caches (Terraform working dirs). Nothing is created until a write."""
-    value = os.environ.get("STACKFLOW_HOME")
+    return _home(os.environ.get("STACKFLOW_HOME"), os.environ.get("HOME"))
+
+
+@functools.lru_cache(maxsize=16)
+def _home(value: str | None, home: str | None) -> Path:
+    """``stackflow_home`` for these two variables (asked for on every Terraform call)."""
     return Path(value).expanduser() if value else Path.home() / ".stackflow"
 
 

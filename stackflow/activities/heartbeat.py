@@ -22,9 +22,13 @@ async def heartbeating(detail: str) -> AsyncIterator[None]:
         return
 
     async def beat() -> None:
+        # The first beat after one interval, not at once: the heartbeat timeout counts from
+        # the activity's start, and most activities (a small run's preview and walk, 20 ms
+        # each) end well before; a beat at once cost the Temporal server a heartbeat request
+        # per activity for nothing.
         while True:
-            activity.heartbeat(detail)
             await asyncio.sleep(INTERVAL_SECONDS)
+            activity.heartbeat(detail)
 
     task = asyncio.create_task(beat())
     try:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 from collections.abc import AsyncIterator, Mapping
@@ -99,6 +100,18 @@ from stackflow.runtimes.terraform.workdir import (
 from stackflow.state.protocols import TerraformStateStore
 
 
+@functools.lru_cache(maxsize=16)
+def _default_root(home: Path) -> Path:
+    return home / "terraform"
+
+
+@functools.lru_cache(maxsize=4096)
+def _workdir_path(root: Path, project: str, workspace: str, resource_id: str) -> Path:
+    """A resource's working directory (asked for several times per resource and call)."""
+    digest = hashlib.sha256(resource_id.encode()).hexdigest()[:8]
+    return root / safe_name(project) / safe_name(workspace) / f"{safe_name(resource_id)}-{digest}"
+
+
 class TerraformRuntime(Runtime):
     """Resources of type ``Terraform`` (Kusion's form), driven through the Terraform CLI."""
 
@@ -145,16 +158,10 @@ class TerraformRuntime(Runtime):
         terraform_env(policy, res.id, options.context.get("env"))
 
     def root(self) -> Path:
-        return self._root if self._root is not None else stackflow_home() / "terraform"
+        return self._root if self._root is not None else _default_root(stackflow_home())
 
     def workdir_path(self, resource_id: str, options: RuntimeOptions) -> Path:
-        digest = hashlib.sha256(resource_id.encode()).hexdigest()[:8]
-        return (
-            self.root()
-            / safe_name(options.project)
-            / safe_name(options.workspace)
-            / f"{safe_name(resource_id)}-{digest}"
-        )
+        return _workdir_path(self.root(), options.project, options.workspace, resource_id)
 
     @contextlib.asynccontextmanager
     async def _workdir(

@@ -687,3 +687,73 @@ async def test_an_apply_applies_the_plan_its_preview_made(
         assert [row.revision for row in kept] == [revision]
     finally:
         backend.close()
+
+
+async def test_a_delete_destroys_from_the_state_its_preview_refreshed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A destroy's preview reads each object with one refresh and keeps the state it wrote
+    for the release; the release's delete of the same batch destroys from that state without
+    refreshing again (``-refresh=false``). A file deleted behind stackflow's back is gone in
+    the preview and in that state, so the delete leaves it be; a delete without such a
+    preview refreshes first, as before."""
+    from stackflow.operation import Operation
+    from stackflow.refs import RunRef
+    from stackflow.state.backend import open_backend
+
+    backend = open_backend(f"sqlite:///{tmp_path / 'state.db'}")
+    runtime = TerraformRuntime(root=tmp_path / "tf", backend=backend)
+    seen: list[tuple[str, Any, bool]] = []  # each command, its -refresh, whether refresh-only
+    real_run = runtime.cli.run
+
+    async def recorded(workdir: Path, command: str, *args: str, **kw: Any) -> Any:
+        if command != "init":  # (a new batch directory's)
+            seen.append((command, kw.get("refresh"), "refresh_only" in kw))
+        return await real_run(workdir, command, *args, **kw)
+
+    monkeypatch.setattr(runtime.cli, "run", recorded)
+    stack, run = StackRef("gone", "dev"), RunRef("stackflow/gone/dev", "r1")
+    base = RuntimeOptions(project="gone", workspace="dev", timeout_seconds=120)
+    files = [tmp_path / "out" / f"f{i}.txt" for i in range(3)]
+    made = [
+        req(f"hashicorp:local:local_file:f{i}", {"content": f"v{i}", "filename": str(f)}, LOCAL)
+        for i, f in enumerate(files)
+    ]
+
+    async def created() -> list[ResourceRequest]:
+        revision = backend.create(stack, Operation.apply, run=run).revision
+        applying = base.model_copy(update={"revision": revision, "owner": run})
+        lives = await asyncio.gather(*(runtime.apply(r, applying) for r in made))
+        backend.unlock(stack)  # (the release ends; the next run's)
+        return [req(r.id, r.attributes, LOCAL, live) for r, live in zip(made, lives, strict=True)]
+
+    def tracked() -> list[bool]:
+        states = backend.get_terraform_states(stack, [r.id for r in made])
+        return [bool(json.loads(states[r.id])["resources"]) for r in made]
+
+    try:
+        recorded_ = await created()
+        files[1].unlink()  # behind stackflow's back
+        revision = backend.create(stack, Operation.destroy, run=run).revision
+        previewing = base.model_copy(update={"preview_of": revision})
+        deleting = base.model_copy(update={"revision": revision, "owner": run})
+        seen.clear()
+        lives = await asyncio.gather(*(runtime.read(r, previewing) for r in recorded_))
+        assert [live is None for live in lives] == [False, True, False]
+        assert seen == [("apply", None, True)]  # one refresh for the batch
+        seen.clear()
+        await asyncio.gather(*(runtime.delete(r, deleting) for r in recorded_))
+        assert seen == [("destroy", False, False)], seen  # from the refreshed state
+        assert not any(f.exists() for f in files) and tracked() == [False, False, False]
+        backend.unlock(stack)
+
+        # a delete whose preview kept nothing (another release's, or none) refreshes
+        recorded_ = await created()
+        revision = backend.create(stack, Operation.destroy, run=run).revision
+        deleting = base.model_copy(update={"revision": revision, "owner": run})
+        seen.clear()
+        await asyncio.gather(*(runtime.delete(r, deleting) for r in recorded_))
+        assert seen == [("destroy", None, False)], seen
+        assert not any(f.exists() for f in files) and tracked() == [False, False, False]
+    finally:
+        backend.close()

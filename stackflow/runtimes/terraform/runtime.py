@@ -9,7 +9,9 @@
   batch, when there is one: :mod:`.saved_plans`); returns the resource's attribute values
   at top level (so ``$kusion_path.<id>.result`` resolves) plus the Terraform state under
   :data:`STATE_KEY` and the sensitive paths under :data:`SENSITIVE_KEY`.
-- ``delete``: ``destroy`` of what the seeded state tracks; nothing tracked is success.
+- ``delete``: ``destroy`` of what the seeded state tracks; nothing tracked is success. A
+  delete's preview reads with a refresh; the delete of the same batch then destroys from the
+  state that refresh wrote without refreshing again (``-refresh=false``, :mod:`.saved_plans`).
 
 Every command first seeds ``terraform.tfstate`` from the state stackflow recorded, so a
 fresh worker (or another machine) can read, change or destroy what an earlier one created.
@@ -22,8 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import hashlib
 import json
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -68,7 +68,13 @@ from stackflow.runtimes.terraform.config import (
 )
 from stackflow.runtimes.terraform.policy import check_terraform, terraform_env
 from stackflow.runtimes.terraform.rules import TYPE_NAME
-from stackflow.runtimes.terraform.saved_plans import keep_plan, take_plan
+from stackflow.runtimes.terraform.saved_plans import (
+    inputs_digest,
+    keep_plan,
+    keep_refreshed,
+    take_plan,
+    take_refreshed,
+)
 from stackflow.runtimes.terraform.state import (
     RESERVED_KEYS,
     SENSITIVE_KEY,
@@ -93,23 +99,13 @@ from stackflow.runtimes.terraform.workdir import (
     batch_previews,
     preview_result,
     read_json,
+    resource_workdir,
     safe_name,
+    terraform_root,
     write_atomically,
     write_variables,
 )
 from stackflow.state.protocols import TerraformStateStore
-
-
-@functools.lru_cache(maxsize=16)
-def _default_root(home: Path) -> Path:
-    return home / "terraform"
-
-
-@functools.lru_cache(maxsize=4096)
-def _workdir_path(root: Path, project: str, workspace: str, resource_id: str) -> Path:
-    """A resource's working directory (asked for several times per resource and call)."""
-    digest = hashlib.sha256(resource_id.encode()).hexdigest()[:8]
-    return root / safe_name(project) / safe_name(workspace) / f"{safe_name(resource_id)}-{digest}"
 
 
 class TerraformRuntime(Runtime):
@@ -158,10 +154,10 @@ class TerraformRuntime(Runtime):
         terraform_env(policy, res.id, options.context.get("env"))
 
     def root(self) -> Path:
-        return self._root if self._root is not None else _default_root(stackflow_home())
+        return self._root if self._root is not None else terraform_root(stackflow_home())
 
     def workdir_path(self, resource_id: str, options: RuntimeOptions) -> Path:
-        return _workdir_path(self.root(), options.project, options.workspace, resource_id)
+        return resource_workdir(self.root(), options.project, options.workspace, resource_id)
 
     @contextlib.asynccontextmanager
     async def _workdir(
@@ -529,9 +525,15 @@ class TerraformRuntime(Runtime):
             return True
         command = {"read": "apply", "apply": "apply", "delete": "destroy"}[verb]
         flags: dict[str, Any] = {"refresh_only": IsFlagged} if verb == "read" else {}
-        planned = False
+        planned = refreshed = False
         if verb == "apply" and backend is not None:
             planned = await take_plan(backend, options, wd.path, self.cli.binary)
+        if verb == "delete" and backend is not None:
+            refreshed = await take_refreshed(backend, options, wd.path, self.cli.binary)
+        if refreshed:  # destroyed from the state its preview's refresh wrote, not refreshed again
+            flags["refresh"] = False
+        keeping = verb == "read" and backend is not None and options.preview_of is not None
+        read_from = inputs_digest(wd.path, self.cli.binary) if keeping else None
         result = await wd.run(
             command,
             *([PLAN_FILE] if planned else []),
@@ -541,6 +543,8 @@ class TerraformRuntime(Runtime):
             lock_timeout=LOCK_TIMEOUT,
             **flags,
         )
+        if read_from is not None and result.code == 0 and backend is not None:
+            await keep_refreshed(backend, options, read_from, wd.path)
         merged = wd.local_state()
         split = split_states(merged, {c.res.address: c.state for c in calls})
         parts = {c.res.id: split[c.res.address] for c in calls}

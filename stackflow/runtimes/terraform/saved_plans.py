@@ -10,6 +10,12 @@ of the same batch writes the same files, so it finds the plan by the same digest
 other batch (other members, a value resolved only since the preview, a state changed, another
 tofu) finds none and plans as before; a plan that fails to apply fails the batch as any
 command does (its halves then plan again).
+
+A delete's preview reads what it will delete with a refresh (``apply -refresh-only``). The
+state that refresh wrote is kept the same way, under the digest of what the refresh read; the
+release's delete of the same batch finds it and destroys from it with ``-refresh=false``:
+what the preview showed, without refreshing every object again (as a saved plan is applied).
+A delete that finds none refreshes, as before.
 """
 
 from __future__ import annotations
@@ -22,7 +28,13 @@ from pathlib import Path
 
 from stackflow.refs import StackRef
 from stackflow.runtimes.base import RuntimeOptions
-from stackflow.runtimes.terraform.workdir import CONFIG_FILE, PLAN_FILE, STATE_FILE, VARS_FILE
+from stackflow.runtimes.terraform.workdir import (
+    CONFIG_FILE,
+    PLAN_FILE,
+    STATE_FILE,
+    VARS_FILE,
+    write_atomically,
+)
 from stackflow.state.protocols import TerraformStateStore
 
 log = logging.getLogger(__name__)
@@ -86,5 +98,51 @@ async def take_plan(
         options.workspace,
         options.revision,
         len(plan),
+    )
+    return True
+
+
+REFRESHED = "refreshed-state"
+"""What a kept refreshed state's digest starts with (a plan's is the bare digest)."""
+
+
+async def keep_refreshed(
+    backend: TerraformStateStore, options: RuntimeOptions, digest: str, path: Path
+) -> None:
+    """After a delete's preview refreshed in ``path``, whose inputs had ``digest`` before:
+    the state the refresh wrote, kept for the release's delete (nothing for a preview that
+    is not an apply's or a destroy's)."""
+    if options.preview_of is None:
+        return
+    try:
+        state = (path / STATE_FILE).read_bytes()
+    except FileNotFoundError:
+        return
+    if len(state) > PLAN_LIMIT:
+        return
+    stack = StackRef(options.project, options.workspace)
+    key = f"{REFRESHED}:{digest}"
+    await asyncio.to_thread(backend.put_terraform_plan, stack, options.preview_of, key, state)
+
+
+async def take_refreshed(
+    backend: TerraformStateStore, options: RuntimeOptions, path: Path, binary: str
+) -> bool:
+    """Before a delete in ``path`` with ``binary``: the state its preview's refresh wrote
+    from these inputs, put in place as the batch's state (True: it needs no refresh), or
+    none (False: it refreshes)."""
+    if options.revision is None:
+        return False
+    stack = StackRef(options.project, options.workspace)
+    key = f"{REFRESHED}:{inputs_digest(path, binary)}"
+    state = await asyncio.to_thread(backend.take_terraform_plan, stack, options.revision, key)
+    if state is None:
+        return False
+    write_atomically(path / STATE_FILE, state.decode("utf-8"))
+    log.info(
+        "%s/%s release %d: destroying from the state its preview refreshed",
+        options.project,
+        options.workspace,
+        options.revision,
     )
     return True

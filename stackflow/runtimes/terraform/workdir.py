@@ -77,6 +77,19 @@ def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", text) or "_"
 
 
+@functools.lru_cache(maxsize=16)
+def terraform_root(home: Path) -> Path:
+    """Where the worker keeps Terraform working directories, under stackflow's home."""
+    return home / "terraform"
+
+
+@functools.lru_cache(maxsize=4096)
+def resource_workdir(root: Path, project: str, workspace: str, resource_id: str) -> Path:
+    """A resource's working directory (asked for several times per resource and call)."""
+    digest = hashlib.sha256(resource_id.encode()).hexdigest()[:8]
+    return root / safe_name(project) / safe_name(workspace) / f"{safe_name(resource_id)}-{digest}"
+
+
 def write_atomically(path: Path, text: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".stackflow-", dir=path.parent)
     try:

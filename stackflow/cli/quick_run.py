@@ -201,10 +201,10 @@ class QuickRun:
         self.run = f"{self.runs}/{created['run_id']}"
         self.follow()
         view = self.final()
-        self.show_preview(only_changes=True)
         changes = self.api.get(self.run + "/preview")
         if not isinstance(changes, dict):
             return None
+        self.show_preview(only_changes=True, changes=changes)  # (the same answer: one request)
         followed = self.followed
         data = result_data(
             self.project, self.workspace, view, changes, followed.results, followed.counts
@@ -275,11 +275,13 @@ class QuickRun:
                 raise HandOver("counts")
             followed.counts = dict(counts) if isinstance(counts, dict) else None
 
-    def show_preview(self, only_changes: bool = False) -> None:
-        """``RemoteRun.show_preview``: the run's preview, once, for a table."""
+    def show_preview(self, only_changes: bool = False, changes: Any = None) -> None:
+        """``RemoteRun.show_preview``: the run's preview, once, for a table (``changes``:
+        the preview as already read, else read now)."""
         if self.followed.shown or self.output != "table":
             return
-        changes = self.api.get(self.run + "/preview")
+        if changes is None:
+            changes = self.api.get(self.run + "/preview")
         if not isinstance(changes, dict):
             raise HandOver("preview")
         if not (only_changes and not changes.get("changes")):
@@ -464,7 +466,7 @@ def result_data(
     results: dict[str, dict[str, Any]],
     counts: dict[str, int] | None,
 ) -> dict[str, Any]:
-    """``RemoteRun.result(view).model_dump(mode="json")`` for the run's final ``view``, its
+    """``RemoteRun.result(view, changes).model_dump(mode="json")`` for the run's final ``view``, its
     preview ``changes``, the node ``results`` and ``counts`` its events gave (counts of
     the results by status when ``run_complete`` had none)."""
     nodes = [{**result, "digest": None} for result in results.values()]

@@ -106,11 +106,15 @@ class RemoteRun:
         self.run_id = created.run_id
         return created
 
-    def show_preview(self, detail: bool, only_changes: bool = False) -> None:
+    def show_preview(
+        self, detail: bool, only_changes: bool = False, changes: dict[str, Any] | None = None
+    ) -> None:
+        """The run's preview, once, for a table (``changes``: as already read, else read)."""
         if self.shown or self.output != OutputFormat.table:
             return
         self.shown = True
-        changes = self.client.preview(self.stack, self.run_id)
+        if changes is None:
+            changes = self.client.preview(self.stack, self.run_id)
         if only_changes and not changes.get("changes"):
             return
         render_run_preview(changes, self.console, detail=detail)
@@ -231,8 +235,7 @@ class RemoteRun:
             raise workflow_failure(self.workflow, view.error or view.status, view.error_type)
         return view
 
-    def result(self, view: RunView) -> OperationResult:
-        changes = self.client.preview(self.stack, self.run_id)
+    def result(self, view: RunView, changes: dict[str, Any]) -> OperationResult:
         results = list(self.results.values())
         counts = self.counts
         if counts is None:
@@ -302,8 +305,9 @@ def finish_run(remote: RemoteRun, created: RunCreated, output: OutputFormat, det
     its error), its preview when it has not been shown, and its report (a failed run
     raises its failure)."""
     view = remote.final()
-    remote.show_preview(detail, only_changes=True)
-    report(output, remote.console, remote.result(view), link(created), remote.release_of)
+    changes = remote.client.preview(remote.stack, remote.run_id)  # one request for both
+    remote.show_preview(detail, only_changes=True, changes=changes)
+    report(output, remote.console, remote.result(view, changes), link(created), remote.release_of)
 
 
 def resume_run(

@@ -1028,8 +1028,8 @@ RESULTS = {
 @pytest.mark.parametrize("results", list(RESULTS))
 @pytest.mark.parametrize("final", list(FINALS))
 def test_the_json_built_by_hand_is_the_operation_result_s(final: str, results: str) -> None:
-    """``quick_run.result_data`` is ``RemoteRun.result(view).model_dump(mode="json")`` of
-    the same final view, preview, node results and counts."""
+    """``quick_run.result_data`` is ``RemoteRun.result(view, changes).model_dump(mode="json")``
+    of the same final view, preview, node results and counts."""
     from stackflow.api.models import RunView
     from stackflow.cli import quick_run
     from stackflow.cli.output import OutputFormat
@@ -1044,14 +1044,10 @@ def test_the_json_built_by_hand_is_the_operation_result_s(final: str, results: s
     }
     changes = PREVIEWS["drift-and-more"]
 
-    class Client:
-        def preview(self, stack: StackRef, run_id: str) -> dict[str, Any]:
-            return changes
-
-    remote = RemoteRun(Client(), StackRef("p", "w"), "ApplyWorkflow", OutputFormat.json)  # type: ignore[arg-type]
+    remote = RemoteRun(None, StackRef("p", "w"), "ApplyWorkflow", OutputFormat.json)  # type: ignore[arg-type]
     remote.results = {rid: NodeResult(**fields) for rid, fields in nodes.items()}
     remote.counts = counts
-    model = remote.result(RunView.model_validate(final_view)).model_dump(mode="json")
+    model = remote.result(RunView.model_validate(final_view), changes).model_dump(mode="json")
     built = quick_run.result_data("p", "w", final_view, changes, nodes, counts)
     assert built == model
     assert json.dumps(built, sort_keys=True) == json.dumps(model, sort_keys=True)

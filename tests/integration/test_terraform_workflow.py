@@ -256,6 +256,10 @@ async def test_ready_terraform_nodes_go_to_one_tofu_command_whatever_the_concurr
     tf_gone = [sorted(g) for g in gone if g[0].startswith("builtin:terraform:")]
     assert tf_gone == [sorted(d["id"] for d in data)], gone
     assert list(root.iterdir()) == []
+    # the destroy's preview refreshed the twelve once; its delete destroyed from that state
+    refreshed = f"{project}/default release 2: destroying from the state its preview refreshed"
+    assert worker_process.log.read_text().count(refreshed) == 1
+    assert _kept_plans(stack_env, project) == []  # taken, and the rest gone with the release
 
 
 def _kept_plans(env: dict[str, str], project: str) -> list[int]:

@@ -17,7 +17,6 @@ from typing import Any
 import redis
 
 from stackflow.refs import StackRef
-from stackflow.release import Release
 from stackflow.spec import Resource
 from stackflow.state.backend import StateBackend
 
@@ -61,10 +60,9 @@ class PriorStateCache:
             return {}
         key = self._key(stack, revision)
         cached = self._call(lambda c: c.hgetall(key))
-        if cached and _COMPLETE in cached:
-            sealer = self.releases.sealer
-            return {rid: sealer.open(stack, raw) for rid, raw in cached.items() if rid != _COMPLETE}
-        return self._fill(stack, revision).state.by_id()
+        stored = cached if cached and _COMPLETE in cached else self._fill(stack, revision)
+        opened = self.releases.sealer.open
+        return {rid: opened(stack, raw) for rid, raw in stored.items() if rid != _COMPLETE}
 
     def prior_resource(self, stack: StackRef, resource_id: str) -> Resource | None:
         """One resource of the prior state, or None if it is not in it."""
@@ -80,17 +78,18 @@ class PriorStateCache:
         key = self._key(stack, revision)
         found = self._call(lambda c: c.hmget(key, [*wanted, _COMPLETE]))
         if found is not None and found[-1] is not None:
-            opened = self.releases.sealer.open
-            pairs = zip(wanted, found[:-1], strict=True)
-            return {rid: opened(stack, raw) for rid, raw in pairs if raw is not None}
-        everything = self._fill(stack, revision).state.by_id()
-        return {rid: everything[rid] for rid in wanted if rid in everything}
+            bodies = dict(zip(wanted, found[:-1], strict=True))
+        else:
+            bodies = self._fill(stack, revision)
+        opened = self.releases.sealer.open
+        return {rid: opened(stack, bodies[rid]) for rid in wanted if bodies.get(rid) is not None}
 
-    def remember(self, release: Release) -> None:
-        """A release succeeded: cache its state and drop older revisions of the stack."""
-        self._store(release)
-        pattern = self._key(release.stack_ref, "*")
-        current = self._key(release.stack_ref, release.revision)
+    def remember(self, stack: StackRef, revision: int) -> None:
+        """Release ``revision`` succeeded: cache its state and drop older revisions of the
+        stack."""
+        self._fill(stack, revision)
+        pattern = self._key(stack, "*")
+        current = self._key(stack, revision)
 
         def drop_older(client: redis.Redis) -> None:
             for key in client.scan_iter(match=pattern, count=100):
@@ -105,19 +104,16 @@ class PriorStateCache:
         """The key of ``stack``'s state at ``revision`` (``"*"``: at any)."""
         return f"{self.key_prefix}:{stack}:{revision}"
 
-    def _fill(self, stack: StackRef, revision: int) -> Release:
-        release = self.releases.get(stack, revision, with_spec=False)
-        self._store(release)
-        return release
+    def _fill(self, stack: StackRef, revision: int) -> dict[str, str]:
+        """The release's state as stored (sealed), copied into Redis as it is: nothing is
+        opened or sealed again; readers open what they take."""
+        stored = self.releases.sealed_resources(stack, revision)
+        self._store(stack, revision, stored)
+        return stored
 
-    def _store(self, release: Release) -> None:
-        stack = release.stack_ref
-        key = self._key(stack, release.revision)
-        seal = self.releases.sealer.seal  # sensitive values stay sealed in Redis too
-        mapping: dict[Any, Any] = {
-            r.id: seal(stack, release.revision, r) for r in release.state.resources
-        }
-        mapping[_COMPLETE] = "1"
+    def _store(self, stack: StackRef, revision: int, stored: dict[str, str]) -> None:
+        key = self._key(stack, revision)
+        mapping: dict[Any, Any] = {**stored, _COMPLETE: "1"}
 
         def write(client: redis.Redis) -> None:
             pipe = client.pipeline(transaction=True)

@@ -426,4 +426,4 @@ class WalkActivities:
             log.warning("prior state not cached: %s", short_error(str(task.exception())))
 
     def _cache_release(self, stack: StackRef, revision: int) -> None:
-        self.cache.remember(self.backend.get(stack, revision, with_spec=False))
+        self.cache.remember(stack, revision)

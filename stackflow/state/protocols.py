@@ -74,6 +74,7 @@ class ReleaseReader(Protocol):
     def resource_state(
         self, stack: StackRef, revision: int, resource_id: str
     ) -> Resource | None: ...
+    def sealed_resources(self, stack: StackRef, revision: int) -> dict[str, str]: ...
 
 
 @runtime_checkable

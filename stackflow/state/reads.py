@@ -188,6 +188,19 @@ class ReleaseReads(SqlCore):
                     found[resource.id] = resource
             return found
 
+    def sealed_resources(self, stack: StackRef, revision: int) -> dict[str, str]:
+        """The recorded state of every resource of a release as stored: each resource's JSON
+        body by id, sensitive values still sealed (:meth:`Sealer.open` reads one). What a
+        copy of the state needs (the prior-state cache) without opening and sealing again."""
+        t = release_resources.c
+        with self._tx() as conn:
+            rows = conn.execute(
+                sa.select(t.resource_id, t.body)
+                .where(*self._where_state(stack, revision))
+                .order_by(t.position, t.resource_id)
+            )
+            return {row.resource_id: row.body for row in rows}
+
     def resource_state(self, stack: StackRef, revision: int, resource_id: str) -> Resource | None:
         return self.resources(stack, revision, [resource_id]).get(resource_id)
 

@@ -106,7 +106,7 @@ def test_replaced_on_new_succeeded_release(redis_server: Any, releases: StateBac
     cache = PriorStateCache(redis_server.url, releases)
     assert cache.prior(STACK)["a"].attributes == {"v": 1}
     second = succeed(releases, res("a", v=2), res("b"))
-    cache.remember(second)
+    cache.remember(STACK, second.revision)
     assert not redis_server.client.exists(f"stackflow:prior:{P}/{W}:1")
     assert redis_server.client.exists(f"stackflow:prior:{P}/{W}:2")
     assert cache.prior(STACK)["a"].attributes == {"v": 2}
@@ -148,7 +148,7 @@ def test_server_killed_mid_test(
     for _ in range(3):
         assert cache.prior(STACK)["a"] == res("a", v=2)
         assert cache.prior_resource(STACK, "a") == res("a", v=2)
-    cache.remember(second)
+    cache.remember(STACK, second.revision)
     warnings = [r for r in caplog.records if r.name == "stackflow.cache"]
     assert len(warnings) == 1 and "redis unavailable" in warnings[0].getMessage()
 

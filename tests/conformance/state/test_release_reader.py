@@ -11,7 +11,7 @@ from stackflow.release import Operation, Phase
 from stackflow.spec import parse_spec
 from stackflow.state.backend import StateBackend
 from stackflow.state.protocols import BlobStore, ReleaseReader, ReleaseWriter, StackLocks
-from tests.conformance.state.common import R1, R2, STACK, narrow, res  # noqa: F401
+from tests.conformance.state.common import R1, R2, STACK, narrow, res
 
 
 @pytest.fixture
@@ -32,3 +32,42 @@ def test_latest_succeeded_and_spec_refs(backend: StateBackend) -> None:
     assert latest is not None and latest.revision == 2 and latest.spec is None
     assert backend.latest_spec_ref(STACK) == backend.put_spec(spec)
     assert backend.stacks() == [STACK]
+
+
+def test_sealed_resources_are_the_state_as_stored(backend: Any) -> None:
+    """``sealed_resources``: every resource of a release (the state carried over from the
+    release before, and what this one recorded), by id in the state's order, as stored:
+    sensitive values stay sealed, and opening a body gives what ``resources`` gives."""
+    from stackflow.crypto import KeyRing, new_key_line
+    from stackflow.spec import Resource
+    from stackflow.state.backend import open_backend
+
+    keyed = open_backend(
+        backend.target.url, migrate=True, keys=KeyRing.parse(new_key_line("k1"), "test")
+    )
+    try:
+        secret = Resource.model_validate(
+            {
+                "id": "v1:Secret:ns:db",
+                "type": "Kubernetes",
+                "attributes": {"kind": "Secret", "data": {"password": "aHVudGVyMg=="}},
+            }
+        )
+        keyed.create(STACK, Operation.apply, run=R1)
+        keyed.record_resource(STACK, 1, secret, run=R1)
+        keyed.record_resource(STACK, 1, res("a", v=1), run=R1)
+        keyed.set_phase(STACK, 1, Phase.succeeded, run=R1)
+        keyed.create(STACK, Operation.apply, run=R2)
+        keyed.record_resource(STACK, 2, res("a", v=2), run=R2)
+        keyed.record_resource(STACK, 2, res("b", v=1), run=R2)
+        stored = keyed.sealed_resources(STACK, 2)
+        assert list(stored) == list(keyed.resources(STACK, 2))
+        assert sorted(stored) == ["a", "b", secret.id]
+        assert "aHVudGVyMg==" not in " ".join(stored.values())
+        opened = {rid: keyed.sealer.open(STACK, body) for rid, body in stored.items()}
+        assert opened == keyed.resources(STACK, 2)
+        assert opened[secret.id] == secret and opened["a"] == res("a", v=2)
+        assert keyed.sealed_resources(STACK, 1).keys() == {secret.id, "a"}
+        assert keyed.sealed_resources(STACK, 9) == {}
+    finally:
+        keyed.close()

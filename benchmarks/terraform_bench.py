@@ -16,6 +16,12 @@ planned unchanged and destroyed
   ``plan -parallelism=10`` (no changes), ``destroy -auto-approve -parallelism=10``, after a
   ``tofu init`` timed apart (not in the ratio);
 
+- by ``tofu`` on the same root module, the commands stackflow makes it run for one batch
+  (``plan -out`` + ``show -json`` + ``apply`` of that plan; ``plan -out``; ``apply
+  -refresh-only`` + ``destroy -refresh=false``): the floor of stackflow's way (a preview shown
+  exactly before anything changes, then applied as shown), each ratio to the peer printed
+  and summed up as "tofu as stackflow runs it";
+
 and prints wall times and stackflow/tofu ratios in one table. The same ``TF_CLI_CONFIG_FILE``
 (offline mirror, plugin cache) serves both.
 
@@ -262,6 +268,7 @@ def side_by_side(
             env=env,
             cwd=module,
         )
+        floor = design_floor(tofu, module, env)
     rows = [
         [
             f"{phase} {size}",
@@ -299,14 +306,60 @@ def side_by_side(
         "service: the same runs started by a connected Temporal client"
     )
     print(f"tofu init of the root module (not in the ratios): {init:.2f} s")
+    print(
+        "tofu's own commands as stackflow runs them (the same root module, one process each): "
+        + "; ".join(
+            f"{phase} {floor[phase]:.2f} s ({FLOOR_COMMANDS[phase]}), "
+            f"{harness.ratio(floor[phase], theirs[phase])} of tofu {phase}; "
+            f"the CLI via API {harness.ratio(via_api[phase], floor[phase])} of it"
+            for phase in ("apply", "plan", "destroy")
+        )
+    )
     print(f"Temporal (apply + destroy runs): {stats.describe(size)}")
     for phase, text in cpu.items():
         print(f"  stackflow {phase}: {text}")
     return [
         harness.Sample(f"{phase} {size}, {way}", f"tofu {phase}", seconds[phase], theirs[phase])
         for phase in ("apply", "plan", "destroy")
-        for way, seconds in (("CLI", ours), ("CLI via API", via_api), ("service", served))
+        for way, seconds in (
+            ("CLI", ours),
+            ("CLI via API", via_api),
+            ("service", served),
+            ("tofu as stackflow runs it", floor),
+        )
     ]
+
+
+FLOOR_COMMANDS = {
+    "apply": "plan -out, show -json, apply of the plan",
+    "plan": "plan -out",
+    "destroy": "apply -refresh-only, destroy -refresh=false",
+}
+"""What stackflow's runs make tofu do for a batch: an apply's preview plans to a file and
+reads it (``show -json``: the exact diff shown before anything changes), its walk applies
+that very plan; an unchanged preview's plan says it all; a destroy's preview refreshes
+(the live objects it shows) and its walk destroys from that state."""
+
+
+def design_floor(tofu: str, module: Path, env: dict[str, str]) -> dict[str, float]:
+    """tofu's own time for the commands stackflow runs (:data:`FLOOR_COMMANDS`) on the same
+    root module, from an empty state as the peer's apply: the least a stackflow run of one
+    batch can take, before any of its own work (Temporal, the state backend, the CLI)."""
+    flags = ["-input=false", "-no-color", "-json", f"-parallelism={PARALLELISM}"]
+    plan = ["-out=stackflow.tfplan"]
+
+    def run(*args: str) -> float:
+        seconds, _ = harness.timed([tofu, *args], env=env, cwd=module)
+        return seconds
+
+    return {
+        "apply": run("plan", *flags, *plan)
+        + run("show", "-json", "-no-color", "stackflow.tfplan")
+        + run("apply", *flags, "stackflow.tfplan"),
+        "plan": run("plan", *flags, *plan),
+        "destroy": run("apply", *flags, "-auto-approve", "-refresh-only")
+        + run("destroy", *flags, "-auto-approve", "-refresh=false"),
+    }
 
 
 def main() -> None:

@@ -81,8 +81,10 @@ class Call:
     """The state to act on (chosen from the release's, the backend's and the local cache)."""
     stored: State | None = None
     """The state the backend kept after the resource's last command."""
-    prior: Any = None
-    """The attributes the release recorded (its Terraform state among them)."""
+    recorded: State | None = None
+    """The Terraform state the release recorded for the resource (parsed once)."""
+    local: bool = False
+    """Whether the resource's own working directory held a state when last chosen."""
     key: str = ""
     """Which batch it may join (:func:`batch_key`)."""
     future: asyncio.Future[Any] | None = None

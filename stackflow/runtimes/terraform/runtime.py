@@ -411,15 +411,19 @@ class TerraformRuntime(Runtime):
         prior = resource.prior_state
         if verb == "delete" and prior is None:
             prior = resource.attributes
-        call = Call(verb, resource, options, res, None, stored=stored, prior=prior)
+        recorded = recorded_state(prior)
+        call = Call(verb, resource, options, res, None, stored=stored, recorded=recorded)
         call.key = batch_key(res, options)
-        self._choose(call)
+        if verb in ("read", "delete"):
+            self._choose(call)  # whether there is anything to read or delete: asked at once
         return call
 
     def _choose(self, call: Call) -> None:
-        """The state the call acts on: as :meth:`Workdir.seed` chooses it."""
+        """The state the call acts on: as :meth:`Workdir.seed` chooses it. A batch chooses
+        again under its locks (a command of another process may have run meanwhile)."""
         local = read_json(self.workdir_path(call.res.id, call.options) / STATE_FILE)
-        call.state = choose_state(recorded_state(call.prior), newest(call.stored, local))
+        call.local = local is not None
+        call.state = choose_state(call.recorded, newest(call.stored, local))
 
     async def _run_batch(self, calls: list[Call]) -> None:
         if len(calls) > 1:
@@ -498,8 +502,9 @@ class TerraformRuntime(Runtime):
                 write_atomically(path / CONFIG_FILE, json.dumps(doc, indent=2, sort_keys=True))
                 done = await self._batch_verb(wd, calls)
                 if done and first.verb in ("apply", "delete"):
-                    for workdir in workdirs.values():  # superseded by what the batch kept
-                        (workdir / STATE_FILE).unlink(missing_ok=True)
+                    for call in calls:  # superseded by what the batch kept
+                        if call.local:
+                            (workdirs[call.res.id] / STATE_FILE).unlink(missing_ok=True)
                 return done
             except BaseException:
                 # e.g. the backend failed to keep what tofu wrote: it stays where this host's

@@ -336,16 +336,28 @@ _FINGERPRINT_NAMES = ("KUBECONFIG", "TF_CLI_CONFIG_FILE", "HOME")
 _FINGERPRINT_BYTES = tuple(name.encode() for name in _FINGERPRINT_NAMES)
 
 
+_seen_env: tuple[dict[bytes, bytes], tuple[Any, ...]] | None = None
+"""The environment's bytes when last fingerprinted (a copy) and what they gave: an
+environment equal to it (one comparison in C, values mostly the same objects) gives the same
+items without walking every variable again, as each runtime call's policy check would."""
+
+
 def _fingerprint(environ: Mapping[str, str]) -> tuple[Any, ...]:
+    global _seen_env
     raw = getattr(environ, "_data", None)  # os.environ's own bytes: nothing decoded
     if isinstance(raw, dict):
-        items: tuple[Any, ...] = tuple(
-            sorted(
-                (k, v)
-                for k, v in raw.items()
-                if k.startswith(b"STACKFLOW_") or k in _FINGERPRINT_BYTES
+        seen = _seen_env
+        if seen is not None and seen[0] == raw:
+            items: tuple[Any, ...] = seen[1]
+        else:
+            items = tuple(
+                sorted(
+                    (k, v)
+                    for k, v in raw.items()
+                    if k.startswith(b"STACKFLOW_") or k in _FINGERPRINT_BYTES
+                )
             )
-        )
+            _seen_env = (dict(raw), items)
     else:
         items = tuple(
             sorted(

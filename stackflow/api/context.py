@@ -1,16 +1,18 @@
 """What one API process holds: a Temporal client (connected on first use, shared by every
-request), the state backend, the token table and its limits. No state of its own: two
-processes built from the same settings answer alike."""
+request), the state backend, the token table and its limits, and the results of the runs
+it last saw end (a closed run's result never changes). No state of its own beyond that
+cache: two processes built from the same settings answer alike."""
 
 from __future__ import annotations
 
 import asyncio
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from starlette.concurrency import run_in_threadpool
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 
 from stackflow.api.auth import TokenTable
 from stackflow.api.metrics import Metrics
@@ -25,6 +27,8 @@ T = TypeVar("T")
 
 MAX_BODY_BYTES = 8 * 1024 * 1024
 """Largest request body by default (``stackflow serve --max-body-bytes``)."""
+FINAL_RESULTS = 64
+"""Results of closed runs kept per process (each within the history's byte budget)."""
 
 
 @dataclass
@@ -40,6 +44,9 @@ class ApiContext:
     """Wakes the event streams this process serves when their run's bell rings (Redis)."""
     _client: Client | None = field(default=None, init=False, repr=False)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
+    _finals: OrderedDict[tuple[str, str], Any] = field(
+        default_factory=OrderedDict, init=False, repr=False
+    )
 
     async def client(self) -> Client:
         """The shared client; TemporalUnreachable (503) while Temporal cannot be reached."""
@@ -55,6 +62,25 @@ class ApiContext:
                         raise
                     raise err or TemporalUnreachable(str(exc)) from None
         return self._client
+
+    async def final_result(self, handle: WorkflowHandle[Any, Any], result_type: type[T]) -> T:
+        """The result of the run ``handle`` names (waiting for it to close), as
+        ``result_type``; read from Temporal's history once per process and kept, since it
+        never changes: the requests that follow a run's end (its view, its preview) read
+        it once. A run that did not complete raises as ``handle.result()`` does, every
+        time (nothing is kept)."""
+        key = (handle.id, handle.run_id or "")
+        found = self._finals.get(key)
+        if isinstance(found, result_type):
+            self._finals.move_to_end(key)
+            return found
+        client = await self.client()
+        typed = client.get_workflow_handle(handle.id, run_id=handle.run_id, result_type=result_type)
+        result: T = await typed.result(follow_runs=False)
+        self._finals[key] = result
+        while len(self._finals) > FINAL_RESULTS:
+            self._finals.popitem(last=False)
+        return result
 
     async def state(self, fn: Callable[[], T]) -> T:
         """``fn()`` (a state backend call, blocking) on a worker thread."""

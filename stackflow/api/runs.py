@@ -233,7 +233,8 @@ async def closed_if_ending(
     if last is None or last.type != EventType.run_complete or last.data.get("source"):
         return described  # not ending, or an end Temporal reported (the run had closed)
     try:
-        await asyncio.wait_for(handle.result(follow_runs=False), CLOSING_WAIT)
+        # the result the view reads next, kept (ApiContext.final_result)
+        await asyncio.wait_for(ctx.final_result(handle, result_type_of(described)), CLOSING_WAIT)
     except TimeoutError:
         return described
     except Exception:
@@ -260,9 +261,7 @@ async def run_view(
         if not drift:
             await _running(handle, view)
     elif status == WorkflowExecutionStatus.COMPLETED:
-        result_type = DriftResult if drift else OperationResult
-        typed = await typed_handle(ctx, handle, result_type)
-        result = await typed.result(follow_runs=False)
+        result = await ctx.final_result(handle, result_type_of(described))
         if isinstance(result, OperationResult):
             view.phase = result.phase
             view.revision = result.revision
@@ -289,11 +288,10 @@ async def run_view(
     return view
 
 
-async def typed_handle(
-    ctx: ApiContext, handle: WorkflowHandle[Any, Any], result_type: type
-) -> WorkflowHandle[Any, Any]:
-    client = await ctx.client()
-    return client.get_workflow_handle(handle.id, run_id=handle.run_id, result_type=result_type)
+def result_type_of(described: Any) -> type[OperationResult] | type[DriftResult]:
+    """What the described run returns."""
+    drift = described.workflow_type == WORKFLOWS[RunOperation.drift]
+    return DriftResult if drift else OperationResult
 
 
 async def _running(handle: WorkflowHandle[Any, Any], view: RunView) -> None:
@@ -343,8 +341,7 @@ async def preview_of(
         return view
     if status != WorkflowExecutionStatus.COMPLETED:
         raise NotFoundError(f"run {described.run_id} ended {status.name.lower()}: no preview")
-    typed = await typed_handle(ctx, handle, OperationResult)
-    result = await typed.result(follow_runs=False)
+    result = await ctx.final_result(handle, OperationResult)
     changes: dict[str, Any] = result.changes
     return changes
 

@@ -17,8 +17,12 @@ from stackflow.events import EventType, RunEvent
 from stackflow.refs import StackRef
 
 STACK = StackRef("p", "w")
-RUNNING = SimpleNamespace(status=WorkflowExecutionStatus.RUNNING, run_id="r1")
-CLOSED = SimpleNamespace(status=WorkflowExecutionStatus.COMPLETED, run_id="r1")
+RUNNING = SimpleNamespace(
+    status=WorkflowExecutionStatus.RUNNING, run_id="r1", workflow_type="ApplyWorkflow"
+)
+CLOSED = SimpleNamespace(
+    status=WorkflowExecutionStatus.COMPLETED, run_id="r1", workflow_type="ApplyWorkflow"
+)
 
 
 def last(type: EventType, **data: Any) -> RunEvent:
@@ -60,7 +64,10 @@ def ctx(event: RunEvent | None) -> Any:
     async def state(fn: Any) -> Any:
         return await run_in_threadpool(fn)
 
-    return SimpleNamespace(backend=backend, state=state)
+    def final_result(handle: Handle, result_type: type) -> Any:
+        return handle.result(follow_runs=False)  # ApiContext.final_result waits as this
+
+    return SimpleNamespace(backend=backend, state=state, final_result=final_result)
 
 
 async def test_a_run_whose_stream_ended_is_answered_once_it_has_closed() -> None:

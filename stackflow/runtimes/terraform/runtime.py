@@ -409,9 +409,8 @@ class TerraformRuntime(Runtime):
             raise
         stored = await self._stored(resource.id, options)
         prior = resource.prior_state
-        if verb == "delete" and prior is None:
-            prior = resource.attributes
-        recorded = recorded_state(prior)
+        deleting = verb == "delete" and prior is None
+        recorded = recorded_state(resource.attributes if deleting else prior)
         call = Call(verb, resource, options, res, None, stored=stored, recorded=recorded)
         call.key = batch_key(res, options)
         if verb in ("read", "delete"):

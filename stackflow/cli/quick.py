@@ -321,11 +321,25 @@ def preview(args: list[str]) -> int | None:
 
         echo(json.dumps(changes, indent=2, sort_keys=True))
         return 0
+    show_changes(changes, table_console(), detail)
+    return 0
+
+
+def rich_console() -> Any:
+    """``runs.console_for(OutputFormat.table)``."""
     from stackflow.cli.output import OutputFormat
     from stackflow.cli.runs import console_for
 
-    show_changes(changes, console_for(OutputFormat.table), detail)
-    return 0
+    return console_for(OutputFormat.table)
+
+
+def table_console() -> Any:
+    """The console a table goes to (``runs.console_for``): off a terminal, a PlainConsole
+    where rich's width is known (rich is imported only for what it lays out)."""
+    from stackflow.plain_render import PlainConsole
+
+    width = console_width(sys.stdout)
+    return rich_console() if width is None else PlainConsole(width, rich_console)
 
 
 def show_changes(changes: dict[str, Any], console: Any, detail: bool) -> None:
@@ -334,7 +348,9 @@ def show_changes(changes: dict[str, Any], console: Any, detail: bool) -> None:
     the engine's models), else by that function."""
     parts = preview_parts(changes)
     if getattr(console, "plain", False):  # a PlainConsole: rich only for what it lays out
-        if parts is not None and not detail and not changes.get("policy"):
+        # ``detail`` adds the fields of each change that has some: none, nothing added
+        detailed = detail and parts is not None and any_details(parts[0])
+        if parts is not None and not detailed and not changes.get("policy"):
             from stackflow.plain_render import plain_changes
 
             text = plain_changes(*parts, console.width)
@@ -350,6 +366,12 @@ def show_changes(changes: dict[str, Any], console: Any, detail: bool) -> None:
     render_changes(*parts, console, detail)
     if changes.get("policy"):
         render_policy(changes["policy"], console)
+
+
+def any_details(changes: list[dict[str, Any]]) -> bool:
+    """Whether ``render_changes(..., detail=True)`` prints fields below the table: those
+    of a change that is not UnChanged and has any."""
+    return any(change["action"] != "UnChanged" and change["diff"] for change in changes)
 
 
 def _follow_preview(api: Http, run: str) -> dict[str, Any] | None:

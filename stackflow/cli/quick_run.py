@@ -26,10 +26,10 @@ from stackflow.cli.quick import (
     NDJSON,
     PHASES,
     STREAM,
-    console_width,
     echo,
     namespace,
     show_changes,
+    table_console,
     ui_link,
 )
 from stackflow.cli.quick_args import (
@@ -138,14 +138,6 @@ def run_command(command: str, args: list[str]) -> int | None:
         return 0
     run.report(data)
     return 0
-
-
-def rich_console() -> Any:
-    """``runs.console_for(OutputFormat.table)``."""
-    from stackflow.cli.output import OutputFormat
-    from stackflow.cli.runs import console_for
-
-    return console_for(OutputFormat.table)
 
 
 def stdout_is_terminal() -> bool:
@@ -355,10 +347,7 @@ class QuickRun:
         """The console a run reports its table on (``runs.console_for``), made once: off a
         terminal (the quick path's only table), a PlainConsole where rich's width is known."""
         if self.console is None:
-            from stackflow.plain_render import PlainConsole
-
-            width = console_width(sys.stdout)
-            self.console = rich_console() if width is None else PlainConsole(width, rich_console)
+            self.console = table_console()
         return self.console
 
     def resume(self, created: Any = None, start: tuple[dict[str, Any], str] | None = None) -> None:

@@ -433,6 +433,10 @@ PREVIEWS = {
         "diff_refs": ["abc"],
     },
     "no-summary": {"changes": [change("x:1", "Create"), change("x:2", "Create")]},
+    "unchanged": {  # nothing to detail: drawn off a terminal without rich, detail or not
+        "changes": [change(f"x:{i}", "UnChanged") for i in range(3)],
+        "summary": {"Create": 0, "Update": 0, "Delete": 0, "UnChanged": 3},
+    },
     "policy": {
         "changes": [change("x:1", "Create")],
         "summary": {"Create": 1, "Update": 0, "Delete": 0, "UnChanged": 0},

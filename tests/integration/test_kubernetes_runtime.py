@@ -200,6 +200,49 @@ async def test_a_field_the_spec_no_longer_sets_previews_as_removed_and_is_remove
     assert set(core.read_namespaced_secret("creds", ns).data or {}) == {"user"}
 
 
+async def test_a_preview_of_an_object_another_manager_keeps_changing_shows_the_apply(
+    rt: KubernetesRuntime,
+    opts: RuntimeOptions,
+    ns: str,
+    api: k8s.ApiClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another manager (a controller writing its status, say) changes the object after the
+    preview read it, and again after its dry run: the preview reads it again and dry-runs
+    onto what it read, so it still shows the field the spec stops setting going back to its
+    default, and not the other manager's change (it once showed UnChanged here)."""
+    recorded = await rt.apply(request(deployment(ns, "web", replicas=2)), opts)
+    unset = deployment(ns, "web")
+    del unset["spec"]["replicas"]
+    req = request(unset, prior=recorded)
+    live = await rt.read(req, opts)
+    apps = k8s.AppsV1Api(api)
+    reads = []
+    real_get = rt._get
+
+    def other_manager_writes(n: int) -> None:
+        body = {"metadata": {"annotations": {"other": str(n)}}}
+        apps.patch_namespaced_deployment("web", ns, body, field_manager="other")
+
+    def get(*args: Any, **kwargs: Any) -> Any:
+        reads.append(kwargs.get("fresh", False))
+        if len(reads) == 2:
+            other_manager_writes(2)  # after the dry run, before the fresh read
+        found = real_get(*args, **kwargs)
+        if len(reads) == 1:
+            other_manager_writes(1)  # after the read, before the dry run
+        return found
+
+    monkeypatch.setattr(rt, "_get", get)
+    result = await rt.preview(req, opts)
+    got = diff_resource(
+        req.id, req.type, result.would_be, live, recorded, removed_paths=result.removed_paths
+    )
+    assert reads == [False, True]  # the read, and one fresh read; then a second dry run
+    assert got.action == "Update" and not got.drift
+    assert [(d.path, d.old, d.new) for d in got.diff] == [("spec.replicas", 2, 1)]
+
+
 async def test_what_the_apply_changes_beyond_the_spec_previews_as_it_will_be(
     rt: KubernetesRuntime, opts: RuntimeOptions, ns: str, api: k8s.ApiClient
 ) -> None:

@@ -63,6 +63,11 @@ def snapshot_key(
     return (scope.run, id(client), api.path(namespace))
 
 
+ABSENT_NAMESPACE_SECONDS = 2.0
+"""How long a preview trusts a dry run's "namespace not found": the objects of a stack that
+creates its namespace are previewed without one GET and one dry run each."""
+
+
 class KubeConnection(Runtime):
     """The Kubernetes runtime's connections: one client per kubeconfig and context (the
     worker policy decides which), threads of its own for blocking API calls, discovery of
@@ -83,6 +88,23 @@ class KubeConnection(Runtime):
     @property
     def policy(self) -> WorkerPolicy:
         return self._policy if self._policy is not None else worker_policy()
+
+    def _namespace_absent(
+        self, client: KubeClient, namespace: str | None, *, seen_absent: bool = False
+    ) -> bool:
+        """Whether a dry run found ``namespace`` missing within the last few seconds
+        (``seen_absent``: one just did); only previews rely on it."""
+        if not namespace:
+            return False
+        key, now = (id(client), namespace), time.monotonic()
+        with self._lock:
+            if seen_absent:
+                self._absent_namespaces[key] = now + ABSENT_NAMESPACE_SECONDS
+                return True
+            until = self._absent_namespaces.get(key)
+            if until is not None and until <= now:
+                del self._absent_namespaces[key]
+            return until is not None and until > now
 
     async def _call(self, rid: str, fn: Callable[..., T], *args: Any) -> T:
         """Run a blocking step in one of the runtime's threads; every failure names the

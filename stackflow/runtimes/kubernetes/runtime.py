@@ -142,9 +142,9 @@ from stackflow.runtimes.kubernetes.unchanged import applies_unchanged
 CRD_READY_SECONDS = 60.0
 """How long applying a CustomResourceDefinition waits (unless ``extensions.readinessTimeout``
 says otherwise) until it is Established, its names accepted and its kind served."""
-ABSENT_NAMESPACE_SECONDS = 2.0
-"""How long a preview trusts a dry run's "namespace not found": the objects of a stack that
-creates its namespace are previewed without one GET and one dry run each."""
+DRY_RUN_ATTEMPTS = 3
+"""How many times a preview reads an object again, and dry-runs onto what it read, when the
+object changed between its read and its dry run (a controller writing its status)."""
 
 
 class KubernetesRuntime(KubeConnection):
@@ -214,9 +214,21 @@ class KubernetesRuntime(KubeConnection):
                 return None, PreviewResult(would_be=desired, sensitive_paths=sensitive)
             raise
         shown = previewed(desired, live, result)
-        if shown is None:  # changed since it was read or listed: what the dry run merged onto
+        for _ in range(DRY_RUN_ATTEMPTS):
+            if shown is not None:
+                break
+            # changed since it was read or listed: read what the dry run merged onto, and
+            # when it changed again since, dry-run onto the object as read now
             live = self._get(client, api, ref, resource.id, fresh=True)
-            shown = previewed(desired, live, result) or previewed(desired, None, result)
+            if live is None:
+                break  # gone meanwhile: shown as a create
+            shown = previewed(desired, live, result)
+            if shown is None:
+                _, result = self._server_side_apply(
+                    client, api, ref, resource, options, desired, dry_run=True
+                )
+                shown = previewed(desired, live, result)
+        shown = shown or previewed(desired, None, result)
         assert shown is not None
         would_be, removed = shown
         return live, PreviewResult(
@@ -358,23 +370,6 @@ class KubernetesRuntime(KubeConnection):
             delay = min(delay * 2, 1.0)
             client.forget(ref.api_version)
             api = self._served_api(client, resource, ref)
-
-    def _namespace_absent(
-        self, client: KubeClient, namespace: str | None, *, seen_absent: bool = False
-    ) -> bool:
-        """Whether a dry run found ``namespace`` missing within the last few seconds
-        (``seen_absent``: one just did); only previews rely on it."""
-        if not namespace:
-            return False
-        key, now = (id(client), namespace), time.monotonic()
-        with self._lock:
-            if seen_absent:
-                self._absent_namespaces[key] = now + ABSENT_NAMESPACE_SECONDS
-                return True
-            until = self._absent_namespaces.get(key)
-            if until is not None and until <= now:
-                del self._absent_namespaces[key]
-            return until is not None and until > now
 
     @staticmethod
     def _refuse_terminating(resource: ResourceRequest, ref: ObjectRef, obj: JSON) -> None:

@@ -166,7 +166,14 @@ def test_the_cli_shows_an_eta_while_a_300_resource_apply_runs(
     env, project = stack_env, new_project()
     root = tmp_path / "many"
     d = dir_resource(root)
-    files = [file_resource(root / f"f{i:03}.txt", f"{i}\n", deps=[d["id"]]) for i in range(299)]
+    # Five chains of 60 files, each file after the one before it in its chain: the walk
+    # takes 60 rounds, each an activity's round trip (seconds however fast one is), so the
+    # CLI's status polls (every 0.25 s) find it under way. 299 files ready at once were
+    # written in a few batches, sometimes all between two polls: no estimate was shown.
+    files: list[dict[str, Any]] = []
+    for i in range(299):
+        before = files[i - 5]["id"] if i >= 5 else d["id"]
+        files.append(file_resource(root / f"f{i:03}.txt", f"{i}\n", deps=[before]))
     spec = write_spec(tmp_path / "many.yaml", [d, *files])
     master, slave = pty.openpty()
     proc = sp.Popen(

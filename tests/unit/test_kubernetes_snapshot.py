@@ -11,9 +11,27 @@ from stackflow.runtimes.kubernetes.snapshot import Listing, Snapshots
 
 
 def listing(size: int, **objects: dict[str, str]) -> Listing:
-    found = Listing(objects)
-    found.size = size
+    found = Listing()
+    for name, obj in objects.items():
+        found.add(name, obj)
+    found.size = size  # what the bound weighs, set apart from the objects here
     return found
+
+
+def test_a_listing_keeps_json_text_and_gives_each_reader_its_own_object() -> None:
+    found = Listing()
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a"}, "data": {"k": "v"}}
+    found.add("a", cm)
+    text = '{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"},"data":{"k":"v"}}'
+    assert found.size == len(text) and len(found) == 1  # the bytes it holds, counted
+    first = found.get("a")
+    assert first == cm and first is not cm
+    assert first is not None
+    first["data"]["k"] = "changed by a reader"
+    assert found.get("a") == cm  # the next reader still gets the object as listed
+    assert found.get("b") is None
+    found.add("a", {"metadata": {"name": "a"}})  # listed again: counted once
+    assert found.size == len('{"metadata":{"name":"a"}}')
 
 
 def test_concurrent_readers_of_one_key_share_one_load() -> None:

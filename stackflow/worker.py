@@ -254,6 +254,7 @@ def check(settings: WorkerSettings, runtimes: str | None) -> tuple[WorkerPolicy,
 def main(runtimes: str | None = None, processes: str | None = None) -> None:
     """``runtimes``: what ``--runtimes`` says (else ``STACKFLOW_WORKER_RUNTIMES``, else all);
     ``processes``: what ``--processes`` says (else ``STACKFLOW_WORKER_PROCESSES``, else 1)."""
+    heap.limit_malloc_arenas()  # before any thread starts
     os.umask(0o077)  # every file and directory the worker writes: 0600 / 0700
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     settings = WorkerSettings.from_env()

@@ -22,6 +22,9 @@ def serve(
 ) -> None:
     """Serve the HTTP API: runs, releases, outputs (bearer tokens from the file
     STACKFLOW_API_TOKENS names; Temporal and the state backend as the CLI reaches them)."""
+    from stackflow import heap
+
+    heap.limit_malloc_arenas()  # before any thread starts
     try:
         import uvicorn
 

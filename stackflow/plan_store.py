@@ -16,6 +16,12 @@ from stackflow.operation import PlannedNode
 from stackflow.ref_cache import RefCache
 from stackflow.state.backend import StateBackend, check_ref
 
+_CACHED = 8
+CACHED_PLAN_BYTES = 4 * 1024 * 1024
+"""The stored JSON of the plans a process keeps parsed, in all (the most recent one kept
+whatever its size): parsed, a plan takes about twenty times its JSON (10,000 nodes: 0.65 MB
+stored, 14 MB parsed)."""
+
 
 @dataclass(frozen=True)
 class StoredPlan:
@@ -23,6 +29,7 @@ class StoredPlan:
     deletions: list[PlannedNode]
     node_index: dict[str, int]
     deletion_index: dict[str, int]
+    stored_bytes: int = 0
 
     def of(self, deletions: bool) -> list[PlannedNode]:
         return self.deletions if deletions else self.nodes
@@ -38,7 +45,9 @@ def _row(node: PlannedNode) -> list[object]:
 class PlanStore:
     def __init__(self, backend: StateBackend) -> None:
         self.backend = backend
-        self._cache: RefCache[str, StoredPlan] = RefCache(8)
+        self._cache: RefCache[str, StoredPlan] = RefCache(
+            _CACHED, weigh=lambda plan: plan.stored_bytes, budget=CACHED_PLAN_BYTES
+        )
 
     def put(self, nodes: list[PlannedNode], deletions: list[PlannedNode]) -> str:
         data = {"nodes": [_row(n) for n in nodes], "deletions": [_row(n) for n in deletions]}
@@ -49,7 +58,8 @@ class PlanStore:
         return self._cache.get(ref, self._load)
 
     def _load(self, ref: str) -> StoredPlan:
-        return _parse(json.loads(self.backend.get_blob("plan_ref", ref)))
+        body = self.backend.get_blob("plan_ref", ref)
+        return _parse(json.loads(body), len(body))
 
 
 def _nodes(rows: list[list[Any]]) -> list[PlannedNode]:
@@ -65,7 +75,7 @@ def _nodes(rows: list[list[Any]]) -> list[PlannedNode]:
     ]
 
 
-def _parse(data: dict[str, Any]) -> StoredPlan:
+def _parse(data: dict[str, Any], stored_bytes: int) -> StoredPlan:
     nodes = _nodes(data["nodes"])
     deletions = _nodes(data["deletions"])
     return StoredPlan(
@@ -73,4 +83,5 @@ def _parse(data: dict[str, Any]) -> StoredPlan:
         deletions=deletions,
         node_index={n.id: i for i, n in enumerate(nodes)},
         deletion_index={n.id: i for i, n in enumerate(deletions)},
+        stored_bytes=stored_bytes,
     )

@@ -214,7 +214,7 @@ class StackSecrets:
         if known is not None and known[0] == revision:
             return known[1]
         values: set[str] = set()
-        for resource in self.cache.prior(stack).values():
+        for resource in self.cache.each_prior(stack):  # one opened at a time
             paths = sensitive_paths_for(str(resource.type), resource.attributes)
             values |= sensitive_values(resource.attributes, paths)
         secrets = SecretSet(values)

@@ -54,6 +54,34 @@ def test_read_through_fill(
     assert cache.prior_resource(STACK, "zzz") is None  # known absent: the hash is complete
 
 
+@pytest.mark.parametrize("with_redis", [True, False])
+def test_each_prior_opens_one_resource_at_a_time(
+    redis_server: Any, releases: StateBackend, monkeypatch: pytest.MonkeyPatch, with_redis: bool
+) -> None:
+    succeed(releases, res("a", v=1), res("b", v=2), res("c", v=3))
+    cache = PriorStateCache(redis_server.url if with_redis else None, releases)
+    real_open = releases.sealer.open
+    opened: list[str] = []
+
+    def counting_open(stack: StackRef, body: str) -> Resource:
+        resource = real_open(stack, body)
+        opened.append(resource.id)
+        return resource
+
+    monkeypatch.setattr(releases.sealer, "open", counting_open)
+    each = cache.each_prior(STACK)
+    first = next(each)
+    assert opened == [first.id]  # the others are still their stored bodies
+    rest = list(each)
+    assert sorted([first, *rest], key=lambda r: r.id) == [
+        res("a", v=1),
+        res("b", v=2),
+        res("c", v=3),
+    ]
+    assert cache.prior(STACK) == {r.id: r for r in [first, *rest]}  # the same, by id
+    assert list(PriorStateCache(None, releases).each_prior(StackRef(P, "none"))) == []
+
+
 def test_prior_resource_fills_on_miss(redis_server: Any, releases: StateBackend) -> None:
     succeed(releases, res("a", v=1))
     cache = PriorStateCache(redis_server.url, releases)

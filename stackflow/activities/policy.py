@@ -86,9 +86,8 @@ class PolicyActivities:
         ids = [*node_ids, *deletion_ids]
         if inp.revision is not None:
             recorded = self.backend.resources(inp.stack, inp.revision, ids)
-        else:
-            prior = self.cache.prior(inp.stack)
-            recorded = {i: prior[i] for i in ids if i in prior}
+        else:  # only the plan's resources opened, not the whole prior state
+            recorded = self.cache.prior_of(inp.stack, ids)
         return build_input(
             project=inp.project,
             workspace=inp.workspace,

@@ -1,8 +1,9 @@
 """The policy gate's activity: build the masked plan (:mod:`stackflow.policy_gate.plan_input`)
 from what the preview stored, keep it in the state backend (its digest is the decision's
-``input_digest``), evaluate the run's bundles with OPA and return the decision within the
-byte budget (the whole one by ref when it is longer). The decision is appended to the run's
-event stream (a denial is announced as ``io.stackflow.run.policy_denied``)."""
+``input_digest``), evaluate the run's bundles with OPA (each in an evaluation of its own)
+and return the decision within the byte budget (the whole one by ref when it is longer).
+The decision is appended to the run's event stream (a denial is announced as
+``io.stackflow.run.policy_denied``)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from stackflow.events import policy_decision
 from stackflow.operation import PolicyInput
 from stackflow.policy_gate.bundle import fetch_bundle
 from stackflow.policy_gate.decision import DECISION_KIND, PolicyDecision
-from stackflow.policy_gate.engine import Module, evaluate
+from stackflow.policy_gate.engine import Module, evaluate_apart
 from stackflow.policy_gate.plan_input import INPUT_KIND, build_input, input_bytes
 
 
@@ -56,13 +57,15 @@ class PolicyActivities:
     def _evaluate(self, inp: PolicyInput) -> PolicyDecision:
         body = input_bytes(self._document(inp))
         input_digest = self.backend.put_blob(INPUT_KIND, body)
-        modules = [
-            Module(policy=f"{ref.scope}/{path}", source=source)
+        bundles = [  # each evaluated apart: a run's modules never reach the project's
+            [
+                Module(policy=f"{ref.scope}/{path}", source=source)
+                for path, source in fetch_bundle(self.backend, ref.digest).modules.items()
+            ]
             for ref in inp.bundles
-            for path, source in fetch_bundle(self.backend, ref.digest).modules.items()
         ]
         started = time.perf_counter()
-        messages, policies = evaluate(modules, body) if modules else ([], [])
+        messages, policies = evaluate_apart(bundles, body)
         decision = PolicyDecision.of(
             messages,
             bundles=list(inp.bundles),

@@ -23,7 +23,7 @@ from stackflow.cli.options import FileOpt, OutputOpt, ProjectOpt, WorkspaceOpt
 from stackflow.cli.output import OutputFormat, print_json
 from stackflow.errors import NotFoundError, SpecError
 from stackflow.operation import OperationInput
-from stackflow.policy_gate.bundle import PolicyBundle, load_bundle_dir, store_bundle
+from stackflow.policy_gate.bundle import PolicyBundle, load_bundle_dir, problem_of, store_bundle
 from stackflow.policy_gate.decision import PolicyDecision
 
 policy_app = typer.Typer(
@@ -153,7 +153,7 @@ def _bundle_from_git(url: str, ref: str, path: str) -> tuple[str, PolicyBundle]:
     try:
         return commit, PolicyBundle(modules=modules)
     except ValueError as exc:
-        raise SpecError(f"--git {url}: {' '.join(str(exc).split())[:300]}") from None
+        raise SpecError(f"--git {url}: {problem_of(exc)}") from None
 
 
 @policy_app.command("show")

@@ -1,5 +1,10 @@
 """A policy bundle: Rego modules by path, stored once under its sha256 in the state backend
-(a project's pushed bundle and a run's own ``--policy DIR`` travel by that digest)."""
+(a project's pushed bundle and a run's own ``--policy DIR`` travel by that digest).
+
+A bundle is checked as it is made (``policy push``, ``--policy DIR``, the API's bodies) and
+again as it is read back: every module starts with a package, ``package stackflow`` makes
+a module a policy, any other package is a library one of the bundle's policies imports, and
+no module declares the gate's own namespace (:mod:`stackflow.policy_gate.rego`)."""
 
 from __future__ import annotations
 
@@ -10,9 +15,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from stackflow.errors import SpecError
+from stackflow.policy_gate.rego import layout
 
 if TYPE_CHECKING:
     from stackflow.state.protocols import BlobStore
@@ -62,7 +68,9 @@ class PolicyBundle(BaseModel):
             total += len(source.encode())
         if total > MAX_BUNDLE_BYTES:
             raise ValueError(f"the modules hold {total} bytes, more than {MAX_BUNDLE_BYTES}")
-        return dict(sorted(modules.items()))
+        ordered = dict(sorted(modules.items()))
+        layout(ordered)  # RegoLayoutError (a ValueError) naming the module
+        return ordered
 
     def to_bytes(self) -> bytes:
         return json.dumps({"modules": self.modules}, sort_keys=True, separators=(",", ":")).encode()
@@ -109,9 +117,18 @@ def load_bundle_dir(directory: str | os.PathLike[str]) -> PolicyBundle:
         )
     try:
         return PolicyBundle(modules=modules)
-    except ValueError as exc:  # a path the bundle refuses: one line, exit 2
-        problem = " ".join(str(exc).split())[:300]
-        raise SpecError(f"policy bundle {directory}: {problem}") from None
+    except ValueError as exc:  # a path or a module the bundle refuses: one line, exit 2
+        raise SpecError(f"policy bundle {directory}: {problem_of(exc)}") from None
+
+
+def problem_of(exc: ValueError) -> str:
+    """One line for why modules are not a bundle (pydantic's first error, without the
+    modules themselves)."""
+    if isinstance(exc, ValidationError) and exc.errors():
+        text = str(exc.errors()[0].get("msg", exc)).removeprefix("Value error, ")
+    else:
+        text = str(exc)
+    return " ".join(text.split())[:500]
 
 
 def store_bundle(blobs: BlobStore, bundle: PolicyBundle) -> str:
@@ -120,4 +137,11 @@ def store_bundle(blobs: BlobStore, bundle: PolicyBundle) -> str:
 
 
 def fetch_bundle(blobs: BlobStore, digest: str) -> PolicyBundle:
-    return PolicyBundle.from_bytes(blobs.get_blob(BUNDLE_KIND, digest))
+    """The bundle stored under ``digest``; SpecError when it is no longer one (stored before
+    the module checks of :func:`~stackflow.policy_gate.rego.layout`): the run fails saying
+    which module, never evaluates it as it stands."""
+    body = blobs.get_blob(BUNDLE_KIND, digest)
+    try:
+        return PolicyBundle.from_bytes(body)
+    except ValueError as exc:
+        raise SpecError(f"policy bundle {digest}: {problem_of(exc)}") from None

@@ -6,21 +6,29 @@ start (benchmarks/policy_bench.py: 0.43 s for a 6 MB input of 1,000 Deployments 
 ConfigMaps, against a 7 s preview of them); OPA is also the engine users' policies
 (conftest, HCP Terraform, Spacelift) are written against.
 
-Each module in ``package stackflow`` is one *policy*: it is evaluated in a package of its
-own (``stackflow_gate.p<N>``, the package line rewritten in place so error rows stay true),
-which is how every message names the policy it came from. Modules in other packages
-(``package stackflow.lib``) are libraries the policies import. OPA runs with a
-capabilities file that leaves out every built-in that reaches the network or the worker
-(``http.send``, ``net.lookup_ip_addr``, ``opa.runtime``…; ``allow_net`` empty), in an empty
-environment, under ``--timeout`` and a process timeout: a policy cannot read the worker's
-secrets or make it call out, and a slow one fails the run, never passes it.
+Each bundle (the project's, the run's own) is evaluated by an OPA process of its own
+(:func:`evaluate_apart`): a run's modules never share a package, a rule or a library with
+the project's, so a run can add denials but never change or remove one of the project's.
+Within a bundle each module in ``package stackflow`` is one *policy*: it is evaluated in a
+package of its own (``stackflow_gate.p<N>``, the package reference rewritten in place so
+error rows stay true), which is how every message names the policy it came from. Modules in
+other packages (``package stackflow.lib``) are libraries the bundle's policies import; a
+module that is neither, or that declares ``stackflow_gate``, is refused
+(:func:`stackflow.policy_gate.rego.layout`). OPA runs with a capabilities file that leaves
+out every built-in that reaches the network, the worker or its files (``http.send``,
+``net.lookup_ip_addr``, ``opa.runtime``, ``json.match_schema`` and ``json.verify_schema``,
+which follow ``file://`` schema references…; ``allow_net`` empty), in an empty environment,
+under ``--timeout``, a process timeout and an address-space limit
+(``STACKFLOW_POLICY_MEMORY_MB``, set by ``ulimit -v`` in a ``/bin/sh`` that then becomes
+OPA, so nothing runs in the worker between fork and exec): a policy cannot read the
+worker's secrets or make it call out, and a slow or hungry one fails the run, never passes
+it.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import tempfile
@@ -32,14 +40,20 @@ from typing import Any
 
 from stackflow.errors import SpecError, StackflowError
 from stackflow.policy_gate.decision import PolicyMessage, Rule, clean, messages_of
+from stackflow.policy_gate.rego import RegoLayoutError, layout
 
 OPA_VAR = "STACKFLOW_OPA_BIN"
 TIMEOUT_VAR = "STACKFLOW_POLICY_TIMEOUT"
 DEFAULT_TIMEOUT = 10.0
+MEMORY_VAR = "STACKFLOW_POLICY_MEMORY_MB"
+DEFAULT_MEMORY_MB = 2048
+MIN_MEMORY_MB = 256
 NAMESPACE = "stackflow_gate"
 DENIED_BUILTINS = frozenset(
     {
         "http.send",
+        "json.match_schema",  # a schema's $ref may name file:// (a worker file)
+        "json.verify_schema",
         "net.lookup_ip_addr",
         "opa.runtime",
         "providers.aws.sign_req",
@@ -48,7 +62,9 @@ DENIED_BUILTINS = frozenset(
         "print",
     }
 )
-_PACKAGE = re.compile(r"^package[ \t]+stackflow[ \t]*(?=#|$)", re.M)
+_OOM = ("out of memory", "cannot allocate memory", "failed to create new os thread")
+_SHELL = "/bin/sh"
+_LIMITED = 'ulimit -v "$1" || exit 125; shift; exec "$@"'
 _HOW_TO_FIX = "run `make setup` on this worker (it builds OPA) or set STACKFLOW_OPA_BIN"
 
 
@@ -128,24 +144,57 @@ def capabilities_file(opa: str) -> str:
     return path
 
 
-def _env(home: str) -> dict[str, str]:
-    return {"PATH": os.defpath, "HOME": home}
+def memory_mb() -> int:
+    """The address space OPA may take, in MiB (``$STACKFLOW_POLICY_MEMORY_MB``)."""
+    raw = os.environ.get(MEMORY_VAR, "")
+    try:
+        value = int(raw) if raw else DEFAULT_MEMORY_MB
+    except ValueError:
+        raise PolicyEngineMissing(f"{MEMORY_VAR}={raw!r} is not a number of MiB") from None
+    if value < MIN_MEMORY_MB:
+        raise PolicyEngineMissing(
+            f"{MEMORY_VAR}={raw}: at least {MIN_MEMORY_MB} (OPA needs about 1.3 GiB of "
+            "address space to start; the default is {DEFAULT_MEMORY_MB})"
+        )
+    return value
 
 
-def _rewrite(modules: Sequence[Module]) -> tuple[dict[str, str], dict[str, str]]:
-    """File name -> source for OPA, and file name -> policy name (policies are ``p<N>``
-    in ``stackflow_gate``; libraries keep their package)."""
+def _env(home: str, memory: int | None = None) -> dict[str, str]:
+    env = {"PATH": os.defpath, "HOME": home}
+    if memory is not None:  # the collector works harder before the hard limit is met
+        env["GOMEMLIMIT"] = f"{memory * 3 // 4}MiB"
+    return env
+
+
+def limited(cmd: list[str], memory: int) -> list[str]:
+    """``cmd`` started by ``/bin/sh`` after ``ulimit -v`` (RLIMIT_AS, in KiB): the limit is
+    set in the child, the shell replaced by ``cmd`` (a Go program ignores soft limits)."""
+    return [_SHELL, "-c", _LIMITED, "stackflow-opa", str(memory * 1024), *cmd]
+
+
+def _rewrite(modules: Sequence[Module]) -> tuple[dict[str, str], dict[str, str], list[str]]:
+    """File name -> source for OPA, file name -> policy name (policies are ``p<N>`` in
+    ``stackflow_gate``; libraries keep their package) and the policies' names.
+    PolicyError when a module cannot be judged as written (see :func:`layout`)."""
+    try:
+        heads = layout({m.policy: m.source for m in modules})
+    except RegoLayoutError as exc:
+        raise PolicyError(f"policy {exc}") from None
     files: dict[str, str] = {}
     names: dict[str, str] = {}
+    policies: list[str] = []
     for index, module in enumerate(modules):
         file = f"m{index}.rego"
-        match = _PACKAGE.search(module.source)
+        found = heads[module.policy]
         source = module.source
-        if match is not None:
-            source = f"{source[: match.start()]}package {NAMESPACE}.p{index}{source[match.end() :]}"
+        if found.is_policy:
+            start, end = found.span
+            lines = "\n" * source.count("\n", start, end)  # rows stay true
+            source = f"{source[:start]}{NAMESPACE}.p{index}{lines}{source[end:]}"
+            policies.append(module.policy)
         files[file] = source
         names[file] = module.policy
-    return files, names
+    return files, names, policies
 
 
 def _error_line(out: dict[str, Any], names: dict[str, str], timeout: float, bundle: str) -> str:
@@ -169,13 +218,14 @@ def _error_line(out: dict[str, Any], names: dict[str, str], timeout: float, bund
 def evaluate(
     modules: Sequence[Module], input_body: bytes, timeout: float | None = None
 ) -> tuple[list[PolicyMessage], list[str]]:
-    """Every message of every policy for the input document ``input_body`` (JSON), and the
-    policies' names. PolicyError when a module does not compile or time runs out."""
+    """Every message of every policy of one bundle's ``modules`` for the input document
+    ``input_body`` (JSON), and the policies' names, from one OPA process. PolicyError when
+    a module cannot be judged or does not compile, or time or memory runs out."""
     limit = timeout_seconds() if timeout is None else timeout
+    memory = memory_mb()
     opa = find_opa()
     caps = capabilities_file(opa)
-    files, names = _rewrite(modules)
-    policies = [names[f"m{i}.rego"] for i, m in enumerate(modules) if _PACKAGE.search(m.source)]
+    files, names, policies = _rewrite(modules)
     with tempfile.TemporaryDirectory(prefix="stackflow-policy-") as work:
         bundle = os.path.join(work, "bundle")
         os.mkdir(bundle)
@@ -192,19 +242,31 @@ def evaluate(
         ]  # fmt: skip
         try:
             proc = subprocess.run(
-                cmd, capture_output=True, timeout=limit + 10, env=_env(work), check=False
+                limited(cmd, memory),
+                capture_output=True,
+                timeout=limit + 10,
+                env=_env(work, memory),
+                check=False,
             )
         except subprocess.TimeoutExpired:
             raise PolicyError(
                 f"policies did not finish within {limit:g}s ({TIMEOUT_VAR})"
             ) from None
+        except OSError as exc:
+            raise PolicyEngineMissing(f"cannot start {_SHELL} for OPA: {exc}") from None
     try:
         out = json.loads(proc.stdout or b"{}")
     except ValueError:
         out = {}
     if proc.returncode != 0 or out.get("errors"):
         if not out.get("errors"):
-            raise PolicyError(f"opa eval failed: {clean(proc.stderr.decode(errors='replace'))}")
+            stderr = proc.stderr.decode(errors="replace")
+            if any(sign in stderr.lower() for sign in _OOM):
+                raise PolicyError(
+                    f"policies needed more than {memory} MiB of memory ({MEMORY_VAR}): "
+                    "OPA stopped, nothing was judged"
+                )
+            raise PolicyError(f"opa eval failed: {clean(stderr)}")
         raise PolicyError(_error_line(out, names, limit, bundle))
     value: dict[str, Any] = {}
     for result in out.get("result") or []:
@@ -218,4 +280,20 @@ def evaluate(
             continue
         for rule in Rule:
             messages.extend(messages_of(module.policy, rule, rules.get(rule.value)))
+    return messages, policies
+
+
+def evaluate_apart(
+    bundles: Sequence[Sequence[Module]], input_body: bytes, timeout: float | None = None
+) -> tuple[list[PolicyMessage], list[str]]:
+    """Each bundle's modules (the project's, the run's own) in an OPA evaluation of its
+    own, none seeing another's packages: every message of all of them (each naming its
+    policy and resource: any deny denies) and every policy's name."""
+    messages: list[PolicyMessage] = []
+    policies: list[str] = []
+    for modules in bundles:
+        if modules:
+            found, names = evaluate(modules, input_body, timeout)
+            messages.extend(found)
+            policies.extend(names)
     return messages, policies

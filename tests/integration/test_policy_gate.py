@@ -13,7 +13,10 @@ import subprocess
 import time
 from pathlib import Path
 
+import httpx
+
 from stackflow.events import EventType
+from stackflow.policy_gate.bundle import BUNDLE_KIND
 from stackflow.refs import StackRef
 from tests.gitserver import GitServer
 from tests.integration.conftest import REPO, WorkerProcess, run_cli
@@ -25,6 +28,15 @@ from tests.integration.opshelp import (
     new_project,
     releases,
     write_spec,
+)
+from tests.integration.test_api import (  # noqa: F401  (fixtures: three tokens)
+    api_env,
+    api_url,
+    api_worker,
+    auth,
+    http,
+    is_problem,
+    wait_run,
 )
 from tests.integration.test_cli_api_mode import (  # noqa: F401  (fixtures)
     CALLER,
@@ -267,3 +279,156 @@ def test_policies_through_the_api(
     missing = api_cli(env, "policy", "show", "-p", new_project())
     expect_exit(missing, 1)
     assert "has no policy bundle" in missing.stderr
+
+
+# ---- the project's policy holds against the run's (issue 41) -----------------------------------
+REVIEWED = """package stackflow
+
+import data.stackflow.lib
+
+deny contains {"msg": sprintf("%s: not reviewed", [c.id]), "resource": c.id} if {
+	some c in input.changes
+	c.action == "Create"
+	not _reviewed
+	not lib.approved_change(c)
+}
+
+_reviewed if input.requested_by == "reviewer"
+"""
+REVIEWED_LIB = 'package stackflow.lib\n\napproved_change(c) if c.after.mode == "0600"\n'
+EVIL = "package stackflow_gate.p0\n\n_reviewed := true\n"
+OVERRIDE_LIB = "package stackflow.lib\n\napproved_change(_) := true\n"
+MINE = (
+    "package stackflow\n\nimport data.stackflow.lib\n\n"
+    'warn contains "mine" if lib.approved_change({})\n'
+)
+
+
+def test_a_crlf_or_indented_project_policy_denies_and_a_run_cannot_switch_it_off(
+    tmp_path: Path, stack_env: dict[str, str], worker_process: WorkerProcess
+) -> None:
+    env, project = stack_env, new_project()
+    pushed = tmp_path / "project"
+    pushed.mkdir()
+    (pushed / "gate.rego").write_bytes(REVIEWED.replace("\n", "\r\n").encode())  # Windows
+    (pushed / "indented.rego").write_text("  " + GATE)
+    (pushed / "lib.rego").write_bytes(REVIEWED_LIB.replace("\n", "\r\n").encode())
+    expect_exit(run_cli(env, "policy", "push", "-p", project, str(pushed)))
+    target = tmp_path / "f" / "x.conf"
+    spec = write_spec(tmp_path / "s.yaml", [file_resource(target, "forbidden\n")])
+
+    denied = run_cli(env, "apply", "-f", str(spec), "-p", project, "--yes")
+    expect_exit(denied, 2)
+    assert "policy denied: project/" in denied.stderr and "(and 1 more)" in denied.stderr
+    decision = all_releases(env, project)[-1].policy
+    assert decision is not None and decision.counts["deny"] == 2
+    assert decision.policies == ["project/gate.rego", "project/indented.rego"]
+
+    # a run module in the package the project's first policy is evaluated in: refused
+    evil = _bundle(tmp_path / "evil", "evil.rego", EVIL)
+    (evil / "mine.rego").write_text("package stackflow\n")
+    refused = run_cli(env, "apply", "-f", str(spec), "-p", project, "--yes", "--policy", str(evil))
+    expect_exit(refused, 2)
+    assert (
+        refused.stderr.strip()
+        .splitlines()[-1]
+        .endswith(
+            "evil.rego: package stackflow_gate.p0 is reserved for the policy gate (no module may "
+            "declare stackflow_gate or a package under it): a policy starts with `package "
+            "stackflow`; a library (any other package) must be imported by a policy of the same "
+            "bundle (e.g. `import data.stackflow.lib`)"
+        )
+    )
+    # a stray run module in the project's library package: refused
+    stray = _bundle(tmp_path / "stray", "lib.rego", OVERRIDE_LIB)
+    (stray / "mine.rego").write_text("package stackflow\n")
+    refused = run_cli(env, "preview", "-f", str(spec), "-p", project, "--policy", str(stray))
+    expect_exit(refused, 2)
+    assert "lib.rego: package stackflow.lib is not `package stackflow` and no policy" in (
+        refused.stderr
+    )
+    # the run's own library of that name, imported by its policy: its own, the project's holds
+    own = _bundle(tmp_path / "own", "lib.rego", OVERRIDE_LIB)
+    (own / "mine.rego").write_text(MINE)
+    still = run_cli(env, "apply", "-f", str(spec), "-p", project, "--yes", "--policy", str(own))
+    expect_exit(still, 2)
+    assert "policy denied: project/" in still.stderr
+    decision = all_releases(env, project)[-1].policy
+    assert decision is not None and decision.counts == {"deny": 2, "warn": 2}
+    assert [m.policy for m in decision.messages if m.rule == "warn"] == [
+        "project/indented.rego",
+        "run/mine.rego",
+    ]
+    assert not target.exists()
+
+
+def test_a_stored_bundle_with_a_stray_module_fails_the_run_naming_it(
+    tmp_path: Path, stack_env: dict[str, str], worker_process: WorkerProcess
+) -> None:
+    """A bundle stored before the module checks (written straight into the state backend):
+    the worker checks what it evaluates, the run fails with one line, nothing is written."""
+    env, project = stack_env, new_project()
+    body = json.dumps(
+        {"modules": {"gate.rego": GATE, "old.rego": "package stackflow.deny\n"}},
+        sort_keys=True,
+        separators=(",", ":"),
+    ).encode()
+    backend = releases(env)
+    try:
+        digest = backend.put_blob(BUNDLE_KIND, body)
+        backend.bind_policy(project, digest, by="someone-long-ago")
+    finally:
+        backend.close()
+    target = tmp_path / "f" / "x.conf"
+    spec = write_spec(tmp_path / "s.yaml", [file_resource(target, "fine\n")])
+    failed = run_cli(env, "apply", "-f", str(spec), "-p", project, "--yes")
+    expect_exit(failed, 2)
+    assert (
+        f"policy check failed: policy bundle {digest}: old.rego: package stackflow.deny is "
+        "not `package stackflow` and no policy of this bundle imports it"
+    ) in failed.stderr
+    assert not target.exists()
+
+
+def test_through_http_a_run_cannot_weaken_the_projects_policy(
+    http: httpx.Client,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Real HTTP with the approver, operator and viewer tokens: the approver pushes a CRLF
+    policy; the operator's run bundles naming the gate's namespace or carrying a stray
+    library are 422 problems naming the module; a run with its own library of the
+    project's library's name is denied by the project's policy all the same."""
+    project = new_project()
+    policy_url = f"/v1/projects/{project}/policy"
+    crlf = {
+        "gate.rego": REVIEWED.replace("\n", "\r\n"),
+        "lib.rego": REVIEWED_LIB.replace("\n", "\r\n"),
+    }
+    is_problem(http.put(policy_url, json={"modules": crlf}, headers=auth("operator")), 403)
+    stray = {**crlf, "old.rego": "package stackflow.deny\n"}
+    body = is_problem(http.put(policy_url, json={"modules": stray}, headers=auth("admin")), 422)
+    assert "old.rego: package stackflow.deny is not `package stackflow`" in body["detail"]
+    pushed = http.put(policy_url, json={"modules": crlf}, headers=auth("admin"))
+    assert pushed.status_code == 200, pushed.text
+
+    runs = f"/v1/stacks/{project}/default/runs"
+    target = tmp_path / "f" / "x.conf"
+    spec = {"resources": [file_resource(target, "fine\n")]}
+
+    def start(policy: dict[str, str]) -> httpx.Response:
+        request = {"operation": "preview", "spec": spec, "policy": {"modules": policy}}
+        return http.post(runs, json=request, headers=auth("operator"))
+
+    for evil, problem in [
+        ({"mine.rego": "package stackflow\n", "evil.rego": EVIL}, "evil.rego: package "),
+        ({"mine.rego": "package stackflow\n", "lib.rego": OVERRIDE_LIB}, "lib.rego: package "),
+        ({"lone.rego": "package stackflow.lib\n\napproved_change(_) := true\n"}, "lone.rego: "),
+    ]:
+        body = is_problem(start(evil), 422)
+        assert problem in body["detail"] and "\n" not in body["detail"], body
+    started = start({"mine.rego": MINE, "lib.rego": OVERRIDE_LIB})
+    assert started.status_code == 201, started.text
+    view = wait_run(http, started.json()["status_url"], lambda v: v["status"] != "running")
+    assert view["phase"] == "failed" and view["error_type"] == "PolicyDenied", view
+    assert view["error"].startswith(f"policy denied: project/gate.rego: onprem:File:{target}")
+    assert not target.exists()

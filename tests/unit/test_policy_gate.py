@@ -4,6 +4,7 @@ makes. The engine itself (OPA) is exercised in tests/integration/test_policy_*.p
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from pydantic import ValidationError
 from stackflow.errors import SpecError
 from stackflow.events import EventType
 from stackflow.notifications import TYPES, cloud_type
-from stackflow.policy_gate.bundle import PolicyBundle, load_bundle_dir
+from stackflow.policy_gate.bundle import PolicyBundle, fetch_bundle, load_bundle_dir
 from stackflow.policy_gate.decision import (
     MESSAGE_LIMIT,
     MESSAGES_LIMIT,
@@ -23,6 +24,7 @@ from stackflow.policy_gate.decision import (
     Rule,
     messages_of,
 )
+from stackflow.policy_gate.rego import RegoLayoutError, layout
 
 MODULE = "package stackflow\n"
 
@@ -44,7 +46,7 @@ def msg(rule: Rule, text: str = "m", resource: str | None = None) -> PolicyMessa
 
 def test_a_directory_bundle_takes_rego_files_and_leaves_tests_out(tmp_path: Path) -> None:
     (tmp_path / "lib").mkdir()
-    (tmp_path / "a.rego").write_text(MODULE)
+    (tmp_path / "a.rego").write_text(MODULE + "import data.stackflow.lib\n")
     (tmp_path / "lib" / "k8s.rego").write_text("package stackflow.lib\n")
     (tmp_path / "a_test.rego").write_text(MODULE)
     (tmp_path / "README.md").write_text("not a module")
@@ -132,3 +134,123 @@ def test_only_a_denial_is_announced() -> None:
     assert kind == "io.stackflow.run.policy_denied"
     for outcome in ("pass", "warn", "require_approval"):
         assert cloud_type(EventType.policy_decision, {"outcome": outcome}) is None
+
+
+# ---- what a module is, read as OPA reads it ----------------------------------------------------
+DENY = 'deny contains "no" if input.x\n'
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "package stackflow\r\n\r\nimport rego.v1\r\n" + DENY.replace("\n", "\r\n"),  # Windows
+        "   package stackflow\n" + DENY,  # indented
+        "\tpackage\tstackflow\t# the gate\n" + DENY,
+        "# a comment first\r\n\r\n  package   stackflow  \r\n" + DENY,
+        "package\nstackflow\n" + DENY,  # Rego lets the reference follow on the next line
+        'package stackflow\n\nx := "package stackflow.lib"\n' + DENY,
+    ],
+)
+def test_a_package_stackflow_line_makes_a_policy_whatever_its_whitespace(text: str) -> None:
+    heads = layout({"a.rego": text})
+    assert heads["a.rego"].is_policy
+    start, end = heads["a.rego"].span
+    assert text[start:end].split() == ["stackflow"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "library"),
+    [
+        ("import data.stackflow.lib\n", "package stackflow.lib\n"),
+        ("import data.stackflow.lib as helpers\n", "package stackflow.lib\n"),
+        ('import data.stackflow["lib"]\n', "package stackflow.lib\n"),
+        ("import data.stackflow\n", "package stackflow.lib.k8s\n"),  # a prefix reaches it
+        ("x := data.shared.util.f(1)\n", "package shared.util\n"),  # a reference in a rule
+        ("import data.stackflow.lib.k8s\n", "package stackflow.lib\n"),  # one of its rules
+    ],
+)
+def test_a_library_a_policy_reaches_is_one(policy: str, library: str) -> None:
+    heads = layout({"a.rego": "package stackflow\n" + policy, "lib.rego": library})
+    assert heads["a.rego"].is_policy and not heads["lib.rego"].is_policy
+
+
+def test_a_library_reached_through_another_library_is_one() -> None:
+    heads = layout(
+        {
+            "a.rego": "package stackflow\nimport data.stackflow.lib\n",
+            "lib.rego": "package stackflow.lib\nimport data.deep.helpers\n",
+            "deep.rego": "package deep.helpers\n",
+        }
+    )
+    assert set(heads) == {"a.rego", "lib.rego", "deep.rego"}
+
+
+@pytest.mark.parametrize(
+    ("modules", "problem"),
+    [
+        (  # a stray module: never evaluated, never silently a library
+            {"a.rego": "package stackflow\n", "b.rego": "package stackflow.deny\n" + DENY},
+            "b.rego: package stackflow.deny is not `package stackflow` and no policy of "
+            "this bundle imports it",
+        ),
+        (  # referred to only in a comment or a string
+            {
+                "a.rego": 'package stackflow\n# data.lib.x\nx := "data.lib.y"\n',
+                "b.rego": "package lib\n",
+            },
+            "b.rego: package lib is not `package stackflow`",
+        ),
+        (  # libraries that only reach each other
+            {
+                "a.rego": "package one\nimport data.two\n",
+                "b.rego": "package two\nimport data.one\n",
+            },
+            "a.rego: package one is not",
+        ),
+        ({"a.rego": DENY}, "a.rego: does not start with a package declaration"),
+        ({"a.rego": ""}, "a.rego: does not start with a package declaration"),
+        (  # the gate's namespace: a module there would merge into a policy of its own
+            {"a.rego": "package stackflow\n", "b.rego": "package stackflow_gate.p0\n_ok := true\n"},
+            "b.rego: package stackflow_gate.p0 is reserved for the policy gate",
+        ),
+        (
+            {
+                "a.rego": "package stackflow\nimport data.stackflow_gate\n",
+                "b.rego": 'package stackflow_gate["p0"]\n',
+            },
+            "b.rego: package stackflow_gate.p0 is reserved",
+        ),
+        (
+            {"a.rego": "\r\n  package stackflow_gate\r\n"},
+            "a.rego: package stackflow_gate is reserved",
+        ),
+    ],
+)
+def test_a_module_the_gate_cannot_judge_is_refused_naming_it(
+    modules: dict[str, str], problem: str, tmp_path: Path
+) -> None:
+    with pytest.raises(RegoLayoutError) as caught:
+        layout(modules)
+    assert str(caught.value).startswith(problem), caught.value
+    with pytest.raises(ValidationError, match="package"):
+        PolicyBundle(modules=modules)
+    for name, text in modules.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(SpecError) as refused:
+        load_bundle_dir(tmp_path)
+    line = str(refused.value)
+    assert line.startswith(f"policy bundle {tmp_path}: {problem}"), line
+    assert "\n" not in line and "input_value" not in line and len(line) < 700
+
+
+def test_a_stored_bundle_that_is_no_longer_one_fails_naming_the_module() -> None:
+    """A bundle stored before these checks (a stray module) is refused as it is read back:
+    the run fails saying which module, never evaluates it as it stands."""
+    body = json.dumps({"modules": {"a.rego": MODULE, "b.rego": "package x\n"}}).encode()
+
+    class Blobs:
+        def get_blob(self, kind: str, digest: str) -> bytes:
+            return body
+
+    with pytest.raises(SpecError, match=r"policy bundle sha256:1+: b\.rego: package x is not"):
+        fetch_bundle(Blobs(), "sha256:" + "1" * 64)  # type: ignore[arg-type]

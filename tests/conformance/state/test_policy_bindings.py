@@ -23,7 +23,8 @@ def policies(backend: Any) -> Any:
 def test_push_replace_and_remove_a_projects_bundle(backend: Any, policies: Any) -> None:
     assert policies.policy_of("acme") is None
     one = PolicyBundle(modules={"a.rego": MODULE})
-    two = PolicyBundle(modules={"a.rego": MODULE, "lib/b.rego": "package stackflow.lib\n"})
+    uses = MODULE.replace("import rego.v1", "import data.stackflow.lib")
+    two = PolicyBundle(modules={"a.rego": uses, "lib/b.rego": "package stackflow.lib\n"})
     first = store_bundle(backend, one)
     assert first == one.digest and store_bundle(backend, one) == first  # content-addressed
     policies.bind_policy("acme", first, by="alice")

@@ -1,7 +1,8 @@
 """`stackflow policy push|show|eval|test`, and ``--policy DIR`` of preview/apply/destroy.
 
 A bundle is every ``*.rego`` file of a directory (``package stackflow``: each module one
-policy; rules ``deny``, ``warn``, ``require_approval``). ``push`` stores it (content-
+policy; rules ``deny``, ``warn``, ``require_approval``; any other package is a library a
+policy of the bundle must import, else the bundle is refused). ``push`` stores it (content-
 addressed) in the state backend as the project's; ``--policy DIR`` stores it for one run.
 ``eval`` prints the input document the policies read for a spec (from a preview), ``test``
 evaluates a bundle against it (or, offline, against an input document saved before)."""

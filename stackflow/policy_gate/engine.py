@@ -18,22 +18,22 @@ module that is neither, or that declares ``stackflow_gate``, is refused
 out every built-in that reaches the network, the worker or its files (``http.send``,
 ``net.lookup_ip_addr``, ``opa.runtime``, ``json.match_schema`` and ``json.verify_schema``,
 which follow ``file://`` schema references…; ``allow_net`` empty), in an empty environment,
-under ``--timeout``, a process timeout and an address-space limit
-(``STACKFLOW_POLICY_MEMORY_MB``, set by ``ulimit -v`` in a ``/bin/sh`` that then becomes
-OPA, so nothing runs in the worker between fork and exec): a policy cannot read the
-worker's secrets or make it call out, and a slow or hungry one fails the run, never passes
-it.
+under ``--timeout``, a process timeout and a memory limit (``STACKFLOW_POLICY_MEMORY_MB``,
+see :func:`limited`): a policy cannot read the worker's secrets or make it call out, and a
+slow or hungry one fails the run, never passes it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,8 +46,8 @@ OPA_VAR = "STACKFLOW_OPA_BIN"
 TIMEOUT_VAR = "STACKFLOW_POLICY_TIMEOUT"
 DEFAULT_TIMEOUT = 10.0
 MEMORY_VAR = "STACKFLOW_POLICY_MEMORY_MB"
-DEFAULT_MEMORY_MB = 2048
-MIN_MEMORY_MB = 256
+DEFAULT_MEMORY_MB = 1024
+MIN_MEMORY_MB = 128
 NAMESPACE = "stackflow_gate"
 DENIED_BUILTINS = frozenset(
     {
@@ -62,9 +62,15 @@ DENIED_BUILTINS = frozenset(
         "print",
     }
 )
-_OOM = ("out of memory", "cannot allocate memory", "failed to create new os thread")
+GO_CRASH = 2
+"""The exit status of a Go program its runtime stopped."""
+_GO_CRASH = re.compile(r"(fatal error: |runtime: |SIGSEGV|SIGBUS|unexpected signal)")
+"""How the runtime says so. At the memory limit it says ``fatal error: runtime: out of
+memory`` or ``… cannot allocate memory``, or (Go 1.26's collector, about one time in five
+on this machine) crashes with ``SIGSEGV: segmentation violation``; a policy has no other way
+to crash OPA's runtime, so each is the limit met."""
 _SHELL = "/bin/sh"
-_LIMITED = 'ulimit -v "$1" || exit 125; shift; exec "$@"'
+_LIMITED = 'ulimit -d "$1" || exit 125; shift; exec "$@"'
 _HOW_TO_FIX = "run `make setup` on this worker (it builds OPA) or set STACKFLOW_OPA_BIN"
 
 
@@ -145,7 +151,7 @@ def capabilities_file(opa: str) -> str:
 
 
 def memory_mb() -> int:
-    """The address space OPA may take, in MiB (``$STACKFLOW_POLICY_MEMORY_MB``)."""
+    """The memory OPA may map, in MiB (``$STACKFLOW_POLICY_MEMORY_MB``)."""
     raw = os.environ.get(MEMORY_VAR, "")
     try:
         value = int(raw) if raw else DEFAULT_MEMORY_MB
@@ -153,8 +159,8 @@ def memory_mb() -> int:
         raise PolicyEngineMissing(f"{MEMORY_VAR}={raw!r} is not a number of MiB") from None
     if value < MIN_MEMORY_MB:
         raise PolicyEngineMissing(
-            f"{MEMORY_VAR}={raw}: at least {MIN_MEMORY_MB} (OPA needs about 1.3 GiB of "
-            "address space to start; the default is {DEFAULT_MEMORY_MB})"
+            f"{MEMORY_VAR}={raw}: at least {MIN_MEMORY_MB} (MiB; the default is "
+            f"{DEFAULT_MEMORY_MB})"
         )
     return value
 
@@ -167,8 +173,14 @@ def _env(home: str, memory: int | None = None) -> dict[str, str]:
 
 
 def limited(cmd: list[str], memory: int) -> list[str]:
-    """``cmd`` started by ``/bin/sh`` after ``ulimit -v`` (RLIMIT_AS, in KiB): the limit is
-    set in the child, the shell replaced by ``cmd`` (a Go program ignores soft limits)."""
+    """``cmd`` started by ``/bin/sh`` after ``ulimit -d`` (RLIMIT_DATA, in KiB), the shell
+    then replaced by ``cmd``: the limit is set in the child, nothing runs in the worker
+    between fork and exec (a ``preexec_fn`` would, in a threaded process). RLIMIT_DATA
+    (Linux ≥ 4.7: every private writable mapping, where Go keeps its heap) and not
+    RLIMIT_AS: Go reserves address space it never uses, so that under ``ulimit -v`` the
+    same evaluation passed at 1,000,000 KiB and failed at 1,300,000 (6 runs of each),
+    where under ``ulimit -d`` it needs 100-150 MiB every time. GOMEMLIMIT (soft) is set
+    below it so the collector works harder before the hard limit is met."""
     return [_SHELL, "-c", _LIMITED, "stackflow-opa", str(memory * 1024), *cmd]
 
 
@@ -261,10 +273,11 @@ def evaluate(
     if proc.returncode != 0 or out.get("errors"):
         if not out.get("errors"):
             stderr = proc.stderr.decode(errors="replace")
-            if any(sign in stderr.lower() for sign in _OOM):
+            first = clean(stderr.strip().split("\n", 1)[0])
+            if proc.returncode == GO_CRASH and _GO_CRASH.match(first):
                 raise PolicyError(
-                    f"policies needed more than {memory} MiB of memory ({MEMORY_VAR}): "
-                    "OPA stopped, nothing was judged"
+                    f"policies stopped OPA at its memory limit of {memory} MiB ({MEMORY_VAR}: "
+                    f"raise it, or make the policies take less): {first}; nothing was judged"
                 )
             raise PolicyError(f"opa eval failed: {clean(stderr)}")
         raise PolicyError(_error_line(out, names, limit, bundle))
@@ -286,14 +299,15 @@ def evaluate(
 def evaluate_apart(
     bundles: Sequence[Sequence[Module]], input_body: bytes, timeout: float | None = None
 ) -> tuple[list[PolicyMessage], list[str]]:
-    """Each bundle's modules (the project's, the run's own) in an OPA evaluation of its
-    own, none seeing another's packages: every message of all of them (each naming its
-    policy and resource: any deny denies) and every policy's name."""
-    messages: list[PolicyMessage] = []
-    policies: list[str] = []
-    for modules in bundles:
-        if modules:
-            found, names = evaluate(modules, input_body, timeout)
-            messages.extend(found)
-            policies.extend(names)
+    """Each bundle's modules (the project's, the run's own) in an OPA process of its own,
+    side by side, none seeing another's packages: every message of all of them (each
+    naming its policy and resource: any deny denies) and every policy's name. The first
+    bundle that cannot be evaluated fails it all (PolicyError): never a partial pass."""
+    groups = [list(modules) for modules in bundles if modules]
+    if len(groups) <= 1:
+        return evaluate(groups[0], input_body, timeout) if groups else ([], [])
+    with ThreadPoolExecutor(max_workers=len(groups), thread_name_prefix="opa") as pool:
+        results = list(pool.map(lambda group: evaluate(group, input_body, timeout), groups))
+    messages = [m for found, _ in results for m in found]
+    policies = [p for _, names in results for p in names]
     return messages, policies

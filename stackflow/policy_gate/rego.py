@@ -77,7 +77,8 @@ _TOKEN = re.compile(
 def tokens(source: str) -> Iterator[Token]:
     """The module's tokens, whitespace and comments left out (an unterminated string runs
     to the end of its line: OPA says where it is wrong)."""
-    for match in _TOKEN.finditer(source):
+    start = 1 if source.startswith("\ufeff") else 0  # OPA skips a byte-order mark first
+    for match in _TOKEN.finditer(source, start):
         kind = match.lastgroup or "other"
         text = match.group()
         if kind in ("ws", "comment"):
@@ -94,8 +95,8 @@ _DATA = re.compile(
     r"""
     "(?:[^"\\\n]|\\.)*"? | `[^`]*`? | \#[^\n]*
     | (?P<data>(?<![A-Za-z0-9_.])data(?![A-Za-z0-9_])
-        (?:[ \t\r\n]*(?:\.[ \t\r\n]*[A-Za-z_][A-Za-z0-9_]*
-                       | \[[ \t\r\n]*(?:"(?:[^"\\\n]|\\.)*"|`[^`]*`)[ \t\r\n]*\]))*)
+        (?:\.[A-Za-z_][A-Za-z0-9_]*
+         | \[[ \t\r\n]*(?:"(?:[^"\\\n]|\\.)*"|`[^`]*`)[ \t\r\n]*\])*)
     """,
     re.X,
 )
@@ -105,14 +106,18 @@ def _punct(tok: Token, text: str) -> bool:
     return tok.kind == "punct" and tok.text == text
 
 
-def _segments(items: list[Token]) -> tuple[list[str], int]:
-    """The leading ``.ident`` / ``["string"]`` segments of ``items`` and how many tokens
-    they take (a dynamic segment ends the static part)."""
+def _segments(items: list[Token], end: int) -> tuple[list[str], int]:
+    """The leading ``.ident`` / ``["string"]`` segments of ``items`` that continue a
+    reference ending at offset ``end`` (OPA allows no whitespace before a ``.`` or a ``[``
+    nor after a ``.``), and how many tokens they take."""
     path: list[str] = []
     i = 0
-    while True:
+    while i < len(items) and items[i].start == end:
         if i + 1 < len(items) and _punct(items[i], ".") and items[i + 1].kind == "ident":
+            if items[i + 1].start != items[i].end:
+                break
             path.append(items[i + 1].text)
+            end = items[i + 1].end
             i += 2
         elif (
             i + 2 < len(items)
@@ -121,9 +126,11 @@ def _segments(items: list[Token]) -> tuple[list[str], int]:
             and _punct(items[i + 2], "]")
         ):
             path.append(items[i + 1].text)
+            end = items[i + 2].end
             i += 3
         else:
-            return path, i
+            break
+    return path, i
 
 
 def head(source: str) -> ModuleHead:
@@ -135,18 +142,19 @@ def head(source: str) -> ModuleHead:
     package, end = [first[1].text], first[1].end
     ahead = list(islice(stream, 3))
     while True:  # the package reference's segments, three tokens of lookahead at a time
-        more, used = _segments(ahead)
+        more, used = _segments(ahead, end)
         if not used:
             break
-        package.append(more[0])
-        end = ahead[2 if _punct(ahead[0], "[") else 1].end
         taken = 3 if _punct(ahead[0], "[") else 2
+        package.append(more[0])
+        end = ahead[taken - 1].end
         ahead = ahead[taken:] + list(islice(stream, taken))
     span = (first[1].start, end)
     refs = []
     for match in _DATA.finditer(source, end):
         if match.group("data"):
-            path, _ = _segments(list(tokens(match.group("data")))[1:])
+            found = list(tokens(match.group("data")))
+            path, _ = _segments(found[1:], found[0].end)
             refs.append(tuple(path))
     return ModuleHead(package=tuple(package), span=span, refs=tuple(refs))
 

@@ -11,16 +11,20 @@ A package is a reference: ``stackflow.lib`` and ``stackflow["lib"]`` are the sam
 does not start with a package, a package in :data:`RESERVED` (the gate's own namespace, where
 policies are evaluated: a module there would change another policy's rules), and a module
 that is neither a policy nor a library a policy reaches (it would never be evaluated: a
-silent pass)."""
+silent pass), and METADATA annotations declaring ``schemas`` (OPA's compiler loads what
+their ``$ref`` names, whatever the capabilities: a worker file, a URL)."""
 
 from __future__ import annotations
 
 import contextlib
 import json
 import re
+from bisect import bisect_right
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from itertools import islice
+
+import yaml
 
 POLICY_PACKAGE: tuple[str, ...] = ("stackflow",)
 RESERVED = "stackflow_gate"
@@ -159,6 +163,48 @@ def head(source: str) -> ModuleHead:
     return ModuleHead(package=tuple(package), span=span, refs=tuple(refs))
 
 
+_COMMENT = re.compile(r"""(?:"(?:[^"\\\n]|\\.)*"?|`[^`]*`?)|\#(?P<text>[^\n]*)""")
+
+
+def annotation_problem(source: str) -> str | None:
+    """Why a module's METADATA annotations cannot be evaluated (None: they can). A
+    ``schemas`` annotation makes OPA's compiler load every ``$ref`` it names, whatever the
+    capabilities: a worker file (``file:///…``, its first bytes in the error) or a URL. A
+    block is found as OPA finds one: a comment whose text starts with ``METADATA``, then the
+    comments at the start of each following line."""
+    blocks: list[tuple[int, list[str]]] = []
+    rows = [0]  # offsets where rows start
+    rows.extend(i + 1 for i, ch in enumerate(source) if ch == "\n")
+    last_row = -2
+    current: list[str] | None = None
+    for match in _COMMENT.finditer(source):
+        text = match.group("text")
+        if text is None:
+            continue
+        row = bisect_right(rows, match.start()) - 1
+        at_line_start = match.start() == rows[row]
+        if current is not None and row == last_row + 1 and at_line_start:
+            current.append(text.rstrip("\r"))
+        elif text.strip().startswith("METADATA"):
+            current = []
+            blocks.append((row + 1, current))
+        else:
+            current = None
+        last_row = row
+    for row, lines in blocks:
+        body = "\n".join(lines)
+        try:
+            parsed = yaml.safe_load(body)
+        except yaml.YAMLError:
+            return f"row {row}: a METADATA block that is not YAML"
+        if (isinstance(parsed, dict) and "schemas" in parsed) or "schemas" in body.lower():
+            return (
+                f"row {row}: METADATA declares schemas, which OPA would load from the files "
+                "or URLs they name: remove them (policies read the input document as is)"
+            )
+    return None
+
+
 def _touches(ref: Path, package: Path) -> bool:
     """``ref`` reads (part of) ``package``: one is a prefix of the other."""
     shorter = min(len(ref), len(package))
@@ -179,6 +225,9 @@ def layout(modules: Mapping[str, str]) -> dict[str, ModuleHead]:
             found = head(source)
         except RegoLayoutError as exc:
             raise RegoLayoutError(f"{name}: {exc}") from None
+        problem = annotation_problem(source)
+        if problem is not None:
+            raise RegoLayoutError(f"{name}: {problem}")
         if found.package[0] == RESERVED:
             raise RegoLayoutError(
                 f"{name}: package {dotted(found.package)} is reserved for the policy gate "

@@ -20,12 +20,13 @@ from pathlib import Path
 import pytest
 
 from stackflow.errors import SpecError
-from stackflow.policy_gate.bundle import PolicyBundle, load_bundle_dir
+from stackflow.policy_gate.bundle import PolicyBundle, load_bundle_dir, problem_of
 from stackflow.policy_gate.decision import Outcome, PolicyDecision, PolicyMessage
 from stackflow.policy_gate.engine import (
     MEMORY_VAR,
     Module,
     PolicyError,
+    capabilities_file,
     evaluate,
     evaluate_apart,
 )
@@ -317,3 +318,42 @@ def test_a_policy_past_the_memory_limit_fails_the_gate_at_once(
     # the same limit lets an ordinary bundle through
     decision = decide(project())
     assert decision.outcome == Outcome.denied and os.environ[MEMORY_VAR] == "256"
+
+
+@pytest.mark.parametrize(
+    "annotation",
+    [
+        '# METADATA\n# schemas:\n#   - input: {"$ref": "file://SECRET"}\n',
+        '#METADATA\r\n#schemas:\r\n#  - input.who: {"$ref": "file://SECRET"}\r\n',
+        '# METADATA\n# "\\x73chemas":\n#   - input: {"\\x24ref": "file://SECRET"}\n',  # escaped
+        '# METADATA\n# schemas:\n#   - input: {"$ref": "http://127.0.0.1:9/schema.json"}\n',
+    ],
+)
+def test_a_metadata_schema_naming_a_worker_file_or_url_is_refused(
+    opa: str, schema_file: Path, tmp_path: Path, annotation: str
+) -> None:
+    """OPA's compiler loads a ``schemas`` annotation's ``$ref`` file whatever the
+    capabilities (the file's first bytes come back in the error): refused before OPA."""
+    policy = annotation.replace("SECRET", str(schema_file)) + (
+        "package stackflow\n\ndeny contains input.who if true\n"
+    )
+    with pytest.raises(ValueError) as refused:  # as the API and the CLI take a bundle
+        PolicyBundle(modules={"run/a.rego": policy})
+    assert problem_of(refused.value).startswith("run/a.rego: row 1: METADATA declares schemas")
+    with pytest.raises(PolicyError) as caught:
+        evaluate([Module(policy="run/a.rego", source=policy)], INPUT)
+    assert "METADATA declares schemas" in str(caught.value)
+    assert SCHEMA_SECRET not in str(caught.value)
+
+    # the control: OPA itself, whatever the capabilities, opens what the $ref names
+    missing = annotation.replace("SECRET", str(tmp_path / "missing.json"))
+    (tmp_path / "a.rego").write_text(missing + "package stackflow\n\ndeny contains 1 if true\n")
+    cmd = [opa, "eval", "--format", "json", "--capabilities", capabilities_file(opa)]
+    cmd += ["--data", str(tmp_path / "a.rego"), "--stdin-input", "data.stackflow.deny"]
+    loaded = subprocess.run(cmd, input=INPUT, capture_output=True, timeout=60, check=False)
+    said = (loaded.stdout + loaded.stderr).decode()
+    assert "unable to compile the schema" in said, said
+    if "http" in annotation:
+        assert "remote reference loading disabled" in said  # allow_net: [] holds for URLs
+    else:  # but not for files
+        assert f"open {tmp_path / 'missing.json'}: no such file or directory" in said

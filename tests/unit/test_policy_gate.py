@@ -24,6 +24,7 @@ from stackflow.policy_gate.decision import (
     Rule,
     messages_of,
 )
+from stackflow.policy_gate.engine import MEMORY_VAR, PolicyEngineMissing, limited, memory_mb
 from stackflow.policy_gate.rego import RegoLayoutError, layout
 
 MODULE = "package stackflow\n"
@@ -254,3 +255,31 @@ def test_a_stored_bundle_that_is_no_longer_one_fails_naming_the_module() -> None
 
     with pytest.raises(SpecError, match=r"policy bundle sha256:1+: b\.rego: package x is not"):
         fetch_bundle(Blobs(), "sha256:" + "1" * 64)  # type: ignore[arg-type]
+
+
+def test_opas_memory_limit_is_set_in_the_child_before_exec(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(MEMORY_VAR, raising=False)
+    assert memory_mb() == 1024
+    cmd = limited(["/opt/opa", "eval", "x y"], memory_mb())
+    assert cmd[:2] == ["/bin/sh", "-c"] and "ulimit -d" in cmd[2] and 'exec "$@"' in cmd[2]
+    assert cmd[4:] == [str(1024 * 1024), "/opt/opa", "eval", "x y"]  # KiB, then OPA as given
+    for bad, problem in [("lots", "is not a number of MiB"), ("64", "at least 128")]:
+        monkeypatch.setenv(MEMORY_VAR, bad)
+        with pytest.raises(PolicyEngineMissing, match=f"{MEMORY_VAR}=.*{problem}"):
+            memory_mb()
+
+
+def test_metadata_without_schemas_is_kept_and_with_them_refused() -> None:
+    titled = "# METADATA\n# title: images\n# custom:\n#   severity: high\npackage stackflow\n"
+    assert layout({"a.rego": titled})["a.rego"].is_policy
+    in_a_string = 'package stackflow\n\nx := "# METADATA"\n# schemas: []\n'
+    assert layout({"a.rego": in_a_string})["a.rego"].is_policy
+    for text in (
+        "package stackflow\n# METADATA\n# schemas:\n#  - input: {}\ndeny contains 1 if true\n",
+        '# METADATAX\r\n# "\\x73chemas": []\r\npackage stackflow\r\n',
+        "# METADATA\n# title: [unclosed\npackage stackflow\n",
+    ):
+        with pytest.raises(RegoLayoutError, match=r"^a\.rego: row \d: (METADATA declares|a META)"):
+            layout({"a.rego": text})

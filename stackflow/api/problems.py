@@ -115,7 +115,7 @@ def validation_detail(exc: RequestValidationError) -> tuple[int, str]:
     if first.get("type") == "json_invalid":
         ctx = first.get("ctx") or {}
         return 400, f"the body is not valid JSON: {ctx.get('error', first.get('msg'))}"
-    msg = str(first.get("msg", "invalid"))
+    msg = str(first.get("msg", "invalid")).removeprefix("Value error, ")
     if first.get("type") == "extra_forbidden":
         msg = "unknown field"
     if first.get("type") == "missing" and loc and loc[0] == "header":

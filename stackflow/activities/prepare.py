@@ -145,7 +145,7 @@ class PrepareActivities:
         if binding is not None:
             found.append(BundleRef(scope="project", digest=binding.digest))
         if request.policy_ref is not None:
-            fetch_bundle(self.backend, request.policy_ref)  # SpecError when it is not there
+            fetch_bundle(self.backend, request.policy_ref)  # SpecError: missing, or not one
             found.append(BundleRef(scope="run", digest=request.policy_ref))
         return found
 

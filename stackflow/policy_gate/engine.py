@@ -13,7 +13,8 @@ Within a bundle each module in ``package stackflow`` is one *policy*: it is eval
 package of its own (``stackflow_gate.p<N>``, the package reference rewritten in place so
 error rows stay true), which is how every message names the policy it came from. Modules in
 other packages (``package stackflow.lib``) are libraries the bundle's policies import; a
-module that is neither, or that declares ``stackflow_gate``, is refused
+module that is neither, that declares ``stackflow_gate``, or whose METADATA declares
+``schemas`` (the compiler would load their ``$ref``: a worker file) is refused
 (:func:`stackflow.policy_gate.rego.layout`). OPA runs with a capabilities file that leaves
 out every built-in that reaches the network, the worker or its files (``http.send``,
 ``net.lookup_ip_addr``, ``opa.runtime``, ``json.match_schema`` and ``json.verify_schema``,

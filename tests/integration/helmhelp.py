@@ -116,7 +116,8 @@ def write_verbs(rules: Iterable[Obj]) -> set[str]:
 
 @dataclass(frozen=True)
 class Pod:
-    """A pod as NetworkPolicies see it: namespace, labels, address."""
+    """A pod as NetworkPolicies see it: namespace, labels, address (namespace "": an address
+    outside the cluster, which only ipBlock peers match)."""
 
     namespace: str
     labels: Mapping[str, str] = field(default_factory=dict)
@@ -146,6 +147,8 @@ def _peer_matches(peer: Obj, pod: Pod, policy_namespace: str) -> bool:
         ip = ipaddress.ip_address(pod.ip)
         nets = [ipaddress.ip_network(c) for c in block.get("except") or []]
         return ip in ipaddress.ip_network(block["cidr"]) and not any(ip in n for n in nets)
+    if not pod.namespace:
+        return False
     if "namespaceSelector" in peer:
         ns_labels = {"kubernetes.io/metadata.name": pod.namespace}
         if not selects(peer["namespaceSelector"], ns_labels):

@@ -1,16 +1,16 @@
 """The Helm chart (deploy/helm/stackflow) with the real tools and the dev kube-apiserver.
 
-`helm lint`, then `helm template` with the default values and with every optional part on
+`helm lint`, then `helm template` with the default values, with every optional part on
 (ci/all-values.yaml: all four workers, metrics, KEDA ScaledObjects and an HPA, kubeconfigs,
-codec OIDC), each render checked by `kubeconform -strict` against schemas written from the dev
-API server's own OpenAPI (scripts/kube_schemas.py; KEDA's ScaledObject from its CRD in the
-KEDA module) and by `kubectl apply --dry-run=server --validate=strict` into a namespace made
-for the test (the ScaledObject CRD installed for it, unless the cluster has it, and removed
-after). Then properties of the rendered objects: security contexts, one runtime per worker,
-RBAC for the Kubernetes worker only, no secret value anywhere, the grace period.
-
-helm, kubeconform and the KEDA CRDs come from `scripts/setup.sh` (helm, kubeconform,
-keda-crds); where scripts/lib.sh puts them is asked from scripts/lib.sh itself.
+codec OIDC, NetworkPolicies with egress restricted and the database and Redis policies, a Role
+in a target namespace) and with cluster-wide RBAC, each render checked by `kubeconform
+-strict` against schemas written from the dev API server's own OpenAPI
+(scripts/kube_schemas.py; KEDA's ScaledObject from its CRD in the KEDA module) and by
+`kubectl apply --dry-run=server --validate=strict` into a namespace made for the test (the
+ScaledObject CRD installed for it, unless the cluster has it, and removed after). Then
+properties of the rendered objects: security contexts, one runtime per worker, RBAC for the
+Kubernetes worker only, no secret value anywhere, the grace period. RBAC, NetworkPolicies and
+secret refusals in depth: test_helm_least_privilege.py.
 """
 
 from __future__ import annotations
@@ -142,6 +142,9 @@ def test_both_renders_pass_kubeconform_strict(
             kubeconform(path),
         )
     assert len(renders["all"].of_kind("ScaledObject")) == 3  # checked against KEDA's CRD too
+    # NetworkPolicies too: default-deny, API, codec (+ metrics, database, Redis, egress ones)
+    assert len(renders["default"].of_kind("NetworkPolicy")) == 3
+    assert len(renders["all"].of_kind("NetworkPolicy")) == 13
 
     # the schemas are strict: one unknown field in a pod spec and one in a ScaledObject fail
     bad = tmp_path / "bad.yaml"

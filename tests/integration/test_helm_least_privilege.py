@@ -45,7 +45,14 @@ from tests.integration.helmhelp import (
     selects,
     write_verbs,
 )
-from tests.integration.kubehelp import config_map, deployment, namespace, request, secret
+from tests.integration.kubehelp import (
+    config_map,
+    deployment,
+    namespace,
+    request,
+    secret,
+    widget,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -219,7 +226,7 @@ def token_kubeconfig(tools: Tools, release: str, path: Path) -> str:
 
 
 def can_i(tools: Tools, release: str, verb: str, resource: str, namespace: str = "") -> bool:
-    where = ["-n", namespace] if namespace else []
+    where = ["-n", namespace] if namespace else ["--all-namespaces"]
     as_worker = f"--as=system:serviceaccount:{release}:{SA}"
     proc = run(tools.kubectl, "auth", "can-i", verb, resource, *where, as_worker, check=False)
     assert proc.stdout.strip() in ("yes", "no"), proc.stdout + proc.stderr
@@ -301,6 +308,13 @@ async def test_the_rendered_worker_works_in_its_namespace_and_writes_nowhere_els
         for obj in objs:
             await rt.delete(request(obj), opts)
             assert await rt.read(request(obj), opts) is None
+
+        # a kind nothing serves fails at once, naming why (the read-only ClusterRole: CRDs)
+        with pytest.raises(InvalidInput) as caught:
+            await rt.apply(
+                request(widget(f"rbac{uuid.uuid4().hex[:6]}.io", target, "w", "red")), opts
+            )
+        assert "no CustomResourceDefinition defines kind Widget" in str(caught.value)
 
         refusals = [
             (rt.apply, config_map(other, "settings", {"mode": "fast"})),

@@ -482,13 +482,21 @@ def test_a_secret_value_in_extra_env_is_refused(
     assert PLANTED not in stderr
 
 
-def test_a_password_in_the_tracing_endpoint_is_refused(tools: Tools) -> None:
-    stderr = refused(
-        tools,
-        *("--set", "tracing.enabled=true"),
-        *("--set", f"tracing.endpoint=https://otel:{PLANTED}@collector:4318"),
-    )
-    assert "tracing.endpoint: a URL with a password" in stderr
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["tracing.enabled=true", f"tracing.endpoint=https://otel:{PLANTED}@collector:4318"],
+        [
+            "codec.oidc.issuer=https://idp",
+            "codec.oidc.audience=ui",
+            f"codec.oidc.jwksUrl=https://u:{PLANTED}@idp/keys",
+        ],
+    ],
+)
+def test_a_password_in_a_plain_url_value_is_refused(tools: Tools, args: list[str]) -> None:
+    where = args[-1].partition("=")[0]
+    stderr = refused(tools, *(a for arg in args for a in ("--set", arg)))
+    assert f"{where}: a URL with a password" in stderr, stderr
     assert PLANTED not in stderr
 
 

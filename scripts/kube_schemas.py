@@ -42,8 +42,10 @@ DEFAULT_GROUP_VERSIONS = (
     "apis/policy/v1",
     "apis/rbac.authorization.k8s.io/v1",
     "apis/autoscaling/v2",
+    "apis/networking.k8s.io/v1",
 )
-"""What the Helm chart renders: Deployments, Services, ServiceAccounts, PDBs, RBAC, HPAs."""
+"""What the Helm chart renders: Deployments, Services, ServiceAccounts, PDBs, RBAC, HPAs,
+NetworkPolicies."""
 
 REF_PREFIX = "#/components/schemas/"
 

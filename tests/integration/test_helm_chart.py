@@ -1,92 +1,54 @@
 """The Helm chart (deploy/helm/stackflow) with the real tools and the dev kube-apiserver.
 
-`helm lint`, then `helm template` with the default values and with every optional part on
+`helm lint`, then `helm template` with the default values, with every optional part on
 (ci/all-values.yaml: all four workers, metrics, KEDA ScaledObjects and an HPA, kubeconfigs,
-codec OIDC), each render checked by `kubeconform -strict` against schemas written from the dev
-API server's own OpenAPI (scripts/kube_schemas.py; KEDA's ScaledObject from its CRD in the
-KEDA module) and by `kubectl apply --dry-run=server --validate=strict` into a namespace made
-for the test (the ScaledObject CRD installed for it, unless the cluster has it, and removed
-after). Then properties of the rendered objects: security contexts, one runtime per worker,
-RBAC for the Kubernetes worker only, no secret value anywhere, the grace period.
-
-helm, kubeconform and the KEDA CRDs come from `scripts/setup.sh` (helm, kubeconform,
-keda-crds); where scripts/lib.sh puts them is asked from scripts/lib.sh itself.
+codec OIDC, NetworkPolicies with egress restricted and the database and Redis policies, a Role
+in a target namespace) and with cluster-wide RBAC, each render checked by `kubeconform
+-strict` against schemas written from the dev API server's own OpenAPI
+(scripts/kube_schemas.py; KEDA's ScaledObject from its CRD in the KEDA module) and by
+`kubectl apply --dry-run=server --validate=strict` into a namespace made for the test (the
+ScaledObject CRD installed for it, unless the cluster has it, and removed after). Then
+properties of the rendered objects: security contexts, one runtime per worker, RBAC for the
+Kubernetes worker only, no secret value anywhere, the grace period. RBAC, NetworkPolicies and
+secret refusals in depth: test_helm_least_privilege.py.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
 
 from stackflow.worker import GRACEFUL_SHUTDOWN
 from stackflow.workflows.common import RESOURCE_HEARTBEAT
 from tests.integration.conftest import REPO, require_env
+from tests.integration.helmhelp import (
+    ALL_VALUES,
+    CHART,
+    Obj,
+    Render,
+    Tools,
+    find_tools,
+    granted,
+    helm_template,
+    run,
+    write_verbs,
+)
 
 pytestmark = pytest.mark.integration
 
-CHART = REPO / "deploy" / "helm" / "stackflow"
-ALL_VALUES = CHART / "ci" / "all-values.yaml"
 RUNTIMES = ("kubernetes", "terraform", "onprem")
 SCHEMA_LOCATION = "{{ .ResourceKind }}{{ .KindSuffix }}.json"
-Obj = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Tools:
-    helm: str
-    kubeconform: str
-    kubectl: str
-    keda_crd: Path
-
-
-@dataclass(frozen=True)
-class Render:
-    text: str
-    objects: list[Obj]
-
-    def of_kind(self, kind: str) -> list[Obj]:
-        return [o for o in self.objects if o["kind"] == kind]
-
-    def named(self, kind: str, name: str) -> Obj:
-        [found] = [o for o in self.of_kind(kind) if o["metadata"]["name"] == name]
-        return found
-
-
-def run(*args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=timeout, cwd=REPO)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"{' '.join(args[:3])}… exit {proc.returncode}: {proc.stderr}")
-    return proc
 
 
 @pytest.fixture(scope="module")
 def tools() -> Tools:
-    lib = run(
-        "bash",
-        "-c",
-        'source scripts/lib.sh && printf "%s\\n" "$HELM_BIN_DIR" "$KUBECONFORM_BIN_DIR" '
-        '"$KEDA_CRD_DIR"',
-    ).stdout.split()
-    helm, kubeconform = f"{lib[0]}/helm", f"{lib[1]}/kubeconform"
-    keda_crd = Path(lib[2]) / "keda.sh_scaledobjects.yaml"
-    for path in (helm, kubeconform, keda_crd):
-        if not Path(path).exists():
-            pytest.fail(
-                f"{path} is missing: run `scripts/setup.sh helm kubeconform keda-crds` "
-                "(or `make setup`)",
-                pytrace=False,
-            )
-    return Tools(helm, kubeconform, require_env("STACKFLOW_KUBECTL"), keda_crd)
+    return find_tools()
 
 
 @pytest.fixture(scope="module")
@@ -98,23 +60,22 @@ def namespace(tools: Tools) -> Iterator[str]:
     run(tools.kubectl, "delete", "namespace", name, "--wait=false", check=False)
 
 
-def helm_template(tools: Tools, namespace: str, *args: str) -> Render:
-    text = run(tools.helm, "template", "rel", str(CHART), "--namespace", namespace, *args).stdout
-    return Render(text, [o for o in yaml.safe_load_all(text) if o])
-
-
 @pytest.fixture(scope="module")
 def renders(tools: Tools, namespace: str) -> dict[str, Render]:
     return {
         "default": helm_template(tools, namespace),
-        # RoleBindings in the test's namespace (ClusterRoleBinding: the default render)
+        # a Role and RoleBinding in the test's namespace (the default render: none)
         "all": helm_template(
             tools,
             namespace,
             "-f",
             str(ALL_VALUES),
             "--set",
-            f"workers.kubernetes.rbac.namespaces={{{namespace}}}",
+            f"workers.kubernetes.rbac.targetNamespaces={{{namespace}}}",
+        ),
+        # the explicit opt-in to cluster-wide write rights
+        "clusterwide": helm_template(
+            tools, namespace, "--set", "workers.kubernetes.rbac.clusterWide=true"
         ),
     }
 
@@ -181,6 +142,9 @@ def test_both_renders_pass_kubeconform_strict(
             kubeconform(path),
         )
     assert len(renders["all"].of_kind("ScaledObject")) == 3  # checked against KEDA's CRD too
+    # NetworkPolicies too: default-deny, API, codec (+ metrics, database, Redis, egress ones)
+    assert len(renders["default"].of_kind("NetworkPolicy")) == 3
+    assert len(renders["all"].of_kind("NetworkPolicy")) == 13
 
     # the schemas are strict: one unknown field in a pod spec and one in a ScaledObject fail
     bad = tmp_path / "bad.yaml"
@@ -304,33 +268,41 @@ def test_each_worker_serves_one_runtime_queue_with_only_its_own_access(
             names = {e["name"] for e in container["env"]}
             assert "STACKFLOW_WORKER_BUILD_ID" not in names
             assert "STACKFLOW_TRACING" not in names  # tracing is off by default
-    # RBAC: bound to the Kubernetes worker's ServiceAccount only
-    for binding in render.of_kind("RoleBinding") + renders["default"].of_kind("ClusterRoleBinding"):
-        [subject] = binding["subjects"]
-        assert subject["name"] == "rel-stackflow-worker-kubernetes"
+    # RBAC: bound to the Kubernetes worker's ServiceAccount only, never to RBAC objects
+    for r in renders.values():
+        for binding in r.of_kind("RoleBinding") + r.of_kind("ClusterRoleBinding"):
+            [subject] = binding["subjects"]
+            assert subject["name"] == "rel-stackflow-worker-kubernetes"
+            assert not any("rbac.authorization.k8s.io" in g for g in _groups(granted(r, binding)))
     accounts = {a["metadata"]["name"]: a for a in render.of_kind("ServiceAccount")}
     assert len(accounts) == 6
     for name, account in accounts.items():
         assert account["automountServiceAccountToken"] is name.endswith("worker-kubernetes")
-    [role] = renders["default"].of_kind("ClusterRole")
-    verbs = {v for rule in role["rules"] for v in rule["verbs"]}
-    assert verbs == {"get", "list", "create", "patch", "delete"}
-    assert not any("rbac.authorization.k8s.io" in rule["apiGroups"] for rule in role["rules"])
+    # writes only in the target namespace (test_helm_least_privilege.py has the rest)
+    [binding] = render.of_kind("RoleBinding")
+    assert write_verbs(granted(render, binding)) == {"create", "patch", "delete"}
+    assert not any(write_verbs(granted(render, b)) for b in render.of_kind("ClusterRoleBinding"))
 
 
-SENSITIVE_ENV = re.compile(r"(STATE_URL|REDIS_URL|TOKEN|PASSWORD|SECRET|CREDENTIALS)$|_KEY$")
+def _groups(rules: list[Obj]) -> list[str]:
+    return [group for rule in rules for group in rule.get("apiGroups", [])]
+
+
+SENSITIVE_ENV = re.compile(
+    r"(TOKEN|PASSWORD|SECRET|CREDENTIALS|_KEY|KEY_DATA|HEADERS|STATE_URL|REDIS_URL)$", re.I
+)
 
 
 def test_no_secret_values_are_rendered(
     tools: Tools, renders: dict[str, Render], namespace: str
 ) -> None:
     for name, render in renders.items():
-        assert not render.of_kind("Secret"), name
+        assert not render.of_kind("Secret") and not render.of_kind("ConfigMap"), name
         assert not re.search(r"(postgres(ql)?|redis)://", render.text), name
         for deployment in render.of_kind("Deployment"):
             [container] = deployment["spec"]["template"]["spec"]["containers"]
             for env in container["env"]:
-                if SENSITIVE_ENV.search(env["name"]):
+                if SENSITIVE_ENV.search(env["name"]) and not env.get("value", "").startswith("/"):
                     assert set(env) == {"name", "valueFrom"}, (name, env)
                     assert "secretKeyRef" in env["valueFrom"], (name, env)
     # nowhere to put one: a value beside a Secret's name is refused by the values schema

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,10 +101,19 @@ def schemas(tools: Tools, tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def scaledobject_crd(tools: Tools) -> Iterator[None]:
     name = "scaledobjects.keda.sh"
+    # A CRD that an earlier session deleted with --wait=false may still be terminating: it is
+    # listed, but serves no create. Wait for it to go before deciding whether it is there.
+    run(tools.kubectl, "wait", "--for=delete", f"crd/{name}", "--timeout=60s", check=False)
     there = run(tools.kubectl, "get", "crd", name, check=False).returncode == 0
     if not there:
         run(tools.kubectl, "apply", "--server-side", "-f", str(tools.keda_crd))
-        run(tools.kubectl, "wait", "--for=condition=Established", f"crd/{name}", "--timeout=30s")
+    run(tools.kubectl, "wait", "--for=condition=Established", f"crd/{name}", "--timeout=30s")
+    # Established is the CRD's condition; the resource is served once discovery lists it (a
+    # POST before that is "could not find the requested resource"): wait for that too.
+    deadline = time.monotonic() + 30
+    while run(tools.kubectl, "get", name, "-A", check=False).returncode != 0:
+        assert time.monotonic() < deadline, f"{name} is Established but not served after 30 s"
+        time.sleep(0.2)
     yield
     if not there:
         run(tools.kubectl, "delete", "crd", name, "--wait=false", check=False)

@@ -461,6 +461,41 @@ def read_directory(
         return commit, files
 
 
+def push_refusal(url: str, ref: str, commit: str, last: str | None, cache: Path) -> str | None:
+    """Why a delivery of ``commit`` for the branch ``ref`` of ``url`` must start nothing
+    (None when it may): it must be the branch's head now, as the host says (the branch
+    fetched, bounded like every fetch), or on the branch and newer than ``last``, the
+    commit the last delivery ran (a quick second push may be delivered first). A captured
+    delivery replayed later carries neither."""
+    from dulwich.graph import can_fast_forward
+
+    branch = branch_ref(ref)
+    with _cached_repo(url, cache) as repo:
+        head = _fetch(url, repo, branch)
+        if head is None:
+            return f"{branch.decode()} is not on {url} any more: nothing started"
+        if head.decode() == commit:
+            return None
+        store = repo.object_store
+        wanted: Any = commit.encode()
+        known: Any = (last or "").encode()
+        tip: Any = head
+        if (
+            last
+            and last != commit
+            and wanted in store
+            and known in store
+            and can_fast_forward(repo, known, wanted)
+            and can_fast_forward(repo, wanted, tip)
+        ):
+            return None
+        newer = f" nor newer than {last[:12]}, the last commit a delivery ran" if last else ""
+        return (
+            f"commit {commit[:12]} is not the head of {branch.decode()} (now "
+            f"{head.decode()[:12]}){newer}: an old delivery, replayed or late; nothing started"
+        )
+
+
 def git_cache() -> Path:
     """Where a worker keeps the repositories it fetched (a cache)."""
     from stackflow.config import stackflow_home

@@ -89,7 +89,7 @@ class PackSink:
         if self.size > self.limits.pack_bytes:
             raise FetchRefused(
                 f"git source {self.url}: the pack is over {mib(self.limits.pack_bytes)} "
-                f"({MAX_PACK_ENV} of the worker); fetch stopped"
+                f"({MAX_PACK_ENV}); fetch stopped"
             )
         self.check_time()
         self.file.write(data)

@@ -249,7 +249,7 @@ def _fetch(
     def too_slow() -> Exception:
         return SourceUnavailable(
             f"git source {url}: the fetch took over {limits.seconds:g} s "
-            f"({FETCH_TIMEOUT_ENV} of the worker); stopped"
+            f"({FETCH_TIMEOUT_ENV}); stopped"
         )
 
     client: Any
@@ -320,7 +320,7 @@ def _fetch(
     except HTTPUnauthorized:
         raise SpecError(
             f"git source {url}: the host refused the credentials "
-            f"({CREDENTIALS_ENV} of the worker names them)"
+            f"({CREDENTIALS_ENV} names them: on the worker, and on the API for webhooks)"
         ) from None
     except NotGitRepository as err:
         text = " ".join(str(err).split())[:300]

@@ -56,8 +56,8 @@ def test_a_pack_over_the_limit_fails_with_one_line(
         with pytest.raises(SpecError) as err:
             read_spec_file(at, tmp_path / "cache", "main")
         assert str(err.value) == (
-            f"git source {git.url}: the pack is over 1 MiB (STACKFLOW_GIT_MAX_PACK_BYTES of "
-            "the worker); fetch stopped"
+            f"git source {git.url}: the pack is over 1 MiB (STACKFLOW_GIT_MAX_PACK_BYTES); "
+            "fetch stopped"
         )
         # nothing half-fetched is kept: the next fetch, within a larger limit, reads it
         monkeypatch.setenv("STACKFLOW_GIT_MAX_PACK_BYTES", str(8 * 2**20))

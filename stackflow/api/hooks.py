@@ -8,7 +8,9 @@ For each stack it verifies: a push to another branch, a branch deletion, or comm
 not touch the spec file are ignored, saying why; otherwise the stack's run (apply or preview,
 per binding) of the pushed commit starts with the Idempotency-Key ``git:<commit>``, so a
 redelivery of the same delivery, concurrent or later, and the same commit pushed again, are
-that one run (within the API's 24-hour key window).
+that one run (within the API's 24-hour key window). A delivery whose commit is neither the
+branch's head nor newer than the last one a delivery ran for the stack (a captured delivery
+replayed later) starts nothing: :mod:`stackflow.api.hook_replay`, a 409 ``stale-delivery``.
 """
 
 from __future__ import annotations

@@ -155,28 +155,32 @@ def test_a_signed_push_applies_that_commit_exactly_once(
         assert told.status_code == 200, told.text
         assert [r["run_id"] for r in told.json()["runs"]] == [run["run_id"]]
 
-        # a run of an exact commit through the API: a preview of an earlier commit of the
-        # bound branch; one of another branch is fetched by its id only where the host
-        # serves commits by id (GitHub, git's protocol v2): this one does not, one line
+        # a run of an exact commit through the API: the worker fetches the bound branch, then
+        # a commit not on it by its id, where the host serves it (a branch's tip here; any
+        # commit on GitHub or with git's protocol v2): an earlier commit of main and the
+        # feature branch's tip are previewed, a commit below another branch's tip is one line
         older = git.commit({"deploy/spec.yaml": spec_text(root, "port = 3\n")}, "c")
         git.commit({"README.md": "more docs\n"}, "docs again")
+        for exact in (older, other):
+            r = http.post(
+                f"{base}/runs",
+                json={"operation": "preview", "commit": exact},
+                headers=auth("operator"),
+            )
+            assert r.status_code == 201, r.text
+            done = wait_run(http, r.json()["status_url"], lambda v: v["status"] != "running")
+            assert done["status"] == "completed" and done["summary"]["Update"] == 1, done
+        below = git.commit({"deploy/spec.yaml": spec_text(root, "port = 4\n")}, "d", "feature")
+        git.commit({"deploy/spec.yaml": spec_text(root, "port = 5\n")}, "e", "feature")
         r = http.post(
             f"{base}/runs",
-            json={"operation": "preview", "commit": older},
-            headers=auth("operator"),
-        )
-        assert r.status_code == 201, r.text
-        done = wait_run(http, r.json()["status_url"], lambda v: v["status"] != "running")
-        assert done["status"] == "completed" and done["summary"]["Update"] == 1, done
-        r = http.post(
-            f"{base}/runs",
-            json={"operation": "preview", "commit": other},
+            json={"operation": "preview", "commit": below},
             headers=auth("operator"),
         )
         assert r.status_code == 201, r.text
         done = wait_run(http, r.json()["status_url"], lambda v: v["status"] != "running")
         assert done["status"] == "failed", done
-        assert f"commit {other} is not in the repository's refs/heads/main" in done["error"]
+        assert f"commit {below} is not in the repository's refs/heads/main" in done["error"]
         assert "the host serves no other commit by id" in done["error"]
         missing = "f" * 40
         r = http.post(

@@ -20,6 +20,7 @@ from temporalio.converter import DataConverter, PayloadCodec
 from temporalio.exceptions import ApplicationError, FailureError
 
 from stackflow.crypto import KeyRing
+from stackflow.errors import StackflowError
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +30,47 @@ MIN_SIZE = 16 * 1024
 they are in the Temporal UI and `temporal workflow show/result`; big specs are compressed."""
 PAYLOAD_LIMIT = 2 * 1024 * 1024
 """Temporal's default limit for one payload (blob size limit)."""
+INFLATE_LIMIT = 128 * 1024 * 1024
+"""Most bytes the compressed payloads of one decode call inflate to, together. What this
+codec writes fits Temporal's payload limit compressed (a spec over the budget goes to the
+state backend instead), so real payloads stay far below it; a zlib bomb (a few hundred KB
+that inflate to gigabytes) stops here, never held in memory."""
+
+
+class PayloadTooLarge(StackflowError):
+    """A compressed payload inflates past :data:`INFLATE_LIMIT`."""
+
+    exit_code = 2
+
+
+INFLATE_CHUNK = 1024 * 1024
+
+
+def inflate(data: bytes, limit: int) -> bytes:
+    """``data`` decompressed (zlib) when it inflates to at most ``limit`` bytes; else
+    PayloadTooLarge, found by inflating a chunk at a time and counting, so a bomb costs a
+    chunk of memory, never its size. zlib.error when it is not zlib."""
+    inflater = zlib.decompressobj()
+    size, pending = 0, data
+    while pending:
+        size += len(inflater.decompress(pending, INFLATE_CHUNK))
+        pending = inflater.unconsumed_tail
+        if size > limit:
+            raise PayloadTooLarge(f"a compressed payload inflates to over {limit // 2**20} MiB")
+    if size + len(inflater.flush()) > limit:  # what zlib held back once the input ran out
+        raise PayloadTooLarge(f"a compressed payload inflates to over {limit // 2**20} MiB")
+    return zlib.decompress(data)
 
 
 class CompressionCodec(PayloadCodec):
+    """zlib over payloads of :data:`MIN_SIZE` and more. Decoding inflates at most
+    ``limit`` bytes per call: past it a payload is left as it came (a worker's converter
+    then refuses it, see :class:`PayloadConverter`), or, ``strict`` (the codec server),
+    PayloadTooLarge is raised."""
+
+    def __init__(self, limit: int = INFLATE_LIMIT, strict: bool = False) -> None:
+        self.limit, self.strict = limit, strict
+
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         out = []
         for payload in payloads:
@@ -48,6 +87,7 @@ class CompressionCodec(PayloadCodec):
 
     async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
         out = []
+        budget = self.limit
         for payload in payloads:
             if payload.metadata.get("encoding") == ENCRYPTED:
                 # Only reached without keys (with keys, decryption ran before this codec).
@@ -56,8 +96,19 @@ class CompressionCodec(PayloadCodec):
                 out.append(payload)
                 continue
             try:
+                raw = inflate(payload.data, budget)
+                budget -= len(raw)
                 inner = Payload()
-                inner.ParseFromString(zlib.decompress(payload.data))
+                inner.ParseFromString(raw)
+            except PayloadTooLarge as err:
+                if self.strict:
+                    raise PayloadTooLarge(
+                        f"payload {len(out) + 1}: {err} (the payloads of one request "
+                        f"inflate to at most {self.limit // 2**20} MiB together)"
+                    ) from None
+                log.warning("a compressed payload was not inflated: %s", err)
+                out.append(payload)
+                continue
             except Exception:
                 # not what this codec wrote: left as it came, the payload converter refuses
                 # it (a workflow's input: the run fails, see PayloadConverter)
@@ -135,12 +186,15 @@ class ChainCodec(PayloadCodec):
         return current
 
 
-def payload_codec(keys: KeyRing | None = None) -> PayloadCodec:
-    """Compression, then encryption when keys are configured (``keys`` or the environment)."""
+def payload_codec(keys: KeyRing | None = None, *, strict: bool = False) -> PayloadCodec:
+    """Compression, then encryption when keys are configured (``keys`` or the environment);
+    ``strict``: a payload that inflates past :data:`INFLATE_LIMIT` raises PayloadTooLarge
+    (the codec server's 413) instead of being left as it came."""
     keys = keys if keys is not None else KeyRing.from_env()
+    compression = CompressionCodec(strict=strict)
     if keys is None:
-        return CompressionCodec()
-    return ChainCodec(CompressionCodec(), EncryptionCodec(keys))
+        return compression
+    return ChainCodec(compression, EncryptionCodec(keys))
 
 
 class PayloadConverter(PydanticPayloadConverter):

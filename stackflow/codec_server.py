@@ -29,12 +29,17 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.converter import PayloadCodec
 
-from stackflow.codec import payload_codec
+from stackflow.codec import PayloadTooLarge, payload_codec
 from stackflow.errors import StackflowError
 from stackflow.loopback import is_loopback
 
 log = logging.getLogger("stackflow.codec_server")
 MAX_BODY = 8 * 1024 * 1024
+"""Largest request body (``Content-Length``, required: else 411; over it, 413). The payloads
+of one request inflate to at most :data:`stackflow.codec.INFLATE_LIMIT` together (else
+413), so a zlib bomb is refused, never held in memory."""
+READ_TIMEOUT = 60.0
+"""Seconds a connection may sit without sending (a body slower than that is dropped)."""
 JWT_ALGORITHMS = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384"]
 """Asymmetric only: a JWT signed with a shared secret (HS*) or none is never accepted."""
 
@@ -128,6 +133,7 @@ def make_handler(
 ) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "stackflow-codec"
+        timeout = READ_TIMEOUT
 
         def log_message(self, format: str, *args: Any) -> None:
             log.info("%s %s", self.address_string(), format % args)
@@ -175,7 +181,14 @@ def make_handler(
             if refused is not None:
                 self._reply(401, {"error": refused})
                 return
-            length = int(self.headers.get("Content-Length") or 0)
+            text = (self.headers.get("Content-Length") or "").strip()
+            if not text:
+                self._reply(411, {"error": "Content-Length is required"})
+                return
+            if not text.isdigit() or not text.isascii() or len(text) > 12:
+                self._reply(400, {"error": f"Content-Length {text[:40]!r} is not a byte count"})
+                return
+            length = int(text)
             if length > MAX_BODY:
                 self._reply(413, {"error": f"body over {MAX_BODY} bytes"})
                 return
@@ -186,6 +199,9 @@ def make_handler(
                 result: list[Payload] = asyncio.run(run(list(request.payloads)))
             except json_format.ParseError as err:
                 self._reply(400, {"error": f"not a payloads document: {err}"})
+                return
+            except PayloadTooLarge as err:
+                self._reply(413, {"error": str(err)})
                 return
             except StackflowError as err:
                 self._reply(400, {"error": str(err)})
@@ -210,6 +226,7 @@ def serve(
             "STACKFLOW_CODEC_TOKEN or STACKFLOW_CODEC_OIDC_ISSUER/_AUDIENCE/_JWKS_URL, "
             "or listen on 127.0.0.1"
         )
-    server = ThreadingHTTPServer((host, port), make_handler(payload_codec(), origins, auth))
+    codec = payload_codec(strict=True)  # a payload over INFLATE_LIMIT is a 413
+    server = ThreadingHTTPServer((host, port), make_handler(codec, origins, auth))
     server.daemon_threads = True
     return server

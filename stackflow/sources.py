@@ -22,8 +22,10 @@ import hashlib
 import os
 import posixpath
 import re
+import tempfile
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -33,6 +35,14 @@ import yaml
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from stackflow.errors import BackendUnavailableError, SpecError
+from stackflow.git_pack import (
+    FETCH_TIMEOUT_ENV,
+    FetchLimits,
+    FetchRefused,
+    PackSink,
+    check_pack,
+    stored_size,
+)
 
 COMMIT = re.compile(r"^[0-9a-f]{40}$")
 SPEC_FILE_LIMIT = 8 * 1024 * 1024
@@ -210,48 +220,122 @@ def _refs(found: Any) -> dict[bytes, bytes]:
     return {bytes(name): bytes(sha) for name, sha in dict(found).items() if sha is not None}
 
 
-def _fetch(url: str, repo: Any, any_local: bool = False) -> dict[bytes, bytes]:
-    """Fetch ``url`` into ``repo`` (a local repository only inside the worker's roots,
-    unless ``any_local``: the CLI on its user's machine); the remote's refs. SpecError when
-    refused; SourceUnavailable when it cannot be reached."""
+def branch_ref(ref: str) -> bytes:
+    """``main`` or ``refs/heads/main`` as the ref name a remote advertises."""
+    return (ref if ref.startswith("refs/") else f"refs/heads/{ref}").encode()
+
+
+def _fetch(
+    url: str,
+    repo: Any,
+    branch: bytes,
+    commit: str | None = None,
+    any_local: bool = False,
+) -> bytes | None:
+    """Fetch ``branch`` of ``url`` into ``repo`` (that ref only, never all of them: ``HEAD``
+    when no branch is bound), then ``commit`` by its id when it is not on that branch (a
+    host that serves commits by id: GitHub, GitLab, git's protocol v2); the branch's head
+    (None when the remote has no such branch). Each pack is bounded (:mod:`stackflow.git_pack`: its
+    bytes, the fetch's time, every object's inflated size). A local repository only inside
+    the worker's roots, unless ``any_local`` (the CLI on its user's machine). SpecError when
+    refused; SourceUnavailable when it cannot be reached or is too slow."""
     import urllib3
     from dulwich.client import HTTPUnauthorized, LocalGitClient, get_transport_and_path
     from dulwich.errors import GitProtocolError, HangupException, NotGitRepository
 
+    limits = FetchLimits.from_env()
+    started = time.monotonic()
+
+    def too_slow() -> Exception:
+        return SourceUnavailable(
+            f"git source {url}: the fetch took over {limits.seconds:g} s "
+            f"({FETCH_TIMEOUT_ENV}); stopped"
+        )
+
+    client: Any
     if any_local and urlsplit(url).scheme == "file":
         local: str | None = urlsplit(url).path
     else:
         local = local_repository(url)
     if local is not None:
+        client, path = LocalGitClient(), local
+    else:
+        username, password = _credentials(url)
+        read = min(FETCH_READ, limits.seconds)
+        client, path = get_transport_and_path(
+            url,
+            username=username,
+            password=password,
+            pool_manager=urllib3.PoolManager(
+                timeout=urllib3.Timeout(connect=FETCH_CONNECT, read=read), retries=False
+            ),
+        )
+
+    def one_fetch(want: Callable[[dict[bytes, bytes]], list[bytes]]) -> dict[bytes, bytes]:
+        store = repo.object_store
+        left = limits.seconds - (time.monotonic() - started)
+        if left <= 0:
+            raise too_slow()
+        bounded = FetchLimits(limits.pack_bytes, left, limits.object_bytes)
+        fd, pack = tempfile.mkstemp(dir=store.path, prefix="incoming-")
         try:
-            return _refs(LocalGitClient().fetch(local, repo).refs)
-        except (NotGitRepository, OSError) as err:
-            text = " ".join(str(err).split())[:300]
-            raise SpecError(f"git source {url}: {text}") from None
-    username, password = _credentials(url)
-    client, path = get_transport_and_path(
-        url,
-        username=username,
-        password=password,
-        pool_manager=urllib3.PoolManager(
-            timeout=urllib3.Timeout(connect=FETCH_CONNECT, read=FETCH_READ), retries=False
-        ),
-    )
+            with os.fdopen(fd, "w+b") as f:
+                sink = PackSink(f, url, bounded, too_slow)
+
+                def wants(refs: Any, depth: int | None = None) -> list[bytes]:
+                    return [sha for sha in want(_refs(refs)) if sha not in store]
+
+                found = client.fetch_pack(
+                    path,
+                    wants,
+                    repo.get_graph_walker(),
+                    sink.write,
+                    ref_prefix=[branch],
+                )
+                f.flush()
+                if sink.size:
+                    check_pack(pack, url, sink)
+                    f.seek(0)
+                    store.add_thin_pack(f.read, None)
+            return _refs(found.refs)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(pack)
+
     try:
-        return _refs(client.fetch(path, repo).refs)
+        head = one_fetch(lambda refs: [refs[branch]] if branch in refs else []).get(branch)
+        if commit is not None and commit.encode() not in repo.object_store:
+            try:
+                one_fetch(lambda refs: [commit.encode()])
+            except (GitProtocolError, HangupException) as err:
+                text = " ".join(str(err).split())[:200]
+                at = f" (at {head.decode()[:12]})" if head else ""
+                raise SpecError(
+                    f"git source {url}: commit {commit} is not in the repository's "
+                    f"{branch.decode()}{at}, and the host serves no other commit by id ({text})"
+                ) from None
+        return head
+    except (FetchRefused, SourceUnavailable, SpecError):
+        raise
     except HTTPUnauthorized:
         raise SpecError(
             f"git source {url}: the host refused the credentials "
-            f"({CREDENTIALS_ENV} of the worker names them)"
+            f"({CREDENTIALS_ENV} names them: on the worker, and on the API for webhooks)"
         ) from None
+    except NotGitRepository as err:
+        text = " ".join(str(err).split())[:300]
+        if local is not None:
+            raise SpecError(f"git source {url}: {text}") from None
+        raise SourceUnavailable(f"git source {url}: {text}") from None
     except (
         GitProtocolError,
         HangupException,
-        NotGitRepository,
         OSError,
         urllib3.exceptions.HTTPError,
     ) as err:
         text = " ".join(str(err).split())[:300]
+        if local is not None:
+            raise SpecError(f"git source {url}: {text}") from None
         raise SourceUnavailable(f"git source {url}: {text}") from None
 
 
@@ -286,6 +370,14 @@ def _tree_of(repo: Any, url: str, commit_hex: str) -> Any:
     return tree
 
 
+def _check_size(repo: Any, sha: bytes, url: str, path: str) -> None:
+    """SpecError when object ``sha`` (``path``) is over :data:`SPEC_FILE_LIMIT`, told by its
+    pack entry's header before it is inflated."""
+    size = stored_size(repo, sha)
+    if size is not None and size > SPEC_FILE_LIMIT:
+        raise SpecError(f"git source {url}: {path} is over {SPEC_FILE_LIMIT // (1024 * 1024)} MiB")
+
+
 def _text(url: str, path: str, blob: Any) -> str:
     if blob.raw_length() > SPEC_FILE_LIMIT:
         raise SpecError(f"git source {url}: {path} is over {SPEC_FILE_LIMIT // (1024 * 1024)} MiB")
@@ -295,16 +387,20 @@ def _text(url: str, path: str, blob: Any) -> str:
         raise SpecError(f"git source {url}: {path} is not UTF-8 text") from None
 
 
-def read_spec_file(source: SourceRef, cache: Path) -> str:
+def read_spec_file(source: SourceRef, cache: Path, ref: str | None = None) -> str:
     """The text of ``source.path`` at ``source.commit``, fetched into a bare repository
-    cached under ``cache`` when the commit is not there yet. SpecError for a missing commit
-    or file (naming it); SourceUnavailable when the repository cannot be reached."""
+    cached under ``cache`` when the commit is not there yet: the branch ``ref`` (the
+    stack's binding's; else the remote's ``HEAD``) only, then the commit by its id if it is
+    not on it. SpecError for a
+    missing commit or file (naming it) or a fetch over its bounds; SourceUnavailable when
+    the repository cannot be reached."""
     from dulwich.objects import Blob, Tree
 
     with _cached_repo(source.url, cache) as repo:
         local_repository(source.url)  # a local source is read only inside the roots, cached or not
         if source.commit.encode() not in repo.object_store:
-            _fetch(source.url, repo)
+            branch = branch_ref(ref) if ref is not None else b"HEAD"
+            _fetch(source.url, repo, branch, source.commit)
         tree = _tree_of(repo, source.url, source.commit)
         parts = source.path.split("/")
         for part in parts:
@@ -314,6 +410,8 @@ def read_spec_file(source: SourceRef, cache: Path) -> str:
                 raise SpecError(
                     f"git source {source.url}: {source.path} is not in commit {source.commit[:12]}"
                 ) from None
+            if part == parts[-1]:
+                _check_size(repo, sha, source.url, source.path)
             found = repo[sha]
             if isinstance(found, Tree):
                 tree = found
@@ -333,12 +431,12 @@ def read_directory(
     from dulwich.objects import Blob, Tree
 
     url = _check_url(url)
-    branch = (ref if ref.startswith("refs/") else f"refs/heads/{ref}").encode()
+    branch = branch_ref(ref)
     with _cached_repo(url, cache) as repo:
-        refs = _fetch(url, repo, any_local)
-        if branch not in refs:
+        head = _fetch(url, repo, branch, any_local=any_local)
+        if head is None:
             raise SpecError(f"git source {url}: no branch {ref}")
-        commit = refs[branch].decode()
+        commit = head.decode()
         tree = _tree_of(repo, url, commit)
         clean = posixpath.normpath(path).strip("/")
         for part in [] if clean in ("", ".") else clean.split("/"):
@@ -354,10 +452,48 @@ def read_directory(
         files: dict[str, str] = {}
         for entry in repo.object_store.iter_tree_contents(tree.id):
             name = entry.path.decode("utf-8", errors="replace")
+            if not name.endswith(suffix):
+                continue
+            _check_size(repo, entry.sha, url, f"{clean}/{name}")
             blob = repo[entry.sha]
-            if name.endswith(suffix) and isinstance(blob, Blob):
+            if isinstance(blob, Blob):
                 files[name] = _text(url, f"{clean}/{name}", blob)
         return commit, files
+
+
+def push_refusal(url: str, ref: str, commit: str, last: str | None, cache: Path) -> str | None:
+    """Why a delivery of ``commit`` for the branch ``ref`` of ``url`` must start nothing
+    (None when it may): it must be the branch's head now, as the host says (the branch
+    fetched, bounded like every fetch), or on the branch and newer than ``last``, the
+    commit the last delivery ran (a quick second push may be delivered first). A captured
+    delivery replayed later carries neither."""
+    from dulwich.graph import can_fast_forward
+
+    branch = branch_ref(ref)
+    with _cached_repo(url, cache) as repo:
+        head = _fetch(url, repo, branch)
+        if head is None:
+            return f"{branch.decode()} is not on {url} any more: nothing started"
+        if head.decode() == commit:
+            return None
+        store = repo.object_store
+        wanted: Any = commit.encode()
+        known: Any = (last or "").encode()
+        tip: Any = head
+        if (
+            last
+            and last != commit
+            and wanted in store
+            and known in store
+            and can_fast_forward(repo, known, wanted)
+            and can_fast_forward(repo, wanted, tip)
+        ):
+            return None
+        newer = f" nor newer than {last[:12]}, the last commit a delivery ran" if last else ""
+        return (
+            f"commit {commit[:12]} is not the head of {branch.decode()} (now "
+            f"{head.decode()[:12]}){newer}: an old delivery, replayed or late; nothing started"
+        )
 
 
 def git_cache() -> Path:

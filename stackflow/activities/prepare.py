@@ -32,7 +32,7 @@ from stackflow.policy_gate.bundle import BundleRef, fetch_bundle
 from stackflow.release import Operation, Release
 from stackflow.runtime_queues import plan_queues, queue_wait, runtime_queues
 from stackflow.selection import LEFT_OUT_LIMIT, Selected, Selection, check_patterns, select
-from stackflow.sources import git_cache, read_spec_file
+from stackflow.sources import git_cache, read_spec_file, same_repository
 from stackflow.spec import Resource, Spec, check_spec, parse_spec, parse_spec_text
 from stackflow.state.backend import RunRef
 
@@ -159,11 +159,20 @@ class PrepareActivities:
             check_spec(spec, request.spec_ref)  # stored by whoever started the run
             return spec, request.spec_ref
         if request.source is not None:
-            text = read_spec_file(request.source, git_cache())
+            text = read_spec_file(request.source, git_cache(), self._bound_branch(request))
             where = f"{request.source.path}@{request.source.commit[:12]}"
             spec = parse_spec_text(text, where)
             return spec, self.specs.put(spec)
         return None, None
+
+    def _bound_branch(self, request: OperationInput) -> str | None:
+        """The branch the stack's git source is bound to, when the run reads that
+        repository: a fetch takes that ref only (None: the commit alone, by its id)."""
+        bound = self.backend.source_of(request.stack)
+        source = request.source
+        if bound is None or source is None or not same_repository(bound.url, source.url):
+            return None
+        return bound.ref
 
     def _rollback_spec(self, request: OperationInput) -> tuple[Spec, str]:
         """The spec of release ``to_revision``: it must exist, be an apply (or rollback) and

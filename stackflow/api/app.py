@@ -23,6 +23,7 @@ from stackflow import heap
 from stackflow.api import problems
 from stackflow.api.auth import AuthUnavailable, TokenTable, bearer, load_tokens
 from stackflow.api.context import MAX_BODY_BYTES, ApiContext
+from stackflow.api.events import MAX_STREAMS, StreamSlots
 from stackflow.api.metrics import Metrics, sdk_runtime
 from stackflow.api.routes import router
 
@@ -149,10 +150,12 @@ def create_app(
     max_body_bytes: int = MAX_BODY_BYTES,
     sdk_metrics: MetricBuffer | None = None,
     redis_url: str | None = None,
+    max_streams: int = MAX_STREAMS,
 ) -> FastAPI:
     """The API on Temporal (``connect`` makes its client on first use) and ``backend``;
     ``sdk_metrics``: the buffer of the SDK's metrics of that client (shown at /metrics);
-    ``redis_url``: where the run's event bells ring (:mod:`stackflow.event_bell`)."""
+    ``redis_url``: where the run's event bells ring (:mod:`stackflow.event_bell`);
+    ``max_streams``: the event streams one caller may hold open at once (else 429)."""
     from stackflow.event_bell import Listener
     from stackflow.temporal_client import settings
 
@@ -164,6 +167,7 @@ def create_app(
         max_body_bytes=max_body_bytes,
         metrics=Metrics(sdk_metrics),
         listener=Listener(redis_url),
+        streams=StreamSlots(max_streams),
     )
 
     @contextlib.asynccontextmanager

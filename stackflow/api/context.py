@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 from temporalio.client import Client, WorkflowHandle
 
 from stackflow.api.auth import TokenTable
+from stackflow.api.events import StreamSlots
 from stackflow.api.metrics import Metrics
 from stackflow.event_bell import Listener
 from stackflow.operation import TASK_QUEUE_DEFAULT
@@ -42,6 +43,8 @@ class ApiContext:
     metrics: Metrics = field(default_factory=Metrics)
     listener: Listener = field(default_factory=lambda: Listener(None))
     """Wakes the event streams this process serves when their run's bell rings (Redis)."""
+    streams: StreamSlots = field(default_factory=StreamSlots)
+    """The event streams each caller has open here (at most ``streams.limit`` each)."""
     _client: Client | None = field(default=None, init=False, repr=False)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
     _finals: OrderedDict[tuple[str, str], Any] = field(

@@ -8,21 +8,104 @@ NDJSON: the first line is the stream's header (``{"stream": "stackflow.events", 
 per event (``id`` is its ``seq``, ``event`` its type, ``data`` the same JSON as the NDJSON
 line), and a comment line every :data:`KEEPALIVE_SECONDS` of quiet. Both end after
 ``run_complete``.
+
+Each open stream reads the state backend every ``POLL_SECONDS``, so a caller (a token's
+identity) holds at most ``max_streams`` of them open on one API process at a time
+(:class:`StreamSlots`; ``stackflow serve --max-streams-per-caller`` /
+``STACKFLOW_API_MAX_STREAMS``, :data:`MAX_STREAMS` by default): one more is a 429
+problem+json, and a slot is free again as soon as a stream ends, or its client goes away.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
 
-from stackflow.api.context import ApiContext
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
 from stackflow.api.problems import Problem
 from stackflow.event_follow import Ending, follow_pages, temporal_ending
 from stackflow.events import StreamHeader
 from stackflow.refs import RunRef, StackRef
 
+if TYPE_CHECKING:
+    from stackflow.api.context import ApiContext
+
 NDJSON = "application/x-ndjson"
 SSE = "text/event-stream"
 KEEPALIVE_SECONDS = 15.0
+MAX_STREAMS = 8
+"""Event streams one caller may hold open on one API process by default."""
+MAX_STREAMS_ENV = "STACKFLOW_API_MAX_STREAMS"
+
+
+class StreamSlot:
+    """One open stream of ``who``; :meth:`release` (any number of times) frees it."""
+
+    def __init__(self, slots: StreamSlots, who: str) -> None:
+        self.slots, self.who, self.held = slots, who, True
+
+    def release(self) -> None:
+        if self.held:
+            self.held = False
+            self.slots.release(self.who)
+
+
+class StreamSlots:
+    """The event streams each caller has open on this process (the event loop's own: no
+    lock), at most ``limit`` each."""
+
+    def __init__(self, limit: int = MAX_STREAMS) -> None:
+        self.limit = limit
+        self.open: dict[str, int] = {}
+
+    def take(self, who: str) -> StreamSlot:
+        """A slot for one more stream of ``who``; Problem 429 when it has ``limit`` open."""
+        held = self.open.get(who, 0)
+        if held >= self.limit:
+            raise Problem(
+                429,
+                f"{who} already has {held} event streams open on this API server, the most "
+                f"one caller may ({MAX_STREAMS_ENV}, stackflow serve "
+                "--max-streams-per-caller): close one first, or read a run's events "
+                "without following (?wait=false)",
+                "too-many-streams",
+                headers={"Retry-After": "5"},
+            )
+        self.open[who] = held + 1
+        return StreamSlot(self, who)
+
+    def release(self, who: str) -> None:
+        left = self.open.get(who, 0) - 1
+        if left > 0:
+            self.open[who] = left
+        else:
+            self.open.pop(who, None)
+
+
+class SlotStream(StreamingResponse):
+    """A streaming response holding ``slot`` while it streams: freed after the last chunk
+    (before the end of the body goes out, so a client that read the end finds it free), or
+    when the client goes away or the response fails."""
+
+    def __init__(self, content: AsyncIterator[bytes], slot: StreamSlot, **options: Any) -> None:
+        super().__init__(_releasing(content, slot), **options)
+        self.slot = slot
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.slot.release()
+
+
+async def _releasing(content: AsyncIterator[bytes], slot: StreamSlot) -> AsyncIterator[bytes]:
+    try:
+        async for chunk in content:
+            yield chunk
+    finally:
+        slot.release()
 
 
 def media_type(accept: str | None) -> str:

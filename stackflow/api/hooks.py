@@ -8,7 +8,9 @@ For each stack it verifies: a push to another branch, a branch deletion, or comm
 not touch the spec file are ignored, saying why; otherwise the stack's run (apply or preview,
 per binding) of the pushed commit starts with the Idempotency-Key ``git:<commit>``, so a
 redelivery of the same delivery, concurrent or later, and the same commit pushed again, are
-that one run (within the API's 24-hour key window).
+that one run (within the API's 24-hour key window). A delivery whose commit is neither the
+branch's head nor newer than the last one a delivery ran for the stack (a captured delivery
+replayed later) starts nothing: :mod:`stackflow.api.hook_replay`, a 409 ``stale-delivery``.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from stackflow.api import run_start
+from stackflow.api import hook_replay, run_start
 from stackflow.api.context import ApiContext
 from stackflow.api.models import RunOperation, RunRequest
 from stackflow.api.problems import Problem
@@ -219,10 +221,16 @@ async def start_pushed(
     """Each signed stack's run of the pushed commit (or why not); (HTTP status, result)."""
     commit = push.commit
     result.commit = commit
+    stale: list[str] = []
     for stack, source in sorted(signed.items(), key=lambda item: str(item[0])):
         reason = _skip(push, source)
         if reason is not None:
             result.ignored.append(HookSkip(**_names(stack), reason=reason))
+            continue
+        refused = await hook_replay.replay_refusal(ctx, stack, source, commit)
+        if refused is not None:  # an old delivery (replayed or late): nothing starts
+            stale.append(f"stack {stack}: {refused}")
+            result.ignored.append(HookSkip(**_names(stack), reason=refused))
             continue
         request = RunRequest(
             operation=RunOperation(source.on_push.value),
@@ -236,6 +244,8 @@ async def start_pushed(
         except StackLockedError as err:
             result.ignored.append(HookSkip(**_names(stack), reason=str(err)))
             continue
+        if started.created:
+            await hook_replay.record_push(ctx, stack, source, commit)
         base = f"/v1/stacks/{stack.project}/{stack.workspace}/runs/{started.run_id}"
         result.runs.append(
             HookRun(
@@ -248,6 +258,8 @@ async def start_pushed(
                 events_url=base + "/events",
             )
         )
+    if stale and not result.runs:
+        raise Problem(409, "; ".join(stale)[:2000], "stale-delivery")
     if any(r.created for r in result.runs):
         return 201, result
     return (200 if result.runs else 202), result

@@ -3,7 +3,10 @@ process (each replica is scraped on its own), and the Temporal SDK's metrics of 
 client (``temporal_request``, ``temporal_request_latency``, …: the SDK records them in a
 :class:`~temporalio.runtime.MetricBuffer`, drained after each request and on each scrape).
 Labels name route templates and RPC names, never a project, workspace or run id, so the
-endpoint needs no token and leaks no names."""
+endpoint needs no token and leaks no names. Every label a request decides is bounded: its
+method is one of :data:`METHODS` or ``other``, its route a template of the app (or ``(no
+route)``), its status a three-digit code (else ``other``), so no caller can grow the
+endpoint by sending made-up methods or paths."""
 
 from __future__ import annotations
 
@@ -33,6 +36,18 @@ SDK_BUFFER = 20_000
 """SDK metric updates held between drains (each Temporal call makes two or three)."""
 
 Labels = tuple[tuple[str, str], ...]
+
+METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+"""The methods labelled by name (what the API and its probes use); any other is ``other``."""
+OTHER = "other"
+
+
+def method_label(method: str) -> str:
+    return method if method in METHODS else OTHER
+
+
+def status_label(status: int) -> str:
+    return str(status) if 100 <= status <= 599 else OTHER
 
 
 def sdk_runtime() -> tuple[Runtime, MetricBuffer]:
@@ -129,8 +144,11 @@ class Metrics:
         self._starts: dict[tuple[str, str], int] = defaultdict(int)
 
     def request(self, method: str, route: str, status: int, seconds: float) -> None:
+        """One answered request; ``route`` is the matched route's template (never the raw
+        path), ``method`` and ``status`` are bounded here."""
+        method = method_label(method)
         with self._lock:
-            self._requests[(method, route, str(status))] += 1
+            self._requests[(method, route, status_label(status))] += 1
             key = (method, route)
             buckets = self._buckets.setdefault(key, [0] * len(BUCKETS))
             at = bisect.bisect_left(BUCKETS, seconds)

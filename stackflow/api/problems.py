@@ -43,6 +43,7 @@ TITLES = {
     413: "Content Too Large",
     415: "Unsupported Media Type",
     422: "Unprocessable Content",
+    429: "Too Many Requests",
     500: "Internal Server Error",
     502: "Bad Gateway",
     503: "Service Unavailable",
@@ -52,11 +53,19 @@ TITLES = {
 class Problem(Exception):
     """An answer that is a problem: raised by handlers, rendered by :func:`problem`."""
 
-    def __init__(self, status: int, detail: str, kind: str | None = None, **extra: Any) -> None:
+    def __init__(
+        self,
+        status: int,
+        detail: str,
+        kind: str | None = None,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
         super().__init__(detail)
         self.status = status
         self.detail = detail
         self.kind = kind or _slug(TITLES.get(status, "error"))
+        self.headers = headers
         self.extra = extra
 
 
@@ -129,7 +138,7 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Problem)
     async def on_problem(request: Request, exc: Problem) -> JSONResponse:
-        return problem(exc.status, exc.detail, exc.kind, **exc.extra)
+        return problem(exc.status, exc.detail, exc.kind, exc.headers, **exc.extra)
 
     @app.exception_handler(StackflowError)
     async def on_stackflow(request: Request, exc: StackflowError) -> JSONResponse:

@@ -182,6 +182,10 @@ async def get_preview(
     response_class=StreamingResponse,
     responses={
         **ERRORS,
+        429: {
+            "description": "The caller already has its most event streams open",
+            "content": {PROBLEM_JSON: {}},
+        },
         200: {
             "description": "The run's events, one per line (NDJSON) or per message (SSE), "
             "ending after run_complete",
@@ -194,7 +198,7 @@ async def run_events(
     project: ProjectPath,
     workspace: WorkspacePath,
     run_id: RunIdPath,
-    _: Viewer,
+    who: Viewer,
     after: Annotated[
         int | None, Query(ge=0, le=10**12, description="Resume after this seq")
     ] = None,
@@ -204,16 +208,19 @@ async def run_events(
 ) -> StreamingResponse:
     """The run's event stream (NDJSON, or SSE with `Accept: text/event-stream`): first a
     header line, then `{seq, type, time, ...}` events; resume with `?after=SEQ` or
-    `Last-Event-ID`."""
+    `Last-Event-ID`. A caller holds at most `STACKFLOW_API_MAX_STREAMS` streams open at
+    once (429 past it)."""
     ctx, stack = ctx_of(request), StackRef(project, workspace)
     start = events.cursor(after, last_event_id)
     described = (await runs.find_run(ctx, stack, run_id))[1]
     kind = events.media_type(accept)
+    slot = ctx.streams.take(who.name)  # 429 when the caller has its most open
     body = events.stream(
         ctx, stack, RunRef(described.id, run_id), after=start, kind=kind, wait=wait
     )
-    return StreamingResponse(
+    return events.SlotStream(
         body,
+        slot,
         media_type=kind,
         headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
     )

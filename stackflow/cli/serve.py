@@ -18,6 +18,15 @@ def serve(
         int,
         typer.Option("--max-body-bytes", min=1024, help="Largest request body (else 413)."),
     ] = 8 * 1024 * 1024,
+    max_streams: Annotated[
+        int,
+        typer.Option(
+            "--max-streams-per-caller",
+            min=1,
+            envvar="STACKFLOW_API_MAX_STREAMS",
+            help="Event streams one caller (token) may hold open at once (else 429).",
+        ),
+    ] = 8,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's log level.")] = "info",
 ) -> None:
     """Serve the HTTP API: runs, releases, outputs (bearer tokens from the file
@@ -35,6 +44,6 @@ def serve(
             "project's dependencies again (`make setup`, or `uv sync --frozen`)"
         ) from None
 
-    api = app_from_env(max_body_bytes=max_body_bytes)
+    api = app_from_env(max_body_bytes=max_body_bytes, max_streams=max_streams)
     typer.echo(f"stackflow api serving on http://{host}:{port} (OpenAPI at /openapi.json)")
     uvicorn.run(api, host=host, port=port, log_level=log_level, server_header=False)

@@ -101,3 +101,13 @@ class RunKey(BaseModel):
     workflow_id: str | None = None
     run_id: str | None = None
     created_at: datetime
+
+
+class SourcePush(BaseModel):
+    """The last commit a webhook delivery ran for a stack: from which repository, when."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    url: str
+    commit: str
+    at: datetime

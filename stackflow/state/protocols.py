@@ -21,7 +21,7 @@ from stackflow.refs import RunRef, StackRef
 from stackflow.release import Approval, Operation, Phase, Release
 from stackflow.sources import GitSource, SourceRef
 from stackflow.spec import Resource, Spec
-from stackflow.state.models import RunKey, StackLock
+from stackflow.state.models import RunKey, SourcePush, StackLock
 
 
 @runtime_checkable
@@ -226,6 +226,8 @@ class SourceBindings(Protocol):
     def unbind_source(self, stack: StackRef) -> bool: ...
     def source_of(self, stack: StackRef) -> GitSource | None: ...
     def sources_of_repository(self, url: str) -> builtins.list[tuple[StackRef, GitSource]]: ...
+    def last_push(self, stack: StackRef) -> SourcePush | None: ...
+    def record_push(self, stack: StackRef, url: str, commit: str) -> None: ...
 
 
 @runtime_checkable

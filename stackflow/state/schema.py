@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 metadata = sa.MetaData()
 
-HEAD_REVISION = "0009"
+HEAD_REVISION = "0010"
 """The newest migration under ``migrations/versions`` (a test holds it to Alembic's head):
 a database at it needs no migration, and opening one checks it without loading Alembic."""
 VERSION_TABLE = "alembic_version"
@@ -185,6 +185,17 @@ stack_sources = sa.Table(
 )
 """A stack's git source (:class:`~stackflow.sources.GitSource`); the webhook secret sealed
 like every secret at rest."""
+
+source_pushes = sa.Table(
+    "source_pushes",
+    metadata,
+    *_stack(),
+    sa.Column("url", sa.String(2000), nullable=False),
+    sa.Column("commit", sa.String(40), nullable=False),
+    sa.Column("pushed_at", sa.DateTime(timezone=True), nullable=False),
+)
+"""The commit of the last run a webhook delivery started for the stack (and its repository):
+a later delivery must carry its branch's head or a commit newer than this one."""
 
 notification_targets = sa.Table(
     "notification_targets",

@@ -9,9 +9,9 @@ import sqlalchemy as sa
 
 from stackflow.refs import StackRef
 from stackflow.sources import GitSource, same_repository
-from stackflow.state.models import now
+from stackflow.state.models import SourcePush, as_utc, now
 from stackflow.state.run_events import RunEvents
-from stackflow.state.schema import stack_sources
+from stackflow.state.schema import source_pushes, stack_sources
 
 
 class SourceBindingStore(RunEvents):
@@ -67,6 +67,26 @@ class SourceBindingStore(RunEvents):
             for row in rows
             if same_repository(row.url, url)
         ]
+
+    def last_push(self, stack: StackRef) -> SourcePush | None:
+        """The commit of the last run a webhook delivery started for ``stack``."""
+        with self._tx() as conn:
+            row = conn.execute(
+                sa.select(source_pushes).where(*self._where_stack(source_pushes, stack))
+            ).first()
+        if row is None:
+            return None
+        return SourcePush(url=row.url, commit=row.commit, at=as_utc(row.pushed_at))
+
+    def record_push(self, stack: StackRef, url: str, commit: str) -> None:
+        """A webhook delivery started a run of ``commit`` of ``url`` for ``stack``."""
+        values = {"url": url, "commit": commit, "pushed_at": now()}
+        with self._tx(write=True) as conn:
+            conn.execute(
+                self._insert(source_pushes)
+                .values(project=stack.project, workspace=stack.workspace, **values)
+                .on_conflict_do_update(index_elements=["project", "workspace"], set_=values)
+            )
 
     def _binding(self, row: sa.Row[object]) -> GitSource:
         r = row._mapping

@@ -702,3 +702,21 @@ def test_four_eyes_self_approval_is_403(http: httpx.Client, tmp_path: Path) -> N
     assert http.post(f"{run}/reject", headers=auth("admin")).status_code == 200
     view = wait_run(http, run, lambda v: v["status"] != "running")
     assert view["phase"] == "failed" and "rejected by admin" in view["error"]
+
+
+def test_made_up_methods_leave_metrics_the_same_size(http: httpx.Client) -> None:
+    """Through real HTTP, unauthenticated: 1,000 made-up methods are one ``other`` bucket."""
+
+    def sample_lines(text: str) -> set[str]:
+        return {line.rsplit(" ", 1)[0] for line in text.splitlines() if not line.startswith("#")}
+
+    for path in ("/metrics", f"/nowhere/{uuid.uuid4().hex}"):
+        http.request("MADEUP", path)
+    http.get("/metrics")
+    before = http.get("/metrics").text
+    for n in range(1000):
+        r = http.request(f"M{n}{uuid.uuid4().hex[:6].upper()}", ("/metrics", f"/x/{n}")[n % 2])
+        assert r.status_code in (404, 405), r.text
+    after = http.get("/metrics").text
+    assert sample_lines(after) == sample_lines(before)
+    assert len(after) - len(before) < 300, (len(before), len(after))

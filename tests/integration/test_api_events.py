@@ -27,6 +27,8 @@ from tests.integration.test_api import (  # noqa: F401  (fixtures)
     api_worker,
     auth,
     http,
+    is_problem,
+    small_spec,
     wait_run,
 )
 
@@ -210,3 +212,50 @@ async def test_a_terminated_run_ends_its_stream_with_run_complete(
     assert last["source"] == "temporal" and "terminated" in last["error"]
     _, again = read_ndjson(str(http.base_url), path, after=0)
     assert again == events
+
+
+def test_a_caller_over_its_stream_cap_gets_429_and_a_closed_stream_frees_its_slot(
+    api_env: dict[str, str], api_worker: WorkerProcess, tmp_path: Path
+) -> None:
+    """With at most two streams per caller: the viewer's third concurrent stream is a 429
+    problem+json (another caller is not held back), and once one of its streams has ended
+    (read to its end) a new one is served."""
+    env = {**api_env, "STACKFLOW_API_MAX_STREAMS": "2"}
+    server = ApiServer(env, tmp_path / "api.log").start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=httpx.Timeout(10, read=120)) as http:
+            r = http.post(
+                f"/v1/stacks/{new_project()}/dev/runs",
+                json={"operation": "apply", "spec": small_spec(tmp_path)},
+                headers=auth("operator"),
+            )
+            assert r.status_code == 201, r.text
+            run = r.json()
+            wait_run(http, run["status_url"], lambda v: v["phase"] == "awaitingApproval")
+            path = run["events_url"]
+            with (
+                http.stream("GET", path, headers=auth("viewer")) as one,
+                http.stream("GET", path, headers=auth("viewer")) as two,
+            ):
+                assert one.status_code == two.status_code == 200
+                lines = one.iter_lines()
+                assert json.loads(next(lines))["stream"] == "stackflow.events"
+                third = http.get(path, headers=auth("viewer"))
+                detail = is_problem(third, 429)["detail"]
+                assert detail.startswith("viewer already has 2 event streams open")
+                assert "STACKFLOW_API_MAX_STREAMS" in detail
+                assert third.headers["retry-after"] == "5"
+                # another caller has slots of its own
+                other = http.get(path, params={"wait": "false"}, headers=auth("admin"))
+                assert other.status_code == 200, other.text
+                # the run ends: stream one ends after run_complete, and its slot is free
+                rejected = http.post(f"{run['status_url']}/reject", headers=auth("admin"))
+                assert rejected.status_code == 200, rejected.text
+                seen = [json.loads(line)["type"] for line in lines if line]
+                assert seen[-1] == "run_complete"
+                again = http.get(path, headers=auth("viewer"))
+                assert again.status_code == 200, again.text
+                assert json.loads(again.text.splitlines()[-1])["type"] == "run_complete"
+    finally:
+        server.stop()
+    assert "Traceback" not in server.log.read_text(), server.tail()

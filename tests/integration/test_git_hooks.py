@@ -4,7 +4,10 @@ smart HTTP on 127.0.0.1, a stack bound to a spec file in it, signed pushes to
 `POST /v1/hooks/github`. One signed push starts one apply of that commit (fetched by the
 worker, recorded in the release); the same delivery sent five times at once and the same
 commit pushed again are that run; a bad signature is a 401 that starts nothing; a push to
-another branch, or one that does not touch the spec file, is a 202 saying why."""
+another branch, or one that does not touch the spec file, is a 202 saying why. A captured
+delivery replayed once its key window has passed (its commit no longer the branch's head,
+nor newer than the last one a delivery ran) is a 409 that starts nothing; a late delivery
+of a newer commit still runs."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import hmac
 import json
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +24,8 @@ import httpx
 import pytest
 import yaml
 
+from stackflow.state.backend import open_backend
+from stackflow.state.schema import run_keys
 from tests.gitserver import GitServer
 from tests.integration.opshelp import dir_resource, file_resource, new_project
 from tests.integration.test_api import (  # noqa: F401  (fixtures)
@@ -149,15 +155,33 @@ def test_a_signed_push_applies_that_commit_exactly_once(
         assert told.status_code == 200, told.text
         assert [r["run_id"] for r in told.json()["runs"]] == [run["run_id"]]
 
-        # a run of an exact commit through the API: a preview of the feature branch's spec
+        # a run of an exact commit through the API: the worker fetches the bound branch, then
+        # a commit not on it by its id, where the host serves it (a branch's tip here; any
+        # commit on GitHub or with git's protocol v2): an earlier commit of main and the
+        # feature branch's tip are previewed, a commit below another branch's tip is one line
+        older = git.commit({"deploy/spec.yaml": spec_text(root, "port = 3\n")}, "c")
+        git.commit({"README.md": "more docs\n"}, "docs again")
+        for exact in (older, other):
+            r = http.post(
+                f"{base}/runs",
+                json={"operation": "preview", "commit": exact},
+                headers=auth("operator"),
+            )
+            assert r.status_code == 201, r.text
+            done = wait_run(http, r.json()["status_url"], lambda v: v["status"] != "running")
+            assert done["status"] == "completed" and done["summary"]["Update"] == 1, done
+        below = git.commit({"deploy/spec.yaml": spec_text(root, "port = 4\n")}, "d", "feature")
+        git.commit({"deploy/spec.yaml": spec_text(root, "port = 5\n")}, "e", "feature")
         r = http.post(
             f"{base}/runs",
-            json={"operation": "preview", "commit": other},
+            json={"operation": "preview", "commit": below},
             headers=auth("operator"),
         )
         assert r.status_code == 201, r.text
         done = wait_run(http, r.json()["status_url"], lambda v: v["status"] != "running")
-        assert done["status"] == "completed" and done["summary"]["Update"] == 1, done
+        assert done["status"] == "failed", done
+        assert f"commit {below} is not in the repository's refs/heads/main" in done["error"]
+        assert "the host serves no other commit by id" in done["error"]
         missing = "f" * 40
         r = http.post(
             f"{base}/runs", json={"operation": "preview", "commit": missing}, headers=auth()
@@ -180,3 +204,61 @@ def test_a_commit_needs_a_bound_stack(http: httpx.Client) -> None:
         headers=auth("operator"),
     )
     assert "give one of them" in is_problem(r, 422)["detail"]
+
+
+def test_a_replayed_old_delivery_starts_nothing(
+    api_env: dict[str, str], api_url: str, http: httpx.Client, tmp_path: Path
+) -> None:
+    project = new_project()
+    base = f"/v1/stacks/{project}/dev"
+    root = tmp_path / "deployed"
+    with GitServer(tmp_path / "repo") as git:
+        binding = {
+            "url": git.url,
+            "ref": "main",
+            "path": "deploy/spec.yaml",
+            "secret": SECRET,
+            "on_push": "preview",
+        }
+        r = http.put(f"{base}/source", json=binding, headers=auth("admin"))
+        assert r.status_code == 200, r.text
+
+        def pushed(content: str) -> tuple[str, bytes, dict[str, Any]]:
+            commit = git.commit({"deploy/spec.yaml": spec_text(root, content)}, content)
+            body = push_body(git, commit)
+            r = deliver(api_url, body)
+            assert r.status_code == 201, r.text
+            (run,) = r.json()["runs"]
+            wait_run(http, run["status_url"], lambda v: v["status"] != "running")
+            return commit, body, run
+
+        first, captured, run1 = pushed("port = 1\n")
+        second, _, run2 = pushed("port = 2\n")
+        # a day passes: the first delivery's Idempotency-Key window is over (its claim aged
+        # in the state backend as a day would), and it is replayed, signature and all
+        state = open_backend(api_env["STACKFLOW_STATE_URL"])
+        try:
+            with state.engine.begin() as conn:
+                conn.execute(
+                    run_keys.update()
+                    .where(run_keys.c.project == project)
+                    .values(created_at=run_keys.c.created_at - timedelta(hours=25))
+                )
+        finally:
+            state.close()
+        replay = deliver(api_url, captured, delivery=str(uuid.uuid4()))
+        detail = is_problem(replay, 409)["detail"]
+        assert detail == (
+            f"stack {project}/dev: commit {first[:12]} is not the head of refs/heads/main "
+            f"(now {second[:12]}) nor newer than {second[:12]}, the last commit a delivery "
+            "ran: an old delivery, replayed or late; nothing started"
+        )
+        runs = http.get(f"{base}/runs", headers=auth("viewer")).json()["runs"]
+        assert sorted(r["run_id"] for r in runs) == sorted([run1["run_id"], run2["run_id"]])
+
+        # a late delivery of a newer commit (the branch moved on before it came) still runs
+        third = git.commit({"deploy/spec.yaml": spec_text(root, "port = 3\n")}, "third")
+        git.commit({"README.md": "docs\n"}, "docs")
+        late = deliver(api_url, push_body(git, third))
+        assert late.status_code == 201, late.text
+        assert late.json()["commit"] == third and late.json()["runs"][0]["created"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -190,3 +191,43 @@ async def test_metrics_count_requests_by_route_never_by_name(http: httpx.AsyncCl
         text
     )
     assert "secret-project" not in text
+
+
+def series(text: str) -> set[str]:
+    """The metric series of an exposition (each sample line without its value)."""
+    return {line.rsplit(" ", 1)[0] for line in text.splitlines() if not line.startswith("#")}
+
+
+async def test_made_up_methods_paths_and_statuses_never_grow_metrics(
+    http: httpx.AsyncClient,
+) -> None:
+    """An unauthenticated caller sending 1,000 made-up methods (on routes, on unknown paths,
+    under /v1/stacks/) leaves /metrics with the same series: one ``other`` bucket."""
+    viewer = {"Authorization": "Bearer view"}
+    paths = ["/metrics", "/v1/healthz", "/nowhere/{n}", "/v1/stacks/p{n}/w/releases"]
+    for n, path in enumerate(paths):  # each kind of series, once
+        await http.request(f"MADEUP{n}", path.format(n=n))
+        await http.request(f"MADEUP{n}", path.format(n=n), headers=viewer)
+    await http.get("/v1/stacks/p/w/releases", headers=viewer)
+    await http.get("/metrics")
+    before = (await http.get("/metrics")).text
+    for n in range(1000):
+        path = paths[n % len(paths)].format(n=n)
+        await http.request(f"X{n}-{uuid.uuid4().hex[:8]}", path, headers=viewer if n % 2 else {})
+    after = (await http.get("/metrics")).text
+    assert series(after) == series(before)
+    assert len(after) - len(before) < 300  # only counts grew (a few digits each)
+    assert 'method="other",route="/metrics",status="405"' in after
+    assert 'method="other",route="(no route)",status="404"' in after
+    assert "MADEUP" not in after and "/nowhere" not in after and "p1" not in after
+
+
+def test_status_and_method_labels_are_bounded() -> None:
+    from stackflow.api.metrics import Metrics
+
+    m = Metrics()
+    m.request("BREW", "/x", 999, 0.1)
+    m.request("GET", "/x", 200, 0.1)
+    text = m.render()
+    assert 'method="other",route="/x",status="other"' in text
+    assert 'method="GET",route="/x",status="200"' in text and "BREW" not in text

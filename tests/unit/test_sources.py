@@ -156,3 +156,28 @@ def test_a_directory_is_read_at_the_head_of_a_branch(tmp_path: Path) -> None:
             read_directory(git.url, "main", "missing", tmp_path / "c", ".rego")
         with pytest.raises(SpecError, match="is not a directory"):
             read_directory(git.url, "main", "README", tmp_path / "c", ".rego")
+
+
+def test_a_push_must_be_the_branch_head_or_newer_than_the_last_one_run(tmp_path: Path) -> None:
+    """The API's replay check (:func:`stackflow.sources.push_refusal`) against a real host."""
+    from stackflow.sources import push_refusal
+
+    cache = tmp_path / "cache"
+    with GitServer(tmp_path / "repo") as git:
+        first = git.commit({"spec.yaml": "a\n"})
+        second = git.commit({"spec.yaml": "b\n"})
+        aside = git.commit({"spec.yaml": "x\n"}, branch="feature")
+        assert push_refusal(git.url, "main", second, first, cache) is None  # the head
+        old = push_refusal(git.url, "main", first, second, cache)
+        assert old == (
+            f"commit {first[:12]} is not the head of refs/heads/main (now {second[:12]}) nor "
+            f"newer than {second[:12]}, the last commit a delivery ran: an old delivery, "
+            "replayed or late; nothing started"
+        )
+        assert push_refusal(git.url, "main", first, None, cache) is not None  # nothing to compare
+        third = git.commit({"spec.yaml": "c\n"})
+        git.commit({"README": "docs\n"})
+        assert push_refusal(git.url, "main", third, second, cache) is None  # late, but newer
+        assert push_refusal(git.url, "main", second, third, cache) is not None
+        assert push_refusal(git.url, "main", aside, second, cache) is not None  # not on main
+        assert "refs/heads/gone is not on" in str(push_refusal(git.url, "gone", first, None, cache))

@@ -58,3 +58,15 @@ def test_the_secret_is_sealed_at_rest(tmp_path: Any) -> None:
         assert bound is not None and bound.secret == SECRET
     finally:
         backend.close()
+
+
+def test_the_last_pushed_commit_is_kept_per_stack(bindings: Any) -> None:
+    """What the API's replay check reads: the commit of the last run a delivery started."""
+    assert bindings.last_push(STACK) is None
+    bindings.record_push(STACK, "https://example.com/acme/infra.git", "a" * 40)
+    bindings.record_push(STACK, "https://example.com/acme/infra.git", "b" * 40)
+    bindings.record_push(StackRef("p", "prod"), "https://example.com/acme/infra.git", "c" * 40)
+    last = bindings.last_push(STACK)
+    assert (last.url, last.commit) == ("https://example.com/acme/infra.git", "b" * 40)
+    assert last.at.tzinfo is not None
+    assert bindings.last_push(StackRef("p", "prod")).commit == "c" * 40

@@ -1,18 +1,24 @@
-"""What every Temporal client of stackflow shares (the CLI, ``stackflow serve``, other
-services): the connection settings, the errors a connection can end in and how a Temporal
-error is classified (unreachable: wait and retry; refused: one line), a quiet SDK runtime,
-and the memo key that makes a start safe to retry. The CLI's own riding-out of outages is
+"""What every Temporal client of stackflow shares (the worker, the CLI, ``stackflow serve``,
+other services): the connection settings (address, namespace, TLS, mTLS and API key: see
+:mod:`stackflow.temporal_tls`) and the one way to connect with them (:func:`connect`), the
+errors a connection can end in and how a Temporal error is classified (unreachable: wait and
+retry; refused, a TLS handshake included: one line), a quiet SDK runtime, and the memo key
+that makes a start safe to retry. The CLI's own riding-out of outages is
 :mod:`stackflow.cli.connection`."""
 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 
+from temporalio.client import Client, Interceptor
+from temporalio.converter import DataConverter
 from temporalio.runtime import LoggingConfig, Runtime, TelemetryConfig, TelemetryFilter
 from temporalio.service import RPCError, RPCStatusCode
 
 from stackflow.errors import StackflowError
 from stackflow.operation import TASK_QUEUE_DEFAULT
+from stackflow.temporal_tls import TemporalTLS
 
 START_TOKEN = "stackflow-start"
 """Memo key of the token a start puts on its run (recognises a retried start's run)."""
@@ -50,8 +56,36 @@ def settings() -> tuple[str, str, str]:
     )
 
 
+async def connect(
+    data_converter: DataConverter,
+    *,
+    runtime: Runtime | None = None,
+    interceptors: Sequence[Interceptor] = (),
+    address: str | None = None,
+    namespace: str | None = None,
+) -> Client:
+    """A client of the Temporal the environment names (``settings``), over TLS, mTLS and/or
+    with an API key as ``TEMPORAL_TLS*`` / ``TEMPORAL_API_KEY`` say (:class:`TemporalTLS`:
+    bad settings raise its one-line ``TemporalSettingsError`` before any connection)."""
+    default_address, default_namespace, _ = settings()
+    secure = TemporalTLS.from_env()
+    return await Client.connect(
+        address or default_address,
+        namespace=namespace or default_namespace,
+        data_converter=data_converter,
+        runtime=runtime,
+        interceptors=interceptors,
+        tls=secure.tls_config(),
+        api_key=secure.api_key,
+    )
+
+
 def is_unreachable(exc: BaseException) -> bool:
-    """Whether ``exc`` says Temporal could not be reached (rather than refused a call)."""
+    """Whether ``exc`` says Temporal could not be reached (rather than refused a call). A TLS
+    handshake Temporal refused (no or an unknown client certificate, a server certificate
+    this client does not trust, TLS on one side only) is a refusal: waiting does not help."""
+    if is_tls_refusal(exc):
+        return False
     if isinstance(exc, RPCError):
         return exc.status in UNREACHABLE_CODES or _transport(exc.message)
     if isinstance(exc, RuntimeError):  # Client.connect: "Failed client connect: …"
@@ -62,6 +96,35 @@ def is_unreachable(exc: BaseException) -> bool:
 def _transport(message: str) -> bool:
     text = message.lower()
     return any(marker in text for marker in TRANSPORT_MARKERS)
+
+
+TLS_MARKERS = (
+    "certificate",
+    "handshake",
+    "tls",
+    "ssl",
+    "alert",
+    "invalid peer",
+    "unknownissuer",
+    "invalid content type",
+    "corrupt message",
+    "frame with invalid size",
+    "invalid http version",
+)
+"""Words of the errors of a TLS handshake that failed (rustls, or HTTP/2 spoken to a TLS
+port and the reverse), as the SDK's core reports them."""
+
+
+def is_tls_refusal(exc: BaseException) -> bool:
+    """Whether ``exc`` is a TLS handshake that failed (see ``TLS_MARKERS``)."""
+    if isinstance(exc, RPCError):
+        text = exc.message
+    elif isinstance(exc, RuntimeError):
+        text = str(exc)
+    else:
+        return False
+    text = text.lower()
+    return any(marker in text for marker in TLS_MARKERS)
 
 
 def reason(exc: BaseException) -> str:
@@ -79,6 +142,13 @@ def connection_error(exc: BaseException) -> StackflowError | None:
     if isinstance(exc, StackflowError):
         return exc
     address, _, _ = settings()
+    if is_tls_refusal(exc):
+        return TemporalRefused(
+            f"Temporal at {address} refused the TLS connection ({tls_reason(exc)}); "
+            f"this client connects with {TemporalTLS.describe_env()}: set TEMPORAL_TLS_* "
+            "(client certificate and key, server CA, server name) or TEMPORAL_API_KEY as the "
+            "server requires"
+        )
     if is_unreachable(exc):
         return TemporalUnreachable(
             f"cannot reach Temporal at {address} ({reason(exc)}); start it (`make up`) or "
@@ -90,6 +160,14 @@ def connection_error(exc: BaseException) -> StackflowError | None:
             f"{reason(exc)})"
         )
     return None
+
+
+def tls_reason(exc: BaseException) -> str:
+    """The innermost part of a TLS error's text (the SDK nests them), at most 200 characters."""
+    text = exc.message if isinstance(exc, RPCError) else str(exc)
+    parts = [p.strip() for p in text.replace("\n", " ").split(": ") if p.strip()]
+    tail = [p for p in parts if any(m in p.lower() for m in TLS_MARKERS)]
+    return " ".join((": ".join(tail[-2:]) if tail else text).split())[:200]
 
 
 _runtime: Runtime | None = None

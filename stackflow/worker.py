@@ -296,5 +296,19 @@ def main(runtimes: str | None = None, processes: str | None = None) -> None:
     asyncio.run(run(settings, runtimes))
 
 
+def shell_main() -> None:
+    """``python -m stackflow.worker``: as ``stackflow worker``, a setting it refuses or a
+    Temporal that refuses it (a TLS handshake) is one line on stderr and its exit code, not
+    a traceback."""
+    try:
+        main()
+    except Exception as exc:
+        err = temporal_client.connection_error(exc)
+        if err is None:
+            raise
+        print(f"Error: {err}", file=sys.stderr, flush=True)
+        sys.exit(err.exit_code)
+
+
 if __name__ == "__main__":
-    main()
+    shell_main()

@@ -9,6 +9,7 @@ that makes a start safe to retry. The CLI's own riding-out of outages is
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Sequence
 
 from temporalio.client import Client, Interceptor
@@ -106,7 +107,8 @@ TLS_MARKERS = (
     "alert",
     "invalid peer",
     "unknownissuer",
-    "invalid content type",
+    "invalidmessage",
+    "invalidcontenttype",
     "corrupt message",
     "frame with invalid size",
     "invalid http version",
@@ -162,12 +164,27 @@ def connection_error(exc: BaseException) -> StackflowError | None:
     return None
 
 
+TLS_REASONS = tuple(
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        r"received fatal alert: \w+",
+        r"invalid peer certificate: [\w()]+",
+        r"Invalid\w*\(\w+\)",
+        r"[^:()]*(?:tls|ssl|handshake|certificate)[^:()]*",
+    )
+)
+
+
 def tls_reason(exc: BaseException) -> str:
-    """The innermost part of a TLS error's text (the SDK nests them), at most 200 characters."""
+    """What the TLS error says, without the SDK's nesting (``received fatal alert:
+    CertificateRequired``, ``InvalidCertificate(UnknownIssuer)``), at most 200 characters."""
     text = exc.message if isinstance(exc, RPCError) else str(exc)
-    parts = [p.strip() for p in text.replace("\n", " ").split(": ") if p.strip()]
-    tail = [p for p in parts if any(m in p.lower() for m in TLS_MARKERS)]
-    return " ".join((": ".join(tail[-2:]) if tail else text).split())[:200]
+    for pattern in TLS_REASONS:
+        found = pattern.search(text)
+        if found:
+            text = found.group(0)
+            break
+    return " ".join(text.split())[:200]
 
 
 _runtime: Runtime | None = None

@@ -149,6 +149,9 @@ def test_disabling_host_verification_is_refused() -> None:
         "InvalidCertificate(UnknownIssuer) }))",
         "Failed client connect: Server connection error: tonic::transport::Error(Transport, "
         "received fatal alert: CertificateRequired)",
+        # TLS spoken to a plaintext port (seen against a plain listener)
+        "Failed client connect: Server connection error: tonic::transport::Error(Transport, "
+        "ConnectError(Custom { kind: InvalidData, error: InvalidMessage(InvalidContentType) }))",
     ],
 )
 def test_a_refused_handshake_is_a_refusal_not_an_outage(message: str) -> None:

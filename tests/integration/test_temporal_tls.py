@@ -27,7 +27,6 @@ import hashlib
 import json
 import os
 import random
-import shutil
 import signal
 import socket
 import subprocess
@@ -43,24 +42,21 @@ import httpx
 import pytest
 import yaml
 from google.protobuf.duration_pb2 import Duration
-from temporalio.api.enums.v1 import EventType, IndexedValueType
+from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import AddSearchAttributesRequest
 from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, RegisterNamespaceRequest
-from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
-from temporalio.exceptions import ApplicationError
+from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 
 from stackflow.codec import data_converter
 from stackflow.crypto import KeyRing, new_key_line
-from stackflow.operation import ApprovalInput, OperationResult
 from tests.integration.conftest import REPO, WorkerProcess, run_cli
-from tests.integration.opshelp import (
-    all_releases,
-    cli_json,
-    file_resource,
-    new_project,
-    wait_phase,
-    write_spec,
+from tests.integration.opshelp import cli_json, file_resource, new_project, write_spec
+from tests.integration.plaintext import (
+    approve_and_finish,
+    assert_plain_refused_and_codec_runs,
+    start_apply,
+    temporal_cli,
 )
 from tests.tlscerts import Pki, make_pki
 
@@ -398,51 +394,6 @@ def codec_endpoint(tls_temporal: TlsTemporal) -> Iterator[str]:
     proc.wait(timeout=20)
 
 
-def temporal_cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    """The `temporal` CLI, configured only by the environment (TEMPORAL_ADDRESS, TLS)."""
-    temporal = shutil.which("temporal", path=env.get("PATH"))
-    assert temporal, 'the Temporal CLI is not on PATH: eval "$(scripts/services.sh env)"'
-    return subprocess.run(
-        [temporal, *args], capture_output=True, text=True, timeout=60, env=env, cwd=REPO
-    )
-
-
-def start_apply(
-    env: dict[str, str], project: str, target: Path, *codec: str
-) -> tuple[str, subprocess.CompletedProcess[str]]:
-    """`temporal workflow start` of an apply with the input as plain JSON (and ``codec``
-    options); the run's workflow id and the CLI's result."""
-    request = {
-        "project": project,
-        "workspace": "dev",
-        "spec": {"resources": [file_resource(target, "over mTLS\n")]},
-    }
-    wid = f"stackflow/{project}/dev"
-    started = temporal_cli(
-        env,
-        "workflow",
-        "start",
-        "--task-queue",
-        env["STACKFLOW_TASK_QUEUE"],
-        "--type",
-        "ApplyWorkflow",
-        "--workflow-id",
-        wid,
-        "--input",
-        json.dumps(request),
-        *codec,
-    )
-    return wid, started
-
-
-async def approve_and_finish(server: TlsTemporal, wid: str) -> OperationResult:
-    client = await server.client()
-    handle = client.get_workflow_handle(wid, result_type=OperationResult)
-    await wait_phase(handle, "awaitingApproval")
-    assert await handle.execute_update("approve", ApprovalInput(by="ann")) == "approved by ann"
-    return await asyncio.wait_for(handle.result(), 120)
-
-
 async def test_worker_cli_api_and_temporal_cli_run_over_mtls(
     tls_temporal: TlsTemporal, worker: WorkerProcess, tmp_path: Path
 ) -> None:
@@ -503,7 +454,7 @@ async def test_worker_cli_api_and_temporal_cli_run_over_mtls(
             )
             assert r.status_code == 201, r.text
             wid = r.json()["workflow_id"]
-        result = await approve_and_finish(tls_temporal, wid)
+        result = await approve_and_finish(await tls_temporal.client(), wid)
         assert result.phase == "succeeded"
         assert api_target.read_text() == "from the API\n"
     finally:
@@ -585,56 +536,11 @@ async def test_a_client_without_a_certificate_is_refused(
 async def test_the_refuse_plaintext_setting_fails_plain_json_runs_and_codec_runs_pass(
     tls_temporal: TlsTemporal, strict: WorkerProcess, codec_endpoint: str, tmp_path: Path
 ) -> None:
-    server = tls_temporal
     env = strict.env
     assert "encrypted, unencrypted input refused" in strict.log.read_text()
-
-    # plain JSON, as `temporal workflow start` sends it without a codec: fails at once
-    project = new_project()
-    target = tmp_path / "plain.conf"
-    began = time.monotonic()
-    wid, started = start_apply(env, project, target)
-    assert started.returncode == 0, started.stdout + started.stderr
-    client = await server.client()
-    handle = client.get_workflow_handle(wid)
-    with pytest.raises(WorkflowFailureError) as failed:
-        await asyncio.wait_for(handle.result(), FAIL_WITHIN)
-    assert time.monotonic() - began < FAIL_WITHIN
-    cause = failed.value.cause
-    assert isinstance(cause, ApplicationError) and cause.type == "InvalidInput", cause
-    assert cause.message.startswith(
-        "invalid input: argument 1 is not encrypted, and this worker refuses unencrypted "
-        "input (STACKFLOW_REQUIRE_ENCRYPTED_PAYLOADS=1)"
-    ), cause.message
-    assert "\n" not in cause.message
-    events = [e.event_type async for e in handle.fetch_history_events()]
-    assert EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED not in events
-    assert EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED not in events
-    assert not target.exists() and all_releases(env, project, "dev") == []
-
-    # the same start through the codec server: encrypted, it runs
-    wid, started = start_apply(
-        env,
-        project,
-        target,
-        "--codec-endpoint",
-        codec_endpoint,
-        "--codec-auth",
-        f"Bearer {CODEC_TOKEN}",
-    )
-    assert started.returncode == 0, started.stdout + started.stderr
-    handle = client.get_workflow_handle(wid, result_type=OperationResult)
-    await wait_phase(handle, "awaitingApproval")
-    # an approval sent in plain JSON (any name, by anyone who reaches Temporal) is rejected
-    plain = (await server.plain_client()).get_workflow_handle(wid)
-    with pytest.raises(WorkflowUpdateFailedError) as rejected:
-        await plain.execute_update("approve", {"by": "mallory"})
-    assert isinstance(rejected.value.cause, ApplicationError)
-    assert rejected.value.cause.message.startswith("invalid input: argument 1 is not encrypted")
-    result = await approve_and_finish(server, wid)
-    assert result.phase == "succeeded" and target.read_text() == "over mTLS\n"
-    [release] = all_releases(env, project, "dev")
-    assert release.approval is not None and release.approval.by == "ann"
+    codec = ["--codec-endpoint", codec_endpoint, "--codec-auth", f"Bearer {CODEC_TOKEN}"]
+    client, plain = await tls_temporal.client(), await tls_temporal.plain_client()
+    await assert_plain_refused_and_codec_runs(env, client, plain, codec, tmp_path)
 
     # stackflow's own CLI encrypts: it runs as always on the strict worker
     cli_target = tmp_path / "strict-cli.conf"
@@ -651,7 +557,6 @@ async def test_with_the_setting_off_plain_json_input_still_runs(
 ) -> None:
     project = new_project()
     target = tmp_path / "lax.conf"
-    wid, started = start_apply(worker.env, project, target)
-    assert started.returncode == 0, started.stdout + started.stderr
-    result = await approve_and_finish(tls_temporal, wid)
-    assert result.phase == "succeeded" and target.read_text() == "over mTLS\n"
+    wid, _ = start_apply(worker.env, project, target)
+    result = await approve_and_finish(await tls_temporal.client(), wid)
+    assert result.phase == "succeeded" and target.read_text() == "started by temporal\n"

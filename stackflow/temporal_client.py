@@ -129,9 +129,19 @@ def is_tls_refusal(exc: BaseException) -> bool:
     return any(marker in text for marker in TLS_MARKERS)
 
 
+CLOSED_ON_OPEN = ("call error after connection", "connection closed")
+"""A connection the server closed as soon as it was opened: what a plaintext client of a TLS
+port sees (and, rarely, a proxy whose backend is down: so it stays an outage, waited out)."""
+
+
 def reason(exc: BaseException) -> str:
     """A short reason: the gRPC message, or the innermost text of a connect error."""
     text = exc.message if isinstance(exc, RPCError) else str(exc)
+    if all(m in text.lower() for m in CLOSED_ON_OPEN) and not TemporalTLS.enabled_in_env():
+        return (
+            "it closed the connection as soon as it opened; if it requires TLS, set "
+            "TEMPORAL_TLS=true (and TEMPORAL_TLS_CLIENT_CERT_PATH/_KEY_PATH for mTLS)"
+        )
     for marker in TRANSPORT_MARKERS[:-1]:
         if marker in text.lower():
             return marker

@@ -135,6 +135,14 @@ class TemporalTLS:
         return how + (", API key" if self.api_key else "")
 
     @classmethod
+    def enabled_in_env(cls) -> bool:
+        """Whether the environment's settings turn TLS on (False when they are wrong)."""
+        try:
+            return cls.from_env().enabled
+        except TemporalSettingsError:
+            return False
+
+    @classmethod
     def describe_env(cls) -> str:
         """``describe()`` of the environment's settings (or why they are wrong)."""
         try:

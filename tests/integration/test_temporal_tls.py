@@ -31,6 +31,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator
@@ -320,7 +321,7 @@ def tls_temporal(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TlsTempor
             STACKFLOW_HOME=str(server.home),
             STACKFLOW_STATE_URL=f"sqlite:///{server.home / 'state.db'}",
             STACKFLOW_TASK_QUEUE=f"tls-{uuid.uuid4().hex[:8]}",
-            STACKFLOW_ONPREM_ROOTS=str(root),
+            STACKFLOW_ONPREM_ROOTS=tempfile.gettempdir(),
             PYTHONPATH=str(REPO),
         )
         server.env = env
@@ -492,14 +493,22 @@ async def test_a_client_without_a_certificate_is_refused(
         TEMPORAL_TLS_CLIENT_KEY_PATH=str(server.rogue.client.key),
     )
     status = ("status", "--project", new_project(), "--workspace", "dev")
-    for name, env in (("no certificate", no_cert), ("another CA's certificate", rogue)):
+    for name, env in (
+        ("no certificate", no_cert),
+        ("another CA's certificate", rogue),
+        # the server is checked too: by the system's roots, or under another name
+        ("no server CA", server.with_env(TEMPORAL_TLS_SERVER_CA_CERT_PATH=None)),
+        ("another server name", server.with_env(TEMPORAL_TLS_SERVER_NAME="other.example")),
+    ):
         proc, took = timed_cli(env, *status)
         line = one_line_refusal(proc, took)
         assert f"Temporal at {server.address} refused the TLS connection" in line, (name, line)
         assert "TEMPORAL_TLS_" in line, line
         assert proc.returncode == 1, (name, proc.returncode)
 
-    # the worker: one line at once, not 30 attempts over minutes
+    # the worker: ends with one error line at once, not 30 attempts over minutes (with TLS
+    # 1.3 the server's alert may come after the first attempt's handshake: that attempt
+    # reads as a closed connection, is logged and retried once)
     home = tmp_path / "refused-worker"
     home.mkdir()
     began = time.monotonic()
@@ -511,8 +520,22 @@ async def test_a_client_without_a_certificate_is_refused(
         text=True,
         timeout=120,
     )
-    line = one_line_refusal(refused, time.monotonic() - began)
+    assert refused.returncode == 1 and time.monotonic() - began < REFUSED_WITHIN, refused
+    assert "Traceback" not in refused.stderr, refused.stderr
+    *logged, line = refused.stderr.strip().splitlines()
     assert line.startswith(f"Error: Temporal at {server.address} refused the TLS connection")
+    assert "CertificateRequired" in line and len(logged) <= 1, refused.stderr
+
+    # no TLS at all: the server closes each connection as it opens, which a proxy with its
+    # backend down does too, so the CLI waits it out as an outage and then says what to set
+    plaintext = server.with_env(
+        TEMPORAL_TLS_CLIENT_CERT_PATH=None,
+        TEMPORAL_TLS_CLIENT_KEY_PATH=None,
+        TEMPORAL_TLS_SERVER_CA_CERT_PATH=None,
+    )
+    proc, took = timed_cli(plaintext, *status, "--unavailable-timeout", "3")
+    line = one_line_refusal(proc, took)
+    assert "if it requires TLS, set TEMPORAL_TLS=true" in line, line
 
     # bad settings stop before any connection, exit 2
     proc, took = timed_cli(server.with_env(TEMPORAL_TLS_CLIENT_KEY_PATH=None), *status)

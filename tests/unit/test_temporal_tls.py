@@ -169,3 +169,22 @@ def test_outages_stay_outages() -> None:
     assert temporal_client.is_unreachable(down) and not temporal_client.is_tls_refusal(down)
     rpc = RPCError("namespace x not found", RPCStatusCode.NOT_FOUND, b"")
     assert not temporal_client.is_tls_refusal(rpc)
+
+
+def test_a_connection_closed_on_open_hints_at_tls_when_plaintext(
+    monkeypatch: pytest.MonkeyPatch, pki: Pki
+) -> None:
+    """What a plaintext client of a TLS port sees (measured against the Temporal server with
+    mTLS): still an outage (a proxy with its backend down looks the same), but the line
+    after the wait says what to set."""
+    closed = RuntimeError(
+        "Failed client connect: `get_system_info` call error after connection: Status { code: "
+        'Cancelled, message: "operation was canceled", source: Some(tonic::transport::Error('
+        'Transport, hyper::Error(Canceled, "connection closed"))) }'
+    )
+    for name in ("TEMPORAL_TLS", "TEMPORAL_API_KEY", "TEMPORAL_TLS_SERVER_CA_CERT_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    assert temporal_client.is_unreachable(closed)
+    assert "set TEMPORAL_TLS=true" in temporal_client.reason(closed)
+    monkeypatch.setenv("TEMPORAL_TLS_SERVER_CA_CERT_PATH", str(pki.ca))
+    assert "TEMPORAL_TLS" not in temporal_client.reason(closed)

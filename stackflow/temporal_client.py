@@ -8,6 +8,7 @@ that makes a start safe to retry. The CLI's own riding-out of outages is
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
 from collections.abc import Sequence
@@ -70,15 +71,28 @@ async def connect(
     bad settings raise its one-line ``TemporalSettingsError`` before any connection)."""
     default_address, default_namespace, _ = settings()
     secure = TemporalTLS.from_env()
-    return await Client.connect(
-        address or default_address,
-        namespace=namespace or default_namespace,
-        data_converter=data_converter,
-        runtime=runtime,
-        interceptors=interceptors,
-        tls=secure.tls_config(),
-        api_key=secure.api_key,
-    )
+    target = address or default_address
+    try:
+        return await Client.connect(
+            target,
+            namespace=namespace or default_namespace,
+            data_converter=data_converter,
+            runtime=runtime,
+            interceptors=interceptors,
+            tls=secure.tls_config(),
+            api_key=secure.api_key,
+        )
+    except RuntimeError as exc:
+        if not closed_on_open(exc):
+            raise
+        # the server closed the connection as it opened: ask it why, with one handshake
+        why = await asyncio.to_thread(secure.diagnose, target)
+        if why is None:
+            raise
+        if not secure.enabled:
+            plain = f"Temporal at {target} refused a plaintext connection: {why}"
+            raise TemporalRefused(plain) from None
+        raise TemporalRefused(tls_refusal(target, why, secure)) from None
 
 
 def is_unreachable(exc: BaseException) -> bool:
@@ -129,15 +143,23 @@ def is_tls_refusal(exc: BaseException) -> bool:
     return any(marker in text for marker in TLS_MARKERS)
 
 
-CLOSED_ON_OPEN = ("call error after connection", "connection closed")
+CLOSED_ON_OPEN = "call error after connection"
+CLOSED_HOW = ("connection closed", "broken pipe", "connection reset")
 """A connection the server closed as soon as it was opened: what a plaintext client of a TLS
-port sees (and, rarely, a proxy whose backend is down: so it stays an outage, waited out)."""
+port sees, or a TLS 1.3 client whose certificate the server refuses on its first call (and,
+rarely, a proxy whose backend is down: so it stays an outage, waited out)."""
+
+
+def closed_on_open(exc: BaseException) -> bool:
+    """The connection was closed as soon as it opened (``CLOSED_ON_OPEN``)."""
+    text = (exc.message if isinstance(exc, RPCError) else str(exc)).lower()
+    return CLOSED_ON_OPEN in text and any(how in text for how in CLOSED_HOW)
 
 
 def reason(exc: BaseException) -> str:
     """A short reason: the gRPC message, or the innermost text of a connect error."""
     text = exc.message if isinstance(exc, RPCError) else str(exc)
-    if all(m in text.lower() for m in CLOSED_ON_OPEN) and not TemporalTLS.enabled_in_env():
+    if closed_on_open(exc) and not TemporalTLS.enabled_in_env():
         return (
             "it closed the connection as soon as it opened; if it requires TLS, set "
             "TEMPORAL_TLS=true (and TEMPORAL_TLS_CLIENT_CERT_PATH/_KEY_PATH for mTLS)"
@@ -155,12 +177,7 @@ def connection_error(exc: BaseException) -> StackflowError | None:
         return exc
     address, _, _ = settings()
     if is_tls_refusal(exc):
-        return TemporalRefused(
-            f"Temporal at {address} refused the TLS connection ({tls_reason(exc)}); "
-            f"this client connects with {TemporalTLS.describe_env()}: set TEMPORAL_TLS_* "
-            "(client certificate and key, server CA, server name) or TEMPORAL_API_KEY as the "
-            "server requires"
-        )
+        return TemporalRefused(tls_refusal(address, tls_reason(exc)))
     if is_unreachable(exc):
         return TemporalUnreachable(
             f"cannot reach Temporal at {address} ({reason(exc)}); start it (`make up`) or "
@@ -183,6 +200,16 @@ TLS_REASONS = tuple(
         r"[^:()]*(?:tls|ssl|handshake|certificate)[^:()]*",
     )
 )
+
+
+def tls_refusal(address: str, why: str, secure: TemporalTLS | None = None) -> str:
+    """The line of a TLS connection Temporal refused (or that failed), ``why`` its reason."""
+    how = secure.describe() if secure is not None else TemporalTLS.describe_env()
+    return (
+        f"Temporal at {address} refused the TLS connection ({why}); this client connects "
+        f"with {how}: set TEMPORAL_TLS_* (client certificate and key, server CA, server "
+        "name) or TEMPORAL_API_KEY as the server requires"
+    )
 
 
 def tls_reason(exc: BaseException) -> str:

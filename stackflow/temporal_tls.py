@@ -23,8 +23,12 @@ cannot skip the check, and stackflow would not; name the certificate's host with
 from __future__ import annotations
 
 import os
+import socket
+import ssl
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
 from temporalio.service import TLSConfig
 
@@ -134,6 +138,41 @@ class TemporalTLS:
             how += f", server name {self.server_name}"
         return how + (", API key" if self.api_key else "")
 
+    def diagnose(self, address: str, timeout: float = 5.0) -> str | None:
+        """Why a server that closed the connection as soon as it opened did so, when TLS is
+        the reason, else None. With TLS 1.3 a server that refuses this client's certificate
+        says so after the handshake, and the SDK's first call may only see the connection
+        closed: one handshake here, with the same settings, reads the server's alert
+        (``TLSV13_ALERT_CERTIFICATE_REQUIRED``). Without TLS: whether the port speaks TLS."""
+        host, _, port = address.rpartition(":")
+        host = host.strip("[]") or "127.0.0.1"
+        try:
+            with socket.create_connection((host, int(port)), timeout=timeout) as raw:
+                if not self.enabled:
+                    return _speaks_tls(raw, host)
+                context = self._context()
+                with context.wrap_socket(raw, server_hostname=self.server_name or host) as tls:
+                    tls.recv(1)  # a server that accepts us sends its HTTP/2 settings at once
+        except ssl.SSLError as err:
+            return str(err.reason or err)
+        except (OSError, ValueError):
+            return None
+        return None
+
+    def _context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+        context.set_alpn_protocols(["h2"])
+        if self.server_ca is not None:
+            context.load_verify_locations(cadata=self.server_ca.decode(errors="replace"))
+        if self.client_cert is not None and self.client_key is not None:
+            with tempfile.TemporaryDirectory() as directory:  # load_cert_chain reads files
+                cert, key = Path(directory) / "cert.pem", Path(directory) / "key.pem"
+                cert.write_bytes(self.client_cert)
+                key.touch(0o600)
+                key.write_bytes(self.client_key)
+                context.load_cert_chain(cert, key)
+        return context
+
     @classmethod
     def enabled_in_env(cls) -> bool:
         """Whether the environment's settings turn TLS on (False when they are wrong)."""
@@ -216,3 +255,21 @@ def _check_pair(cert: bytes, key: bytes) -> None:
     spki = Encoding.DER, PublicFormat.SubjectPublicKeyInfo
     if private.public_key().public_bytes(*spki) != public.public_bytes(*spki):
         raise TemporalSettingsError(f"{KEY} is not the key of the certificate {CERT} names")
+
+
+def _speaks_tls(raw: socket.socket, host: str) -> str | None:
+    """A plaintext client's diagnosis: the port answers a TLS handshake (its certificate
+    unchecked, nothing sent after it)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with context.wrap_socket(raw, server_hostname=host):
+            pass
+    except ssl.SSLError as err:
+        if "ALERT" not in str(err.reason or ""):
+            return None  # not TLS
+    return (
+        f"it speaks TLS and this client does not: set {TLS}=true (and {CERT}_PATH/{KEY}_PATH "
+        f"for mTLS, {CA}_PATH for a private CA)"
+    )

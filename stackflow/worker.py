@@ -296,18 +296,21 @@ def main(runtimes: str | None = None, processes: str | None = None) -> None:
     asyncio.run(run(settings, runtimes))
 
 
-def shell_main() -> None:
-    """``python -m stackflow.worker``: as ``stackflow worker``, a setting it refuses or a
-    Temporal that refuses it (a TLS handshake) is one line on stderr and its exit code, not
-    a traceback."""
+def shell_main(runtimes: str | None = None, processes: str | None = None) -> None:
+    """``python -m stackflow.worker`` and ``stackflow worker``: ``main``, where a setting it
+    refuses or a Temporal that refuses it (a TLS handshake) is one line on stderr and its
+    exit code, not a traceback. The process then ends at once (``os._exit``): the SDK's core
+    may still be winding the refused connections down, and a Python finalizing under it
+    can abort (SIGABRT, "PyGILState_Release") instead of exiting with the code."""
     try:
-        main()
+        main(runtimes, processes)
     except Exception as exc:
         err = temporal_client.connection_error(exc)
         if err is None:
             raise
-        print(f"Error: {err}", file=sys.stderr, flush=True)
-        sys.exit(err.exit_code)
+        print("Error: " + " ".join(str(err).split()), file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(err.exit_code)
 
 
 if __name__ == "__main__":

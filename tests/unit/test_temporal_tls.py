@@ -5,6 +5,9 @@ CLI waits out."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -188,3 +191,43 @@ def test_a_connection_closed_on_open_hints_at_tls_when_plaintext(
     assert "set TEMPORAL_TLS=true" in temporal_client.reason(closed)
     monkeypatch.setenv("TEMPORAL_TLS_SERVER_CA_CERT_PATH", str(pki.ca))
     assert "TEMPORAL_TLS" not in temporal_client.reason(closed)
+
+
+STACKFLOW = Path(sys.executable).parent / "stackflow"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["worker"],
+        [sys.executable, "-m", "stackflow.worker"],
+        ["serve", "--port", "9"],
+        ["status", "--project", "p"],
+    ],
+    ids=["stackflow worker", "python -m stackflow.worker", "stackflow serve", "stackflow status"],
+)
+def test_each_process_stops_at_start_on_bad_settings(
+    command: list[str], pki: Pki, tmp_path: Path
+) -> None:
+    """A certificate without its key: one line, exit 2, before any connection (the address
+    is a closed port: nothing is tried)."""
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_TLS", "TEMPORAL_API"))
+    }
+    env.update(
+        TEMPORAL_ADDRESS="127.0.0.1:9",
+        TEMPORAL_TLS_CLIENT_CERT_PATH=str(pki.client.cert),
+        STACKFLOW_HOME=str(tmp_path / "home"),
+        STACKFLOW_STATE_URL=f"sqlite:///{tmp_path / 'state.db'}",
+        STACKFLOW_API_TOKENS=str(tmp_path / "tokens.json"),
+    )
+    (tmp_path / "tokens.json").write_text("[]")
+    argv = command if command[0] == sys.executable else [str(STACKFLOW), *command]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 2, proc
+    assert proc.stderr.strip() == (
+        "Error: TEMPORAL_TLS_CLIENT_CERT_PATH (or _DATA) is set but "
+        "TEMPORAL_TLS_CLIENT_KEY_PATH (or _DATA) is not: mTLS needs both the client "
+        "certificate and its private key"
+    ), proc.stderr

@@ -114,18 +114,15 @@ def _transport(message: str) -> bool:
 
 
 TLS_MARKERS = (
+    "fatal alert",
     "certificate",
     "handshake",
-    "tls",
-    "ssl",
-    "alert",
     "invalid peer",
     "unknownissuer",
     "invalidmessage",
     "invalidcontenttype",
     "corrupt message",
-    "frame with invalid size",
-    "invalid http version",
+    "wrong version number",
 )
 """Words of the errors of a TLS handshake that failed (rustls, or HTTP/2 spoken to a TLS
 port and the reverse), as the SDK's core reports them."""

@@ -170,6 +170,12 @@ def test_a_refused_handshake_is_a_refusal_not_an_outage(message: str) -> None:
 def test_outages_stay_outages() -> None:
     down = RuntimeError("Failed client connect: tcp connect error: Connection refused")
     assert temporal_client.is_unreachable(down) and not temporal_client.is_tls_refusal(down)
+    # an address that names TLS is not a TLS error
+    dns = RuntimeError(
+        "Failed client connect: error trying to connect: dns error: failed to lookup address "
+        "information for temporal-tls.ssl.internal"
+    )
+    assert temporal_client.is_unreachable(dns) and not temporal_client.is_tls_refusal(dns)
     rpc = RPCError("namespace x not found", RPCStatusCode.NOT_FOUND, b"")
     assert not temporal_client.is_tls_refusal(rpc)
 

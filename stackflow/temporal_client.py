@@ -124,8 +124,9 @@ TLS_MARKERS = (
     "corrupt message",
     "wrong version number",
 )
-"""Words of the errors of a TLS handshake that failed (rustls, or HTTP/2 spoken to a TLS
-port and the reverse), as the SDK's core reports them."""
+"""Words of the errors of a TLS handshake that failed (a server's alert, a certificate this
+client does not trust, TLS spoken to a plaintext port), as the SDK's core (rustls) reports
+them."""
 
 
 def is_tls_refusal(exc: BaseException) -> bool:

@@ -153,8 +153,12 @@ class TemporalTLS:
                 context = self._context()
                 with context.wrap_socket(raw, server_hostname=self.server_name or host) as tls:
                     tls.recv(1)  # a server that accepts us sends its HTTP/2 settings at once
+        except ssl.SSLCertVerificationError as err:
+            return f"the server's certificate: {err.verify_message or err.reason}"
         except ssl.SSLError as err:
-            return str(err.reason or err)
+            # the server's verdict (an alert), not a connection that just ended mid-way
+            why = str(err.reason or "")
+            return why if "ALERT" in why or "WRONG_VERSION" in why else None
         except (OSError, ValueError):
             return None
         return None

@@ -6,8 +6,11 @@ CLI waits out."""
 from __future__ import annotations
 
 import os
+import socket
+import ssl
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -237,3 +240,57 @@ def test_each_process_stops_at_start_on_bad_settings(
         "TEMPORAL_TLS_CLIENT_KEY_PATH (or _DATA) is not: mTLS needs both the client "
         "certificate and its private key"
     ), proc.stderr
+
+
+class _Listener:
+    """A loopback listener: with ``pki``, a TLS server that requires a client certificate of
+    its CA (and writes one byte to a client it accepts); without, one that closes each
+    connection at once (a proxy whose backend is down)."""
+
+    def __init__(self, pki: Pki | None) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self.sock.getsockname()[1]}"
+        self.context: ssl.SSLContext | None = None
+        if pki is not None:
+            self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            self.context.load_cert_chain(pki.server.cert, pki.server.key)
+            self.context.load_verify_locations(pki.ca)
+            self.context.verify_mode = ssl.CERT_REQUIRED
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                if self.context is None:
+                    continue
+                try:
+                    with self.context.wrap_socket(conn, server_side=True) as tls:
+                        tls.sendall(b"x")
+                except (OSError, ssl.SSLError):
+                    pass
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def test_the_diagnosis_reads_the_servers_verdict(pki: Pki) -> None:
+    """What ``connect`` asks when the server closed the connection as it opened."""
+    tls_server, closer = _Listener(pki), _Listener(None)
+    try:
+        no_cert = TemporalTLS(enabled=True, server_ca=pki.ca.read_bytes())
+        why = no_cert.diagnose(tls_server.address)
+        assert why is not None and "CERTIFICATE_REQUIRED" in why, why
+        mtls = TemporalTLS.from_env(mtls_env(pki))
+        assert mtls.diagnose(tls_server.address) is None  # accepted: not TLS's doing
+        plaintext = TemporalTLS().diagnose(tls_server.address)
+        assert plaintext is not None and plaintext.startswith("it speaks TLS"), plaintext
+        # a connection that just ends is no verdict: it stays an outage
+        assert no_cert.diagnose(closer.address) is None
+        assert TemporalTLS().diagnose(closer.address) is None
+    finally:
+        tls_server.close()
+        closer.close()

@@ -40,10 +40,11 @@ test-compat: setup ## Kubernetes integration tests on the oldest supported minor
 # The multi-worker and crash tests against the Temporal server proper on PostgreSQL
 # (STACKFLOW_TEMPORAL_MODE=server: builds it once, restarts the `temporal` service as that server,
 # and leaves it there; a plain `make up` goes back to the dev server), with the 300-resource
-# cancel/terminate/reset runs and the persistence check of test_temporal_server.py.
+# cancel/terminate/reset runs and the persistence check of test_temporal_server.py, and
+# test_temporal_tls.py (a server of its own with mTLS required: worker, CLI, API, refusals).
 SERVER_TESTS ?= tests/integration/test_temporal_server.py tests/integration/test_crash_recovery.py \
   tests/integration/test_shared_state.py tests/integration/test_steering.py \
-  tests/integration/test_approval_and_lock.py
+  tests/integration/test_approval_and_lock.py tests/integration/test_temporal_tls.py
 test-server: setup ## multi-worker and crash tests on the Temporal server + PostgreSQL (not in `make test`)
 	@export STACKFLOW_TEMPORAL_MODE=server && scripts/setup.sh temporal-server && scripts/services.sh up && \
 	  eval "$$(scripts/services.sh env)" && $(PY) -m pytest -q $(SERVER_TESTS)

@@ -2,13 +2,16 @@
 compressed (so multi-MB specs fit Temporal's 2 MB payload limit), then, when keys are
 configured (``STACKFLOW_ENCRYPTION_KEY`` / ``_FILE``, see :mod:`stackflow.crypto`), encrypted
 with AES-256-GCM, the key id in the payload's metadata. Decoding takes payloads as they come:
-plain JSON from ``temporal workflow start`` is read as well.
+plain JSON from ``temporal workflow start`` is read as well, unless a worker requires
+encrypted input (``STACKFLOW_REQUIRE_ENCRYPTED_PAYLOADS=1``, :class:`RequireEncrypted`): then
+a run or an Update whose input was not encrypted with the keys fails at once, with one line.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -19,7 +22,7 @@ from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_
 from temporalio.converter import DataConverter, PayloadCodec
 from temporalio.exceptions import ApplicationError, FailureError
 
-from stackflow.crypto import KeyRing
+from stackflow.crypto import EncryptionKeyError, KeyRing
 from stackflow.errors import StackflowError
 
 log = logging.getLogger(__name__)
@@ -186,15 +189,73 @@ class ChainCodec(PayloadCodec):
         return current
 
 
-def payload_codec(keys: KeyRing | None = None, *, strict: bool = False) -> PayloadCodec:
+REQUIRE_ENCRYPTED_ENV = "STACKFLOW_REQUIRE_ENCRYPTED_PAYLOADS"
+UNENCRYPTED = "stackflow-unencrypted"
+"""Metadata key a worker that requires encrypted input puts, in memory only, on each payload
+it was given unencrypted (its decoded form is never stored or sent again)."""
+
+
+def require_encrypted_from_env() -> bool:
+    """``STACKFLOW_REQUIRE_ENCRYPTED_PAYLOADS``: ``1``/``true`` on, unset/``0``/``false`` off."""
+    value = os.environ.get(REQUIRE_ENCRYPTED_ENV, "").strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise EncryptionKeyError(f"{REQUIRE_ENCRYPTED_ENV}={value[:20]!r}: use 1 or 0")
+
+
+class RequireEncrypted(PayloadCodec):
+    """A worker's codec that marks what arrived unencrypted (``UNENCRYPTED``); the payload
+    converter then refuses such a payload as a run's or an Update's input: the run fails at
+    once (non-retryable ``InvalidInput``), the Update is rejected, never a workflow task
+    retried forever. Everything else (activity results, queries) is this worker's own and
+    encrypted, and is decoded as before. Whoever holds no key cannot make a marked payload
+    look unmarked: the mark is set here, after decoding, on whatever was not encrypted."""
+
+    def __init__(self, inner: PayloadCodec) -> None:
+        self.inner = inner
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return list(await self.inner.encode([_unmarked(p) for p in payloads]))
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        plain = [p.metadata.get("encoding") != ENCRYPTED for p in payloads]
+        decoded = list(await self.inner.decode(payloads))
+        out = []
+        for payload, unencrypted in zip(decoded, plain, strict=True):
+            if unencrypted:
+                marked = Payload()
+                marked.CopyFrom(payload)
+                marked.metadata[UNENCRYPTED] = b"1"
+                payload = marked
+            out.append(payload)
+        return out
+
+
+def _unmarked(payload: Payload) -> Payload:
+    if UNENCRYPTED not in payload.metadata:
+        return payload
+    copy = Payload()
+    copy.CopyFrom(payload)
+    del copy.metadata[UNENCRYPTED]
+    return copy
+
+
+def payload_codec(
+    keys: KeyRing | None = None, require_encrypted: bool = False, *, strict: bool = False
+) -> PayloadCodec:
     """Compression, then encryption when keys are configured (``keys`` or the environment);
-    ``strict``: a payload that inflates past :data:`INFLATE_LIMIT` raises PayloadTooLarge
-    (the codec server's 413) instead of being left as it came."""
+    ``require_encrypted`` (a worker's setting, needs keys): unencrypted input is marked, and
+    refused as a run's or an Update's input (:class:`RequireEncrypted`); ``strict``: a payload
+    that inflates past :data:`INFLATE_LIMIT` raises PayloadTooLarge (the codec server's 413)
+    instead of being left as it came."""
     keys = keys if keys is not None else KeyRing.from_env()
     compression = CompressionCodec(strict=strict)
     if keys is None:
         return compression
-    return ChainCodec(compression, EncryptionCodec(keys))
+    codec = ChainCodec(compression, EncryptionCodec(keys))
+    return RequireEncrypted(codec) if require_encrypted else codec
 
 
 class PayloadConverter(PydanticPayloadConverter):
@@ -210,6 +271,17 @@ class PayloadConverter(PydanticPayloadConverter):
     def from_payloads(
         self, payloads: Sequence[Payload], type_hints: list[type] | None = None
     ) -> list[Any]:
+        if not type_hints:
+            for index, payload in enumerate(payloads):
+                if UNENCRYPTED in payload.metadata:
+                    raise ApplicationError(
+                        f"invalid input: argument {index + 1} is not encrypted, and this worker "
+                        f"refuses unencrypted input ({REQUIRE_ENCRYPTED_ENV}=1); start runs "
+                        "with stackflow, or encode through the codec server "
+                        "(`temporal workflow start --codec-endpoint …`)",
+                        type="InvalidInput",
+                        non_retryable=True,
+                    )
         try:
             return super().from_payloads(payloads, type_hints)
         except FailureError:
@@ -246,11 +318,11 @@ def _reason(err: Exception) -> str:
     return text.splitlines()[0][:200]
 
 
-def data_converter(keys: KeyRing | None = None) -> DataConverter:
+def data_converter(keys: KeyRing | None = None, require_encrypted: bool = False) -> DataConverter:
     return dataclasses.replace(
         pydantic_data_converter,
         payload_converter_class=PayloadConverter,
-        payload_codec=payload_codec(keys),
+        payload_codec=payload_codec(keys, require_encrypted),
     )
 
 

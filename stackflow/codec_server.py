@@ -10,6 +10,10 @@ access token (a JWT verified against the issuer's keys: ``STACKFLOW_CODEC_OIDC_I
 ``_AUDIENCE``, ``_JWKS_URL``; the Temporal UI passes its users' token with
 ``TEMPORAL_CODEC_PASS_ACCESS_TOKEN``). A server with neither binds to loopback only (the dev
 loop) and says so when it starts; on any other address it refuses to start.
+
+It never calls Temporal (clients bring it payloads). It serves HTTPS itself with
+``STACKFLOW_CODEC_TLS_CERT`` and ``STACKFLOW_CODEC_TLS_KEY`` (PEM paths, read at start; TLS 1.2
+or newer), else plain HTTP, for loopback or behind a TLS-terminating proxy or ingress.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import hmac
 import json
 import logging
 import os
+import ssl
 from collections.abc import Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -226,7 +231,38 @@ def serve(
             "STACKFLOW_CODEC_TOKEN or STACKFLOW_CODEC_OIDC_ISSUER/_AUDIENCE/_JWKS_URL, "
             "or listen on 127.0.0.1"
         )
+    context = tls_context()
     codec = payload_codec(strict=True)  # a payload over INFLATE_LIMIT is a 413
     server = ThreadingHTTPServer((host, port), make_handler(codec, origins, auth))
     server.daemon_threads = True
+    if context is not None:
+        # the handshake runs in the request's thread, on its first read (not in accept)
+        server.socket = context.wrap_socket(
+            server.socket, server_side=True, do_handshake_on_connect=False
+        )
     return server
+
+
+TLS_CERT_ENV = "STACKFLOW_CODEC_TLS_CERT"
+TLS_KEY_ENV = "STACKFLOW_CODEC_TLS_KEY"
+
+
+def tls_context() -> ssl.SSLContext | None:
+    """The server's TLS (``STACKFLOW_CODEC_TLS_CERT`` and ``_KEY``, both or neither), or None
+    for plain HTTP; a bad setting is one ``CodecAuthError`` line at start."""
+    cert = os.environ.get(TLS_CERT_ENV, "").strip()
+    key = os.environ.get(TLS_KEY_ENV, "").strip()
+    if not cert and not key:
+        return None
+    if not cert or not key:
+        raise CodecAuthError(f"HTTPS needs both {TLS_CERT_ENV} and {TLS_KEY_ENV} (PEM files)")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as err:
+        reason = getattr(err, "strerror", None) or getattr(err, "reason", None) or err
+        raise CodecAuthError(
+            f"{TLS_CERT_ENV}={cert}, {TLS_KEY_ENV}={key}: cannot load them ({reason})"
+        ) from None
+    return context

@@ -6,7 +6,10 @@ STACKFLOW_HOME (local caches only), STACKFLOW_METRICS_ADDRESS (Prometheus metric
 Temporal SDK's and stackflow's, at http://ADDRESS/metrics; unset: none) and STACKFLOW_TRACING
 (``otlp``: OpenTelemetry spans of runs to an OTLP/HTTP collector, see stackflow.tracing; unset:
 none) and STACKFLOW_WORKER_PROCESSES (that many worker processes under one supervisor, see
-stackflow.worker_processes; default 1), migrates the state backend's schema, registers
+stackflow.worker_processes; default 1), TEMPORAL_TLS* and TEMPORAL_API_KEY (see
+stackflow.temporal_tls) and STACKFLOW_REQUIRE_ENCRYPTED_PAYLOADS (``1``: a run or an Update
+whose input was not encrypted with the keys fails at once with one line; needs keys; default
+off), migrates the state backend's schema, registers
 everything, and shuts down gracefully on SIGTERM/SIGINT (in-flight activities finish or are
 retried elsewhere; buffered spans are sent).
 """
@@ -28,18 +31,19 @@ from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.runtime import Runtime
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkerDeploymentConfig
 
-from stackflow import heap, metrics, tracing, worker_processes
+from stackflow import heap, metrics, temporal_client, tracing, worker_processes
 from stackflow.activities import WorkerActivities
 from stackflow.cache import PriorStateCache
-from stackflow.codec import data_converter
+from stackflow.codec import REQUIRE_ENCRYPTED_ENV, data_converter, require_encrypted_from_env
 from stackflow.config import default_backend, stackflow_home
-from stackflow.crypto import KeyRing
+from stackflow.crypto import EncryptionKeyError, KeyRing
 from stackflow.event_bell import Bell
 from stackflow.operation import TASK_QUEUE_DEFAULT
 from stackflow.policy import WorkerPolicy, worker_policy
 from stackflow.runtime_queues import RoutingError, Serving, serving
 from stackflow.runtimes.registry import RuntimeRegistry, default_registry
 from stackflow.state.backend import StateBackend, redact_url
+from stackflow.temporal_tls import TemporalTLS
 from stackflow.workflows.catalog import ALL_WORKFLOWS
 
 log = logging.getLogger("stackflow.worker")
@@ -60,6 +64,9 @@ class WorkerSettings:
     deployment: WorkerDeploymentVersion | None = None
     """Worker Versioning: this worker's deployment and build (``STACKFLOW_WORKER_DEPLOYMENT``
     and ``STACKFLOW_WORKER_BUILD_ID``; unset: an unversioned worker)."""
+    require_encrypted: bool = False
+    """``STACKFLOW_REQUIRE_ENCRYPTED_PAYLOADS``: runs and Updates whose input is not
+    encrypted fail (see ``codec.RequireEncrypted``)."""
 
     @classmethod
     def from_env(cls) -> WorkerSettings:
@@ -70,6 +77,7 @@ class WorkerSettings:
             redis_url=os.environ.get("REDIS_URL") or None,
             metrics_address=os.environ.get(metrics.ADDRESS_ENV) or None,
             deployment=deployment_version(os.environ),
+            require_encrypted=require_encrypted_from_env(),
         )
 
 
@@ -93,21 +101,24 @@ async def connect(
     attempts: int = 30,
     runtime: Runtime | None = None,
     interceptors: Sequence[Interceptor] = (),
+    require_encrypted: bool = False,
 ) -> Client:
-    """Connect with retries: after a reboot the server may come up after the worker. The
-    client's ``interceptors`` (tracing) are its workers' too."""
+    """Connect with retries: after a reboot the server may come up after the worker (a
+    refusal, such as a TLS handshake the server rejects, ends it at once). The client's
+    ``interceptors`` (tracing) and data converter are its workers' too:
+    ``require_encrypted`` refuses runs and Updates with unencrypted input."""
     for attempt in range(1, attempts + 1):
         try:
-            return await Client.connect(
-                address,
+            return await temporal_client.connect(
+                data_converter(require_encrypted=require_encrypted),
+                address=address,
                 namespace=namespace,
-                data_converter=data_converter(),
                 runtime=runtime,
                 interceptors=interceptors,
             )
         except Exception as exc:
-            if attempt == attempts:
-                raise
+            if attempt == attempts or not temporal_client.is_unreachable(exc):
+                raise  # a refusal (a TLS handshake, a namespace) does not go away by waiting
             log.warning("Temporal at %s not reachable (%s); retrying", address, exc)
             await asyncio.sleep(min(2.0 * attempt, 10.0))
     raise AssertionError("unreachable")
@@ -187,7 +198,11 @@ async def _serve(
     policy: str,
 ) -> None:
     client = await connect(
-        settings.address, settings.namespace, runtime=runtime, interceptors=traced
+        settings.address,
+        settings.namespace,
+        runtime=runtime,
+        interceptors=traced,
+        require_encrypted=settings.require_encrypted,
     )
     activities = build_activities(settings.redis_url, only=serves.types)
     if runtime is not None:
@@ -218,8 +233,8 @@ async def _serve(
         print(
             f"stackflow worker ready: task queue {queues} on {settings.address} "
             f"(namespace {settings.namespace}, state {redact_url(activities.backend.url)}, "
-            f"home {stackflow_home()}, payloads "
-            f"{'encrypted' if KeyRing.from_env() else 'NOT encrypted (no key configured)'}, "
+            f"home {stackflow_home()}, Temporal over {TemporalTLS.from_env().describe()}, "
+            f"payloads {_payloads(settings)}, "
             f"runtimes {built}, "
             f"build {build}{placed})",
             flush=True,
@@ -247,8 +262,22 @@ def check(settings: WorkerSettings, runtimes: str | None) -> tuple[WorkerPolicy,
     key or routing setting stops it here, with the same message whether one process starts
     or many."""
     policy = worker_policy()
-    KeyRing.from_env()
+    keys = KeyRing.from_env()
+    TemporalTLS.from_env()
+    if settings.require_encrypted and keys is None:
+        raise EncryptionKeyError(
+            f"{REQUIRE_ENCRYPTED_ENV}=1 needs the payload keys: set STACKFLOW_ENCRYPTION_KEY "
+            "or STACKFLOW_ENCRYPTION_KEY_FILE (the ones the clients and the codec server use)"
+        )
     return policy, serving(settings.task_queue, runtimes)
+
+
+def _payloads(settings: WorkerSettings) -> str:
+    if KeyRing.from_env() is None:
+        return "NOT encrypted (no key configured)"
+    if settings.require_encrypted:
+        return "encrypted, unencrypted input refused"
+    return "encrypted"
 
 
 def main(runtimes: str | None = None, processes: str | None = None) -> None:
@@ -267,5 +296,22 @@ def main(runtimes: str | None = None, processes: str | None = None) -> None:
     asyncio.run(run(settings, runtimes))
 
 
+def shell_main(runtimes: str | None = None, processes: str | None = None) -> None:
+    """``python -m stackflow.worker`` and ``stackflow worker``: ``main``, where a setting it
+    refuses or a Temporal that refuses it (a TLS handshake) is one line on stderr and its
+    exit code, not a traceback. The process then ends at once (``os._exit``): the SDK's core
+    may still be winding the refused connections down, and a Python finalizing under it
+    can abort (SIGABRT, "PyGILState_Release") instead of exiting with the code."""
+    try:
+        main(runtimes, processes)
+    except Exception as exc:
+        err = temporal_client.connection_error(exc)
+        if err is None:
+            raise
+        print("Error: " + " ".join(str(err).split()), file=sys.stderr, flush=True)
+        sys.stdout.flush()
+        os._exit(err.exit_code)
+
+
 if __name__ == "__main__":
-    main()
+    shell_main()

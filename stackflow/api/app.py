@@ -204,13 +204,10 @@ async def connect_temporal(runtime: Runtime | None = None) -> Client:
     are ``stackflow-api``'s)."""
     from stackflow import tracing
     from stackflow.codec import data_converter
-    from stackflow.temporal_client import quiet_runtime, settings
+    from stackflow.temporal_client import connect, quiet_runtime
 
-    address, namespace, _ = settings()
-    return await Client.connect(
-        address,
-        namespace=namespace,
-        data_converter=data_converter(),
+    return await connect(
+        data_converter(),
         runtime=runtime or quiet_runtime(),
         interceptors=tracing.interceptors(tracing.API),
     )
@@ -218,7 +215,9 @@ async def connect_temporal(runtime: Runtime | None = None) -> Client:
 
 def app_from_env(max_body_bytes: int = MAX_BODY_BYTES, **options: Any) -> FastAPI:
     from stackflow.config import default_backend
+    from stackflow.temporal_tls import TemporalTLS
 
+    TemporalTLS.from_env()  # bad TLS / API key settings stop `stackflow serve` at start
     tokens = load_tokens()
     runtime, buffer = sdk_runtime()
 

@@ -38,6 +38,7 @@ from stackflow.temporal_client import (
     reason,
     settings,
 )
+from stackflow.temporal_client import connect as temporal_connect
 
 T = TypeVar("T")
 
@@ -94,10 +95,10 @@ class Temporal:
 
         async def connect() -> Client:
             if self._client is None:
-                self._client = await Client.connect(
-                    self.address,
+                self._client = await temporal_connect(
+                    data_converter(),
+                    address=self.address,
                     namespace=self.namespace,
-                    data_converter=data_converter(),
                     runtime=quiet_runtime(),
                     interceptors=tracing.interceptors(tracing.CLI),  # STACKFLOW_TRACING=otlp
                 )

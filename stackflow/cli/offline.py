@@ -267,23 +267,16 @@ def release_unlock(
 
 
 async def _holder_ended(holder: Any) -> str | None:
-    import os
-
-    from temporalio.client import Client
-
     from stackflow.activities.runs import run_ended
     from stackflow.codec import data_converter
     from stackflow.errors import StackflowError
-    from stackflow.temporal_client import quiet_runtime
+    from stackflow.temporal_client import connect, quiet_runtime, settings
+    from stackflow.temporal_tls import TemporalTLS
 
-    address = os.environ.get("TEMPORAL_ADDRESS", "127.0.0.1:7233")
+    address = settings()[0]
+    TemporalTLS.from_env()  # bad TLS settings: their own line (exit 2), not "cannot ask"
     try:
-        client = await Client.connect(
-            address,
-            namespace=os.environ.get("TEMPORAL_NAMESPACE", "default"),
-            data_converter=data_converter(),
-            runtime=quiet_runtime(),
-        )
+        client = await connect(data_converter(), runtime=quiet_runtime())
         return await run_ended(client, holder)
     except Exception as exc:
         raise StackflowError(

@@ -411,4 +411,4 @@ def worker(
     if metrics_address:  # the worker reads its settings from the environment
         os.environ["STACKFLOW_METRICS_ADDRESS"] = metrics_address
 
-    worker_module.main(runtimes, processes)
+    worker_module.shell_main(runtimes, processes)

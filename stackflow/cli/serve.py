@@ -44,6 +44,12 @@ def serve(
             "project's dependencies again (`make setup`, or `uv sync --frozen`)"
         ) from None
 
+    from stackflow.temporal_client import settings
+    from stackflow.temporal_tls import TemporalTLS
+
     api = app_from_env(max_body_bytes=max_body_bytes, max_streams=max_streams)
-    typer.echo(f"stackflow api serving on http://{host}:{port} (OpenAPI at /openapi.json)")
+    typer.echo(
+        f"stackflow api serving on http://{host}:{port} (OpenAPI at /openapi.json; Temporal "
+        f"at {settings()[0]} over {TemporalTLS.from_env().describe()})"
+    )
     uvicorn.run(api, host=host, port=port, log_level=log_level, server_header=False)

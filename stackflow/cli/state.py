@@ -98,6 +98,7 @@ def codec_server(
     Keys: STACKFLOW_ENCRYPTION_KEY or STACKFLOW_ENCRYPTION_KEY_FILE. Who may decode: a
     bearer token (STACKFLOW_CODEC_TOKEN) and/or OIDC access tokens (STACKFLOW_CODEC_OIDC_ISSUER,
     _AUDIENCE, _JWKS_URL); with neither it listens on loopback only (exit 2 otherwise).
+    HTTPS: STACKFLOW_CODEC_TLS_CERT and STACKFLOW_CODEC_TLS_KEY (PEM files).
     Default origin: STACKFLOW_TEMPORAL_UI or the dev UI.
     """
     import os
@@ -108,8 +109,9 @@ def codec_server(
     origins = [o.rstrip("/") for o in origins]
     auth = CodecAuth.from_env()
     server = serve(host, port, origins, auth)
+    scheme = "https" if os.environ.get("STACKFLOW_CODEC_TLS_CERT", "").strip() else "http"
     stdout_console().print(
-        f"stackflow codec server on http://{host}:{server.server_address[1]} "
+        f"stackflow codec server on {scheme}://{host}:{server.server_address[1]} "
         f"(origins {', '.join(origins)}; {auth.describe()})",
         highlight=False,
         soft_wrap=True,

@@ -332,6 +332,55 @@ def test_no_secret_values_are_rendered(
     assert "pw@db" not in proc.stdout
 
 
+def test_temporal_tls_and_api_key_come_from_secrets(renders: dict[str, Render]) -> None:
+    """temporal.tls and temporal.apiKey (ci/all-values.yaml): the workers and the API get the
+    Temporal CLI's variables, the client certificate and the CA mounted read-only from their
+    Secrets, the API key by secretKeyRef; the codec server (which never calls Temporal) gets
+    none of it, and neither does any component by default."""
+    tls_dir = "/etc/stackflow/temporal-tls"
+    for component, deployment in deployments(renders["all"]).items():
+        pod = deployment["spec"]["template"]["spec"]
+        [container] = pod["containers"]
+        env = {e["name"]: e for e in container["env"]}
+        mounts = {m["name"]: m for m in container.get("volumeMounts", [])}
+        volumes = {v["name"]: v for v in pod.get("volumes", [])}
+        if component == "codec":
+            assert not [n for n in env if n.startswith("TEMPORAL_TLS") or n == "TEMPORAL_API_KEY"]
+            assert "temporal-tls" not in volumes
+            continue
+        assert env["TEMPORAL_TLS"]["value"] == "true", component
+        assert env["TEMPORAL_TLS_CLIENT_CERT_PATH"]["value"] == f"{tls_dir}/client.crt"
+        assert env["TEMPORAL_TLS_CLIENT_KEY_PATH"]["value"] == f"{tls_dir}/client.key"
+        assert env["TEMPORAL_TLS_SERVER_CA_CERT_PATH"]["value"] == f"{tls_dir}/ca.crt"
+        assert env["TEMPORAL_TLS_SERVER_NAME"]["value"] == "temporal.example.com"
+        assert env["TEMPORAL_API_KEY"]["valueFrom"]["secretKeyRef"] == {
+            "name": "stackflow-temporal-api-key",
+            "key": "api-key",
+        }
+        assert mounts["temporal-tls"] == {
+            "name": "temporal-tls",
+            "mountPath": tls_dir,
+            "readOnly": True,
+        }
+        sources = volumes["temporal-tls"]["projected"]["sources"]
+        assert [s["secret"]["name"] for s in sources] == [
+            "stackflow-temporal-client",
+            "temporal-ca",
+        ]
+        assert [i["path"] for s in sources for i in s["secret"]["items"]] == [
+            "client.crt",
+            "client.key",
+            "ca.crt",
+        ]
+        required = env.get("STACKFLOW_REQUIRE_ENCRYPTED_PAYLOADS", {}).get("value")
+        assert required == ("1" if component.startswith("worker") else None), component
+    for component, deployment in deployments(renders["default"]).items():
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        names = {e["name"] for e in container["env"]}
+        assert not {n for n in names if n.startswith("TEMPORAL_TLS")}, component
+        assert "STACKFLOW_REQUIRE_ENCRYPTED_PAYLOADS" not in names, component
+
+
 def test_grace_period_outlasts_the_heartbeat_and_the_graceful_shutdown(
     renders: dict[str, Render],
 ) -> None:

@@ -154,3 +154,71 @@ main kubernetes terraform onprem
 {{- define "stackflow.workerQueue" -}}
 {{- if eq .runtime "main" }}{{ .ctx.Values.temporal.taskQueue }}{{ else }}{{ printf "%s-%s" .ctx.Values.temporal.taskQueue .runtime }}{{ end -}}
 {{- end -}}
+
+{{/* The Temporal connection's TLS, mTLS and API key (temporal.tls, temporal.apiKey): env,
+     volume and mount of the workers and the API (the codec server never calls Temporal). */}}
+{{- define "stackflow.temporalTlsOn" -}}
+{{- $t := .Values.temporal -}}
+{{- if or $t.tls.enabled $t.tls.clientCert.secretName $t.tls.serverCA.secretName $t.apiKey.secretName }}on{{ end -}}
+{{- end -}}
+
+{{- define "stackflow.temporalEnv" -}}
+{{- $t := .Values.temporal -}}
+{{- if include "stackflow.temporalTlsOn" . }}
+- name: TEMPORAL_TLS
+  value: "true"
+{{- end }}
+{{- if $t.tls.clientCert.secretName }}
+- name: TEMPORAL_TLS_CLIENT_CERT_PATH
+  value: /etc/stackflow/temporal-tls/client.crt
+- name: TEMPORAL_TLS_CLIENT_KEY_PATH
+  value: /etc/stackflow/temporal-tls/client.key
+{{- end }}
+{{- if $t.tls.serverCA.secretName }}
+- name: TEMPORAL_TLS_SERVER_CA_CERT_PATH
+  value: /etc/stackflow/temporal-tls/ca.crt
+{{- end }}
+{{- with $t.tls.serverName }}
+- name: TEMPORAL_TLS_SERVER_NAME
+  value: {{ . | quote }}
+{{- end }}
+{{- if $t.apiKey.secretName }}
+- name: TEMPORAL_API_KEY
+  valueFrom:
+    secretKeyRef:
+      name: {{ $t.apiKey.secretName }}
+      key: {{ $t.apiKey.key }}
+{{- end }}
+{{- end -}}
+
+{{- define "stackflow.temporalVolumes" -}}
+{{- $tls := .Values.temporal.tls -}}
+{{- if or $tls.clientCert.secretName $tls.serverCA.secretName }}
+- name: temporal-tls
+  projected:
+    defaultMode: 0440
+    sources:
+      {{- with $tls.clientCert.secretName }}
+      - secret:
+          name: {{ . }}
+          items:
+            - {key: tls.crt, path: client.crt}
+            - {key: tls.key, path: client.key}
+      {{- end }}
+      {{- with $tls.serverCA.secretName }}
+      - secret:
+          name: {{ . }}
+          items:
+            - {key: {{ $tls.serverCA.key }}, path: ca.crt}
+      {{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "stackflow.temporalMounts" -}}
+{{- $tls := .Values.temporal.tls -}}
+{{- if or $tls.clientCert.secretName $tls.serverCA.secretName }}
+- name: temporal-tls
+  mountPath: /etc/stackflow/temporal-tls
+  readOnly: true
+{{- end }}
+{{- end -}}

@@ -122,7 +122,8 @@ async def start_run(
     stack = StackRef(project, workspace)
     ctx = ctx_of(request)
     try:
-        started = await run_start.start_run(ctx, stack, body, who.name, idempotency_key)
+        role = who.role_for(project) or Role.viewer  # (Operator: at least operator)
+        started = await run_start.start_run(ctx, stack, body, who.name, idempotency_key, role=role)
     except Exception:
         ctx.metrics.run_refused(body.operation.value)
         raise

@@ -45,6 +45,7 @@ from stackflow.cli.runner import (
     console_for,
     ui_link,
 )
+from stackflow.cli.runs import current_user
 from stackflow.drift import DriftReport
 from stackflow.errors import (
     NotFoundError,
@@ -103,7 +104,11 @@ def parse_every(text: str) -> timedelta:
 def _input(stack: StackRef, repair: bool, yes: bool) -> DriftInput:
     try:
         return DriftInput(
-            project=stack.project, workspace=stack.workspace, repair=repair, auto_approve=yes
+            project=stack.project,
+            workspace=stack.workspace,
+            repair=repair,
+            auto_approve=yes,
+            requested_by=current_user(),  # who checks or schedules: the repair's requester
         )
     except ValueError as exc:
         raise SpecError(f"invalid option: {str(exc).splitlines()[-1].strip()}") from None

@@ -19,7 +19,7 @@ from stackflow.policy_gate.bundle import PolicyBinding
 from stackflow.policy_gate.decision import PolicyDecision
 from stackflow.refs import RunRef, StackRef
 from stackflow.release import Approval, Operation, Phase, Release
-from stackflow.sources import GitSource, SourceRef
+from stackflow.sources import BoundSource, GitSource, SourceRef
 from stackflow.spec import Resource, Spec
 from stackflow.state.models import RunKey, StackLock
 
@@ -224,8 +224,8 @@ class SourceBindings(Protocol):
 
     def bind_source(self, stack: StackRef, source: GitSource, *, by: str | None = None) -> None: ...
     def unbind_source(self, stack: StackRef) -> bool: ...
-    def source_of(self, stack: StackRef) -> GitSource | None: ...
-    def sources_of_repository(self, url: str) -> builtins.list[tuple[StackRef, GitSource]]: ...
+    def source_of(self, stack: StackRef) -> BoundSource | None: ...
+    def sources_of_repository(self, url: str) -> builtins.list[tuple[StackRef, BoundSource]]: ...
 
 
 @runtime_checkable

@@ -145,11 +145,12 @@ async def source_at(ctx: ApiContext, stack: StackRef, commit: str) -> SourceRef:
 
 def check_role(stack: StackRef, body: RunRequest, spec: Spec | None, by: str, role: Role) -> None:
     """Refuse (403, nothing started or stored) what only an approver may ask of a run: to be
-    approved up front (``auto_approve``, also a drift check's repair), and a spec that takes
-    over objects stackflow did not make (:mod:`stackflow.takeover`). A run of a git
-    ``commit`` is not read here (the worker fetches its spec): it cannot be approved up
-    front by an operator, and one that takes over objects waits for an approver whatever
-    its ``auto_approve``."""
+    approved up front (``auto_approve``, also a drift check's repair), and to apply a spec
+    that takes over objects stackflow did not make (:mod:`stackflow.takeover`; a preview of
+    one is an operator's, for an approver to look at). The spec of a run of a git
+    ``commit`` is not read here (the worker fetches it): an operator's cannot be approved up
+    front, and one that takes over objects waits for an approver whatever its
+    ``auto_approve`` (:mod:`stackflow.workflows.waits`)."""
     if role >= Role.approver:
         return
     who = f"{by} is {role.name} on project {stack.project}"
@@ -160,7 +161,8 @@ def check_role(stack: StackRef, body: RunRequest, spec: Spec | None, by: str, ro
             "auto_approve: it waits for an approver's approve)",
             "forbidden",
         )
-    found = taking_over(spec.resources) if spec is not None else []
+    applied = spec is not None and body.operation != RunOperation.preview
+    found = taking_over(spec.resources) if spec is not None and applied else []
     if found:
         rid, how = found[0]
         more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""

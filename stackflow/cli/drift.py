@@ -72,7 +72,13 @@ RepairOpt = Annotated[
     ),
 ]
 RepairYesOpt = Annotated[
-    bool, typer.Option("--yes", "-y", help="With --repair: the repair apply needs no approval.")
+    bool,
+    typer.Option(
+        "--yes",
+        "-y",
+        help="With --repair: the repair apply needs no approval (on a four-eyes project it "
+        "waits for an approver other than you, its requester).",
+    ),
 ]
 
 

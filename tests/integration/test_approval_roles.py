@@ -247,7 +247,7 @@ def test_a_webhook_run_on_a_four_eyes_project_waits_for_an_approver_other_than_t
         r = deliver(api_url, push_body(git, commit))
         assert r.status_code == 201, r.text
         (run,) = r.json()["runs"]
-    view = waiting(http, run["status_url"])
+        view = waiting(http, run["status_url"])  # (the worker fetches the commit)
     assert view["phase"] == "awaitingApproval", view  # the binding's auto_approve: held
     assert view["requested_by"] == "fe-approver"  # the binder, not the pusher octocat
     refused_as_requester(http, run["status_url"], "fe-approver")
@@ -335,7 +335,7 @@ def test_a_git_commit_that_adopts_waits_for_an_approver_despite_auto_approve(
         r = deliver(api_url, push_body(git, commit))
         assert r.status_code == 201, r.text
         (run,) = r.json()["runs"]
-    view = waiting(http, run["status_url"])
+        view = waiting(http, run["status_url"])  # (the worker fetches the commit)
     assert view["phase"] == "awaitingApproval", view
     rejected = http.post(f"{run['status_url']}/reject", headers=auth("admin"))
     assert rejected.is_success, rejected.text

@@ -17,6 +17,7 @@ from __future__ import annotations
 import queue
 import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,9 +29,11 @@ import yaml
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
+from stackflow.cli.drift import schedule_id
 from stackflow.operation import ApprovalInput, OperationInput
+from stackflow.refs import StackRef
 from tests.gitserver import GitServer
-from tests.integration.conftest import REPO, WorkerProcess
+from tests.integration.conftest import REPO, WorkerProcess, run_cli
 from tests.integration.opshelp import (
     all_releases,
     assert_histories_replay,
@@ -258,24 +261,37 @@ def test_a_webhook_run_on_a_four_eyes_project_waits_for_an_approver_other_than_t
     assert (root / "app" / "app.conf").read_text() == "port = 8080\n"
 
 
+def applied_by_two(http: httpx.Client, base: str, spec: dict[str, Any]) -> None:
+    """The spec applied on a four-eyes stack: started by fe-approver, approved by fe-second."""
+    r = http.post(
+        f"{base}/runs", json={"operation": "apply", "spec": spec}, headers=auth("fe-approver")
+    )
+    assert r.status_code == 201, r.text
+    url = r.json()["status_url"]
+    waiting(http, url)
+    assert http.post(f"{url}/approve", headers=auth("fe-second")).is_success
+    assert wait_run(http, url, lambda v: v["status"] != "running")["phase"] == "succeeded"
+
+
+def running_apply(http: httpx.Client, base: str, timeout: float = 90) -> str:
+    """The status URL of the stack's running apply, once there is one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        runs = http.get(f"{base}/runs", headers=auth("fe-viewer")).json()["runs"]
+        found = [x for x in runs if x["operation"] == "apply" and x["status"] == "running"]
+        if found:
+            return f"{base}/runs/{found[0]['run_id']}"
+        assert time.monotonic() < deadline, f"no running apply: {runs}"
+        time.sleep(0.3)
+
+
 def test_a_drift_repair_records_who_asked_and_waits_for_another_approver(
     http: httpx.Client, tmp_path: Path
 ) -> None:
     project = four_eyes_project()
     base = f"/v1/stacks/{project}/dev"
     conf = tmp_path / "app" / "app.conf"
-    r = http.post(
-        f"{base}/runs",
-        json={"operation": "apply", "spec": small_spec(tmp_path)},
-        headers=auth("fe-approver"),
-    )
-    assert r.status_code == 201, r.text
-    waiting(http, r.json()["status_url"])
-    assert http.post(f"{r.json()['status_url']}/approve", headers=auth("fe-second")).is_success
-    assert (
-        wait_run(http, r.json()["status_url"], lambda v: v["status"] != "running")["phase"]
-        == "succeeded"
-    )
+    applied_by_two(http, base, small_spec(tmp_path))
     conf.write_text("changed by hand\n")
 
     r = http.post(
@@ -286,9 +302,7 @@ def test_a_drift_repair_records_who_asked_and_waits_for_another_approver(
     assert r.status_code == 201, r.text
     checked = wait_run(http, r.json()["status_url"], lambda v: v["status"] != "running")
     assert checked["result"]["drifted"] and checked["result"]["repair_workflow_id"], checked
-    runs = http.get(f"{base}/runs", headers=auth("fe-viewer")).json()["runs"]
-    [repair] = [x for x in runs if x["operation"] == "apply" and x["status"] == "running"]
-    url = f"{base}/runs/{repair['run_id']}"
+    url = running_apply(http, base)
     assert waiting(http, url)["phase"] == "awaitingApproval"  # auto_approve held: four-eyes
     refused_as_requester(http, url, "fe-approver")  # who asked for the check requested it
     assert conf.read_text() == "changed by hand\n"
@@ -296,6 +310,36 @@ def test_a_drift_repair_records_who_asked_and_waits_for_another_approver(
     view = wait_run(http, url, lambda v: v["status"] != "running")
     assert view["phase"] == "succeeded" and view["approved_by"] == "fe-second", view
     assert conf.read_text() == "port = 8080\n"
+
+
+async def test_a_scheduled_drift_repair_records_who_scheduled_it(
+    api_env: dict[str, str], http: httpx.Client, tmp_path: Path, temporal_client: Client
+) -> None:
+    """`stackflow drift schedule --repair --yes` (directly on Temporal): each scheduled
+    check's repair is requested by who scheduled it, so on a four-eyes project it waits for
+    another approver."""
+    project = four_eyes_project()
+    base = f"/v1/stacks/{project}/dev"
+    conf = tmp_path / "app" / "app.conf"
+    applied_by_two(http, base, small_spec(tmp_path))
+    conf.write_text("changed by hand\n")
+    env = cli_env(api_env, USER="fe-approver", LOGNAME="fe-approver")
+    args = ["drift", "schedule", "-p", project, "-w", "dev", "--every", "1h", "--repair", "--yes"]
+    scheduled = run_cli(env, *args)
+    assert scheduled.returncode == 0, scheduled.stdout + scheduled.stderr
+    schedule = temporal_client.get_schedule_handle(schedule_id(StackRef(project, "dev")))
+    try:
+        await schedule.trigger()  # the hour need not pass
+        url = running_apply(http, base)
+        assert waiting(http, url)["phase"] == "awaitingApproval"
+        refused_as_requester(http, url, "fe-approver")
+        assert conf.read_text() == "changed by hand\n"
+        assert http.post(f"{url}/approve", headers=auth("fe-second")).is_success
+        view = wait_run(http, url, lambda v: v["status"] != "running")
+        assert view["phase"] == "succeeded" and view["approved_by"] == "fe-second", view
+        assert conf.read_text() == "port = 8080\n"
+    finally:
+        await schedule.delete()
 
 
 def test_a_git_commit_that_adopts_waits_for_an_approver_despite_auto_approve(

@@ -7,9 +7,10 @@ an operator, two approvers and a viewer on that glob (test_api's TOKENS ``fe-*``
   and starts nothing; so is an operator's apply of a spec that adopts or imports objects;
 - on a four-eyes project ``auto_approve`` never skips the wait, whatever the client: an
   approver's API start, the CLI's ``--yes`` (directly on Temporal, or through the API), a
-  bare Temporal client, a webhook of a source bound with auto_approve, a drift repair; the
-  requester's own approve is refused and another approver's applies it;
-- a webhook run records the binder, a drift repair who asked for the check;
+  bare Temporal client, a webhook of a source bound with auto_approve, a drift repair (asked
+  through the API, or on a drift schedule); the requester's own approve is refused and
+  another approver's applies it;
+- a webhook run records the binder, a drift repair who asked for the check or scheduled it;
 - a git commit whose spec adopts an object waits for an approver despite auto_approve."""
 
 from __future__ import annotations

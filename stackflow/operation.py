@@ -225,6 +225,7 @@ class OperationPlan(BaseModel):
     left_out_count: int = 0
     four_eyes: bool = False
     """The worker policy forbids the requester (``operator``) to approve this run."""
+    takes_over: list[str] = Field(default_factory=list)  # a git commit's: stackflow.takeover
     queues: dict[str, str] = Field(default_factory=dict)
     """Resource type -> the task queue of its runtime's activities (:mod:`stackflow.
     runtime_queues`; empty: every activity on the run's own queue)."""
@@ -288,6 +289,8 @@ class DriftInput(StackFields, BaseModel):
     unless ``auto_approve``)."""
     auto_approve: bool = False
     unavailable_timeout_seconds: float = Field(default=300.0, gt=0, le=86400)
+    requested_by: str | None = Field(default=None, min_length=1, max_length=200)
+    """Who asked for (or scheduled) the check: its repair's requester (None: drift-repair)."""
 
 
 class DiffIndexInput(BaseModel):

@@ -131,6 +131,15 @@ class GitSource(BaseModel):
         return self.model_dump(mode="json", exclude={"secret"})
 
 
+class BoundSource(GitSource):
+    """A stack's binding as the state backend keeps it: the source and who bound it."""
+
+    bound_by: str | None = Field(default=None, max_length=200)
+    """Who bound the stack (the approver whose ``PUT …/source`` it was): the requester the
+    runs its pushes record, so four-eyes holds for them (None: a binding made without a
+    name, whose runs record the pusher the delivery names)."""
+
+
 class SourceRef(BaseModel):
     """What a run of a source names, and its release records: the repository, the exact
     commit, the file."""

@@ -35,6 +35,7 @@ from stackflow.selection import LEFT_OUT_LIMIT, Selected, Selection, check_patte
 from stackflow.sources import git_cache, read_spec_file, same_repository
 from stackflow.spec import Resource, Spec, check_spec, parse_spec, parse_spec_text
 from stackflow.state.backend import RunRef
+from stackflow.takeover import TAKES_OVER_LIMIT, taking_over
 
 GATED = (Operation.apply, Operation.destroy, Operation.rollback)
 """Operations with a walk that the policy gate judges (and preview, which shows it)."""
@@ -134,6 +135,11 @@ class PrepareActivities:
         )
         plan = await asyncio.to_thread(self._prepare_walk, operation, spec, ref, release, selection)
         plan.four_eyes = worker_policy().approvals.four_eyes_for(request.project)
+        if request.source is not None and spec is not None:
+            # a git commit's spec, never read by the API: what it takes over is approved
+            # by an approver, whatever the run's auto_approve (workflows.waits)
+            found = taking_over(spec.resources)
+            plan.takes_over = [rid for rid, _ in found[:TAKES_OVER_LIMIT]]
         if operation in GATED:
             plan.policies = await asyncio.to_thread(self._policies, request)
         return plan

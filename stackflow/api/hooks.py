@@ -23,12 +23,13 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from stackflow.api import hook_replay, run_start
+from stackflow.api.auth import Role
 from stackflow.api.context import ApiContext
 from stackflow.api.models import RunOperation, RunRequest
 from stackflow.api.problems import Problem
 from stackflow.errors import StackLockedError
 from stackflow.refs import StackRef
-from stackflow.sources import COMMIT, GitSource, SourceMode
+from stackflow.sources import COMMIT, BoundSource, GitSource, SourceMode
 
 ZERO = "0" * 40
 
@@ -239,8 +240,13 @@ async def start_pushed(
         )
         if source.on_push == SourceMode.apply and source.auto_approve:
             request.auto_approve = True
+        # The run's requester is who bound the stack (an approver: binding needs the role,
+        # and so does auto_approve), not the pusher the delivery names: four-eyes holds.
+        by = (source.bound_by if isinstance(source, BoundSource) else None) or push.who
         try:
-            started = await run_start.start_run(ctx, stack, request, push.who, f"git:{commit}")
+            started = await run_start.start_run(
+                ctx, stack, request, by, f"git:{commit}", role=Role.approver
+            )
         except StackLockedError as err:
             result.ignored.append(HookSkip(**_names(stack), reason=str(err)))
             continue

@@ -76,6 +76,8 @@ class RunRequest(BaseModel):
     """Run the stack's git source (``PUT …/source``) at this commit, instead of a spec."""
     to_revision: int | None = Field(default=None, ge=1, le=REVISION_LIMIT)
     auto_approve: bool = False
+    """Approved up front (from the preview straight to the walk): needs the approver role;
+    on a four-eyes project the run still waits for another approver."""
     targets: list[Pattern] = Field(default_factory=list, max_length=100)
     excludes: list[Pattern] = Field(default_factory=list, max_length=100)
     on_failure: Literal["fail", "pause"] = "fail"

@@ -118,11 +118,15 @@ async def start_run(
     who: Operator,
     idempotency_key: KeyHeader = None,
 ) -> JSONResponse:
-    """Start a run (as `stackflow preview|apply|destroy|rollback|refresh|drift check`)."""
+    """Start a run (as `stackflow preview|apply|destroy|rollback|refresh|drift check`).
+    `auto_approve`, and a spec with a resource that adopts (`extensions.adopt`) or imports
+    (`extensions["kusionstack.io/import-id"]`) an existing object, need the approver role:
+    an operator's is a 403 naming it, and nothing starts."""
     stack = StackRef(project, workspace)
     ctx = ctx_of(request)
     try:
-        started = await run_start.start_run(ctx, stack, body, who.name, idempotency_key)
+        role = who.role_for(project) or Role.viewer  # (Operator: at least operator)
+        started = await run_start.start_run(ctx, stack, body, who.name, idempotency_key, role=role)
     except Exception:
         ctx.metrics.run_refused(body.operation.value)
         raise

@@ -23,6 +23,7 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
+from stackflow.api.auth import Role
 from stackflow.api.context import ApiContext
 from stackflow.api.models import WORKFLOWS, RunRequest
 from stackflow.api.problems import Problem
@@ -85,11 +86,14 @@ async def keyed_run(
 
 
 async def start_run(
-    ctx: ApiContext, stack: StackRef, body: RunRequest, by: str, key: str | None
+    ctx: ApiContext, stack: StackRef, body: RunRequest, by: str, key: str | None, *, role: Role
 ) -> Started:
+    """Start the run ``body`` asks for, requested by ``by`` (of ``role`` on the project:
+    what only an approver may ask is refused for less, see :func:`~stackflow.api.runs.
+    check_role`)."""
     if key is not None and (not key or len(key) > KEY_LIMIT or not key.isprintable()):
         raise SpecError(f"Idempotency-Key: 1 to {KEY_LIMIT} printable characters")
-    request = await workflow_input(ctx, stack, body, by)
+    request = await workflow_input(ctx, stack, body, by, role)
     client = await ctx.client()
     digest = request_digest(stack, body)
     claimed = False

@@ -21,6 +21,7 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
+from stackflow.api.auth import Role
 from stackflow.api.context import ApiContext
 from stackflow.api.models import (
     TAKES,
@@ -53,6 +54,7 @@ from stackflow.refs import StackRef
 from stackflow.release import Phase
 from stackflow.sources import SourceRef
 from stackflow.spec import Spec, parse_spec, parse_spec_text
+from stackflow.takeover import taking_over
 from stackflow.temporal_client import TemporalUnreachable, is_unreachable
 
 IDEMPOTENCY_MEMO = "stackflow-idempotency"
@@ -141,19 +143,55 @@ async def source_at(ctx: ApiContext, stack: StackRef, commit: str) -> SourceRef:
     return SourceRef(url=bound.url, commit=commit, path=bound.path)
 
 
+def check_role(stack: StackRef, body: RunRequest, spec: Spec | None, by: str, role: Role) -> None:
+    """Refuse (403, nothing started or stored) what only an approver may ask of a run: to be
+    approved up front (``auto_approve``, also a drift check's repair), and to apply a spec
+    that takes over objects stackflow did not make (:mod:`stackflow.takeover`; a preview of
+    one is an operator's, for an approver to look at). The spec of a run of a git
+    ``commit`` is not read here (the worker fetches it): an operator's cannot be approved up
+    front, and one that takes over objects waits for an approver whatever its
+    ``auto_approve`` (:mod:`stackflow.workflows.waits`)."""
+    if role >= Role.approver:
+        return
+    who = f"{by} is {role.name} on project {stack.project}"
+    if body.auto_approve:
+        raise Problem(
+            403,
+            f"auto_approve: {who}; approving a run up front needs approver (start it without "
+            "auto_approve: it waits for an approver's approve)",
+            "forbidden",
+        )
+    applied = spec is not None and body.operation != RunOperation.preview
+    found = taking_over(spec.resources) if spec is not None and applied else []
+    if found:
+        rid, how = found[0]
+        more = f" (and {len(found) - 1} more)" if len(found) > 1 else ""
+        raise Problem(
+            403,
+            f"resource {rid} {how}{more}: {who}; taking over objects stackflow did not make "
+            "needs approver (an approver starts this run)",
+            "forbidden",
+            resource=rid,
+        )
+
+
 async def workflow_input(
-    ctx: ApiContext, stack: StackRef, body: RunRequest, by: str
+    ctx: ApiContext, stack: StackRef, body: RunRequest, by: str, role: Role
 ) -> OperationInput | DriftInput:
+    """The run's workflow input, once ``by`` (of ``role`` on the project) may ask for it."""
     check_fields(body)
     try:
         if body.operation == RunOperation.drift:
+            check_role(stack, body, None, by, role)
             return DriftInput(
                 project=stack.project,
                 workspace=stack.workspace,
                 repair=body.repair,
                 auto_approve=body.auto_approve,
+                requested_by=by,
             )
         spec = parse_body_spec(body)
+        check_role(stack, body, spec, by, role)
         taken = TAKES[body.operation] - {"spec", "spec_yaml", "commit", "policy"}
         fields = body.model_dump(include=set(taken))
         if body.commit is not None:

@@ -45,6 +45,7 @@ from stackflow.cli.runner import (
     console_for,
     ui_link,
 )
+from stackflow.cli.runs import current_user
 from stackflow.drift import DriftReport
 from stackflow.errors import (
     NotFoundError,
@@ -71,7 +72,13 @@ RepairOpt = Annotated[
     ),
 ]
 RepairYesOpt = Annotated[
-    bool, typer.Option("--yes", "-y", help="With --repair: the repair apply needs no approval.")
+    bool,
+    typer.Option(
+        "--yes",
+        "-y",
+        help="With --repair: the repair apply needs no approval (on a four-eyes project it "
+        "waits for an approver other than you, its requester).",
+    ),
 ]
 
 
@@ -103,7 +110,11 @@ def parse_every(text: str) -> timedelta:
 def _input(stack: StackRef, repair: bool, yes: bool) -> DriftInput:
     try:
         return DriftInput(
-            project=stack.project, workspace=stack.workspace, repair=repair, auto_approve=yes
+            project=stack.project,
+            workspace=stack.workspace,
+            repair=repair,
+            auto_approve=yes,
+            requested_by=current_user(),  # who checks or schedules: the repair's requester
         )
     except ValueError as exc:
         raise SpecError(f"invalid option: {str(exc).splitlines()[-1].strip()}") from None

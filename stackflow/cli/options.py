@@ -47,7 +47,16 @@ PolicyOpt = Annotated[
         "project's bundle (stackflow policy push); deny fails the run (exit 2).",
     ),
 ]
-YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Approve without asking.")]
+YesOpt = Annotated[
+    bool,
+    typer.Option(
+        "--yes",
+        "-y",
+        help="Approve without asking (through the API: needs the approver role). On a "
+        "four-eyes project the run still waits for another approver; the command says so "
+        "and follows it.",
+    ),
+]
 ConcurrencyOpt = Annotated[int, typer.Option("--max-concurrency", help="Resources in flight.")]
 IgnoreOpt = Annotated[
     list[str] | None, typer.Option("--ignore-field", help="Dotted path never diffed (repeat).")

@@ -21,7 +21,7 @@ from stackflow.cli.output import OutputFormat
 from stackflow.cli.policy import local_bundle, policy_requires_approval
 from stackflow.cli.quick import namespace
 from stackflow.cli.report import BAD_INPUT_TYPES, report, workflow_failure
-from stackflow.cli.runs import CannotAsk, RunPaused, console_for, ui_link
+from stackflow.cli.runs import CannotAsk, RunPaused, console_for, four_eyes_wait, ui_link
 from stackflow.client import StackflowClient
 from stackflow.errors import NotFoundError, OperationFailed, SpecError
 from stackflow.events import EventType, RunEvent
@@ -143,7 +143,11 @@ class RemoteRun:
             self.needs_person = policy_requires_approval({"policy": d})
         elif event.type == EventType.approval_wait and d.get("wait") == "approval":
             self.show_preview(detail)
-            if yes and self.needs_person:
+            if d.get("four_eyes"):
+                # another approver approves (the worker's four-eyes policy): say so, follow
+                by = self.client.get_run(self.stack, self.run_id).requested_by or "you"
+                typer.echo(four_eyes_wait(self.stack, by), err=True)
+            elif yes and self.needs_person:
                 # --yes approves for the requester; a policy asked for an approver instead.
                 s = self.stack
                 typer.echo(

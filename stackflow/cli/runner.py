@@ -23,7 +23,14 @@ from temporalio.service import RPCError
 from stackflow.cli.connection import Temporal
 from stackflow.cli.output import OutputFormat
 from stackflow.cli.report import BAD_INPUT_TYPES
-from stackflow.cli.runs import CannotAsk, RunPaused, console_for, current_user, ui_link
+from stackflow.cli.runs import (
+    CannotAsk,
+    RunPaused,
+    console_for,
+    current_user,
+    four_eyes_wait,
+    ui_link,
+)
 from stackflow.errors import OperationFailed, StackLockedError
 from stackflow.operation import (
     ApprovalInput,
@@ -200,6 +207,12 @@ class Runner:
         try:
             await self.update(handle, name, ApprovalInput(by=by))
         except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            if isinstance(cause, ApplicationError) and cause.type == "FourEyes":
+                # the worker's four-eyes policy: another approver approves; the run waits
+                # for them (--yes does not skip it) and the command follows it
+                typer.echo(four_eyes_wait(self.request.stack, by), err=True)
+                return
             raise OperationFailed(f"{name} refused: {exc.cause or exc}") from None
 
     async def follow(self, handle: WorkflowHandle[Any, OperationResult]) -> None:

@@ -10,7 +10,18 @@ from stackflow.cli.output import OutputFormat, SafeConsole
 from stackflow.cli.quick import ui_link
 from stackflow.errors import StackflowError
 
-__all__ = ["CannotAsk", "RunPaused", "console_for", "current_user", "ui_link"]
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # the quick path imports this module: no pydantic (stackflow.cli.quick)
+    from stackflow.refs import StackRef
+
+__all__ = [
+    "CannotAsk",
+    "RunPaused",
+    "console_for",
+    "current_user",
+    "four_eyes_wait",
+    "ui_link",
+]
 
 
 class RunPaused(StackflowError):
@@ -37,3 +48,14 @@ def current_user() -> str:
         return getpass.getuser()
     except Exception:
         return "unknown"
+
+
+def four_eyes_wait(stack: StackRef, by: str) -> str:
+    """What a run command says (on stderr) when its run waits for another approver: the
+    worker's four-eyes policy names the project, so neither ``--yes`` nor the requester's
+    own approve can approve it. The command then follows the run as it waits."""
+    return (
+        f"four-eyes: project {stack.project} needs an approver other than {by}, who started "
+        f"this run (--yes does not approve it); waiting for another approver's `stackflow "
+        f"approve -p {stack.project} -w {stack.workspace}` (or `stackflow reject`)"
+    )

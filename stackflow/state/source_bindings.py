@@ -8,7 +8,7 @@ import builtins
 import sqlalchemy as sa
 
 from stackflow.refs import StackRef
-from stackflow.sources import GitSource, same_repository
+from stackflow.sources import BoundSource, GitSource, same_repository
 from stackflow.state.models import SourcePush, as_utc, now
 from stackflow.state.run_events import RunEvents
 from stackflow.state.schema import source_pushes, stack_sources
@@ -46,14 +46,14 @@ class SourceBindingStore(RunEvents):
             ).first()
         return gone is not None
 
-    def source_of(self, stack: StackRef) -> GitSource | None:
+    def source_of(self, stack: StackRef) -> BoundSource | None:
         with self._tx() as conn:
             row = conn.execute(
                 sa.select(stack_sources).where(*self._where_stack(stack_sources, stack))
             ).first()
         return None if row is None else self._binding(row)
 
-    def sources_of_repository(self, url: str) -> builtins.list[tuple[StackRef, GitSource]]:
+    def sources_of_repository(self, url: str) -> builtins.list[tuple[StackRef, BoundSource]]:
         """Every stack bound to the repository ``url`` names (``.git``, a trailing slash and
         the host's case aside), in stack order."""
         with self._tx() as conn:
@@ -88,16 +88,17 @@ class SourceBindingStore(RunEvents):
                 .on_conflict_do_update(index_elements=["project", "workspace"], set_=values)
             )
 
-    def _binding(self, row: sa.Row[object]) -> GitSource:
+    def _binding(self, row: sa.Row[object]) -> BoundSource:
         r = row._mapping
         secret = self.sealer.open_text(
             r["secret"], r["project"], r["workspace"], "source", "secret"
         )
-        return GitSource(
+        return BoundSource(
             url=r["url"],
             ref=r["ref"],
             path=r["path"],
             on_push=r["mode"],
             auto_approve=r["auto_approve"],
             secret=secret,
+            bound_by=r["updated_by"],
         )

@@ -126,6 +126,7 @@ class OperationWorkflow(GatedRun):
             raise
         self._revision = plan.revision
         self._four_eyes = plan.four_eyes
+        self._takes_over = plan.takes_over
         return plan
 
     async def _set_phase(self, phase: Phase, **extra: Any) -> None:

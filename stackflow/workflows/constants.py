@@ -67,6 +67,10 @@ activity too, in the workflow task that announces it."""
 HELD_ATTRIBUTES = "held-search-attributes"
 """Patch: the stack's search attributes go out with the run's first phase (one upsert, one
 visibility write) instead of one upsert of their own just before it."""
+APPROVER_DECIDES = "approver-decides"
+"""Patch: ``auto_approve`` does not skip the approval wait of a four-eyes run (another person
+approves), nor of a git commit's run whose spec takes over objects (an approver approves); a
+drift repair's requester is who asked for the check. Runs started before skip as they did."""
 
 BASELINE = "baseline-2026-11-26"
 """Patch: the run started on a build that knows every patch in :data:`BASELINED`, and records

@@ -20,9 +20,9 @@ with workflow.unsafe.imports_passed_through():
         workflow_id_for,
     )
     from stackflow.release import Operation, Phase
-    from stackflow.workflows import common
+    from stackflow.workflows import common, patches
     from stackflow.workflows.base import OperationWorkflow
-    from stackflow.workflows.constants import DRIFT_KEY, PHASE_KEY
+    from stackflow.workflows.constants import APPROVER_DECIDES, DRIFT_KEY, PHASE_KEY
 
 
 @workflow.defn(name="DriftWorkflow")
@@ -91,6 +91,9 @@ class DriftWorkflow(OperationWorkflow):
         approve` finds it); it outlives this check. A stack busy with another run is
         reported, not waited for."""
         wid = workflow_id_for(inp.stack)
+        requester = "drift-repair"
+        if inp.requested_by is not None and patches.patched(APPROVER_DECIDES):
+            requester = inp.requested_by  # who asked for the check: four-eyes holds for it
         try:
             handle = await workflow.start_child_workflow(
                 "ApplyWorkflow",
@@ -99,7 +102,7 @@ class DriftWorkflow(OperationWorkflow):
                     workspace=inp.workspace,
                     spec_ref=spec_ref,
                     auto_approve=inp.auto_approve,
-                    operator="drift-repair",
+                    operator=requester,
                     unavailable_timeout_seconds=inp.unavailable_timeout_seconds,
                 ),
                 id=wid,

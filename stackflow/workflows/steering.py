@@ -72,6 +72,8 @@ class SteeredRun:
         self._request: OperationInput | None = None
         self._four_eyes = False
         """The worker policy forbids the requester to approve this run."""
+        self._takes_over: list[str] = []
+        """Resources of a git commit's spec that adopt or import objects (plan.takes_over)."""
         self._step: str | None = None
         """``retry`` or ``abort`` while a paused run is told what to do."""
         self._brief: tuple[object, object, dict[str, Any]] | None = None

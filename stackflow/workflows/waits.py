@@ -1,5 +1,6 @@
 """The steps where an operation run waits or is judged: the policy gate (between preview
-and approval), the approval wait (``auto_approve`` unless a policy asks for a person) and,
+and approval), the approval wait (``auto_approve`` unless a policy asks for a person, the
+project is four-eyes, or a git commit's spec takes over objects) and,
 paused on failed nodes, the retry/abort decision. Thin and deterministic: the policy is
 evaluated by an activity; the waits are timers on Updates (:mod:`.steering`)."""
 
@@ -16,7 +17,12 @@ with workflow.unsafe.imports_passed_through():
     from stackflow.policy_gate.decision import Outcome
     from stackflow.release import Phase
     from stackflow.workflows import common, patches
-    from stackflow.workflows.constants import AWAITING_APPROVAL, AWAITING_DECISION, POLICY_GATE
+    from stackflow.workflows.constants import (
+        APPROVER_DECIDES,
+        AWAITING_APPROVAL,
+        AWAITING_DECISION,
+        POLICY_GATE,
+    )
     from stackflow.workflows.nodes import Tally
     from stackflow.workflows.steering import SteeredRun
 
@@ -60,10 +66,19 @@ class GatedRun(SteeredRun):
             return None
         return self._policy.denial_line()
 
+    def _held_for_approver(self) -> bool:
+        """Whether ``auto_approve`` may not skip the wait: on a four-eyes project another
+        person approves, whatever the client that started the run; a git commit's spec that
+        adopts or imports objects (never read by the API) is approved by an approver. Runs
+        started before APPROVER_DECIDES skip the wait as they did."""
+        assert self._request is not None
+        held = self._four_eyes or bool(self._takes_over and self._request.source is not None)
+        return held and patches.patched(APPROVER_DECIDES)
+
     async def _await_approval(self) -> bool:
         assert self._request is not None
         required = self._policy is not None and self._policy.outcome == Outcome.approval
-        if self._request.auto_approve and not required:
+        if self._request.auto_approve and not required and not self._held_for_approver():
             self._approval = {
                 "decision": "approved",
                 "by": f"{self._request.operator} (auto_approve)",

@@ -34,6 +34,11 @@ TOKENS = {
     "viewer": ("viewer-token", {"*": "viewer"}),
     "operator": ("operator-token", {"*": "operator"}),
     "elsewhere": ("elsewhere-token", {"other-*": "approver"}),
+    # on the four-eyes projects alone (the worker's STACKFLOW_FOUR_EYES): test_approval_roles
+    "fe-operator": ("fe-operator-token", {"foureyes-*": "operator"}),
+    "fe-approver": ("fe-approver-token", {"foureyes-*": "approver"}),
+    "fe-second": ("fe-second-token", {"foureyes-*": "approver"}),
+    "fe-viewer": ("fe-viewer-token", {"foureyes-*": "viewer"}),
 }
 
 
@@ -345,7 +350,7 @@ def test_paused_run_is_aborted(http: httpx.Client, tmp_path: Path) -> None:
     r = http.post(
         f"/v1/stacks/{project}/default/runs",
         json={"operation": "apply", "spec": spec, "auto_approve": True, "on_failure": "pause"},
-        headers=auth("operator"),
+        headers=auth("admin"),  # auto_approve needs the approver role
     )
     assert r.status_code == 201, r.text
     url = r.json()["status_url"]
@@ -483,14 +488,14 @@ def test_runs_listing_and_release_diff(http: httpx.Client, tmp_path: Path) -> No
         r = http.post(
             f"{base}/runs",
             json={"operation": "apply", "spec": spec, "auto_approve": True},
-            headers=auth("operator"),
+            headers=auth("admin"),  # auto_approve needs the approver role
         )
         assert r.status_code == 201, r.text
         urls.append(r.json()["status_url"])
         view = wait_run(http, urls[-1], lambda v: v["status"] != "running")
         assert view["phase"] == "succeeded", view
         # auto_approve: the approval names the caller, as the CLI's --yes names the user
-        assert view["approved_by"] == "operator (auto_approve)"
+        assert view["approved_by"] == "admin (auto_approve)"
 
     page = http.get(f"{base}/runs", params={"page_size": 1}, headers=auth("viewer")).json()
     assert len(page["runs"]) == 1 and page["next_page_token"]
@@ -500,7 +505,7 @@ def test_runs_listing_and_release_diff(http: httpx.Client, tmp_path: Path) -> No
     listed = page["runs"] + rest["runs"]
     assert {f"{base}/runs/{x['run_id']}" for x in listed} == set(urls)
     assert {(x["operation"], x["status"], x["requested_by"]) for x in listed} == {
-        ("apply", "completed", "operator")
+        ("apply", "completed", "admin")
     }
     for token in ("%%%", "bm90IGEgdG9rZW4"):  # not base64; base64 of no token
         bad = http.get(f"{base}/runs", params={"page_token": token}, headers=auth("viewer"))
@@ -560,7 +565,9 @@ def test_every_operation_through_the_api(http: httpx.Client, tmp_path: Path) -> 
     conf = tmp_path / "app" / "app.conf"
 
     def run(body: dict[str, Any]) -> dict[str, Any]:
-        r = http.post(f"{base}/runs", json=body, headers=auth("operator"))
+        # auto_approve needs the approver role; a drift check is an operator's
+        who = "admin" if body.get("auto_approve") else "operator"
+        r = http.post(f"{base}/runs", json=body, headers=auth(who))
         assert r.status_code == 201, r.text
         return wait_run(http, r.json()["status_url"], lambda v: v["status"] != "running")
 

@@ -238,7 +238,7 @@ def test_a_policy_denial_is_announced(
         "auto_approve": True,
         "policy": {"modules": {"no_files.rego": DENY_FILES}},
     }
-    r = http.post(f"/v1/stacks/{project}/dev/runs", json=body, headers=auth("operator"))
+    r = http.post(f"/v1/stacks/{project}/dev/runs", json=body, headers=auth("admin"))
     assert r.status_code == 201, r.text
     run = r.json()
     view = wait_run(http, run["status_url"], lambda v: v["status"] != "running")

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from stackflow.refs import StackRef
-from stackflow.sources import GitSource
+from stackflow.sources import BoundSource, GitSource
 from stackflow.state.protocols import SourceBindings
 from tests.conformance.state.common import STACK, narrow
 
@@ -27,14 +27,20 @@ def source(**changes: Any) -> GitSource:
     return GitSource.model_validate({**data, **changes})
 
 
+def bound(by: str | None, **changes: Any) -> BoundSource:
+    """The binding as read back: the source and who bound it (the runs' requester)."""
+    return BoundSource.model_validate({**source(**changes).model_dump(), "bound_by": by})
+
+
 def test_bind_replace_find_unbind(bindings: Any) -> None:
     assert bindings.source_of(STACK) is None
     bindings.bind_source(STACK, source(), by="alice")
-    assert bindings.source_of(STACK) == source()
+    assert bindings.source_of(STACK) == bound("alice")
     bindings.bind_source(STACK, source(ref="release", mode="preview"), by="bob")
-    assert bindings.source_of(STACK) == source(ref="release", mode="preview")
+    assert bindings.source_of(STACK) == bound("bob", ref="release", mode="preview")
     other = StackRef("p", "prod")
     bindings.bind_source(other, source(url="https://EXAMPLE.com/acme/infra/"))
+    assert bindings.source_of(other) == bound(None, url="https://EXAMPLE.com/acme/infra/")
     bindings.bind_source(StackRef("q", "w"), source(url="https://example.com/acme/else.git"))
     found = bindings.sources_of_repository("https://example.com/acme/infra")
     assert [stack for stack, _ in found] == [other, STACK]  # in stack order

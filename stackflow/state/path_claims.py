@@ -65,43 +65,55 @@ class PathClaimStore(RunKeyStore):
         returned with their owner (all the others are this stack's once this returns)."""
         refused: dict[str, PathOwner] = {}
         p = onprem_paths.c
+        mine = {"project": stack.project, "workspace": stack.workspace}
+        ordered = sorted(claims)  # one order for every claimer: concurrent inserts never deadlock
         with self._tx(write=True) as conn:
             if revision is not None:
                 self._fence(conn, stack, revision, run, share=True)
-            for path, resource_id in claims.items():
-                mine = {"project": stack.project, "workspace": stack.workspace}
+            for start in range(0, len(ordered), CLAIM_CHUNK):
+                chunk = ordered[start : start + CLAIM_CHUNK]
+                stamp = now()
                 conn.execute(
                     self._insert(onprem_paths)
-                    .values(path=path, resource_id=resource_id, claimed_at=now(), **mine)
+                    .values(
+                        [
+                            {"path": path, "resource_id": claims[path], "claimed_at": stamp, **mine}
+                            for path in chunk
+                        ]
+                    )
                     .on_conflict_do_nothing(index_elements=["path"])
                 )
-                row = conn.execute(sa.select(onprem_paths).where(p.path == path)).one()
-                if (row.project, row.workspace) == (stack.project, stack.workspace):
-                    if row.resource_id != resource_id:
-                        conn.execute(
-                            onprem_paths.update()
-                            .where(p.path == path)
-                            .values(resource_id=resource_id)
+                rows = conn.execute(sa.select(onprem_paths).where(p.path.in_(chunk))).all()
+                for row in rows:
+                    path, resource_id = row.path, claims[row.path]
+                    if (row.project, row.workspace) == (stack.project, stack.workspace):
+                        if row.resource_id != resource_id:
+                            conn.execute(
+                                onprem_paths.update()
+                                .where(p.path == path, *self._where_stack(onprem_paths, stack))
+                                .values(resource_id=resource_id)
+                            )
+                        continue
+                    owner = PathOwner(StackRef(row.project, row.workspace), row.resource_id)
+                    if self._live(conn, owner):
+                        refused[path] = owner
+                        continue
+                    taken = conn.execute(  # stale: taken over unless someone else just did
+                        onprem_paths.update()
+                        .where(
+                            p.path == path,
+                            p.project == row.project,
+                            p.workspace == row.workspace,
+                            p.resource_id == row.resource_id,
                         )
-                    continue
-                owner = PathOwner(StackRef(row.project, row.workspace), row.resource_id)
-                if self._live(conn, owner):
-                    refused[path] = owner
-                    continue
-                taken = conn.execute(  # stale: taken over unless someone else just did
-                    onprem_paths.update()
-                    .where(
-                        p.path == path,
-                        p.project == row.project,
-                        p.workspace == row.workspace,
-                        p.resource_id == row.resource_id,
-                    )
-                    .values(resource_id=resource_id, claimed_at=now(), **mine)
-                    .returning(p.path)
-                ).first()
-                if taken is None:
-                    row = conn.execute(sa.select(onprem_paths).where(p.path == path)).one()
-                    refused[path] = PathOwner(StackRef(row.project, row.workspace), row.resource_id)
+                        .values(resource_id=resource_id, claimed_at=stamp, **mine)
+                        .returning(p.path)
+                    ).first()
+                    if taken is None:
+                        now_row = conn.execute(sa.select(onprem_paths).where(p.path == path)).one()
+                        refused[path] = PathOwner(
+                            StackRef(now_row.project, now_row.workspace), now_row.resource_id
+                        )
         return refused
 
     def release_paths(

@@ -67,7 +67,10 @@ class PolicyViolation(SpecError):
 
 
 class PolicyConfigError(StackflowError):
-    """The worker's policy settings are invalid (a worker problem, not the spec's)."""
+    """The worker's policy settings are invalid (a worker problem, not the spec's): the
+    worker refuses to start, exit 2, one line."""
+
+    exit_code = 2
 
 
 Narrow = Callable[[Any, Any], Any]

@@ -34,6 +34,7 @@ from stackflow.cache import PriorStateCache
 from stackflow.codec import data_converter
 from stackflow.config import default_backend, stackflow_home
 from stackflow.crypto import KeyRing
+from stackflow.errors import StackflowError
 from stackflow.event_bell import Bell
 from stackflow.operation import TASK_QUEUE_DEFAULT
 from stackflow.policy import WorkerPolicy, worker_policy
@@ -267,5 +268,15 @@ def main(runtimes: str | None = None, processes: str | None = None) -> None:
     asyncio.run(run(settings, runtimes))
 
 
+def console_main() -> None:
+    """``python -m stackflow.worker``: a setting that stops the worker is one line on stderr
+    and its exit code (as ``stackflow worker`` says it)."""
+    try:
+        main()
+    except StackflowError as exc:
+        print(f"Error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(exc.exit_code)
+
+
 if __name__ == "__main__":
-    main()
+    console_main()

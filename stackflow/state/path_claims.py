@@ -2,7 +2,7 @@
 
 A path (its real path on the worker's host) is claimed by a stack before the OnPrem runtime
 first writes it, and released once the runtime deleted it. Another stack's claim refuses
-the write (``Conflict``), as an object annotated by another stack is refused in Kubernetes.
+the write (``OwnedElsewhere``), as an object annotated by another stack is in Kubernetes.
 
 Two stacks applying one path at once cannot both win: a claim is an insert on the path's
 primary key (PostgreSQL makes the second inserter wait for the first to commit, then finds

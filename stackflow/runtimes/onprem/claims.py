@@ -3,7 +3,7 @@
 Files carry no owner of their own (Kubernetes objects carry ``stackflow.io/project``), so
 the state backend keeps one (:class:`~stackflow.state.protocols.PathClaims`): a batch's
 applies claim their real paths before anything is written, and its reads, previews and
-deletes look the owners up; a path another stack owns fails that call with ``Conflict``
+deletes look the owners up; a path another stack owns fails that call with ``OwnedElsewhere``
 (exit 3), one line naming the path and the stack. A delete gives the path up.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from stackflow.refs import RunRef, StackRef
-from stackflow.runtimes.base import Conflict
+from stackflow.runtimes.base import OwnedElsewhere
 from stackflow.runtimes.onprem.batch import FileJob
 from stackflow.state.path_claims import PathOwner
 from stackflow.state.protocols import PathClaims
@@ -35,7 +35,7 @@ def _refuse(job: FileJob, owner: PathOwner) -> None:
     path = job.attrs.path if job.attrs is not None else job.key
     shown = path if path == job.key else f"{path} ({job.key})"
     job.fail(
-        Conflict(
+        OwnedElsewhere(
             f"{rid}: {shown} is owned by stack {owner.stack} (its resource "
             f"{owner.resource_id}); a path belongs to one stack: remove it from that stack first",
             resource_id=rid,

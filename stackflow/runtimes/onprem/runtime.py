@@ -15,7 +15,8 @@ with a section of its own in the worker policy is held to that section's roots.
 
 A path belongs to one stack (:mod:`.claims`, kept by the state backend): an apply claims it
 before writing, and a preview, read, apply or delete of a path another stack owns fails as
-``Conflict`` naming the path and that stack; a delete gives the path up.
+``OwnedElsewhere`` (a ``Conflict``, exit 3) naming the path and that stack; a delete gives
+the path up.
 
 Calls made at once (a group's, a preview batch's) run as one batch in one thread
 (:mod:`.batch`): one thread hop, each directory opened once, and the disk waited for once

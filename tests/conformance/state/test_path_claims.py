@@ -87,3 +87,76 @@ def test_of_two_stacks_claiming_one_path_at_once_exactly_one_wins(backend: Any) 
     for path in paths:
         owner = X if path in refused_y else Y
         assert backend.path_owners(Y if owner == X else X, [path])[path].stack == owner
+
+
+def test_the_migration_claims_the_paths_each_stacks_latest_release_records(
+    tmp_path: Any,
+) -> None:
+    """An existing database: the migration to 0010 gives each stack the OnPrem paths its
+    latest release records (the first stack found keeps a path two record)."""
+    import json
+
+    import sqlalchemy as sa
+    from alembic import command
+    from alembic.config import Config
+
+    from stackflow.state.backend import open_backend
+    from stackflow.state.models import MIGRATIONS
+    from stackflow.state.schema import onprem_paths, release_resources, releases
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = sa.create_engine(url)
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as conn:
+        config.attributes["connection"] = conn
+        command.upgrade(config, "0009")
+
+    def body(rid: str, path: str, kind: str = "OnPrem") -> str:
+        doc = {"id": rid, "type": kind, "attributes": {"kind": "File", "path": path}}
+        return json.dumps(doc, separators=(",", ":"))
+
+    rows = [  # (stack, revision, resource id, body)
+        (X, 1, "old", body("old", "/srv/old")),  # revision 1: not the latest
+        (X, 2, "x", body("x", "/srv//x")),
+        (X, 2, "cm", body("cm", "/srv/cm", "Kubernetes")),
+        (Y, 1, "y", body("y", "/srv/x")),  # Y records X's path too: X was first
+        (Y, 1, "y2", body("y2", "/srv/y")),
+    ]
+    stamp = sa.func.now()
+    with engine.begin() as conn:
+        for stack, rev in {(s, r) for s, r, _, _ in rows}:
+            conn.execute(
+                releases.insert().values(
+                    project=stack.project,
+                    workspace=stack.workspace,
+                    revision=rev,
+                    operation="apply",
+                    phase="succeeded",
+                    created_at=stamp,
+                    modified_at=stamp,
+                )
+            )
+        for n, (stack, rev, rid, text) in enumerate(rows):
+            conn.execute(
+                release_resources.insert().values(
+                    project=stack.project,
+                    workspace=stack.workspace,
+                    revision=rev,
+                    resource_id=rid,
+                    position=n,
+                    body=text,
+                )
+            )
+    engine.dispose()
+    backend = open_backend(url, migrate=True)
+    try:
+        with backend.engine.connect() as conn:
+            claims = {
+                row.path: (row.project, row.resource_id)
+                for row in conn.execute(sa.select(onprem_paths))
+            }
+        assert claims == {"/srv/x": ("team-x", "x"), "/srv/y": ("team-y", "y2")}
+        assert backend.path_owners(Y, ["/srv/x"])["/srv/x"].stack == X
+    finally:
+        backend.close()

@@ -12,7 +12,7 @@ from rich.console import Console
 
 from stackflow.cli.output import OutputFormat
 from stackflow.cli.quick_args import BAD_INPUT_TYPES as BAD_INPUT_TYPES
-from stackflow.cli.quick_args import HELD_TYPES
+from stackflow.cli.quick_args import HELD_TYPES as HELD_TYPES
 from stackflow.errors import OperationFailed, SpecError, StackflowError, StackLockedError
 from stackflow.masking import masked_release_data
 from stackflow.operation import OperationResult

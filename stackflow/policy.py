@@ -67,10 +67,8 @@ class PolicyViolation(SpecError):
 
 
 class PolicyConfigError(StackflowError):
-    """The worker's policy settings are invalid (a worker problem, not the spec's): the
-    worker refuses to start, exit 2, one line."""
-
-    exit_code = 2
+    """The worker's policy settings are invalid (a worker problem, not the spec's: exit 1):
+    the worker refuses to start, one line."""
 
 
 Narrow = Callable[[Any, Any], Any]

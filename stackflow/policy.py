@@ -9,12 +9,22 @@ on every call. A violation is a :class:`PolicyViolation` (a :class:`SpecError`: 
 line naming the resource and the field).
 
 This module owns only what is generic: the settings (one section per built-in runtime,
-read from ``STACKFLOW_*`` variables and the policy file by :func:`load_policy`), the paths no
-spec may touch (:func:`stackflow_paths`) and :class:`PolicyViolation`. Each runtime checks
-its own part, in its own package: ``runtimes/terraform/policy.py`` (providers,
-provisioners, ``context.env``), ``runtimes/kubernetes/policy.py`` (kubeconfigs, contexts,
-plugins), ``runtimes/onprem/policy.py`` (roots and sizes), called from the runtime's
-``check_policy`` (:class:`runtimes.base.Runtime`).
+read from ``STACKFLOW_*`` variables and the policy file by :func:`load_policy`), the
+per-project sections and :class:`PolicyViolation`; the paths no spec may touch are found by
+:mod:`stackflow.policy_paths`. Each runtime checks its own part, in its own package:
+``runtimes/terraform/policy.py`` (providers, provisioners, ``context.env``, files named by
+arguments), ``runtimes/kubernetes/policy.py`` (kubeconfigs, contexts, plugins, namespaces,
+kinds), ``runtimes/onprem/policy.py`` (roots and sizes), called from the runtime's
+``check_policy`` (:class:`runtimes.base.Runtime`) with the policy of the run's project
+(:meth:`WorkerPolicy.for_project`).
+
+Projects. The policy file may hold ``projects:``, a mapping of project globs to sections
+shaped as the worker's own (only the settings each section class lists in ``PER_PROJECT``,
+each with how it narrows). The first glob (in the file's order) that matches a run's
+project gives its policy; a project no glob matches may not use the worker (default deny);
+with no ``projects`` every project has the worker's policy. A section may only narrow the
+worker's (a root outside the worker's roots, a glob not within the worker's, a flag the
+worker has off): anything wider stops the worker at start, one line naming it.
 """
 
 from __future__ import annotations
@@ -22,20 +32,25 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-import site
-import sys
 import threading
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Self
 
 import yaml
 from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, field_validator
 
 from stackflow.errors import SpecError, StackflowError
+from stackflow.policy_paths import (
+    POLICY_FILE_VAR,
+    ProtectedPath,
+    real_path,
+    split_list,
+    stackflow_paths,
+    within,
+    worker_kubeconfigs,
+)
 
 MIB = 1024 * 1024
-POLICY_FILE_VAR = "STACKFLOW_POLICY_FILE"
 POLICY_FILE_MAX_BYTES = MIB
 
 DEFAULT_TF_PROVIDERS = ("hashicorp/*",)
@@ -52,23 +67,111 @@ class PolicyViolation(SpecError):
 
 
 class PolicyConfigError(StackflowError):
-    """The worker's policy settings are invalid (a worker problem, not the spec's)."""
+    """The worker's policy settings are invalid (a worker problem, not the spec's: exit 1):
+    the worker refuses to start, one line."""
 
 
-def within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
+Narrow = Callable[[Any, Any], Any]
+"""How a project's setting narrows the worker's: (the worker's value, the project's) -> the
+project's effective value; ValueError says how the project's is wider."""
+
+_GLOB_CHARS = "*?["
 
 
-def real_path(path: str) -> str:
-    return os.path.realpath(os.path.expanduser(path))
+def glob_covers(outer: str, inner: str) -> bool:
+    """Whether every name the glob ``inner`` matches is matched by the glob ``outer`` (sound,
+    not complete: an ``inner`` this cannot prove narrower counts as wider)."""
+    if outer in (inner, "*"):
+        return True
+    cut = [inner.index(c) for c in _GLOB_CHARS if c in inner]
+    if not cut:
+        return fnmatch.fnmatchcase(inner, outer)
+    head = outer[:-1]
+    if outer.endswith("*") and not any(c in head for c in _GLOB_CHARS):
+        return inner[: min(cut)].startswith(head)
+    return False
 
 
-def split_list(raw: str, sep: str) -> list[str]:
-    return [item.strip() for item in raw.split(sep) if item.strip()]
+def narrower_flag(worker: bool, project: bool) -> bool:
+    if project and not worker:
+        raise ValueError("is off for the whole worker; a project may only turn it off")
+    return project
+
+
+def narrower_size(worker: int, project: int) -> int:
+    if project > worker:
+        raise ValueError(f"{int(project)} is more than the worker's {int(worker)}")
+    return project
+
+
+def narrower_globs(
+    worker: tuple[str, ...] | None, project: tuple[str, ...] | None
+) -> tuple[str, ...] | None:
+    """Each of the project's globs within one of the worker's (None: any)."""
+    if worker is None:
+        return project
+    if project is None:
+        raise ValueError(f"any is wider than the worker's ({', '.join(worker) or 'none'})")
+    for pattern in project:
+        if not any(glob_covers(outer, pattern) for outer in worker):
+            raise ValueError(
+                f"{pattern!r} is not within the worker's ({', '.join(worker) or 'none'})"
+            )
+    return project
+
+
+def narrower_paths(worker: tuple[str, ...], project: tuple[str, ...]) -> tuple[str, ...]:
+    """Each of the project's paths at or under one of the worker's (through symlinks)."""
+    outer = [real_path(path) for path in worker]
+    for path in project:
+        if not any(within(real_path(path), root) for root in outer):
+            raise ValueError(f"{path} is outside the worker's ({', '.join(worker) or 'none'})")
+    return project
+
+
+def added(worker: tuple[str, ...], project: tuple[str, ...]) -> tuple[str, ...]:
+    """The worker's and the project's: a project adds to them, never removes."""
+    return tuple(dict.fromkeys((*worker, *project)))
 
 
 class _Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    PER_PROJECT: ClassVar[Mapping[str, Narrow]] = {}
+    """The settings a project's section may set, each with how it narrows the worker's."""
+
+    def narrowed(self, raw: Mapping[str, Any]) -> Self:
+        """This section as a project's ``raw`` settings narrow it. ValueError (naming the
+        setting, ``key: problem``) when one is unknown, whole-worker only, or wider."""
+        for key in raw:
+            if key not in type(self).model_fields:
+                raise ValueError(f"{key}: not a setting")
+            if key not in self.PER_PROJECT:
+                raise ValueError(f"{key}: applies to the whole worker, not per project")
+        try:
+            parsed = type(self).model_validate(dict(raw))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise ValueError(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
+        updates: dict[str, Any] = {}
+        for key in raw:
+            try:
+                updates[key] = self.PER_PROJECT[key](getattr(self, key), getattr(parsed, key))
+            except ValueError as exc:
+                raise ValueError(f"{key}: {exc} (a project's section may only narrow)") from None
+        return self.model_copy(update=updates)
+
+    def differences(self, other: Self) -> list[str]:
+        """``key=value`` for each per-project setting where ``other`` differs (summaries)."""
+        out = []
+        for key in self.PER_PROJECT:
+            mine, theirs = getattr(self, key), getattr(other, key)
+            if mine != theirs:
+                shown = "any" if theirs is None else theirs
+                if isinstance(theirs, tuple):
+                    shown = ",".join(theirs) or "none"
+                out.append(f"{key}={shown}")
+        return out
 
 
 def _absolute(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -93,6 +196,17 @@ class TerraformPolicy(_Section):
     allowed_providers: tuple[str, ...] = DEFAULT_TF_PROVIDERS
     """Provider sources specs may use: ``namespace/name`` globs (the public registries) or
     ``host/namespace/name`` globs; ``*`` allows any."""
+    remote_path_arguments: tuple[str, ...] = ()
+    """Arguments (``<resource type>.<argument>`` globs, nested blocks' keys joined by dots)
+    whose file-like names name no file on the worker (a path in a git repository, inside an
+    archive): not confined to the OnPrem roots. Whole worker only."""
+
+    PER_PROJECT: ClassVar[Mapping[str, Narrow]] = {
+        "allow_provisioners": narrower_flag,
+        "allowed_env": narrower_globs,
+        "pass_env": narrower_globs,
+        "allowed_providers": narrower_globs,
+    }
 
     @field_validator("allowed_env", "pass_env")
     @classmethod
@@ -122,6 +236,23 @@ class KubernetesPolicy(_Section):
     """Contexts (names or globs) specs may use; None: any context of an allowed file."""
     allow_exec: bool = False
     """Allow exec credential plugins and auth-provider plugins in the kubeconfigs used."""
+    worker_kubeconfig: bool = True
+    """Specs may use the worker's own kubeconfig (``KUBECONFIG``) by naming none."""
+    allowed_namespaces: tuple[str, ...] | None = None
+    """Namespaces (names or globs) objects may live in; None: any. When set, cluster-scoped
+    objects are refused but for a ``Namespace`` whose name is allowed."""
+    allowed_kinds: tuple[str, ...] | None = None
+    """Kinds (globs) objects may be: ``Kind`` (any API group), ``<group>/<Kind>`` (the core
+    group is ``core``); None: any."""
+
+    PER_PROJECT: ClassVar[Mapping[str, Narrow]] = {
+        "allowed_kubeconfigs": narrower_paths,
+        "allowed_contexts": narrower_globs,
+        "allow_exec": narrower_flag,
+        "worker_kubeconfig": narrower_flag,
+        "allowed_namespaces": narrower_globs,
+        "allowed_kinds": narrower_globs,
+    }
 
     _paths = field_validator("allowed_kubeconfigs")(_absolute)
 
@@ -133,6 +264,12 @@ class OnPremPolicy(_Section):
     """Largest file content written or read."""
     protected: tuple[str, ...] = ()
     """More paths no spec may touch, on top of stackflow's own."""
+
+    PER_PROJECT: ClassVar[Mapping[str, Narrow]] = {
+        "roots": narrower_paths,
+        "max_bytes": narrower_size,
+        "protected": added,
+    }
 
     _paths = field_validator("roots", "protected")(_absolute)
 
@@ -154,10 +291,20 @@ class PolicySettings(_Section):
     onprem: OnPremPolicy = Field(default_factory=OnPremPolicy)
     approvals: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
 
+    @classmethod
+    def scoped_sections(cls) -> tuple[str, ...]:
+        """The sections a project's section may narrow: those with per-project settings."""
+        return tuple(
+            name
+            for name, info in cls.model_fields.items()
+            if isinstance(info.default_factory, type)
+            and issubclass(info.default_factory, _Section)
+            and info.default_factory.PER_PROJECT
+        )
 
-class ProtectedPath(_Section):
-    path: str
-    reason: str
+
+PROJECTS_KEY = "projects"
+"""The policy file's per-project sections: ``projects: {<project glob>: {<section>: ...}}``."""
 
 
 class WorkerPolicy(PolicySettings):
@@ -167,19 +314,84 @@ class WorkerPolicy(PolicySettings):
     worker_kubeconfigs: tuple[str, ...] = ()
     """The worker's own kubeconfig files (``KUBECONFIG``, else ~/.kube/config)."""
     source: str = "defaults"
+    scope: str | None = None
+    """The project glob whose section narrowed this policy (None: the worker's own)."""
+    projects: tuple[tuple[str, WorkerPolicy], ...] = ()
+    """Each project section (its glob, the policy it makes), in the file's order: the first
+    whose glob matches a run's project is that run's policy; a project none matches may
+    not use the worker. None at all: every project has the worker's policy."""
+
+    def for_project(self, project: str, resource_id: str) -> WorkerPolicy:
+        """The policy of ``project``'s runs; PolicyViolation when the worker has project
+        sections and none names it (default deny)."""
+        if not self.projects:
+            return self
+        for glob, scoped in self.projects:
+            if fnmatch.fnmatchcase(project, glob):
+                return scoped
+        raise PolicyViolation(
+            resource_id,
+            "project",
+            f"project {project!r} has no section in this worker's policy (projects: "
+            f"{', '.join(glob for glob, _ in self.projects)}), so it may not use this worker; "
+            f"add one under {PROJECTS_KEY} in {POLICY_FILE_VAR}",
+        )
 
     def summary(self) -> str:
         """One line for the worker's log."""
         tf, kube, onprem = self.terraform, self.kubernetes, self.onprem
-        return (
+        line = (
             f"policy ({self.source}): provisioners {'allowed' if tf.allow_provisioners else 'no'}"
             f", providers {','.join(tf.allowed_providers)}"
             f", context.env {','.join(tf.allowed_env) or 'none'}"
             f", kubeconfigs {len(kube.allowed_kubeconfigs)} + the worker's"
             f", kube plugins {'allowed' if kube.allow_exec else 'no'}"
+            f", kube namespaces {','.join(kube.allowed_namespaces or ('any',))}"
+            f", kinds {','.join(kube.allowed_kinds or ('any',))}"
             f", OnPrem roots {':'.join(onprem.roots) or 'none'} (max {int(onprem.max_bytes)} B)"
             f", four-eyes {','.join(self.approvals.four_eyes) or 'none'}"
         )
+        if not self.projects:
+            return line + ", projects: all alike"
+        scopes = []
+        for glob, scoped in self.projects:
+            changes = [
+                f"{name}.{change}"
+                for name in self.scoped_sections()
+                for change in getattr(self, name).differences(getattr(scoped, name))
+            ]
+            scopes.append(f"{glob} ({'; '.join(changes) or 'as the worker'})")
+        return line + f", projects: {', '.join(scopes)}, any other denied"
+
+    def narrowed_by(self, raw: Mapping[str, Any]) -> WorkerPolicy:
+        """This policy as a project's section narrows it (the sections' own
+        :meth:`_Section.narrowed`); ValueError names ``section.key: problem``."""
+        if not isinstance(raw, Mapping):
+            raise ValueError("must be a mapping of sections")
+        sections = self.scoped_sections()
+        updates: dict[str, Any] = {}
+        for name, block in raw.items():
+            if name not in sections:
+                raise ValueError(
+                    f"{name}: not a section a project may narrow ({', '.join(sections)})"
+                )
+            if not isinstance(block, Mapping):
+                raise ValueError(f"{name}: must be a mapping")
+            try:
+                updates[name] = getattr(self, name).narrowed(block)
+            except ValueError as exc:
+                raise ValueError(f"{name}.{exc}") from None
+        extra = updates.get("onprem", self.onprem).protected
+        protected = list(self.protected)
+        known = {p.path for p in protected}
+        for path in extra:
+            real = real_path(path)
+            if real not in known:
+                protected.append(ProtectedPath(path=real, reason="protected for this project"))
+        return self.model_copy(update={**updates, "protected": tuple(protected), "projects": ()})
+
+
+WorkerPolicy.model_rebuild()
 
 
 # ---- loading ---------------------------------------------------------------------------------
@@ -191,6 +403,8 @@ _ENV_SETTINGS: dict[str, tuple[str, str, str]] = {
     "STACKFLOW_ALLOWED_KUBECONFIGS": ("kubernetes", "allowed_kubeconfigs", os.pathsep),
     "STACKFLOW_ALLOWED_KUBE_CONTEXTS": ("kubernetes", "allowed_contexts", ","),
     "STACKFLOW_ALLOW_KUBE_EXEC": ("kubernetes", "allow_exec", "bool"),
+    "STACKFLOW_ALLOWED_KUBE_NAMESPACES": ("kubernetes", "allowed_namespaces", ","),
+    "STACKFLOW_ALLOWED_KUBE_KINDS": ("kubernetes", "allowed_kinds", ","),
     "STACKFLOW_ONPREM_ROOTS": ("onprem", "roots", os.pathsep),
     "STACKFLOW_ONPREM_MAX_BYTES": ("onprem", "max_bytes", "text"),
     "STACKFLOW_FOUR_EYES": ("approvals", "four_eyes", ","),
@@ -226,6 +440,7 @@ def load_policy(environ: Mapping[str, str] | None = None) -> WorkerPolicy:
     env = os.environ if environ is None else environ
     file = env.get(POLICY_FILE_VAR) or None
     data: dict[str, Any] = _read_policy_file(file) if file else {}
+    projects = data.pop(PROJECTS_KEY, None)
     origin: dict[tuple[str, ...], str] = {}
     for var, (section, key, how) in _ENV_SETTINGS.items():
         raw = env.get(var, "").strip()
@@ -248,84 +463,31 @@ def load_policy(environ: Mapping[str, str] | None = None) -> WorkerPolicy:
     sources = [f"file {file}"] if file else []
     if origin:
         sources.append("environment")
-    return WorkerPolicy(
+    policy = WorkerPolicy(
         terraform=settings.terraform,
         kubernetes=settings.kubernetes,
         onprem=settings.onprem,
         approvals=settings.approvals,
-        protected=tuple(stackflow_paths(env, settings)),
+        protected=tuple(
+            stackflow_paths(env, settings.kubernetes.allowed_kubeconfigs, settings.onprem.protected)
+        ),
         worker_kubeconfigs=tuple(worker_kubeconfigs(env)),
         source=" + ".join(sources) or "defaults",
     )
-
-
-def _home(environ: Mapping[str, str]) -> Path:
-    return Path(environ["HOME"]) if environ.get("HOME") else Path.home()
-
-
-def worker_kubeconfigs(environ: Mapping[str, str]) -> list[str]:
-    value = environ.get("KUBECONFIG")
-    entries = split_list(value, os.pathsep) if value else [str(_home(environ) / ".kube" / "config")]
-    return [real_path(entry) for entry in entries]
-
-
-def _sqlite_dir(url: str) -> str | None:
-    if not url.startswith("sqlite:"):
-        return None
-    path = url.removeprefix("sqlite:").lstrip("/")
-    path = path.split("?", 1)[0]
-    if not path or path == ":memory:":
-        return None
-    absolute = url.removeprefix("sqlite:").startswith("////")
-    return os.path.dirname(("/" + path) if absolute else os.path.abspath(path))
-
-
-def stackflow_paths(environ: Mapping[str, str], settings: PolicySettings) -> list[ProtectedPath]:
-    """What no spec may touch, even inside a root: stackflow's home (its SQLite database,
-    Terraform working directories), the state database's directory, the key file's
-    directory, the policy file, the OpenTofu binary, its configuration and plugin caches,
-    the kubeconfigs, stackflow's code and Python environment, /proc, /sys and /dev."""
-    home = environ.get("STACKFLOW_HOME")
-    found: list[tuple[str | None, str]] = [
-        (home or str(_home(environ) / ".stackflow"), "stackflow's home (STACKFLOW_HOME)"),
-        (_sqlite_dir(environ.get("STACKFLOW_STATE_URL", "")), "the state database's directory"),
-        (str(_home(environ) / ".cache" / "stackflow"), "stackflow's tool cache"),
-        (str(Path.home() / ".cache" / "stackflow"), "stackflow's tool cache"),
-        ("/proc", "the kernel's process files"),
-        ("/sys", "the kernel's system files"),
-        ("/dev", "the devices"),
-        (sys.prefix, "stackflow's Python environment"),
-        (sys.base_prefix, "the Python installation"),
-    ]
-    key_file = environ.get("STACKFLOW_ENCRYPTION_KEY_FILE")
-    if key_file:
-        found.append((os.path.dirname(real_path(key_file)), "the encryption keys' directory"))
-    if environ.get(POLICY_FILE_VAR):
-        found.append((environ[POLICY_FILE_VAR], "the worker policy"))
-    tf_config = environ.get("TF_CLI_CONFIG_FILE")
-    if tf_config:
-        found.append((os.path.dirname(real_path(tf_config)), "OpenTofu's configuration"))
-    tf_bin = environ.get("STACKFLOW_TF_BIN")
-    if tf_bin:
-        found.append((os.path.dirname(real_path(tf_bin)), "the OpenTofu binary's directory"))
-    for name in ("TF_PLUGIN_CACHE_DIR", "TF_DATA_DIR"):
-        if environ.get(name):
-            found.append((environ[name], f"OpenTofu's {name}"))
-    for path in worker_kubeconfigs(environ):
-        found.append((path, "the worker's kubeconfig"))
-    for path in settings.kubernetes.allowed_kubeconfigs:
-        found.append((path, "an allowed kubeconfig"))
-    found.append((str(Path(__file__).resolve().parent), "stackflow's code"))
-    if site.ENABLE_USER_SITE:
-        found.append((site.getusersitepackages(), "the user's Python packages"))
-    for path in settings.onprem.protected:
-        found.append((path, "protected by the worker policy"))
-    out: dict[str, ProtectedPath] = {}
-    for where, reason in found:
-        if where:
-            real = real_path(where)
-            out.setdefault(real, ProtectedPath(path=real, reason=reason))
-    return list(out.values())
+    if projects is None:
+        return policy
+    if not isinstance(projects, dict) or not projects:
+        raise PolicyConfigError(
+            f"worker policy: {file}: {PROJECTS_KEY} must map project globs to sections"
+        )
+    scopes = []
+    for glob, raw in projects.items():
+        try:
+            scoped = policy.narrowed_by({} if raw is None else raw)
+        except ValueError as exc:
+            raise PolicyConfigError(f"worker policy: {file}: {PROJECTS_KEY}.{glob}.{exc}") from None
+        scopes.append((str(glob), scoped.model_copy(update={"scope": str(glob)})))
+    return policy.model_copy(update={"projects": tuple(scopes)})
 
 
 _cached: tuple[tuple[Any, ...], WorkerPolicy] | None = None

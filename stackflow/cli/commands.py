@@ -16,7 +16,8 @@ APP_HELP = "stackflow: Kusion-compatible infrastructure operations on Temporal."
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok, 1 operation failed (or infrastructure or Temporal unreachable), "
     "2 bad input, "
-    "3 stack locked by a running operation, 4 run paused on failed nodes "
+    "3 stack locked by a running operation (or an object or path another stack owns), "
+    "4 run paused on failed nodes "
     "(stackflow retry / abort), or drift found (drift check)."
 )
 

@@ -40,6 +40,9 @@ BAD_INPUT_TYPES = (
 )
 """Failure classes that fixing the spec or options resolves: exit 2 (else 1). The typer
 commands (``stackflow.cli.report``) and the quick path share this one table."""
+HELD_TYPES = ("StackLocked", "OwnedElsewhere")
+"""Failure classes of something another run or stack holds (the stack's lock, an object or
+path another stack owns): exit 3."""
 COMMANDS = ("status", "preview", "apply", "destroy")
 """The commands answered in API mode (in their plain case)."""
 

@@ -36,6 +36,7 @@ from stackflow.cli.quick_args import (
     BAD_INPUT_TYPES,
     CLOSE_WAIT,
     COMMON_OPTIONS,
+    HELD_TYPES,
     is_int,
     optional,
     parse_options,
@@ -484,7 +485,7 @@ def workflow_failure(workflow: str, message: str, error_type: str | None) -> Exc
     """``report.workflow_failure``: the stack busy (exit 3), bad input (2), else 1."""
     from stackflow.errors import OperationFailed, SpecError, StackLockedError
 
-    if error_type == "StackLocked":
+    if error_type in HELD_TYPES:
         return StackLockedError(message)
     if error_type in BAD_INPUT_TYPES:
         return SpecError(message)
@@ -494,10 +495,12 @@ def workflow_failure(workflow: str, message: str, error_type: str | None) -> Exc
 def raise_failure(data: dict[str, Any]) -> None:
     """``report.raise_failure`` of the result ``data``: a failed run's one line and exit
     code (raised: :func:`stackflow.cli.quick.answer` prints it as the command group does)."""
-    from stackflow.errors import OperationFailed, SpecError
+    from stackflow.errors import OperationFailed, SpecError, StackLockedError
 
     if data["phase"] == "failed":
         message = data["error"] or f"{data['operation']} failed"
+        if data["error_type"] in HELD_TYPES:
+            raise StackLockedError(message)
         if data["error_type"] in BAD_INPUT_TYPES:
             raise SpecError(message)
         raise OperationFailed(message)

@@ -12,6 +12,7 @@ from rich.console import Console
 
 from stackflow.cli.output import OutputFormat
 from stackflow.cli.quick_args import BAD_INPUT_TYPES as BAD_INPUT_TYPES
+from stackflow.cli.quick_args import HELD_TYPES as HELD_TYPES
 from stackflow.errors import OperationFailed, SpecError, StackflowError, StackLockedError
 from stackflow.masking import masked_release_data
 from stackflow.operation import OperationResult
@@ -51,6 +52,8 @@ def raise_failure(result: OperationResult) -> None:
     """A run that ended failed: one line on stderr, and the exit code of the failure's class."""
     if result.phase == Phase.failed:
         message = result.error or f"{result.operation} failed"
+        if result.error_type in HELD_TYPES:
+            raise StackLockedError(message)
         if result.error_type in BAD_INPUT_TYPES:
             raise SpecError(message)
         raise OperationFailed(message)
@@ -58,8 +61,9 @@ def raise_failure(result: OperationResult) -> None:
 
 def workflow_failure(workflow: str, message: str, error_type: str | None) -> StackflowError:
     """What a run that failed as a workflow (not with a failed result) raises: the stack
-    busy (exit 3), bad input (exit 2), anything else (exit 1)."""
-    if error_type == "StackLocked":
+    busy or the object held by another stack (exit 3), bad input (exit 2), anything else
+    (exit 1)."""
+    if error_type in HELD_TYPES:
         return StackLockedError(message)
     if error_type in BAD_INPUT_TYPES:
         return SpecError(message)

@@ -22,7 +22,7 @@ from temporalio.service import RPCError
 
 from stackflow.cli.connection import Temporal
 from stackflow.cli.output import OutputFormat
-from stackflow.cli.report import BAD_INPUT_TYPES
+from stackflow.cli.report import BAD_INPUT_TYPES, HELD_TYPES
 from stackflow.cli.runs import (
     CannotAsk,
     RunPaused,
@@ -164,7 +164,7 @@ class Runner:
                 chain.append(chain[-1].__cause__)
             typed = [c for c in chain if isinstance(c, ApplicationError) and c.type]
             cause = typed[0] if typed else chain[-1]
-            if isinstance(cause, ApplicationError) and cause.type == "StackLocked":
+            if isinstance(cause, ApplicationError) and cause.type in HELD_TYPES:
                 raise StackLockedError(cause.message) from None
             if isinstance(cause, ApplicationError) and cause.type in BAD_INPUT_TYPES:
                 from stackflow.errors import SpecError

@@ -60,6 +60,14 @@ class Conflict(RuntimeFailure):
     kind = "Conflict"
 
 
+class OwnedElsewhere(Conflict):
+    """Another stack owns the object (a Kubernetes object's ownership annotations, an
+    OnPrem path's claim): held, like a stack another run holds (exit 3); remove it from that
+    stack first."""
+
+    kind = "OwnedElsewhere"
+
+
 class Unavailable(RuntimeFailure):
     """The infrastructure cannot be reached right now; retrying may help."""
 

@@ -49,11 +49,11 @@ def check_requests(
 
 
 class SpecGate:
-    """Remembers the specs whose every resource passed the policy, per policy; one thread
-    checks a spec, the preview batches that ask meanwhile wait for its word."""
+    """Remembers the specs whose every resource passed the policy, per policy and project;
+    one thread checks a spec, the preview batches that ask meanwhile wait for its word."""
 
     def __init__(self) -> None:
-        self._passed: RefCache[tuple[str, WorkerPolicy], None] = RefCache(_CHECKED_SPECS)
+        self._passed: RefCache[tuple[str, str, WorkerPolicy], None] = RefCache(_CHECKED_SPECS)
 
     def check_spec(
         self,
@@ -68,7 +68,8 @@ class SpecGate:
         if spec_ref is None:
             check(None)
             return
-        self._passed.get((spec_ref, worker_policy()), check)
+        # per project too: a project's section of the policy may narrow the worker's
+        self._passed.get((spec_ref, options.project, worker_policy()), check)
 
 
 SPECS = SpecGate()

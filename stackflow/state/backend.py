@@ -34,10 +34,12 @@ from stackflow.state.models import (
     default_state_url,
     redact_url,
 )
+from stackflow.state.path_claims import PathClaimStore
 from stackflow.state.protocols import (
     BlobStore,
     DriftReportStore,
     NotificationStore,
+    PathClaims,
     PolicyBindings,
     ReleaseReader,
     ReleaseWriter,
@@ -48,10 +50,9 @@ from stackflow.state.protocols import (
     StackLocks,
     TerraformStateStore,
 )
-from stackflow.state.run_keys import RunKeyStore
 
 
-class StateBackend(RunKeyStore):
+class StateBackend(PathClaimStore):
     """Everything stackflow stores, on one SQL engine. Thread-safe; every method is sync.
     It satisfies every protocol of :mod:`stackflow.state.protocols`."""
 
@@ -197,8 +198,10 @@ if TYPE_CHECKING:  # mypy proves StateBackend satisfies every protocol of the in
         NotificationStore,
         PolicyBindings,
         RunKeys,
+        PathClaims,
     ]:
         return (
+            backend,
             backend,
             backend,
             backend,

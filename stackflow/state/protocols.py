@@ -10,7 +10,7 @@ from __future__ import annotations
 import builtins
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from stackflow.drift import DriftReport
 from stackflow.events import PAGE_LIMIT, NewEvent, RunEvent
@@ -22,6 +22,9 @@ from stackflow.release import Approval, Operation, Phase, Release
 from stackflow.sources import BoundSource, GitSource, SourceRef
 from stackflow.spec import Resource, Spec
 from stackflow.state.models import RunKey, SourcePush, StackLock
+
+if TYPE_CHECKING:
+    from stackflow.state.path_claims import PathOwner
 
 
 @runtime_checkable
@@ -269,6 +272,31 @@ class RunKeys(Protocol):
     def drop_run_key(self, stack: StackRef, key: str) -> None: ...
 
 
+@runtime_checkable
+class PathClaims(Protocol):
+    """Which stack owns each OnPrem path (:mod:`stackflow.state.path_claims`): claimed
+    before a path is written (one stack wins a path, even when two claim it at once),
+    released once it is deleted; a claim whose owner no longer records it is stale."""
+
+    def path_owners(self, stack: StackRef, paths: Iterable[str]) -> dict[str, PathOwner]: ...
+    def claim_paths(
+        self,
+        stack: StackRef,
+        claims: Mapping[str, str],
+        *,
+        revision: int | None,
+        run: RunRef | None,
+    ) -> dict[str, PathOwner]: ...
+    def release_paths(
+        self,
+        stack: StackRef,
+        paths: Iterable[str],
+        *,
+        revision: int | None,
+        run: RunRef | None,
+    ) -> None: ...
+
+
 STATE_PROTOCOLS: tuple[type, ...] = (
     SchemaAdmin,
     BlobStore,
@@ -282,5 +310,6 @@ STATE_PROTOCOLS: tuple[type, ...] = (
     NotificationStore,
     PolicyBindings,
     RunKeys,
+    PathClaims,
 )
 """Every protocol a complete state backend satisfies."""

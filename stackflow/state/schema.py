@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 metadata = sa.MetaData()
 
-HEAD_REVISION = "0010"
+HEAD_REVISION = "0011"
 """The newest migration under ``migrations/versions`` (a test holds it to Alembic's head):
 a database at it needs no migration, and opening one checks it without loading Alembic."""
 VERSION_TABLE = "alembic_version"
@@ -223,3 +223,16 @@ notification_failures = sa.Table(
     sa.Column("failed_at", sa.DateTime(timezone=True), nullable=False),
 )
 """Deliveries that did not succeed within their retries (the dead-letter list)."""
+
+onprem_paths = sa.Table(
+    "onprem_paths",
+    metadata,
+    sa.Column("path", sa.String(4096), primary_key=True),
+    sa.Column("project", sa.String(200), nullable=False),
+    sa.Column("workspace", sa.String(200), nullable=False),
+    sa.Column("resource_id", sa.String(1000), nullable=False),
+    sa.Column("claimed_at", sa.DateTime(timezone=True), nullable=False),
+)
+"""Which stack owns each OnPrem path (its real path on the worker's host): claimed before
+the path is first written, released when it is deleted; the primary key is what lets only
+one of two stacks applying the same path at once win."""

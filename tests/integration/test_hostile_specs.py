@@ -287,6 +287,23 @@ CASES: dict[str, Case] = {
         fragments=("hashicorp:local:local_file:cron", "attributes.filename", "outside"),
         absent=lambda c, d: [CRON],
     ),
+    "tf-any-argument-naming-proc": Case(
+        build=lambda c, d: [terraform_data("environ", input="/proc/1/environ")],
+        fragments=("builtin:terraform:terraform_data:environ", "attributes.input", "outside"),
+    ),
+    "tf-upload-source-of-the-workers-credentials": Case(
+        build=lambda c, d: [
+            tf(
+                "hashicorp",
+                "aws",
+                "aws_s3_object",
+                "keys",
+                {"bucket": "b", "source": "~/.ssh/id_rsa"},
+            )
+        ],
+        fragments=("hashicorp:aws:aws_s3_object:keys", "attributes.source", "home directory"),
+        command="preview",
+    ),
     # ---- Terraform: environment injection through context.env
     "env-tf-cli-config-file": with_env("TF_CLI_CONFIG_FILE", "/tmp/evil.tofurc"),
     "env-tf-cli-args-apply": with_env("TF_CLI_ARGS_apply", "-parallelism=1"),

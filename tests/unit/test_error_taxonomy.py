@@ -23,6 +23,7 @@ from stackflow.runtimes.base import (
     Attributes,
     Conflict,
     InvalidInput,
+    OwnedElsewhere,
     ResourceRequest,
     Runtime,
     RuntimeOptions,
@@ -56,7 +57,8 @@ def classify(exc: Exception, *, attempt: int = 1, ago: float = 0.0, timeout: flo
     ("exc", "kind"),
     [
         (InvalidInput("a: .spec.replicas: expected numeric", resource_id="a"), "InvalidInput"),
-        (Conflict("a: owned by another stack"), "Conflict"),
+        (Conflict("a: exists as a Directory"), "Conflict"),
+        (OwnedElsewhere("a: /srv/x is owned by stack p/w"), "OwnedElsewhere"),
         (SpecError("spec.yaml: line 3: duplicate key"), "SpecError"),
         (FencedError("write refused"), "Fenced"),
         (StackLockedError("stack p/w is locked"), "StackLocked"),
@@ -145,3 +147,12 @@ async def test_watch_records_the_object_before_waiting_and_keeps_reference_edges
     state = backend.resources(StackRef("p", "w"), plan.revision or 0)
     assert state["b"].attributes == {"from_a": 1, "status": "created"}  # recorded, not vanished
     assert state["b"].depends_on == ["a"]  # the $kusion_path edge: destroy deletes b first
+
+
+@pytest.mark.parametrize("error_type", ["StackLocked", "OwnedElsewhere"])
+def test_what_another_run_or_stack_holds_exits_3_in_both_cli_paths(error_type: str) -> None:
+    from stackflow.cli import quick_run, report
+
+    for failure in (report.workflow_failure, quick_run.workflow_failure):
+        assert failure("apply", "held", error_type).exit_code == 3
+    assert report.workflow_failure("apply", "x", "Conflict").exit_code == 2

@@ -41,7 +41,7 @@ from stackflow.runtimes.kubernetes.manifest import (
     ObjectRef,
     check_id,
 )
-from stackflow.runtimes.kubernetes.policy import check_kubeconfig
+from stackflow.runtimes.kubernetes.policy import check_kubeconfig, check_object
 from stackflow.runtimes.kubernetes.rules import scope_key
 from stackflow.runtimes.kubernetes.snapshot import (
     LIST_AT_LEAST,
@@ -148,8 +148,10 @@ class KubeConnection(Runtime):
 
     def check_policy(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
         (kubeconfig, config_field), (context, context_field) = self._cluster(resource, options)
+        policy = self.policy.for_project(options.project, resource.id)
+        check_object(policy, resource.id, resource.attributes)
         check_kubeconfig(
-            self.policy,
+            policy,
             resource.id,
             kubeconfig,
             context,

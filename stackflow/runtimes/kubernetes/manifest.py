@@ -15,7 +15,13 @@ from typing import Any
 
 from stackflow.paths import format_path
 from stackflow.refs import StackRef
-from stackflow.runtimes.base import Conflict, InvalidInput, ResourceRequest, RuntimeOptions
+from stackflow.runtimes.base import (
+    Conflict,
+    InvalidInput,
+    OwnedElsewhere,
+    ResourceRequest,
+    RuntimeOptions,
+)
 
 JSON = dict[str, Any]
 
@@ -269,7 +275,7 @@ def check_owner(
     rid = resource.id
     if owner is not None and owner != this:
         action = "delete" if deleting else "apply"
-        raise Conflict(
+        raise OwnedElsewhere(
             f"{rid}: {ref.describe()} belongs to stackflow stack {owner} "
             f"(annotations {ANNOTATION_PROJECT}, {ANNOTATION_WORKSPACE}); refusing to {action} it "
             f"from {this}: remove it from that stack first",

@@ -1,10 +1,13 @@
-"""The Kubernetes runtime's part of the worker policy: kubeconfigs, contexts and plugins.
+"""The Kubernetes runtime's part of the worker policy: kubeconfigs, contexts, plugins,
+namespaces and kinds.
 
 kubeconfig paths only from ``STACKFLOW_ALLOWED_KUBECONFIGS`` (files or directories; the
-worker's own ``KUBECONFIG`` is always allowed); contexts from
-``STACKFLOW_ALLOWED_KUBE_CONTEXTS`` when set; exec credential and auth-provider plugins only
-with ``STACKFLOW_ALLOW_KUBE_EXEC=1`` (read from the file before the client loads it). The
-settings themselves are read by :mod:`stackflow.policy`.
+worker's own ``KUBECONFIG`` unless a project's section sets ``worker_kubeconfig: false``);
+contexts from ``STACKFLOW_ALLOWED_KUBE_CONTEXTS`` when set; exec credential and auth-provider
+plugins only with ``STACKFLOW_ALLOW_KUBE_EXEC=1`` (read from the file before the client
+loads it); objects only in ``STACKFLOW_ALLOWED_KUBE_NAMESPACES`` and of
+``STACKFLOW_ALLOWED_KUBE_KINDS`` when set (:func:`check_object`). The settings themselves
+(and each project's narrower ones) are read by :mod:`stackflow.policy`.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from typing import Any
 
 import yaml
 
-from stackflow.policy import MIB, PolicyViolation, WorkerPolicy, real_path, split_list, within
+from stackflow.policy import MIB, PolicyViolation, WorkerPolicy
+from stackflow.policy_paths import real_path, split_list, within
 
 KUBECONFIG_MAX_BYTES = 4 * MIB
 """A kubeconfig larger than this is not read (nor loaded)."""
@@ -98,6 +102,13 @@ def _check_kubeconfig(
             files.append(real)
         field = config_field
     else:
+        if not kube.worker_kubeconfig:
+            raise PolicyViolation(
+                resource_id,
+                config_field,
+                "names no kubeconfig, and this project may not use the worker's own: name "
+                "one its section allows (extensions.kubeConfig or context.kubeConfig)",
+            )
         files = list(policy.worker_kubeconfigs)
         field = "the worker's KUBECONFIG"
     read = tuple(files)
@@ -152,7 +163,7 @@ def _check_kubeconfig(
 
 
 def kubeconfig_allowed(policy: WorkerPolicy, real: str) -> bool:
-    if real in policy.worker_kubeconfigs:
+    if real in policy.worker_kubeconfigs and policy.kubernetes.worker_kubeconfig:
         return True
     for entry in policy.kubernetes.allowed_kubeconfigs:
         allowed = real_path(entry)
@@ -169,6 +180,60 @@ def check_context(policy: WorkerPolicy, resource_id: str, field: str, context: s
             field,
             f"context {context!r} is not one this worker allows "
             f"(STACKFLOW_ALLOWED_KUBE_CONTEXTS: {', '.join(allowed) or 'none'})",
+        )
+
+
+CORE_GROUP = "core"
+"""How ``allowed_kinds`` names the core API group (``core/Secret``)."""
+
+
+def check_object(policy: WorkerPolicy, resource_id: str, attributes: Mapping[str, Any]) -> None:
+    """Refuse an object outside the policy's namespaces or kinds. A manifest of the wrong
+    shape passes here: the runtime refuses it before any request (``object_ref``)."""
+    kube = policy.kubernetes
+    if kube.allowed_namespaces is None and kube.allowed_kinds is None:
+        return
+    api_version, kind = attributes.get("apiVersion"), attributes.get("kind")
+    metadata = attributes.get("metadata")
+    if not isinstance(api_version, str) or not isinstance(kind, str):
+        return
+    meta: Mapping[str, Any] = metadata if isinstance(metadata, Mapping) else {}
+    kinds = kube.allowed_kinds
+    if kinds is not None:
+        group = api_version.rpartition("/")[0] or CORE_GROUP
+        if not any(
+            fnmatch.fnmatchcase(f"{group}/{kind}" if "/" in pattern else kind, pattern)
+            for pattern in kinds
+        ):
+            raise PolicyViolation(
+                resource_id,
+                "attributes.kind",
+                f"{group}/{kind} is not a kind this project may manage (allowed_kinds: "
+                f"{', '.join(kinds) or 'none'})",
+            )
+    allowed = kube.allowed_namespaces
+    if allowed is None:
+        return
+    namespace = meta.get("namespace")
+    field = "attributes.metadata.namespace"
+    if namespace is None and kind == "Namespace" and api_version == "v1":
+        namespace, field = meta.get("name"), "attributes.metadata.name"
+    if namespace is None:
+        raise PolicyViolation(
+            resource_id,
+            field,
+            f"a cluster-scoped {kind} (no namespace) is not something this project may "
+            f"manage: it is confined to namespaces {', '.join(allowed) or 'none'} "
+            "(allowed_namespaces)",
+        )
+    if not isinstance(namespace, str) or not any(
+        fnmatch.fnmatchcase(namespace, pattern) for pattern in allowed
+    ):
+        raise PolicyViolation(
+            resource_id,
+            field,
+            f"namespace {namespace!r} is not one this project may use (allowed_namespaces: "
+            f"{', '.join(allowed) or 'none'})",
         )
 
 

@@ -18,8 +18,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from stackflow.policy import WorkerPolicy, real_path
-from stackflow.runtimes.base import Attributes, Conflict, ResourceRequest
+from stackflow.policy import WorkerPolicy
+from stackflow.policy_paths import real_path
+from stackflow.runtimes.base import Attributes, Conflict, ResourceRequest, RuntimeOptions
 from stackflow.runtimes.onprem.files import (
     Confined,
     OnPremAttributes,
@@ -122,6 +123,10 @@ class FileJob:
     """The policy's size limit applies to the file there (a delete removes any size)."""
     content: bool = True
     """The policy's size limit applies to the content asked for."""
+    options: RuntimeOptions | None = None
+    """The run's options (its stack owns the paths it writes)."""
+    policy: WorkerPolicy | None = None
+    """The worker policy for the run's project (None: the batch's)."""
     attrs: OnPremAttributes | None = None
     where: Confined | None = None
     result: Attributes | None = None
@@ -251,12 +256,18 @@ class FileJob:
 def run_batch(jobs: Sequence[FileJob], policy: WorkerPolicy) -> None:
     """Runs every job (in a worker thread); each one's outcome is left on it. What it wrote
     or deleted is on disk, durably, when this returns."""
+    check_batch(jobs, policy)
+    run_checked(jobs)
+
+
+def check_batch(jobs: Sequence[FileJob], policy: WorkerPolicy) -> None:
+    """Each job's path checked against its policy (else ``policy``); a refusal is its
+    outcome."""
     resolve = remembering()
     for job in jobs:
         with job.step() as going:
             if going:
-                job.check(policy, resolve)
-    run_checked(jobs)
+                job.check(job.policy or policy, resolve)
 
 
 def run_checked(jobs: Sequence[FileJob]) -> None:

@@ -60,7 +60,7 @@ class OnPremRules(RuntimeRules):
     def create(self, backend: StateBackend | None) -> Runtime:
         from stackflow.runtimes.onprem.runtime import OnPremRuntime
 
-        return OnPremRuntime()
+        return OnPremRuntime(claims=backend)
 
     def implicit_dependencies(self, resources: Sequence[Described]) -> dict[str, list[str]]:
         return containment(resources)

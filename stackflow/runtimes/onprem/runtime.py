@@ -10,7 +10,13 @@ Every path is confined by the worker policy (:mod:`stackflow.policy`): inside
 ``STACKFLOW_ONPREM_ROOTS`` once symlinks are resolved, never stackflow's own files, content
 and files read at most ``STACKFLOW_ONPREM_MAX_BYTES``. Files are then reached through a
 descriptor of their directory, opened from the root without following symlinks, so a
-symlink planted after the check is refused rather than followed (:mod:`.files`).
+symlink planted after the check is refused rather than followed (:mod:`.files`). A project
+with a section of its own in the worker policy is held to that section's roots.
+
+A path belongs to one stack (:mod:`.claims`, kept by the state backend): an apply claims it
+before writing, and a preview, read, apply or delete of a path another stack owns fails as
+``OwnedElsewhere`` (a ``Conflict``, exit 3) naming the path and that stack; a delete gives
+the path up.
 
 Calls made at once (a group's, a preview batch's) run as one batch in one thread
 (:mod:`.batch`): one thread hop, each directory opened once, and the disk waited for once
@@ -20,6 +26,7 @@ per step of the batch rather than twice per file, with the same durability.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from stackflow.policy import WorkerPolicy, worker_policy
 from stackflow.runtimes.base import (
@@ -33,14 +40,18 @@ from stackflow.runtimes.onprem.batch import (
     BATCH_LIMIT,
     FileJob,
     Verb,
+    check_batch,
     place,
     remembering,
-    run_batch,
     run_checked,
 )
+from stackflow.runtimes.onprem.claims import Claims
 from stackflow.runtimes.onprem.files import Confined, OnPremAttributes, desired_state
 from stackflow.runtimes.onprem.rules import TYPE_NAME
 from stackflow.runtimes.turns import TurnBatcher
+
+if TYPE_CHECKING:
+    from stackflow.state.protocols import PathClaims
 
 
 def apply_sync(resource_id: str, attrs: OnPremAttributes, where: Confined) -> Attributes:
@@ -61,8 +72,12 @@ class OnPremRuntime(Runtime):
     checks_every_call = True  # every call starts with the policy on that very path
     coalesces_calls = True  # calls made at once run as one batch (see the module's doc)
 
-    def __init__(self, policy: WorkerPolicy | None = None) -> None:
+    def __init__(
+        self, policy: WorkerPolicy | None = None, claims: PathClaims | None = None
+    ) -> None:
         self._policy = policy
+        self._claims = Claims(claims) if claims is not None else None
+        """Who owns each path (the state backend); None: nothing checks ownership."""
         self._batches: TurnBatcher[FileJob] = TurnBatcher(self._run, BATCH_LIMIT)
 
     @property
@@ -70,34 +85,48 @@ class OnPremRuntime(Runtime):
         return self._policy if self._policy is not None else worker_policy()
 
     def _run(self, jobs: list[FileJob]) -> None:
-        run_batch(jobs, self.policy)
+        check_batch(jobs, self.policy)
+        if self._claims is not None:
+            self._claims.before(jobs)
+        run_checked(jobs)
+        if self._claims is not None:
+            self._claims.after(jobs)
 
     async def _call(
-        self, verb: Verb, resource: ResourceRequest, *, reading: bool = True, content: bool = True
+        self,
+        verb: Verb,
+        resource: ResourceRequest,
+        options: RuntimeOptions,
+        *,
+        reading: bool = True,
+        content: bool = True,
     ) -> FileJob:
-        job = FileJob(verb, resource, reading=reading, content=content)
+        policy = self.policy.for_project(options.project, resource.id)
+        job = FileJob(
+            verb, resource, reading=reading, content=content, options=options, policy=policy
+        )
         await self._batches.submit(job)
         if job.error is not None:
             raise job.error
         return job
 
     def _place(self, resource: ResourceRequest) -> tuple[OnPremAttributes, Confined]:
+        """The path checked against the worker's own policy (no project's)."""
         return place(self.policy, resource)
 
     def check_policy(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
-        self._place(resource)
+        place(self.policy.for_project(options.project, resource.id), resource)
 
     def check_policies(self, resources: Sequence[ResourceRequest], options: RuntimeOptions) -> None:
-        policy = self.policy
         resolve = remembering()
         for resource in resources:
-            place(policy, resource, resolve=resolve)
+            place(self.policy.for_project(options.project, resource.id), resource, resolve=resolve)
 
     async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
-        return (await self._call("read", resource)).result
+        return (await self._call("read", resource, options)).result
 
     async def preview(self, resource: ResourceRequest, options: RuntimeOptions) -> PreviewResult:
-        job = await self._call("check", resource)
+        job = await self._call("check", resource, options)
         assert job.attrs is not None
         return PreviewResult(would_be=desired_state(job.attrs))
 
@@ -105,16 +134,16 @@ class OnPremRuntime(Runtime):
         self, resource: ResourceRequest, options: RuntimeOptions, *, with_preview: bool
     ) -> tuple[Attributes | None, PreviewResult | None]:
         """The file as it is and what it would become, from one policy check and one look."""
-        job = await self._call("read", resource)
+        job = await self._call("read", resource, options)
         assert job.attrs is not None
         preview = PreviewResult(would_be=desired_state(job.attrs)) if with_preview else None
         return job.result, preview
 
     async def apply(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
-        job = await self._call("apply", resource)
+        job = await self._call("apply", resource, options)
         assert job.result is not None
         return job.result
 
     async def delete(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
         # what is recorded is deleted whatever its size; the path is checked
-        await self._call("delete", resource, reading=False, content=False)
+        await self._call("delete", resource, options, reading=False, content=False)

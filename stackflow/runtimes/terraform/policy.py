@@ -6,8 +6,9 @@ shell/exec providers), ``exec`` blocks and settings naming files on the worker
 (``*_file(s)``, ``*_path(s)``, ``*_dir``) in ``extensions.providerMeta`` and Helm's
 ``postrender`` are refused unless ``STACKFLOW_ALLOW_PROVISIONERS=1``. Providers must match
 ``STACKFLOW_ALLOWED_TF_PROVIDERS`` (default ``hashicorp/*``; the built-in ``terraform``
-provider is always allowed). Resources that read or write files on the worker
-(``local_file``, ``archive_file``, ``template_dir``) are confined like OnPrem paths.
+provider is always allowed). Every argument of every resource type that names a file on the
+worker (:func:`worker_paths`) is confined like an OnPrem path: inside the roots, never
+stackflow's own files, the worker's credentials or ``/proc``.
 ``context.env`` may only name variables ``STACKFLOW_ALLOWED_ENV`` lists (names or globs,
 default none); tool, loader, proxy/trust and stackflow's own variables are refused even
 when a pattern matches. The CLI gets only what it needs from the worker's environment
@@ -19,6 +20,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -33,14 +35,26 @@ CODE_PROVIDERS = frozenset({"external", "shell", "exec", "command"})
 CODE_BLOCKS = ("provisioner", "connection")
 CODE_ARGUMENTS: dict[str, tuple[str, ...]] = {"helm_release": ("postrender",)}
 """Resource arguments that run a program on the worker, by resource type."""
-WORKER_FILE_ARGUMENTS: dict[str, tuple[tuple[str, bool], ...]] = {
-    # resource type: (argument, names a directory)
-    "local_file": (("filename", False), ("source", False)),
-    "local_sensitive_file": (("filename", False), ("source", False)),
-    "archive_file": (("source_file", False), ("source_dir", True), ("output_path", False)),
-    "template_dir": (("source_dir", True), ("destination_dir", True)),
-}
-"""Resource arguments naming files on the worker: confined like OnPrem paths."""
+WORKER_FILE_KEY = re.compile(
+    r"^(file|filename|filepath|file_path|source|source_file|source_dir|source_path|"
+    r"output_path|output_dir|destination_dir|template_dir|.+_file|.+_filename|.+_file_path)$",
+    re.IGNORECASE,
+)
+"""Argument names (the last key, whatever the resource type) whose value names a file or
+directory on the worker: ``aws_s3_object.source``, ``aws_lambda_function.filename``,
+``local_file.filename``, ``archive_file.source_dir``, ``*.private_key_file``, ..."""
+NOT_WORKER_FILES = (
+    "archive_file.source.filename",
+    "github_repository_file.file",
+    "gitlab_repository_file.file_path",
+    "docker_container.upload.file",
+)
+"""Arguments with such names that name no file on the worker (a name inside an archive, a
+path in a repository or a container); the policy's ``remote_path_arguments`` adds more."""
+_DIRECTORY_KEY = re.compile(r"(^|_)dir$", re.IGNORECASE)
+_HOME = re.compile(r"^~[A-Za-z0-9_.-]*(/|$)")
+_KERNEL_PATHS = ("/proc", "/sys", "/dev/fd", "/dev/stdin", "/dev/stdout", "/dev/stderr")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
 _FILE_SETTING = re.compile(r"(^|_)(file|files|path|paths|dir)$", re.IGNORECASE)
 _REFERENCE = "$kusion_path."
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -195,19 +209,78 @@ def check_terraform(
                     "(configuration there can run programs); this worker does not allow "
                     "them (STACKFLOW_ALLOW_PROVISIONERS)",
                 )
-    for key, directory in WORKER_FILE_ARGUMENTS.get(resource_type, ()):
-        value = arguments.get(key)
-        if value is None or (isinstance(value, str) and value.startswith(_REFERENCE)):
-            continue  # unset, or known at apply (checked again then)
-        field = f"attributes.{key}"
-        if not isinstance(value, str) or not os.path.isabs(value):
-            raise PolicyViolation(
-                resource_id,
-                field,
-                f"{resource_type} touches files on the worker: {key} must be an absolute "
-                "path inside the worker's OnPrem roots",
-            )
-        onprem_target(policy, resource_id, value, field=field, directory=directory)
+    remote = (*NOT_WORKER_FILES, *tf.remote_path_arguments)
+    for field, key, value in worker_paths(resource_type, arguments, remote):
+        check_worker_path(policy, resource_id, field, key, value)
+
+
+def worker_paths(
+    resource_type: str, arguments: Mapping[str, Any], remote: tuple[str, ...] = NOT_WORKER_FILES
+) -> Iterator[tuple[str, str, str]]:
+    """(field, argument name, value) of each string argument, nested ones too, that names a
+    file on the worker: any value that starts with ``~``, ``./``, ``../`` or ``file://`` or
+    names ``/proc`` (``/sys``, ``/dev/fd``, ...), and any non-URL value of an argument whose
+    name says it is a file (:data:`WORKER_FILE_KEY`) but for ``remote`` ones
+    (``<type>.<keys>`` globs). A ``$kusion_path`` reference is checked once resolved."""
+    for field, dotted, key, value in _walk_strings(arguments, "attributes", resource_type):
+        if value.startswith(_REFERENCE) or not value:
+            continue
+        named = WORKER_FILE_KEY.match(key) is not None and not any(
+            fnmatch.fnmatchcase(dotted, pattern) for pattern in remote
+        )
+        if (
+            value.startswith(("./", "../", "file://"))
+            or _HOME.match(value)
+            or value in (".", "..")
+            or _kernel(value)
+            or (named and not _SCHEME.match(value) and "::" not in value)
+        ):
+            yield field, key, value
+
+
+def check_worker_path(
+    policy: WorkerPolicy, resource_id: str, field: str, key: str, value: str
+) -> None:
+    """Refuse a value naming a file on the worker outside the OnPrem roots or inside
+    stackflow's own files, the worker's credentials, ``/proc``, ..."""
+    path = value
+    if value.startswith("file://"):
+        path = urllib.parse.unquote(urllib.parse.urlsplit(value).path)
+    if _HOME.match(path):
+        raise PolicyViolation(
+            resource_id,
+            field,
+            f"{value} names a file in the worker's home directory: use an absolute path "
+            "inside the worker's OnPrem roots",
+        )
+    if not os.path.isabs(path):
+        raise PolicyViolation(
+            resource_id,
+            field,
+            f"{value} names a file on the worker relative to its working directory: {key} "
+            "must be an absolute path inside the worker's OnPrem roots",
+        )
+    directory = _DIRECTORY_KEY.search(key) is not None
+    onprem_target(policy, resource_id, path, field=field, directory=directory)
+
+
+def _kernel(value: str) -> bool:
+    path = os.path.normpath(value) if value.startswith("/") else ""
+    return any(path == k or path.startswith(k + "/") for k in _KERNEL_PATHS)
+
+
+def _walk_strings(
+    value: Any, where: str, dotted: str, key: str = ""
+) -> Iterator[tuple[str, str, str, str]]:
+    """(field, ``type.keys`` without indexes, the last key, value) of every string."""
+    if isinstance(value, str):
+        yield where, dotted, key, value
+    elif isinstance(value, Mapping):
+        for name, item in value.items():
+            yield from _walk_strings(item, f"{where}.{name}", f"{dotted}.{name}", str(name))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _walk_strings(item, f"{where}[{index}]", dotted, key)
 
 
 def provider_allowed(policy: WorkerPolicy, source: str) -> bool:

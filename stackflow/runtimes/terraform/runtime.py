@@ -141,7 +141,7 @@ class TerraformRuntime(Runtime):
         self._check(parse_resource(resource), options)
 
     def _check(self, res: TerraformResource, options: RuntimeOptions) -> None:
-        policy = self.policy
+        policy = self.policy.for_project(options.project, res.id)
         check_terraform(
             policy,
             res.id,

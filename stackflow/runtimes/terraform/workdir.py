@@ -136,7 +136,7 @@ class Workdir:
         """The command's environment, made when a command first runs (a batch's members
         only read their part of the state): provider credentials from context.env (checked
         by the policy), passed, never written."""
-        policy = self.runtime.policy
+        policy = self.runtime.policy.for_project(self.options.project, self.res.id)
         return base_env(terraform_env(policy, self.res.id, self.options.context.get("env")), policy)
 
     # ---- files ------------------------------------------------------------------------------

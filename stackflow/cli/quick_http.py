@@ -28,11 +28,12 @@ PROXY_ENV = ("http_proxy", "https_proxy", "all_proxy")
 class NotPlain(Exception):
     """Not an answer the quick path handles (a transport error, a status other than the
     expected, a body that is not JSON, …): the typer app's client will say what it is.
-    ``status``: the answer's HTTP status, when one came."""
+    ``status``: the answer's HTTP status, when one came; ``body``: its first 64 KiB."""
 
-    def __init__(self, message: str, status: int | None = None) -> None:
+    def __init__(self, message: str, status: int | None = None, body: bytes = b"") -> None:
         super().__init__(message)
         self.status = status
+        self.body = body
 
 
 class Unsent(NotPlain):
@@ -135,7 +136,7 @@ class Http:
         if head.get("connection", "").lower() == "close":
             self.close()
         if status not in ok:
-            raise NotPlain(f"HTTP {status}", status)
+            raise NotPlain(f"HTTP {status}", status, data[:65536])
         try:
             return json.loads(data)
         except ValueError:

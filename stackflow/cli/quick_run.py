@@ -49,7 +49,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:  # not imported at run time (see stackflow.cli.quick)
     from typing import Any
 
-    from stackflow.cli.quick_http import Http
+    from stackflow.cli.quick_http import Http, NotPlain
 
 WORKFLOWS = {"apply": "ApplyWorkflow", "destroy": "DestroyWorkflow"}
 YES = {"--yes": ("yes", "yes"), "-y": ("yes", "yes")}
@@ -128,8 +128,12 @@ def run_command(command: str, args: list[str]) -> int | None:
         except Dropped:  # it may have arrived: sent again with its key, as the client does
             run.resume(start=(body, key))
             return 0
-        except NotPlain:  # refused: the typer command checks the spec and options first
-            return None
+        except NotPlain as refused:
+            if refused.status == 409:
+                # an answer of this moment (the stack is held): final, never sent again by the
+                # typer command, which would start a second run once the first has ended
+                raise refusal(refused) from None
+            return None  # refused: the typer command checks the spec and options first
         try:
             data = run.through(created)
         except (HandOver, NotPlain):
@@ -139,6 +143,21 @@ def run_command(command: str, args: list[str]) -> int | None:
         return 0
     run.report(data)
     return 0
+
+
+def refusal(refused: NotPlain) -> Exception:
+    """The error the typer command's client makes of the API's refusal (``error_for``: the
+    problem's one line and its exit code, 3 for a held stack); loaded only on this path."""
+    import json
+
+    from stackflow.client.errors import error_for
+
+    text = refused.body.decode("utf-8", "replace")
+    try:
+        body = json.loads(text)
+    except ValueError:
+        body = None
+    return error_for(refused.status or 0, body, text)
 
 
 def stdout_is_terminal() -> bool:

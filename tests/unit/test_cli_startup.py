@@ -963,8 +963,10 @@ def test_a_start_whose_answer_was_lost_is_sent_again_with_its_key(
 
 
 def test_a_refused_start_goes_to_the_typer_app(fake_api: FakeApi, tmp_path: Path) -> None:
-    problem = {"type": "urn:stackflow:problem:stack-locked", "detail": "stack p/w is busy"}
-    fake_api.pages = {f"POST {RUNS}": (409, problem)}
+    """A start refused for its input (the same answer whenever it is sent): the typer command
+    checks the spec and options and says what is wrong."""
+    problem = {"type": "urn:stackflow:problem:invalid-input", "detail": "spec_yaml: bad"}
+    fake_api.pages = {f"POST {RUNS}": (422, problem)}
     assert quick.answer(run_args(tmp_path, "apply", "--yes", "-o", "json")) is None
     assert fake_api.seen == [f"POST {RUNS}"]
 
@@ -1090,3 +1092,29 @@ def test_quick_apply_imports_neither_typer_pydantic_httpx_temporalio_nor_sqlalch
         assert not {m for m in modules if m == "rich" or m.startswith("rich.")}  # no rich
     if name == "nodes-failed":
         assert done.stderr.splitlines()[-1] == "Error: 2 node(s) failed"
+
+
+@pytest.mark.parametrize("command", ["apply", "destroy"])
+def test_a_start_refused_because_the_stack_is_held_ends_there_with_exit_3(
+    fake_api: FakeApi, capsys: pytest.CaptureFixture[str], tmp_path: Path, command: str
+) -> None:
+    """A 409 ``stack-locked`` is an answer of that moment: the quick path ends with it (exit
+    3 and the problem's line, as the typer command ends), and never hands the start to the
+    typer command, which sent it again and, once the other run had ended, started a second
+    run that exited 0 (two concurrent applies through the API both succeeded)."""
+    problem = {
+        "type": "urn:stackflow:problem:stack-locked",
+        "detail": "stack p/w already has an operation running; wait or `stackflow status`",
+    }
+    events, final, preview = RUNS_OF["succeeded"]
+    started_run(fake_api, events, final, preview)  # a start sent again would run and exit 0
+    fake_api.pages[f"POST {RUNS}"] = (409, problem)
+    args = run_args(tmp_path, command, "--yes", "-o", "json")
+    code = quick.answer(args)
+    got = capsys.readouterr()
+    assert code == 3, (code, got.err)
+    assert fake_api.seen == [f"POST {RUNS}"]
+    assert got.out == "" and got.err.strip() == f"Error: {problem['detail']}"
+    load_commands()
+    result = CliRunner().invoke(app, args)
+    assert (result.exit_code, result.stdout, result.stderr) == (code, got.out, got.err)

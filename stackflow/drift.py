@@ -8,7 +8,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, Field
 
-from stackflow.refs import StackFields
+from stackflow.refs import StackFields, StackRef
 
 
 class DriftSummary(BaseModel):
@@ -43,3 +43,8 @@ class DriftReport(StackFields, BaseModel):
     run_id: str | None = None
     repair_workflow_id: str | None = None
     """The apply a ``--repair`` check started."""
+
+
+def schedule_id(stack: StackRef) -> str:
+    """The id of ``stack``'s drift-check Schedule (``stackflow drift schedule``)."""
+    return f"stackflow-drift/{stack}"

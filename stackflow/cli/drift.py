@@ -46,7 +46,7 @@ from stackflow.cli.runner import (
     ui_link,
 )
 from stackflow.cli.runs import current_user
-from stackflow.drift import DriftReport
+from stackflow.drift import DriftReport, schedule_id
 from stackflow.errors import (
     NotFoundError,
     OperationFailed,
@@ -86,10 +86,6 @@ class DriftFound(StackflowError):
     """``drift check`` found drift: exit 4."""
 
     exit_code = 4
-
-
-def schedule_id(stack: StackRef) -> str:
-    return f"stackflow-drift/{stack}"
 
 
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")

@@ -30,7 +30,7 @@ import yaml
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from stackflow.cli.drift import schedule_id
+from stackflow.drift import schedule_id
 from stackflow.operation import ApprovalInput, OperationInput
 from stackflow.refs import StackRef
 from tests.gitserver import GitServer

@@ -126,6 +126,16 @@ KEY_ID = "encryption-key-id"
 _warned_no_key = False
 
 
+def no_key(payload: Payload) -> EncryptionKeyError:
+    """What reading ``payload``, encrypted under a key this process does not have, is."""
+    kid = payload.metadata.get(KEY_ID, b"").decode(errors="replace")[:64]
+    return EncryptionKeyError(
+        f"a Temporal payload is encrypted with key {kid!r} and this process has no encryption "
+        "key: set STACKFLOW_ENCRYPTION_KEY or STACKFLOW_ENCRYPTION_KEY_FILE to the keys the "
+        "workers use (or go through the API: STACKFLOW_API_URL)"
+    )
+
+
 def _warn_no_key(payload: Payload) -> None:
     """One log line per process when encrypted payloads arrive and no key is configured: a
     worker in that state fails every task of an encrypted run, and Temporal retries them."""
@@ -265,8 +275,8 @@ class PayloadConverter(PydanticPayloadConverter):
     so the run (or the Update) fails at once, where the SDK's own error would fail the
     workflow task, retried forever. Such payloads come from clients that set an encoding of
     their own (``temporal workflow start --input-meta encoding=…``, a protobuf message).
-    An encrypted payload a process without the key cannot read still fails as before: that
-    task is retried until the worker has the keys."""
+    An encrypted payload a process without the key cannot read is one ``EncryptionKeyError``
+    line (a CLI's exit 2): in a worker that task fails and is retried until it has the keys."""
 
     def from_payloads(
         self, payloads: Sequence[Payload], type_hints: list[type] | None = None
@@ -282,12 +292,15 @@ class PayloadConverter(PydanticPayloadConverter):
                         type="InvalidInput",
                         non_retryable=True,
                     )
+        for payload in payloads:
+            if payload.metadata.get("encoding") == ENCRYPTED:  # still sealed: no key here
+                raise no_key(payload)
         try:
             return super().from_payloads(payloads, type_hints)
         except FailureError:
             raise
         except Exception as err:
-            if type_hints or any(p.metadata.get("encoding") == ENCRYPTED for p in payloads):
+            if type_hints:
                 raise
             index, reason = self._first_failure(payloads, err)
             encoding = payloads[index].metadata.get("encoding", b"").decode(errors="replace")

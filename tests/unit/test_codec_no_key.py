@@ -50,3 +50,21 @@ async def test_silent_with_the_key_and_for_plain_payloads(
         assert opened.data == b'{"password": "hunter2"}'
         await payload_codec().decode([plain])
     assert not [r for r in caplog.records if r.name == "stackflow.codec"]
+
+
+async def test_reading_a_payload_sealed_under_a_key_not_here_is_one_line() -> None:
+    """A client without the keys (the CLI in direct mode) reading a worker's encrypted query
+    result: one EncryptionKeyError line (exit 2) naming the key id and the variables, where
+    the SDK's converter raised ``KeyError: 'Unknown payload encoding binary/encrypted'``."""
+    from stackflow.codec import data_converter
+    from stackflow.crypto import EncryptionKeyError
+
+    converter = data_converter()  # no keys in the environment
+    [sealed] = await converter.payload_codec.decode(await encrypted())  # type: ignore[union-attr]
+    for hints in (None, [dict]):
+        with pytest.raises(EncryptionKeyError) as caught:
+            converter.payload_converter.from_payloads([sealed], hints)
+        message = str(caught.value)
+        assert "key 'k9'" in message and "STACKFLOW_ENCRYPTION_KEY" in message
+        assert "\n" not in message and caught.value.exit_code == 2
+        assert KEY.split(":", 1)[1] not in message and "hunter2" not in message

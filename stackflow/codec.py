@@ -69,10 +69,13 @@ class CompressionCodec(PayloadCodec):
     """zlib over payloads of :data:`MIN_SIZE` and more. Decoding inflates at most
     ``limit`` bytes per call: past it a payload is left as it came (a worker's converter
     then refuses it, see :class:`PayloadConverter`), or, ``strict`` (the codec server),
-    PayloadTooLarge is raised."""
+    PayloadTooLarge is raised. ``warn_no_key``: an encrypted payload in a process without
+    keys is logged once (a worker's, the API's); a command reports it as its error line."""
 
-    def __init__(self, limit: int = INFLATE_LIMIT, strict: bool = False) -> None:
-        self.limit, self.strict = limit, strict
+    def __init__(
+        self, limit: int = INFLATE_LIMIT, strict: bool = False, warn_no_key: bool = True
+    ) -> None:
+        self.limit, self.strict, self.warn_no_key = limit, strict, warn_no_key
 
     async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
         out = []
@@ -92,7 +95,7 @@ class CompressionCodec(PayloadCodec):
         out = []
         budget = self.limit
         for payload in payloads:
-            if payload.metadata.get("encoding") == ENCRYPTED:
+            if payload.metadata.get("encoding") == ENCRYPTED and self.warn_no_key:
                 # Only reached without keys (with keys, decryption ran before this codec).
                 _warn_no_key(payload)
             if payload.metadata.get("encoding") != ENCODING:
@@ -253,7 +256,11 @@ def _unmarked(payload: Payload) -> Payload:
 
 
 def payload_codec(
-    keys: KeyRing | None = None, require_encrypted: bool = False, *, strict: bool = False
+    keys: KeyRing | None = None,
+    require_encrypted: bool = False,
+    *,
+    strict: bool = False,
+    warn_no_key: bool = True,
 ) -> PayloadCodec:
     """Compression, then encryption when keys are configured (``keys`` or the environment);
     ``require_encrypted`` (a worker's setting, needs keys): unencrypted input is marked, and
@@ -261,7 +268,7 @@ def payload_codec(
     that inflates past :data:`INFLATE_LIMIT` raises PayloadTooLarge (the codec server's 413)
     instead of being left as it came."""
     keys = keys if keys is not None else KeyRing.from_env()
-    compression = CompressionCodec(strict=strict)
+    compression = CompressionCodec(strict=strict, warn_no_key=warn_no_key)
     if keys is None:
         return compression
     codec = ChainCodec(compression, EncryptionCodec(keys))
@@ -331,11 +338,15 @@ def _reason(err: Exception) -> str:
     return text.splitlines()[0][:200]
 
 
-def data_converter(keys: KeyRing | None = None, require_encrypted: bool = False) -> DataConverter:
+def data_converter(
+    keys: KeyRing | None = None, require_encrypted: bool = False, *, command: bool = False
+) -> DataConverter:
+    """``command``: a CLI's, where a payload it cannot read is its error line
+    (:func:`no_key`), never also a log line."""
     return dataclasses.replace(
         pydantic_data_converter,
         payload_converter_class=PayloadConverter,
-        payload_codec=payload_codec(keys, require_encrypted),
+        payload_codec=payload_codec(keys, require_encrypted, warn_no_key=not command),
     )
 
 

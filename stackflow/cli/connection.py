@@ -96,7 +96,7 @@ class Temporal:
         async def connect() -> Client:
             if self._client is None:
                 self._client = await temporal_connect(
-                    data_converter(),
+                    data_converter(command=True),
                     address=self.address,
                     namespace=self.namespace,
                     runtime=quiet_runtime(),

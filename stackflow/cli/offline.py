@@ -276,7 +276,7 @@ async def _holder_ended(holder: Any) -> str | None:
     address = settings()[0]
     TemporalTLS.from_env()  # bad TLS settings: their own line (exit 2), not "cannot ask"
     try:
-        client = await connect(data_converter(), runtime=quiet_runtime())
+        client = await connect(data_converter(command=True), runtime=quiet_runtime())
         return await run_ended(client, holder)
     except Exception as exc:
         raise StackflowError(

@@ -12,8 +12,8 @@ from temporalio.client import Client
 from stackflow.crypto import KeyRing
 from stackflow.operation import OperationInput, workflow_id_for
 from stackflow.refs import StackRef
-from tests.integration.conftest import WorkerProcess
-from tests.integration.opshelp import file_resource, new_project, poll
+from tests.integration.conftest import WorkerProcess, run_cli
+from tests.integration.opshelp import file_resource, new_project, poll, write_spec
 
 LINE = "but this process has no encryption key"
 
@@ -63,3 +63,28 @@ async def test_a_worker_without_the_key_says_so_once(
         if handle is not None:
             await handle.terminate("test: worker without the key")
         worker.stop()
+
+
+def test_a_cli_without_the_key_says_so_in_one_line(
+    tmp_path: Path, stack_env: dict[str, str], worker_process: WorkerProcess
+) -> None:
+    """`stackflow apply` in direct mode without the key, against a worker that has it: the
+    worker's answers (the status query) are encrypted, and the CLI cannot read them. One
+    `Error:` line naming the key id and the variables, exit 2 (it was the SDK's KeyError
+    traceback, 'Unknown payload encoding binary/encrypted')."""
+    ring = KeyRing.from_env()
+    assert ring is not None, "the dev loop encrypts payloads (make env sets the key file)"
+    env = {
+        k: v
+        for k, v in stack_env.items()
+        if k not in {"STACKFLOW_ENCRYPTION_KEY", "STACKFLOW_ENCRYPTION_KEY_FILE"}
+    }
+    project = new_project()
+    spec = write_spec(tmp_path / "spec.yaml", [file_resource(tmp_path / "f", "x\n")])
+    proc = run_cli(env, "apply", "-f", str(spec), "-p", project, "--yes", timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith("Error: a Temporal payload is encrypted with key "), line
+    assert f"{ring.current!r}" in line and "STACKFLOW_ENCRYPTION_KEY" in line
+    for key in ring.keys.values():
+        assert base64.b64encode(key).decode() not in proc.stdout + proc.stderr

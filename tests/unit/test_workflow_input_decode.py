@@ -11,6 +11,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.exceptions import ApplicationError
 
 from stackflow.codec import ENCRYPTED, CompressionCodec, data_converter
+from stackflow.crypto import EncryptionKeyError
 from stackflow.operation import OperationInput
 
 CONVERTER = data_converter().payload_converter
@@ -70,9 +71,13 @@ def test_typed_decoding_fails_as_before() -> None:
 
 
 def test_an_encrypted_payload_without_the_key_still_fails_the_task() -> None:
-    """The worker without keys: its tasks fail and are retried until it has them."""
-    with pytest.raises(KeyError):
+    """The worker without keys: its tasks fail and are retried until it has them (an
+    EncryptionKeyError, one line naming the variables; never an ApplicationError, which
+    would fail the run or the activity for good)."""
+    with pytest.raises(EncryptionKeyError) as caught:
         CONVERTER.from_payloads([payload(ENCRYPTED, b"sealed")])
+    assert not isinstance(caught.value, ApplicationError)
+    assert "STACKFLOW_ENCRYPTION_KEY" in str(caught.value)
 
 
 async def test_a_compressed_payload_that_is_not_is_left_as_it_came() -> None:

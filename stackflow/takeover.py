@@ -10,8 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from stackflow.runtimes.terraform.config import IMPORT_ID_KEY
 from stackflow.spec import Resource
+
+IMPORT_ID_KEY = "kusionstack.io/import-id"
+"""Kusion's extension naming the existing object a Terraform resource imports (the Terraform
+runtime reads it; the core knows it only to ask for an approver)."""
 
 TAKES_OVER_LIMIT = 10
 """How many resource ids a run's plan keeps of those that take over objects."""

@@ -24,8 +24,8 @@ from typing import Any
 
 from stackflow.paths import PathError, parse_path
 from stackflow.runtimes.base import Attributes, InvalidInput, ResourceRequest
+from stackflow.takeover import IMPORT_ID_KEY
 
-IMPORT_ID_KEY = "kusionstack.io/import-id"
 BUILTIN_SOURCE = "terraform.io/builtin/terraform"
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")

@@ -46,6 +46,8 @@ class WorkerActivities:
     """Every activity class of one worker, sharing one :class:`Deps`."""
 
     deps: Deps
+    backend: StateBackend
+    """The whole backend the activities' state is (the worker names it and closes it)."""
     prepare: PrepareActivities
     preview: PreviewActivities
     walk: WalkActivities
@@ -67,6 +69,7 @@ class WorkerActivities:
         step = ResourceStep(deps)
         return cls(
             deps=deps,
+            backend=backend,
             prepare=PrepareActivities(deps, guard),
             preview=PreviewActivities(deps, step),
             walk=WalkActivities(deps, guard, step),
@@ -78,10 +81,6 @@ class WorkerActivities:
     @property
     def registry(self) -> RuntimeRegistry:
         return self.deps.registry
-
-    @property
-    def backend(self) -> StateBackend:
-        return self.deps.backend
 
     def runtime_calls(self) -> list[Callable[..., Any]]:
         """The activities that call a runtime: what a runtime's own task queue carries."""

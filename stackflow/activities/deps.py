@@ -9,6 +9,7 @@ test can hand them a fake of any part.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 from stackflow.activities.runs import RunOracle, TemporalRunOracle
 from stackflow.runtimes.registry import RuntimeRegistry
@@ -16,15 +17,41 @@ from stackflow.state.backend import StateBackend
 from stackflow.state.cache import PriorStateCache
 from stackflow.state.event_bell import Bell, RingingEventLog
 from stackflow.state.plan_store import PlanStore
-from stackflow.state.protocols import RunEventLog
+from stackflow.state.protocols import (
+    BlobStore,
+    DriftReportStore,
+    NotificationStore,
+    PolicyBindings,
+    ReleaseReader,
+    ReleaseWriter,
+    RunEventLog,
+    SourceBindings,
+    StackLocks,
+)
 from stackflow.state.spec_store import SpecStore
+
+
+class ActivityState(
+    BlobStore,
+    ReleaseReader,
+    StackLocks,
+    ReleaseWriter,
+    DriftReportStore,
+    SourceBindings,
+    NotificationStore,
+    PolicyBindings,
+    Protocol,
+):
+    """The parts of the state interface the activities use (runtimes take theirs, such as
+    :class:`~stackflow.state.protocols.TerraformStateStore`, from the registry's backend;
+    events go through :attr:`Deps.events`)."""
 
 
 @dataclass
 class Deps:
     registry: RuntimeRegistry
     """Resource type -> runtime: the only code that touches infrastructure."""
-    backend: StateBackend
+    backend: ActivityState
     """The system of record: releases, resource state, the lock, blobs."""
     specs: SpecStore
     """Specs by content ref, in the backend."""

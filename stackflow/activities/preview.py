@@ -29,8 +29,8 @@ from stackflow.engine.masking import SecretSet
 from stackflow.model.spec import Resource
 from stackflow.runtimes import guard
 from stackflow.runtimes.base import read_scope
-from stackflow.state.backend import StateBackend
 from stackflow.state.diff_store import put_changes, put_index
+from stackflow.state.protocols import BlobStore
 from stackflow.temporal.operation import (
     DescribeInput,
     DiffIndexInput,
@@ -45,7 +45,7 @@ PREVIEW_PARALLELISM = 16
 
 
 async def batch_result(
-    backend: StateBackend,
+    backend: BlobStore,
     inp: PreviewBatchInput,
     changes: list[Change],
 ) -> PreviewBatchResult:

@@ -34,7 +34,9 @@ from stackflow.state.models import (
     default_state_url,
     redact_url,
 )
+from stackflow.state.notification_store import NotificationRecords
 from stackflow.state.path_claims import PathClaimStore
+from stackflow.state.policy_store import PolicyBindingStore
 from stackflow.state.protocols import (
     BlobStore,
     DriftReportStore,
@@ -50,11 +52,33 @@ from stackflow.state.protocols import (
     StackLocks,
     TerraformStateStore,
 )
+from stackflow.state.reads import ReleaseReads
+from stackflow.state.records import DriftReports, TerraformStates
+from stackflow.state.run_events import RunEvents
+from stackflow.state.run_keys import RunKeyStore
+from stackflow.state.source_bindings import SourceBindingStore
+from stackflow.state.writes import ReleaseWrites
 
 
-class StateBackend(PathClaimStore):
+class StateBackend(
+    ReleaseReads,
+    ReleaseWrites,
+    DriftReports,
+    TerraformStates,
+    RunEvents,
+    SourceBindingStore,
+    NotificationRecords,
+    PolicyBindingStore,
+    RunKeyStore,
+    PathClaimStore,
+):
     """Everything stackflow stores, on one SQL engine. Thread-safe; every method is sync.
-    It satisfies every protocol of :mod:`stackflow.state.protocols`."""
+    It satisfies every protocol of :mod:`stackflow.state.protocols`.
+
+    One mixin per concern, each directly on :class:`~stackflow.state.core.SqlCore` (the
+    engine, transactions, dialect hooks, blobs and the rows several stores read) and none
+    using another: their order here is only the order they are listed in. The dialects
+    (:class:`SqliteBackend`, :class:`PostgresBackend`) override the core's hooks."""
 
 
 class SqliteBackend(StateBackend):

@@ -1,5 +1,10 @@
 """The SQL core of the state backend: engine, transactions, dialect hooks, schema
-migration, blobs (:class:`~stackflow.state.protocols.BlobStore`)."""
+migration, blobs (:class:`~stackflow.state.protocols.BlobStore`), and what more than one
+store reads: a release row, its resources, the lock row and the fence on it.
+
+Every store of the backend (:mod:`~stackflow.state.reads`, :mod:`~stackflow.state.writes`,
+:mod:`~stackflow.state.records`, ...) is a mixin directly on :class:`SqlCore` and uses
+nothing of another store; :class:`~stackflow.state.backend.StateBackend` is their sum."""
 
 from __future__ import annotations
 
@@ -15,13 +20,19 @@ from sqlalchemy.engine import Connection, Engine
 from stackflow.core.crypto import KeyRing
 from stackflow.core.errors import (
     BackendUnavailableError,
+    FencedError,
     SchemaError,
     SpecError,
 )
-from stackflow.core.refs import StackRef
-from stackflow.model.spec import Spec, load_stored_spec
+from stackflow.core.refs import RunRef, StackRef
+from stackflow.model.release import Approval, Operation, Phase, Release, State
+from stackflow.model.source import SourceRef
+from stackflow.model.spec import Resource, Spec, load_stored_spec
+from stackflow.policy_gate.decision import PolicyDecision
 from stackflow.state.models import (
     MIGRATIONS,
+    StackLock,
+    as_utc,
     blob_ref,
     check_ref,
     now,
@@ -31,6 +42,8 @@ from stackflow.state.schema import (
     HEAD_REVISION,
     VERSION_TABLE,
     blobs,
+    release_resources,
+    releases,
     stack_locks,
 )
 from stackflow.state.sealing import Sealer
@@ -67,6 +80,97 @@ class SqlCore:
     @contextmanager
     def _migration_guard(self, conn: Connection) -> Iterator[None]:
         yield
+
+    @contextmanager
+    def _run_lock(self, conn: Connection, run_id: str) -> Iterator[None]:
+        """Serialise the writers of one key (a run's appends, a project's notification
+        destinations) until commit (SQLite: the write transaction already does)."""
+        yield
+
+    # ---- rows more than one store reads ----------------------------------------------------
+
+    @classmethod
+    def _where_release(cls, stack: StackRef, revision: int) -> list[Any]:
+        return [*cls._where_stack(releases, stack), releases.c.revision == revision]
+
+    @classmethod
+    def _where_state(cls, stack: StackRef, revision: int) -> list[Any]:
+        t = release_resources
+        return [*cls._where_stack(t, stack), t.c.revision == revision]
+
+    def _release(self, conn: Connection, row: Any, *, with_spec: bool, with_state: bool) -> Release:
+        release = Release(
+            project=row.project,
+            workspace=row.workspace,
+            revision=row.revision,
+            stack=row.stack,
+            operation=Operation(row.operation),
+            phase=Phase(row.phase),
+            spec_ref=row.spec_ref,
+            error=row.error,
+            approval=Approval.model_validate(row.approval) if row.approval else None,
+            changes=row.changes,
+            workflow_id=row.workflow_id,
+            run_id=row.run_id,
+            created_at=as_utc(row.created_at),
+            modified_at=as_utc(row.modified_at),
+            source_revision=row.source_revision,
+            source=SourceRef.model_validate(row.source) if row.source else None,
+            policy=PolicyDecision.model_validate(row.policy) if row.policy else None,
+        )
+        if with_spec and row.spec_ref:
+            release.spec = self.get_spec(row.spec_ref)
+        if with_state:
+            resources = self._resources(conn, release.stack_ref, release.revision)
+            release.state = State(resources=list(resources))
+        else:
+            release.resource_count = self._count(conn, release.stack_ref, release.revision)
+        return release
+
+    def _resources(self, conn: Connection, stack: StackRef, revision: int) -> Iterator[Resource]:
+        t = release_resources.c
+        query = (
+            sa.select(t.body)
+            .where(*self._where_state(stack, revision))
+            .order_by(t.position, t.resource_id)
+        )
+        for row in conn.execute(query):
+            yield self.sealer.open(stack, row.body)
+
+    def _count(self, conn: Connection, stack: StackRef, revision: int) -> int:
+        query = sa.select(sa.func.count()).where(*self._where_state(stack, revision))
+        return int(conn.execute(query).scalar_one())
+
+    @staticmethod
+    def _lock_model(row: Any) -> StackLock:
+        return StackLock(
+            project=row.project,
+            workspace=row.workspace,
+            revision=row.revision,
+            operation=Operation(row.operation),
+            workflow_id=row.workflow_id,
+            run_id=row.run_id,
+            acquired_at=as_utc(row.acquired_at),
+        )
+
+    def _fence(
+        self,
+        conn: Connection,
+        stack: StackRef,
+        revision: int,
+        run: RunRef | None,
+        *,
+        share: bool,
+    ) -> None:
+        """Refuse the write unless ``run`` holds the stack for ``revision``."""
+        row = self._lock_row(conn, stack, share=share)
+        lock = None if row is None else self._lock_model(row)
+        if lock is None or lock.revision != revision or not lock.held_by(run):
+            held = "nobody" if lock is None else lock.describe()
+            raise FencedError(
+                f"write to {stack} release {revision} by "
+                f"{run or 'an unnamed writer'} refused: the stack is held by {held}"
+            )
 
     # ---- lifecycle -------------------------------------------------------------------------
 

@@ -17,7 +17,7 @@ from stackflow.core.errors import SpecError
 
 if TYPE_CHECKING:
     from stackflow.engine.diff import Change
-    from stackflow.state.backend import StateBackend
+    from stackflow.state.protocols import BlobStore
 
 DIFF_KIND = "diff_ref"
 DIFF_REFS_LIMIT = 16
@@ -25,20 +25,20 @@ DIFF_REFS_LIMIT = 16
 _MAX_DEPTH = 32
 
 
-def put_changes(backend: StateBackend, changes: Sequence[Change]) -> str:
+def put_changes(backend: BlobStore, changes: Sequence[Change]) -> str:
     """The whole changes (every field, whole values; sensitive ones already masked)."""
     data = [change.model_dump(mode="json") for change in changes]
     body = json.dumps(data, separators=(",", ":"), default=str).encode()
     return backend.put_blob(DIFF_KIND, body)
 
 
-def put_index(backend: StateBackend, refs: list[str]) -> str:
+def put_index(backend: BlobStore, refs: list[str]) -> str:
     """One ref standing for ``refs``, in order."""
     body = json.dumps({"index": refs}, separators=(",", ":")).encode()
     return backend.put_blob(DIFF_KIND, body)
 
 
-def load_changes(backend: StateBackend, refs: list[str]) -> list[dict[str, Any]]:
+def load_changes(backend: BlobStore, refs: list[str]) -> list[dict[str, Any]]:
     """Every change the refs hold, in order, indexes expanded."""
     changes: list[dict[str, Any]] = []
 

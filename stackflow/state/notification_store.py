@@ -10,12 +10,14 @@ import sqlalchemy as sa
 
 from stackflow.core.errors import ConflictError
 from stackflow.model.notifications import TARGET_LIMIT, NotificationFailure, NotificationTarget
+from stackflow.state.core import SqlCore
 from stackflow.state.models import as_utc
 from stackflow.state.schema import notification_failures, notification_targets
-from stackflow.state.source_bindings import SourceBindingStore
 
 
-class NotificationRecords(SourceBindingStore):
+class NotificationRecords(SqlCore):
+    """A project's webhook destinations and its failed deliveries."""
+
     def set_notification_targets(
         self, project: str, targets: builtins.list[NotificationTarget]
     ) -> None:

@@ -23,8 +23,8 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
 from stackflow.core.refs import RunRef, StackRef
+from stackflow.state.core import SqlCore
 from stackflow.state.models import now
-from stackflow.state.run_keys import RunKeyStore
 from stackflow.state.schema import onprem_paths, release_resources, releases, stack_locks
 
 CLAIM_CHUNK = 500
@@ -39,7 +39,9 @@ class PathOwner:
     resource_id: str
 
 
-class PathClaimStore(RunKeyStore):
+class PathClaimStore(SqlCore):
+    """Which stack owns each OnPrem path."""
+
     def path_owners(self, stack: StackRef, paths: Iterable[str]) -> dict[str, PathOwner]:
         """Of ``paths``, those another stack owns (its claim still live), with the owner."""
         wanted = list(dict.fromkeys(paths))

@@ -6,12 +6,14 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from stackflow.policy_gate.bundle import PolicyBinding
+from stackflow.state.core import SqlCore
 from stackflow.state.models import as_utc, check_ref, now
-from stackflow.state.notification_store import NotificationRecords
 from stackflow.state.schema import project_policies
 
 
-class PolicyBindingStore(NotificationRecords):
+class PolicyBindingStore(SqlCore):
+    """A project's policy bundle, by digest."""
+
     def bind_policy(self, project: str, digest: str, *, by: str | None = None) -> None:
         """Every later run of ``project`` evaluates the bundle ``digest`` (already stored)."""
         check_ref(digest, "policy bundle")

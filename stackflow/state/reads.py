@@ -4,25 +4,20 @@
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterable, Iterator
-from typing import Any
+from collections.abc import Iterable
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
 
 from stackflow.core.errors import (
     NotFoundError,
 )
 from stackflow.core.refs import StackRef
-from stackflow.model.release import Approval, Operation, Phase, Release, State
-from stackflow.model.source import SourceRef
+from stackflow.model.release import Phase, Release
 from stackflow.model.spec import Resource
-from stackflow.policy_gate.decision import PolicyDecision
 from stackflow.state.core import SqlCore
 from stackflow.state.models import (
     CHUNK,
     StackLock,
-    as_utc,
 )
 from stackflow.state.schema import (
     release_resources,
@@ -32,59 +27,7 @@ from stackflow.state.schema import (
 
 
 class ReleaseReads(SqlCore):
-    # ---- release reads ---------------------------------------------------------------------
-
-    def _release(self, conn: Connection, row: Any, *, with_spec: bool, with_state: bool) -> Release:
-        release = Release(
-            project=row.project,
-            workspace=row.workspace,
-            revision=row.revision,
-            stack=row.stack,
-            operation=Operation(row.operation),
-            phase=Phase(row.phase),
-            spec_ref=row.spec_ref,
-            error=row.error,
-            approval=Approval.model_validate(row.approval) if row.approval else None,
-            changes=row.changes,
-            workflow_id=row.workflow_id,
-            run_id=row.run_id,
-            created_at=as_utc(row.created_at),
-            modified_at=as_utc(row.modified_at),
-            source_revision=row.source_revision,
-            source=SourceRef.model_validate(row.source) if row.source else None,
-            policy=PolicyDecision.model_validate(row.policy) if row.policy else None,
-        )
-        if with_spec and row.spec_ref:
-            release.spec = self.get_spec(row.spec_ref)
-        if with_state:
-            resources = self._resources(conn, release.stack_ref, release.revision)
-            release.state = State(resources=list(resources))
-        else:
-            release.resource_count = self._count(conn, release.stack_ref, release.revision)
-        return release
-
-    @classmethod
-    def _where_release(cls, stack: StackRef, revision: int) -> list[Any]:
-        return [*cls._where_stack(releases, stack), releases.c.revision == revision]
-
-    @classmethod
-    def _where_state(cls, stack: StackRef, revision: int) -> list[Any]:
-        t = release_resources
-        return [*cls._where_stack(t, stack), t.c.revision == revision]
-
-    def _resources(self, conn: Connection, stack: StackRef, revision: int) -> Iterator[Resource]:
-        t = release_resources.c
-        query = (
-            sa.select(t.body)
-            .where(*self._where_state(stack, revision))
-            .order_by(t.position, t.resource_id)
-        )
-        for row in conn.execute(query):
-            yield self.sealer.open(stack, row.body)
-
-    def _count(self, conn: Connection, stack: StackRef, revision: int) -> int:
-        query = sa.select(sa.func.count()).where(*self._where_state(stack, revision))
-        return int(conn.execute(query).scalar_one())
+    """Releases, their resources' state and the stack's lock, as recorded."""
 
     def get(
         self,
@@ -210,15 +153,3 @@ class ReleaseReads(SqlCore):
                 sa.select(stack_locks).where(*self._where_stack(stack_locks, stack))
             ).first()
         return None if row is None else self._lock_model(row)
-
-    @staticmethod
-    def _lock_model(row: Any) -> StackLock:
-        return StackLock(
-            project=row.project,
-            workspace=row.workspace,
-            revision=row.revision,
-            operation=Operation(row.operation),
-            workflow_id=row.workflow_id,
-            run_id=row.run_id,
-            acquired_at=as_utc(row.acquired_at),
-        )

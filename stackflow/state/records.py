@@ -15,6 +15,7 @@ import sqlalchemy as sa
 
 from stackflow.core.refs import RunRef, StackRef
 from stackflow.model.drift import DriftReport, DriftSummary
+from stackflow.state.core import SqlCore
 from stackflow.state.models import (
     CHUNK,
     as_utc,
@@ -25,11 +26,10 @@ from stackflow.state.schema import (
     terraform_plans,
     terraform_states,
 )
-from stackflow.state.writes import ReleaseWrites
 
 
-class Records(ReleaseWrites):
-    # ---- drift reports ---------------------------------------------------------------------
+class DriftReports(SqlCore):
+    """What each drift check found, per stack."""
 
     def put_drift_report(self, report: DriftReport) -> None:
         """Keep what a drift check found (no lock: a check reads only); idempotent per
@@ -88,7 +88,10 @@ class Records(ReleaseWrites):
             )
         return reports
 
-    # ---- Terraform state -------------------------------------------------------------------
+
+class TerraformStates(SqlCore):
+    """The newest OpenTofu state of each Terraform resource (fenced writes) and the plans an
+    apply's preview saved."""
 
     def put_terraform_state(
         self,
@@ -192,7 +195,7 @@ class Records(ReleaseWrites):
                 )
             )
 
-    # ---- saved plans ---------------------------------------------------------------------------
+    # ---- saved plans -----------------------------------------------------------------------
 
     def put_terraform_plan(self, stack: StackRef, revision: int, digest: str, plan: bytes) -> None:
         """Keep a plan file an apply's preview made for release ``revision`` (sealed as a state

@@ -11,24 +11,19 @@ it, and a reader resuming after N never misses one committed later with a smalle
 from __future__ import annotations
 
 import builtins
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
 
 from stackflow.core.refs import RunRef, StackRef
 from stackflow.model.events import PAGE_LIMIT, EventType, NewEvent, RunEvent
+from stackflow.state.core import SqlCore
 from stackflow.state.models import CHUNK, as_utc, now
-from stackflow.state.records import Records
 from stackflow.state.schema import run_events
 
 
-class RunEvents(Records):
-    @contextmanager
-    def _run_lock(self, conn: Connection, run_id: str) -> Iterator[None]:
-        """Serialise appends of one run (SQLite: the write transaction already does)."""
-        yield
+class RunEvents(SqlCore):
+    """Each run's numbered event stream."""
 
     def append_events(
         self, stack: StackRef, run: RunRef, events: Sequence[NewEvent]

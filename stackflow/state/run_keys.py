@@ -13,12 +13,14 @@ from datetime import timedelta
 import sqlalchemy as sa
 
 from stackflow.core.refs import StackRef
+from stackflow.state.core import SqlCore
 from stackflow.state.models import RunKey, as_utc, now
-from stackflow.state.policy_store import PolicyBindingStore
 from stackflow.state.schema import run_keys
 
 
-class RunKeyStore(PolicyBindingStore):
+class RunKeyStore(SqlCore):
+    """The API's ``Idempotency-Key`` claims."""
+
     def claim_run_key(
         self, stack: StackRef, key: str, digest: str, *, window: timedelta
     ) -> RunKey | None:

@@ -9,12 +9,14 @@ import sqlalchemy as sa
 
 from stackflow.core.refs import StackRef
 from stackflow.model.source import BoundSource, GitSource, same_repository
+from stackflow.state.core import SqlCore
 from stackflow.state.models import SourcePush, as_utc, now
-from stackflow.state.run_events import RunEvents
 from stackflow.state.schema import source_pushes, stack_sources
 
 
-class SourceBindingStore(RunEvents):
+class SourceBindingStore(SqlCore):
+    """Stacks bound to git sources, and the last push each one ran."""
+
     def bind_source(self, stack: StackRef, source: GitSource, *, by: str | None = None) -> None:
         """Bind ``stack`` to ``source`` (replacing any binding it had)."""
         values = {

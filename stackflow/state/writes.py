@@ -14,7 +14,6 @@ from sqlalchemy.engine import Connection
 
 from stackflow.core.errors import (
     ConflictError,
-    FencedError,
     NotFoundError,
     PhaseConflictError,
     StackLockedError,
@@ -24,11 +23,11 @@ from stackflow.model.release import Approval, Operation, Phase, Release
 from stackflow.model.source import SourceRef
 from stackflow.model.spec import Resource, Spec
 from stackflow.policy_gate.decision import PolicyDecision
+from stackflow.state.core import SqlCore
 from stackflow.state.models import (
     StackLock,
     now,
 )
-from stackflow.state.reads import ReleaseReads
 from stackflow.state.schema import (
     release_resources,
     releases,
@@ -37,8 +36,8 @@ from stackflow.state.schema import (
 )
 
 
-class ReleaseWrites(ReleaseReads):
-    # ---- release writes --------------------------------------------------------------------
+class ReleaseWrites(SqlCore):
+    """The stack lock and the fenced writes to the release it holds."""
 
     def create(
         self,
@@ -127,33 +126,12 @@ class ReleaseWrites(ReleaseReads):
 
     @staticmethod
     def _locked_message(stack: StackRef, holder: Any) -> str:
-        what = (
-            "another operation" if holder is None else ReleaseReads._lock_model(holder).describe()
-        )
+        what = "another operation" if holder is None else SqlCore._lock_model(holder).describe()
         return (
             f"stack {stack} is locked: {what}; it is released when that run ends (a run that "
             f"ended without releasing it is recovered by the next operation); to force it: "
             f"stackflow release unlock {stack.cli_flags}"
         )
-
-    def _fence(
-        self,
-        conn: Connection,
-        stack: StackRef,
-        revision: int,
-        run: RunRef | None,
-        *,
-        share: bool,
-    ) -> None:
-        """Refuse the write unless ``run`` holds the stack for ``revision``."""
-        row = self._lock_row(conn, stack, share=share)
-        lock = None if row is None else self._lock_model(row)
-        if lock is None or lock.revision != revision or not lock.held_by(run):
-            held = "nobody" if lock is None else lock.describe()
-            raise FencedError(
-                f"write to {stack} release {revision} by "
-                f"{run or 'an unnamed writer'} refused: the stack is held by {held}"
-            )
 
     def assert_holds(self, stack: StackRef, revision: int, run: RunRef | None) -> None:
         """FencedError unless ``run`` holds the stack for ``revision`` (checked before a
@@ -377,10 +355,16 @@ class ReleaseWrites(ReleaseReads):
                     "operation may not have finished",
                 )
                 self._release_lock(conn, stack)
-        latest = self.latest(stack, with_spec=False)
-        if latest is None:
-            raise NotFoundError(f"stack {stack} has no releases")
-        return latest
+        with self._tx() as conn:
+            row = conn.execute(
+                sa.select(releases)
+                .where(*self._where_stack(releases, stack))
+                .order_by(releases.c.revision.desc())
+                .limit(1)
+            ).first()
+            if row is None:
+                raise NotFoundError(f"stack {stack} has no releases")
+            return self._release(conn, row, with_spec=False, with_state=True)
 
     def import_release(self, release: Release) -> Release:
         """Store a release as it is (revision, phase, times, state); ConflictError if taken.

@@ -3,7 +3,7 @@ adopted (``extensions.adopt: true``, or the run option ``adopt``) and a Terrafor
 imported (``extensions["kusionstack.io/import-id"]``). Taking over an object that another
 team runs is an approver's decision: the API refuses such a run from an operator, and a run
 of a git commit (whose spec the API never sees) that takes over anything waits for an
-approver whatever its ``auto_approve`` (:mod:`stackflow.workflows.waits`).
+approver whatever its ``auto_approve`` (:mod:`stackflow.workflows.gate`).
 """
 
 from __future__ import annotations

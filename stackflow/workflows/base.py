@@ -77,8 +77,7 @@ with workflow.unsafe.imports_passed_through():
         walk_nodes,
     )
     from stackflow.workflows.phases import append_events, prepare_run, write_phase
-    from stackflow.workflows.steering import WALKING, NotOk
-    from stackflow.workflows.waits import GatedRun
+    from stackflow.workflows.steering import WALKING, NotOk, SteeredRun
     from stackflow.workflows.walker import WalkProgress
     from stackflow.workflows.windows import in_order
 
@@ -86,9 +85,10 @@ with workflow.unsafe.imports_passed_through():
 M = TypeVar("M", bound=BaseModel)
 
 
-class OperationWorkflow(GatedRun):
+class OperationWorkflow(SteeredRun):
     """The steps of the operation workflows (each subclass is one): prepare, preview,
-    approval, walk, finish, close."""
+    the gate (:class:`~stackflow.workflows.gate.Gate`: policy, approval), walk, finish,
+    close."""
 
     # ---- steps ----------------------------------------------------------------------------
     def _input(self, model: type[M], args: tuple[object, ...]) -> M:
@@ -125,8 +125,8 @@ class OperationWorkflow(GatedRun):
                 self._attributes()  # a run that fails here is listed under its stack too
             raise
         self._revision = plan.revision
-        self._four_eyes = plan.four_eyes
-        self._takes_over = plan.takes_over
+        self._gate.four_eyes = plan.four_eyes
+        self._gate.takes_over = plan.takes_over
         return plan
 
     async def _set_phase(self, phase: Phase, **extra: Any) -> None:
@@ -147,7 +147,7 @@ class OperationWorkflow(GatedRun):
                     else self._request.decision_timeout_seconds
                 )
                 wait = "approval" if approval else "decision"
-                await self._announce(approval_wait(wait, timeout, four_eyes=self._four_eyes))
+                await self._announce(approval_wait(wait, timeout, four_eyes=self._gate.four_eyes))
             return
         await write_phase(
             PhaseInput(
@@ -433,14 +433,15 @@ class OperationWorkflow(GatedRun):
             self._error_type = "Aborted"
             first = tally.first_failed
             what = f"{first.id}: {first.error}" if first is not None else "failed nodes"
-            self._error = f"{self.operation} aborted by {self._step_by} after {what}" + (
+            self._error = f"{self.operation} aborted by {self._gate.step_by} after {what}" + (
                 f" (and {failures - 1} more)" if failures > 1 else ""
             )
         elif rejected:
             self._error_type = "Rejected"
-            assert self._approval is not None
-            reason = self._approval.get("reason")
-            self._error = f"{self.operation} rejected by {self._approval['by']}" + (
+            approval = self._gate.approval
+            assert approval is not None
+            reason = approval.get("reason")
+            self._error = f"{self.operation} rejected by {approval['by']}" + (
                 f": {reason}" if reason else ""
             )
         elif failures:
@@ -455,9 +456,9 @@ class OperationWorkflow(GatedRun):
             phase,
             error=self._error,
             changes=brief_changes(self._changes_view()),
-            approval=self._approval,
+            approval=self._gate.approval,
             counts=dict(tally.counts),
-            policy=self._policy,
+            policy=self._gate.policy,
         )
         return self._result(phase, tally)
 
@@ -476,7 +477,7 @@ class OperationWorkflow(GatedRun):
             error=self._error,
             error_type=self._error_type if self._error else None,
             counts=dict(tally.counts),
-            policy=self._policy,
+            policy=self._gate.policy,
             truncated=not tally.full or lines > DETAIL_LIMIT,
         )
 
@@ -517,7 +518,7 @@ class OperationWorkflow(GatedRun):
                     revision=self._revision,
                     phase=Phase.failed,
                     error=reason,
-                    approval=self._approval,
+                    approval=self._gate.approval,
                 ),
                 f"release {self._revision} → failed",
                 closing=True,
@@ -540,13 +541,13 @@ class OperationWorkflow(GatedRun):
             return await self._finish(Tally(full=True))
         assert self._lines is not None
         try:
-            await self._policy_gate(plan)
+            await self._gate.judge(request, self.operation, plan, list(self._lines.diff_refs))
         except ActivityError as exc:
             raise_if_cancelled(exc)
             self._error = f"policy check failed: {failure_message(exc)}"
             self._error_type = cause_type(exc)
             return await self._finish(Tally(full=True))
-        denial = self._policy_denial()
+        denial = self._gate.denial()
         if denial is not None:
             self._error, self._error_type = denial, "PolicyDenied"
             return await self._finish(Tally(full=True))
@@ -556,13 +557,13 @@ class OperationWorkflow(GatedRun):
         if not to_apply and not to_delete:
             return await self._finish(tally)
         changes_anything = len(to_delete) + len(to_apply) > len(self._lines.record_only)
-        if changes_anything and not await self._await_approval():
+        if changes_anything and not await self._gate.await_approval(request, self._set_phase):
             return await self._finish(Tally(full=True), rejected=True)
         walking = Phase.destroying if self.operation == Operation.destroy else Phase.applying
         await self._set_phase(walking)
         await self._walks(plan, to_apply, to_delete, tally)
         while request.on_failure == "pause" and self._not_ok:
-            if await self._await_decision(tally) != "retry":
+            if await self._gate.await_decision(request, self._set_phase) != "retry":
                 return await self._finish(tally, aborted=True)
             retry_apply = [p for p in to_apply if p[0] in set(self._not_ok.nodes)]
             retry_delete = [p for p in to_delete if p[0] in set(self._not_ok.deletions)]

@@ -45,8 +45,9 @@ class PreviewWorkflow(OperationWorkflow):
             if self._no_worker is None:
                 raise
             raise ApplicationError(self._no_worker, type="NoWorker", non_retryable=True) from exc
-        await self._policy_gate(plan)
-        denial = self._policy_denial()
+        assert self._lines is not None
+        await self._gate.judge(request, self.operation, plan, list(self._lines.diff_refs))
+        denial = self._gate.denial()
         if denial is not None:
             self._phase, self._error, self._error_type = Phase.failed, denial, "PolicyDenied"
             self._attributes(PHASE_KEY.value_set(Phase.failed))

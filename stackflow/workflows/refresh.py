@@ -47,7 +47,7 @@ class RefreshWorkflow(OperationWorkflow):
         tally = Tally(full=self._total <= DETAIL_LIMIT)
         if not changed:
             return await self._finish(tally)
-        if not await self._await_approval():
+        if not await self._gate.await_approval(request, self._set_phase):
             return await self._finish(Tally(full=True), rejected=True)
         await self._set_phase(Phase.applying)
         self._total = changed

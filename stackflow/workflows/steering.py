@@ -1,8 +1,9 @@
 """What an operation run shows and how it is steered: its state (phase, progress, preview
 lines, failures, decisions), the Markdown the Temporal UI shows as its current details, the
 ``status`` and ``preview`` queries, and the ``approve``/``reject``/``retry``/``abort``
-updates with their validators. Deterministic: no I/O; the steps that change the state are
-in :mod:`stackflow.workflows.base`.
+updates with their validators (they sit on the workflow class, as Temporal needs; what they
+decide is kept by the run's :class:`~stackflow.workflows.gate.Gate`). Deterministic: no I/O;
+the steps that change the state are in :mod:`stackflow.workflows.base`.
 """
 
 from __future__ import annotations
@@ -12,13 +13,11 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
-from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from stackflow.core.terminal import markdown_code, markdown_text
     from stackflow.model.events import NewEvent
     from stackflow.model.release import Operation, Phase
-    from stackflow.policy_gate.decision import PolicyDecision
     from stackflow.temporal.operation import (
         ApprovalInput,
         ChangeBrief,
@@ -29,6 +28,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from stackflow.workflows import common
     from stackflow.workflows.constants import AWAITING_APPROVAL, AWAITING_DECISION
+    from stackflow.workflows.gate import Gate
     from stackflow.workflows.lines import PreviewLines, summarise
     from stackflow.workflows.walker import WalkProgress
 
@@ -67,26 +67,18 @@ class SteeredRun:
         self._shown_done = 0
         self._lines: PreviewLines | None = None
         self._error: str | None = None
-        self._decision: str | None = None
-        self._approval: dict[str, Any] | None = None
         self._request: OperationInput | None = None
-        self._four_eyes = False
-        """The worker policy forbids the requester to approve this run."""
-        self._takes_over: list[str] = []
-        """Resources of a git commit's spec that adopt or import objects (plan.takes_over)."""
-        self._step: str | None = None
-        """``retry`` or ``abort`` while a paused run is told what to do."""
+        self._gate = Gate()
+        """The policy gate and the waits for a person, with what they decided."""
         self._brief: tuple[object, object, dict[str, Any]] | None = None
         """The status query's changes, kept for the (settled) preview view and policy they
         were made from: a CLI asks for the status four times a second."""
-        self._step_by: str | None = None
         self._not_ok = NotOk()
         """Plan indices (nodes, deletions) of the last walk that did not succeed."""
         self._failures: list[NodeResult] = []
         self._error_type: str | None = None
         self._events: list[NewEvent] = []
         """Events for the run's stream held until the next activity that carries them."""
-        self._policy: PolicyDecision | None = None
         self._no_worker: str | None = None
         """Why a runtime activity never started: no worker polls its queue."""
         self._held: list[SearchAttributeUpdate[Any]] = []
@@ -158,8 +150,9 @@ class SteeredRun:
 
     def _changes_view(self) -> dict[str, Any]:
         view = summarise([]) if self._lines is None else self._lines.view()
-        if self._policy is not None:
-            view["policy"] = self._policy.model_dump(mode="json", exclude_none=True)
+        policy = self._gate.policy
+        if policy is not None:
+            view["policy"] = policy.model_dump(mode="json", exclude_none=True)
         return view
 
     # ---- queries & updates ----------------------------------------------------------------
@@ -167,7 +160,7 @@ class SteeredRun:
         """Each shown change as a ChangeBrief's fields, and the summary."""
         view = summarise([]) if self._lines is None else self._lines.view()
         kept = self._brief
-        if kept is not None and kept[0] is view and kept[1] is self._policy:
+        if kept is not None and kept[0] is view and kept[1] is self._gate.policy:
             return kept[2]
         brief = self._changes_view()
         briefs = [
@@ -176,7 +169,7 @@ class SteeredRun:
         ]
         changes = {"changes": [b.model_dump() for b in briefs], "summary": brief["summary"]}
         if self._lines is not None:
-            self._brief = (view, self._policy, changes)
+            self._brief = (view, self._gate.policy, changes)
         return changes
 
     @workflow.query
@@ -206,87 +199,47 @@ class SteeredRun:
     @workflow.update
     async def approve(self, *args: object) -> str:
         approval = approval_input(args)
-        self._decide("approved", approval)
+        self._gate.decide("approved", approval)
         return f"approved by {approval.by}"
 
     @approve.validator
     def _validate_approve(self, *args: object) -> None:
         approval = approval_input(args)
-        self._check_awaiting()
+        self._gate.check_awaiting(self._phase)
         requester = self._request.operator if self._request is not None else None
-        if self._four_eyes and approval.by == requester:
-            raise ApplicationError(
-                f"four-eyes: {approval.by} started this run and may not approve it; "
-                "another approver must (worker policy STACKFLOW_FOUR_EYES)",
-                type="FourEyes",
-            )
+        self._gate.check_approver(approval, requester)
 
     @workflow.update
     async def reject(self, *args: object) -> str:
         approval = approval_input(args)
-        self._decide("rejected", approval)
+        self._gate.decide("rejected", approval)
         return f"rejected by {approval.by}"
 
     @reject.validator
     def _validate_reject(self, *args: object) -> None:
         approval_input(args)
-        self._check_awaiting()
-
-    def _check_awaiting(self) -> None:
-        if self._phase != AWAITING_APPROVAL or self._decision is not None:
-            raise ApplicationError(
-                f"this run is not awaiting approval (phase {self._phase})",
-                type="NotAwaitingApproval",
-            )
+        self._gate.check_awaiting(self._phase)
 
     @workflow.update
     async def retry(self, *args: object) -> str:
         """A paused run re-runs its failed nodes and the ones skipped because of them."""
         request = approval_input(args)
-        self._steer("retry", request)
+        self._gate.steer("retry", request, self._phase)
         return f"retry requested by {request.by}"
 
     @retry.validator
     def _validate_retry(self, *args: object) -> None:
         approval_input(args)
-        self._check_paused()
+        self._gate.check_paused(self._phase)
 
     @workflow.update
     async def abort(self, *args: object) -> str:
         """A paused run ends failed, as it is."""
         request = approval_input(args)
-        self._steer("abort", request)
+        self._gate.steer("abort", request, self._phase)
         return f"abort requested by {request.by}"
 
     @abort.validator
     def _validate_abort(self, *args: object) -> None:
         approval_input(args)
-        self._check_paused()
-
-    def _check_paused(self) -> None:
-        if self._phase != AWAITING_DECISION or self._step is not None:
-            raise ApplicationError(
-                f"this run is not paused on failed nodes (phase {self._phase})",
-                type="NotAwaitingDecision",
-            )
-
-    def _steer(self, step: str, request: ApprovalInput) -> None:
-        # Validators of two updates in one activation both pass: the handler decides.
-        self._check_paused()
-        self._step = step
-        self._step_by = request.by
-
-    def _decide(self, decision: str, approval: ApprovalInput) -> None:
-        # Validators of an approve and a reject in one activation both pass; only the first
-        # handler to run decides, the other update fails.
-        if self._decision is not None:
-            raise ApplicationError(
-                f"this run was already {self._decision}", type="NotAwaitingApproval"
-            )
-        self._decision = decision
-        self._approval = {
-            "decision": decision,
-            "by": approval.by,
-            "reason": approval.reason,
-            "at": workflow.now().isoformat(),
-        }
+        self._gate.check_paused(self._phase)

@@ -413,7 +413,7 @@ async def test_a_worker_whose_discovery_predates_the_crd_applies_its_custom_reso
                 await other.delete(request(definition), opts)
                 monkeypatch.setattr(KubeClient, "request", counted)
                 # made again behind this runtime's back, and not waited for
-                client = await asyncio.to_thread(other.client_for, request(definition), opts)
+                client = await asyncio.to_thread(other.kube.client_for, request(definition), opts)
                 await asyncio.to_thread(client.request, "POST", crds, body=definition)
                 live = await rt.apply(request(item), opts)
                 monkeypatch.setattr(KubeClient, "request", real)

@@ -218,7 +218,7 @@ async def test_a_preview_of_an_object_another_manager_keeps_changing_shows_the_a
     live = await rt.read(req, opts)
     apps = k8s.AppsV1Api(api)
     reads = []
-    real_get = rt._get
+    real_get = rt.kube.get
 
     def other_manager_writes(n: int) -> None:
         body = {"metadata": {"annotations": {"other": str(n)}}}
@@ -233,7 +233,7 @@ async def test_a_preview_of_an_object_another_manager_keeps_changing_shows_the_a
             other_manager_writes(1)  # after the read, before the dry run
         return found
 
-    monkeypatch.setattr(rt, "_get", get)
+    monkeypatch.setattr(rt.kube, "get", get)
     result = await rt.preview(req, opts)
     got = diff_resource(
         req.id, req.type, result.would_be, live, recorded, removed_paths=result.removed_paths

@@ -431,7 +431,7 @@ async def test_preview_apply_and_delete_raise_denied_masked(step: str) -> None:
         live = {**resource.attributes, "metadata": {"name": "creds", "uid": "u1"}}
     rt = KubernetesRuntime()
     client = Refusing(WEAK, live)
-    rt.client_for = lambda resource, options: client  # type: ignore[method-assign]
+    rt.kube.client_for = lambda resource, options: client  # type: ignore[method-assign]
     options = RuntimeOptions(project="shop", workspace="prod", adopt=True)
     try:
         with pytest.raises(Denied) as err:

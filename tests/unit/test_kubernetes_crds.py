@@ -290,7 +290,7 @@ def server(monkeypatch: pytest.MonkeyPatch) -> Server:
 async def run(server: Server, step: str, obj: JSON, **extensions: Any) -> Any:
     rt = KubernetesRuntime()
     client = ScriptedClient(server)
-    rt.client_for = lambda resource, options: client  # type: ignore[method-assign]
+    rt.kube.client_for = lambda resource, options: client  # type: ignore[method-assign]
     try:
         return await getattr(rt, step)(request(obj, **extensions), OPTS)
     finally:

@@ -261,14 +261,14 @@ def test_kubeconfig_plugins_never_run(tmp_path: Path) -> None:
         extensions={"kubeConfig": str(config)},
     )
     with pytest.raises(PolicyViolation, match="exec credential plugin"):
-        rt.client_for(r, OPTS)
+        rt.kube.client_for(r, OPTS)
     foreign = r.model_copy(update={"extensions": {"kubeConfig": "/etc/passwd"}})
     with pytest.raises(PolicyViolation, match=r"extensions\.kubeConfig: /etc/passwd"):
-        rt.client_for(foreign, OPTS)
+        rt.kube.client_for(foreign, OPTS)
     by_context = r.model_copy(update={"extensions": {}})
     ctx = RuntimeOptions(project="p", workspace="w", context={"kubeConfig": "/etc/passwd"})
     with pytest.raises(PolicyViolation, match=r"context\.kubeConfig"):
-        rt.client_for(by_context, ctx)
+        rt.kube.client_for(by_context, ctx)
     assert not marker.exists()
 
 
@@ -289,7 +289,7 @@ async def test_every_kubernetes_call_checks_before_anything_runs(tmp_path: Path)
             await call(foreign, OPTS)
     with pytest.raises(PolicyViolation, match=r"extensions\.kubeConfig: /etc/passwd"):
         await rt.observe(foreign, OPTS, with_preview=True)
-    assert rt._clients == {}  # nothing connected
+    assert rt.kube._clients == {}  # nothing connected
     await rt.close()
 
 

@@ -22,7 +22,7 @@ from stackflow.model.runtime_rules import (
 )
 from stackflow.model.spec import ResourceType
 from stackflow.runtimes.base import ReadScope
-from stackflow.runtimes.kubernetes.rules import scope_key
+from stackflow.runtimes.kubernetes.connection import scope_key
 from stackflow.runtimes.registry import default_registry
 from stackflow.temporal.operation import (
     GROUP_LIMIT,

@@ -1,5 +1,7 @@
 """Reaching a cluster: clients per kubeconfig and context, the runtime's own threads,
-discovery (waiting for a kind being established), reads and listings."""
+discovery (waiting for a kind being established), reads and listings, and what this worker
+learnt of the clusters' namespaces. The Kubernetes runtime holds one
+(``KubernetesRuntime.kube``)."""
 
 from __future__ import annotations
 
@@ -9,16 +11,16 @@ import functools
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from stackflow.core.refs import RunRef
 from stackflow.runtimes.base import (
     READ_SCOPE,
     InvalidInput,
     ReadScope,
     ResourceRequest,
-    Runtime,
     RuntimeFailure,
     RuntimeOptions,
 )
@@ -41,7 +43,6 @@ from stackflow.runtimes.kubernetes.manifest import (
     check_id,
 )
 from stackflow.runtimes.kubernetes.policy import check_kubeconfig, check_object
-from stackflow.runtimes.kubernetes.rules import scope_key
 from stackflow.runtimes.kubernetes.snapshot import (
     LIST_AT_LEAST,
     NEVER_LISTED,
@@ -56,6 +57,14 @@ REQUEST_THREADS = POOL_CONNECTIONS
 """Blocking API calls the runtime runs at once (one connection each)."""
 
 
+def scope_key(attributes: Mapping[str, Any]) -> tuple[Any, Any, Any]:
+    """What a preview batch's reads are counted by (:class:`runtimes.base.ReadScope`): one
+    listing of a kind in a namespace answers all the batch's reads of it."""
+    metadata = attributes.get("metadata")
+    namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
+    return (attributes.get("apiVersion"), attributes.get("kind"), namespace)
+
+
 def snapshot_key(
     scope: ReadScope, client: KubeClient, api: ApiResource, namespace: str | None
 ) -> tuple[str, int, str]:
@@ -68,17 +77,19 @@ ABSENT_NAMESPACE_SECONDS = 2.0
 creates its namespace are previewed without one GET and one dry run each."""
 
 
-class KubeConnection(Runtime):
+class KubeConnection:
     """The Kubernetes runtime's connections: one client per kubeconfig and context (the
     worker policy decides which), threads of its own for blocking API calls, discovery of
-    the kinds the server serves, single reads and listings kept as a run's snapshot."""
+    the kinds the server serves, single reads and listings kept as a run's snapshot, and
+    the namespaces a dry run found missing or a run created."""
 
     def __init__(self, policy: WorkerPolicy | None = None) -> None:
         self._clients: dict[tuple[str | None, str | None], KubeClient] = {}
         self._lock = threading.Lock()
         self._policy = policy
         self._absent_namespaces: dict[tuple[int, str], float] = {}
-        self._fresh_namespaces = FreshNamespaces()
+        self.fresh_namespaces = FreshNamespaces()
+        """Namespaces a run created on this worker (nothing in them predates it)."""
         self._snapshots = Snapshots()
         # Requests block a thread each: threads of its own, as many as a client's connection
         # pool holds, so API calls are not capped by the event loop's default executor
@@ -89,7 +100,7 @@ class KubeConnection(Runtime):
     def policy(self) -> WorkerPolicy:
         return self._policy if self._policy is not None else worker_policy()
 
-    def _namespace_absent(
+    def namespace_absent(
         self, client: KubeClient, namespace: str | None, *, seen_absent: bool = False
     ) -> bool:
         """Whether a dry run found ``namespace`` missing within the last few seconds
@@ -106,7 +117,17 @@ class KubeConnection(Runtime):
                 del self._absent_namespaces[key]
             return until is not None and until > now
 
-    async def _call(self, rid: str, fn: Callable[..., T], *args: Any) -> T:
+    def namespace_applied(
+        self, client: KubeClient, name: str, *, created: bool, owner: RunRef | None
+    ) -> None:
+        """The Namespace ``name`` was applied (``created``: by this apply, for ``owner``'s
+        run): no longer missing, and when this run made it, fresh."""
+        with self._lock:
+            self._absent_namespaces.pop((id(client), name), None)
+        if created and owner is not None:
+            self.fresh_namespaces.add(id(client), name, owner)
+
+    async def call(self, rid: str, fn: Callable[..., T], *args: Any) -> T:
         """Run a blocking step in one of the runtime's threads; every failure names the
         resource."""
         threads = self._threads  # made and dropped on the event loop's thread only
@@ -170,7 +191,7 @@ class KubeConnection(Runtime):
                 found = self._clients[key] = connect(*key)
             return found
 
-    def _api(
+    def api(
         self, client: KubeClient, resource: ResourceRequest, ref: ObjectRef, wait: float = 0.0
     ) -> ApiResource | None:
         """Where objects of the resource's kind live; None while the kind is not served."""
@@ -186,16 +207,16 @@ class KubeConnection(Runtime):
         check_id(resource, ref, None if api is None else api.namespaced)
         return api
 
-    def _served_api(
+    def served_api(
         self, client: KubeClient, resource: ResourceRequest, ref: ObjectRef
     ) -> ApiResource:
         """Where objects of the kind live, for an apply: a kind whose CRD was just applied
         is waited for (it is being established); one nothing would serve fails at once."""
-        api = self._api(client, resource, ref) or self._unserved(client, resource, ref, wait=True)
+        api = self.api(client, resource, ref) or self.unserved(client, resource, ref, wait=True)
         assert api is not None  # _unserved(wait=True) raises instead
         return api
 
-    def _unserved(
+    def unserved(
         self, client: KubeClient, resource: ResourceRequest, ref: ObjectRef, *, wait: bool
     ) -> ApiResource | None:
         """The kind is not served: InvalidInput when nothing in the cluster would serve it.
@@ -208,12 +229,12 @@ class KubeConnection(Runtime):
         if soon is not False:
             if not wait:
                 return None
-            api = self._api(client, resource, ref, wait=DISCOVERY_WAIT_SECONDS)
+            api = self.api(client, resource, ref, wait=DISCOVERY_WAIT_SECONDS)
             if api is not None:
                 return api
         raise unserved_error(resource.id, ref, reason, soon)
 
-    def _get(
+    def get(
         self, client: KubeClient, api: ApiResource, ref: ObjectRef, rid: str, *, fresh: bool = False
     ) -> JSON | None:
         """The object as the server holds it (``fresh``: now, never from a listing)."""
@@ -245,3 +266,22 @@ class KubeConnection(Runtime):
             snapshot_key(scope, client, api, namespace),
             lambda: list_objects(client, api, namespace, wanted),
         )
+
+    def previewed(self, client: KubeClient, api: ApiResource, ref: ObjectRef) -> JSON | None:
+        """The object as the run's preview listed it on this worker, if it did."""
+        scope = READ_SCOPE.get()
+        if scope is None:
+            return None
+        namespace = ref.namespace if api.namespaced else None
+        listing = self._snapshots.peek(snapshot_key(scope, client, api, namespace))
+        return None if listing is None else listing.get(ref.name)
+
+    def close(self) -> None:
+        """Stop the threads and close every client (the next call starts afresh)."""
+        threads, self._threads = self._threads, None
+        with self._lock:
+            clients, self._clients = list(self._clients.values()), {}
+        if threads is not None:
+            threads.shutdown(wait=False, cancel_futures=True)
+        for client in clients:
+            client.close()

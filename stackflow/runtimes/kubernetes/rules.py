@@ -18,14 +18,6 @@ ID = re.compile(r"^[^:\s]+:[^:\s]+(:[^:\s]+)?:[^:\s]+$")
 SECRET_FIELDS = ["data", "stringData"]
 
 
-def scope_key(attributes: Mapping[str, Any]) -> tuple[Any, Any, Any]:
-    """What a preview batch's reads are counted by (:class:`runtimes.base.ReadScope`): one
-    listing of a kind in a namespace answers all the batch's reads of it."""
-    metadata = attributes.get("metadata")
-    namespace = metadata.get("namespace") if isinstance(metadata, Mapping) else None
-    return (attributes.get("apiVersion"), attributes.get("kind"), namespace)
-
-
 def _kubernetes_kind(resource: Described) -> tuple[str, str] | None:
     """(API group, kind) of a Kubernetes resource's manifest, else None."""
     if str(resource.type) != TYPE_NAME:

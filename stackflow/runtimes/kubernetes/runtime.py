@@ -85,13 +85,13 @@ import asyncio
 import time
 
 from stackflow.runtimes.base import (
-    READ_SCOPE,
     Attributes,
     Conflict,
     InvalidInput,
     NotFound,
     PreviewResult,
     ResourceRequest,
+    Runtime,
     RuntimeOptions,
     Unavailable,
 )
@@ -102,7 +102,7 @@ from stackflow.runtimes.kubernetes.client import (
     ApiResource,
     KubeClient,
 )
-from stackflow.runtimes.kubernetes.connection import KubeConnection, snapshot_key
+from stackflow.runtimes.kubernetes.connection import KubeConnection
 from stackflow.runtimes.kubernetes.failures import (
     DISCOVERY_WAIT_SECONDS,
     KindNotServed,
@@ -138,6 +138,7 @@ from stackflow.runtimes.kubernetes.readiness import (
 )
 from stackflow.runtimes.kubernetes.rules import TYPE_NAME
 from stackflow.runtimes.kubernetes.unchanged import applies_unchanged
+from stackflow.runtimes.policy import WorkerPolicy
 
 CRD_READY_SECONDS = 60.0
 """How long applying a CustomResourceDefinition waits (unless ``extensions.readinessTimeout``
@@ -147,28 +148,35 @@ DRY_RUN_ATTEMPTS = 3
 object changed between its read and its dry run (a controller writing its status)."""
 
 
-class KubernetesRuntime(KubeConnection):
+class KubernetesRuntime(Runtime):
     """Any Kubernetes object, built-in or custom, by server-side apply."""
 
     type_name = TYPE_NAME
-    checks_every_call = True  # each call starts with client_for, which checks the policy
+    checks_every_call = True  # each call starts with kube.client_for, which checks the policy
+
+    def __init__(self, policy: WorkerPolicy | None = None) -> None:
+        self.kube = KubeConnection(policy)
+        """The clusters: clients, threads, discovery, reads and listings."""
+
+    def check_policy(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
+        self.kube.check_policy(resource, options)
 
     # ---- read ----------------------------------------------------------------------------
     async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
-        return await self._call(resource.id, self._read, resource, options)
+        return await self.kube.call(resource.id, self._read, resource, options)
 
     def _read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
-        client = self.client_for(resource, options)
+        client = self.kube.client_for(resource, options)
         ref = object_ref(resource)
-        api = self._api(client, resource, ref)
+        api = self.kube.api(client, resource, ref)
         if api is None:
             return None  # the kind is not served (yet): no such object can exist
-        live = self._get(client, api, ref, resource.id)
+        live = self.kube.get(client, api, ref, resource.id)
         return None if live is None else normalise(live)
 
     # ---- preview & apply -----------------------------------------------------------------
     async def preview(self, resource: ResourceRequest, options: RuntimeOptions) -> PreviewResult:
-        _, result = await self._call(resource.id, self._preview, resource, options)
+        _, result = await self.kube.call(resource.id, self._preview, resource, options)
         return result
 
     async def observe(
@@ -177,27 +185,27 @@ class KubernetesRuntime(KubeConnection):
         """One GET serves both the live object and the preview (then the dry-run apply)."""
         if not with_preview:
             return await self.read(resource, options), None
-        live, result = await self._call(resource.id, self._preview, resource, options)
+        live, result = await self.kube.call(resource.id, self._preview, resource, options)
         return (None if live is None else normalise(live)), result
 
     def _preview(
         self, resource: ResourceRequest, options: RuntimeOptions
     ) -> tuple[JSON | None, PreviewResult]:
         """(the object as read, None if absent; the preview)."""
-        client = self.client_for(resource, options)
+        client = self.kube.client_for(resource, options)
         ref = object_ref(resource)
         desired = desired_object(resource, options)
         sensitive = ["data"] if ref.kind == "Secret" and ref.api_version == "v1" else []
-        api = self._api(client, resource, ref)
+        api = self.kube.api(client, resource, ref)
         if api is None:
             if "." not in ref.api_version.rpartition("/")[0]:  # a built-in group never grows
-                self._unserved(client, resource, ref, wait=False)
+                self.kube.unserved(client, resource, ref, wait=False)
             # else a custom kind whose CRD an earlier node of this run creates
             return None, PreviewResult(would_be=desired, sensitive_paths=sensitive)
-        if api.namespaced and self._namespace_absent(client, ref.namespace):
+        if api.namespaced and self.kube.namespace_absent(client, ref.namespace):
             # nothing can exist in a namespace that does not: an earlier node creates it
             return None, PreviewResult(would_be=desired, sensitive_paths=sensitive)
-        live = self._get(client, api, ref, resource.id)
+        live = self.kube.get(client, api, ref, resource.id)
         if live is not None:
             check_owner(resource, ref, live, options)
             if applies_unchanged(desired, live):  # its dry run would answer live itself
@@ -219,7 +227,7 @@ class KubernetesRuntime(KubeConnection):
                 break
             # changed since it was read or listed: read what the dry run merged onto, and
             # when it changed again since, dry-run onto the object as read now
-            live = self._get(client, api, ref, resource.id, fresh=True)
+            live = self.kube.get(client, api, ref, resource.id, fresh=True)
             if live is None:
                 break  # gone meanwhile: shown as a create
             shown = previewed(desired, live, result)
@@ -243,7 +251,7 @@ class KubernetesRuntime(KubeConnection):
             timeout = self._readiness_timeout(resource) or min(
                 CRD_READY_SECONDS, options.timeout_seconds
             )
-        client, ref, result = await self._call(resource.id, self._apply, resource, options)
+        client, ref, result = await self.kube.call(resource.id, self._apply, resource, options)
         if definition:
             result = await self._crd_serving(client, resource, ref, result, timeout)
         return normalise(result)
@@ -273,7 +281,7 @@ class KubernetesRuntime(KubeConnection):
                 )
             if state.ready:
                 kinds = crd_served_kinds(crd)
-                missing = await self._call(resource.id, client.undiscovered, kinds)
+                missing = await self.kube.call(resource.id, client.undiscovered, kinds)
                 if not missing:
                     return crd
                 state = Readiness(False, f"discovery does not list it in {', '.join(missing)}")
@@ -286,9 +294,9 @@ class KubernetesRuntime(KubeConnection):
                 )
             await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(delay * 2, 0.25)
-            api = await self._call(resource.id, self._api, client, resource, ref)
+            api = await self.kube.call(resource.id, self.kube.api, client, resource, ref)
             assert api is not None  # the apply just used it
-            live = await self._call(resource.id, self._get, client, api, ref, resource.id)
+            live = await self.kube.call(resource.id, self.kube.get, client, api, ref, resource.id)
             if live is None:
                 raise Unavailable(
                     f"{resource.id}: {ref.describe()} was deleted while stackflow waited for "
@@ -301,19 +309,21 @@ class KubernetesRuntime(KubeConnection):
         self, resource: ResourceRequest, options: RuntimeOptions
     ) -> tuple[KubeClient, ObjectRef, JSON]:
         """(the client, the object, the server's answer to the apply)."""
-        client = self.client_for(resource, options)
+        client = self.kube.client_for(resource, options)
         ref = object_ref(resource)
         desired = desired_object(resource, options)
-        api = self._served_api(client, resource, ref)
+        api = self.kube.served_api(client, resource, ref)
         prior = resource.prior_state
         # An object this stack recorded with its own ownership markers is this stack's (no
         # other stack applies or adopts an owned object): apply without reading it first.
         ours = prior is not None and owner_of(prior) == options.stack
         # So is a new object in a namespace this run created: nothing was there before it;
         # the apply must create it (201), which is checked below.
-        fresh = not ours and self._fresh_namespaces.claim_for(client, api, ref, resource, options)
+        fresh = not ours and self.kube.fresh_namespaces.claim_for(
+            client, api, ref, resource, options
+        )
         if not ours and not fresh:
-            live = self._get(client, api, ref, resource.id)
+            live = self.kube.get(client, api, ref, resource.id)
             if live is not None:
                 self._refuse_terminating(resource, ref, live)
                 check_owner(resource, ref, live, options)
@@ -331,10 +341,8 @@ class KubernetesRuntime(KubeConnection):
             appeared(client, api, ref, resource)
         self._refuse_terminating(resource, ref, result)
         if ref.kind == "Namespace" and ref.api_version == "v1":
-            with self._lock:
-                self._absent_namespaces.pop((id(client), ref.name), None)
-            if status == HTTP_CREATED and options.owner is not None:
-                self._fresh_namespaces.add(id(client), ref.name, options.owner)
+            created = status == HTTP_CREATED
+            self.kube.namespace_applied(client, ref.name, created=created, owner=options.owner)
         return client, ref, result
 
     def _apply_served(
@@ -369,7 +377,7 @@ class KubernetesRuntime(KubeConnection):
             time.sleep(delay)
             delay = min(delay * 2, 1.0)
             client.forget(ref.api_version)
-            api = self._served_api(client, resource, ref)
+            api = self.kube.served_api(client, resource, ref)
 
     @staticmethod
     def _refuse_terminating(resource: ResourceRequest, ref: ObjectRef, obj: JSON) -> None:
@@ -406,7 +414,7 @@ class KubernetesRuntime(KubeConnection):
             return patch(force)
         except ApiError as exc:
             if dry_run and namespace_missing(exc):
-                self._namespace_absent(client, ref.namespace, seen_absent=True)
+                self.kube.namespace_absent(client, ref.namespace, seen_absent=True)
             if exc.status == 404 and not namespace_missing(exc):
                 # an apply creates what is missing: a 404 not about the namespace means the
                 # server has no route for the kind (404 page not found)
@@ -435,20 +443,20 @@ class KubernetesRuntime(KubeConnection):
         ref = object_ref(resource)
         if is_crd(ref.api_version, ref.kind):
             # its kind is gone: the next apply of it must not trust what discovery said
-            client = await self._call(resource.id, self.client_for, resource, options)
+            client = await self.kube.call(resource.id, self.kube.client_for, resource, options)
             group = (resource.attributes.get("spec") or {}).get("group")
             if isinstance(group, str):
                 client.forget_group(group)
 
     async def _delete(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
-        started = await self._call(resource.id, self._start_delete, resource, options)
+        started = await self.kube.call(resource.id, self._start_delete, resource, options)
         if started is None:
             return
         client, api, ref, uid = started
         deadline = time.monotonic() + options.timeout_seconds
         delay = 0.1
         while True:
-            live = await self._call(resource.id, self._get, client, api, ref, resource.id)
+            live = await self.kube.call(resource.id, self.kube.get, client, api, ref, resource.id)
             if live is None or (live.get("metadata") or {}).get("uid") != uid:
                 return
             if time.monotonic() >= deadline:
@@ -464,9 +472,9 @@ class KubernetesRuntime(KubeConnection):
     def _start_delete(
         self, resource: ResourceRequest, options: RuntimeOptions
     ) -> tuple[KubeClient, ApiResource, ObjectRef, str] | None:
-        client = self.client_for(resource, options)
+        client = self.kube.client_for(resource, options)
         ref = object_ref(resource)
-        api = self._api(client, resource, ref)
+        api = self.kube.api(client, resource, ref)
         if api is None:
             return None  # its kind is gone (CRD deleted), and with it every object
         propagation = resource.extensions.get("deletionPropagation") or default_propagation(ref)
@@ -476,7 +484,7 @@ class KubernetesRuntime(KubeConnection):
                 "Foreground, Background or Orphan",
                 resource_id=resource.id,
             )
-        seen = self._previewed(client, api, ref)
+        seen = self.kube.previewed(client, api, ref)
         if seen is not None:
             # as this run's preview read it: deleted only if it is still exactly that object
             # (uid and resourceVersion) and this stack's; else read again below, and every
@@ -486,7 +494,7 @@ class KubernetesRuntime(KubeConnection):
                 return self._send_delete(client, api, ref, resource, seen, propagation, exact=True)
             except (ObjectChanged, Conflict):
                 pass
-        live = self._get(client, api, ref, resource.id)
+        live = self.kube.get(client, api, ref, resource.id)
         if live is None:
             return None
         check_owner(resource, ref, live, options, deleting=True)
@@ -494,15 +502,6 @@ class KubernetesRuntime(KubeConnection):
             return self._send_delete(client, api, ref, resource, live, propagation, exact=False)
         except ObjectChanged:  # replaced since it was read: not the object this stack deletes
             return None
-
-    def _previewed(self, client: KubeClient, api: ApiResource, ref: ObjectRef) -> JSON | None:
-        """The object as the run's preview listed it on this worker, if it did."""
-        scope = READ_SCOPE.get()
-        if scope is None:
-            return None
-        namespace = ref.namespace if api.namespaced else None
-        listing = self._snapshots.peek(snapshot_key(scope, client, api, namespace))
-        return None if listing is None else listing.get(ref.name)
 
     @staticmethod
     def _send_delete(
@@ -554,15 +553,15 @@ class KubernetesRuntime(KubeConnection):
 
     async def wait_ready(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes:
         timeout = self._readiness_timeout(resource) or options.timeout_seconds
-        client = await self._call(resource.id, self.client_for, resource, options)
+        client = await self.kube.call(resource.id, self.kube.client_for, resource, options)
         ref = object_ref(resource)
-        api = await self._call(resource.id, self._api, client, resource, ref)
+        api = await self.kube.call(resource.id, self.kube.api, client, resource, ref)
         if api is None:
             raise NotFound(f"{resource.id}: kind {ref.kind} is not served", resource_id=resource.id)
         deadline = time.monotonic() + timeout
         delay = 0.2
         while True:
-            live = await self._call(resource.id, self._get, client, api, ref, resource.id)
+            live = await self.kube.call(resource.id, self.kube.get, client, api, ref, resource.id)
             if live is None:
                 raise NotFound(
                     f"{resource.id}: {ref.describe()} does not exist", resource_id=resource.id
@@ -584,10 +583,4 @@ class KubernetesRuntime(KubeConnection):
             delay = min(delay * 1.5, 2.0)
 
     async def close(self) -> None:
-        threads, self._threads = self._threads, None
-        with self._lock:
-            clients, self._clients = list(self._clients.values()), {}
-        if threads is not None:
-            threads.shutdown(wait=False, cancel_futures=True)
-        for client in clients:
-            client.close()
+        self.kube.close()

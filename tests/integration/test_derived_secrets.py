@@ -267,13 +267,13 @@ async def test_tainted_values_reach_opentofu_as_sensitive(
     backend = open_backend(f"sqlite:///{tmp_path / 'state.db'}") if batched else None
     runtime = TerraformRuntime(root=tmp_path / "tf", backend=backend)
     batches: list[int] = []
-    command = runtime._batch_command
+    command = runtime.batches.command
 
     async def counted(calls: Any) -> bool:
         batches.append(len(calls))
         return await command(calls)
 
-    runtime._batch_command = counted  # type: ignore[method-assign]
+    runtime.batches.command = counted  # type: ignore[method-assign]
     options = RuntimeOptions(project="p", workspace="w", timeout_seconds=120)
     requests = [
         ResourceRequest(

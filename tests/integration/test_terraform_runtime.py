@@ -201,7 +201,7 @@ async def test_drift_from_a_separate_tofu_run_is_shown_and_repaired(
     r = req(rid, r.attributes, BUILTIN, live)
 
     # someone runs tofu by hand against the same state (the resource's working directory)
-    workdir = runtime.workdir_path(rid, options)
+    workdir = runtime.host.workdir_path(rid, options)
     config = json.loads((workdir / "main.tf.json").read_text())
     config["resource"]["terraform_data"]["cfg"]["input"] = {"level": "debug"}
     (workdir / "main.tf.json").write_text(json.dumps(config))
@@ -326,7 +326,7 @@ async def test_context_env_reaches_the_cli_and_is_not_recorded(
     for private in ("STACKFLOW_", "REDIS_URL", "TEMPORAL_", "secret-password", "worker-private"):
         assert private not in seen, private
     assert token not in json.dumps(live)
-    assert token not in (runtime.workdir_path(r.id, opts) / "main.tf.json").read_text()
+    assert token not in (runtime.host.workdir_path(r.id, opts) / "main.tf.json").read_text()
 
     # a name the policy refuses never reaches the CLI: nothing runs
     dump.unlink()
@@ -340,13 +340,13 @@ async def test_context_env_reaches_the_cli_and_is_not_recorded(
 def counting_commands(runtime: TerraformRuntime, monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The tofu commands the runtime runs from now on, in order (each still runs)."""
     commands: list[str] = []
-    real_run = runtime.cli.run
+    real_run = runtime.tools.cli.run
 
     async def counted(workdir: Path, command: str, *args: str, **kw: Any) -> Any:
         commands.append(command)
         return await real_run(workdir, command, *args, **kw)
 
-    monkeypatch.setattr(runtime.cli, "run", counted)
+    monkeypatch.setattr(runtime.tools.cli, "run", counted)
     return commands
 
 
@@ -552,7 +552,7 @@ async def test_a_batch_whose_state_cannot_be_kept_leaves_it_for_the_retry(
             *(runtime.apply(t, options) for t in tokens), return_exceptions=True
         )
         assert all(isinstance(f, BackendUnavailableError) for f in failed), failed
-        left = [runtime.workdir_path(t.id, options) / "terraform.tfstate" for t in tokens]
+        left = [runtime.host.workdir_path(t.id, options) / "terraform.tfstate" for t in tokens]
         created = [json.loads(p.read_text())["resources"][0]["instances"][0] for p in left]
 
         monkeypatch.setattr(backend, "put_terraform_states", keep)
@@ -617,13 +617,13 @@ async def test_a_batch_whose_callers_are_all_cancelled_stops_its_command(tmp_pat
 def recording_argv(runtime: TerraformRuntime, monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     """Each tofu command the runtime runs from now on: its command and positional arguments."""
     seen: list[list[str]] = []
-    real_run = runtime.cli.run
+    real_run = runtime.tools.cli.run
 
     async def recorded(workdir: Path, command: str, *args: str, **kw: Any) -> Any:
         seen.append([command, *args])
         return await real_run(workdir, command, *args, **kw)
 
-    monkeypatch.setattr(runtime.cli, "run", recorded)
+    monkeypatch.setattr(runtime.tools.cli, "run", recorded)
     return seen
 
 
@@ -704,14 +704,14 @@ async def test_a_delete_destroys_from_the_state_its_preview_refreshed(
     backend = open_backend(f"sqlite:///{tmp_path / 'state.db'}")
     runtime = TerraformRuntime(root=tmp_path / "tf", backend=backend)
     seen: list[tuple[str, Any, bool]] = []  # each command, its -refresh, whether refresh-only
-    real_run = runtime.cli.run
+    real_run = runtime.tools.cli.run
 
     async def recorded(workdir: Path, command: str, *args: str, **kw: Any) -> Any:
         if command != "init":  # (a new batch directory's)
             seen.append((command, kw.get("refresh"), "refresh_only" in kw))
         return await real_run(workdir, command, *args, **kw)
 
-    monkeypatch.setattr(runtime.cli, "run", recorded)
+    monkeypatch.setattr(runtime.tools.cli, "run", recorded)
     stack, run = StackRef("gone", "dev"), RunRef("stackflow/gone/dev", "r1")
     base = RuntimeOptions(project="gone", workspace="dev", timeout_seconds=120)
     files = [tmp_path / "out" / f"f{i}.txt" for i in range(3)]

@@ -12,8 +12,9 @@ import re
 import shutil
 import tempfile
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from python_terraform import IsFlagged
 
@@ -25,8 +26,10 @@ from stackflow.runtimes.base import (
     RuntimeOptions,
     Unavailable,
 )
+from stackflow.runtimes.policy import WorkerPolicy, worker_policy
 from stackflow.runtimes.terraform.cli import (
     GENERATED_CONFIG,
+    Cli,
     Result,
     base_env,
     failure,
@@ -56,9 +59,6 @@ from stackflow.runtimes.terraform.state import (
     state_sensitive_paths,
     with_unknowns,
 )
-
-if TYPE_CHECKING:
-    from stackflow.runtimes.terraform.runtime import TerraformRuntime
 
 STATE_FILE = "terraform.tfstate"
 CONFIG_FILE = GENERATED_CONFIG
@@ -120,13 +120,29 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+@dataclass
+class Toolchain:
+    """What the commands of every working directory of a runtime share: the OpenTofu CLI,
+    the worker policy (its environment rules) and the providers' schemas, cached per
+    provider and version."""
+
+    cli: Cli
+    given_policy: WorkerPolicy | None = None
+    """The runtime's own policy (tests); None: the worker's (:func:`worker_policy`)."""
+    schemas: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def policy(self) -> WorkerPolicy:
+        return self.given_policy if self.given_policy is not None else worker_policy()
+
+
 class Workdir:
     """A resource's working directory: a cache of config, providers and state."""
 
     def __init__(
-        self, runtime: TerraformRuntime, res: TerraformResource, path: Path, options: RuntimeOptions
+        self, tools: Toolchain, res: TerraformResource, path: Path, options: RuntimeOptions
     ) -> None:
-        self.runtime = runtime
+        self.tools = tools
         self.res = res
         self.path = path
         self.options = options
@@ -136,7 +152,7 @@ class Workdir:
         """The command's environment, made when a command first runs (a batch's members
         only read their part of the state): provider credentials from context.env (checked
         by the policy), passed, never written."""
-        policy = self.runtime.policy.for_project(self.options.project, self.res.id)
+        policy = self.tools.policy.for_project(self.options.project, self.res.id)
         return base_env(terraform_env(policy, self.res.id, self.options.context.get("env")), policy)
 
     # ---- files ------------------------------------------------------------------------------
@@ -171,7 +187,7 @@ class Workdir:
 
     # ---- commands ---------------------------------------------------------------------------
     async def run(self, command: str, *args: str, **flags: Any) -> Result:
-        return await self.runtime.cli.run(
+        return await self.tools.cli.run(
             self.path, command, *args, env=self.env, timeout=self.options.timeout_seconds, **flags
         )
 
@@ -179,7 +195,7 @@ class Workdir:
         """``init`` when the provider requirements changed since the last one (stamp)."""
         providers = required_providers(self.res)
         stamp = hashlib.sha256(
-            json.dumps([providers, self.runtime.cli.binary], sort_keys=True).encode()
+            json.dumps([providers, self.tools.cli.binary], sort_keys=True).encode()
         ).hexdigest()
         stamp_path = self.path / INIT_STAMP
         lockfile = self.path / ".terraform.lock.hcl"
@@ -216,7 +232,7 @@ class Workdir:
         if self.res.provider.builtin:
             return BUILTIN_SCHEMAS.get(self.res.resource_type)
         key = f"{self.res.provider.source}@{self.res.provider.version}"
-        schemas = self.runtime.schemas.get(key)
+        schemas = self.tools.schemas.get(key)
         if schemas is None:
             result = await self.run("providers schema", json=IsFlagged)
             schemas = {}
@@ -226,7 +242,7 @@ class Workdir:
                     for provider in (doc.get("provider_schemas") or {}).values():
                         for rtype, spec in (provider.get("resource_schemas") or {}).items():
                             schemas[rtype] = spec.get("block") or {}
-            self.runtime.schemas[key] = schemas
+            self.tools.schemas[key] = schemas
         return schemas.get(self.res.resource_type)
 
     async def values(self, state: State) -> tuple[Attributes, list[str]] | None:

@@ -214,7 +214,7 @@ async def connect_temporal(runtime: Runtime | None = None) -> Client:
 
 
 def app_from_env(max_body_bytes: int = MAX_BODY_BYTES, **options: Any) -> FastAPI:
-    from stackflow.core.config import default_backend
+    from stackflow.state.backend import open_backend
     from stackflow.temporal.tls import TemporalTLS
 
     TemporalTLS.from_env()  # bad TLS / API key settings stop `stackflow serve` at start
@@ -226,7 +226,7 @@ def app_from_env(max_body_bytes: int = MAX_BODY_BYTES, **options: Any) -> FastAP
 
     return create_app(
         connect,
-        default_backend(),
+        open_backend(),
         tokens,
         max_body_bytes=max_body_bytes,
         sdk_metrics=buffer,

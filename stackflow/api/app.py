@@ -20,11 +20,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.client import Client
 
 from stackflow.api import problems
-from stackflow.api.auth import AuthUnavailable, TokenTable, bearer, load_tokens
+from stackflow.api.auth import TokenTable, bearer, load_tokens
 from stackflow.api.context import MAX_BODY_BYTES, ApiContext
-from stackflow.api.events import MAX_STREAMS, StreamSlots
+from stackflow.api.identity import AuthUnavailable
 from stackflow.api.metrics import Metrics, sdk_runtime
 from stackflow.api.routes import router
+from stackflow.api.stream_slots import MAX_STREAMS, StreamSlots
 from stackflow.core import heap
 
 if TYPE_CHECKING:

@@ -21,8 +21,8 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from stackflow.api.auth import Role
 from stackflow.api.context import ApiContext
+from stackflow.api.identity import Role
 from stackflow.api.models import (
     TAKES,
     WORKFLOWS,

@@ -15,6 +15,7 @@ its options without running it.
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -32,7 +33,8 @@ PAGES = {"reference/http-api.md": "http_api_page", "reference/cli.md": "cli_page
 def _text(value: str) -> str:
     """Plain text for Markdown: code spans kept, HTML-looking and emphasis characters
     escaped, table pipes escaped, lines of one paragraph joined."""
-    parts = re.split(r"(`[^`]*`)", value)
+    value = re.sub(r":[a-z]+:`~?([^`]+)`", r"`\1`", value)  # reST roles: :class:`X` -> `X`
+    parts = re.split(r"(``.+?``|`[^`]*`)", value)
     out = []
     for i, part in enumerate(parts):
         if i % 2:
@@ -126,7 +128,9 @@ def _operation(method: str, path: str, op: dict[str, Any]) -> list[str]:
         lines += ["| parameter | in | type | required | description |", "|---|---|---|---|---|"]
         for p in params:
             schema = p.get("schema", {})
-            default = f" (default {_code(repr(schema['default']))})" if "default" in schema else ""
+            default = ""
+            if "default" in schema:
+                default = f" (default {_code(json.dumps(schema['default']))})"
             described = " ".join(_paragraphs(p.get("description") or schema.get("description")))
             lines.append(
                 f"| `{p['name']}` | {p['in']} | {_type(schema)} | "
@@ -168,7 +172,7 @@ def _schema(name: str, schema: dict[str, Any]) -> list[str]:
     required = set(schema.get("required", []))
     lines += ["| field | type | required | description |", "|---|---|---|---|"]
     for field, sub in props.items():
-        default = f" Default: {_code(repr(sub['default']))}." if "default" in sub else ""
+        default = f" Default: {_code(json.dumps(sub['default']))}." if "default" in sub else ""
         described = " ".join(_paragraphs(sub.get("description")))
         lines.append(
             f"| `{field}` | {_type(sub)} | {'yes' if field in required else 'no'} | "

@@ -9,6 +9,7 @@ cd "$(dirname "$0")/.."
 if ! command -v uv >/dev/null 2>&1; then
   python3 -m pip install --quiet --disable-pip-version-check "uv==0.13.8" 2>&1 | grep -v "Running pip as the 'root' user" || true
 fi
-# Material for MkDocs prints a banner about MkDocs 2.0 on every build unless this is set.
+# Material for MkDocs 9.7+ prints a banner on every build (its end of life in May 2027, and its
+# successor Zensical, which reads this mkdocs.yml) unless this is set.
 export NO_MKDOCS_2_WARNING=1
 exec uv run --frozen --quiet --group docs mkdocs build --strict "$@"

@@ -47,6 +47,6 @@ ENV PATH="/app/.venv/bin:${PATH}" \
 USER stackflow:stackflow
 VOLUME ["/data/stackflow", "/data/onprem"]
 
-# The worker (stackflow.worker) is expected to shut down gracefully on SIGTERM; compose allows it 60s.
+# The worker (stackflow.worker.main) is expected to shut down gracefully on SIGTERM; compose allows it 60s.
 STOPSIGNAL SIGTERM
 CMD ["/app/.venv/bin/python", "-m", "stackflow.worker"]

@@ -117,8 +117,8 @@ async def through_temporal(
 ) -> list[float]:
     from temporalio.client import Client
 
-    from stackflow.codec import data_converter
-    from stackflow.operation import OperationInput, OperationResult, workflow_id_for
+    from stackflow.temporal.codec import data_converter
+    from stackflow.temporal.operation import OperationInput, OperationResult, workflow_id_for
 
     client = await Client.connect(
         env["TEMPORAL_ADDRESS"],

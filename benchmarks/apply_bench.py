@@ -40,9 +40,9 @@ sys.path.insert(0, str(REPO))
 from temporalio.api.history.v1 import History  # noqa: E402
 from temporalio.client import Client, WorkflowHistory  # noqa: E402
 
-from stackflow.codec import data_converter  # noqa: E402
-from stackflow.operation import OperationInput, OperationResult  # noqa: E402
-from stackflow.spec import parse_spec  # noqa: E402
+from stackflow.model.spec import parse_spec  # noqa: E402
+from stackflow.temporal.codec import data_converter  # noqa: E402
+from stackflow.temporal.operation import OperationInput, OperationResult  # noqa: E402
 
 HISTORY_WARNINGS = ("history size exceeds", "history count exceeds", "blob size exceeds")
 
@@ -246,7 +246,7 @@ async def _bench(
     rates: dict[tuple[str, int], float],
 ) -> None:
     queue = f"bench-{uuid.uuid4().hex[:8]}"
-    import stackflow.worker as worker_module
+    import stackflow.worker.main as worker_module
 
     log = server_log()
     log_start = log.stat().st_size if log else 0

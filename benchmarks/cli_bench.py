@@ -185,7 +185,7 @@ class WaitingRun:
 def api_status_requests(project: str) -> Callable[[], object]:
     """The two requests `stackflow status` makes, from this process (one client)."""
     from stackflow.client import StackflowClient
-    from stackflow.refs import StackRef
+    from stackflow.core.refs import StackRef
 
     client = StackflowClient.from_env()
     stack = StackRef(project, "default")
@@ -200,7 +200,7 @@ def api_status_requests(project: str) -> Callable[[], object]:
 def api_preview_requests(project: str, spec: dict[str, Any]) -> Callable[[], object]:
     """The requests `stackflow preview` makes through the API, from this process."""
     from stackflow.client import RunRequest, StackflowClient
-    from stackflow.refs import StackRef
+    from stackflow.core.refs import StackRef
 
     client = StackflowClient.from_env()
     stack = StackRef(project, "default")

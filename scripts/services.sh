@@ -273,7 +273,7 @@ dev_key() {
   [ -s "$KEY_FILE" ] && return
   (cd "$REPO_ROOT" && "$VENV/bin/python" -c "
 from pathlib import Path
-from stackflow.crypto import KeyRing, new_key_line, write_key_file
+from stackflow.core.crypto import KeyRing, new_key_line, write_key_file
 write_key_file(Path('$KEY_FILE'), KeyRing.parse(new_key_line('dev1'), 'dev'))") ||
     die "could not write the dev encryption key $KEY_FILE"
 }

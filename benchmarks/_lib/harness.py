@@ -349,7 +349,7 @@ class Service:
 
         from temporalio.client import Client
 
-        from stackflow.codec import data_converter
+        from stackflow.temporal.codec import data_converter
 
         self.stack = stack
         self.loop = asyncio.new_event_loop()
@@ -365,7 +365,7 @@ class Service:
         """Start ``workflow`` (approved up front, as ``--yes``) on the stack's task queue and
         wait for its result; its wall seconds. A run that does not succeed stops the
         benchmark."""
-        from stackflow.operation import OperationInput, OperationResult, workflow_id_for
+        from stackflow.temporal.operation import OperationInput, OperationResult, workflow_id_for
 
         request = OperationInput(
             project=project, spec=spec, auto_approve=workflow != "PreviewWorkflow"

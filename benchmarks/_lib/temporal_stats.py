@@ -14,7 +14,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import History
 from temporalio.client import Client
 
-from stackflow.codec import data_converter
+from stackflow.temporal.codec import data_converter
 
 
 @dataclass

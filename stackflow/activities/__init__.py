@@ -35,10 +35,10 @@ from stackflow.activities.resource_step import ResourceStep
 from stackflow.activities.runs import RunOracle
 from stackflow.activities.stack_guard import StackGuard
 from stackflow.activities.walk import WalkActivities
-from stackflow.cache import PriorStateCache
-from stackflow.event_bell import Bell
 from stackflow.runtimes.registry import RuntimeRegistry
 from stackflow.state.backend import StateBackend
+from stackflow.state.cache import PriorStateCache
+from stackflow.state.event_bell import Bell
 
 
 @dataclass

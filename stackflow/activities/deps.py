@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from stackflow.activities.runs import RunOracle, TemporalRunOracle
-from stackflow.cache import PriorStateCache
-from stackflow.event_bell import Bell, RingingEventLog
-from stackflow.plan_store import PlanStore
 from stackflow.runtimes.registry import RuntimeRegistry
-from stackflow.spec_store import SpecStore
 from stackflow.state.backend import StateBackend
+from stackflow.state.cache import PriorStateCache
+from stackflow.state.event_bell import Bell, RingingEventLog
+from stackflow.state.plan_store import PlanStore
 from stackflow.state.protocols import RunEventLog
+from stackflow.state.spec_store import SpecStore
 
 
 @dataclass
@@ -36,7 +36,7 @@ class Deps:
     """Temporal's answer to "has the run holding this stack ended?"."""
     events: RunEventLog
     """Where activities append a run's events: the backend's log, ringing the run's bell
-    after each append when Redis is configured (:mod:`stackflow.event_bell`)."""
+    after each append when Redis is configured (:mod:`stackflow.state.event_bell`)."""
 
     @classmethod
     def create(

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from stackflow.errors import (
+from stackflow.core.errors import (
     BackendUnavailableError,
     FencedError,
     PolicyDenied,

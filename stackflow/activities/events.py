@@ -1,4 +1,4 @@
-"""Appending a run's events from its activities (:mod:`stackflow.events`).
+"""Appending a run's events from its activities (:mod:`stackflow.model.events`).
 
 An :class:`EventSink` belongs to one activity attempt: it buffers what the activity reports
 and appends it to the run's stream every :data:`FLUSH_SECONDS` in the background and when the
@@ -9,7 +9,7 @@ twice, a new activity (a retry walk of the run) appends its own events.
 
 An event that cannot be appended in the background stays buffered for the next flush; the
 final flush raises like any state write (the activity is retried, its events deduplicated).
-Each node's end is also counted in stackflow's metrics (:mod:`stackflow.metrics`).
+Each node's end is also counted in stackflow's metrics (:mod:`stackflow.temporal.metrics`).
 """
 
 from __future__ import annotations
@@ -24,11 +24,11 @@ from typing import Any
 
 from temporalio import activity
 
-from stackflow import metrics
-from stackflow.diff import Action, Change
-from stackflow.events import EventType, NewEvent, resource_ref, short
-from stackflow.refs import RunRef, StackRef
+from stackflow.core.refs import RunRef, StackRef
+from stackflow.engine.diff import Action, Change
+from stackflow.model.events import EventType, NewEvent, resource_ref, short
 from stackflow.state.protocols import RunEventLog
+from stackflow.temporal import metrics
 
 FLUSH_SECONDS = 0.2
 

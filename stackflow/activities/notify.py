@@ -1,4 +1,4 @@
-"""Notifications, seen from the activities (:mod:`stackflow.notifications`): starting one
+"""Notifications, seen from the activities (:mod:`stackflow.model.notifications`): starting one
 ``NotifyWorkflow`` per announced run event, and that workflow's steps (which destinations
 take the event, one delivery, the dead-letter record).
 
@@ -21,11 +21,11 @@ from temporalio import activity
 from temporalio.common import WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
-from stackflow import metrics
 from stackflow.activities.deps import Deps
 from stackflow.activities.errors import temporal_errors
-from stackflow.events import NewEvent, short
-from stackflow.notifications import (
+from stackflow.core.refs import RunRef, StackRef
+from stackflow.model.events import NewEvent, short
+from stackflow.model.notifications import (
     SIGNATURE_HEADER,
     Notice,
     NotificationFailure,
@@ -34,8 +34,8 @@ from stackflow.notifications import (
     cloud_type,
     signature,
 )
-from stackflow.refs import RunRef, StackRef
 from stackflow.state.protocols import NotificationStore
+from stackflow.temporal import metrics
 
 SEND_TIMEOUT = 10.0
 """Seconds one delivery may take (connect and answer)."""

@@ -19,10 +19,8 @@ from stackflow.activities.notify import drift_notice, send_notices
 from stackflow.activities.preview import batch_result, owned
 from stackflow.activities.resource_step import ResourceStep, desired_from_recorded
 from stackflow.activities.stack_guard import StackGuard, calling_run
-from stackflow.diff import Action, Change, diff_recorded
-from stackflow.diff_store import load_changes
-from stackflow.drift import DriftReport, DriftSummary
-from stackflow.masking import (
+from stackflow.engine.diff import Action, Change, diff_recorded
+from stackflow.engine.masking import (
     RECORDED_SENSITIVE_KEY,
     RUNTIME_KEY_PREFIX,
     derived_sensitive_paths,
@@ -31,10 +29,12 @@ from stackflow.masking import (
     sensitive_paths_for,
     sensitive_values,
 )
-from stackflow.operation import DriftRecordInput, PreviewBatchResult, RefreshBatchInput
+from stackflow.model.drift import DriftReport, DriftSummary
+from stackflow.model.spec import Resource
 from stackflow.runtimes.base import RuntimeOptions
-from stackflow.spec import Resource
 from stackflow.state.backend import RunRef
+from stackflow.state.diff_store import load_changes
+from stackflow.temporal.operation import DriftRecordInput, PreviewBatchResult, RefreshBatchInput
 
 REFRESH_PARALLELISM = 16
 

@@ -14,19 +14,19 @@ from datetime import UTC, datetime
 
 from temporalio import activity
 
-from stackflow import metrics
 from stackflow.activities.deps import Deps
 from stackflow.activities.errors import temporal_errors
 from stackflow.activities.events import current_run, record_events
 from stackflow.activities.heartbeat import heartbeating
 from stackflow.activities.notify import announce
-from stackflow.diff_store import load_changes
-from stackflow.events import policy_decision
-from stackflow.operation import PolicyInput
+from stackflow.model.events import policy_decision
 from stackflow.policy_gate.bundle import fetch_bundle
 from stackflow.policy_gate.decision import DECISION_KIND, PolicyDecision
 from stackflow.policy_gate.engine import Module, evaluate_apart
 from stackflow.policy_gate.plan_input import INPUT_KIND, build_input, input_bytes
+from stackflow.state.diff_store import load_changes
+from stackflow.temporal import metrics
+from stackflow.temporal.operation import PolicyInput
 
 
 class PolicyActivities:

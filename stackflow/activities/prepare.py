@@ -15,10 +15,18 @@ from stackflow.activities.errors import temporal_errors
 from stackflow.activities.events import record_events
 from stackflow.activities.notify import announce
 from stackflow.activities.stack_guard import StackGuard
-from stackflow.errors import GraphError, NotFoundError, SpecError
-from stackflow.events import EventType, NewEvent
-from stackflow.graph import Graph, build_graph, find_references, implicit_dependencies
-from stackflow.operation import (
+from stackflow.core.errors import GraphError, NotFoundError, SpecError
+from stackflow.engine.graph import Graph, build_graph, find_references, implicit_dependencies
+from stackflow.engine.selection import LEFT_OUT_LIMIT, Selected, Selection, check_patterns, select
+from stackflow.engine.takeover import TAKES_OVER_LIMIT, taking_over
+from stackflow.model.events import EventType, NewEvent
+from stackflow.model.release import Operation, Release
+from stackflow.model.source import git_cache, read_spec_file, same_repository
+from stackflow.model.spec import Resource, Spec, check_spec, parse_spec, parse_spec_text
+from stackflow.policy_gate.bundle import BundleRef, fetch_bundle
+from stackflow.runtimes.policy import worker_policy
+from stackflow.state.backend import RunRef
+from stackflow.temporal.operation import (
     PLAN_INLINE_LIMIT,
     TASK_QUEUE_DEFAULT,
     OperationInput,
@@ -27,15 +35,7 @@ from stackflow.operation import (
     PrepareInput,
     check_request,
 )
-from stackflow.policy import worker_policy
-from stackflow.policy_gate.bundle import BundleRef, fetch_bundle
-from stackflow.release import Operation, Release
-from stackflow.runtime_queues import plan_queues, queue_wait, runtime_queues
-from stackflow.selection import LEFT_OUT_LIMIT, Selected, Selection, check_patterns, select
-from stackflow.sources import git_cache, read_spec_file, same_repository
-from stackflow.spec import Resource, Spec, check_spec, parse_spec, parse_spec_text
-from stackflow.state.backend import RunRef
-from stackflow.takeover import TAKES_OVER_LIMIT, taking_over
+from stackflow.temporal.runtime_queues import plan_queues, queue_wait, runtime_queues
 
 GATED = (Operation.apply, Operation.destroy, Operation.rollback)
 """Operations with a walk that the policy gate judges (and preview, which shows it)."""

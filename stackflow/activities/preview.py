@@ -23,11 +23,15 @@ from stackflow.activities.resource_step import (
     referenced_ids,
 )
 from stackflow.activities.stack_guard import read_scope_key
-from stackflow.budget import BUDGET, compact_change, fit_changes
-from stackflow.diff import Action, Change, FieldChange
-from stackflow.diff_store import put_changes, put_index
-from stackflow.masking import SecretSet
-from stackflow.operation import (
+from stackflow.engine.budget import BUDGET, compact_change, fit_changes
+from stackflow.engine.diff import Action, Change, FieldChange
+from stackflow.engine.masking import SecretSet
+from stackflow.model.spec import Resource
+from stackflow.runtimes import guard
+from stackflow.runtimes.base import read_scope
+from stackflow.state.backend import StateBackend
+from stackflow.state.diff_store import put_changes, put_index
+from stackflow.temporal.operation import (
     DescribeInput,
     DiffIndexInput,
     PlannedNode,
@@ -35,11 +39,7 @@ from stackflow.operation import (
     PreviewBatchResult,
     references_entry,
 )
-from stackflow.runtimes import guard
-from stackflow.runtimes.base import read_scope
-from stackflow.spec import Resource
-from stackflow.state.backend import StateBackend
-from stackflow.wire import ChangeFlags, encode_change
+from stackflow.temporal.wire import ChangeFlags, encode_change
 
 PREVIEW_PARALLELISM = 16
 

@@ -19,10 +19,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from stackflow.activities.deps import Deps
-from stackflow.diff import Action, Change, diff_resource
-from stackflow.errors import SpecError
-from stackflow.graph import find_references, match_reference, resolve_references
-from stackflow.masking import (
+from stackflow.core.errors import SpecError
+from stackflow.core.refs import StackRef
+from stackflow.engine.diff import Action, Change, diff_resource
+from stackflow.engine.graph import find_references, match_reference, resolve_references
+from stackflow.engine.masking import (
     RECORDED_SENSITIVE_KEY,
     SecretSet,
     derived_sensitive_paths,
@@ -33,11 +34,10 @@ from stackflow.masking import (
     sensitive_values,
     tainted_paths,
 )
-from stackflow.operation import GroupInput, NodeInput
-from stackflow.refs import StackRef
+from stackflow.model.spec import Resource
 from stackflow.runtimes.base import ResourceRequest, Runtime, RuntimeOptions
-from stackflow.spec import Resource
 from stackflow.state.backend import RunRef
+from stackflow.temporal.operation import GroupInput, NodeInput
 
 UNKNOWN_UNTIL_APPLY = "(known after apply)"
 COALESCED_PARALLELISM = 256

@@ -18,14 +18,14 @@ from typing import TypeVar
 
 from temporalio import activity
 
-from stackflow import metrics
 from stackflow.activities.deps import Deps
-from stackflow.errors import FencedError, StackLockedError
-from stackflow.operation import RunOwner
-from stackflow.refs import StackRef
-from stackflow.release import Operation, Release
-from stackflow.sources import SourceRef
+from stackflow.core.errors import FencedError, StackLockedError
+from stackflow.core.refs import StackRef
+from stackflow.model.release import Operation, Release
+from stackflow.model.source import SourceRef
 from stackflow.state.backend import RunRef, StackLock
+from stackflow.temporal import metrics
+from stackflow.temporal.operation import RunOwner
 
 T = TypeVar("T")
 

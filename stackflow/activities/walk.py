@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from stackflow import metrics
 from stackflow.activities.deps import Deps
 from stackflow.activities.errors import temporal_errors, to_application_error
 from stackflow.activities.events import EventSink, event_sink, record_events
@@ -26,10 +25,15 @@ from stackflow.activities.heartbeat import heartbeating
 from stackflow.activities.notify import announce
 from stackflow.activities.resource_step import COALESCED_PARALLELISM, ResourceStep, digest
 from stackflow.activities.stack_guard import StackGuard, calling_run, read_scope_key
-from stackflow.budget import short_error
-from stackflow.events import EventType, NewEvent, run_complete
-from stackflow.masking import SecretSet
-from stackflow.operation import (
+from stackflow.core.refs import StackRef
+from stackflow.engine.budget import short_error
+from stackflow.engine.masking import SecretSet
+from stackflow.model.events import EventType, NewEvent, run_complete
+from stackflow.model.release import Approval, Phase, Release
+from stackflow.model.spec import Resource
+from stackflow.runtimes.base import read_scope
+from stackflow.temporal import metrics
+from stackflow.temporal.operation import (
     EventsInput,
     GroupInput,
     LoadBatchInput,
@@ -40,11 +44,7 @@ from stackflow.operation import (
     PhaseInput,
     PlannedNode,
 )
-from stackflow.refs import StackRef
-from stackflow.release import Approval, Phase, Release
-from stackflow.runtimes.base import read_scope
-from stackflow.spec import Resource
-from stackflow.wire import BatchActions
+from stackflow.temporal.wire import BatchActions
 
 log = logging.getLogger(__name__)
 

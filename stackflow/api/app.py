@@ -19,13 +19,13 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.client import Client
 
-from stackflow import heap
 from stackflow.api import problems
 from stackflow.api.auth import AuthUnavailable, TokenTable, bearer, load_tokens
 from stackflow.api.context import MAX_BODY_BYTES, ApiContext
 from stackflow.api.events import MAX_STREAMS, StreamSlots
 from stackflow.api.metrics import Metrics, sdk_runtime
 from stackflow.api.routes import router
+from stackflow.core import heap
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -154,10 +154,10 @@ def create_app(
 ) -> FastAPI:
     """The API on Temporal (``connect`` makes its client on first use) and ``backend``;
     ``sdk_metrics``: the buffer of the SDK's metrics of that client (shown at /metrics);
-    ``redis_url``: where the run's event bells ring (:mod:`stackflow.event_bell`);
+    ``redis_url``: where the run's event bells ring (:mod:`stackflow.state.event_bell`);
     ``max_streams``: the event streams one caller may hold open at once (else 429)."""
-    from stackflow.event_bell import Listener
-    from stackflow.temporal_client import settings
+    from stackflow.state.event_bell import Listener
+    from stackflow.temporal.client import settings
 
     ctx = ApiContext(
         connect=connect,
@@ -202,9 +202,9 @@ async def connect_temporal(runtime: Runtime | None = None) -> Client:
     """A client as the CLI makes one: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, the codec (on
     ``runtime``, else the CLI's quiet one), tracing as STACKFLOW_TRACING says (the API's spans
     are ``stackflow-api``'s)."""
-    from stackflow import tracing
-    from stackflow.codec import data_converter
-    from stackflow.temporal_client import connect, quiet_runtime
+    from stackflow.temporal import tracing
+    from stackflow.temporal.client import connect, quiet_runtime
+    from stackflow.temporal.codec import data_converter
 
     return await connect(
         data_converter(),
@@ -214,8 +214,8 @@ async def connect_temporal(runtime: Runtime | None = None) -> Client:
 
 
 def app_from_env(max_body_bytes: int = MAX_BODY_BYTES, **options: Any) -> FastAPI:
-    from stackflow.config import default_backend
-    from stackflow.temporal_tls import TemporalTLS
+    from stackflow.core.config import default_backend
+    from stackflow.temporal.tls import TemporalTLS
 
     TemporalTLS.from_env()  # bad TLS / API key settings stop `stackflow serve` at start
     tokens = load_tokens()

@@ -28,7 +28,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.concurrency import run_in_threadpool
 
-from stackflow.errors import SpecError, StackflowError
+from stackflow.core.errors import SpecError, StackflowError
 
 if TYPE_CHECKING:
     from stackflow.api.oidc import OidcVerifier

@@ -17,9 +17,9 @@ from temporalio.client import Client, WorkflowHandle
 from stackflow.api.auth import TokenTable
 from stackflow.api.events import StreamSlots
 from stackflow.api.metrics import Metrics
-from stackflow.event_bell import Listener
-from stackflow.operation import TASK_QUEUE_DEFAULT
-from stackflow.temporal_client import TemporalUnreachable, connection_error, is_unreachable
+from stackflow.state.event_bell import Listener
+from stackflow.temporal.client import TemporalUnreachable, connection_error, is_unreachable
+from stackflow.temporal.operation import TASK_QUEUE_DEFAULT
 
 if TYPE_CHECKING:
     from stackflow.state.backend import StateBackend

@@ -1,6 +1,6 @@
 """A run's event stream over HTTP: NDJSON (``application/x-ndjson``, the default) or Server-Sent
 Events (``text/event-stream``), read from the state backend by
-:func:`stackflow.event_follow.follow`, so any replica serves any stream and a resumed one
+:func:`stackflow.state.event_follow.follow`, so any replica serves any stream and a resumed one
 (``?after=SEQ`` or SSE's ``Last-Event-ID``) has no gap and no duplicate.
 
 NDJSON: the first line is the stream's header (``{"stream": "stackflow.events", "version": 1,
@@ -25,9 +25,9 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from stackflow.api.problems import Problem
-from stackflow.event_follow import Ending, follow_pages, temporal_ending
-from stackflow.events import StreamHeader
-from stackflow.refs import RunRef, StackRef
+from stackflow.core.refs import RunRef, StackRef
+from stackflow.model.events import StreamHeader
+from stackflow.state.event_follow import Ending, follow_pages, temporal_ending
 
 if TYPE_CHECKING:
     from stackflow.api.context import ApiContext

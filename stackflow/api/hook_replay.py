@@ -4,7 +4,7 @@ A delivery is authenticated by its HMAC alone, so a captured one verifies foreve
 the API's 24-hour ``Idempotency-Key`` window its run is found again, after it a replay would
 start a new run of an old commit. So before a delivery starts a run of a stack, the API
 fetches the bound branch (the API's own git cache, bounded like the worker's fetches:
-:mod:`stackflow.git_pack`; ``STACKFLOW_GIT_CREDENTIALS`` for a private repository) and
+:mod:`stackflow.state.git_pack`; ``STACKFLOW_GIT_CREDENTIALS`` for a private repository) and
 the commit must be the branch's head, or on it and newer than the commit the stack's last
 delivery ran (recorded in the state backend, :meth:`record_push`). A redelivery of that last
 commit within the window is let through: it finds the same run and starts nothing.
@@ -16,9 +16,15 @@ from datetime import UTC, datetime
 
 from stackflow.api.context import ApiContext
 from stackflow.api.runs import IDEMPOTENCY_WINDOW
-from stackflow.errors import SpecError
-from stackflow.refs import StackRef
-from stackflow.sources import GitSource, SourceUnavailable, git_cache, push_refusal, same_repository
+from stackflow.core.errors import SpecError
+from stackflow.core.refs import StackRef
+from stackflow.model.source import (
+    GitSource,
+    SourceUnavailable,
+    git_cache,
+    push_refusal,
+    same_repository,
+)
 
 
 async def replay_refusal(

@@ -27,9 +27,9 @@ from stackflow.api.auth import Role
 from stackflow.api.context import ApiContext
 from stackflow.api.models import RunOperation, RunRequest
 from stackflow.api.problems import Problem
-from stackflow.errors import StackLockedError
-from stackflow.refs import StackRef
-from stackflow.sources import COMMIT, BoundSource, GitSource, SourceMode
+from stackflow.core.errors import StackLockedError
+from stackflow.core.refs import StackRef
+from stackflow.model.source import COMMIT, BoundSource, GitSource, SourceMode
 
 ZERO = "0" * 40
 

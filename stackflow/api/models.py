@@ -8,10 +8,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from stackflow.operation import REVISION_LIMIT, Pattern
+from stackflow.model.release import Phase
+from stackflow.model.source import SourceMode
 from stackflow.policy_gate.bundle import PolicyBundle
-from stackflow.release import Phase
-from stackflow.sources import SourceMode
+from stackflow.temporal.operation import REVISION_LIMIT, Pattern
 
 
 class RunOperation(StrEnum):

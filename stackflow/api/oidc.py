@@ -32,7 +32,7 @@ import jwt
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from stackflow.api.auth import AuthUnavailable, Identity, Role, role_map
-from stackflow.loopback import is_loopback
+from stackflow.core.loopback import is_loopback
 
 log = logging.getLogger("stackflow.api")
 

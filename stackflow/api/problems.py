@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from stackflow.errors import (
+from stackflow.core.errors import (
     BackendUnavailableError,
     ConflictError,
     NotFoundError,
@@ -26,7 +26,7 @@ from stackflow.errors import (
     StackflowError,
     StackLockedError,
 )
-from stackflow.temporal_client import TemporalRefused, TemporalUnreachable, connection_error
+from stackflow.temporal.client import TemporalRefused, TemporalUnreachable, connection_error
 
 log = logging.getLogger("stackflow.api")
 

@@ -1,15 +1,15 @@
 """Releases and outputs from the state backend, every value through
-:func:`stackflow.masking.masked_release_data` (sensitive values never served)."""
+:func:`stackflow.engine.masking.masked_release_data` (sensitive values never served)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from stackflow.api.context import ApiContext
-from stackflow.errors import NotFoundError
-from stackflow.masking import masked_release_data
-from stackflow.refs import StackRef
-from stackflow.release import Release
+from stackflow.core.errors import NotFoundError
+from stackflow.core.refs import StackRef
+from stackflow.engine.masking import masked_release_data
+from stackflow.model.release import Release
 
 LISTED = ("spec", "state", "changes")
 """Left out of a listing (``…/releases/{revision}`` has them)."""
@@ -50,7 +50,7 @@ async def outputs(ctx: ApiContext, stack: StackRef) -> dict[str, Any]:
 async def release_diff(ctx: ApiContext, stack: StackRef, old: int, new: int) -> dict[str, Any]:
     """What changed from release ``old`` to ``new`` (spec and recorded state), sensitive
     values masked on both sides: ``stackflow release diff --output json``."""
-    from stackflow.release_diff import diff_releases
+    from stackflow.engine.release_diff import diff_releases
 
     def load() -> tuple[Release, Release]:
         revisions = ctx.backend.revisions(stack)

@@ -28,17 +28,17 @@ from stackflow.api.models import (
     StepResult,
 )
 from stackflow.api.problems import PROBLEM_JSON, Problem, problem
-from stackflow.notifications import (
+from stackflow.core.refs import RunRef, StackRef
+from stackflow.model.notifications import (
     RESERVED_NAMES,
     TARGET_LIMIT,
     TARGET_NAME,
     Destination,
     NotificationTarget,
 )
-from stackflow.operation import NAME_LIMIT, NAME_PATTERN, REVISION_LIMIT
+from stackflow.model.source import GitSource
 from stackflow.policy_gate.bundle import PolicyBundle, fetch_bundle, store_bundle
-from stackflow.refs import RunRef, StackRef
-from stackflow.sources import GitSource
+from stackflow.temporal.operation import NAME_LIMIT, NAME_PATTERN, REVISION_LIMIT
 
 router = APIRouter(prefix="/v1")
 

@@ -38,10 +38,10 @@ from stackflow.api.runs import (
     workflow_id_of,
     workflow_input,
 )
-from stackflow.errors import SpecError, StackLockedError
-from stackflow.operation import DriftInput, OperationInput
-from stackflow.refs import StackRef
-from stackflow.temporal_client import START_TOKEN
+from stackflow.core.errors import SpecError, StackLockedError
+from stackflow.core.refs import StackRef
+from stackflow.temporal.client import START_TOKEN
+from stackflow.temporal.operation import DriftInput, OperationInput
 
 
 class Started:

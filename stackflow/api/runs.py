@@ -33,11 +33,18 @@ from stackflow.api.models import (
     RunView,
 )
 from stackflow.api.problems import Problem
-from stackflow.budget import BUDGET
-from stackflow.codec import encoded_size
-from stackflow.errors import NotFoundError, OperationFailed, SpecError
-from stackflow.events import EventType
-from stackflow.operation import (
+from stackflow.core.errors import NotFoundError, OperationFailed, SpecError
+from stackflow.core.refs import StackRef
+from stackflow.engine.budget import BUDGET
+from stackflow.engine.takeover import taking_over
+from stackflow.model.events import EventType
+from stackflow.model.release import Phase
+from stackflow.model.source import SourceRef
+from stackflow.model.spec import Spec, parse_spec, parse_spec_text
+from stackflow.policy_gate.bundle import store_bundle
+from stackflow.temporal.client import TemporalUnreachable, is_unreachable
+from stackflow.temporal.codec import encoded_size
+from stackflow.temporal.operation import (
     ApprovalInput,
     DriftInput,
     DriftResult,
@@ -49,13 +56,6 @@ from stackflow.operation import (
     preview_workflow_id,
     workflow_id_for,
 )
-from stackflow.policy_gate.bundle import store_bundle
-from stackflow.refs import StackRef
-from stackflow.release import Phase
-from stackflow.sources import SourceRef
-from stackflow.spec import Spec, parse_spec, parse_spec_text
-from stackflow.takeover import taking_over
-from stackflow.temporal_client import TemporalUnreachable, is_unreachable
 
 IDEMPOTENCY_MEMO = "stackflow-idempotency"
 REQUESTED_BY_MEMO = "stackflow-requested-by"
@@ -146,7 +146,7 @@ async def source_at(ctx: ApiContext, stack: StackRef, commit: str) -> SourceRef:
 def check_role(stack: StackRef, body: RunRequest, spec: Spec | None, by: str, role: Role) -> None:
     """Refuse (403, nothing started or stored) what only an approver may ask of a run: to be
     approved up front (``auto_approve``, also a drift check's repair), and to apply a spec
-    that takes over objects stackflow did not make (:mod:`stackflow.takeover`; a preview of
+    that takes over objects stackflow did not make (:mod:`stackflow.engine.takeover`; a preview of
     one is an operator's, for an approver to look at). The spec of a run of a git
     ``commit`` is not read here (the worker fetches it): an operator's cannot be approved up
     front, and one that takes over objects waits for an approver whatever its

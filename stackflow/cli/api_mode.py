@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from stackflow.errors import SpecError
+from stackflow.core.errors import SpecError
 
 if TYPE_CHECKING:
     from stackflow.client import StackflowClient

@@ -16,7 +16,7 @@ import typer.main
 from typer.core import TyperGroup
 
 from stackflow.cli.commands import APP_HELP, ENTRIES, EXIT_CODES_HELP, MODULES
-from stackflow.errors import StackflowError
+from stackflow.core.errors import StackflowError
 
 __all__ = ["EXIT_CODES_HELP", "LazyGroup", "StackflowGroup", "app", "one_line_error"]
 
@@ -32,7 +32,7 @@ def one_line_error(exc: BaseException) -> StackflowError | None:
         return None
     if isinstance(exc, typer.Exit | typer.Abort):
         return None
-    from stackflow.temporal_client import connection_error
+    from stackflow.temporal.client import connection_error
 
     return connection_error(exc)
 

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from stackflow.errors import SpecError
-from stackflow.operation import NAME_LIMIT, NAME_PATTERN
+from stackflow.core.errors import SpecError
+from stackflow.temporal.operation import NAME_LIMIT, NAME_PATTERN
 
 if TYPE_CHECKING:
     from stackflow.state.backend import StateBackend
@@ -95,7 +95,7 @@ def checked(model: type[M], data: dict[str, Any], options: dict[str, str]) -> M:
 @contextmanager
 def direct_backend() -> Iterator[StateBackend]:
     """The state backend of the CLI's configuration (``STACKFLOW_STATE_URL``), closed after."""
-    from stackflow.config import default_backend
+    from stackflow.core.config import default_backend
 
     backend = default_backend()
     try:

@@ -6,7 +6,7 @@ waits, probes with backoff and retries once Temporal answers again, for up to
 ``--unavailable-timeout`` seconds of one outage; past that the command ends with one
 ``TemporalUnreachable`` line (exit 1). ``connection_error`` maps whatever connection error
 escapes a command to one such line (the command group calls it, once for every command); it,
-the settings and the error classes are :mod:`stackflow.temporal_client`'s, shared with
+the settings and the error classes are :mod:`stackflow.temporal.client`'s, shared with
 ``stackflow serve``.
 
 Starting a run is made safe to retry: each start carries a token in the run's memo, so a
@@ -29,8 +29,8 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from stackflow.refs import StackRef
-from stackflow.temporal_client import (
+from stackflow.core.refs import StackRef
+from stackflow.temporal.client import (
     START_TOKEN,
     TemporalUnreachable,
     is_unreachable,
@@ -38,7 +38,7 @@ from stackflow.temporal_client import (
     reason,
     settings,
 )
-from stackflow.temporal_client import connect as temporal_connect
+from stackflow.temporal.client import connect as temporal_connect
 
 T = TypeVar("T")
 
@@ -90,8 +90,8 @@ class Temporal:
         return self._client
 
     async def connect(self) -> Client:
-        from stackflow import tracing
-        from stackflow.codec import data_converter
+        from stackflow.temporal import tracing
+        from stackflow.temporal.codec import data_converter
 
         async def connect() -> Client:
             if self._client is None:

@@ -46,16 +46,16 @@ from stackflow.cli.runner import (
     ui_link,
 )
 from stackflow.cli.runs import current_user
-from stackflow.drift import DriftReport, schedule_id
-from stackflow.errors import (
+from stackflow.core.errors import (
     NotFoundError,
     OperationFailed,
     SpecError,
     StackflowError,
     StackLockedError,
 )
-from stackflow.operation import DriftInput, DriftResult, drift_workflow_id
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
+from stackflow.model.drift import DriftReport, schedule_id
+from stackflow.temporal.operation import DriftInput, DriftResult, drift_workflow_id
 
 drift_app = typer.Typer(
     help="Detect drift: live objects changed behind stackflow's back.",
@@ -158,7 +158,7 @@ def _report_rows(ref: str | None) -> list[dict[str, Any]]:
     """The drifted resources' masked diffs, when this machine reaches the state backend."""
     if ref is None:
         return []
-    from stackflow.config import default_backend
+    from stackflow.core.config import default_backend
 
     try:
         backend = default_backend()
@@ -338,7 +338,7 @@ def drift_status(
 ) -> None:
     """The last drift report of the stack (from the state backend)."""
     refuse_in_api_mode("drift status")
-    from stackflow.config import default_backend
+    from stackflow.core.config import default_backend
 
     stack = StackRef(project, workspace)
     backend = default_backend()

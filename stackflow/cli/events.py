@@ -17,11 +17,11 @@ import typer
 from stackflow.cli.api_mode import api_client, api_mode
 from stackflow.cli.app import app
 from stackflow.cli.options import ProjectOpt, WaitOpt, WorkspaceOpt
-from stackflow.errors import NotFoundError
-from stackflow.events import EventType, RunEvent, StreamHeader
-from stackflow.operation import drift_workflow_id, preview_workflow_id, workflow_id_for
-from stackflow.refs import RunRef, StackRef
-from stackflow.terminal import one_line_safe
+from stackflow.core.errors import NotFoundError
+from stackflow.core.refs import RunRef, StackRef
+from stackflow.core.terminal import one_line_safe
+from stackflow.model.events import EventType, RunEvent, StreamHeader
+from stackflow.temporal.operation import drift_workflow_id, preview_workflow_id, workflow_id_for
 
 Item = StreamHeader | RunEvent
 Sink = Callable[[Item], None]
@@ -173,8 +173,8 @@ async def stream_direct(
 ) -> None:
     """The run's lines from the state backend into ``sink``, header first (Temporal says
     whether a run that wrote no ``run_complete`` has closed)."""
-    from stackflow.config import default_backend
-    from stackflow.event_follow import follow, temporal_ending
+    from stackflow.core.config import default_backend
+    from stackflow.state.event_follow import follow, temporal_ending
 
     sink(StreamHeader(project=stack.project, workspace=stack.workspace, **run.model_dump()))
     backend = default_backend()

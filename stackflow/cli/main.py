@@ -58,7 +58,7 @@ def main() -> None:
         code = run_app()
     # The Temporal SDK's Rust core threads can abort the interpreter while it finalizes
     # (SIGABRT after the command already succeeded), so flush and leave without finalizing.
-    tracing = sys.modules.get("stackflow.tracing")  # loaded by a Temporal connection
+    tracing = sys.modules.get("stackflow.temporal.tracing")  # loaded by a Temporal connection
     if tracing is not None:
         tracing.shutdown()  # STACKFLOW_TRACING=otlp: the command's spans, before os._exit
     for stream in (sys.stdout, sys.stderr):

@@ -14,8 +14,8 @@ from stackflow.cli.api_mode import api_client, api_mode
 from stackflow.cli.app import EXIT_CODES_HELP, app
 from stackflow.cli.options import OutputOpt, ProjectOpt
 from stackflow.cli.output import OutputFormat, emit
-from stackflow.config import default_backend
-from stackflow.notifications import NotificationFailure
+from stackflow.core.config import default_backend
+from stackflow.model.notifications import NotificationFailure
 
 notifications_app = typer.Typer(
     help="Outbound notifications (CloudEvents to the project's webhook destinations).",

@@ -28,8 +28,8 @@ from stackflow.cli.binding_input import (
 )
 from stackflow.cli.options import OutputOpt, ProjectOpt
 from stackflow.cli.output import OutputFormat, echo_safe, emit, print_json
-from stackflow.errors import NotFoundError, SpecError
-from stackflow.notifications import RESERVED_NAMES, TARGET_NAME, TYPES, Destination
+from stackflow.core.errors import NotFoundError, SpecError
+from stackflow.model.notifications import RESERVED_NAMES, TARGET_NAME, TYPES, Destination
 
 PREFIX = "io.stackflow."
 OPTIONS = {"url": "--url", "secret": "the secret", "types": "--type"}

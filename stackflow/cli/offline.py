@@ -27,15 +27,15 @@ from stackflow.cli.output import (
     stderr_console,
     stdout_console,
 )
-from stackflow.config import default_backend
-from stackflow.errors import ConflictError, NotFoundError, SpecError
-from stackflow.graph import Graph, build_graph
-from stackflow.kusion import export_kusion_releases, import_kusion_releases
-from stackflow.masking import masked_release_data
-from stackflow.refs import StackRef
-from stackflow.release import Release
-from stackflow.render import render_policy
-from stackflow.spec import Spec, load_spec
+from stackflow.cli.render import render_policy
+from stackflow.core.config import default_backend
+from stackflow.core.errors import ConflictError, NotFoundError, SpecError
+from stackflow.core.refs import StackRef
+from stackflow.engine.graph import Graph, build_graph
+from stackflow.engine.masking import masked_release_data
+from stackflow.model.release import Release
+from stackflow.model.spec import Spec, load_spec
+from stackflow.state.kusion import export_kusion_releases, import_kusion_releases
 
 
 class GraphFormat(StrEnum):
@@ -195,8 +195,8 @@ def release_show(
             t.add_row(Text(resource.id), str(resource.type))
         console.print(t)
         if changes is not None:
-            from stackflow.diff import Preview
-            from stackflow.render import render_preview
+            from stackflow.cli.render import render_preview
+            from stackflow.engine.diff import Preview
 
             render_preview(Preview.model_validate(changes), console, detail=True)
 
@@ -230,7 +230,7 @@ def release_unlock(
     import asyncio
 
     from stackflow.activities.runs import run_link
-    from stackflow.errors import StackLockedError
+    from stackflow.core.errors import StackLockedError
 
     stack = StackRef(project, workspace)
     store = default_backend()
@@ -268,10 +268,10 @@ def release_unlock(
 
 async def _holder_ended(holder: Any) -> str | None:
     from stackflow.activities.runs import run_ended
-    from stackflow.codec import data_converter
-    from stackflow.errors import StackflowError
-    from stackflow.temporal_client import connect, quiet_runtime, settings
-    from stackflow.temporal_tls import TemporalTLS
+    from stackflow.core.errors import StackflowError
+    from stackflow.temporal.client import connect, quiet_runtime, settings
+    from stackflow.temporal.codec import data_converter
+    from stackflow.temporal.tls import TemporalTLS
 
     address = settings()[0]
     TemporalTLS.from_env()  # bad TLS settings: their own line (exit 2), not "cannot ask"
@@ -343,7 +343,7 @@ def release_diff(
     """What changed from revision A to revision B: resources added, removed and changed in
     the spec and in the recorded state, with the fields that differ. Sensitive values are
     masked on both sides; a changed one says so without its values."""
-    from stackflow.release_diff import diff_releases
+    from stackflow.engine.release_diff import diff_releases
 
     stack = StackRef(project, workspace)
     if api_mode():
@@ -393,7 +393,7 @@ def _shown(value: Any, room: int = 120) -> str:
 
 
 def _field_line(change: Any) -> Text:
-    from stackflow.release_diff import FieldChangeKind
+    from stackflow.engine.release_diff import FieldChangeKind
 
     line = Text(f"      {change.path}: ")
     kind = change.kind
@@ -493,10 +493,10 @@ def output(
 ) -> None:
     """The recorded attributes of the stack's resources (latest release), or one value of
     them, sensitive values masked unless --show-sensitive."""
-    from stackflow.crypto import EncryptionKeyError
-    from stackflow.errors import SpecError
-    from stackflow.masking import mask_recorded, release_sensitive_paths
-    from stackflow.release_diff import lookup, still_sealed
+    from stackflow.core.crypto import EncryptionKeyError
+    from stackflow.core.errors import SpecError
+    from stackflow.engine.masking import mask_recorded, release_sensitive_paths
+    from stackflow.engine.release_diff import lookup, still_sealed
 
     if target is not None and resource is not None:
         raise SpecError("give a resource as ID[.PATH] or as --resource, not both")

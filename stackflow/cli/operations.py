@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from stackflow.budget import BUDGET
 from stackflow.cli.api_mode import api_mode
 from stackflow.cli.app import app
 from stackflow.cli.options import (
@@ -45,15 +44,16 @@ from stackflow.cli.policy import policy_fields, policy_requires_approval
 from stackflow.cli.quick import namespace, ui_link
 from stackflow.cli.report import release_from_backend, report
 from stackflow.cli.runs import RunPaused, current_user
-from stackflow.errors import SpecError
-from stackflow.operation import (
+from stackflow.core.errors import SpecError
+from stackflow.core.refs import StackRef
+from stackflow.engine.budget import BUDGET
+from stackflow.model.release import Phase
+from stackflow.model.spec import load_spec
+from stackflow.temporal.operation import (
     OperationInput,
     OperationResult,
     check_request,
 )
-from stackflow.refs import StackRef
-from stackflow.release import Phase
-from stackflow.spec import load_spec
 
 if TYPE_CHECKING:  # the Temporal SDK is imported only when a run goes to Temporal directly
     from stackflow.cli.runner import Runner
@@ -92,11 +92,11 @@ def spec_input(path: str) -> dict[str, Any]:
     data = spec.model_dump(mode="json", by_alias=True)
     if api_mode():
         return {"spec": data}  # the API stores it first if it is over the byte budget
-    from stackflow.codec import PAYLOAD_LIMIT, encoded_size
+    from stackflow.temporal.codec import PAYLOAD_LIMIT, encoded_size
 
     size = asyncio.run(encoded_size(data))
     if size > BUDGET and os.environ.get("STACKFLOW_STATE_URL"):
-        from stackflow.config import default_backend
+        from stackflow.core.config import default_backend
 
         backend = default_backend()
         try:
@@ -209,7 +209,7 @@ async def _run_ndjson(workflow: str, request: OperationInput, yes: bool) -> None
     from stackflow.cli.events import ndjson_sink, stream_direct
     from stackflow.cli.report import raise_failure
     from stackflow.cli.runner import Runner
-    from stackflow.refs import RunRef
+    from stackflow.core.refs import RunRef
 
     if yes and workflow != "PreviewWorkflow":
         request = request.model_copy(update={"auto_approve": True})
@@ -406,7 +406,7 @@ def worker(
     ] = None,
 ) -> None:
     """Run a worker (as `python -m stackflow.worker`): TEMPORAL_ADDRESS, STACKFLOW_TASK_QUEUE, …"""
-    import stackflow.worker as worker_module
+    import stackflow.worker.main as worker_module
 
     if metrics_address:  # the worker reads its settings from the environment
         os.environ["STACKFLOW_METRICS_ADDRESS"] = metrics_address

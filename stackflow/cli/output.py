@@ -11,7 +11,7 @@ from typing import Any
 from rich.console import Console
 from rich.segment import Segment
 
-from stackflow.terminal import terminal_safe
+from stackflow.core.terminal import terminal_safe
 
 
 class OutputFormat(StrEnum):
@@ -24,7 +24,7 @@ class SafeConsole(Console):
 
     Rich's own styling and cursor movement come as control segments and pass; every text
     segment (ids, values, messages, whatever their source) has its control, bidi and
-    line-separator characters shown as escapes (``stackflow.terminal``) on the way out."""
+    line-separator characters shown as escapes (``stackflow.core.terminal``) on the way out."""
 
     def _render_buffer(self, buffer: Iterable[Segment]) -> str:
         return super()._render_buffer(

@@ -22,10 +22,10 @@ from stackflow.cli.api_mode import not_through_api, refuse_in_api_mode
 from stackflow.cli.app import EXIT_CODES_HELP, app
 from stackflow.cli.options import FileOpt, OutputOpt, ProjectOpt, WorkspaceOpt
 from stackflow.cli.output import OutputFormat, print_json
-from stackflow.errors import NotFoundError, SpecError
-from stackflow.operation import OperationInput
+from stackflow.core.errors import NotFoundError, SpecError
 from stackflow.policy_gate.bundle import PolicyBundle, load_bundle_dir, problem_of, store_bundle
 from stackflow.policy_gate.decision import PolicyDecision
+from stackflow.temporal.operation import OperationInput
 
 policy_app = typer.Typer(
     help="Policy-as-code (Rego, package stackflow): push a project's bundle, see the input "
@@ -56,7 +56,7 @@ def policy_fields(directory: str | None) -> dict[str, Any]:
     if api_mode():
         _LOCAL[bundle.digest] = bundle
         return {"policy_ref": bundle.digest}
-    from stackflow.config import default_backend
+    from stackflow.core.config import default_backend
 
     backend = default_backend()
     try:
@@ -105,7 +105,7 @@ def push(
     project's bundle: every later run of the project evaluates it."""
     from stackflow.cli.api_mode import api_client, api_mode
     from stackflow.cli.runner import current_user
-    from stackflow.config import default_backend
+    from stackflow.core.config import default_backend
 
     if (directory is None) == (git is None):
         raise SpecError("give the bundle's directory, or --git URL (with --ref, --path)")
@@ -141,7 +141,7 @@ def push(
 def _bundle_from_git(url: str, ref: str, path: str) -> tuple[str, PolicyBundle]:
     """The ``.rego`` modules under ``path`` at the head of ``ref`` (tests left out), and
     that commit: the bundle is pinned to it."""
-    from stackflow.sources import git_cache, read_directory
+    from stackflow.model.source import git_cache, read_directory
 
     try:
         # the CLI reads what its user can read: a local repository needs no worker's roots
@@ -161,7 +161,7 @@ def _bundle_from_git(url: str, ref: str, path: str) -> tuple[str, PolicyBundle]:
 def show(project: ProjectOpt, output: OutputOpt = OutputFormat.table) -> None:
     """The project's bundle: digest, who pushed it, its modules."""
     from stackflow.cli.api_mode import api_client, api_mode
-    from stackflow.config import default_backend
+    from stackflow.core.config import default_backend
     from stackflow.policy_gate.bundle import fetch_bundle
 
     if api_mode():
@@ -193,7 +193,7 @@ def _preview_decision(
     """Run a preview of ``file`` that keeps its policy input; the decision (from the run's
     events: a denial fails the preview) and the workflow's failure, if any."""
     from stackflow.cli.operations import build_request, spec_input
-    from stackflow.refs import StackRef
+    from stackflow.core.refs import StackRef
 
     stack = StackRef(project, workspace)
     fields = {**spec_input(file), **policy_fields(directory)}
@@ -203,8 +203,8 @@ def _preview_decision(
 
 async def _run_preview(request: OperationInput) -> tuple[PolicyDecision | None, str | None]:
     from stackflow.cli.runner import Runner
-    from stackflow.config import default_backend
-    from stackflow.events import EventType
+    from stackflow.core.config import default_backend
+    from stackflow.model.events import EventType
 
     stack = request.stack
     runner = Runner("PreviewWorkflow", request, OutputFormat.json)
@@ -230,7 +230,7 @@ async def _run_preview(request: OperationInput) -> tuple[PolicyDecision | None, 
 
 
 def _input_document(digest: str) -> dict[str, Any]:
-    from stackflow.config import default_backend
+    from stackflow.core.config import default_backend
     from stackflow.policy_gate.plan_input import INPUT_KIND
 
     backend = default_backend()
@@ -282,7 +282,7 @@ def test(
     if output == OutputFormat.json:
         print_json(decision.model_dump(mode="json", exclude_none=True))
     else:
-        from stackflow.render import render_policy
+        from stackflow.cli.render import render_policy
 
         render_policy(decision.model_dump(mode="json"), Console(highlight=False))
     if decision.outcome == "deny":

@@ -55,10 +55,10 @@ PHASES = (
     "succeeded",
     "failed",
 )
-"""``stackflow.release.Phase``'s values (a unit test keeps these tables equal to the
+"""``stackflow.model.release.Phase``'s values (a unit test keeps these tables equal to the
 engine's)."""
 ACTIONS = ("Create", "Update", "Delete", "UnChanged")
-"""``stackflow.diff.Action``'s values."""
+"""``stackflow.engine.diff.Action``'s values."""
 EVENT_TYPES = (
     "run_start",
     "phase",
@@ -71,9 +71,9 @@ EVENT_TYPES = (
     "apply_errored",
     "run_complete",
 )
-"""``stackflow.events.EventType``'s values."""
+"""``stackflow.model.events.EventType``'s values."""
 STREAM = ("stackflow.events", 1)
-"""``stackflow.events.STREAM_NAME`` and ``STREAM_VERSION``."""
+"""``stackflow.model.events.STREAM_NAME`` and ``STREAM_VERSION``."""
 UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-~")
 
 
@@ -95,7 +95,7 @@ def answer(argv: list[str]) -> int | None:
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
     except Exception as exc:  # as the command group turns it into one line and an exit code
-        from stackflow.errors import StackflowError
+        from stackflow.core.errors import StackflowError
 
         err: StackflowError | None = exc if isinstance(exc, StackflowError) else None
         if err is None:  # ``one_line_error`` takes a StackflowError as it is: typer not needed
@@ -165,8 +165,8 @@ def _status_data(view: Any) -> dict[str, Any] | None:
 def preview_parts(
     view: Any,
 ) -> tuple[list[dict[str, Any]], dict[str, int], bool, dict[str, Any] | None] | None:
-    """A run's preview view as ``stackflow.diff.Preview.model_validate`` reads it, in the
-    arguments of ``stackflow.render.render_changes`` (changes, summary, truncated,
+    """A run's preview view as ``stackflow.engine.diff.Preview.model_validate`` reads it, in the
+    arguments of ``stackflow.cli.render.render_changes`` (changes, summary, truncated,
     left_out), if the view has its fields' types exactly; None otherwise."""
     if not isinstance(view, dict) or "totals" in view:
         return None
@@ -266,7 +266,7 @@ def status(args: list[str]) -> int | None:
 def _fail(kind: str, message: str) -> int:
     """One red line on stderr, as the typer app prints a NotFoundError or OperationFailed."""
     from stackflow.cli.output import error_line
-    from stackflow.errors import NotFoundError, OperationFailed, StackflowError
+    from stackflow.core.errors import NotFoundError, OperationFailed, StackflowError
 
     err: StackflowError = (
         NotFoundError(message) if kind == "not found" else OperationFailed(message)
@@ -336,14 +336,14 @@ def rich_console() -> Any:
 def table_console() -> Any:
     """The console a table goes to (``runs.console_for``): off a terminal, a PlainConsole
     where rich's width is known (rich is imported only for what it lays out)."""
-    from stackflow.plain_render import PlainConsole
+    from stackflow.cli.plain_render import PlainConsole
 
     width = console_width(sys.stdout)
     return rich_console() if width is None else PlainConsole(width, rich_console)
 
 
 def show_changes(changes: dict[str, Any], console: Any, detail: bool) -> None:
-    """``stackflow.render.render_run_preview(changes, console, detail=detail)``: a run's
+    """``stackflow.cli.render.render_run_preview(changes, console, detail=detail)``: a run's
     preview view drawn from its plain data when :func:`preview_parts` reads it (without
     the engine's models), else by that function."""
     parts = preview_parts(changes)
@@ -351,14 +351,14 @@ def show_changes(changes: dict[str, Any], console: Any, detail: bool) -> None:
         # ``detail`` adds the fields of each change that has some: none, nothing added
         detailed = detail and parts is not None and any_details(parts[0])
         if parts is not None and not detailed and not changes.get("policy"):
-            from stackflow.plain_render import plain_changes
+            from stackflow.cli.plain_render import plain_changes
 
             text = plain_changes(*parts, console.width)
             if text is not None:
                 console.out(text)
                 return
         console = console.rich
-    from stackflow.render import render_changes, render_policy, render_run_preview
+    from stackflow.cli.render import render_changes, render_policy, render_run_preview
 
     if parts is None:
         render_run_preview(changes, console, detail=detail)
@@ -424,7 +424,7 @@ def _resume(
 ) -> None:
     from stackflow.cli.output import OutputFormat
     from stackflow.cli.remote import resume_preview
-    from stackflow.refs import StackRef
+    from stackflow.core.refs import StackRef
 
     stack = StackRef(project, workspace)
     resume_preview(stack, OutputFormat(output), detail, created=created, start=start)

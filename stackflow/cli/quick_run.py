@@ -64,7 +64,7 @@ OPTIONS = {
 DEFAULTS = {"on_failure": "fail", "max_concurrency": 8}
 """What ``remote.run_request`` sends for apply's and destroy's default options."""
 OPERATIONS = ("apply", "destroy", "rollback", "refresh", "preview", "drift")
-"""``stackflow.release.Operation``'s values (and ``stackflow.api.models.RunOperation``'s)."""
+"""``stackflow.model.release.Operation``'s values (and ``stackflow.api.models.RunOperation``'s)."""
 MOVING = ("applying", "destroying")
 """``stackflow.cli.remote.MOVING``: the phases on which the preview is shown."""
 CREATED_FIELDS = ("run_id", "workflow_id", "operation", "status_url", "events_url")
@@ -348,7 +348,7 @@ class QuickRun:
 
             echo(json.dumps(data, indent=2, sort_keys=True))
         else:
-            from stackflow.plain_render import render_outcome
+            from stackflow.cli.plain_render import render_outcome
 
             results = [(r["id"], r["status"], r["error"]) for r in data["results"]]
             stack = f"{self.project}/{self.workspace}"
@@ -374,7 +374,7 @@ class QuickRun:
         """The typer path's code goes on with the run (``remote.resume_run``)."""
         from stackflow.cli.output import OutputFormat
         from stackflow.cli.remote import resume_run
-        from stackflow.refs import StackRef
+        from stackflow.core.refs import StackRef
 
         resume_run(
             StackRef(self.project, self.workspace),
@@ -502,7 +502,7 @@ def result_data(
 # ---- failures, as stackflow.cli.report raises them ------------------------------------------
 def workflow_failure(workflow: str, message: str, error_type: str | None) -> Exception:
     """``report.workflow_failure``: the stack busy (exit 3), bad input (2), else 1."""
-    from stackflow.errors import OperationFailed, SpecError, StackLockedError
+    from stackflow.core.errors import OperationFailed, SpecError, StackLockedError
 
     if error_type in HELD_TYPES:
         return StackLockedError(message)
@@ -514,7 +514,7 @@ def workflow_failure(workflow: str, message: str, error_type: str | None) -> Exc
 def raise_failure(data: dict[str, Any]) -> None:
     """``report.raise_failure`` of the result ``data``: a failed run's one line and exit
     code (raised: :func:`stackflow.cli.quick.answer` prints it as the command group does)."""
-    from stackflow.errors import OperationFailed, SpecError, StackLockedError
+    from stackflow.core.errors import OperationFailed, SpecError, StackLockedError
 
     if data["phase"] == "failed":
         message = data["error"] or f"{data['operation']} failed"

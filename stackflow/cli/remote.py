@@ -20,15 +20,15 @@ from stackflow.cli.events import ndjson_sink, stream_api
 from stackflow.cli.output import OutputFormat
 from stackflow.cli.policy import local_bundle, policy_requires_approval
 from stackflow.cli.quick import namespace
+from stackflow.cli.render import render_run_preview
 from stackflow.cli.report import BAD_INPUT_TYPES, report, workflow_failure
 from stackflow.cli.runs import CannotAsk, RunPaused, console_for, four_eyes_wait, ui_link
 from stackflow.client import StackflowClient
-from stackflow.errors import NotFoundError, OperationFailed, SpecError
-from stackflow.events import EventType, RunEvent
-from stackflow.operation import NodeResult, OperationInput, OperationResult, StatusView
-from stackflow.refs import StackRef
-from stackflow.release import Phase
-from stackflow.render import render_run_preview
+from stackflow.core.errors import NotFoundError, OperationFailed, SpecError
+from stackflow.core.refs import StackRef
+from stackflow.model.events import EventType, RunEvent
+from stackflow.model.release import Phase
+from stackflow.temporal.operation import NodeResult, OperationInput, OperationResult, StatusView
 
 if TYPE_CHECKING:
     from stackflow.cli.quick_run import Followed
@@ -389,7 +389,7 @@ def resume_preview(
 # ---- steering and status --------------------------------------------------------------------
 def running_run(client: StackflowClient, stack: StackRef) -> RunView:
     """The stack's running operation (workflow ``stackflow/<p>/<w>``), as ``status`` finds it."""
-    from stackflow.operation import workflow_id_for
+    from stackflow.temporal.operation import workflow_id_for
 
     wid = workflow_id_for(stack)
     page = client.list_runs(stack, page_size=20)

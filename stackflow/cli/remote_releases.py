@@ -6,10 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 from stackflow.cli.api_mode import api_client
-from stackflow.errors import NotFoundError
-from stackflow.refs import StackRef
-from stackflow.release import Release
-from stackflow.release_diff import ReleaseDiff
+from stackflow.core.errors import NotFoundError
+from stackflow.core.refs import StackRef
+from stackflow.engine.release_diff import ReleaseDiff
+from stackflow.model.release import Release
 
 
 def list_releases(stack: StackRef) -> list[Release]:

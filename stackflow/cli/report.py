@@ -11,13 +11,13 @@ import typer
 from rich.console import Console
 
 from stackflow.cli.output import OutputFormat
+from stackflow.cli.plain_render import render_outcome
 from stackflow.cli.quick_args import BAD_INPUT_TYPES as BAD_INPUT_TYPES
 from stackflow.cli.quick_args import HELD_TYPES as HELD_TYPES
-from stackflow.errors import OperationFailed, SpecError, StackflowError, StackLockedError
-from stackflow.masking import masked_release_data
-from stackflow.operation import OperationResult
-from stackflow.plain_render import render_outcome
-from stackflow.release import Phase
+from stackflow.core.errors import OperationFailed, SpecError, StackflowError, StackLockedError
+from stackflow.engine.masking import masked_release_data
+from stackflow.model.release import Phase
+from stackflow.temporal.operation import OperationResult
 
 ReleaseOf = Callable[[OperationResult], dict[str, Any] | None]
 
@@ -75,7 +75,7 @@ def release_from_backend(result: OperationResult) -> dict[str, Any] | None:
     (``STACKFLOW_STATE_URL``); None otherwise (the run's result has the rest)."""
     if result.revision is None:
         return None
-    from stackflow.config import default_backend
+    from stackflow.core.config import default_backend
 
     try:
         backend = default_backend()

@@ -22,6 +22,7 @@ from temporalio.service import RPCError
 
 from stackflow.cli.connection import Temporal
 from stackflow.cli.output import OutputFormat
+from stackflow.cli.render import render_run_preview
 from stackflow.cli.report import BAD_INPUT_TYPES, HELD_TYPES
 from stackflow.cli.runs import (
     CannotAsk,
@@ -31,8 +32,9 @@ from stackflow.cli.runs import (
     four_eyes_wait,
     ui_link,
 )
-from stackflow.errors import OperationFailed, StackLockedError
-from stackflow.operation import (
+from stackflow.core.errors import OperationFailed, StackLockedError
+from stackflow.model.release import Phase
+from stackflow.temporal.operation import (
     ApprovalInput,
     OperationInput,
     OperationResult,
@@ -41,8 +43,6 @@ from stackflow.operation import (
     preview_workflow_id,
     workflow_id_for,
 )
-from stackflow.release import Phase
-from stackflow.render import render_run_preview
 
 __all__ = [
     "FINAL",
@@ -167,7 +167,7 @@ class Runner:
             if isinstance(cause, ApplicationError) and cause.type in HELD_TYPES:
                 raise StackLockedError(cause.message) from None
             if isinstance(cause, ApplicationError) and cause.type in BAD_INPUT_TYPES:
-                from stackflow.errors import SpecError
+                from stackflow.core.errors import SpecError
 
                 raise SpecError(cause.message) from None
             message = getattr(cause, "message", None) or str(cause)
@@ -266,8 +266,8 @@ def eta_text(seconds: float | None) -> str:
 def full_changes(view: dict[str, Any]) -> dict[str, Any]:
     """The preview with the full diffs its ``diff_refs`` name, read from the state backend
     (changes without a diff keep what the run showed)."""
-    from stackflow.config import default_backend
-    from stackflow.diff_store import load_changes
+    from stackflow.core.config import default_backend
+    from stackflow.state.diff_store import load_changes
 
     backend = default_backend()
     try:

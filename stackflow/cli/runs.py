@@ -8,11 +8,11 @@ from rich.console import Console
 
 from stackflow.cli.output import OutputFormat, SafeConsole
 from stackflow.cli.quick import ui_link
-from stackflow.errors import StackflowError
+from stackflow.core.errors import StackflowError
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:  # the quick path imports this module: no pydantic (stackflow.cli.quick)
-    from stackflow.refs import StackRef
+    from stackflow.core.refs import StackRef
 
 __all__ = [
     "CannotAsk",

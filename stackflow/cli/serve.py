@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from stackflow.cli.app import app
-from stackflow.errors import StackflowError
+from stackflow.core.errors import StackflowError
 
 
 @app.command()
@@ -31,7 +31,7 @@ def serve(
 ) -> None:
     """Serve the HTTP API: runs, releases, outputs (bearer tokens from the file
     STACKFLOW_API_TOKENS names; Temporal and the state backend as the CLI reaches them)."""
-    from stackflow import heap
+    from stackflow.core import heap
 
     heap.limit_malloc_arenas()  # before any thread starts
     try:
@@ -44,8 +44,8 @@ def serve(
             "project's dependencies again (`make setup`, or `uv sync --frozen`)"
         ) from None
 
-    from stackflow.temporal_client import settings
-    from stackflow.temporal_tls import TemporalTLS
+    from stackflow.temporal.client import settings
+    from stackflow.temporal.tls import TemporalTLS
 
     api = app_from_env(max_body_bytes=max_body_bytes, max_streams=max_streams)
     typer.echo(

@@ -27,9 +27,9 @@ from stackflow.cli.binding_input import (
 )
 from stackflow.cli.options import OutputOpt, ProjectOpt, WorkspaceOpt
 from stackflow.cli.output import OutputFormat, echo_safe, emit, print_json
-from stackflow.errors import NotFoundError, SpecError
-from stackflow.refs import StackRef
-from stackflow.sources import GitSource, SourceMode
+from stackflow.core.errors import NotFoundError, SpecError
+from stackflow.core.refs import StackRef
+from stackflow.model.source import GitSource, SourceMode
 
 OPTIONS = {
     "url": "--url",

@@ -13,9 +13,9 @@ import typer
 from stackflow.cli.api_mode import refuse_in_api_mode
 from stackflow.cli.app import EXIT_CODES_HELP, app
 from stackflow.cli.output import stdout_console
-from stackflow.config import state_url
-from stackflow.crypto import KeyRing, new_key_line
-from stackflow.errors import ConflictError
+from stackflow.core.config import state_url
+from stackflow.core.crypto import KeyRing, new_key_line
+from stackflow.core.errors import ConflictError
 
 state_app = typer.Typer(
     help="The state backend (STACKFLOW_STATE_URL): schema migrations and imports.",
@@ -103,7 +103,7 @@ def codec_server(
     """
     import os
 
-    from stackflow.codec_server import CodecAuth, serve
+    from stackflow.temporal.codec_server import CodecAuth, serve
 
     origins = origin or [os.environ.get("STACKFLOW_TEMPORAL_UI", "http://127.0.0.1:8233")]
     origins = [o.rstrip("/") for o in origins]

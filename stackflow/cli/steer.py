@@ -20,14 +20,14 @@ from stackflow.cli.options import (
 )
 from stackflow.cli.output import OutputFormat, echo_safe
 from stackflow.cli.quick import print_status, ui_link
-from stackflow.errors import NotFoundError, OperationFailed
-from stackflow.refs import StackRef
+from stackflow.core.errors import NotFoundError, OperationFailed
+from stackflow.core.refs import StackRef
 
 if TYPE_CHECKING:  # the Temporal SDK is imported only when a command talks to Temporal
     from temporalio.client import WorkflowHandle
 
     from stackflow.cli.connection import Temporal
-    from stackflow.operation import StatusView
+    from stackflow.temporal.operation import StatusView
 
 ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Recorded with the decision.")]
 
@@ -35,7 +35,7 @@ ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Recorded with t
 async def _handle(temporal: Temporal, stack: StackRef) -> WorkflowHandle[Any, Any]:
     from temporalio.service import RPCError, RPCStatusCode
 
-    from stackflow.operation import workflow_id_for
+    from stackflow.temporal.operation import workflow_id_for
 
     client = await temporal.connect()
     handle = client.get_workflow_handle(workflow_id_for(stack))
@@ -60,7 +60,7 @@ async def _update(stack: StackRef, name: str, reason: str | None, timeout: float
 
     from stackflow.cli.connection import Temporal
     from stackflow.cli.runs import current_user
-    from stackflow.operation import ApprovalInput
+    from stackflow.temporal.operation import ApprovalInput
 
     temporal = Temporal(timeout, stack)
     handle = await _handle(temporal, stack)
@@ -169,7 +169,7 @@ def status(
         from temporalio.service import RPCError, RPCStatusCode
 
         from stackflow.cli.connection import Temporal
-        from stackflow.operation import StatusView
+        from stackflow.temporal.operation import StatusView
 
         temporal = Temporal(unavailable_timeout, stack)
         handle = await _handle(temporal, stack)

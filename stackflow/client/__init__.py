@@ -2,7 +2,7 @@
 when ``STACKFLOW_API_URL`` is set::
 
     from stackflow.client import RunRequest, StackflowClient
-    from stackflow.refs import StackRef
+    from stackflow.core.refs import StackRef
 
     with StackflowClient.from_env() as api:
         stack = StackRef("demo", "dev")
@@ -38,9 +38,9 @@ from stackflow.client.errors import (
     ApiUnavailable,
 )
 from stackflow.client.http import EventStream, StackflowClient
-from stackflow.events import EventType, RunEvent, StreamHeader
-from stackflow.notifications import Destination
-from stackflow.sources import GitSource, SourceMode
+from stackflow.model.events import EventType, RunEvent, StreamHeader
+from stackflow.model.notifications import Destination
+from stackflow.model.source import GitSource, SourceMode
 
 __all__ = [
     "ApiConflict",

@@ -1,5 +1,5 @@
 """What an API answer that is a problem becomes: one typed exception per status, each a
-:class:`~stackflow.errors.StackflowError` of the class the CLI gives the same exit code
+:class:`~stackflow.core.errors.StackflowError` of the class the CLI gives the same exit code
 (2 bad input, 3 stack locked, 1 anything else), its message the problem's one-line
 ``detail``."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stackflow.errors import (
+from stackflow.core.errors import (
     ConflictError,
     NotFoundError,
     SpecError,

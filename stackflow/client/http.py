@@ -38,11 +38,11 @@ from stackflow.client.errors import (
     error_for,
 )
 from stackflow.client.stream import parse_event, parse_header
-from stackflow.events import EventType, RunEvent, StreamHeader
-from stackflow.notifications import Destination
+from stackflow.core.refs import StackRef
+from stackflow.model.events import EventType, RunEvent, StreamHeader
+from stackflow.model.notifications import Destination
+from stackflow.model.source import GitSource
 from stackflow.policy_gate.bundle import PolicyBundle
-from stackflow.refs import StackRef
-from stackflow.sources import GitSource
 
 M = TypeVar("M", bound=BaseModel)
 

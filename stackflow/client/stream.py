@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from stackflow.client.errors import ApiProtocolError
-from stackflow.events import STREAM_NAME, STREAM_VERSION, RunEvent, StreamHeader
+from stackflow.model.events import STREAM_NAME, STREAM_VERSION, RunEvent, StreamHeader
 
 EVENT_FIELDS = ("seq", "type", "time")
 

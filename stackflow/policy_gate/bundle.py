@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from stackflow.errors import SpecError
+from stackflow.core.errors import SpecError
 from stackflow.policy_gate.rego import layout
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from stackflow.core.terminal import one_line_safe
 from stackflow.policy_gate.bundle import BundleRef
-from stackflow.terminal import one_line_safe
 
 MESSAGES_LIMIT = 20
 MESSAGE_LIMIT = 300

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stackflow.errors import SpecError, StackflowError
+from stackflow.core.errors import SpecError, StackflowError
 from stackflow.policy_gate.decision import PolicyMessage, Rule, clean, messages_of
 from stackflow.policy_gate.rego import RegoLayoutError, layout
 

@@ -18,14 +18,14 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from stackflow.masking import (
+from stackflow.engine.masking import (
     RECORDED_SENSITIVE_KEY,
     mask_attributes,
     mask_recorded,
     release_sensitive_paths,
 )
-from stackflow.sources import SourceRef
-from stackflow.spec import Resource, Spec
+from stackflow.model.source import SourceRef
+from stackflow.model.spec import Resource, Spec
 
 INPUT_KIND = "policy_input"
 EXTENSION_KEYS = ("provider", "resourceType")

@@ -16,8 +16,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from stackflow.operation import RunOwner
-from stackflow.refs import StackFields
+from stackflow.core.refs import StackFields
+from stackflow.temporal.operation import RunOwner
 
 Attributes = dict[str, Any]
 
@@ -214,7 +214,8 @@ class Runtime(abc.ABC):
     def check_policy(  # noqa: B027 - optional hook
         self, resource: ResourceRequest, options: RuntimeOptions
     ) -> None:
-        """Refuse (:class:`stackflow.policy.PolicyViolation`) what the worker policy forbids.
+        """Refuse (:class:`stackflow.runtimes.policy.PolicyViolation`) what the worker policy
+        forbids.
 
         Called before any other call (and by the runtime itself on every call); it may look at
         local files the policy needs (paths, a kubeconfig) but never at infrastructure.

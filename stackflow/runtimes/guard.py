@@ -1,4 +1,5 @@
-"""The worker policy (:mod:`stackflow.policy`) applied to many resources at once, before any
+"""The worker policy (:mod:`stackflow.runtimes.policy`) applied to many resources at once, before
+any
 runtime call: what the preview and apply activities call.
 
 A spec previewed in several batches is checked whole by the first batch that runs on a
@@ -12,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from stackflow.policy import WorkerPolicy, worker_policy
-from stackflow.ref_cache import RefCache
+from stackflow.core.ref_cache import RefCache
+from stackflow.model.spec import Resource
 from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
+from stackflow.runtimes.policy import WorkerPolicy, worker_policy
 from stackflow.runtimes.registry import RuntimeRegistry
-from stackflow.spec import Resource
 
 _CHECKED_SPECS = 64
 

@@ -1,6 +1,6 @@
 """Maps a resource ``type`` to the runtime that manages it.
 
-A new infrastructure plugs in by declaring its :class:`~stackflow.runtime_rules.RuntimeRules`
+A new infrastructure plugs in by declaring its :class:`~stackflow.model.runtime_rules.RuntimeRules`
 in the entry-point group ``stackflow.runtimes`` (see the README, "Adding a runtime"), or,
 in-process, through ``register``, without touching the engine.
 """
@@ -11,7 +11,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from stackflow.runtime_rules import all_rules
+from stackflow.model.runtime_rules import all_rules
 from stackflow.runtimes.base import InvalidInput, Runtime
 
 if TYPE_CHECKING:
@@ -65,7 +65,7 @@ def default_registry(
 ) -> RuntimeRegistry:
     """Every installed runtime (or ``only`` those types: a worker for some runtimes):
     stackflow's own and any other distribution's, found through the entry-point group
-    ``stackflow.runtimes`` (:mod:`stackflow.runtime_rules`) and built lazily, so a missing
+    ``stackflow.runtimes`` (:mod:`stackflow.model.runtime_rules`) and built lazily, so a missing
     client costs nothing. ``backend`` is handed to each runtime's factory (the Terraform
     runtime keeps its state there, readable from any host)."""
     registry = RuntimeRegistry(only)

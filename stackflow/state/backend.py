@@ -22,11 +22,11 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from stackflow.crypto import KeyRing
-from stackflow.errors import (
+from stackflow.core.crypto import KeyRing
+from stackflow.core.errors import (
     SpecError,
 )
-from stackflow.refs import RunRef
+from stackflow.core.refs import RunRef
 from stackflow.state.models import (
     StackLock,
     blob_ref,

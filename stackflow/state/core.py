@@ -12,14 +12,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from stackflow.crypto import KeyRing
-from stackflow.errors import (
+from stackflow.core.crypto import KeyRing
+from stackflow.core.errors import (
     BackendUnavailableError,
     SchemaError,
     SpecError,
 )
-from stackflow.refs import StackRef
-from stackflow.spec import Spec, load_stored_spec
+from stackflow.core.refs import StackRef
+from stackflow.model.spec import Spec, load_stored_spec
 from stackflow.state.models import (
     MIGRATIONS,
     blob_ref,

@@ -11,9 +11,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from stackflow.errors import KusionFormatError
-from stackflow.release import Release, State
-from stackflow.spec import Resource, load_yaml
+from stackflow.core.errors import KusionFormatError
+from stackflow.model.release import Release, State
+from stackflow.model.spec import Resource, load_yaml
 
 
 def _fold(resources: list[Resource], journal: Path) -> list[Resource]:

@@ -12,11 +12,11 @@ from pathlib import Path
 import sqlalchemy as sa
 from pydantic import BaseModel, ConfigDict
 
-from stackflow.errors import (
+from stackflow.core.errors import (
     SpecError,
 )
-from stackflow.refs import RunRef, StackFields
-from stackflow.release import Operation
+from stackflow.core.refs import RunRef, StackFields
+from stackflow.model.release import Operation
 
 log = logging.getLogger(__name__)
 

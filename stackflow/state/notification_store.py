@@ -8,8 +8,8 @@ from contextlib import AbstractContextManager
 
 import sqlalchemy as sa
 
-from stackflow.errors import ConflictError
-from stackflow.notifications import TARGET_LIMIT, NotificationFailure, NotificationTarget
+from stackflow.core.errors import ConflictError
+from stackflow.model.notifications import TARGET_LIMIT, NotificationFailure, NotificationTarget
 from stackflow.state.models import as_utc
 from stackflow.state.schema import notification_failures, notification_targets
 from stackflow.state.source_bindings import SourceBindingStore

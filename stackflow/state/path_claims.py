@@ -22,7 +22,7 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from stackflow.refs import RunRef, StackRef
+from stackflow.core.refs import RunRef, StackRef
 from stackflow.state.models import now
 from stackflow.state.run_keys import RunKeyStore
 from stackflow.state.schema import onprem_paths, release_resources, releases, stack_locks

@@ -12,15 +12,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from stackflow.drift import DriftReport
-from stackflow.events import PAGE_LIMIT, NewEvent, RunEvent
-from stackflow.notifications import NotificationFailure, NotificationTarget
+from stackflow.core.refs import RunRef, StackRef
+from stackflow.model.drift import DriftReport
+from stackflow.model.events import PAGE_LIMIT, NewEvent, RunEvent
+from stackflow.model.notifications import NotificationFailure, NotificationTarget
+from stackflow.model.release import Approval, Operation, Phase, Release
+from stackflow.model.source import BoundSource, GitSource, SourceRef
+from stackflow.model.spec import Resource, Spec
 from stackflow.policy_gate.bundle import PolicyBinding
 from stackflow.policy_gate.decision import PolicyDecision
-from stackflow.refs import RunRef, StackRef
-from stackflow.release import Approval, Operation, Phase, Release
-from stackflow.sources import BoundSource, GitSource, SourceRef
-from stackflow.spec import Resource, Spec
 from stackflow.state.models import RunKey, SourcePush, StackLock
 
 if TYPE_CHECKING:
@@ -208,7 +208,7 @@ class TerraformStateStore(Protocol):
 
 @runtime_checkable
 class RunEventLog(Protocol):
-    """Each run's event stream (:mod:`stackflow.events`): appends numbered from 1 with no
+    """Each run's event stream (:mod:`stackflow.model.events`): appends numbered from 1 with no
     gap and committed in order, idempotent by key; reads after a ``seq``, only through the
     run's stack."""
 

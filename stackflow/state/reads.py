@@ -10,14 +10,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from stackflow.errors import (
+from stackflow.core.errors import (
     NotFoundError,
 )
+from stackflow.core.refs import StackRef
+from stackflow.model.release import Approval, Operation, Phase, Release, State
+from stackflow.model.source import SourceRef
+from stackflow.model.spec import Resource
 from stackflow.policy_gate.decision import PolicyDecision
-from stackflow.refs import StackRef
-from stackflow.release import Approval, Operation, Phase, Release, State
-from stackflow.sources import SourceRef
-from stackflow.spec import Resource
 from stackflow.state.core import SqlCore
 from stackflow.state.models import (
     CHUNK,

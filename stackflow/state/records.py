@@ -13,8 +13,8 @@ from datetime import UTC
 
 import sqlalchemy as sa
 
-from stackflow.drift import DriftReport, DriftSummary
-from stackflow.refs import RunRef, StackRef
+from stackflow.core.refs import RunRef, StackRef
+from stackflow.model.drift import DriftReport, DriftSummary
 from stackflow.state.models import (
     CHUNK,
     as_utc,

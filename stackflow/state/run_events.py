@@ -17,8 +17,8 @@ from contextlib import contextmanager
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from stackflow.events import PAGE_LIMIT, EventType, NewEvent, RunEvent
-from stackflow.refs import RunRef, StackRef
+from stackflow.core.refs import RunRef, StackRef
+from stackflow.model.events import PAGE_LIMIT, EventType, NewEvent, RunEvent
 from stackflow.state.models import CHUNK, as_utc, now
 from stackflow.state.records import Records
 from stackflow.state.schema import run_events

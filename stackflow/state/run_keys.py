@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import sqlalchemy as sa
 
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
 from stackflow.state.models import RunKey, as_utc, now
 from stackflow.state.policy_store import PolicyBindingStore
 from stackflow.state.schema import run_keys

@@ -141,7 +141,7 @@ run_events = sa.Table(
     sa.Column("body", sa.JSON, nullable=False),
     sa.UniqueConstraint("run_id", "key", name="uq_run_events_key"),
 )
-"""Each run's event stream (:mod:`stackflow.events`): ``seq`` from 1 with no gap, assigned
+"""Each run's event stream (:mod:`stackflow.model.events`): ``seq`` from 1 with no gap, assigned
 under the run's own write lock so commit order is ``seq`` order; ``key`` (a sha256) makes an
 append idempotent."""
 
@@ -183,7 +183,7 @@ stack_sources = sa.Table(
     sa.Column("updated_by", sa.String(200)),
     sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
 )
-"""A stack's git source (:class:`~stackflow.sources.GitSource`); the webhook secret sealed
+"""A stack's git source (:class:`~stackflow.model.source.GitSource`); the webhook secret sealed
 like every secret at rest."""
 
 source_pushes = sa.Table(
@@ -207,7 +207,7 @@ notification_targets = sa.Table(
     sa.Column("types", sa.JSON, nullable=False),
     sa.Column("position", sa.Integer, nullable=False),
 )
-"""A project's webhook destinations (:class:`~stackflow.notifications.NotificationTarget`),
+"""A project's webhook destinations (:class:`~stackflow.model.notifications.NotificationTarget`),
 the secret sealed."""
 
 notification_failures = sa.Table(

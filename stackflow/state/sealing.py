@@ -1,4 +1,4 @@
-"""Sensitive values at rest: sealed with the payload keys (:mod:`stackflow.crypto`) before
+"""Sensitive values at rest: sealed with the payload keys (:mod:`stackflow.core.crypto`) before
 they reach the state backend or Redis, opened when read by a process that has the keys.
 
 A sealed value is ``{"$sealed": {"kid", "rev", "path", "ct"}}`` in place of the value; its
@@ -19,11 +19,11 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from stackflow.crypto import EncryptionKeyError, KeyRing
-from stackflow.masking import RECORDED_SENSITIVE_KEY, sensitive_paths_for
-from stackflow.paths import Segment, format_path, matches_prefix, parse_path, pattern_below
-from stackflow.refs import StackRef
-from stackflow.spec import Resource
+from stackflow.core.crypto import EncryptionKeyError, KeyRing
+from stackflow.core.paths import Segment, format_path, matches_prefix, parse_path, pattern_below
+from stackflow.core.refs import StackRef
+from stackflow.engine.masking import RECORDED_SENSITIVE_KEY, sensitive_paths_for
+from stackflow.model.spec import Resource
 
 SEALED = "$sealed"
 

@@ -7,8 +7,8 @@ import builtins
 
 import sqlalchemy as sa
 
-from stackflow.refs import StackRef
-from stackflow.sources import BoundSource, GitSource, same_repository
+from stackflow.core.refs import StackRef
+from stackflow.model.source import BoundSource, GitSource, same_repository
 from stackflow.state.models import SourcePush, as_utc, now
 from stackflow.state.run_events import RunEvents
 from stackflow.state.schema import source_pushes, stack_sources

@@ -12,18 +12,18 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from stackflow.errors import (
+from stackflow.core.errors import (
     ConflictError,
     FencedError,
     NotFoundError,
     PhaseConflictError,
     StackLockedError,
 )
+from stackflow.core.refs import RunRef, StackRef
+from stackflow.model.release import Approval, Operation, Phase, Release
+from stackflow.model.source import SourceRef
+from stackflow.model.spec import Resource, Spec
 from stackflow.policy_gate.decision import PolicyDecision
-from stackflow.refs import RunRef, StackRef
-from stackflow.release import Approval, Operation, Phase, Release
-from stackflow.sources import SourceRef
-from stackflow.spec import Resource, Spec
 from stackflow.state.models import (
     StackLock,
     now,

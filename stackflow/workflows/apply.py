@@ -8,11 +8,11 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from stackflow.operation import (
+    from stackflow.model.release import Operation
+    from stackflow.temporal.operation import (
         OperationInput,
         OperationResult,
     )
-    from stackflow.release import Operation
     from stackflow.workflows.base import OperationWorkflow
 
 

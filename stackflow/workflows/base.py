@@ -24,10 +24,11 @@ with workflow.unsafe.imports_passed_through():
 
     from stackflow.activities.observe import ObserveActivities
     from stackflow.activities.preview import PreviewActivities
-    from stackflow.budget import fit_errors
-    from stackflow.diff_store import DIFF_REFS_LIMIT
-    from stackflow.events import NewEvent, approval_wait, change_summary
-    from stackflow.operation import (
+    from stackflow.engine.budget import fit_errors
+    from stackflow.model.events import NewEvent, approval_wait, change_summary
+    from stackflow.model.release import Operation, Phase
+    from stackflow.state.diff_store import DIFF_REFS_LIMIT
+    from stackflow.temporal.operation import (
         DETAIL_LIMIT,
         NOT_OK_LIMIT,
         BatchInput,
@@ -47,9 +48,8 @@ with workflow.unsafe.imports_passed_through():
         RefreshBatchInput,
         RunOwner,
     )
-    from stackflow.release import Operation, Phase
-    from stackflow.runtime_queues import parts
-    from stackflow.wire import BatchActions
+    from stackflow.temporal.runtime_queues import parts
+    from stackflow.temporal.wire import BatchActions
     from stackflow.workflows import common, patches
     from stackflow.workflows.constants import (
         AWAITING_APPROVAL,

@@ -9,8 +9,8 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from stackflow.budget import fit_errors
-    from stackflow.operation import (
+    from stackflow.engine.budget import fit_errors
+    from stackflow.temporal.operation import (
         BatchInput,
         BatchResult,
         NodeStatus,

@@ -78,7 +78,7 @@ def resource_call(
     settle: bool = False,
 ) -> dict[str, Any]:
     """Options of an activity that calls a runtime (preview batches, apply, delete); on a
-    runtime's own task queue (:mod:`stackflow.runtime_queues`) it waits at most
+    runtime's own task queue (:mod:`stackflow.temporal.runtime_queues`) it waits at most
     ``wait_seconds`` for a worker of that queue to pick it up. ``settle``: a cancel waits for
     the activity to end (it records what it applied first) instead of leaving it running."""
     options: dict[str, Any] = {

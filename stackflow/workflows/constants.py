@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from temporalio.common import SearchAttributeKey
 
-from stackflow.release import Phase
+from stackflow.model.release import Phase
 
 PROJECT_KEY = SearchAttributeKey.for_keyword("StackflowProject")
 WORKSPACE_KEY = SearchAttributeKey.for_keyword("StackflowWorkspace")

@@ -5,11 +5,11 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from stackflow.operation import (
+    from stackflow.model.release import Operation
+    from stackflow.temporal.operation import (
         OperationInput,
         OperationResult,
     )
-    from stackflow.release import Operation
     from stackflow.workflows.base import OperationWorkflow
 
 

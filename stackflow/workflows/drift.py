@@ -10,8 +10,9 @@ from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from stackflow.activities.observe import ObserveActivities
-    from stackflow.drift import DRIFT_ID_LIMIT
-    from stackflow.operation import (
+    from stackflow.model.drift import DRIFT_ID_LIMIT
+    from stackflow.model.release import Operation, Phase
+    from stackflow.temporal.operation import (
         DriftInput,
         DriftRecordInput,
         DriftResult,
@@ -19,7 +20,6 @@ with workflow.unsafe.imports_passed_through():
         OperationResult,
         workflow_id_for,
     )
-    from stackflow.release import Operation, Phase
     from stackflow.workflows import common, patches
     from stackflow.workflows.base import OperationWorkflow
     from stackflow.workflows.constants import APPROVER_DECIDES, DRIFT_KEY, PHASE_KEY

@@ -10,8 +10,8 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from stackflow.budget import BUDGET, fit_changes
-    from stackflow.operation import (
+    from stackflow.engine.budget import BUDGET, fit_changes
+    from stackflow.temporal.operation import (
         DETAIL_LIMIT,
         DescribeInput,
         OperationPlan,
@@ -19,7 +19,13 @@ with workflow.unsafe.imports_passed_through():
         PreviewBatchResult,
         references_entry,
     )
-    from stackflow.wire import ActionCode, ChangeFlags, DescribeItem, LineRef, decode_changes
+    from stackflow.temporal.wire import (
+        ActionCode,
+        ChangeFlags,
+        DescribeItem,
+        LineRef,
+        decode_changes,
+    )
     from stackflow.workflows.constants import ACTIONS
 
 

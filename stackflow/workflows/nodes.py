@@ -22,8 +22,8 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 
 with workflow.unsafe.imports_passed_through():
     from stackflow.activities.walk import WalkActivities
-    from stackflow.budget import short_error
-    from stackflow.operation import (
+    from stackflow.engine.budget import short_error
+    from stackflow.temporal.operation import (
         DETAIL_LIMIT,
         GROUP_LIMIT,
         GROUPED_TYPES,
@@ -42,8 +42,8 @@ with workflow.unsafe.imports_passed_through():
         NodeStatus,
         PlannedNode,
     )
-    from stackflow.runtime_queues import no_worker_message
-    from stackflow.wire import BatchActions
+    from stackflow.temporal.runtime_queues import no_worker_message
+    from stackflow.temporal.wire import BatchActions
     from stackflow.workflows import common, patches
     from stackflow.workflows.constants import (
         FINALIZE_ON_EVERY_EXIT,

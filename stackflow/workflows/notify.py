@@ -15,7 +15,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from stackflow.activities.notify import DeliverInput, FailureInput, NotifyActivities
-    from stackflow.notifications import Notice
+    from stackflow.model.notifications import Notice
     from stackflow.workflows import common
 
 DELIVERY_RETRY = RetryPolicy(

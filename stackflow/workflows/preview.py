@@ -9,12 +9,12 @@ from temporalio.exceptions import (
 )
 
 with workflow.unsafe.imports_passed_through():
-    from stackflow.events import run_complete
-    from stackflow.operation import (
+    from stackflow.model.events import run_complete
+    from stackflow.model.release import Operation, Phase
+    from stackflow.temporal.operation import (
         OperationInput,
         OperationResult,
     )
-    from stackflow.release import Operation, Phase
     from stackflow.workflows import patches
     from stackflow.workflows.base import OperationWorkflow
     from stackflow.workflows.constants import PHASE_KEY, RUN_EVENTS

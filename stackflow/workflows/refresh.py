@@ -7,8 +7,13 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from stackflow.operation import DETAIL_LIMIT, NodeStatus, OperationInput, OperationResult
-    from stackflow.release import Operation, Phase
+    from stackflow.model.release import Operation, Phase
+    from stackflow.temporal.operation import (
+        DETAIL_LIMIT,
+        NodeStatus,
+        OperationInput,
+        OperationResult,
+    )
     from stackflow.workflows.base import OperationWorkflow
     from stackflow.workflows.nodes import Tally, cause_type, failure_message, raise_if_cancelled
 

@@ -6,8 +6,8 @@ from temporalio import workflow
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from stackflow.operation import OperationInput, OperationResult
-    from stackflow.release import Operation
+    from stackflow.model.release import Operation
+    from stackflow.temporal.operation import OperationInput, OperationResult
     from stackflow.workflows.base import OperationWorkflow
 
 

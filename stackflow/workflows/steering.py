@@ -15,8 +15,11 @@ from temporalio.common import SearchAttributeUpdate
 from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from stackflow.events import NewEvent
-    from stackflow.operation import (
+    from stackflow.core.terminal import markdown_code, markdown_text
+    from stackflow.model.events import NewEvent
+    from stackflow.model.release import Operation, Phase
+    from stackflow.policy_gate.decision import PolicyDecision
+    from stackflow.temporal.operation import (
         ApprovalInput,
         ChangeBrief,
         NodeResult,
@@ -24,9 +27,6 @@ with workflow.unsafe.imports_passed_through():
         StatusView,
         human_duration,
     )
-    from stackflow.policy_gate.decision import PolicyDecision
-    from stackflow.release import Operation, Phase
-    from stackflow.terminal import markdown_code, markdown_text
     from stackflow.workflows import common
     from stackflow.workflows.constants import AWAITING_APPROVAL, AWAITING_DECISION
     from stackflow.workflows.lines import PreviewLines, summarise

@@ -13,9 +13,9 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from stackflow.activities.policy import PolicyActivities
-    from stackflow.operation import OperationPlan, PolicyInput
+    from stackflow.model.release import Phase
     from stackflow.policy_gate.decision import Outcome
-    from stackflow.release import Phase
+    from stackflow.temporal.operation import OperationPlan, PolicyInput
     from stackflow.workflows import common, patches
     from stackflow.workflows.constants import (
         APPROVER_DECIDES,

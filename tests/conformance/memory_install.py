@@ -11,7 +11,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from stackflow.runtime_rules import ENTRY_POINT_GROUP, reload_runtimes
+from stackflow.model.runtime_rules import ENTRY_POINT_GROUP, reload_runtimes
 
 SOURCE = Path(__file__).resolve().parents[1] / "fixtures" / "memory_runtime"
 

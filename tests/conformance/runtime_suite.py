@@ -29,10 +29,9 @@ from typing import Any
 
 import pytest
 
-from stackflow.diff import Action, Change, diff_resource
-from stackflow.masking import sensitive_paths_for
-from stackflow.policy import PolicyViolation
-from stackflow.runtime_rules import rules_for
+from stackflow.engine.diff import Action, Change, diff_resource
+from stackflow.engine.masking import sensitive_paths_for
+from stackflow.model.runtime_rules import rules_for
 from stackflow.runtimes.base import (
     Attributes,
     InvalidInput,
@@ -40,6 +39,7 @@ from stackflow.runtimes.base import (
     Runtime,
     RuntimeOptions,
 )
+from stackflow.runtimes.policy import PolicyViolation
 from stackflow.runtimes.registry import default_registry
 
 

@@ -9,16 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from stackflow.diff import Action
-from stackflow.errors import SpecError
-from stackflow.graph import build_graph
-from stackflow.masking import SENSITIVE_MARKER, sensitive_paths_for
-from stackflow.policy import PolicyViolation
-from stackflow.runtime_rules import known_types, rules_for
+from stackflow.core.errors import SpecError
+from stackflow.engine.diff import Action
+from stackflow.engine.graph import build_graph
+from stackflow.engine.masking import SENSITIVE_MARKER, sensitive_paths_for
+from stackflow.model.runtime_rules import known_types, rules_for
+from stackflow.model.spec import parse_spec
 from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
 from stackflow.runtimes.guard import check_preview
+from stackflow.runtimes.policy import PolicyViolation
 from stackflow.runtimes.registry import default_registry
-from stackflow.spec import parse_spec
 from tests.conformance.runtime_suite import RuntimeCase, RuntimeSuite, preview
 
 pytestmark = pytest.mark.usefixtures("memory_runtime")

@@ -7,11 +7,11 @@ from typing import Any
 
 import pytest
 
-from stackflow.cache import PriorStateCache
-from stackflow.refs import StackRef
-from stackflow.release import Operation, Phase, Release
-from stackflow.spec import Resource, ResourceType
+from stackflow.core.refs import StackRef
+from stackflow.model.release import Operation, Phase, Release
+from stackflow.model.spec import Resource, ResourceType
 from stackflow.state.backend import RunRef, StateBackend
+from stackflow.state.cache import PriorStateCache
 
 P, W = "proj", "dev"
 STACK = StackRef(P, W)
@@ -171,23 +171,23 @@ def test_server_killed_mid_test(
     cache = PriorStateCache(redis_server.url, releases)
     assert cache.prior(STACK)["a"] == res("a", v=1)
     redis_server.stop()
-    caplog.set_level(logging.WARNING, logger="stackflow.cache")
+    caplog.set_level(logging.WARNING, logger="stackflow.state.cache")
     second = succeed(releases, res("a", v=2))
     for _ in range(3):
         assert cache.prior(STACK)["a"] == res("a", v=2)
         assert cache.prior_resource(STACK, "a") == res("a", v=2)
     cache.remember(STACK, second.revision)
-    warnings = [r for r in caplog.records if r.name == "stackflow.cache"]
+    warnings = [r for r in caplog.records if r.name == "stackflow.state.cache"]
     assert len(warnings) == 1 and "redis unavailable" in warnings[0].getMessage()
 
 
 def test_unreachable_and_disabled(releases: StateBackend, caplog: pytest.LogCaptureFixture) -> None:
     succeed(releases, res("a"))
-    caplog.set_level(logging.WARNING, logger="stackflow.cache")
+    caplog.set_level(logging.WARNING, logger="stackflow.state.cache")
     nowhere = PriorStateCache("redis://127.0.0.1:1/0", releases)
     assert nowhere.prior(STACK) == {"a": res("a")}
     assert nowhere.prior_resource(STACK, "a") == res("a")
-    assert len([r for r in caplog.records if r.name == "stackflow.cache"]) == 1
+    assert len([r for r in caplog.records if r.name == "stackflow.state.cache"]) == 1
     disabled = PriorStateCache(None, releases)
     assert disabled.prior_resource(STACK, "a") == res("a")
-    assert len([r for r in caplog.records if r.name == "stackflow.cache"]) == 1
+    assert len([r for r in caplog.records if r.name == "stackflow.state.cache"]) == 1

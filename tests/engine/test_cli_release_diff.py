@@ -14,11 +14,11 @@ from typer.testing import CliRunner, Result
 
 from stackflow.cli.app import app
 from stackflow.cli.main import load_commands
-from stackflow.crypto import KeyRing, new_key_line
-from stackflow.errors import NotFoundError, SpecError
-from stackflow.refs import StackRef
-from stackflow.release import Operation, Phase
-from stackflow.spec import Resource, Spec
+from stackflow.core.crypto import KeyRing, new_key_line
+from stackflow.core.errors import NotFoundError, SpecError
+from stackflow.core.refs import StackRef
+from stackflow.model.release import Operation, Phase
+from stackflow.model.spec import Resource, Spec
 from stackflow.state.backend import StateBackend, open_backend
 
 KEY = new_key_line("k1")

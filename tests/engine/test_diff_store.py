@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from stackflow.diff import Action, Change, FieldChange
-from stackflow.diff_store import load_changes, put_changes, put_index
-from stackflow.errors import SpecError
+from stackflow.core.errors import SpecError
+from stackflow.engine.diff import Action, Change, FieldChange
 from stackflow.state.backend import StateBackend
+from stackflow.state.diff_store import load_changes, put_changes, put_index
 
 
 def test_indexes_expand_in_order_however_deep(backend: StateBackend) -> None:

@@ -1,4 +1,4 @@
-"""Event stream wake-ups (stackflow.event_bell) against a real redis-server: a follower
+"""Event stream wake-ups (stackflow.state.event_bell) against a real redis-server: a follower
 waiting between two polls gets a run's new events as soon as they are appended, the ring
 carries nothing but the run's id, and without Redis (none, or down) streams poll as before."""
 
@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 import redis
 
-from stackflow import event_follow
-from stackflow.event_bell import CHANNEL, Bell, Listener, RingingEventLog
-from stackflow.event_follow import Ending, follow
-from stackflow.events import EventType, NewEvent, RunEvent
-from stackflow.refs import RunRef, StackRef
+from stackflow.core.refs import RunRef, StackRef
+from stackflow.model.events import EventType, NewEvent, RunEvent
+from stackflow.state import event_follow
 from stackflow.state.backend import StateBackend, open_backend
+from stackflow.state.event_bell import CHANNEL, Bell, Listener, RingingEventLog
+from stackflow.state.event_follow import Ending, follow
 
 STACK = StackRef("bell", "dev")
 RUN = RunRef("stackflow/bell/dev", "run-bell-1")

@@ -8,20 +8,20 @@ from pathlib import Path
 
 import pytest
 
-from stackflow.diff import Action, diff_resource
-from stackflow.errors import ConflictError, KusionFormatError
-from stackflow.kusion import (
+from stackflow.core.errors import ConflictError, KusionFormatError
+from stackflow.core.refs import StackRef
+from stackflow.engine.diff import Action, diff_resource
+from stackflow.engine.masking import SENSITIVE_MARKER
+from stackflow.model.release import Operation, Phase
+from stackflow.model.spec import Resource, ResourceType, Spec
+from stackflow.state.backend import RunRef, StateBackend
+from stackflow.state.kusion import (
     export_kusion_releases,
     import_kusion_releases,
     load_kusion_metadata,
     load_kusion_release,
     read_kusion_stack,
 )
-from stackflow.masking import SENSITIVE_MARKER
-from stackflow.refs import StackRef
-from stackflow.release import Operation, Phase
-from stackflow.spec import Resource, ResourceType, Spec
-from stackflow.state.backend import RunRef, StateBackend
 
 KUSION_HOME = Path(__file__).resolve().parents[3] / "shared/compat/kusion/release/storages/testdata"
 STACK_DIR = KUSION_HOME / "releases" / "test_project" / "test_ws"

@@ -6,10 +6,10 @@ from datetime import UTC, datetime
 
 import pytest
 
-from stackflow.errors import FencedError, NotFoundError, PhaseConflictError, StackLockedError
-from stackflow.refs import StackRef
-from stackflow.release import Approval, Decision, Operation, Phase, Release, State
-from stackflow.spec import Resource, ResourceType, Spec
+from stackflow.core.errors import FencedError, NotFoundError, PhaseConflictError, StackLockedError
+from stackflow.core.refs import StackRef
+from stackflow.model.release import Approval, Decision, Operation, Phase, Release, State
+from stackflow.model.spec import Resource, ResourceType, Spec
 from stackflow.state.backend import RunRef, StateBackend
 
 P, W = "proj", "dev"

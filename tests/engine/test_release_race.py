@@ -17,10 +17,10 @@ from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
-from stackflow.errors import StackLockedError
-from stackflow.refs import StackRef
-from stackflow.release import Operation, Phase
-from stackflow.spec import Resource, ResourceType
+from stackflow.core.errors import StackLockedError
+from stackflow.core.refs import StackRef
+from stackflow.model.release import Operation, Phase
+from stackflow.model.spec import Resource, ResourceType
 from stackflow.state.backend import RunRef, StateBackend, open_backend
 
 P, W = "race", "ws"

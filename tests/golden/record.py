@@ -27,18 +27,18 @@ sys.path.insert(0, str(HERE.parents[1]))
 
 from temporalio.client import Client, WorkflowHandle  # noqa: E402
 
-import stackflow.worker as worker_module  # noqa: E402
-from stackflow.codec import data_converter  # noqa: E402
-from stackflow.operation import (  # noqa: E402
+import stackflow.worker.main as worker_module  # noqa: E402
+from stackflow.model.spec import parse_spec  # noqa: E402
+from stackflow.policy_gate.bundle import PolicyBundle, store_bundle  # noqa: E402
+from stackflow.state.backend import open_backend  # noqa: E402
+from stackflow.temporal.codec import data_converter  # noqa: E402
+from stackflow.temporal.operation import (  # noqa: E402
     ApprovalInput,
     DriftInput,
     DriftResult,
     OperationInput,
     OperationResult,
 )
-from stackflow.policy_gate.bundle import PolicyBundle, store_bundle  # noqa: E402
-from stackflow.spec import parse_spec  # noqa: E402
-from stackflow.state.backend import open_backend  # noqa: E402
 
 
 def files(root: Path, count: int, prefix: str = "f") -> list[dict[str, Any]]:

@@ -20,8 +20,8 @@ import pytest
 from kubernetes import client as k8s
 from temporalio.client import Client
 
-from stackflow.codec import data_converter
 from stackflow.runtimes.kubernetes.runtime import KubernetesRuntime
+from stackflow.temporal.codec import data_converter
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,11 +16,11 @@ import yaml
 from temporalio.client import Client, WorkflowHandle
 from temporalio.worker import Replayer, UnsandboxedWorkflowRunner, Worker
 
-from stackflow.codec import data_converter
-from stackflow.operation import StatusView
-from stackflow.refs import StackRef
-from stackflow.release import Release
+from stackflow.core.refs import StackRef
+from stackflow.model.release import Release
 from stackflow.state.backend import StateBackend, open_backend
+from stackflow.temporal.codec import data_converter
+from stackflow.temporal.operation import StatusView
 from stackflow.workflows.catalog import ALL_WORKFLOWS
 
 T = TypeVar("T")
@@ -33,7 +33,7 @@ async def local_worker(
     """A worker in this process (workflow classes as given, unsandboxed so a test can patch
     module constants) with the real activities on the stack's state backend: its task queue
     and that backend."""
-    import stackflow.worker as worker_module
+    import stackflow.worker.main as worker_module
 
     backend = open_backend(env["STACKFLOW_STATE_URL"], migrate=True)
     activities = worker_module.build_activities(None, backend=backend)
@@ -102,7 +102,7 @@ def payload_json(payload: Any) -> Any:
 
 
 async def payload_json_async(payload: Any) -> Any:
-    from stackflow.codec import payload_codec
+    from stackflow.temporal.codec import payload_codec
 
     [plain] = await payload_codec().decode([payload])
     return json.loads(plain.data)
@@ -118,7 +118,7 @@ async def start_run(
     queue: str | None = None,
 ) -> WorkflowHandle[Any, Any]:
     """Start an operation workflow as any Temporal client would (default id, test queue)."""
-    from stackflow.operation import OperationResult, workflow_id_for
+    from stackflow.temporal.operation import OperationResult, workflow_id_for
 
     return await client.start_workflow(
         workflow,

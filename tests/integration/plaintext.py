@@ -18,7 +18,7 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from stackflow.operation import ApprovalInput, OperationResult
+from stackflow.temporal.operation import ApprovalInput, OperationResult
 from tests.integration.conftest import REPO
 from tests.integration.opshelp import all_releases, file_resource, new_project, wait_phase
 

@@ -528,7 +528,7 @@ async def test_a_big_spec_goes_by_reference(http: httpx.Client, tmp_path: Path) 
 
     from temporalio.client import Client
 
-    from stackflow.codec import data_converter
+    from stackflow.temporal.codec import data_converter
     from tests.integration.opshelp import payload_json_async
 
     resources = [

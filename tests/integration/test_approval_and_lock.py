@@ -14,7 +14,7 @@ from temporalio.client import (
 )
 from temporalio.exceptions import ApplicationError
 
-from stackflow.operation import ApprovalInput, OperationInput
+from stackflow.temporal.operation import ApprovalInput, OperationInput
 from tests.integration.conftest import WorkerProcess, run_cli
 from tests.integration.opshelp import (
     all_releases,

@@ -30,9 +30,9 @@ import yaml
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
 
-from stackflow.drift import schedule_id
-from stackflow.operation import ApprovalInput, OperationInput
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
+from stackflow.model.drift import schedule_id
+from stackflow.temporal.operation import ApprovalInput, OperationInput
 from tests.gitserver import GitServer
 from tests.integration.conftest import REPO, WorkerProcess, run_cli
 from tests.integration.opshelp import (

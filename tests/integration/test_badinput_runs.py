@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
 from stackflow.state.backend import open_backend
 from tests.integration.conftest import WorkerProcess, run_cli
 from tests.integration.opshelp import new_project, write_spec

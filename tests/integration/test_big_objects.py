@@ -12,9 +12,9 @@ from typing import Any
 
 from temporalio.client import Client
 
-from stackflow.budget import BUDGET
-from stackflow.operation import workflow_id_for
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
+from stackflow.engine.budget import BUDGET
+from stackflow.temporal.operation import workflow_id_for
 from tests.integration.conftest import REPO, WorkerProcess, run_cli
 from tests.integration.opshelp import cli_json, write_spec
 

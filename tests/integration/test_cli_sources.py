@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from stackflow.notifications import TYPES
+from stackflow.model.notifications import TYPES
 from tests.integration.conftest import require_env, run_cli
 from tests.integration.opshelp import new_project
 

@@ -30,10 +30,10 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from stackflow.cli.connection import Temporal
-from stackflow.codec import data_converter
-from stackflow.operation import OperationInput, OperationResult, workflow_id_for
-from stackflow.refs import StackRef
-from stackflow.temporal_client import START_TOKEN, quiet_runtime
+from stackflow.core.refs import StackRef
+from stackflow.temporal.client import START_TOKEN, quiet_runtime
+from stackflow.temporal.codec import data_converter
+from stackflow.temporal.operation import OperationInput, OperationResult, workflow_id_for
 from tests.integration.conftest import REPO, WorkerProcess
 from tests.integration.opshelp import (
     file_resource,

@@ -8,8 +8,13 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from stackflow.operation import OperationInput, OperationResult, StatusView, workflow_id_for
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
+from stackflow.temporal.operation import (
+    OperationInput,
+    OperationResult,
+    StatusView,
+    workflow_id_for,
+)
 from tests.integration.conftest import WorkerProcess
 from tests.integration.opshelp import (
     all_releases,

@@ -23,9 +23,9 @@ from google.protobuf.message import Message
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 
-from stackflow.crypto import KeyRing
-from stackflow.masking import SENSITIVE_MARKER
-from stackflow.refs import StackRef
+from stackflow.core.crypto import KeyRing
+from stackflow.core.refs import StackRef
+from stackflow.engine.masking import SENSITIVE_MARKER
 from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
 from stackflow.runtimes.terraform import SENSITIVE_KEY, STATE_KEY, TerraformRuntime
 from stackflow.runtimes.terraform.state import instance, state_sensitive_paths

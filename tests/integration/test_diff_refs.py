@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from stackflow.diff_store import DIFF_REFS_LIMIT, load_changes
-from stackflow.operation import OperationInput
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
+from stackflow.state.diff_store import DIFF_REFS_LIMIT, load_changes
+from stackflow.temporal.operation import OperationInput
 from stackflow.workflows.apply import ApplyWorkflow
 from tests.integration.opshelp import file_resource, local_worker, new_project, start_run
 

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE_FILE = ROOT / "docker-compose.yml"
@@ -51,7 +51,7 @@ ENV_SOURCES = ("stackflow",)
 # Variables set on the worker that a dependency, not stackflow code, reads.
 READ_BY_LIBRARIES = {
     "KUBECONFIG": "kubernetes.config.load_kube_config()",
-    "STACKFLOW_ONPREM_ROOTS": "stackflow.policy, through its table of policy variables",
+    "STACKFLOW_ONPREM_ROOTS": "stackflow.runtimes.policy, through its table of policy variables",
 }
 # Variables compose requires (`${VAR:?message}`, no default), with the dummy values the
 # tests give them. Passwords go into URLs, so the dummies are URL-safe, as the header asks.
@@ -868,8 +868,8 @@ def test_codec_server_runs_with_the_compose_command(
     from google.protobuf import json_format
     from temporalio.api.common.v1 import Payloads
 
-    from stackflow.codec import data_converter
-    from stackflow.crypto import KeyRing
+    from stackflow.core.crypto import KeyRing
+    from stackflow.temporal.codec import data_converter
 
     svc = services(resolved)[CODEC]
     words = command_words(svc)
@@ -1012,7 +1012,7 @@ def dev_key_line() -> str:
     """The dev loop's key (the test's client encrypts with it) as compose passes a key."""
     import base64
 
-    from stackflow.crypto import KeyRing
+    from stackflow.core.crypto import KeyRing
 
     ring = KeyRing.from_env()
     if ring is None:
@@ -1030,9 +1030,9 @@ async def test_worker_runs_with_the_compose_environment_against_the_dev_postgres
 
     from temporalio.client import Client
 
-    from stackflow.codec import data_converter
-    from stackflow.operation import OperationInput, OperationResult
     from stackflow.state.backend import open_backend
+    from stackflow.temporal.codec import data_converter
+    from stackflow.temporal.operation import OperationInput, OperationResult
     from tests.integration.conftest import WorkerProcess, require_env
 
     compose_env = environment(services(resolved)[WORKER])

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from stackflow.worker import GRACEFUL_SHUTDOWN
+from stackflow.worker.main import GRACEFUL_SHUTDOWN
 from stackflow.workflows.common import RESOURCE_HEARTBEAT
 from tests.integration.conftest import REPO, require_env
 from tests.integration.helmhelp import (

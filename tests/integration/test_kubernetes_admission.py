@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from stackflow.masking import SENSITIVE_MARKER
+from stackflow.engine.masking import SENSITIVE_MARKER
 from tests.integration.conftest import WorkerProcess, run_cli
 from tests.integration.kubehelp import config_map, kusion_id, resource, secret, suffix, wait_for
 from tests.integration.opshelp import new_project, write_spec

@@ -16,9 +16,9 @@ from typing import Any, NamedTuple
 import pytest
 from kubernetes import client as k8s
 
-from stackflow.diff import Change, diff_resource
-from stackflow.masking import sensitive_paths_for
-from stackflow.refs import RunRef
+from stackflow.core.refs import RunRef
+from stackflow.engine.diff import Change, diff_resource
+from stackflow.engine.masking import sensitive_paths_for
 from stackflow.runtimes.base import (
     Conflict,
     InvalidInput,

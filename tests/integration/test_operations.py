@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
-from stackflow.budget import BUDGET, size_of
-from stackflow.operation import OperationInput, OperationResult, workflow_id_for
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
+from stackflow.engine.budget import BUDGET, size_of
+from stackflow.temporal.operation import OperationInput, OperationResult, workflow_id_for
 from tests.integration.conftest import WorkerProcess, run_cli
 from tests.integration.opshelp import (
     all_releases,

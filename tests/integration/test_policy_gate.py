@@ -15,9 +15,9 @@ from pathlib import Path
 
 import httpx
 
-from stackflow.events import EventType
+from stackflow.core.refs import StackRef
+from stackflow.model.events import EventType
 from stackflow.policy_gate.bundle import BUNDLE_KIND
-from stackflow.refs import StackRef
 from tests.gitserver import GitServer
 from tests.integration.conftest import REPO, WorkerProcess, run_cli
 from tests.integration.opshelp import (

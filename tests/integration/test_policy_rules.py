@@ -2,7 +2,7 @@
 
 Input documents are built the way the policy gate builds them
 (:func:`stackflow.policy_gate.plan_input.build_input`) from real ``Resource``/``Spec``
-objects, recorded resources and the changes :func:`stackflow.diff.diff_resource` finds
+objects, recorded resources and the changes :func:`stackflow.engine.diff.diff_resource` finds
 (Kubernetes workloads, Services, a Secret, ConfigMaps; Terraform resources of allowed and
 other providers; OnPrem files; deletes of recorded resources). Each policy must deny, warn
 or ask for approval on exactly the resources it is about and let the rest pass; a Secret's
@@ -23,14 +23,14 @@ from typing import Any
 
 import pytest
 
-from stackflow.diff import diff_resource
-from stackflow.masking import SENSITIVE_MARKER, sensitive_paths_for
+from stackflow.engine.diff import diff_resource
+from stackflow.engine.masking import SENSITIVE_MARKER, sensitive_paths_for
+from stackflow.model.source import SourceRef
+from stackflow.model.spec import Resource, Spec
 from stackflow.policy_gate.bundle import load_bundle_dir
 from stackflow.policy_gate.decision import Outcome, PolicyDecision, PolicyMessage
 from stackflow.policy_gate.engine import Module, PolicyError, evaluate
 from stackflow.policy_gate.plan_input import build_input, input_bytes
-from stackflow.sources import SourceRef
-from stackflow.spec import Resource, Spec
 from tests.integration.conftest import REPO, require_env, run_cli
 
 pytestmark = pytest.mark.integration

@@ -26,7 +26,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
 from stackflow.state.backend import open_backend
 from tests.integration.conftest import REPO, WorkerProcess, run_cli
 from tests.integration.kubehelp import api_client, config_map, delete_quietly, resource

@@ -15,8 +15,8 @@ from typing import Any
 from kubernetes import client as k8s
 from temporalio.client import Client
 
-from stackflow.codec import data_converter
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
+from stackflow.temporal.codec import data_converter
 from tests.integration.conftest import WorkerProcess, run_cli
 from tests.integration.kubehelp import (
     config_map,

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client as k8s
 
-from stackflow.errors import NotFoundError
+from stackflow.core.errors import NotFoundError
 from tests.integration.conftest import WorkerProcess, run_cli
 from tests.integration.kubehelp import (
     config_map,

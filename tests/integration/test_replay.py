@@ -8,8 +8,8 @@ from pathlib import Path
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client
 
-from stackflow.operation import OperationInput, OperationResult, workflow_id_for
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
+from stackflow.temporal.operation import OperationInput, OperationResult, workflow_id_for
 from stackflow.workflows.constants import BASELINE
 from tests.integration.conftest import WorkerProcess
 from tests.integration.opshelp import (

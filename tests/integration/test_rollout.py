@@ -16,8 +16,13 @@ import pytest
 from temporalio.api.workflowservice.v1 import SetWorkerDeploymentCurrentVersionRequest
 from temporalio.client import Client
 
-from stackflow.operation import OperationInput, OperationResult, StatusView, workflow_id_for
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
+from stackflow.temporal.operation import (
+    OperationInput,
+    OperationResult,
+    StatusView,
+    workflow_id_for,
+)
 from tests.integration.conftest import REPO, WorkerProcess, run_cli
 from tests.integration.opshelp import expect_exit, file_resource, new_project, write_spec
 

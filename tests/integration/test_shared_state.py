@@ -16,14 +16,14 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowFailureError
 
-from stackflow.operation import (
+from stackflow.core.refs import StackRef
+from stackflow.state.backend import open_backend
+from stackflow.temporal.operation import (
     ApprovalInput,
     OperationInput,
     OperationResult,
     StatusView,
 )
-from stackflow.refs import StackRef
-from stackflow.state.backend import open_backend
 from tests.integration.conftest import REPO, WorkerProcess, run_cli
 from tests.integration.opshelp import (
     all_releases,

@@ -17,14 +17,14 @@ from temporalio.client import (
     WorkflowUpdateFailedError,
 )
 
-from stackflow.operation import (
+from stackflow.core.refs import StackRef
+from stackflow.temporal.operation import (
     ApprovalInput,
     OperationInput,
     OperationPlan,
     OperationResult,
     workflow_id_for,
 )
-from stackflow.refs import StackRef
 from stackflow.workflows.apply import ApplyWorkflow
 from tests.integration.conftest import WorkerProcess, run_cli
 from tests.integration.opshelp import (

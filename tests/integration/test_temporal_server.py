@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowHandle
 
-from stackflow.operation import OperationInput, OperationResult, StatusView
+from stackflow.temporal.operation import OperationInput, OperationResult, StatusView
 from tests.integration.conftest import REPO, WorkerProcess, run_cli
 from tests.integration.opshelp import (
     all_releases,

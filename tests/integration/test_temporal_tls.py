@@ -50,8 +50,8 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest, Register
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 
-from stackflow.codec import data_converter
-from stackflow.crypto import KeyRing, new_key_line
+from stackflow.core.crypto import KeyRing, new_key_line
+from stackflow.temporal.codec import data_converter
 from tests.integration.conftest import REPO, WorkerProcess, run_cli
 from tests.integration.opshelp import cli_json, file_resource, new_project, write_spec
 from tests.integration.plaintext import (

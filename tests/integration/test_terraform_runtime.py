@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from stackflow.diff import Change, diff_resource
-from stackflow.masking import SENSITIVE_MARKER, sensitive_paths_for
-from stackflow.policy import PolicyViolation, load_policy
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
+from stackflow.engine.diff import Change, diff_resource
+from stackflow.engine.masking import SENSITIVE_MARKER, sensitive_paths_for
 from stackflow.runtimes.base import InvalidInput, ResourceRequest, RuntimeOptions
+from stackflow.runtimes.policy import PolicyViolation, load_policy
 from stackflow.runtimes.terraform import SENSITIVE_KEY, STATE_KEY, TerraformRuntime
 
 BUILTIN = {"provider": "terraform.io/builtin/terraform"}
@@ -530,7 +530,7 @@ async def test_a_batch_whose_state_cannot_be_kept_leaves_it_for_the_retry(
 ) -> None:
     """tofu created two objects in one batch, then the backend failed to keep their state:
     the retry on this host finds each object's state and creates nothing a second time."""
-    from stackflow.errors import BackendUnavailableError
+    from stackflow.core.errors import BackendUnavailableError
     from stackflow.state.backend import open_backend
 
     backend = open_backend(f"sqlite:///{tmp_path / 'state.db'}")
@@ -633,10 +633,10 @@ async def test_an_apply_applies_the_plan_its_preview_made(
     """An apply's preview keeps its batch's plan for the release; the release's apply of the
     same batch applies that plan (no second plan) and takes it; a batch whose inputs changed
     since its preview plans again, and a preview that is not an apply's keeps nothing."""
-    from stackflow.operation import Operation
-    from stackflow.refs import RunRef
+    from stackflow.core.refs import RunRef
     from stackflow.state.backend import open_backend
     from stackflow.state.schema import terraform_plans
+    from stackflow.temporal.operation import Operation
 
     backend = open_backend(f"sqlite:///{tmp_path / 'state.db'}")
     runtime = TerraformRuntime(root=tmp_path / "tf", backend=backend)
@@ -697,9 +697,9 @@ async def test_a_delete_destroys_from_the_state_its_preview_refreshed(
     refreshing again (``-refresh=false``). A file deleted behind stackflow's back is gone in
     the preview and in that state, so the delete leaves it be; a delete without such a
     preview refreshes first, as before."""
-    from stackflow.operation import Operation
-    from stackflow.refs import RunRef
+    from stackflow.core.refs import RunRef
     from stackflow.state.backend import open_backend
+    from stackflow.temporal.operation import Operation
 
     backend = open_backend(f"sqlite:///{tmp_path / 'state.db'}")
     runtime = TerraformRuntime(root=tmp_path / "tf", backend=backend)

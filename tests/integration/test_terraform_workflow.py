@@ -16,7 +16,7 @@ from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from temporalio.client import Client
 
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
 from stackflow.runtimes.terraform import STATE_KEY
 from stackflow.state.backend import open_backend
 from tests.integration.conftest import WorkerProcess, run_cli
@@ -286,7 +286,7 @@ async def test_an_approved_apply_applies_the_plan_its_preview_showed(
     """Through the worker: the preview of a run waiting for approval has kept its Terraform
     plan for the run's release; the approved apply takes it (nothing is left kept), and the
     resources hold the previewed values."""
-    from stackflow.operation import ApprovalInput, OperationInput
+    from stackflow.temporal.operation import ApprovalInput, OperationInput
     from tests.integration.opshelp import start_run, wait_phase
 
     project = f"tfp{uuid.uuid4().hex[:8]}"

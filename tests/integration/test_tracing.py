@@ -26,8 +26,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from temporalio.client import Client
 
-from stackflow.operation import workflow_id_for
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
+from stackflow.temporal.operation import workflow_id_for
 from tests.integration.conftest import REPO, WorkerProcess, run_cli
 from tests.integration.opshelp import (
     cli_json,
@@ -285,8 +285,8 @@ TRACING_PARTS = (
 
 OFF_PROBE = """
 import json, sys
-import stackflow.worker as worker
-from stackflow import tracing
+import stackflow.worker.main as worker
+from stackflow.temporal import tracing
 before = set(sys.modules)
 found = tracing.interceptors(tracing.WORKER)
 new = sorted(m for m in set(sys.modules) - before if "opentelemetry" in m)
@@ -297,7 +297,7 @@ CLI_PROBE = """
 import json, sys
 import stackflow.cli.main
 import stackflow.cli.connection
-from stackflow import tracing
+from stackflow.temporal import tracing
 assert tracing.interceptors(tracing.CLI) == []
 print(json.dumps(sorted(sys.modules)))
 """

@@ -15,8 +15,13 @@ from pathlib import Path
 import pytest
 from temporalio.client import Client
 
-from stackflow.operation import ApprovalInput, OperationInput, OperationResult, workflow_id_for
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
+from stackflow.temporal.operation import (
+    ApprovalInput,
+    OperationInput,
+    OperationResult,
+    workflow_id_for,
+)
 from tests.integration.browser import Browser, chromium_binary
 from tests.integration.conftest import REPO, WorkerProcess
 from tests.integration.opshelp import file_resource, new_project, wait_phase

@@ -9,9 +9,9 @@ from pathlib import Path
 
 from temporalio.client import Client
 
-from stackflow.crypto import KeyRing
-from stackflow.operation import OperationInput, workflow_id_for
-from stackflow.refs import StackRef
+from stackflow.core.crypto import KeyRing
+from stackflow.core.refs import StackRef
+from stackflow.temporal.operation import OperationInput, workflow_id_for
 from tests.integration.conftest import WorkerProcess, run_cli
 from tests.integration.opshelp import file_resource, new_project, poll, write_spec
 
@@ -53,7 +53,7 @@ async def test_a_worker_without_the_key_says_so_once(
         text = await poll(logged, timeout=60, what="the worker's no-key line")
         [line] = [line for line in text.splitlines() if LINE in line]
         assert f"key {ring.current!r}" in line
-        assert "STACKFLOW_ENCRYPTION_KEY" in line and "ERROR stackflow.codec" in line
+        assert "STACKFLOW_ENCRYPTION_KEY" in line and "ERROR stackflow.temporal.codec" in line
         log = worker.log.read_text()
         for key in ring.keys.values():
             assert base64.b64encode(key).decode() not in log

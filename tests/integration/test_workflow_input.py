@@ -33,8 +33,8 @@ from temporalio.client import (
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError, FailureError
 
-from stackflow.operation import ApprovalInput, OperationResult, StatusView, workflow_id_for
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
+from stackflow.temporal.operation import ApprovalInput, OperationResult, StatusView, workflow_id_for
 from tests.integration.conftest import WorkerProcess
 from tests.integration.opshelp import file_resource, new_project, releases, wait_phase
 

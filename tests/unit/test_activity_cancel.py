@@ -19,12 +19,12 @@ import pytest
 from temporalio.testing import ActivityEnvironment
 
 from stackflow.activities import WorkerActivities
-from stackflow.cache import PriorStateCache
-from stackflow.operation import GroupInput, NodeInput, OperationInput, PrepareInput
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
 from stackflow.runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
 from stackflow.runtimes.registry import RuntimeRegistry
 from stackflow.state.backend import StackLock, StateBackend
+from stackflow.state.cache import PriorStateCache
+from stackflow.temporal.operation import GroupInput, NodeInput, OperationInput, PrepareInput
 
 STACK = StackRef("p", "w")
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"

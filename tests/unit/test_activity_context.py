@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from stackflow.activities import WorkerActivities
-from stackflow.cache import PriorStateCache
-from stackflow.operation import NodeInput, OperationInput, PrepareInput, RunOwner
-from stackflow.refs import StackRef
-from stackflow.release import Phase
+from stackflow.core.refs import StackRef
+from stackflow.model.release import Phase
+from stackflow.model.spec import parse_spec
 from stackflow.runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
 from stackflow.runtimes.registry import RuntimeRegistry
-from stackflow.spec import parse_spec
 from stackflow.state.backend import RunRef, StateBackend
+from stackflow.state.cache import PriorStateCache
+from stackflow.temporal.operation import NodeInput, OperationInput, PrepareInput, RunOwner
 
 
 class RecordingRuntime(Runtime):

@@ -15,14 +15,14 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from stackflow.activities import WorkerActivities
-from stackflow.cache import PriorStateCache
-from stackflow.operation import NodeInput, OperationInput, PhaseInput, PrepareInput
-from stackflow.refs import StackRef
-from stackflow.release import Operation, Phase
+from stackflow.core.refs import StackRef
+from stackflow.model.release import Operation, Phase
+from stackflow.model.spec import Resource, ResourceType
 from stackflow.runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
 from stackflow.runtimes.registry import RuntimeRegistry
-from stackflow.spec import Resource, ResourceType
 from stackflow.state.backend import RunRef, StackLock, StateBackend
+from stackflow.state.cache import PriorStateCache
+from stackflow.temporal.operation import NodeInput, OperationInput, PhaseInput, PrepareInput
 
 SPEC = {"resources": [{"id": "a", "type": "OnPrem", "attributes": {"v": 1}}]}
 STACK = StackRef("p", "w")

@@ -8,9 +8,9 @@ from pathlib import Path
 from temporalio import activity
 
 from stackflow.activities import WorkerActivities
-from stackflow.cache import PriorStateCache
 from stackflow.runtimes.registry import RuntimeRegistry
 from stackflow.state.backend import open_backend
+from stackflow.state.cache import PriorStateCache
 
 HISTORY_NAMES = {
     "prepare_operation",

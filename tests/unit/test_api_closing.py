@@ -13,8 +13,8 @@ from starlette.concurrency import run_in_threadpool
 from temporalio.client import WorkflowExecutionStatus
 
 from stackflow.api import runs
-from stackflow.events import EventType, RunEvent
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
+from stackflow.model.events import EventType, RunEvent
 
 STACK = StackRef("p", "w")
 RUNNING = SimpleNamespace(

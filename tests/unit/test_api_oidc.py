@@ -30,7 +30,7 @@ from temporalio.client import Client
 from stackflow.api.app import create_app
 from stackflow.api.auth import AuthUnavailable, Role, TokenTable, parse_tokens, token_hash
 from stackflow.api.oidc import InvalidToken, Jwks, OidcConfig, OidcVerifier
-from stackflow.errors import SpecError
+from stackflow.core.errors import SpecError
 from stackflow.state.backend import open_backend
 
 ISSUER, AUDIENCE = "https://idp.example/realms/acme", "stackflow"

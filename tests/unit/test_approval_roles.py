@@ -1,5 +1,5 @@
 """What only an approver may ask of a run (the API's ``check_role``) and which resources take
-over objects stackflow did not make (:mod:`stackflow.takeover`)."""
+over objects stackflow did not make (:mod:`stackflow.engine.takeover`)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ from stackflow.api.auth import Role
 from stackflow.api.models import RunOperation, RunRequest
 from stackflow.api.problems import Problem
 from stackflow.api.runs import check_role, parse_body_spec
-from stackflow.refs import StackRef
-from stackflow.spec import Resource
-from stackflow.takeover import takes_over, taking_over
+from stackflow.core.refs import StackRef
+from stackflow.engine.takeover import takes_over, taking_over
+from stackflow.model.spec import Resource
 
 STACK = StackRef("payments", "prod")
 FILE = {

@@ -19,9 +19,9 @@ from temporalio.client import Client
 from stackflow.api.app import create_app
 from stackflow.api.auth import parse_tokens
 from stackflow.api.models import SourceView
-from stackflow.notifications import TARGET_LIMIT, TYPES, Destination, NotificationTarget
-from stackflow.refs import StackRef
-from stackflow.sources import GitSource, SourceMode
+from stackflow.core.refs import StackRef
+from stackflow.model.notifications import TARGET_LIMIT, TYPES, Destination, NotificationTarget
+from stackflow.model.source import GitSource, SourceMode
 from stackflow.state.backend import StateBackend, open_backend
 
 SECRET = "a-webhook-secret-of-some-length"

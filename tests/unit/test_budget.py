@@ -1,12 +1,12 @@
-"""A change as history keeps it (:func:`stackflow.budget.compact_change`): the JSON, key
+"""A change as history keeps it (:func:`stackflow.engine.budget.compact_change`): the JSON, key
 order included, that preview batches and ``describe_changes`` have always put in history."""
 
 from __future__ import annotations
 
 import json
 
-from stackflow.budget import ENTRIES, VALUE_LIMIT, compact_change
-from stackflow.diff import Action, Change, FieldChange
+from stackflow.engine.budget import ENTRIES, VALUE_LIMIT, compact_change
+from stackflow.engine.diff import Action, Change, FieldChange
 
 
 def test_long_values_are_shortened_and_extra_fields_counted() -> None:

@@ -30,7 +30,7 @@ from stackflow.cli.app import app
 from stackflow.cli.commands import COMMANDS, EXIT_CODES_HELP, render_help
 from stackflow.cli.main import load_commands
 from stackflow.cli.quick_http import PROXY_ENV
-from stackflow.release import Phase
+from stackflow.model.release import Phase
 
 REPO = Path(__file__).resolve().parents[2]
 NEVER_FOR_HELP = ("temporalio", "typer", "rich", "pydantic", "kubernetes", "sqlalchemy", "httpx")
@@ -108,9 +108,9 @@ def test_help_is_wrapped_to_the_width() -> None:
 
 def test_the_quick_path_knows_the_engine_s_values() -> None:
     from stackflow.cli import remote
-    from stackflow.diff import Action
-    from stackflow.events import STREAM_NAME, STREAM_VERSION, EventType
-    from stackflow.spec import MAX_SPEC_BYTES
+    from stackflow.engine.diff import Action
+    from stackflow.model.events import STREAM_NAME, STREAM_VERSION, EventType
+    from stackflow.model.spec import MAX_SPEC_BYTES
 
     assert tuple(p.value for p in Phase) == quick.PHASES
     assert tuple(a.value for a in Action) == quick.ACTIONS
@@ -732,7 +732,7 @@ def compare_run(
         assert asked == [s for s in fake.seen if "/events?" not in s]
     assert streams[0].endswith("/events?after=0")
     if "spec_yaml" in quick_body:
-        from stackflow.spec import parse_spec_text
+        from stackflow.model.spec import parse_spec_text
 
         spec = parse_spec_text(quick_body.pop("spec_yaml"))
         assert typer_body.pop("spec") == spec.model_dump(mode="json", by_alias=True)
@@ -998,7 +998,7 @@ def test_the_quick_path_sees_a_terminal_where_rich_does(
 def test_the_quick_run_knows_the_engine_s_values() -> None:
     from stackflow.api.models import RunOperation
     from stackflow.cli import quick_run, remote, report
-    from stackflow.release import Operation
+    from stackflow.model.release import Operation
 
     assert tuple(o.value for o in Operation) == quick_run.OPERATIONS
     assert {o.value for o in RunOperation} == set(quick_run.OPERATIONS)
@@ -1040,8 +1040,8 @@ def test_the_json_built_by_hand_is_the_operation_result_s(final: str, results: s
     from stackflow.cli import quick_run
     from stackflow.cli.output import OutputFormat
     from stackflow.cli.remote import RemoteRun
-    from stackflow.operation import NodeResult
-    from stackflow.refs import StackRef
+    from stackflow.core.refs import StackRef
+    from stackflow.temporal.operation import NodeResult
 
     final_view, counts = FINALS[final]
     nodes = {

@@ -26,7 +26,7 @@ from stackflow.client import (
     RunRequest,
     StackflowClient,
 )
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
 
 STACK = StackRef("demo", "dev")
 RUN = "0198a0c2-0000-7000-8000-000000000001"

@@ -22,7 +22,7 @@ from stackflow.client import (
     SourceView,
     StackflowClient,
 )
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
 
 STACK = StackRef("demo", "dev")
 SECRET = "a-webhook-secret-of-some-length"

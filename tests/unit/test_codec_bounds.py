@@ -18,8 +18,8 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payload, Payloads
 from temporalio.exceptions import ApplicationError
 
-from stackflow.codec import ENCODING, INFLATE_LIMIT, data_converter
-from stackflow.codec_server import serve
+from stackflow.temporal.codec import ENCODING, INFLATE_LIMIT, data_converter
+from stackflow.temporal.codec_server import serve
 
 TOKEN = "codec-bounds-token"
 BOMB_BYTES = 4 * INFLATE_LIMIT  # 512 MiB of zeros: about 500 KB compressed

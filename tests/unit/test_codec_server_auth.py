@@ -21,8 +21,8 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from stackflow.codec_server import CodecAuth, CodecAuthError, serve
-from stackflow.crypto import new_key_line
+from stackflow.core.crypto import new_key_line
+from stackflow.temporal.codec_server import CodecAuth, CodecAuthError, serve
 
 REPO = Path(__file__).resolve().parents[2]
 STACKFLOW = Path(sys.executable).parent / "stackflow"
@@ -172,7 +172,7 @@ def test_a_static_token_and_oidc_each_open_the_door(
 ) -> None:
     jwks_url, key = idp
     monkeypatch.setenv("STACKFLOW_ENCRYPTION_KEY", new_key_line("k1"))
-    from stackflow.codec_server import Oidc
+    from stackflow.temporal.codec_server import Oidc
 
     server = serve(
         "127.0.0.1",

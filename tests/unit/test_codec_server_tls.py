@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from stackflow.codec_server import CodecAuth, serve
-from stackflow.crypto import new_key_line
+from stackflow.core.crypto import new_key_line
+from stackflow.temporal.codec_server import CodecAuth, serve
 from tests.tlscerts import Pki, make_pki
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from temporalio.api.common.v1 import Payload
 
-from stackflow.codec import ENCRYPTED, KEY_ID, data_converter, payload_codec
-from stackflow.codec_server import serve
-from stackflow.crypto import EncryptionKeyError, KeyRing, new_key_line, write_key_file
+from stackflow.core.crypto import EncryptionKeyError, KeyRing, new_key_line, write_key_file
+from stackflow.temporal.codec import ENCRYPTED, KEY_ID, data_converter, payload_codec
+from stackflow.temporal.codec_server import serve
 
 A, B = new_key_line("a"), new_key_line("b")
 

@@ -10,9 +10,9 @@ from typing import Any
 
 from stackflow.activities import WorkerActivities
 from stackflow.activities.resource_step import sensitive_record
-from stackflow.cache import PriorStateCache
-from stackflow.crypto import KeyRing
-from stackflow.masking import (
+from stackflow.core.crypto import KeyRing
+from stackflow.core.refs import StackRef
+from stackflow.engine.masking import (
     MIN_SECRET_LENGTH,
     RECORDED_SENSITIVE_KEY,
     SENSITIVE_MARKER,
@@ -25,15 +25,15 @@ from stackflow.masking import (
     release_sensitive_paths,
     sensitive_values,
 )
-from stackflow.operation import NodeInput, OperationInput, PrepareInput, RunOwner
-from stackflow.refs import StackRef
-from stackflow.release import Phase
+from stackflow.model.release import Phase
+from stackflow.model.spec import Resource
 from stackflow.runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
 from stackflow.runtimes.registry import RuntimeRegistry
 from stackflow.runtimes.terraform.config import parse_resource, render_module, render_variables
-from stackflow.spec import Resource
 from stackflow.state.backend import RunRef, StateBackend
+from stackflow.state.cache import PriorStateCache
 from stackflow.state.sealing import Sealer
+from stackflow.temporal.operation import NodeInput, OperationInput, PrepareInput, RunOwner
 
 PASSWORD = "hunter2-but-longer-Zq9"
 

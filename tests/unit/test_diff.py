@@ -8,8 +8,8 @@ from typing import Any
 
 import yaml
 
-from stackflow.diff import Action, Change, FieldChange, Preview, diff_resource, project
-from stackflow.masking import SENSITIVE_MARKER, sensitive_paths_for
+from stackflow.engine.diff import Action, Change, FieldChange, Preview, diff_resource, project
+from stackflow.engine.masking import SENSITIVE_MARKER, sensitive_paths_for
 
 KUSION = Path(__file__).resolve().parents[3] / "shared" / "compat" / "kusion"
 SVC = "v1:Service:code-city:gocity"
@@ -202,7 +202,7 @@ def test_numbers_compare_like_json() -> None:
 
 
 def test_taint_follows_references_to_sensitive_values() -> None:
-    from stackflow.masking import tainted_paths
+    from stackflow.engine.masking import tainted_paths
 
     deps = {
         "tf:pw": ("Terraform", {"result": "hunter2", "_stackflow_sensitive": ["result"]}),

@@ -7,7 +7,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stackflow.diff import Action, diff_resource
+from stackflow.engine.diff import Action, diff_resource
 
 scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=5)
 json_values = st.recursive(
@@ -52,7 +52,7 @@ def test_update_diff_is_nonempty_iff_different(
     desired: dict[str, Any], live: dict[str, Any]
 ) -> None:
     change = diff_resource("r", "OnPrem", desired, live, None)
-    from stackflow.diff import project
+    from stackflow.engine.diff import project
 
     assert (change.action is Action.UnChanged) == (project(live, desired) == desired)
     assert (change.action is Action.Update) == bool(change.diff)

@@ -15,10 +15,8 @@ from temporalio.testing import ActivityEnvironment
 
 from stackflow.activities import WorkerActivities
 from stackflow.activities.errors import BUG_ATTEMPTS, temporal_errors, to_application_error
-from stackflow.cache import PriorStateCache
-from stackflow.errors import BackendUnavailableError, FencedError, SpecError, StackLockedError
-from stackflow.operation import NodeInput, OperationInput, PrepareInput, RunOwner
-from stackflow.refs import StackRef
+from stackflow.core.errors import BackendUnavailableError, FencedError, SpecError, StackLockedError
+from stackflow.core.refs import StackRef
 from stackflow.runtimes.base import (
     Attributes,
     Conflict,
@@ -31,6 +29,8 @@ from stackflow.runtimes.base import (
 )
 from stackflow.runtimes.registry import RuntimeRegistry
 from stackflow.state.backend import StateBackend
+from stackflow.state.cache import PriorStateCache
+from stackflow.temporal.operation import NodeInput, OperationInput, PrepareInput, RunOwner
 
 
 def in_activity(attempt: int = 1, first_scheduled_ago: float = 0.0) -> ActivityEnvironment:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from stackflow.graph import build_graph
-from stackflow.spec import load_spec
+from stackflow.engine.graph import build_graph
+from stackflow.model.spec import load_spec
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 

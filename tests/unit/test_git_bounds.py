@@ -1,4 +1,5 @@
-"""Bounded git fetches (:mod:`stackflow.git_pack`, :func:`stackflow.sources._fetch` through
+"""Bounded git fetches (:mod:`stackflow.state.git_pack`, :func:`stackflow.model.source._fetch`
+through
 ``read_spec_file``/``read_directory``) against a real smart-HTTP server (dulwich's, as
 tests/gitserver.py serves it): a fetch takes the bound branch only, never every ref; a pack
 over ``STACKFLOW_GIT_MAX_PACK_BYTES`` stops with one line; an object that inflates past the
@@ -19,9 +20,9 @@ from pathlib import Path
 import pytest
 from dulwich.repo import Repo
 
-from stackflow import git_pack
-from stackflow.errors import SpecError
-from stackflow.sources import SPEC_FILE_LIMIT, SourceRef, SourceUnavailable, read_spec_file
+from stackflow.core.errors import SpecError
+from stackflow.model.source import SPEC_FILE_LIMIT, SourceRef, SourceUnavailable, read_spec_file
+from stackflow.state import git_pack
 from tests.gitserver import GitServer
 
 SPEC = "resources: []\n"

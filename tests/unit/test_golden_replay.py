@@ -12,8 +12,8 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from stackflow.codec import data_converter
 from stackflow.policy_gate.decision import PolicyDecision
+from stackflow.temporal.codec import data_converter
 from stackflow.workflows.catalog import ALL_WORKFLOWS
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from stackflow.errors import GraphError, SpecError
-from stackflow.graph import (
+from stackflow.core.errors import GraphError, SpecError
+from stackflow.engine.graph import (
     Graph,
     Reference,
     build_graph,
@@ -15,7 +15,7 @@ from stackflow.graph import (
     match_reference,
     resolve_references,
 )
-from stackflow.spec import Resource, ResourceType, Spec, parse_spec
+from stackflow.model.spec import Resource, ResourceType, Spec, parse_spec
 
 DEPLOY = "apps/v1:Deployment:ns:web"
 NS = "v1:Namespace:ns"
@@ -212,7 +212,7 @@ def test_files_and_directories_inside_a_directory_depend_on_the_nearest_one() ->
 
 def test_recorded_directories_are_deleted_after_their_files_even_without_recorded_edges() -> None:
     from stackflow.activities.prepare import deletion_graph
-    from stackflow.spec import Resource
+    from stackflow.model.spec import Resource
 
     def recorded(kind: str, path: str, deps: list[str] | None = None) -> Resource:
         return Resource.model_validate(

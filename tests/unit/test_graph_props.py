@@ -7,8 +7,8 @@ import itertools
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from stackflow.errors import GraphError
-from stackflow.graph import Graph
+from stackflow.core.errors import GraphError
+from stackflow.engine.graph import Graph
 
 
 @st.composite

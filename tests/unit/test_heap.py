@@ -8,11 +8,11 @@ import sys
 
 import pytest
 
-from stackflow import heap
+from stackflow.core import heap
 
 THREADS_ALLOCATE = """
 import ctypes, sys, threading
-from stackflow import heap
+from stackflow.core import heap
 if sys.argv[1] == "limit":
     print(heap.limit_malloc_arenas({}))
 barrier = threading.Barrier(8)

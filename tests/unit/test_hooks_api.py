@@ -18,8 +18,8 @@ from temporalio.client import Client
 
 from stackflow.api.app import create_app
 from stackflow.api.auth import parse_tokens
-from stackflow.refs import StackRef
-from stackflow.sources import GitSource
+from stackflow.core.refs import StackRef
+from stackflow.model.source import GitSource
 from stackflow.state.backend import open_backend
 
 SECRET = "a-webhook-secret-of-some-length"

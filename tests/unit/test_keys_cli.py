@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 
 from stackflow.cli.app import app
 from stackflow.cli.main import load_commands
-from stackflow.codec import data_converter
-from stackflow.crypto import KeyRing
+from stackflow.core.crypto import KeyRing
+from stackflow.temporal.codec import data_converter
 
 
 def keys_new(*args: str) -> tuple[int, str]:

@@ -18,8 +18,8 @@ from temporalio.exceptions import ApplicationError
 
 from stackflow.activities.errors import to_application_error
 from stackflow.cli.report import BAD_INPUT_TYPES, workflow_failure
-from stackflow.errors import SpecError
-from stackflow.masking import SENSITIVE_MARKER, mask_text
+from stackflow.core.errors import SpecError
+from stackflow.engine.masking import SENSITIVE_MARKER, mask_text
 from stackflow.runtimes.base import (
     Denied,
     InvalidInput,

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 import stackflow.runtimes.kubernetes.runtime as kube_runtime
-from stackflow.graph import Graph, build_graph
+from stackflow.engine.graph import Graph, build_graph
+from stackflow.model.spec import Spec
 from stackflow.runtimes.base import (
     InvalidInput,
     NotFound,
@@ -37,7 +38,6 @@ from stackflow.runtimes.kubernetes.readiness import (
 )
 from stackflow.runtimes.kubernetes.rules import custom_resources as kubernetes_custom_resources
 from stackflow.runtimes.kubernetes.runtime import KubernetesRuntime
-from stackflow.spec import Spec
 
 JSON = dict[str, Any]
 GROUP = "monitoring.example.com"

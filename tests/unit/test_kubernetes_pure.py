@@ -484,7 +484,7 @@ def test_the_credential_refresh_stays_throttled_after_it_ran(
 def test_fresh_namespaces_are_one_runs_evidence_for_each_objects_first_apply() -> None:
     """What a run's Namespace apply answered 201 proves: for that run, that client and that
     namespace only, once per object; the oldest namespaces are forgotten past SIZE."""
-    from stackflow.refs import RunRef
+    from stackflow.core.refs import RunRef
     from stackflow.runtimes.kubernetes.client import ApiResource, KubeClient
     from stackflow.runtimes.kubernetes.fresh import FreshNamespaces
 

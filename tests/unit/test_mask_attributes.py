@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from stackflow.masking import SENSITIVE_MARKER, mask_attributes, masked_release_data
-from stackflow.release import Phase, Release, State
-from stackflow.spec import Resource, Spec
+from stackflow.engine.masking import SENSITIVE_MARKER, mask_attributes, masked_release_data
+from stackflow.model.release import Phase, Release, State
+from stackflow.model.spec import Resource, Spec
 
 
 def release_of(state: list[Resource], spec: Spec | None = None) -> Release:
@@ -64,7 +64,7 @@ def test_values_taken_from_a_secret_are_masked_where_the_state_has_no_marks() ->
     """A release as Kusion records it (imported): the ConfigMap holds the Secret's value,
     resolved, with no sensitivity marks; the spec's reference is what says it is secret. The
     Kusion export masks it too."""
-    from stackflow.kusion import _kusion_document
+    from stackflow.state.kusion import _kusion_document
 
     secret = Resource(
         id="v1:Secret:ns:s",

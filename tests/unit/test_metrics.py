@@ -1,4 +1,4 @@
-"""stackflow's metrics (:mod:`stackflow.metrics`) and the API's fold of the SDK's buffered
+"""stackflow's metrics (:mod:`stackflow.temporal.metrics`) and the API's fold of the SDK's buffered
 metrics (:mod:`stackflow.api.metrics`): labels stay in their known sets, the worker's
 endpoint serves stackflow's metrics beside the SDK's, a bad address is one line."""
 
@@ -15,11 +15,11 @@ import pytest
 from temporalio.runtime import MetricBuffer, MetricBufferDurationFormat, Runtime, TelemetryConfig
 from temporalio.testing import ActivityEnvironment
 
-from stackflow import metrics
 from stackflow.api.metrics import Metrics, sdk_runtime
-from stackflow.errors import StackflowError
-from stackflow.events import EventType, NewEvent, run_complete
-from stackflow.release import Operation
+from stackflow.core.errors import StackflowError
+from stackflow.model.events import EventType, NewEvent, run_complete
+from stackflow.model.release import Operation
+from stackflow.temporal import metrics
 
 
 @pytest.fixture

@@ -11,9 +11,9 @@ import pytest
 from pydantic import ValidationError
 
 from stackflow.activities.notify import notice_of
-from stackflow.events import EventType, NewEvent, approval_wait, run_complete
-from stackflow.notifications import TYPES, NotificationTarget, body_of, cloud_type, signature
-from stackflow.refs import RunRef, StackRef
+from stackflow.core.refs import RunRef, StackRef
+from stackflow.model.events import EventType, NewEvent, approval_wait, run_complete
+from stackflow.model.notifications import TYPES, NotificationTarget, body_of, cloud_type, signature
 
 
 def test_which_events_are_announced() -> None:

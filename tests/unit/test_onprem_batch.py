@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from stackflow.policy import PolicyViolation, WorkerPolicy
 from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
 from stackflow.runtimes.onprem import OnPremRuntime
+from stackflow.runtimes.policy import PolicyViolation, WorkerPolicy
 from stackflow.runtimes.turns import TurnBatcher
 from tests.unit.test_runtime_policy import onprem_policy
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from stackflow.paths import (
+from stackflow.core.paths import (
     PathError,
     format_path,
     get_path,

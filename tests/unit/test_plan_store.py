@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from stackflow.errors import SpecError
-from stackflow.operation import (
+from stackflow.core.errors import SpecError
+from stackflow.state.backend import StateBackend
+from stackflow.state.plan_store import PlanStore
+from stackflow.temporal.operation import (
     DETAIL_LIMIT,
     BatchResult,
     NodeResult,
@@ -15,8 +17,6 @@ from stackflow.operation import (
     PreviewBatchInput,
     PreviewBatchResult,
 )
-from stackflow.plan_store import PlanStore
-from stackflow.state.backend import StateBackend
 from stackflow.workflows.lines import PreviewLines
 from stackflow.workflows.nodes import Tally
 

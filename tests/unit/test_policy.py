@@ -1,4 +1,5 @@
-"""The worker policy (stackflow/policy.py): settings from the environment and the policy file,
+"""The worker policy (stackflow/runtimes/policy.py): settings from the environment and the policy
+file,
 and every rule, with real files (symlinks, sizes, kubeconfigs) in tmp_path."""
 
 from __future__ import annotations
@@ -10,15 +11,15 @@ from typing import Any
 import pytest
 import yaml
 
-from stackflow.policy import (
+from stackflow.runtimes.kubernetes.policy import check_kubeconfig
+from stackflow.runtimes.onprem.policy import check_content, onprem_target
+from stackflow.runtimes.policy import (
     PolicyConfigError,
     PolicyViolation,
     WorkerPolicy,
     load_policy,
     worker_policy,
 )
-from stackflow.runtimes.kubernetes.policy import check_kubeconfig
-from stackflow.runtimes.onprem.policy import check_content, onprem_target
 from stackflow.runtimes.terraform.policy import (
     check_terraform,
     provider_allowed,

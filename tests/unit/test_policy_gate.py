@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from stackflow.errors import SpecError
-from stackflow.events import EventType
-from stackflow.notifications import TYPES, cloud_type
+from stackflow.core.errors import SpecError
+from stackflow.model.events import EventType
+from stackflow.model.notifications import TYPES, cloud_type
 from stackflow.policy_gate.bundle import PolicyBundle, fetch_bundle, load_bundle_dir
 from stackflow.policy_gate.decision import (
     MESSAGE_LIMIT,

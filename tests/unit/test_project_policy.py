@@ -1,4 +1,4 @@
-"""Per-project sections of the worker policy (stackflow/policy.py ``projects:``), the
+"""Per-project sections of the worker policy (stackflow/runtimes/policy.py ``projects:``), the
 Kubernetes namespaces and kinds, and Terraform arguments that name files on the worker,
 whatever the resource type (stackflow/runtimes/terraform/policy.py), with real files."""
 
@@ -10,17 +10,17 @@ from typing import Any
 import pytest
 import yaml
 
-from stackflow.policy import (
+from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
+from stackflow.runtimes.kubernetes.policy import check_kubeconfig, check_object
+from stackflow.runtimes.onprem import OnPremRuntime
+from stackflow.runtimes.onprem.policy import onprem_target
+from stackflow.runtimes.policy import (
     PolicyConfigError,
     PolicyViolation,
     WorkerPolicy,
     glob_covers,
     load_policy,
 )
-from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
-from stackflow.runtimes.kubernetes.policy import check_kubeconfig, check_object
-from stackflow.runtimes.onprem import OnPremRuntime
-from stackflow.runtimes.onprem.policy import onprem_target
 from stackflow.runtimes.terraform.policy import check_terraform, worker_paths
 
 RID = "r:1"

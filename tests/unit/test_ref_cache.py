@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from stackflow.ref_cache import RefCache
+from stackflow.core.ref_cache import RefCache
 
 
 def test_refs_asked_at_once_are_loaded_once() -> None:
@@ -75,10 +75,10 @@ def test_weighed_values_stay_within_the_budget_and_the_newest_is_kept() -> None:
 
 
 def test_the_spec_and_plan_caches_weigh_what_they_read_from_the_backend(tmp_path: Path) -> None:
-    from stackflow.plan_store import PlanStore
-    from stackflow.spec import parse_spec
-    from stackflow.spec_store import SpecStore
+    from stackflow.model.spec import parse_spec
     from stackflow.state.backend import open_backend
+    from stackflow.state.plan_store import PlanStore
+    from stackflow.state.spec_store import SpecStore
 
     backend = open_backend(f"sqlite:///{tmp_path / 'state.db'}")
     specs, plans = SpecStore(backend), PlanStore(backend)

@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import ValidationError
 
-from stackflow.operation import NodeInput, OperationInput, workflow_id_for
-from stackflow.refs import StackRef
-from stackflow.release import Phase, Release
+from stackflow.core.refs import StackRef
+from stackflow.model.release import Phase, Release
+from stackflow.temporal.operation import NodeInput, OperationInput, workflow_id_for
 
 
 def test_a_stack_ref_is_a_frozen_hashable_value() -> None:

@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
-from stackflow.errors import NotFoundError
-from stackflow.masking import (
+from stackflow.core.errors import NotFoundError
+from stackflow.core.refs import StackRef
+from stackflow.engine.masking import (
     SENSITIVE_MARKER,
     mask_attributes,
     mask_recorded,
     release_sensitive_paths,
     sensitive_paths_for,
 )
-from stackflow.refs import StackRef
-from stackflow.release_diff import (
+from stackflow.engine.release_diff import (
     FieldChangeKind,
     FieldDiff,
     ResourceChangeKind,
@@ -28,7 +28,7 @@ from stackflow.release_diff import (
     still_sealed,
     walk_path,
 )
-from stackflow.spec import Resource, Spec
+from stackflow.model.spec import Resource, Spec
 
 PW = "hashicorp:random:random_password:pw"
 
@@ -292,7 +292,7 @@ def test_walk_path_keys_with_dots_and_list_indexes() -> None:
     assert walk_path(value, 'metadata.labels["app.kubernetes.io/name"]')[1] == "web"
     assert walk_path(value, "data.0")[1] == "zero"
     assert walk_path(value, "")[1] is value
-    from stackflow.paths import PathError
+    from stackflow.core.paths import PathError
 
     with pytest.raises(PathError, match=r"no field spec\.ports\[2\] \(it has 2 items\)"):
         walk_path(value, "spec.ports.2.port")

@@ -4,8 +4,8 @@ import io
 
 from rich.console import Console
 
-from stackflow.diff import Preview, diff_resource
-from stackflow.render import render_preview, summary_line
+from stackflow.cli.render import render_preview, summary_line
+from stackflow.engine.diff import Preview, diff_resource
 
 
 def make_preview() -> Preview:
@@ -48,8 +48,8 @@ def test_ids_are_printed_as_they_are_never_as_emoji_or_markup() -> None:
 
     from rich.console import Console
 
-    from stackflow.diff import Action, Change, Preview
-    from stackflow.render import render_preview
+    from stackflow.cli.render import render_preview
+    from stackflow.engine.diff import Action, Change, Preview
 
     out = StringIO()
     preview = Preview(
@@ -70,8 +70,8 @@ def test_plan_line_counts_every_resource_past_the_listing() -> None:
 
     from rich.console import Console
 
-    from stackflow.diff import Preview
-    from stackflow.render import render_preview, summary_line
+    from stackflow.cli.render import render_preview, summary_line
+    from stackflow.engine.diff import Preview
 
     view = {
         "changes": [{"id": "a", "type": "OnPrem", "action": "Create", "diff": []}],
@@ -87,8 +87,8 @@ def test_plan_line_counts_every_resource_past_the_listing() -> None:
 
 
 def test_many_long_node_errors_stay_within_the_budget() -> None:
-    from stackflow.budget import BUDGET, fit_errors, size_of
-    from stackflow.operation import NodeResult, NodeStatus
+    from stackflow.engine.budget import BUDGET, fit_errors, size_of
+    from stackflow.temporal.operation import NodeResult, NodeStatus
 
     results = [
         NodeResult(id=f"r{i}", action="Create", status=NodeStatus.failed, error="x" * 2000)
@@ -125,7 +125,7 @@ def test_the_plain_changes_table_is_what_rich_prints() -> None:
     preview a console off a terminal prints is the same either way."""
     import random
 
-    from stackflow.plain_render import plain_grid
+    from stackflow.cli.plain_render import plain_grid
 
     rnd = random.Random(26)
     laid_out = folded = 0
@@ -164,7 +164,7 @@ def _console_pair(width: int) -> tuple[io.StringIO, io.StringIO, object, object]
     """A PlainConsole and the rich console it stands for (``runs.console_for`` off a
     terminal), each writing to its own buffer."""
     from stackflow.cli.output import SafeConsole
-    from stackflow.plain_render import PlainConsole
+    from stackflow.cli.plain_render import PlainConsole
 
     plain_out, rich_out = io.StringIO(), io.StringIO()
 
@@ -206,8 +206,8 @@ def test_the_plain_console_prints_what_rich_prints() -> None:
 
 
 def test_a_run_s_outcome_and_changes_are_the_same_on_either_console() -> None:
+    from stackflow.cli.plain_render import render_outcome
     from stackflow.cli.quick import show_changes
-    from stackflow.plain_render import render_outcome
 
     results = [
         ("onprem:File:/tmp/a", "succeeded", None),

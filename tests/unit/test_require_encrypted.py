@@ -11,16 +11,16 @@ import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.exceptions import ApplicationError
 
-from stackflow.codec import (
+from stackflow.core.crypto import EncryptionKeyError, KeyRing, new_key_line
+from stackflow.temporal.codec import (
     ENCODING,
     ENCRYPTED,
     UNENCRYPTED,
     data_converter,
     require_encrypted_from_env,
 )
-from stackflow.crypto import EncryptionKeyError, KeyRing, new_key_line
-from stackflow.operation import ApprovalInput
-from stackflow.worker import WorkerSettings, check
+from stackflow.temporal.operation import ApprovalInput
+from stackflow.worker.main import WorkerSettings, check
 
 KEYS = KeyRing.parse(new_key_line("k1"), "test")
 STRICT = data_converter(KEYS, require_encrypted=True)

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from stackflow.activities import events as sinks
-from stackflow.event_follow import Ending, follow
-from stackflow.events import EventType, RunEvent, run_complete
-from stackflow.refs import RunRef, StackRef
+from stackflow.core.refs import RunRef, StackRef
+from stackflow.model.events import EventType, RunEvent, run_complete
 from stackflow.state.backend import StateBackend, open_backend
+from stackflow.state.event_follow import Ending, follow
 
 STACK = StackRef("p", "w")
 RUN = RunRef("stackflow/p/w", "run-1")
@@ -110,7 +110,7 @@ async def test_follow_reads_in_order_and_ends_after_run_complete(backend: StateB
 async def test_follow_closes_a_run_temporal_says_has_ended(
     backend: StateBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import stackflow.event_follow as module
+    import stackflow.state.event_follow as module
 
     monkeypatch.setattr(module, "POLL_SECONDS", 0.01)
     monkeypatch.setattr(module, "CLOSED_CHECK_SECONDS", 0.05)

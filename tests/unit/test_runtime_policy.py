@@ -17,22 +17,22 @@ import yaml
 from temporalio.exceptions import ApplicationError
 
 from stackflow.activities import WorkerActivities
-from stackflow.cache import PriorStateCache
-from stackflow.operation import (
+from stackflow.runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
+from stackflow.runtimes.kubernetes import KubernetesRuntime
+from stackflow.runtimes.onprem import OnPremRuntime, apply_sync
+from stackflow.runtimes.policy import PolicyViolation, WorkerPolicy, load_policy
+from stackflow.runtimes.registry import RuntimeRegistry
+from stackflow.runtimes.terraform import TerraformRuntime
+from stackflow.runtimes.terraform.config import parse_resource, render_config
+from stackflow.state.backend import StateBackend
+from stackflow.state.cache import PriorStateCache
+from stackflow.temporal.operation import (
     NodeInput,
     OperationInput,
     PrepareInput,
     PreviewBatchInput,
     RunOwner,
 )
-from stackflow.policy import PolicyViolation, WorkerPolicy, load_policy
-from stackflow.runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
-from stackflow.runtimes.kubernetes import KubernetesRuntime
-from stackflow.runtimes.onprem import OnPremRuntime, apply_sync
-from stackflow.runtimes.registry import RuntimeRegistry
-from stackflow.runtimes.terraform import TerraformRuntime
-from stackflow.runtimes.terraform.config import parse_resource, render_config
-from stackflow.state.backend import StateBackend
 
 OPTS = RuntimeOptions(project="p", workspace="w")
 

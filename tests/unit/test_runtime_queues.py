@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from stackflow.operation import PreviewBatchResult
-from stackflow.runtime_queues import (
+from stackflow.temporal.operation import PreviewBatchResult
+from stackflow.temporal.runtime_queues import (
     RoutingError,
     no_worker_message,
     parts,
@@ -15,7 +15,7 @@ from stackflow.runtime_queues import (
     runtime_queues,
     serving,
 )
-from stackflow.wire import NOT_MINE
+from stackflow.temporal.wire import NOT_MINE
 
 ON = {"STACKFLOW_RUNTIME_QUEUES": "on"}
 

@@ -12,8 +12,19 @@ from typing import Any
 import pytest
 
 from stackflow.activities.resource_step import COALESCED_PARALLELISM
-from stackflow.masking import sensitive_paths_for
-from stackflow.operation import (
+from stackflow.engine.masking import sensitive_paths_for
+from stackflow.model.runtime_rules import (
+    ENTRY_POINT_GROUP,
+    RuntimeLoadError,
+    all_rules,
+    reload_runtimes,
+    rules_for,
+)
+from stackflow.model.spec import ResourceType
+from stackflow.runtimes.base import ReadScope
+from stackflow.runtimes.kubernetes.rules import scope_key
+from stackflow.runtimes.registry import default_registry
+from stackflow.temporal.operation import (
     GROUP_LIMIT,
     GROUPED_TYPES,
     ONPREM_GROUP_LIMIT,
@@ -22,17 +33,6 @@ from stackflow.operation import (
     TERRAFORM_GROUP_LIMIT,
     TERRAFORM_GROUPED,
 )
-from stackflow.runtime_rules import (
-    ENTRY_POINT_GROUP,
-    RuntimeLoadError,
-    all_rules,
-    reload_runtimes,
-    rules_for,
-)
-from stackflow.runtimes.base import ReadScope
-from stackflow.runtimes.kubernetes.rules import scope_key
-from stackflow.runtimes.registry import default_registry
-from stackflow.spec import ResourceType
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -162,7 +162,7 @@ def test_a_stale_install_still_finds_the_declared_built_ins(
 ) -> None:
     """A virtualenv installed before pyproject.toml declared a runtime has no such entry
     point in its metadata: the checkout's declaration is read instead."""
-    import stackflow.runtime_rules as runtime_rules
+    import stackflow.model.runtime_rules as runtime_rules
 
     monkeypatch.setattr(runtime_rules, "entry_points", lambda group: [])
     reload_runtimes()

@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from stackflow.errors import SpecError
-from stackflow.graph import Graph
-from stackflow.selection import LeftOutReason, Selection, check_patterns, select
+from stackflow.core.errors import SpecError
+from stackflow.engine.graph import Graph
+from stackflow.engine.selection import LeftOutReason, Selection, check_patterns, select
 from stackflow.workflows.walker import WalkProgress
 
 # app-db <- app-web <- app-lb ; cache (alone) ; app-web also needs cache

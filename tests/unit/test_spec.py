@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from stackflow.errors import GraphError, SpecError
-from stackflow.spec import (
+from stackflow.core.errors import GraphError, SpecError
+from stackflow.model.spec import (
     MAX_RESOURCE_BYTES,
     DuplicateKeyError,
     Resource,
@@ -293,8 +293,8 @@ def test_alias_bomb_is_refused_before_expansion_cheaply() -> None:
     parse time are read there, so nothing else in the test process counts."""
     probe = (
         "import resource, sys, time\n"
-        "from stackflow.errors import SpecError\n"
-        "from stackflow.spec import parse_spec_text\n"
+        "from stackflow.core.errors import SpecError\n"
+        "from stackflow.model.spec import parse_spec_text\n"
         "text = sys.stdin.read()\n"
         "t0 = time.perf_counter()\n"
         "try:\n"

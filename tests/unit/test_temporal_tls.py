@@ -1,4 +1,4 @@
-"""The Temporal connection's TLS, mTLS and API key settings (``stackflow.temporal_tls``): the
+"""The Temporal connection's TLS, mTLS and API key settings (``stackflow.temporal.tls``): the
 Temporal CLI's variable names, each wrong setting one line (exit 2) before any connection, and
 a TLS handshake the server refuses classified as a refusal (one line), never as an outage the
 CLI waits out."""
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from temporalio.service import RPCError, RPCStatusCode, TLSConfig
 
-from stackflow import temporal_client
-from stackflow.temporal_tls import TemporalSettingsError, TemporalTLS
+from stackflow.temporal import client as temporal_client
+from stackflow.temporal.tls import TemporalSettingsError, TemporalTLS
 from tests.tlscerts import Pki, make_pki
 
 

@@ -17,9 +17,9 @@ from rich.table import Table
 from rich.text import Text
 
 from stackflow.cli.output import SafeConsole, error_line
-from stackflow.diff import Preview, diff_resource
-from stackflow.render import render_preview
-from stackflow.terminal import one_line_safe, terminal_safe
+from stackflow.cli.render import render_preview
+from stackflow.core.terminal import one_line_safe, terminal_safe
+from stackflow.engine.diff import Preview, diff_resource
 
 STACKFLOW = Path(sys.executable).parent / "stackflow"
 CLEAR = "\x1b[2J"
@@ -137,7 +137,7 @@ def test_the_real_cli_escapes_ids_in_tables_and_errors_but_json_stays_exact(
 def test_current_details_markdown_cannot_be_steered_by_ids_or_errors() -> None:
     """The Temporal UI renders current details as Markdown: an id or an error message may
     not close its code span, add a link or an image, or carry control characters."""
-    from stackflow.terminal import markdown_code, markdown_text
+    from stackflow.core.terminal import markdown_code, markdown_text
 
     assert markdown_code("v1:ConfigMap:ns:a") == "`v1:ConfigMap:ns:a`"
     assert markdown_code("a`b") == "``a`b``"

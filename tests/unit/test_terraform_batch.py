@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
 from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
 from stackflow.runtimes.terraform.batch import (
     BATCH_LIMIT,

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stackflow.operation import BatchInput, DescribeInput, PreviewBatchResult
-from stackflow.wire import (
+from stackflow.temporal.operation import BatchInput, DescribeInput, PreviewBatchResult
+from stackflow.temporal.wire import (
     ActionCode,
     BatchActions,
     ChangeFlags,

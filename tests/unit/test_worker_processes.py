@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from stackflow.worker_processes import (
+from stackflow.worker.processes import (
     INDEX_ENV,
     PROCESSES_ENV,
     ProcessesError,

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from temporalio.exceptions import ApplicationError
 
-from stackflow.operation import (
+from stackflow.temporal.operation import (
     ApprovalInput,
     BatchInput,
     DriftInput,

@@ -10,9 +10,9 @@ from pydantic import ValidationError
 from temporalio.api.common.v1 import Payload
 from temporalio.exceptions import ApplicationError
 
-from stackflow.codec import ENCRYPTED, CompressionCodec, data_converter
-from stackflow.crypto import EncryptionKeyError
-from stackflow.operation import OperationInput
+from stackflow.core.crypto import EncryptionKeyError
+from stackflow.temporal.codec import ENCRYPTED, CompressionCodec, data_converter
+from stackflow.temporal.operation import OperationInput
 
 CONVERTER = data_converter().payload_converter
 

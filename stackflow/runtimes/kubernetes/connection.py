@@ -13,7 +13,6 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from stackflow.policy import WorkerPolicy, worker_policy
 from stackflow.runtimes.base import (
     READ_SCOPE,
     InvalidInput,
@@ -50,6 +49,7 @@ from stackflow.runtimes.kubernetes.snapshot import (
     Snapshots,
     list_objects,
 )
+from stackflow.runtimes.policy import WorkerPolicy, worker_policy
 
 T = TypeVar("T")
 REQUEST_THREADS = POOL_CONNECTIONS

@@ -8,7 +8,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from stackflow.masking import mask_text, sensitive_paths_for
+from stackflow.engine.masking import mask_text, sensitive_paths_for
 from stackflow.runtimes.base import (
     Conflict,
     Denied,

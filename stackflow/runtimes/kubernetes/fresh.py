@@ -15,7 +15,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 
-from stackflow.refs import RunRef
+from stackflow.core.refs import RunRef
 from stackflow.runtimes.base import Conflict, ResourceRequest, RuntimeFailure, RuntimeOptions
 from stackflow.runtimes.kubernetes.client import (
     APPLY_PATCH,

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from stackflow.paths import format_path
-from stackflow.refs import StackRef
+from stackflow.core.paths import format_path
+from stackflow.core.refs import StackRef
 from stackflow.runtimes.base import (
     Conflict,
     InvalidInput,

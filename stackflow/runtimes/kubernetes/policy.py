@@ -7,7 +7,7 @@ contexts from ``STACKFLOW_ALLOWED_KUBE_CONTEXTS`` when set; exec credential and 
 plugins only with ``STACKFLOW_ALLOW_KUBE_EXEC=1`` (read from the file before the client
 loads it); objects only in ``STACKFLOW_ALLOWED_KUBE_NAMESPACES`` and of
 ``STACKFLOW_ALLOWED_KUBE_KINDS`` when set (:func:`check_object`). The settings themselves
-(and each project's narrower ones) are read by :mod:`stackflow.policy`.
+(and each project's narrower ones) are read by :mod:`stackflow.runtimes.policy`.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Any
 
 import yaml
 
-from stackflow.policy import MIB, PolicyViolation, WorkerPolicy
-from stackflow.policy_paths import real_path, split_list, within
+from stackflow.runtimes.policy import MIB, PolicyViolation, WorkerPolicy
+from stackflow.runtimes.policy_paths import real_path, split_list, within
 
 KUBECONFIG_MAX_BYTES = 4 * MIB
 """A kubeconfig larger than this is not read (nor loaded)."""

@@ -6,8 +6,8 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from stackflow.graph import Described
-from stackflow.runtime_rules import RuntimeRules
+from stackflow.engine.graph import Described
+from stackflow.model.runtime_rules import RuntimeRules
 
 if TYPE_CHECKING:
     from stackflow.runtimes.base import Runtime

@@ -5,7 +5,7 @@ How it behaves, in one place:
 - **Cluster.** ``extensions.kubeConfig`` / ``extensions.kubeContext`` of the resource, else
   the spec context's ``kubeConfig`` / ``kubeContext`` (``RuntimeOptions.context``), else
   ``KUBECONFIG`` (or ~/.kube/config), else the in-cluster service account. The worker policy
-  (:mod:`stackflow.policy`) decides which kubeconfigs and contexts specs may name, and
+  (:mod:`stackflow.runtimes.policy`) decides which kubeconfigs and contexts specs may name, and
   refuses exec and auth-provider plugins unless allowed, before a kubeconfig is loaded.
   One client per (kubeconfig, context), with its own discovery cache; a kind missing from
   the cache is re-discovered, so a CRD applied earlier in the same run is found.

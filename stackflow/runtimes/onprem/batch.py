@@ -18,8 +18,6 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from stackflow.policy import WorkerPolicy
-from stackflow.policy_paths import real_path
 from stackflow.runtimes.base import Attributes, Conflict, ResourceRequest, RuntimeOptions
 from stackflow.runtimes.onprem.files import (
     Confined,
@@ -30,6 +28,8 @@ from stackflow.runtimes.onprem.files import (
     parse_attributes,
 )
 from stackflow.runtimes.onprem.policy import check_content, onprem_target
+from stackflow.runtimes.policy import WorkerPolicy
+from stackflow.runtimes.policy_paths import real_path
 
 Verb = Literal["check", "read", "apply", "delete"]
 Resolve = Callable[[str], str]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from stackflow.refs import RunRef, StackRef
+from stackflow.core.refs import RunRef, StackRef
 from stackflow.runtimes.base import OwnedElsewhere
 from stackflow.runtimes.onprem.batch import FileJob
 from stackflow.state.path_claims import PathOwner

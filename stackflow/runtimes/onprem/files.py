@@ -22,9 +22,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-from stackflow.policy import PolicyViolation, WorkerPolicy
 from stackflow.runtimes.base import Attributes, Conflict, InvalidInput, ResourceRequest, Unavailable
 from stackflow.runtimes.onprem.policy import OnPremTarget, check_size
+from stackflow.runtimes.policy import PolicyViolation, WorkerPolicy
 
 _MODE = re.compile(r"^0?[0-7]{3,4}$")
 _LOCAL_HOSTS = {None, "", "localhost", "127.0.0.1"}

@@ -2,7 +2,8 @@
 
 Paths only under ``STACKFLOW_ONPREM_ROOTS`` (none by default: OnPrem is refused until a
 root is configured), resolved through symlinks, never stackflow's own state, keys, working
-directories, tools or code (:func:`stackflow.policy_paths.stackflow_paths`); content and files read
+directories, tools or code (:func:`stackflow.runtimes.policy_paths.stackflow_paths`); content and
+files read
 at most ``STACKFLOW_ONPREM_MAX_BYTES`` (default 1 MiB). Other runtimes that touch files on
 the worker (Terraform's ``local_file``) hold them to the same roots through
 :func:`onprem_target`.
@@ -17,8 +18,8 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, ConfigDict
 
-from stackflow.policy import PolicyViolation, WorkerPolicy
-from stackflow.policy_paths import real_path, within
+from stackflow.runtimes.policy import PolicyViolation, WorkerPolicy
+from stackflow.runtimes.policy_paths import real_path, within
 
 
 class OnPremTarget(BaseModel):

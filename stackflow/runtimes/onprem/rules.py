@@ -6,8 +6,8 @@ import posixpath
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, ClassVar
 
-from stackflow.graph import KUSION_PATH_PREFIX, Described
-from stackflow.runtime_rules import RuntimeRules
+from stackflow.engine.graph import KUSION_PATH_PREFIX, Described
+from stackflow.model.runtime_rules import RuntimeRules
 
 if TYPE_CHECKING:
     from stackflow.runtimes.base import Runtime

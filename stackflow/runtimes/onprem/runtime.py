@@ -6,7 +6,7 @@ that comes later; only the local machine (no host, ``localhost``) is served toda
 Writes are atomic (temporary file, fsync, rename, fsync of the directory) and skipped when
 nothing would change.
 
-Every path is confined by the worker policy (:mod:`stackflow.policy`): inside
+Every path is confined by the worker policy (:mod:`stackflow.runtimes.policy`): inside
 ``STACKFLOW_ONPREM_ROOTS`` once symlinks are resolved, never stackflow's own files, content
 and files read at most ``STACKFLOW_ONPREM_MAX_BYTES``. Files are then reached through a
 descriptor of their directory, opened from the root without following symlinks, so a
@@ -28,7 +28,6 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from stackflow.policy import WorkerPolicy, worker_policy
 from stackflow.runtimes.base import (
     Attributes,
     PreviewResult,
@@ -48,6 +47,7 @@ from stackflow.runtimes.onprem.batch import (
 from stackflow.runtimes.onprem.claims import Claims
 from stackflow.runtimes.onprem.files import Confined, OnPremAttributes, desired_state
 from stackflow.runtimes.onprem.rules import TYPE_NAME
+from stackflow.runtimes.policy import WorkerPolicy, worker_policy
 from stackflow.runtimes.turns import TurnBatcher
 
 if TYPE_CHECKING:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
 from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
 from stackflow.runtimes.terraform.config import TerraformResource
 from stackflow.runtimes.terraform.state import State, managed_by_address, newest

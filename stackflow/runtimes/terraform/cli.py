@@ -26,8 +26,8 @@ from typing import Any
 
 from python_terraform import Terraform
 
-from stackflow.policy import WorkerPolicy, worker_policy
 from stackflow.runtimes.base import InvalidInput, RuntimeFailure, Unavailable
+from stackflow.runtimes.policy import WorkerPolicy, worker_policy
 from stackflow.runtimes.terraform.policy import tool_env
 
 DEFAULT_CACHE = Path.home() / ".cache" / "stackflow"

@@ -22,9 +22,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from stackflow.paths import PathError, parse_path
+from stackflow.core.paths import PathError, parse_path
+from stackflow.engine.takeover import IMPORT_ID_KEY
 from stackflow.runtimes.base import Attributes, InvalidInput, ResourceRequest
-from stackflow.takeover import IMPORT_ID_KEY
 
 BUILTIN_SOURCE = "terraform.io/builtin/terraform"
 

@@ -12,7 +12,7 @@ stackflow's own files, the worker's credentials or ``/proc``.
 ``context.env`` may only name variables ``STACKFLOW_ALLOWED_ENV`` lists (names or globs,
 default none); tool, loader, proxy/trust and stackflow's own variables are refused even
 when a pattern matches. The CLI gets only what it needs from the worker's environment
-(:func:`tool_env`). The settings themselves are read by :mod:`stackflow.policy`.
+(:func:`tool_env`). The settings themselves are read by :mod:`stackflow.runtimes.policy`.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from stackflow.policy import PolicyViolation, WorkerPolicy
 from stackflow.runtimes.onprem.policy import onprem_target
+from stackflow.runtimes.policy import PolicyViolation, WorkerPolicy
 
 PUBLIC_REGISTRIES = ("registry.terraform.io", "registry.opentofu.org")
 BUILTIN_PROVIDER = "terraform.io/builtin/terraform"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, ClassVar
 
-from stackflow.runtime_rules import RuntimeRules
+from stackflow.model.runtime_rules import RuntimeRules
 
 if TYPE_CHECKING:
     from stackflow.runtimes.base import Runtime
@@ -34,5 +34,5 @@ class TerraformRules(RuntimeRules):
 
 RULES = TerraformRules()
 """Sensitive values: OpenTofu marks them, and the runtime records their paths under
-``_stackflow_sensitive`` (masked by :func:`stackflow.masking.sensitive_paths_for` for any
+``_stackflow_sensitive`` (masked by :func:`stackflow.engine.masking.sensitive_paths_for` for any
 runtime), so no attribute is secret by name here."""

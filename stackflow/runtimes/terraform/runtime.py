@@ -31,9 +31,8 @@ from typing import Any
 
 from python_terraform import IsFlagged
 
-from stackflow.config import stackflow_home
-from stackflow.policy import WorkerPolicy, worker_policy
-from stackflow.refs import StackRef
+from stackflow.core.config import stackflow_home
+from stackflow.core.refs import StackRef
 from stackflow.runtimes.base import (
     Attributes,
     Conflict,
@@ -45,6 +44,7 @@ from stackflow.runtimes.base import (
     RuntimeOptions,
 )
 from stackflow.runtimes.faults import fault_point
+from stackflow.runtimes.policy import WorkerPolicy, worker_policy
 from stackflow.runtimes.terraform.batch import (
     BATCH_FILES,
     SPLIT_ABOVE,

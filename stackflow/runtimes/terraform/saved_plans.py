@@ -26,7 +26,7 @@ import logging
 import os
 from pathlib import Path
 
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
 from stackflow.runtimes.base import RuntimeOptions
 from stackflow.runtimes.terraform.workdir import (
     CONFIG_FILE,

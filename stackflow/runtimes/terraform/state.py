@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from stackflow.paths import Segment, format_path
+from stackflow.core.paths import Segment, format_path
 
 STATE_KEY = "_stackflow_tfstate"
 """Reserved attribute holding the resource's Terraform state (a compact JSON string)."""

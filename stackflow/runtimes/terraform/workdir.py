@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from python_terraform import IsFlagged
 
-from stackflow.paths import format_path
+from stackflow.core.paths import format_path
 from stackflow.runtimes.base import (
     Attributes,
     PreviewResult,

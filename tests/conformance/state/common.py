@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from stackflow.refs import StackRef
-from stackflow.spec import Resource
+from stackflow.core.refs import StackRef
+from stackflow.model.spec import Resource
 from stackflow.state.backend import RunRef, StateBackend
 
 R1 = RunRef("stackflow/p/w", "run-1")

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from stackflow.errors import (
+from stackflow.core.errors import (
     SpecError,
 )
 from stackflow.state.backend import StateBackend, blob_ref

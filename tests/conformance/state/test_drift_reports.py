@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
 from stackflow.state.backend import StateBackend
 from stackflow.state.protocols import DriftReportStore
 from tests.conformance.state.common import R1, R2, STACK, narrow, res  # noqa: F401
@@ -22,7 +22,7 @@ def backend(backend: StateBackend) -> Any:
 def test_drift_reports_newest_first_and_idempotent(backend: StateBackend) -> None:
     from datetime import UTC, datetime, timedelta
 
-    from stackflow.drift import DriftReport, DriftSummary
+    from stackflow.model.drift import DriftReport, DriftSummary
 
     assert backend.drift_reports(STACK) == []
     t0 = datetime(2026, 1, 1, tzinfo=UTC)

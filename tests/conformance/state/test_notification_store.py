@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from stackflow.errors import ConflictError
-from stackflow.notifications import TARGET_LIMIT, NotificationFailure, NotificationTarget
+from stackflow.core.errors import ConflictError
+from stackflow.model.notifications import TARGET_LIMIT, NotificationFailure, NotificationTarget
 from stackflow.state.protocols import NotificationStore
 from tests.conformance.state.common import narrow
 
@@ -104,7 +104,7 @@ def test_failures_are_kept_once_newest_first(store: Any) -> None:
 
 
 def test_target_secrets_are_sealed_at_rest(tmp_path: Path) -> None:
-    from stackflow.crypto import KeyRing, new_key_line
+    from stackflow.core.crypto import KeyRing, new_key_line
     from stackflow.state.backend import open_backend
 
     backend = open_backend(

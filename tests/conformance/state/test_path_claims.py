@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from stackflow.errors import FencedError
-from stackflow.refs import RunRef, StackRef
-from stackflow.release import Operation, Phase
+from stackflow.core.errors import FencedError
+from stackflow.core.refs import RunRef, StackRef
+from stackflow.model.release import Operation, Phase
 from stackflow.state.backend import StateBackend
 from stackflow.state.protocols import PathClaims, ReleaseWriter, StackLocks
 from tests.conformance.state.common import narrow, res

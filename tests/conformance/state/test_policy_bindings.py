@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from stackflow.errors import SpecError
+from stackflow.core.errors import SpecError
 from stackflow.policy_gate.bundle import PolicyBundle, fetch_bundle, store_bundle
 from stackflow.state.protocols import PolicyBindings
 from tests.conformance.state.common import narrow

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from stackflow.release import Operation, Phase
-from stackflow.spec import parse_spec
+from stackflow.model.release import Operation, Phase
+from stackflow.model.spec import parse_spec
 from stackflow.state.backend import StateBackend
 from stackflow.state.protocols import BlobStore, ReleaseReader, ReleaseWriter, StackLocks
 from tests.conformance.state.common import R1, R2, STACK, narrow, res
@@ -38,8 +38,8 @@ def test_sealed_resources_are_the_state_as_stored(backend: Any) -> None:
     """``sealed_resources``: every resource of a release (the state carried over from the
     release before, and what this one recorded), by id in the state's order, as stored:
     sensitive values stay sealed, and opening a body gives what ``resources`` gives."""
-    from stackflow.crypto import KeyRing, new_key_line
-    from stackflow.spec import Resource
+    from stackflow.core.crypto import KeyRing, new_key_line
+    from stackflow.model.spec import Resource
     from stackflow.state.backend import open_backend
 
     keyed = open_backend(

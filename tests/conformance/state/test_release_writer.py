@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from stackflow.errors import (
+from stackflow.core.errors import (
     ConflictError,
     FencedError,
     NotFoundError,
     PhaseConflictError,
     StackLockedError,
 )
-from stackflow.release import Approval, Decision, Operation, Phase, Release
-from stackflow.spec import Resource, parse_spec
+from stackflow.model.release import Approval, Decision, Operation, Phase, Release
+from stackflow.model.spec import Resource, parse_spec
 from stackflow.state.backend import StateBackend, open_backend
 from stackflow.state.protocols import BlobStore, ReleaseReader, ReleaseWriter, StackLocks
 from stackflow.state.schema import blobs
@@ -124,7 +124,7 @@ def test_import_keeps_revisions_and_an_in_progress_release_locks_with_no_run(
 
 
 def test_sensitive_values_are_sealed_at_rest_and_bound_to_their_row(backend: StateBackend) -> None:
-    from stackflow.crypto import EncryptionKeyError, KeyRing, new_key_line
+    from stackflow.core.crypto import EncryptionKeyError, KeyRing, new_key_line
     from stackflow.state.schema import release_resources, terraform_plans, terraform_states
 
     ring = KeyRing.parse(new_key_line("k1"), "test")

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from stackflow.events import EventType, NewEvent, run_complete
-from stackflow.refs import StackRef
+from stackflow.core.refs import StackRef
+from stackflow.model.events import EventType, NewEvent, run_complete
 from stackflow.state.protocols import RunEventLog
 from tests.conformance.state.common import R1, R2, STACK
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from stackflow.crypto import KeyRing
-from stackflow.refs import StackRef
+from stackflow.core.crypto import KeyRing
+from stackflow.core.refs import StackRef
 from stackflow.state.backend import open_backend
 from stackflow.state.protocols import RunKeys
 from stackflow.state.schema import run_keys

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from stackflow.errors import (
+from stackflow.core.errors import (
     SpecError,
 )
 from stackflow.state.backend import StateBackend, open_backend

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from stackflow.refs import StackRef
-from stackflow.sources import BoundSource, GitSource
+from stackflow.core.refs import StackRef
+from stackflow.model.source import BoundSource, GitSource
 from stackflow.state.protocols import SourceBindings
 from tests.conformance.state.common import STACK, narrow
 
@@ -50,7 +50,7 @@ def test_bind_replace_find_unbind(bindings: Any) -> None:
 
 
 def test_the_secret_is_sealed_at_rest(tmp_path: Any) -> None:
-    from stackflow.crypto import KeyRing, new_key_line
+    from stackflow.core.crypto import KeyRing, new_key_line
     from stackflow.state.backend import open_backend
 
     keys = KeyRing.parse(new_key_line("k1"), "test")

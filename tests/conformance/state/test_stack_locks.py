@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from stackflow.errors import (
+from stackflow.core.errors import (
     FencedError,
     PhaseConflictError,
     StackLockedError,
 )
-from stackflow.release import Operation, Phase
-from stackflow.spec import parse_spec
+from stackflow.model.release import Operation, Phase
+from stackflow.model.spec import parse_spec
 from stackflow.state.backend import RunRef, StackLock, StateBackend
 from stackflow.state.protocols import ReleaseReader, ReleaseWriter, StackLocks
 from tests.conformance.state.common import R1, R2, STACK, narrow, res

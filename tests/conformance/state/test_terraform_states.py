@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from stackflow.errors import (
+from stackflow.core.errors import (
     FencedError,
 )
-from stackflow.refs import StackRef
-from stackflow.release import Operation, Phase
+from stackflow.core.refs import StackRef
+from stackflow.model.release import Operation, Phase
 from stackflow.state.backend import StateBackend
 from stackflow.state.protocols import ReleaseWriter, StackLocks, TerraformStateStore
 from tests.conformance.state.common import R1, R2, STACK, narrow, res  # noqa: F401

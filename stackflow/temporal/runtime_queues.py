@@ -1,0 +1,148 @@
+"""Workers per runtime: which task queue each runtime's activities go to, and which runtimes
+a worker serves.
+
+By default every activity goes to the main task queue (``STACKFLOW_TASK_QUEUE``) and one
+worker serves everything, as the dev loop runs. With ``STACKFLOW_RUNTIME_QUEUES`` set
+(``on``: ``<main queue>-<runtime>`` for each runtime, e.g. ``stackflow-kubernetes``; or
+``kubernetes=q1,terraform=q2``), the activities that call a runtime (preview and refresh
+batches, applies, deletes, groups) go to that runtime's queue, and workflows with the
+bookkeeping activities stay on the main one. ``stackflow worker --runtimes main,kubernetes``
+polls the main queue and the Kubernetes queue and builds only the Kubernetes runtime, so a
+worker holds only the credentials and tools of the runtimes it serves.
+
+The run's plan carries the routing (``OperationPlan.queues``, decided once by the prepare
+activity), so a run's workflows route the same way on every worker and on replay; a
+runtime activity waits at most ``STACKFLOW_RUNTIME_QUEUE_TIMEOUT`` seconds (default 300) for
+a worker to pick it up, then the node fails naming the queue nobody polls.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from stackflow.core.errors import StackflowError
+
+QUEUES_VAR = "STACKFLOW_RUNTIME_QUEUES"
+WAIT_VAR = "STACKFLOW_RUNTIME_QUEUE_TIMEOUT"
+RUNTIMES_VAR = "STACKFLOW_WORKER_RUNTIMES"
+DEFAULT_WAIT = 300.0
+MAIN = "main"
+RUNTIMES = {"kubernetes": "Kubernetes", "terraform": "Terraform", "onprem": "OnPrem"}
+"""A runtime's name in options and queue names -> the resource type it manages."""
+
+
+class RoutingError(StackflowError):
+    """The worker's routing settings are invalid (a worker problem: it does not start)."""
+
+
+def _name_of(type_name: str) -> str:
+    for name, known in RUNTIMES.items():
+        if known == type_name:
+            return name
+    return type_name.lower()
+
+
+def runtime_queues(main_queue: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Resource type -> task queue of its activities (empty: everything on the main queue)."""
+    env = os.environ if environ is None else environ
+    raw = env.get(QUEUES_VAR, "").strip()
+    if raw.lower() in ("", "off", "0", "no", "false"):
+        return {}
+    if raw.lower() in ("on", "1", "yes", "true"):
+        return {type_name: f"{main_queue}-{name}" for name, type_name in RUNTIMES.items()}
+    queues: dict[str, str] = {}
+    for item in raw.split(","):
+        name, sep, queue = item.strip().partition("=")
+        if not sep or name.strip().lower() not in RUNTIMES or not queue.strip():
+            raise RoutingError(
+                f"{QUEUES_VAR}={raw!r}: expected 'on' or 'kubernetes=<queue>,terraform=<queue>,"
+                f"onprem=<queue>' (runtimes: {', '.join(RUNTIMES)})"
+            )
+        queues[RUNTIMES[name.strip().lower()]] = queue.strip()
+    return queues
+
+
+def queue_wait(environ: Mapping[str, str] | None = None) -> float:
+    env = os.environ if environ is None else environ
+    raw = env.get(WAIT_VAR, "").strip()
+    try:
+        value = float(raw) if raw else DEFAULT_WAIT
+    except ValueError:
+        raise RoutingError(f"{WAIT_VAR}={raw!r}: a number of seconds") from None
+    if value <= 0:
+        raise RoutingError(f"{WAIT_VAR}={raw!r}: a number of seconds above 0")
+    return value
+
+
+def plan_queues(types: Iterable[str], queues: Mapping[str, str]) -> dict[str, str]:
+    """The routing a plan carries: each of its types -> its runtime's queue ("": the main
+    queue, a runtime without one of its own); empty when routing is off."""
+    if not queues:
+        return {}
+    return {t: queues.get(t, "") for t in sorted(set(types))}
+
+
+def parts(queues: Mapping[str, str]) -> list[tuple[str | None, list[str] | None]]:
+    """How a preview range is split: ``(task queue, types)`` per queue (None: the run's own
+    queue; types None: the whole range), one part when a single queue serves the plan."""
+    by_queue: dict[str, list[str]] = {}
+    for type_name, queue in sorted(queues.items()):
+        by_queue.setdefault(queue, []).append(type_name)
+    if len(by_queue) <= 1:
+        queue = next(iter(by_queue), "")
+        return [(queue or None, None)]
+    return [(queue or None, types) for queue, types in sorted(by_queue.items())]
+
+
+@dataclass(frozen=True)
+class Serving:
+    """What one worker process serves: the main queue (workflows and bookkeeping) and/or
+    the queues of some runtimes (the types whose runtimes it builds)."""
+
+    main: bool
+    types: frozenset[str] | None
+    """Resource types whose runtimes this worker builds (None: every one, routing off)."""
+    queues: dict[str, str]
+    """Runtime queue -> its resource type, for the runtime queues this worker polls."""
+
+    def task_queues(self, main_queue: str) -> list[str]:
+        return ([main_queue] if self.main else []) + sorted(self.queues)
+
+
+def serving(
+    main_queue: str, runtimes: str | None, environ: Mapping[str, str] | None = None
+) -> Serving:
+    """What ``--runtimes`` (or ``STACKFLOW_WORKER_RUNTIMES``; default all) asks this worker
+    to serve, checked against the routing: a worker for some runtimes only needs runtime
+    queues (``STACKFLOW_RUNTIME_QUEUES``), else it would take every runtime's work."""
+    env = os.environ if environ is None else environ
+    raw = (runtimes if runtimes is not None else env.get(RUNTIMES_VAR, "")).strip().lower()
+    queues = runtime_queues(main_queue, env)
+    every = set(RUNTIMES) | {MAIN}
+    wanted = every if raw in ("", "all") else {n.strip() for n in raw.split(",") if n.strip()}
+    unknown = wanted - every
+    if unknown or not wanted:
+        raise RoutingError(
+            f"--runtimes {raw!r}: expected 'all' or a comma list of {', '.join(sorted(every))}"
+        )
+    if wanted != every and not queues:
+        raise RoutingError(
+            f"--runtimes {raw}: a worker for some runtimes needs per-runtime task queues; set "
+            f"{QUEUES_VAR}=on on every worker (else every activity is on the main queue)"
+        )
+    types = frozenset(RUNTIMES[n] for n in wanted if n in RUNTIMES)
+    polled = {queues[t]: t for t in types if t in queues}
+    if not queues:
+        return Serving(main=True, types=None, queues={})
+    return Serving(main=MAIN in wanted, types=types, queues=polled)
+
+
+def no_worker_message(queue: str, type_name: str, wait: float) -> str:
+    """The one line of a runtime activity nobody picked up."""
+    return (
+        f"no worker polls task queue {queue!r} ({type_name} resources): nothing took the "
+        f"task within {wait:g}s ({WAIT_VAR}); start `stackflow worker --runtimes "
+        f"{_name_of(type_name)}` with {QUEUES_VAR} set"
+    )

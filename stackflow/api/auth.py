@@ -155,7 +155,7 @@ def load_tokens(path: str | None = None) -> TokenTable:
     path = path or os.environ.get(TOKENS_ENV)
     if not path:
         raise SpecError(
-            f"{TOKENS_ENV} is not set: name a file of API tokens (see README, HTTP API); "
+            f"{TOKENS_ENV} is not set: name a file of API tokens (see docs/guide/http-api.md); "
             "the API serves no one without it"
         )
     try:

@@ -1,4 +1,5 @@
-"""Every spec under examples/ is valid, with the dependency order the README describes."""
+"""Every spec under examples/ is valid, with the dependency order the docs describe
+(docs/guide/resources.md: mixed.yaml hands a random_password to a Secret)."""
 
 from __future__ import annotations
 

@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     from stackflow.activities.walk import WalkActivities
     from stackflow.engine.budget import short_error
     from stackflow.model.plan import PlannedNode
+    from stackflow.temporal.activity_io import GroupInput, LoadBatchInput, LoadedBatch, NodeInput
     from stackflow.temporal.operation import (
         DETAIL_LIMIT,
         GROUP_LIMIT,
@@ -35,10 +36,6 @@ with workflow.unsafe.imports_passed_through():
         TERRAFORM_GROUPED,
         BatchInput,
         BatchResult,
-        GroupInput,
-        LoadBatchInput,
-        LoadedBatch,
-        NodeInput,
         NodeResult,
         NodeStatus,
     )

@@ -25,10 +25,11 @@ from stackflow.core.errors import (
     SpecError,
 )
 from stackflow.core.refs import RunRef, StackRef
+from stackflow.engine.spec import load_stored_spec
+from stackflow.model.policy import PolicyDecision
 from stackflow.model.release import Approval, Operation, Phase, Release, State
 from stackflow.model.source import SourceRef
-from stackflow.model.spec import Resource, Spec, load_stored_spec
-from stackflow.policy_gate.decision import PolicyDecision
+from stackflow.model.spec import Resource, Spec
 from stackflow.state.models import (
     MIGRATIONS,
     StackLock,

@@ -19,10 +19,10 @@ from stackflow.core.errors import (
     StackLockedError,
 )
 from stackflow.core.refs import RunRef, StackRef
+from stackflow.model.policy import PolicyDecision
 from stackflow.model.release import Approval, Operation, Phase, Release
 from stackflow.model.source import SourceRef
 from stackflow.model.spec import Resource, Spec
-from stackflow.policy_gate.decision import PolicyDecision
 from stackflow.state.core import SqlCore
 from stackflow.state.models import (
     StackLock,

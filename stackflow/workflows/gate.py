@@ -22,14 +22,10 @@ from temporalio.exceptions import ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from stackflow.activities.policy import PolicyActivities
+    from stackflow.model.policy import Outcome, PolicyDecision
     from stackflow.model.release import Operation, Phase
-    from stackflow.policy_gate.decision import Outcome, PolicyDecision
-    from stackflow.temporal.operation import (
-        ApprovalInput,
-        OperationInput,
-        OperationPlan,
-        PolicyInput,
-    )
+    from stackflow.temporal.activity_io import PolicyInput
+    from stackflow.temporal.operation import ApprovalInput, OperationInput, OperationPlan
     from stackflow.workflows import common, patches
     from stackflow.workflows.constants import (
         APPROVER_DECIDES,

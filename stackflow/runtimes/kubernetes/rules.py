@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from stackflow.engine.graph import Described
-from stackflow.model.runtime_rules import RuntimeRules
-
-if TYPE_CHECKING:
-    from stackflow.runtimes.base import Runtime
-    from stackflow.state.backend import StateBackend
+from stackflow.model.runtime_rules import Described, RuntimeRules
 
 TYPE_NAME = "Kubernetes"
 ID = re.compile(r"^[^:\s]+:[^:\s]+(:[^:\s]+)?:[^:\s]+$")
@@ -62,12 +57,8 @@ def custom_resources(resources: Sequence[Described]) -> dict[str, list[str]]:
 
 class KubernetesRules(RuntimeRules):
     type_name: ClassVar[str] = TYPE_NAME
+    runtime: ClassVar[str] = "stackflow.runtimes.kubernetes.runtime:KubernetesRuntime"
     grouped: ClassVar[bool] = True
-
-    def create(self, backend: StateBackend | None) -> Runtime:
-        from stackflow.runtimes.kubernetes.runtime import KubernetesRuntime
-
-        return KubernetesRuntime()
 
     def id_problem(self, resource_id: str) -> str | None:
         if ID.match(resource_id):

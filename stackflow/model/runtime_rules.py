@@ -23,6 +23,7 @@ and sits in the model layer: it imports nothing of stackflow but its errors.
 
 from __future__ import annotations
 
+import importlib
 import threading
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -113,6 +114,20 @@ class RuntimeRules:
         among this runtime's resources (a spec's, or a release's recorded ones: destroy
         derives them again). Default: none."""
         return {}
+
+
+def resolve(path: str, what: str) -> Any:
+    """The object a class path ``"package.module:Name"`` names (imported now: call it on a
+    worker, not while validating a spec); RuntimeLoadError (one line, naming ``what`` and the
+    path) when it does not import."""
+    module, _, name = path.partition(":")
+    try:
+        found: Any = importlib.import_module(module)
+        for part in name.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as exc:
+        raise RuntimeLoadError(f"{what} {path!r} does not load: {exc}") from exc
+    return found
 
 
 _lock = threading.Lock()

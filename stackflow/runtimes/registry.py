@@ -9,30 +9,16 @@ class (``RuntimeRules.runtime``); this module imports and builds it.
 from __future__ import annotations
 
 import functools
-import importlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from stackflow.model.runtime_rules import RuntimeLoadError, RuntimeRules, all_rules
+from stackflow.model.runtime_rules import RuntimeLoadError, RuntimeRules, all_rules, resolve
 from stackflow.runtimes.base import InvalidInput, Runtime
 
 if TYPE_CHECKING:
     from stackflow.state.backend import StateBackend
 
 RuntimeFactory = Callable[[], Runtime]
-
-
-def resolve(path: str, what: str) -> Any:
-    """The object a class path ``"package.module:Name"`` names; RuntimeLoadError (one line,
-    naming ``what`` and the path) when it does not import."""
-    module, _, name = path.partition(":")
-    try:
-        found: Any = importlib.import_module(module)
-        for part in name.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError) as exc:
-        raise RuntimeLoadError(f"{what} {path!r} does not load: {exc}") from exc
-    return found
 
 
 def build(rules: RuntimeRules, backend: StateBackend | None) -> Runtime:

@@ -58,6 +58,7 @@ def custom_resources(resources: Sequence[Described]) -> dict[str, list[str]]:
 class KubernetesRules(RuntimeRules):
     type_name: ClassVar[str] = TYPE_NAME
     runtime: ClassVar[str] = "stackflow.runtimes.kubernetes.runtime:KubernetesRuntime"
+    policy_section: ClassVar[str | None] = "stackflow.runtimes.policy:KubernetesPolicy"
     grouped: ClassVar[bool] = True
 
     def id_problem(self, resource_id: str) -> str | None:

@@ -52,6 +52,7 @@ class OnPremRules(RuntimeRules):
 
     type_name: ClassVar[str] = TYPE_NAME
     runtime: ClassVar[str] = "stackflow.runtimes.onprem.runtime:OnPremRuntime"
+    policy_section: ClassVar[str | None] = "stackflow.runtimes.policy:OnPremPolicy"
     backend_argument: ClassVar[str | None] = "claims"
     grouped: ClassVar[bool] = True
     grouping: ClassVar[Grouping] = Grouping(limit=128, rounds=32)

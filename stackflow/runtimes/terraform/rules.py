@@ -14,6 +14,7 @@ ID = re.compile(r"^[^:\s]+:[^:\s]+:[^:\s]+:[^:\s]+$")
 class TerraformRules(RuntimeRules):
     type_name: ClassVar[str] = TYPE_NAME
     runtime: ClassVar[str] = "stackflow.runtimes.terraform.runtime:TerraformRuntime"
+    policy_section: ClassVar[str | None] = "stackflow.runtimes.policy:TerraformPolicy"
     backend_argument: ClassVar[str | None] = "backend"
     grouped: ClassVar[bool] = True
     grouping: ClassVar[Grouping] = Grouping(limit=256)

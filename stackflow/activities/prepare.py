@@ -6,7 +6,7 @@ travels inline."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from temporalio import activity
 
@@ -21,6 +21,7 @@ from stackflow.engine.selection import LEFT_OUT_LIMIT, Selected, Selection, chec
 from stackflow.engine.takeover import TAKES_OVER_LIMIT, taking_over
 from stackflow.model.events import EventType, NewEvent
 from stackflow.model.release import Operation, Release
+from stackflow.model.runtime_rules import rules_for
 from stackflow.model.source import git_cache, read_spec_file, same_repository
 from stackflow.model.spec import Resource, Spec, check_spec, parse_spec, parse_spec_text
 from stackflow.policy_gate.bundle import BundleRef, fetch_bundle
@@ -29,6 +30,7 @@ from stackflow.state.backend import RunRef
 from stackflow.temporal.operation import (
     PLAN_INLINE_LIMIT,
     TASK_QUEUE_DEFAULT,
+    GroupSizing,
     OperationInput,
     OperationPlan,
     PlannedNode,
@@ -39,6 +41,18 @@ from stackflow.temporal.runtime_queues import plan_queues, queue_wait, runtime_q
 
 GATED = (Operation.apply, Operation.destroy, Operation.rollback)
 """Operations with a walk that the policy gate judges (and preview, which shows it)."""
+
+
+def plan_grouping(types: Iterable[str]) -> dict[str, GroupSizing]:
+    """The grouping a plan carries: each of its types whose runtime is grouped
+    (``RuntimeRules.grouped``) -> how large its groups grow (``RuntimeRules.grouping``)."""
+    out: dict[str, GroupSizing] = {}
+    for type_name in sorted(set(types)):
+        rules = rules_for(type_name)
+        if rules is not None and rules.grouped:
+            sizing = rules.grouping
+            out[type_name] = GroupSizing(limit=sizing.limit, rounds=sizing.rounds)
+    return out
 
 
 def state_by_id(release: Release | None) -> dict[str, Resource]:
@@ -301,6 +315,7 @@ class PrepareActivities:
         main = activity.info().task_queue if activity.in_activity() else TASK_QUEUE_DEFAULT
         return OperationPlan(
             queues=plan_queues((n.type for n in [*nodes, *deletions]), runtime_queues(main)),
+            grouping=plan_grouping(n.type for n in [*nodes, *deletions]),
             queue_wait_seconds=queue_wait(),
             spec_ref=spec_ref,
             plan_ref=self.plans.put(nodes, deletions),

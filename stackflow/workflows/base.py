@@ -329,6 +329,7 @@ class OperationWorkflow(GatedRun):
                 unavailable_timeout_seconds=request.unavailable_timeout_seconds,
                 full_results=tally.full,
                 queues=plan.queues,
+                grouping=plan.grouping,
                 queue_wait_seconds=plan.queue_wait_seconds,
                 max_concurrency=request.max_concurrency,
                 fail_fast=request.fail_fast,

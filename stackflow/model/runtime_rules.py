@@ -126,7 +126,7 @@ def resolve(path: str, what: str) -> Any:
         for part in name.split("."):
             found = getattr(found, part)
     except (ImportError, AttributeError) as exc:
-        raise RuntimeLoadError(f"{what} {path!r} does not load: {exc}") from exc
+        raise RuntimeLoadError(f"{what} ({path}) does not load: {exc}") from exc
     return found
 
 

@@ -10,7 +10,8 @@ from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from stackflow.state.backend import RunRef, StackLock
+from stackflow.core.refs import RunRef
+from stackflow.state.backend import StackLock
 
 
 def run_link(run: RunRef, namespace: str | None = None) -> str:

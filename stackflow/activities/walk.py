@@ -29,6 +29,7 @@ from stackflow.core.refs import StackRef
 from stackflow.engine.budget import short_error
 from stackflow.engine.masking import SecretSet
 from stackflow.model.events import EventType, NewEvent, run_complete
+from stackflow.model.plan import PlannedNode
 from stackflow.model.release import Approval, Phase, Release
 from stackflow.model.spec import Resource
 from stackflow.runtimes.base import read_scope
@@ -42,7 +43,6 @@ from stackflow.temporal.operation import (
     NodeResult,
     NodeStatus,
     PhaseInput,
-    PlannedNode,
 )
 from stackflow.temporal.wire import BatchActions
 

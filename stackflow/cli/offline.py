@@ -28,13 +28,14 @@ from stackflow.cli.output import (
     stdout_console,
 )
 from stackflow.cli.render import render_policy
-from stackflow.core.config import default_backend
 from stackflow.core.errors import ConflictError, NotFoundError, SpecError
 from stackflow.core.refs import StackRef
 from stackflow.engine.graph import Graph, build_graph
 from stackflow.engine.masking import masked_release_data
+from stackflow.engine.spec import load_spec
 from stackflow.model.release import Release
-from stackflow.model.spec import Spec, load_spec
+from stackflow.model.spec import Spec
+from stackflow.state.backend import open_backend
 from stackflow.state.kusion import export_kusion_releases, import_kusion_releases
 
 
@@ -119,7 +120,7 @@ def release_list(
     if api_mode():
         releases = remote_releases.list_releases(StackRef(project, workspace))
     else:
-        backend = default_backend()
+        backend = open_backend()
         releases = backend.list(StackRef(project, workspace))
         backend.close()
 
@@ -166,7 +167,7 @@ def release_show(
     if api_mode():
         release = remote_releases.release(stack, revision)
     else:
-        store = default_backend()
+        store = open_backend()
         release = store.get(stack, revision) if revision is not None else store.latest(stack)
         store.close()
     if release is None:
@@ -233,7 +234,7 @@ def release_unlock(
     from stackflow.core.errors import StackLockedError
 
     stack = StackRef(project, workspace)
-    store = default_backend()
+    store = open_backend()
     lock = store.lock(stack)
     if lock is None:
         latest = store.latest(stack, with_spec=False)
@@ -293,7 +294,7 @@ def release_import(
 ) -> None:
     """Import a Kusion user's release history (every project/workspace/revision)."""
     refuse_in_api_mode("release import")
-    store = default_backend()
+    store = open_backend()
     imported = import_kusion_releases(kusion_home.expanduser(), store)
     store.close()
     console = stdout_console()
@@ -322,7 +323,7 @@ def release_export(
     """Write releases as Kusion keeps them (<n>.yaml and .metadata.yml), sensitive values
     masked, files 0600."""
     refuse_in_api_mode("release export")
-    store = default_backend()
+    store = open_backend()
     written = export_kusion_releases(store, kusion_layout.expanduser(), project, workspace)
     store.close()
     console = stdout_console()
@@ -352,7 +353,7 @@ def release_diff(
             output, lambda: found.model_dump(mode="json"), lambda c: _render_release_diff(found, c)
         )
         return
-    store = default_backend()
+    store = open_backend()
     try:
         revisions = store.revisions(stack)
         if not revisions:
@@ -564,7 +565,7 @@ def output(
 
 
 def _latest_with_spec(stack: StackRef) -> tuple[Release | None, Spec | None]:
-    store = default_backend()
+    store = open_backend()
     try:
         latest = store.latest(stack, with_spec=False)
         spec = None

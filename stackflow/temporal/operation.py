@@ -14,10 +14,10 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_vali
 from stackflow.core.refs import RunRef, StackFields, StackRef
 from stackflow.engine.selection import LeftOut
 from stackflow.model.events import NewEvent
+from stackflow.model.plan import PlannedNode
+from stackflow.model.policy import BundleRef, PolicyDecision
 from stackflow.model.release import Operation, Phase
 from stackflow.model.source import SourceRef
-from stackflow.policy_gate.bundle import BundleRef
-from stackflow.policy_gate.decision import PolicyDecision
 from stackflow.temporal.wire import NOT_MINE, DescribeItem
 
 TASK_QUEUE_DEFAULT = "stackflow"
@@ -188,17 +188,6 @@ class ChangeBrief(BaseModel):
     type: str
     action: str
     drift: bool = False
-
-
-class PlannedNode(BaseModel):
-    id: str
-    type: str
-    action: str = "Apply"
-    """Create, Update or Delete once the preview decided; what the node's activity does."""
-    deps: list[str] = Field(default_factory=list)
-    """Nodes that must succeed first (for deletes: the dependents of the original graph)."""
-    refs: list[tuple[str, str]] = Field(default_factory=list)
-    """(resource id, dotted path) of each ``$kusion_path`` reference in the attributes."""
 
 
 GROUP_LIMIT = 64
@@ -436,10 +425,6 @@ def references_entry(moved: str) -> dict[str, Any]:
     return {"path": "(references)", "old": None, "new": f"(known after apply: {moved})"}
 
 
-RunOwner = RunRef
-"""The run whose writes the stack lock admits (one type with the state layer's ``RunRef``)."""
-
-
 class PolicyInput(StackFields, BaseModel):
     """Input of ``evaluate_policy``: what the input document is built from (by reference)
     and the bundles to evaluate."""
@@ -494,7 +479,7 @@ class NodeInput(StackFields, BaseModel):
     watch: bool = False
     force: bool = False
     adopt: bool = False
-    owner: RunOwner | None = None
+    owner: RunRef | None = None
     """The run that holds the stack, when not the run calling (a batch child's parent)."""
     unavailable_timeout_seconds: float = 600.0
 
@@ -513,7 +498,7 @@ class GroupInput(StackFields, BaseModel):
     """Runtime calls this group makes at once (its share of the run's max_concurrency)."""
     force: bool = False
     adopt: bool = False
-    owner: RunOwner | None = None
+    owner: RunRef | None = None
     unavailable_timeout_seconds: float = 600.0
 
 
@@ -572,7 +557,7 @@ class BatchInput(StackFields, BaseModel):
     """The batch's action string (:class:`stackflow.temporal.wire.BatchActions`)."""
     not_ok: list[int] = Field(default_factory=list)
     """Plan indices that failed or were skipped in earlier batches."""
-    owner: RunOwner | None = None
+    owner: RunRef | None = None
     """The parent run: it holds the stack, the child's activities write on its behalf."""
     unavailable_timeout_seconds: float = 600.0
     full_results: bool = True

@@ -23,6 +23,7 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 with workflow.unsafe.imports_passed_through():
     from stackflow.activities.walk import WalkActivities
     from stackflow.engine.budget import short_error
+    from stackflow.model.plan import PlannedNode
     from stackflow.temporal.operation import (
         DETAIL_LIMIT,
         GROUP_LIMIT,
@@ -34,7 +35,6 @@ with workflow.unsafe.imports_passed_through():
         NodeInput,
         NodeResult,
         NodeStatus,
-        PlannedNode,
     )
     from stackflow.temporal.runtime_queues import no_worker_message
     from stackflow.temporal.wire import BatchActions

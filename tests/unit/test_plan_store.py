@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from stackflow.core.errors import SpecError
+from stackflow.model.plan import PlannedNode
 from stackflow.state.backend import StateBackend
 from stackflow.state.plan_store import PlanStore
 from stackflow.temporal.operation import (
@@ -13,7 +14,6 @@ from stackflow.temporal.operation import (
     NodeResult,
     NodeStatus,
     OperationPlan,
-    PlannedNode,
     PreviewBatchInput,
     PreviewBatchResult,
 )

@@ -13,10 +13,11 @@ import pytest
 import yaml
 
 from stackflow.activities.prepare import plan_grouping
+from stackflow.model.plan import PlannedNode
 from stackflow.model.runtime_rules import RuntimeLoadError, RuntimeRules, all_rules
 from stackflow.runtimes.policy import PolicyConfigError, WorkerPolicy, load_policy
 from stackflow.runtimes.registry import build, default_registry
-from stackflow.temporal.operation import BatchInput, GroupSizing, PlannedNode
+from stackflow.temporal.operation import BatchInput, GroupSizing
 from stackflow.temporal.runtime_queues import runtime_names, runtime_queues, serving
 from stackflow.workflows.nodes import Sizing
 from stackflow.workflows.nodes import plan_grouping as walk_grouping

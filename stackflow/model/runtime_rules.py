@@ -84,10 +84,12 @@ class RuntimeRules:
     its task queue's name (``<main queue>-<name>``); None: the type in lower case."""
     policy_section: ClassVar[str | None] = None
     """Where the model of the runtime's section of the worker policy file is,
-    ``"package.module:Class"`` (a subclass of :class:`stackflow.runtimes.policy.PolicySection`;
-    its ``PER_PROJECT`` settings may be narrowed per project). The section is named
-    :attr:`runtime_name`; None: the runtime has no section (stackflow's own three have
-    theirs built into :class:`stackflow.runtimes.policy.PolicySettings`)."""
+    ``"package.module:Class"`` (a subclass of
+    :class:`stackflow.runtimes.policy_section.PolicySection`; its ``PER_PROJECT`` settings
+    may be narrowed per project), read by the runtime with ``WorkerPolicy.section``. The
+    section is named :attr:`runtime_name`; None: the runtime has no section. (stackflow's
+    own three name theirs too, which are also fields of
+    :class:`stackflow.runtimes.policy.PolicySettings`, set by ``STACKFLOW_*`` variables.)"""
     grouped: ClassVar[bool] = False
     """Whether the runtime's nodes are cheap enough to share one activity (``run_group``)."""
     grouping: ClassVar[Grouping] = Grouping()

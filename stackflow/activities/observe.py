@@ -34,7 +34,7 @@ from stackflow.model.drift import DriftReport, DriftSummary
 from stackflow.model.spec import Resource
 from stackflow.runtimes.base import RuntimeOptions
 from stackflow.state.diff_store import load_changes
-from stackflow.temporal.operation import DriftRecordInput, PreviewBatchResult, RefreshBatchInput
+from stackflow.temporal.activity_io import DriftRecordInput, PreviewBatchResult, RefreshBatchInput
 
 REFRESH_PARALLELISM = 16
 

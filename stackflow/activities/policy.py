@@ -26,7 +26,7 @@ from stackflow.policy_gate.engine import Module, evaluate_apart
 from stackflow.policy_gate.plan_input import INPUT_KIND, build_input, input_bytes
 from stackflow.state.diff_store import load_changes
 from stackflow.temporal import metrics
-from stackflow.temporal.operation import PolicyInput
+from stackflow.temporal.activity_io import PolicyInput
 
 
 class PolicyActivities:

@@ -31,13 +31,13 @@ from stackflow.model.spec import Resource, Spec
 from stackflow.policy_gate.bundle import fetch_bundle
 from stackflow.runtimes.policy import worker_policy
 from stackflow.state.git_sources import git_cache, read_spec_file
+from stackflow.temporal.activity_io import PrepareInput
 from stackflow.temporal.operation import (
     PLAN_INLINE_LIMIT,
     TASK_QUEUE_DEFAULT,
     GroupSizing,
     OperationInput,
     OperationPlan,
-    PrepareInput,
     check_request,
 )
 from stackflow.temporal.runtime_queues import plan_queues, queue_wait, runtime_queues

@@ -32,13 +32,13 @@ from stackflow.runtimes import guard
 from stackflow.runtimes.base import read_scope
 from stackflow.state.backend import StateBackend
 from stackflow.state.diff_store import put_changes, put_index
-from stackflow.temporal.operation import (
+from stackflow.temporal.activity_io import (
     DescribeInput,
     DiffIndexInput,
     PreviewBatchInput,
     PreviewBatchResult,
-    references_entry,
 )
+from stackflow.temporal.operation import references_entry
 from stackflow.temporal.wire import ChangeFlags, encode_change
 
 PREVIEW_PARALLELISM = 16

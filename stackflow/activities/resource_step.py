@@ -36,7 +36,7 @@ from stackflow.engine.masking import (
 )
 from stackflow.model.spec import Resource
 from stackflow.runtimes.base import ResourceRequest, Runtime, RuntimeOptions
-from stackflow.temporal.operation import GroupInput, NodeInput
+from stackflow.temporal.activity_io import GroupInput, NodeInput
 
 UNKNOWN_UNTIL_APPLY = "(known after apply)"
 COALESCED_PARALLELISM = 256

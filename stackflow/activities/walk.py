@@ -34,16 +34,15 @@ from stackflow.model.release import Approval, Phase, Release
 from stackflow.model.spec import Resource
 from stackflow.runtimes.base import read_scope
 from stackflow.temporal import metrics
-from stackflow.temporal.operation import (
+from stackflow.temporal.activity_io import (
     EventsInput,
     GroupInput,
     LoadBatchInput,
     LoadedBatch,
     NodeInput,
-    NodeResult,
-    NodeStatus,
     PhaseInput,
 )
+from stackflow.temporal.operation import NodeResult, NodeStatus
 from stackflow.temporal.wire import BatchActions
 
 log = logging.getLogger(__name__)

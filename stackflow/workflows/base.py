@@ -30,23 +30,25 @@ with workflow.unsafe.imports_passed_through():
     from stackflow.model.plan import PlannedNode
     from stackflow.model.release import Operation, Phase
     from stackflow.state.diff_store import DIFF_REFS_LIMIT
-    from stackflow.temporal.operation import (
-        DETAIL_LIMIT,
-        NOT_OK_LIMIT,
-        BatchInput,
-        BatchResult,
+    from stackflow.temporal.activity_io import (
         DiffIndexInput,
         EventsInput,
-        NodeResult,
-        NodeStatus,
-        OperationInput,
-        OperationPlan,
-        OperationResult,
         PhaseInput,
         PrepareInput,
         PreviewBatchInput,
         PreviewBatchResult,
         RefreshBatchInput,
+    )
+    from stackflow.temporal.operation import (
+        DETAIL_LIMIT,
+        NOT_OK_LIMIT,
+        BatchInput,
+        BatchResult,
+        NodeResult,
+        NodeStatus,
+        OperationInput,
+        OperationPlan,
+        OperationResult,
     )
     from stackflow.temporal.runtime_queues import parts
     from stackflow.temporal.wire import BatchActions

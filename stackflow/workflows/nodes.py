@@ -24,15 +24,12 @@ with workflow.unsafe.imports_passed_through():
     from stackflow.activities.walk import WalkActivities
     from stackflow.engine.budget import short_error
     from stackflow.model.plan import PlannedNode
+    from stackflow.temporal.activity_io import GroupInput, LoadBatchInput, LoadedBatch, NodeInput
     from stackflow.temporal.operation import (
         DETAIL_LIMIT,
         GROUP_LIMIT,
         BatchInput,
         BatchResult,
-        GroupInput,
-        LoadBatchInput,
-        LoadedBatch,
-        NodeInput,
         NodeResult,
         NodeStatus,
     )

@@ -12,7 +12,8 @@ from stackflow.runtimes.base import Attributes, ResourceRequest, Runtime, Runtim
 from stackflow.runtimes.registry import RuntimeRegistry
 from stackflow.state.backend import StateBackend
 from stackflow.state.cache import PriorStateCache
-from stackflow.temporal.operation import NodeInput, OperationInput, PrepareInput
+from stackflow.temporal.activity_io import NodeInput, PrepareInput
+from stackflow.temporal.operation import OperationInput
 
 
 class RecordingRuntime(Runtime):

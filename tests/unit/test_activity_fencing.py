@@ -22,7 +22,8 @@ from stackflow.runtimes.base import Attributes, ResourceRequest, Runtime, Runtim
 from stackflow.runtimes.registry import RuntimeRegistry
 from stackflow.state.backend import StackLock, StateBackend
 from stackflow.state.cache import PriorStateCache
-from stackflow.temporal.operation import NodeInput, OperationInput, PhaseInput, PrepareInput
+from stackflow.temporal.activity_io import NodeInput, PhaseInput, PrepareInput
+from stackflow.temporal.operation import OperationInput
 
 SPEC = {"resources": [{"id": "a", "type": "OnPrem", "attributes": {"v": 1}}]}
 STACK = StackRef("p", "w")

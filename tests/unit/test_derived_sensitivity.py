@@ -33,7 +33,8 @@ from stackflow.runtimes.terraform.config import parse_resource, render_module, r
 from stackflow.state.backend import StateBackend
 from stackflow.state.cache import PriorStateCache
 from stackflow.state.sealing import Sealer
-from stackflow.temporal.operation import NodeInput, OperationInput, PrepareInput
+from stackflow.temporal.activity_io import NodeInput, PrepareInput
+from stackflow.temporal.operation import OperationInput
 
 PASSWORD = "hunter2-but-longer-Zq9"
 

@@ -30,7 +30,8 @@ from stackflow.runtimes.base import (
 from stackflow.runtimes.registry import RuntimeRegistry
 from stackflow.state.backend import StateBackend
 from stackflow.state.cache import PriorStateCache
-from stackflow.temporal.operation import NodeInput, OperationInput, PrepareInput
+from stackflow.temporal.activity_io import NodeInput, PrepareInput
+from stackflow.temporal.operation import OperationInput
 
 
 def in_activity(attempt: int = 1, first_scheduled_ago: float = 0.0) -> ActivityEnvironment:

@@ -26,8 +26,8 @@ LAYERS = (
     "engine",  # pure logic over the models: spec loading and checks, graph, diff, masking
     "state",  # the system of record and its caches, git sources
     "temporal",  # workflow I/O models, wire, codec, client, tracing, metrics, queues
-    "policy_gate",  # the OPA gate over a plan
     "runtimes",  # the only code that touches infrastructure, and the worker policy
+    "policy_gate",  # the OPA gate over a plan
     "activities",
     "workflows",
     "worker",

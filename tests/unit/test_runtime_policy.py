@@ -27,7 +27,8 @@ from stackflow.runtimes.terraform import TerraformRuntime
 from stackflow.runtimes.terraform.config import parse_resource, render_config
 from stackflow.state.backend import StateBackend
 from stackflow.state.cache import PriorStateCache
-from stackflow.temporal.operation import NodeInput, OperationInput, PrepareInput, PreviewBatchInput
+from stackflow.temporal.activity_io import NodeInput, PrepareInput, PreviewBatchInput
+from stackflow.temporal.operation import OperationInput
 
 OPTS = RuntimeOptions(project="p", workspace="w")
 

@@ -117,6 +117,12 @@ class RuntimeRules:
         derives them again). Default: none."""
         return {}
 
+    def takes_over(self, extensions: Mapping[str, Any]) -> str | None:
+        """How a resource with these ``extensions`` takes over an object stackflow did not make
+        (adopts or imports it), for a line naming it, or None (default: it never does).
+        Taking over is an approver's decision (:mod:`stackflow.engine.takeover`)."""
+        return None
+
 
 def resolve(path: str, what: str) -> Any:
     """The object a class path ``"package.module:Name"`` names (imported now: call it on a

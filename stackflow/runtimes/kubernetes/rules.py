@@ -72,6 +72,11 @@ class KubernetesRules(RuntimeRules):
     def sensitive_paths(self, attributes: Mapping[str, Any]) -> list[str]:
         return list(SECRET_FIELDS) if attributes.get("kind") == "Secret" else []
 
+    def takes_over(self, extensions: Mapping[str, Any]) -> str | None:
+        if extensions.get("adopt"):
+            return "adopts an existing object (extensions.adopt)"
+        return None
+
     def implicit_dependencies(self, resources: Sequence[Described]) -> dict[str, list[str]]:
         return custom_resources(resources)
 

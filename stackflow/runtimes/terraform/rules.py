@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import re
-from typing import ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 from stackflow.model.runtime_rules import Grouping, RuntimeRules
 
 TYPE_NAME = "Terraform"
 ID = re.compile(r"^[^:\s]+:[^:\s]+:[^:\s]+:[^:\s]+$")
+
+IMPORT_ID_KEY = "kusionstack.io/import-id"
+"""Kusion's extension naming the existing object a Terraform resource imports."""
 
 
 class TerraformRules(RuntimeRules):
@@ -20,6 +24,11 @@ class TerraformRules(RuntimeRules):
     grouping: ClassVar[Grouping] = Grouping(limit=256)
     """A group takes every ready node, up to 256 (the runtime's ``BATCH_LIMIT``): its
     runtime runs a group's concurrent calls as one tofu command."""
+
+    def takes_over(self, extensions: Mapping[str, Any]) -> str | None:
+        if extensions.get(IMPORT_ID_KEY) not in (None, ""):
+            return f"imports an existing object (extensions[{IMPORT_ID_KEY!r}])"
+        return None
 
     def id_problem(self, resource_id: str) -> str | None:
         if ID.match(resource_id):

@@ -3,7 +3,6 @@ the core asks them (spec types and ids, secrets, grouping) and imports no runtim
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -148,22 +147,6 @@ def broken_entry_point(tmp_path: Path) -> Iterator[None]:
 def test_an_entry_point_that_is_no_runtime_names_itself(broken_entry_point: None) -> None:
     with pytest.raises(RuntimeLoadError, match=r"'broken' \(json:dumps\) is not a RuntimeRules"):
         all_rules()
-
-
-def test_the_core_imports_no_runtime_and_the_graph_has_no_circles() -> None:
-    spec = importlib.util.spec_from_file_location("import_graph", REPO / "scripts/import_graph.py")
-    assert spec is not None and spec.loader is not None
-    graph_module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(graph_module)
-    graph = graph_module.edges(REPO)
-    assert graph_module.circles(graph) == []
-    core = {
-        (name, target)
-        for name, targets in graph.items()
-        for target in targets
-        if name.startswith("stackflow") and not target.startswith("stackflow")
-    }
-    assert core == set(), "stackflow/ imports a runtime, an activity or a workflow"
 
 
 def test_a_stale_install_still_finds_the_declared_built_ins(

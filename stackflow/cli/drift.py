@@ -5,34 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-from temporalio.client import (
-    Schedule,
-    ScheduleActionStartWorkflow,
-    ScheduleAlreadyRunningError,
-    ScheduleIntervalSpec,
-    ScheduleOverlapPolicy,
-    SchedulePolicy,
-    ScheduleSpec,
-    ScheduleState,
-    ScheduleUpdate,
-    ScheduleUpdateInput,
-    WorkflowFailureError,
-)
-from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError, RPCStatusCode
 
-from stackflow.cli.api_mode import refuse_in_api_mode
+from stackflow.cli.api_mode import api_client, api_mode, refuse_in_api_mode
 from stackflow.cli.app import EXIT_CODES_HELP, app
-from stackflow.cli.connection import Temporal
 from stackflow.cli.options import (
     OutputOpt,
     ProjectOpt,
@@ -41,11 +23,7 @@ from stackflow.cli.options import (
 )
 from stackflow.cli.output import OutputFormat, echo_safe
 from stackflow.cli.report import BAD_INPUT_TYPES
-from stackflow.cli.runner import (
-    console_for,
-    ui_link,
-)
-from stackflow.cli.runs import current_user
+from stackflow.cli.runs import console_for, current_user
 from stackflow.core.errors import (
     NotFoundError,
     OperationFailed,
@@ -54,8 +32,11 @@ from stackflow.core.errors import (
     StackLockedError,
 )
 from stackflow.core.refs import StackRef
-from stackflow.model.drift import DriftReport, schedule_id
+from stackflow.model.drift import DriftReport, parse_every, schedule_id
 from stackflow.temporal.operation import DriftInput, DriftResult, drift_workflow_id
+
+if TYPE_CHECKING:  # the Temporal SDK only where Temporal is called (not through the API)
+    from temporalio.client import WorkflowFailureError
 
 drift_app = typer.Typer(
     help="Detect drift: live objects changed behind stackflow's back.",
@@ -88,19 +69,7 @@ class DriftFound(StackflowError):
     exit_code = 4
 
 
-_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
-
-
-def parse_every(text: str) -> timedelta:
-    """``30s``, ``5m``, ``1h``, ``1h30m``: at least 10 seconds."""
-    m = _DURATION.match(text.strip())
-    if not text.strip() or m is None:
-        raise SpecError(f"--every {text}: write a duration such as 30s, 5m, 1h or 1h30m")
-    hours, minutes, seconds = (int(g or 0) for g in m.groups())
-    every = timedelta(hours=hours, minutes=minutes, seconds=seconds)
-    if every < timedelta(seconds=10):
-        raise SpecError(f"--every {text}: at least 10s between checks")
-    return every
+__all__ = ["DriftFound", "drift_app", "parse_every"]
 
 
 def _input(stack: StackRef, repair: bool, yes: bool) -> DriftInput:
@@ -129,6 +98,13 @@ def _failure(exc: WorkflowFailureError) -> StackflowError:
 
 
 async def _check(request: DriftInput, timeout: float) -> tuple[DriftResult, str, str | None]:
+    from temporalio.client import WorkflowFailureError
+    from temporalio.common import WorkflowIDConflictPolicy
+    from temporalio.exceptions import WorkflowAlreadyStartedError
+
+    from stackflow.cli.connection import Temporal
+    from stackflow.cli.runner import ui_link
+
     stack = request.stack
     follow = f"`stackflow drift status {stack.cli_flags}` shows its report once it has ended"
     temporal = Temporal(timeout, stack, follow)
@@ -241,35 +217,15 @@ def drift_check(
 
 
 async def _schedule(request: DriftInput, every: timedelta, timeout: float) -> tuple[str, bool]:
-    stack = request.stack
-    temporal = Temporal(timeout, stack)
+    from stackflow.cli.connection import Temporal
+    from stackflow.temporal.schedules import create_or_replace, drift_schedule
+
+    temporal = Temporal(timeout, request.stack)
     client = await temporal.connect()
-    queue = temporal.task_queue
-    sid = schedule_id(stack)
-    schedule = Schedule(
-        action=ScheduleActionStartWorkflow(
-            "DriftWorkflow",
-            request,
-            id=drift_workflow_id(stack),
-            task_queue=queue,
-            static_summary=f"drift check {stack}",
-        ),
-        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
-        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
-        state=ScheduleState(note=f"stackflow drift schedule {stack.cli_flags}"),
-    )
-    try:
-        await temporal.call("create schedule", lambda: client.create_schedule(sid, schedule))
-        return sid, True
-    except ScheduleAlreadyRunningError:
-
-        def replace(_: ScheduleUpdateInput) -> ScheduleUpdate:
-            return ScheduleUpdate(schedule=schedule)
-
-        await temporal.call(
-            "update schedule", lambda: client.get_schedule_handle(sid).update(replace)
-        )
-        return sid, False
+    sid = schedule_id(request.stack)
+    schedule = drift_schedule(request, every, temporal.task_queue)
+    created = await temporal.call("schedule", lambda: create_or_replace(client, schedule, sid))
+    return sid, created
 
 
 @drift_app.command("schedule")
@@ -282,19 +238,31 @@ def drift_schedule(
     unavailable_timeout: WaitOpt = 600.0,
 ) -> None:
     """Check for drift on a Temporal Schedule (replaces the stack's schedule if it has one)."""
-    refuse_in_api_mode("drift schedule")
     interval = parse_every(every)
-    request = _input(StackRef(project, workspace), repair, yes)
-    sid, created = asyncio.run(_schedule(request, interval, unavailable_timeout))
+    stack = StackRef(project, workspace)
+    if api_mode():
+        from stackflow.api.models import DriftScheduleRequest
+
+        asked = DriftScheduleRequest(every=every, repair=repair, auto_approve=yes)
+        with api_client() as api:
+            view = api.schedule_drift(stack, asked)
+        sid, created = view.schedule_id, view.created
+    else:
+        request = _input(stack, repair, yes)
+        sid, created = asyncio.run(_schedule(request, interval, unavailable_timeout))
     verb = "scheduled" if created else "rescheduled"
     typer.echo(
-        f"{verb} drift checks of {request.stack} every {every}"
+        f"{verb} drift checks of {stack} every {every}"
         + (" with repair" if repair else "")
         + f" (schedule {sid}; `temporal schedule list`)"
     )
 
 
 async def _unschedule(stack: StackRef, timeout: float) -> str:
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from stackflow.cli.connection import Temporal
+
     temporal = Temporal(timeout, stack)
     client = await temporal.connect()
     sid = schedule_id(stack)
@@ -325,8 +293,13 @@ def drift_unschedule(
     project: ProjectOpt, workspace: WorkspaceOpt = "default", unavailable_timeout: WaitOpt = 600.0
 ) -> None:
     """Delete the stack's drift schedule."""
-    refuse_in_api_mode("drift unschedule")
-    sid = asyncio.run(_unschedule(StackRef(project, workspace), unavailable_timeout))
+    stack = StackRef(project, workspace)
+    if api_mode():
+        with api_client() as api:
+            api.unschedule_drift(stack)
+        sid = schedule_id(stack)
+    else:
+        sid = asyncio.run(_unschedule(stack, unavailable_timeout))
     typer.echo(f"deleted drift schedule {sid}")
 
 
@@ -337,19 +310,26 @@ def drift_status(
     output: OutputOpt = OutputFormat.table,
 ) -> None:
     """The last drift report of the stack (from the state backend)."""
-    refuse_in_api_mode("drift status")
-    from stackflow.core.config import default_backend
-
     stack = StackRef(project, workspace)
-    backend = default_backend()
-    try:
-        reports = backend.drift_reports(stack, limit=1)
-    finally:
-        backend.close()
-    if not reports:
-        raise NotFoundError(f"{stack} has no drift report yet; run `stackflow drift check`")
-    report: DriftReport = reports[0]
-    rows = _report_rows(report.report_ref)
+    if api_mode():
+        with api_client() as api:
+            status = api.drift_status(stack)
+        report: DriftReport = DriftReport.model_validate(
+            status.model_dump(exclude={"drifted_resources"})
+        )
+        rows = status.drifted_resources
+    else:
+        from stackflow.core.config import default_backend
+
+        backend = default_backend()
+        try:
+            reports = backend.drift_reports(stack, limit=1)
+        finally:
+            backend.close()
+        if not reports:
+            raise NotFoundError(f"{stack} has no drift report yet; run `stackflow drift check`")
+        report = reports[0]
+        rows = _report_rows(report.report_ref)
     if output == OutputFormat.json:
         data = report.model_dump(mode="json")
         data["drifted_resources"] = rows

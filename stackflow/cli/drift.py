@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from stackflow.cli.api_mode import api_client, api_mode, refuse_in_api_mode
+from stackflow.cli.api_mode import api_client, api_mode
 from stackflow.cli.app import EXIT_CODES_HELP, app
 from stackflow.cli.options import (
     OutputOpt,
@@ -130,6 +130,37 @@ async def _check(request: DriftInput, timeout: float) -> tuple[DriftResult, str,
     return result, ui_link(client.namespace, wid, handle.result_run_id), client.namespace
 
 
+def _check_through_api(request: DriftInput) -> tuple[DriftResult, str, list[dict[str, Any]]]:
+    """The check as a run of the API (``operation: drift``), followed to its end; its
+    report's diffs as ``GET …/drift`` serves them."""
+    import os
+    import time
+
+    from stackflow.api.models import RunOperation, RunRequest
+    from stackflow.cli.runs import ui_link
+
+    stack = request.stack
+    body = RunRequest(
+        operation=RunOperation.drift, repair=request.repair, auto_approve=request.auto_approve
+    )
+    with api_client() as api:
+        created = api.start_run(stack, body)
+        while (view := api.get_run(stack, created.run_id)).status == "running":
+            time.sleep(0.3)
+        if view.result is None:
+            message = view.error or f"the drift check ended {view.status}"
+            if view.error_type in BAD_INPUT_TYPES:
+                raise SpecError(message)
+            raise OperationFailed(f"drift check failed: {message}")
+        result = DriftResult.model_validate(view.result)
+        rows: list[dict[str, Any]] = []
+        if result.report_ref is not None:
+            report = api.drift_status(stack)
+            rows = report.drifted_resources if report.report_ref == result.report_ref else []
+    namespace = os.environ.get("TEMPORAL_NAMESPACE", "default")
+    return result, ui_link(namespace, created.workflow_id, created.run_id), rows
+
+
 def _report_rows(ref: str | None) -> list[dict[str, Any]]:
     """The drifted resources' masked diffs, when this machine reaches the state backend."""
     if ref is None:
@@ -187,10 +218,12 @@ def drift_check(
     unavailable_timeout: WaitOpt = 600.0,
 ) -> None:
     """Run a drift check now: exit 0 no drift, 4 drift found."""
-    refuse_in_api_mode("drift check")
     request = _input(StackRef(project, workspace), repair, yes)
-    result, link, _ = asyncio.run(_check(request, unavailable_timeout))
-    rows = _report_rows(result.report_ref)
+    if api_mode():
+        result, link, rows = _check_through_api(request)
+    else:
+        result, link, _ = asyncio.run(_check(request, unavailable_timeout))
+        rows = _report_rows(result.report_ref)
     stack = request.stack
     if output == OutputFormat.json:
         data = result.model_dump(mode="json")

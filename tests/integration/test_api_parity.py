@@ -106,9 +106,18 @@ async def test_drift_schedule_status_and_unschedule_through_the_api(
     none = both(api_env, api_url, tmp_path / "laptop", "drift", "status", "-p", project, code=1)
     assert none[0].stderr == none[1].stderr and "has no drift report yet" in none[1].stderr
 
-    # a report (the check runs directly): status reads the same both ways
+    # the check: the same report and exit 4 both ways (but for its run and time)
     target.write_text("changed by hand\n")
-    ok(run_cli(direct(api_env), "drift", "check", "-p", project), DRIFT_EXIT)
+    checks = both(api_env, api_url, tmp_path / "laptop", "drift", "check", "-p", project,
+                  "-o", "json", code=DRIFT_EXIT)  # fmt: skip
+    found = [cli_json(c) for c in checks]
+    for data in found:
+        assert data.pop("ui").startswith("http") and data.pop("checked_at")
+    assert found[0] == found[1] and found[1]["drifted"] is True
+    assert (
+        checks[0].stderr == checks[1].stderr and "drift found in 1 resource(s)" in checks[1].stderr
+    )
+    # status reads the same both ways
     for args in (("-o", "json"), ()):
         d, a = both(api_env, api_url, tmp_path / "laptop", "drift", "status", "-p", project, *args)
         assert d.stdout == a.stdout, args

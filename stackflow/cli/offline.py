@@ -321,9 +321,7 @@ def release_export(
     else:
         store = default_backend()
         try:
-            written = export_kusion_releases(
-                store, kusion_layout.expanduser(), project, workspace
-            )
+            written = export_kusion_releases(store, kusion_layout.expanduser(), project, workspace)
         finally:
             store.close()
     console = stdout_console()

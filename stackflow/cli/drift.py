@@ -270,7 +270,9 @@ def drift_schedule(
     yes: RepairYesOpt = False,
     unavailable_timeout: WaitOpt = 600.0,
 ) -> None:
-    """Check for drift on a Temporal Schedule (replaces the stack's schedule if it has one)."""
+    """Check for drift on a Temporal Schedule (replaces the stack's schedule if it has one).
+
+    Through the API: an operator's; --repair --yes an approver's."""
     interval = parse_every(every)
     stack = StackRef(project, workspace)
     if api_mode():
@@ -325,7 +327,7 @@ async def _unschedule(stack: StackRef, timeout: float) -> str:
 def drift_unschedule(
     project: ProjectOpt, workspace: WorkspaceOpt = "default", unavailable_timeout: WaitOpt = 600.0
 ) -> None:
-    """Delete the stack's drift schedule."""
+    """Delete the stack's drift schedule (through the API: an operator's)."""
     stack = StackRef(project, workspace)
     if api_mode():
         with api_client() as api:
@@ -342,7 +344,7 @@ def drift_status(
     workspace: WorkspaceOpt = "default",
     output: OutputOpt = OutputFormat.table,
 ) -> None:
-    """The last drift report of the stack (from the state backend)."""
+    """The last drift report of the stack (from the state backend, or the API)."""
     stack = StackRef(project, workspace)
     if api_mode():
         with api_client() as api:

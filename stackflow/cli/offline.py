@@ -226,6 +226,7 @@ def release_unlock(
 
     Refused while the holding run is still open in Temporal (TEMPORAL_ADDRESS), unless
     --force. The next operation recovers such a stack by itself, so this is rarely needed.
+    Through the API: an approver's.
     """
     stack = StackRef(project, workspace)
     if api_mode():

@@ -30,6 +30,7 @@ def drift_schedule(request: DriftInput, every: timedelta, task_queue: str) -> Sc
     """The Schedule of drift checks ``request`` asks for (its stack, repair, approval and
     requester), every ``every`` on ``task_queue``."""
     stack = request.stack
+    by = f" (by {request.requested_by})" if request.requested_by else ""
     return Schedule(
         action=ScheduleActionStartWorkflow(
             "DriftWorkflow",
@@ -40,7 +41,7 @@ def drift_schedule(request: DriftInput, every: timedelta, task_queue: str) -> Sc
         ),
         spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
         policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
-        state=ScheduleState(note=f"stackflow drift schedule {stack.cli_flags}"),
+        state=ScheduleState(note=f"stackflow drift schedule {stack.cli_flags}{by}"),
     )
 
 

@@ -144,6 +144,9 @@ async def test_drift_schedule_status_and_unschedule_through_the_api(
     )
     [intervals] = described.schedule.spec.intervals
     assert intervals.every.total_seconds() == 3600
+    assert described.schedule.state.note == (
+        f"stackflow drift schedule {stack.cli_flags} (by admin)"
+    )
     [scheduled] = await temporal_client.data_converter.decode(
         action.args,  # type: ignore[union-attr,arg-type]
         [DriftInput],

@@ -3,7 +3,7 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 PY := .venv/bin/python
 
-.PHONY: help setup up down status env demo test test-compat test-server test-unit lint typecheck bench
+.PHONY: help setup up down status env demo test test-compat test-server test-unit lint typecheck bench docs
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -26,7 +26,7 @@ env: ## print export lines: eval "$$(make -s env)"
 demo: up ## apply examples/ through a real ApplyWorkflow and print the release
 	@scripts/demo.sh
 
-test: up ## run the whole test suite against the real services
+test: up docs ## build the docs, then run the whole test suite against the real services
 	@eval "$$(scripts/services.sh env)" && $(PY) -m pytest -q tests
 
 # The Kubernetes integration tests on the oldest supported minor (KUBE_COMPAT, default 1.35):
@@ -58,3 +58,9 @@ lint: ## ruff + mypy (the package, and each benchmark: they reach into runtimes)
 
 bench: up ## run the benchmarks under benchmarks/
 	@eval "$$(scripts/services.sh env)" && for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b; done
+
+# The docs site (mkdocs.yml, docs/): the `docs` dependency group of uv.lock, added to .venv by
+# `uv run` (not in `make setup`: `make demo` does not need it), then a strict build into site/
+# (a broken link or anchor, or any other warning, fails it). Needs no service; part of `make test`.
+docs: ## build the docs site into site/ (mkdocs build --strict)
+	@scripts/docs.sh

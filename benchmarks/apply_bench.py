@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO))
 from temporalio.api.history.v1 import History  # noqa: E402
 from temporalio.client import Client, WorkflowHistory  # noqa: E402
 
-from stackflow.model.spec import parse_spec  # noqa: E402
+from stackflow.engine.spec import parse_spec  # noqa: E402
 from stackflow.temporal.codec import data_converter  # noqa: E402
 from stackflow.temporal.operation import OperationInput, OperationResult  # noqa: E402
 

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from stackflow.engine.diff import Preview, diff_resource
 from stackflow.engine.graph import build_graph
-from stackflow.model.spec import parse_spec_text
+from stackflow.engine.spec import parse_spec_text
 
 CHAIN = 10  # resources depend on the previous one in chains of this length
 FAN_IN_EVERY = 100  # every 100th resource depends on the 20 resources before it

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The README's main job: apply examples/onprem.yaml through a real ApplyWorkflow on the
-# running dev services, then print the resulting release.
+# `make demo` (the README's Quick start): apply examples/onprem.yaml through a real
+# ApplyWorkflow on the running dev services, then list the stack's releases.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 eval "$("$REPO_ROOT/scripts/services.sh" env)"
 cd "$REPO_ROOT"

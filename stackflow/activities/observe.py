@@ -19,6 +19,7 @@ from stackflow.activities.notify import drift_notice, send_notices
 from stackflow.activities.preview import batch_result, owned
 from stackflow.activities.resource_step import ResourceStep, desired_from_recorded
 from stackflow.activities.stack_guard import StackGuard, calling_run
+from stackflow.core.refs import RunRef
 from stackflow.engine.diff import Action, Change, diff_recorded
 from stackflow.engine.masking import (
     RECORDED_SENSITIVE_KEY,
@@ -32,9 +33,8 @@ from stackflow.engine.masking import (
 from stackflow.model.drift import DriftReport, DriftSummary
 from stackflow.model.spec import Resource
 from stackflow.runtimes.base import RuntimeOptions
-from stackflow.state.backend import RunRef
 from stackflow.state.diff_store import load_changes
-from stackflow.temporal.operation import DriftRecordInput, PreviewBatchResult, RefreshBatchInput
+from stackflow.temporal.activity_io import DriftRecordInput, PreviewBatchResult, RefreshBatchInput
 
 REFRESH_PARALLELISM = 16
 

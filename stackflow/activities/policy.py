@@ -20,13 +20,13 @@ from stackflow.activities.events import current_run, record_events
 from stackflow.activities.heartbeat import heartbeating
 from stackflow.activities.notify import announce
 from stackflow.model.events import policy_decision
+from stackflow.model.policy import DECISION_KIND, PolicyDecision
 from stackflow.policy_gate.bundle import fetch_bundle
-from stackflow.policy_gate.decision import DECISION_KIND, PolicyDecision
 from stackflow.policy_gate.engine import Module, evaluate_apart
 from stackflow.policy_gate.plan_input import INPUT_KIND, build_input, input_bytes
 from stackflow.state.diff_store import load_changes
 from stackflow.temporal import metrics
-from stackflow.temporal.operation import PolicyInput
+from stackflow.temporal.activity_io import PolicyInput
 
 
 class PolicyActivities:

@@ -16,23 +16,26 @@ from stackflow.activities.events import record_events
 from stackflow.activities.notify import announce
 from stackflow.activities.stack_guard import StackGuard
 from stackflow.core.errors import GraphError, NotFoundError, SpecError
+from stackflow.core.refs import RunRef
 from stackflow.engine.graph import Graph, build_graph, find_references, implicit_dependencies
 from stackflow.engine.selection import LEFT_OUT_LIMIT, Selected, Selection, check_patterns, select
+from stackflow.engine.spec import check_spec, parse_spec, parse_spec_text
 from stackflow.engine.takeover import TAKES_OVER_LIMIT, taking_over
 from stackflow.model.events import EventType, NewEvent
+from stackflow.model.plan import PlannedNode
+from stackflow.model.policy import BundleRef
 from stackflow.model.release import Operation, Release
-from stackflow.model.source import git_cache, read_spec_file, same_repository
-from stackflow.model.spec import Resource, Spec, check_spec, parse_spec, parse_spec_text
-from stackflow.policy_gate.bundle import BundleRef, fetch_bundle
+from stackflow.model.source import same_repository
+from stackflow.model.spec import Resource, Spec
+from stackflow.policy_gate.bundle import fetch_bundle
 from stackflow.runtimes.policy import worker_policy
-from stackflow.state.backend import RunRef
+from stackflow.state.git_sources import git_cache, read_spec_file
+from stackflow.temporal.activity_io import PrepareInput
 from stackflow.temporal.operation import (
     PLAN_INLINE_LIMIT,
     TASK_QUEUE_DEFAULT,
     OperationInput,
     OperationPlan,
-    PlannedNode,
-    PrepareInput,
     check_request,
 )
 from stackflow.temporal.runtime_queues import plan_queues, queue_wait, runtime_queues

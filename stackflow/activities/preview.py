@@ -26,19 +26,19 @@ from stackflow.activities.stack_guard import read_scope_key
 from stackflow.engine.budget import BUDGET, compact_change, fit_changes
 from stackflow.engine.diff import Action, Change, FieldChange
 from stackflow.engine.masking import SecretSet
+from stackflow.model.plan import PlannedNode
 from stackflow.model.spec import Resource
 from stackflow.runtimes import guard
 from stackflow.runtimes.base import read_scope
 from stackflow.state.backend import StateBackend
 from stackflow.state.diff_store import put_changes, put_index
-from stackflow.temporal.operation import (
+from stackflow.temporal.activity_io import (
     DescribeInput,
     DiffIndexInput,
-    PlannedNode,
     PreviewBatchInput,
     PreviewBatchResult,
-    references_entry,
 )
+from stackflow.temporal.operation import references_entry
 from stackflow.temporal.wire import ChangeFlags, encode_change
 
 PREVIEW_PARALLELISM = 16

@@ -20,7 +20,7 @@ from typing import Any
 
 from stackflow.activities.deps import Deps
 from stackflow.core.errors import SpecError
-from stackflow.core.refs import StackRef
+from stackflow.core.refs import RunRef, StackRef
 from stackflow.engine.diff import Action, Change, diff_resource
 from stackflow.engine.graph import find_references, match_reference, resolve_references
 from stackflow.engine.masking import (
@@ -36,8 +36,7 @@ from stackflow.engine.masking import (
 )
 from stackflow.model.spec import Resource
 from stackflow.runtimes.base import ResourceRequest, Runtime, RuntimeOptions
-from stackflow.state.backend import RunRef
-from stackflow.temporal.operation import GroupInput, NodeInput
+from stackflow.temporal.activity_io import GroupInput, NodeInput
 
 UNKNOWN_UNTIL_APPLY = "(known after apply)"
 COALESCED_PARALLELISM = 256

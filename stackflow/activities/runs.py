@@ -16,7 +16,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from stackflow.core.errors import ConflictError, NotFoundError, StackLockedError
 from stackflow.core.refs import RunRef, StackRef
 from stackflow.model.release import Unlocked
-from stackflow.state.models import StackLock
+from stackflow.state.backend import StackLock
 
 if TYPE_CHECKING:
     from stackflow.state.backend import StateBackend

@@ -20,12 +20,11 @@ from temporalio import activity
 
 from stackflow.activities.deps import Deps
 from stackflow.core.errors import FencedError, StackLockedError
-from stackflow.core.refs import StackRef
+from stackflow.core.refs import RunRef, StackRef
 from stackflow.model.release import Operation, Release
 from stackflow.model.source import SourceRef
-from stackflow.state.backend import RunRef, StackLock
+from stackflow.state.backend import StackLock
 from stackflow.temporal import metrics
-from stackflow.temporal.operation import RunOwner
 
 T = TypeVar("T")
 
@@ -33,7 +32,7 @@ OPEN_ATTEMPTS = 5
 """How often opening a release looks at a new holder before giving up (contention)."""
 
 
-def calling_run(owner: RunOwner | None = None) -> RunRef:
+def calling_run(owner: RunRef | None = None) -> RunRef:
     """The run whose writes these are: the one named (a batch child's parent) or the run of
     the calling activity."""
     if owner is not None:

@@ -29,21 +29,20 @@ from stackflow.core.refs import StackRef
 from stackflow.engine.budget import short_error
 from stackflow.engine.masking import SecretSet
 from stackflow.model.events import EventType, NewEvent, run_complete
+from stackflow.model.plan import PlannedNode
 from stackflow.model.release import Approval, Phase, Release
 from stackflow.model.spec import Resource
 from stackflow.runtimes.base import read_scope
 from stackflow.temporal import metrics
-from stackflow.temporal.operation import (
+from stackflow.temporal.activity_io import (
     EventsInput,
     GroupInput,
     LoadBatchInput,
     LoadedBatch,
     NodeInput,
-    NodeResult,
-    NodeStatus,
     PhaseInput,
-    PlannedNode,
 )
+from stackflow.temporal.operation import NodeResult, NodeStatus
 from stackflow.temporal.wire import BatchActions
 
 log = logging.getLogger(__name__)

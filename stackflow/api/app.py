@@ -20,11 +20,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.client import Client
 
 from stackflow.api import drift, problems, release_admin
-from stackflow.api.auth import AuthUnavailable, TokenTable, bearer, load_tokens
+from stackflow.api.auth import TokenTable, bearer, load_tokens
 from stackflow.api.context import MAX_BODY_BYTES, ApiContext
-from stackflow.api.events import MAX_STREAMS, StreamSlots
+from stackflow.api.identity import AuthUnavailable
 from stackflow.api.metrics import Metrics, sdk_runtime
 from stackflow.api.routes import router
+from stackflow.api.stream_slots import MAX_STREAMS, StreamSlots
 from stackflow.core import heap
 
 if TYPE_CHECKING:
@@ -216,7 +217,7 @@ async def connect_temporal(runtime: Runtime | None = None) -> Client:
 
 
 def app_from_env(max_body_bytes: int = MAX_BODY_BYTES, **options: Any) -> FastAPI:
-    from stackflow.core.config import default_backend
+    from stackflow.state.backend import open_backend
     from stackflow.temporal.tls import TemporalTLS
 
     TemporalTLS.from_env()  # bad TLS / API key settings stop `stackflow serve` at start
@@ -228,7 +229,7 @@ def app_from_env(max_body_bytes: int = MAX_BODY_BYTES, **options: Any) -> FastAP
 
     return create_app(
         connect,
-        default_backend(),
+        open_backend(),
         tokens,
         max_body_bytes=max_body_bytes,
         sdk_metrics=buffer,

@@ -18,8 +18,6 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-from enum import IntEnum
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -28,46 +26,13 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.concurrency import run_in_threadpool
 
-from stackflow.core.errors import SpecError, StackflowError
+from stackflow.api.identity import Identity, Role, best_role, role_map
+from stackflow.core.errors import SpecError
 
 if TYPE_CHECKING:
     from stackflow.api.oidc import OidcVerifier
 
 TOKENS_ENV = "STACKFLOW_API_TOKENS"
-
-
-class Role(IntEnum):
-    viewer = 1
-    operator = 2
-    approver = 3
-
-
-class AuthUnavailable(StackflowError):
-    """Whether a credential is valid cannot be known now (the OIDC issuer's keys cannot be
-    fetched): the request is refused with 503, neither accepted nor called invalid."""
-
-
-def role_map(value: Any, where: str = "") -> Any:
-    """``{glob: role name}`` with the names as :class:`Role` (anything else is left for
-    pydantic to refuse); ValueError naming the glob for a role that does not exist."""
-    if not isinstance(value, dict):
-        return value
-    out: dict[Any, Any] = {}
-    for glob, role in value.items():
-        if isinstance(role, str):
-            if role not in Role.__members__:
-                raise ValueError(
-                    f"{where}role {role!r} of {glob!r}: use viewer, operator or approver"
-                )
-            role = Role[role]
-        out[glob] = role
-    return out
-
-
-def best_role(roles: dict[str, Role], project: str) -> Role | None:
-    """The highest role of the globs in ``roles`` that match ``project``."""
-    found = [role for glob, role in roles.items() if fnmatchcase(project, glob)]
-    return max(found) if found else None
 
 
 class TokenEntry(BaseModel):
@@ -84,22 +49,6 @@ class TokenEntry(BaseModel):
 
     def role_for(self, project: str) -> Role | None:
         return best_role(self.roles, project)
-
-
-class Identity(BaseModel):
-    """An authenticated caller: its name (what runs record) and its role per project glob."""
-
-    model_config = ConfigDict(frozen=True)
-
-    name: str
-    roles: dict[str, Role] = Field(default_factory=dict)
-
-    def role_for(self, project: str) -> Role | None:
-        return best_role(self.roles, project)
-
-    def allows(self, project: str, needed: Role) -> bool:
-        role = self.role_for(project)
-        return role is not None and role >= needed
 
 
 def token_hash(token: str) -> str:
@@ -206,7 +155,7 @@ def load_tokens(path: str | None = None) -> TokenTable:
     path = path or os.environ.get(TOKENS_ENV)
     if not path:
         raise SpecError(
-            f"{TOKENS_ENV} is not set: name a file of API tokens (see README, HTTP API); "
+            f"{TOKENS_ENV} is not set: name a file of API tokens (see docs/guide/http-api.md); "
             "the API serves no one without it"
         )
     try:

@@ -15,8 +15,8 @@ from starlette.concurrency import run_in_threadpool
 from temporalio.client import Client, WorkflowHandle
 
 from stackflow.api.auth import TokenTable
-from stackflow.api.events import StreamSlots
 from stackflow.api.metrics import Metrics
+from stackflow.api.stream_slots import StreamSlots
 from stackflow.state.event_bell import Listener
 from stackflow.temporal.client import TemporalUnreachable, connection_error, is_unreachable
 from stackflow.temporal.operation import TASK_QUEUE_DEFAULT

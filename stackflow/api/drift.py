@@ -12,7 +12,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 from temporalio.service import RPCError, RPCStatusCode
 
-from stackflow.api.auth import Role
+from stackflow.api.identity import Role
 from stackflow.api.models import (
     DriftScheduleRequest,
     DriftScheduleView,

@@ -18,13 +18,8 @@ from stackflow.api.context import ApiContext
 from stackflow.api.runs import IDEMPOTENCY_WINDOW
 from stackflow.core.errors import SpecError
 from stackflow.core.refs import StackRef
-from stackflow.model.source import (
-    GitSource,
-    SourceUnavailable,
-    git_cache,
-    push_refusal,
-    same_repository,
-)
+from stackflow.model.source import GitSource, same_repository
+from stackflow.state.git_sources import SourceUnavailable, git_cache, push_refusal
 
 
 async def replay_refusal(

@@ -23,8 +23,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from stackflow.api import hook_replay, run_start
-from stackflow.api.auth import Role
 from stackflow.api.context import ApiContext
+from stackflow.api.identity import Role
 from stackflow.api.models import RunOperation, RunRequest
 from stackflow.api.problems import Problem
 from stackflow.core.errors import StackLockedError

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 import jwt
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from stackflow.api.auth import AuthUnavailable, Identity, Role, role_map
+from stackflow.api.identity import AuthUnavailable, Identity, Role, role_map
 from stackflow.core.loopback import is_loopback
 
 log = logging.getLogger("stackflow.api")

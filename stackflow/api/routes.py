@@ -12,9 +12,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 
 from stackflow.api import events, hooks, releases, run_start, runs
-from stackflow.api.auth import Identity, Role
 from stackflow.api.context import ApiContext
 from stackflow.api.hooks import HookResult
+from stackflow.api.identity import Identity, Role
 from stackflow.api.models import (
     Health,
     NotificationTargetView,

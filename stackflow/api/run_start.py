@@ -23,8 +23,8 @@ from temporalio.client import Client, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from stackflow.api.auth import Role
 from stackflow.api.context import ApiContext
+from stackflow.api.identity import Role
 from stackflow.api.models import WORKFLOWS, RunRequest
 from stackflow.api.problems import Problem
 from stackflow.api.runs import (

@@ -21,8 +21,8 @@ from temporalio.client import (
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from stackflow.api.auth import Role
 from stackflow.api.context import ApiContext
+from stackflow.api.identity import Role
 from stackflow.api.models import (
     TAKES,
     WORKFLOWS,
@@ -36,11 +36,12 @@ from stackflow.api.problems import Problem
 from stackflow.core.errors import NotFoundError, OperationFailed, SpecError
 from stackflow.core.refs import StackRef
 from stackflow.engine.budget import BUDGET
+from stackflow.engine.spec import parse_spec, parse_spec_text
 from stackflow.engine.takeover import taking_over
 from stackflow.model.events import EventType
 from stackflow.model.release import Phase
 from stackflow.model.source import SourceRef
-from stackflow.model.spec import Spec, parse_spec, parse_spec_text
+from stackflow.model.spec import Spec
 from stackflow.policy_gate.bundle import store_bundle
 from stackflow.temporal.client import TemporalUnreachable, is_unreachable
 from stackflow.temporal.codec import encoded_size

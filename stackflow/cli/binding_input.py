@@ -95,9 +95,9 @@ def checked(model: type[M], data: dict[str, Any], options: dict[str, str]) -> M:
 @contextmanager
 def direct_backend() -> Iterator[StateBackend]:
     """The state backend of the CLI's configuration (``STACKFLOW_STATE_URL``), closed after."""
-    from stackflow.core.config import default_backend
+    from stackflow.state.backend import open_backend
 
-    backend = default_backend()
+    backend = open_backend()
     try:
         yield backend
     finally:

@@ -165,10 +165,10 @@ def _report_rows(ref: str | None) -> list[dict[str, Any]]:
     """The drifted resources' masked diffs, when this machine reaches the state backend."""
     if ref is None:
         return []
-    from stackflow.core.config import default_backend
+    from stackflow.state.backend import open_backend
 
     try:
-        backend = default_backend()
+        backend = open_backend()
         try:
             rows: list[dict[str, Any]] = json.loads(backend.get_blob("drift_report", ref))
             return rows
@@ -354,9 +354,9 @@ def drift_status(
         )
         rows = status.drifted_resources
     else:
-        from stackflow.core.config import default_backend
+        from stackflow.state.backend import open_backend
 
-        backend = default_backend()
+        backend = open_backend()
         try:
             reports = backend.drift_reports(stack, limit=1)
         finally:

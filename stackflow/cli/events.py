@@ -173,11 +173,11 @@ async def stream_direct(
 ) -> None:
     """The run's lines from the state backend into ``sink``, header first (Temporal says
     whether a run that wrote no ``run_complete`` has closed)."""
-    from stackflow.core.config import default_backend
+    from stackflow.state.backend import open_backend
     from stackflow.state.event_follow import follow, temporal_ending
 
     sink(StreamHeader(project=stack.project, workspace=stack.workspace, **run.model_dump()))
-    backend = default_backend()
+    backend = open_backend()
     try:
         events = follow(
             backend, stack, run, lambda: temporal_ending(client, run), after=after, wait=wait

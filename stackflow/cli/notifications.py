@@ -14,8 +14,8 @@ from stackflow.cli.api_mode import api_client, api_mode
 from stackflow.cli.app import EXIT_CODES_HELP, app
 from stackflow.cli.options import OutputOpt, ProjectOpt
 from stackflow.cli.output import OutputFormat, emit
-from stackflow.core.config import default_backend
 from stackflow.model.notifications import NotificationFailure
+from stackflow.state.backend import open_backend
 
 notifications_app = typer.Typer(
     help="Outbound notifications (CloudEvents to the project's webhook destinations).",
@@ -37,7 +37,7 @@ def failed(
             data = api.request("GET", f"/v1/projects/{project}/notifications/failed")
         failures = [NotificationFailure.model_validate(x) for x in data or []][:limit]
     else:
-        backend = default_backend()
+        backend = open_backend()
         try:
             failures = backend.notification_failures(project, limit)
         finally:

@@ -29,13 +29,14 @@ from stackflow.cli.output import (
     stdout_console,
 )
 from stackflow.cli.render import render_policy
-from stackflow.core.config import default_backend
 from stackflow.core.errors import NotFoundError, SpecError
 from stackflow.core.refs import StackRef
 from stackflow.engine.graph import Graph, build_graph
 from stackflow.engine.masking import masked_release_data
+from stackflow.engine.spec import load_spec
 from stackflow.model.release import Release
-from stackflow.model.spec import Spec, load_spec
+from stackflow.model.spec import Spec
+from stackflow.state.backend import open_backend
 from stackflow.state.kusion import export_kusion_releases, import_kusion_releases
 
 
@@ -120,7 +121,7 @@ def release_list(
     if api_mode():
         releases = remote_releases.list_releases(StackRef(project, workspace))
     else:
-        backend = default_backend()
+        backend = open_backend()
         releases = backend.list(StackRef(project, workspace))
         backend.close()
 
@@ -167,7 +168,7 @@ def release_show(
     if api_mode():
         release = remote_releases.release(stack, revision)
     else:
-        store = default_backend()
+        store = open_backend()
         release = store.get(stack, revision) if revision is not None else store.latest(stack)
         store.close()
     if release is None:
@@ -241,7 +242,7 @@ def release_unlock(
     async def ended(holder: Any) -> str | None:
         return await _holder_ended(holder)  # (looked up when called: tests replace it)
 
-    store = default_backend()
+    store = open_backend()
     try:
         done = asyncio.run(unlock_by_hand(store, stack, ended, force=force))
     finally:
@@ -281,7 +282,7 @@ def release_import(
 
         imported = remote_releases.import_stacks(read_kusion_home(kusion_home.expanduser()))
     else:
-        store = default_backend()
+        store = open_backend()
         try:
             imported = import_kusion_releases(kusion_home.expanduser(), store)
         finally:
@@ -320,7 +321,7 @@ def release_export(
             )
         written = remote_releases.export_stacks(kusion_layout.expanduser(), project, workspace)
     else:
-        store = default_backend()
+        store = open_backend()
         try:
             written = export_kusion_releases(store, kusion_layout.expanduser(), project, workspace)
         finally:
@@ -352,7 +353,7 @@ def release_diff(
             output, lambda: found.model_dump(mode="json"), lambda c: _render_release_diff(found, c)
         )
         return
-    store = default_backend()
+    store = open_backend()
     try:
         revisions = store.revisions(stack)
         if not revisions:
@@ -564,7 +565,7 @@ def output(
 
 
 def _latest_with_spec(stack: StackRef) -> tuple[Release | None, Spec | None]:
-    store = default_backend()
+    store = open_backend()
     try:
         latest = store.latest(stack, with_spec=False)
         spec = None

@@ -47,8 +47,8 @@ from stackflow.cli.runs import RunPaused, current_user
 from stackflow.core.errors import SpecError
 from stackflow.core.refs import StackRef
 from stackflow.engine.budget import BUDGET
+from stackflow.engine.spec import load_spec
 from stackflow.model.release import Phase
-from stackflow.model.spec import load_spec
 from stackflow.temporal.operation import (
     OperationInput,
     OperationResult,
@@ -96,9 +96,9 @@ def spec_input(path: str) -> dict[str, Any]:
 
     size = asyncio.run(encoded_size(data))
     if size > BUDGET and os.environ.get("STACKFLOW_STATE_URL"):
-        from stackflow.core.config import default_backend
+        from stackflow.state.backend import open_backend
 
-        backend = default_backend()
+        backend = open_backend()
         try:
             return {"spec_ref": backend.put_spec(spec)}
         finally:

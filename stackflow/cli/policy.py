@@ -23,8 +23,8 @@ from stackflow.cli.app import EXIT_CODES_HELP, app
 from stackflow.cli.options import FileOpt, OutputOpt, ProjectOpt, WorkspaceOpt
 from stackflow.cli.output import OutputFormat, print_json
 from stackflow.core.errors import NotFoundError, SpecError
+from stackflow.model.policy import PolicyDecision
 from stackflow.policy_gate.bundle import PolicyBundle, load_bundle_dir, problem_of, store_bundle
-from stackflow.policy_gate.decision import PolicyDecision
 from stackflow.temporal.operation import OperationInput
 
 policy_app = typer.Typer(
@@ -56,9 +56,9 @@ def policy_fields(directory: str | None) -> dict[str, Any]:
     if api_mode():
         _LOCAL[bundle.digest] = bundle
         return {"policy_ref": bundle.digest}
-    from stackflow.core.config import default_backend
+    from stackflow.state.backend import open_backend
 
-    backend = default_backend()
+    backend = open_backend()
     try:
         return {"policy_ref": store_bundle(backend, bundle)}
     finally:
@@ -105,7 +105,7 @@ def push(
     project's bundle: every later run of the project evaluates it."""
     from stackflow.cli.api_mode import api_client, api_mode
     from stackflow.cli.runner import current_user
-    from stackflow.core.config import default_backend
+    from stackflow.state.backend import open_backend
 
     if (directory is None) == (git is None):
         raise SpecError("give the bundle's directory, or --git URL (with --ref, --path)")
@@ -118,7 +118,7 @@ def push(
         with api_client() as client:
             digest = client.push_policy(project, bundle).digest
     else:
-        backend = default_backend()
+        backend = open_backend()
         try:
             digest = store_bundle(backend, bundle)
             backend.bind_policy(project, digest, by=current_user())
@@ -141,7 +141,7 @@ def push(
 def _bundle_from_git(url: str, ref: str, path: str) -> tuple[str, PolicyBundle]:
     """The ``.rego`` modules under ``path`` at the head of ``ref`` (tests left out), and
     that commit: the bundle is pinned to it."""
-    from stackflow.model.source import git_cache, read_directory
+    from stackflow.state.git_sources import git_cache, read_directory
 
     try:
         # the CLI reads what its user can read: a local repository needs no worker's roots
@@ -161,14 +161,14 @@ def _bundle_from_git(url: str, ref: str, path: str) -> tuple[str, PolicyBundle]:
 def show(project: ProjectOpt, output: OutputOpt = OutputFormat.table) -> None:
     """The project's bundle: digest, who pushed it, its modules."""
     from stackflow.cli.api_mode import api_client, api_mode
-    from stackflow.core.config import default_backend
     from stackflow.policy_gate.bundle import fetch_bundle
+    from stackflow.state.backend import open_backend
 
     if api_mode():
         with api_client() as client:
             result = client.policy(project).model_dump(mode="json")
     else:
-        backend = default_backend()
+        backend = open_backend()
         try:
             binding = backend.policy_of(project)
             if binding is None:
@@ -203,8 +203,8 @@ def _preview_decision(
 
 async def _run_preview(request: OperationInput) -> tuple[PolicyDecision | None, str | None]:
     from stackflow.cli.runner import Runner
-    from stackflow.core.config import default_backend
     from stackflow.model.events import EventType
+    from stackflow.state.backend import open_backend
 
     stack = request.stack
     runner = Runner("PreviewWorkflow", request, OutputFormat.json)
@@ -214,7 +214,7 @@ async def _run_preview(request: OperationInput) -> tuple[PolicyDecision | None, 
         await runner.result(handle)
     except SpecError as exc:
         failure = str(exc)
-    backend = default_backend()
+    backend = open_backend()
     try:
         after = 0
         while page := backend.events(stack, handle.result_run_id or "", after=after):
@@ -230,10 +230,10 @@ async def _run_preview(request: OperationInput) -> tuple[PolicyDecision | None, 
 
 
 def _input_document(digest: str) -> dict[str, Any]:
-    from stackflow.core.config import default_backend
     from stackflow.policy_gate.plan_input import INPUT_KIND
+    from stackflow.state.backend import open_backend
 
-    backend = default_backend()
+    backend = open_backend()
     try:
         doc: dict[str, Any] = json.loads(backend.get_blob(INPUT_KIND, digest))
         return doc

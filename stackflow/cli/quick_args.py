@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # not imported at run time: ``typing`` alone costs a third of
 URL_ENV = "STACKFLOW_API_URL"
 TOKEN_ENV = "STACKFLOW_API_TOKEN"
 MAX_SPEC_BYTES = 512 * 1024 * 1024
-"""``stackflow.model.spec.MAX_SPEC_BYTES``."""
+"""``stackflow.engine.spec.MAX_SPEC_BYTES``."""
 CLOSE_WAIT = 30.0
 """``stackflow.cli.remote.CLOSE_WAIT``: how long a run may say running after its last event."""
 COMMON_OPTIONS = {
@@ -116,7 +116,7 @@ def optional(value: Any, kind: type) -> bool:
 
 def spec_text(path: str) -> str | None:
     """The spec file's text as the API's ``spec_yaml`` takes it, for a plain file: UTF-8
-    without a byte-order mark, under ``stackflow.model.spec.MAX_SPEC_BYTES``; None for anything
+    without a byte-order mark, under ``stackflow.engine.spec.MAX_SPEC_BYTES``; None for anything
     else (stdin, a file that cannot be read, …: the typer command reads it itself)."""
     try:
         with open(path, "rb") as file:

@@ -75,10 +75,10 @@ def release_from_backend(result: OperationResult) -> dict[str, Any] | None:
     (``STACKFLOW_STATE_URL``); None otherwise (the run's result has the rest)."""
     if result.revision is None:
         return None
-    from stackflow.core.config import default_backend
+    from stackflow.state.backend import open_backend
 
     try:
-        backend = default_backend()
+        backend = open_backend()
         try:
             release = backend.get(result.stack, result.revision)
         finally:

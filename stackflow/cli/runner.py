@@ -266,10 +266,10 @@ def eta_text(seconds: float | None) -> str:
 def full_changes(view: dict[str, Any]) -> dict[str, Any]:
     """The preview with the full diffs its ``diff_refs`` name, read from the state backend
     (changes without a diff keep what the run showed)."""
-    from stackflow.core.config import default_backend
+    from stackflow.state.backend import open_backend
     from stackflow.state.diff_store import load_changes
 
-    backend = default_backend()
+    backend = open_backend()
     try:
         full = {c["id"]: c for c in load_changes(backend, view.get("diff_refs") or [])}
     finally:

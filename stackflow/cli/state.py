@@ -13,7 +13,6 @@ import typer
 from stackflow.cli.api_mode import URL_ENV, api_mode
 from stackflow.cli.app import EXIT_CODES_HELP, app
 from stackflow.cli.output import stdout_console
-from stackflow.core.config import state_url
 from stackflow.core.crypto import KeyRing, new_key_line
 from stackflow.core.errors import ConflictError, SpecError
 from stackflow.core.refs import StackRef
@@ -55,10 +54,10 @@ def migrate(
     if api_mode():
         _migrate_through_api(from_dir)
         return
-    from stackflow.state.backend import open_backend, redact_url
+    from stackflow.state.backend import default_state_url, open_backend, redact_url
     from stackflow.state.legacy import read_legacy_home
 
-    url = state_url()
+    url = default_state_url()
     backend = open_backend(url, migrate=True)
     console = stdout_console()
     console.print(f"{redact_url(url)}: schema at {backend.head_revision()}", highlight=False)

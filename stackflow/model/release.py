@@ -13,9 +13,9 @@ from typing import Any
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 
 from stackflow.core.refs import StackRef
+from stackflow.model.policy import PolicyDecision
 from stackflow.model.source import SourceRef
 from stackflow.model.spec import Resource, Spec
-from stackflow.policy_gate.decision import PolicyDecision
 
 
 class Operation(StrEnum):

@@ -11,9 +11,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -26,25 +25,6 @@ if TYPE_CHECKING:
 BUNDLE_KIND = "policy_bundle"
 MAX_MODULES = 200
 MAX_BUNDLE_BYTES = 1024 * 1024
-_DIGEST = r"^sha256:[0-9a-f]{64}$"
-
-
-class BundleRef(BaseModel):
-    """One bundle a run evaluates: the project's (pushed) or the run's own."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    scope: Literal["project", "run"]
-    digest: str = Field(pattern=_DIGEST)
-
-
-class PolicyBinding(BaseModel):
-    """A project's pushed bundle."""
-
-    project: str
-    digest: str
-    updated_by: str | None = None
-    updated_at: datetime
 
 
 class PolicyBundle(BaseModel):

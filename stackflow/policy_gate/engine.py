@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from stackflow.core.errors import SpecError, StackflowError
-from stackflow.policy_gate.decision import PolicyMessage, Rule, clean, messages_of
+from stackflow.model.policy import PolicyMessage, Rule, clean, messages_of
 from stackflow.policy_gate.rego import RegoLayoutError, layout
 
 OPA_VAR = "STACKFLOW_OPA_BIN"

@@ -16,8 +16,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from stackflow.core.refs import StackFields
-from stackflow.temporal.operation import RunOwner
+from stackflow.core.refs import RunRef, StackFields
 
 Attributes = dict[str, Any]
 
@@ -88,7 +87,7 @@ class RuntimeOptions(StackFields, BaseModel):
     context: Mapping[str, Any] = Field(default_factory=dict)
     revision: int | None = None
     """The release being applied (None for previews): state writes name it."""
-    owner: RunOwner | None = None
+    owner: RunRef | None = None
     """The run that holds the stack: a runtime's own state writes are fenced by it."""
     preview_of: int | None = None
     """The release whose apply follows this preview (an apply's preview; None otherwise): a

@@ -19,7 +19,8 @@ from stackflow.core.errors import (
     SpecError,
 )
 from stackflow.core.refs import StackRef
-from stackflow.model.spec import Spec, load_stored_spec
+from stackflow.engine.spec import load_stored_spec
+from stackflow.model.spec import Spec
 from stackflow.state.models import (
     MIGRATIONS,
     blob_ref,

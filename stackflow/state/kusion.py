@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from stackflow.core.errors import ConflictError, KusionFormatError
 from stackflow.core.refs import StackRef
 from stackflow.engine.masking import masked_release_data
+from stackflow.engine.spec import load_yaml
 from stackflow.model.release import Release
-from stackflow.model.spec import load_yaml
 
 if TYPE_CHECKING:
     from stackflow.state.backend import StateBackend

@@ -12,8 +12,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from stackflow.core.errors import KusionFormatError
+from stackflow.engine.spec import load_yaml
 from stackflow.model.release import Release, State
-from stackflow.model.spec import Resource, load_yaml
+from stackflow.model.spec import Resource
 
 
 def _fold(resources: list[Resource], journal: Path) -> list[Resource]:

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from stackflow.core.ref_cache import RefCache
+from stackflow.model.plan import PlannedNode
 from stackflow.state.backend import StateBackend, check_ref
-from stackflow.temporal.operation import PlannedNode
 
 _CACHED = 8
 CACHED_PLAN_BYTES = 4 * 1024 * 1024

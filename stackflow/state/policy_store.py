@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from stackflow.policy_gate.bundle import PolicyBinding
+from stackflow.model.policy import PolicyBinding
 from stackflow.state.models import as_utc, check_ref, now
 from stackflow.state.notification_store import NotificationRecords
 from stackflow.state.schema import project_policies

@@ -16,11 +16,10 @@ from stackflow.core.refs import RunRef, StackRef
 from stackflow.model.drift import DriftReport
 from stackflow.model.events import PAGE_LIMIT, NewEvent, RunEvent
 from stackflow.model.notifications import NotificationFailure, NotificationTarget
+from stackflow.model.policy import PolicyBinding, PolicyDecision
 from stackflow.model.release import Approval, Operation, Phase, Release
 from stackflow.model.source import BoundSource, GitSource, SourceRef
 from stackflow.model.spec import Resource, Spec
-from stackflow.policy_gate.bundle import PolicyBinding
-from stackflow.policy_gate.decision import PolicyDecision
 from stackflow.state.models import RunKey, SourcePush, StackLock
 
 if TYPE_CHECKING:

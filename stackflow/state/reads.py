@@ -14,10 +14,10 @@ from stackflow.core.errors import (
     NotFoundError,
 )
 from stackflow.core.refs import StackRef
+from stackflow.model.policy import PolicyDecision
 from stackflow.model.release import Approval, Operation, Phase, Release, State
 from stackflow.model.source import SourceRef
 from stackflow.model.spec import Resource
-from stackflow.policy_gate.decision import PolicyDecision
 from stackflow.state.core import SqlCore
 from stackflow.state.models import (
     CHUNK,

@@ -11,7 +11,8 @@ import json
 from typing import NamedTuple
 
 from stackflow.core.ref_cache import RefCache
-from stackflow.model.spec import Resource, Spec, load_stored_spec
+from stackflow.engine.spec import load_stored_spec
+from stackflow.model.spec import Resource, Spec
 from stackflow.state.backend import StateBackend, check_ref
 
 _CACHED = 16

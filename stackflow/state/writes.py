@@ -20,10 +20,10 @@ from stackflow.core.errors import (
     StackLockedError,
 )
 from stackflow.core.refs import RunRef, StackRef
+from stackflow.model.policy import PolicyDecision
 from stackflow.model.release import Approval, Operation, Phase, Release
 from stackflow.model.source import SourceRef
 from stackflow.model.spec import Resource, Spec
-from stackflow.policy_gate.decision import PolicyDecision
 from stackflow.state.models import (
     StackLock,
     now,

@@ -34,11 +34,11 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker, WorkerDeploymen
 
 from stackflow.activities import WorkerActivities
 from stackflow.core import heap
-from stackflow.core.config import default_backend, stackflow_home
+from stackflow.core.config import stackflow_home
 from stackflow.core.crypto import EncryptionKeyError, KeyRing
 from stackflow.runtimes.policy import WorkerPolicy, worker_policy
 from stackflow.runtimes.registry import RuntimeRegistry, default_registry
-from stackflow.state.backend import StateBackend, redact_url
+from stackflow.state.backend import StateBackend, open_backend, redact_url
 from stackflow.state.cache import PriorStateCache
 from stackflow.state.event_bell import Bell
 from stackflow.temporal import client as temporal_client
@@ -138,7 +138,7 @@ def build_activities(
     backend: StateBackend | None = None,
     only: frozenset[str] | None = None,
 ) -> WorkerActivities:
-    backend = backend or default_backend(migrate=True)
+    backend = backend or open_backend(migrate=True)
     return WorkerActivities.create(
         registry=registry or default_registry(backend, only),
         backend=backend,

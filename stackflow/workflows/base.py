@@ -24,29 +24,31 @@ with workflow.unsafe.imports_passed_through():
 
     from stackflow.activities.observe import ObserveActivities
     from stackflow.activities.preview import PreviewActivities
+    from stackflow.core.refs import RunRef
     from stackflow.engine.budget import fit_errors
     from stackflow.model.events import NewEvent, approval_wait, change_summary
+    from stackflow.model.plan import PlannedNode
     from stackflow.model.release import Operation, Phase
     from stackflow.state.diff_store import DIFF_REFS_LIMIT
+    from stackflow.temporal.activity_io import (
+        DiffIndexInput,
+        EventsInput,
+        PhaseInput,
+        PrepareInput,
+        PreviewBatchInput,
+        PreviewBatchResult,
+        RefreshBatchInput,
+    )
     from stackflow.temporal.operation import (
         DETAIL_LIMIT,
         NOT_OK_LIMIT,
         BatchInput,
         BatchResult,
-        DiffIndexInput,
-        EventsInput,
         NodeResult,
         NodeStatus,
         OperationInput,
         OperationPlan,
         OperationResult,
-        PhaseInput,
-        PlannedNode,
-        PrepareInput,
-        PreviewBatchInput,
-        PreviewBatchResult,
-        RefreshBatchInput,
-        RunOwner,
     )
     from stackflow.temporal.runtime_queues import parts
     from stackflow.temporal.wire import BatchActions
@@ -325,7 +327,7 @@ class OperationWorkflow(GatedRun):
                 start=start,
                 actions=actions,
                 not_ok=not_ok,
-                owner=RunOwner(workflow_id=info.workflow_id, run_id=info.run_id),
+                owner=RunRef(workflow_id=info.workflow_id, run_id=info.run_id),
                 unavailable_timeout_seconds=request.unavailable_timeout_seconds,
                 full_results=tally.full,
                 queues=plan.queues,

@@ -12,9 +12,9 @@ with workflow.unsafe.imports_passed_through():
     from stackflow.activities.observe import ObserveActivities
     from stackflow.model.drift import DRIFT_ID_LIMIT
     from stackflow.model.release import Operation, Phase
+    from stackflow.temporal.activity_io import DriftRecordInput
     from stackflow.temporal.operation import (
         DriftInput,
-        DriftRecordInput,
         DriftResult,
         OperationInput,
         OperationResult,

@@ -11,14 +11,8 @@ from temporalio.exceptions import (
 
 with workflow.unsafe.imports_passed_through():
     from stackflow.engine.budget import BUDGET, fit_changes
-    from stackflow.temporal.operation import (
-        DETAIL_LIMIT,
-        DescribeInput,
-        OperationPlan,
-        PreviewBatchInput,
-        PreviewBatchResult,
-        references_entry,
-    )
+    from stackflow.temporal.activity_io import DescribeInput, PreviewBatchInput, PreviewBatchResult
+    from stackflow.temporal.operation import DETAIL_LIMIT, OperationPlan, references_entry
     from stackflow.temporal.wire import (
         ActionCode,
         ChangeFlags,

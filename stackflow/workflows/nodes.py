@@ -23,6 +23,8 @@ from temporalio.exceptions import TimeoutError as ActivityTimeout
 with workflow.unsafe.imports_passed_through():
     from stackflow.activities.walk import WalkActivities
     from stackflow.engine.budget import short_error
+    from stackflow.model.plan import PlannedNode
+    from stackflow.temporal.activity_io import GroupInput, LoadBatchInput, LoadedBatch, NodeInput
     from stackflow.temporal.operation import (
         DETAIL_LIMIT,
         GROUP_LIMIT,
@@ -34,13 +36,8 @@ with workflow.unsafe.imports_passed_through():
         TERRAFORM_GROUPED,
         BatchInput,
         BatchResult,
-        GroupInput,
-        LoadBatchInput,
-        LoadedBatch,
-        NodeInput,
         NodeResult,
         NodeStatus,
-        PlannedNode,
     )
     from stackflow.temporal.runtime_queues import no_worker_message
     from stackflow.temporal.wire import BatchActions

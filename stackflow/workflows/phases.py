@@ -18,7 +18,8 @@ from temporalio import workflow
 with workflow.unsafe.imports_passed_through():
     from stackflow.activities.prepare import PrepareActivities
     from stackflow.activities.walk import WalkActivities
-    from stackflow.temporal.operation import EventsInput, OperationPlan, PhaseInput, PrepareInput
+    from stackflow.temporal.activity_io import EventsInput, PhaseInput, PrepareInput
+    from stackflow.temporal.operation import OperationPlan
     from stackflow.workflows import common, patches
     from stackflow.workflows.constants import LOCAL_EVENTS, LOCAL_PHASE_WRITES, LOCAL_PREPARE
 

@@ -17,8 +17,8 @@ from temporalio.exceptions import ApplicationError
 with workflow.unsafe.imports_passed_through():
     from stackflow.core.terminal import markdown_code, markdown_text
     from stackflow.model.events import NewEvent
+    from stackflow.model.policy import PolicyDecision
     from stackflow.model.release import Operation, Phase
-    from stackflow.policy_gate.decision import PolicyDecision
     from stackflow.temporal.operation import (
         ApprovalInput,
         ChangeBrief,

@@ -13,9 +13,10 @@ from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
     from stackflow.activities.policy import PolicyActivities
+    from stackflow.model.policy import Outcome
     from stackflow.model.release import Phase
-    from stackflow.policy_gate.decision import Outcome
-    from stackflow.temporal.operation import OperationPlan, PolicyInput
+    from stackflow.temporal.activity_io import PolicyInput
+    from stackflow.temporal.operation import OperationPlan
     from stackflow.workflows import common, patches
     from stackflow.workflows.constants import (
         APPROVER_DECIDES,

@@ -15,7 +15,8 @@ from datetime import datetime
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from stackflow.temporal.operation import NodeResult, NodeStatus, PlannedNode
+    from stackflow.model.plan import PlannedNode
+    from stackflow.temporal.operation import NodeResult, NodeStatus
     from stackflow.workflows import patches
     from stackflow.workflows.constants import CANCEL_IN_FLIGHT, SETTLE_CANCELLED_NODES
 

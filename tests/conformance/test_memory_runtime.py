@@ -13,8 +13,8 @@ from stackflow.core.errors import SpecError
 from stackflow.engine.diff import Action
 from stackflow.engine.graph import build_graph
 from stackflow.engine.masking import SENSITIVE_MARKER, sensitive_paths_for
+from stackflow.engine.spec import parse_spec
 from stackflow.model.runtime_rules import known_types, rules_for
-from stackflow.model.spec import parse_spec
 from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
 from stackflow.runtimes.guard import check_preview
 from stackflow.runtimes.policy import PolicyViolation

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from stackflow.core.refs import StackRef
+from stackflow.core.refs import RunRef, StackRef
 from stackflow.model.release import Operation, Phase, Release
 from stackflow.model.spec import Resource, ResourceType
-from stackflow.state.backend import RunRef, StateBackend
+from stackflow.state.backend import StateBackend
 from stackflow.state.cache import PriorStateCache
 
 P, W = "proj", "dev"

@@ -16,10 +16,10 @@ from typer.testing import CliRunner, Result
 from stackflow.cli.app import EXIT_CODES_HELP, StackflowGroup, app
 from stackflow.cli.main import load_commands
 from stackflow.core.errors import FencedError, StackLockedError
-from stackflow.core.refs import StackRef
+from stackflow.core.refs import RunRef, StackRef
 from stackflow.model.release import Operation, Phase, Release, State
 from stackflow.model.spec import Resource, ResourceType
-from stackflow.state.backend import RunRef, StateBackend, open_backend
+from stackflow.state.backend import StateBackend, open_backend
 from stackflow.state.kusion import read_kusion_stack
 
 KUSION_HOME = Path(__file__).resolve().parents[3] / "shared/compat/kusion/release/storages/testdata"

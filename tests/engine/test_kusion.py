@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 
 from stackflow.core.errors import ConflictError, KusionFormatError
-from stackflow.core.refs import StackRef
+from stackflow.core.refs import RunRef, StackRef
 from stackflow.engine.diff import Action, diff_resource
 from stackflow.engine.masking import SENSITIVE_MARKER
 from stackflow.model.release import Operation, Phase
 from stackflow.model.spec import Resource, ResourceType, Spec
-from stackflow.state.backend import RunRef, StateBackend
+from stackflow.state.backend import StateBackend
 from stackflow.state.kusion import (
     export_kusion_releases,
     import_kusion_releases,

@@ -7,10 +7,10 @@ from datetime import UTC, datetime
 import pytest
 
 from stackflow.core.errors import FencedError, NotFoundError, PhaseConflictError, StackLockedError
-from stackflow.core.refs import StackRef
+from stackflow.core.refs import RunRef, StackRef
 from stackflow.model.release import Approval, Decision, Operation, Phase, Release, State
 from stackflow.model.spec import Resource, ResourceType, Spec
-from stackflow.state.backend import RunRef, StateBackend
+from stackflow.state.backend import StateBackend
 
 P, W = "proj", "dev"
 STACK = StackRef(P, W)

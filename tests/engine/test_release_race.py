@@ -18,10 +18,10 @@ from multiprocessing.synchronize import Barrier
 from pathlib import Path
 
 from stackflow.core.errors import StackLockedError
-from stackflow.core.refs import StackRef
+from stackflow.core.refs import RunRef, StackRef
 from stackflow.model.release import Operation, Phase
 from stackflow.model.spec import Resource, ResourceType
-from stackflow.state.backend import RunRef, StateBackend, open_backend
+from stackflow.state.backend import StateBackend, open_backend
 
 P, W = "race", "ws"
 STACK = StackRef(P, W)

@@ -28,7 +28,7 @@ sys.path.insert(0, str(HERE.parents[1]))
 from temporalio.client import Client, WorkflowHandle  # noqa: E402
 
 import stackflow.worker.main as worker_module  # noqa: E402
-from stackflow.model.spec import parse_spec  # noqa: E402
+from stackflow.engine.spec import parse_spec  # noqa: E402
 from stackflow.policy_gate.bundle import PolicyBundle, store_bundle  # noqa: E402
 from stackflow.state.backend import open_backend  # noqa: E402
 from stackflow.temporal.codec import data_converter  # noqa: E402

@@ -197,7 +197,8 @@ async def test_the_temporal_cli_starts_an_apply(
     worker_process: WorkerProcess,
     temporal_client: Client,
 ) -> None:
-    """The README's line: `temporal workflow start` with an inline spec applies it."""
+    """The docs' line (guide/temporal-clients.md, and the README's tour): `temporal workflow start`
+    with an inline spec applies it."""
     project = new_project()
     target = tmp_path / "from-cli.txt"
     request = {

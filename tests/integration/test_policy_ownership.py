@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from stackflow.core.errors import SpecError
+from stackflow.model.policy import Outcome, PolicyDecision, PolicyMessage
 from stackflow.policy_gate.bundle import PolicyBundle, load_bundle_dir, problem_of
-from stackflow.policy_gate.decision import Outcome, PolicyDecision, PolicyMessage
 from stackflow.policy_gate.engine import (
     MEMORY_VAR,
     Module,

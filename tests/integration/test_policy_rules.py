@@ -25,10 +25,10 @@ import pytest
 
 from stackflow.engine.diff import diff_resource
 from stackflow.engine.masking import SENSITIVE_MARKER, sensitive_paths_for
+from stackflow.model.policy import Outcome, PolicyDecision, PolicyMessage
 from stackflow.model.source import SourceRef
 from stackflow.model.spec import Resource, Spec
 from stackflow.policy_gate.bundle import load_bundle_dir
-from stackflow.policy_gate.decision import Outcome, PolicyDecision, PolicyMessage
 from stackflow.policy_gate.engine import Module, PolicyError, evaluate
 from stackflow.policy_gate.plan_input import build_input, input_bytes
 from tests.integration.conftest import REPO, require_env, run_cli

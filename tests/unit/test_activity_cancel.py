@@ -24,7 +24,8 @@ from stackflow.runtimes.base import Attributes, ResourceRequest, Runtime, Runtim
 from stackflow.runtimes.registry import RuntimeRegistry
 from stackflow.state.backend import StackLock, StateBackend
 from stackflow.state.cache import PriorStateCache
-from stackflow.temporal.operation import GroupInput, NodeInput, OperationInput, PrepareInput
+from stackflow.temporal.activity_io import GroupInput, NodeInput, PrepareInput
+from stackflow.temporal.operation import OperationInput
 
 STACK = StackRef("p", "w")
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"

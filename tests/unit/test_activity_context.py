@@ -5,14 +5,15 @@ from __future__ import annotations
 from typing import Any
 
 from stackflow.activities import WorkerActivities
-from stackflow.core.refs import StackRef
+from stackflow.core.refs import RunRef, StackRef
+from stackflow.engine.spec import parse_spec
 from stackflow.model.release import Phase
-from stackflow.model.spec import parse_spec
 from stackflow.runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
 from stackflow.runtimes.registry import RuntimeRegistry
-from stackflow.state.backend import RunRef, StateBackend
+from stackflow.state.backend import StateBackend
 from stackflow.state.cache import PriorStateCache
-from stackflow.temporal.operation import NodeInput, OperationInput, PrepareInput, RunOwner
+from stackflow.temporal.activity_io import NodeInput, PrepareInput
+from stackflow.temporal.operation import OperationInput
 
 
 class RecordingRuntime(Runtime):
@@ -22,7 +23,7 @@ class RecordingRuntime(Runtime):
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, dict[str, Any]]] = []
-        self.owners: list[RunOwner | None] = []
+        self.owners: list[RunRef | None] = []
         self.objects: dict[str, Attributes] = {}
 
     async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
@@ -45,8 +46,8 @@ async def test_context_reaches_apply_and_destroy(backend: StateBackend) -> None:
     registry = RuntimeRegistry()
     registry.register("OnPrem", lambda: runtime)
     acts = WorkerActivities.create(registry, backend, PriorStateCache(None, backend))
-    applier = RunOwner(workflow_id="wf", run_id="r1")
-    destroyer = RunOwner(workflow_id="wf", run_id="r2")
+    applier = RunRef(workflow_id="wf", run_id="r1")
+    destroyer = RunRef(workflow_id="wf", run_id="r2")
     spec = {
         "resources": [{"id": "a", "type": "OnPrem", "attributes": {"kind": "File", "path": "/a"}}],
         "context": {"env": {"TOKEN": "t0"}},

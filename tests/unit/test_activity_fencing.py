@@ -15,14 +15,15 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from stackflow.activities import WorkerActivities
-from stackflow.core.refs import StackRef
+from stackflow.core.refs import RunRef, StackRef
 from stackflow.model.release import Operation, Phase
 from stackflow.model.spec import Resource, ResourceType
 from stackflow.runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
 from stackflow.runtimes.registry import RuntimeRegistry
-from stackflow.state.backend import RunRef, StackLock, StateBackend
+from stackflow.state.backend import StackLock, StateBackend
 from stackflow.state.cache import PriorStateCache
-from stackflow.temporal.operation import NodeInput, OperationInput, PhaseInput, PrepareInput
+from stackflow.temporal.activity_io import NodeInput, PhaseInput, PrepareInput
+from stackflow.temporal.operation import OperationInput
 
 SPEC = {"resources": [{"id": "a", "type": "OnPrem", "attributes": {"v": 1}}]}
 STACK = StackRef("p", "w")

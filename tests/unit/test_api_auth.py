@@ -15,7 +15,8 @@ import pytest
 from temporalio.client import Client
 
 from stackflow.api.app import create_app
-from stackflow.api.auth import Role, TokenTable, bearer, load_tokens, parse_tokens, token_hash
+from stackflow.api.auth import TokenTable, bearer, load_tokens, parse_tokens, token_hash
+from stackflow.api.identity import Role
 from stackflow.core.errors import SpecError
 from stackflow.state.backend import open_backend
 

@@ -28,7 +28,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from temporalio.client import Client
 
 from stackflow.api.app import create_app
-from stackflow.api.auth import AuthUnavailable, Role, TokenTable, parse_tokens, token_hash
+from stackflow.api.auth import TokenTable, parse_tokens, token_hash
+from stackflow.api.identity import AuthUnavailable, Role
 from stackflow.api.oidc import InvalidToken, Jwks, OidcConfig, OidcVerifier
 from stackflow.core.errors import SpecError
 from stackflow.state.backend import open_backend

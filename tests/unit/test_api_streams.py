@@ -1,4 +1,4 @@
-"""The cap on a caller's concurrent event streams (:class:`stackflow.api.events.StreamSlots`):
+"""The cap on a caller's concurrent event streams (:class:`stackflow.api.stream_slots.StreamSlots`):
 one over the cap is a 429 problem, and a stream's slot is free again however the stream ends:
 read to its end, its client gone (an ASGI ``http.disconnect`` mid-stream), or failed."""
 
@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from stackflow.api.events import SlotStream, StreamSlots
+from stackflow.api.events import SlotStream
 from stackflow.api.problems import Problem
+from stackflow.api.stream_slots import StreamSlots
 
 
 def test_a_caller_over_its_cap_is_429_and_others_are_not_held_back() -> None:

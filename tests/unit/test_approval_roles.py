@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from stackflow.api.auth import Role
+from stackflow.api.identity import Role
 from stackflow.api.models import RunOperation, RunRequest
 from stackflow.api.problems import Problem
 from stackflow.api.runs import check_role, parse_body_spec

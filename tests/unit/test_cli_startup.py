@@ -109,8 +109,8 @@ def test_help_is_wrapped_to_the_width() -> None:
 def test_the_quick_path_knows_the_engine_s_values() -> None:
     from stackflow.cli import remote
     from stackflow.engine.diff import Action
+    from stackflow.engine.spec import MAX_SPEC_BYTES
     from stackflow.model.events import STREAM_NAME, STREAM_VERSION, EventType
-    from stackflow.model.spec import MAX_SPEC_BYTES
 
     assert tuple(p.value for p in Phase) == quick.PHASES
     assert tuple(a.value for a in Action) == quick.ACTIONS
@@ -732,7 +732,7 @@ def compare_run(
         assert asked == [s for s in fake.seen if "/events?" not in s]
     assert streams[0].endswith("/events?after=0")
     if "spec_yaml" in quick_body:
-        from stackflow.model.spec import parse_spec_text
+        from stackflow.engine.spec import parse_spec_text
 
         spec = parse_spec_text(quick_body.pop("spec_yaml"))
         assert typer_body.pop("spec") == spec.model_dump(mode="json", by_alias=True)

@@ -11,7 +11,7 @@ from typing import Any
 from stackflow.activities import WorkerActivities
 from stackflow.activities.resource_step import sensitive_record
 from stackflow.core.crypto import KeyRing
-from stackflow.core.refs import StackRef
+from stackflow.core.refs import RunRef, StackRef
 from stackflow.engine.masking import (
     MIN_SECRET_LENGTH,
     RECORDED_SENSITIVE_KEY,
@@ -30,10 +30,11 @@ from stackflow.model.spec import Resource
 from stackflow.runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
 from stackflow.runtimes.registry import RuntimeRegistry
 from stackflow.runtimes.terraform.config import parse_resource, render_module, render_variables
-from stackflow.state.backend import RunRef, StateBackend
+from stackflow.state.backend import StateBackend
 from stackflow.state.cache import PriorStateCache
 from stackflow.state.sealing import Sealer
-from stackflow.temporal.operation import NodeInput, OperationInput, PrepareInput, RunOwner
+from stackflow.temporal.activity_io import NodeInput, PrepareInput
+from stackflow.temporal.operation import OperationInput
 
 PASSWORD = "hunter2-but-longer-Zq9"
 
@@ -332,7 +333,7 @@ async def test_apply_records_derived_and_equal_values_of_the_stack(backend: Stat
                     spec_ref=plan.spec_ref,
                     resource_id=node.id,
                     action="Create",
-                    owner=RunOwner(workflow_id="wf", run_id=run),
+                    owner=RunRef(workflow_id="wf", run_id=run),
                 )
             )
         backend.set_phase(StackRef("p", "w"), plan.revision, Phase.succeeded, run=RunRef("wf", run))

@@ -16,7 +16,7 @@ from temporalio.testing import ActivityEnvironment
 from stackflow.activities import WorkerActivities
 from stackflow.activities.errors import BUG_ATTEMPTS, temporal_errors, to_application_error
 from stackflow.core.errors import BackendUnavailableError, FencedError, SpecError, StackLockedError
-from stackflow.core.refs import StackRef
+from stackflow.core.refs import RunRef, StackRef
 from stackflow.runtimes.base import (
     Attributes,
     Conflict,
@@ -30,7 +30,8 @@ from stackflow.runtimes.base import (
 from stackflow.runtimes.registry import RuntimeRegistry
 from stackflow.state.backend import StateBackend
 from stackflow.state.cache import PriorStateCache
-from stackflow.temporal.operation import NodeInput, OperationInput, PrepareInput, RunOwner
+from stackflow.temporal.activity_io import NodeInput, PrepareInput
+from stackflow.temporal.operation import OperationInput
 
 
 def in_activity(attempt: int = 1, first_scheduled_ago: float = 0.0) -> ActivityEnvironment:
@@ -127,7 +128,7 @@ async def test_watch_records_the_object_before_waiting_and_keeps_reference_edges
     plan = await acts.prepare.prepare_operation(
         PrepareInput(operation="apply", request=request, workflow_id="wf", run_id="r1")
     )
-    owner = RunOwner(workflow_id="wf", run_id="r1")
+    owner = RunRef(workflow_id="wf", run_id="r1")
     for rid, watch in (("a", False), ("b", True)):
         node = NodeInput(
             project="p",

@@ -1,4 +1,5 @@
-"""Every spec under examples/ is valid, with the dependency order the README describes."""
+"""Every spec under examples/ is valid, with the dependency order the docs describe
+(docs/guide/resources.md: mixed.yaml hands a random_password to a Secret)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from stackflow.engine.graph import build_graph
-from stackflow.model.spec import load_spec
+from stackflow.engine.spec import load_spec
 
 EXAMPLES = sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml"))
 

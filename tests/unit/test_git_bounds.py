@@ -21,8 +21,9 @@ import pytest
 from dulwich.repo import Repo
 
 from stackflow.core.errors import SpecError
-from stackflow.model.source import SPEC_FILE_LIMIT, SourceRef, SourceUnavailable, read_spec_file
+from stackflow.model.source import SourceRef
 from stackflow.state import git_pack
+from stackflow.state.git_sources import SPEC_FILE_LIMIT, SourceUnavailable, read_spec_file
 from tests.gitserver import GitServer
 
 SPEC = "resources: []\n"

@@ -12,7 +12,7 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from stackflow.policy_gate.decision import PolicyDecision
+from stackflow.model.policy import PolicyDecision
 from stackflow.temporal.codec import data_converter
 from stackflow.workflows.catalog import ALL_WORKFLOWS
 

@@ -15,7 +15,8 @@ from stackflow.engine.graph import (
     match_reference,
     resolve_references,
 )
-from stackflow.model.spec import Resource, ResourceType, Spec, parse_spec
+from stackflow.engine.spec import parse_spec
+from stackflow.model.spec import Resource, ResourceType, Spec
 
 DEPLOY = "apps/v1:Deployment:ns:web"
 NS = "v1:Namespace:ns"

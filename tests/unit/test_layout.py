@@ -1,11 +1,13 @@
-"""The house rules of the source tree, checked on every run (issue 20's "done when"): the
-import graph of ``stackflow`` has no circles, no file is over 600 lines, no module imports
-another module's ``_private`` name, no workflow names an activity by string, and patches are
-asked only through ``stackflow.workflows.patches`` (which settles the baseline first).
+"""The house rules of the source tree, checked on every run: ``stackflow`` is packages in
+one-way layers (a module imports only from its own layer or the ones below, in :data:`LAYERS`'s
+order) with no import circle, no file is over 600 lines, no module imports another module's
+``_private`` name, no workflow names an activity by string, and patches are asked only
+through ``stackflow.workflows.patches`` (which settles the baseline first).
 
-The import graph is what importing a module runs: its module-level imports (in ``if``/``try``
-blocks and class bodies too), not those for type checkers only (``if TYPE_CHECKING:``) nor
-those deferred into a function (a runtime's cheap rules create the runtime on first use)."""
+The import graph counts every import: module-level ones, those for type checkers only
+(``if TYPE_CHECKING:``) and those deferred into a function. A deferred import still says the
+importing module depends on the imported one; counting only what runs at import time let a
+25-module circle stand while this test reported none."""
 
 from __future__ import annotations
 
@@ -17,6 +19,23 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2] / "stackflow"
 MAX_LINES = 600
+
+LAYERS = (
+    "core",  # errors, paths, refs, terminal, config, crypto: no stackflow import at all
+    "model",  # the data: spec, release, source, policy, events, runtime rules
+    "engine",  # pure logic over the models: spec loading and checks, graph, diff, masking
+    "state",  # the system of record and its caches, git sources
+    "temporal",  # workflow I/O models, wire, codec, client, tracing, metrics, queues
+    "runtimes",  # the only code that touches infrastructure, and the worker policy
+    "policy_gate",  # the OPA gate over a plan
+    "activities",
+    "workflows",
+    "worker",
+    "client",  # the typed HTTP client and the API's types
+    "api",
+    "cli",
+)
+"""The layers, bottom to top: each is a package ``stackflow.<layer>``."""
 
 
 def _module(path: Path) -> str:
@@ -37,34 +56,12 @@ def _resolve(module: str, node: ast.ImportFrom) -> str:
     return ".".join([*base, node.module] if node.module else base)
 
 
-def _type_checking(node: ast.stmt) -> bool:
-    test = node.test if isinstance(node, ast.If) else None
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _run_at_import(body: list[ast.stmt]) -> list[ast.stmt]:
-    """The statements of ``body`` that run when the module is imported."""
-    out: list[ast.stmt] = []
-    for node in body:
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) or _type_checking(node):
-            continue
-        out.append(node)
-        blocks = [getattr(node, f, []) for f in ("body", "orelse", "finalbody")]
-        blocks += [handler.body for handler in getattr(node, "handlers", [])]
-        for block in blocks:
-            out.extend(_run_at_import(block))
-    return out
-
-
-def _imports(module: str, *, all_of_them: bool = False) -> list[tuple[str, str | None, int]]:
-    """(imported module, imported name or None, line) of the imports ``module`` runs when it
-    is imported, or of every import in it (``all_of_them``)."""
-    tree = ast.parse(FILES[module].read_text())
+def _imports(module: str, source: str | None = None) -> list[tuple[str, str | None, int]]:
+    """(imported module, imported name or None, line) of every import in ``module`` (its
+    text, or ``source`` instead)."""
+    tree = ast.parse(FILES[module].read_text() if source is None else source)
     found: list[tuple[str, str | None, int]] = []
-    nodes = ast.walk(tree) if all_of_them else iter(_run_at_import(tree.body))
-    for node in nodes:
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.extend((alias.name, None, node.lineno) for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -77,12 +74,13 @@ def _imports(module: str, *, all_of_them: bool = False) -> list[tuple[str, str |
     return found
 
 
-def _graph() -> dict[str, set[str]]:
-    """Module -> the stackflow modules it imports."""
+def _graph(planted: dict[str, str] | None = None) -> dict[str, set[str]]:
+    """Module -> the stackflow modules it imports (``planted``: module -> text read instead
+    of its file)."""
     graph: dict[str, set[str]] = {}
     for module in FILES:
         graph[module] = set()
-        for target, _, _ in _imports(module):
+        for target, _, _ in _imports(module, (planted or {}).get(module)):
             while target and target not in FILES:
                 target = target.rpartition(".")[0]
             # a package's own submodules importing it (``from stackflow.x import y`` inside
@@ -92,20 +90,64 @@ def _graph() -> dict[str, set[str]]:
     return graph
 
 
+def _layer(module: str) -> int:
+    parts = module.split(".")
+    return LAYERS.index(parts[1]) if len(parts) > 1 and parts[1] in LAYERS else -1
+
+
+def _circle(graph: dict[str, set[str]]) -> str | None:
+    """A circle of ``graph`` (edges to modules outside it left out), or None."""
+    try:
+        TopologicalSorter({m: graph[m] & graph.keys() for m in graph}).prepare()
+    except CycleError as err:
+        return " -> ".join(err.args[1])
+    return None
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if _layer(target) > _layer(module)
+    )
+
+
 def test_the_package_is_read_whole() -> None:
-    assert {
-        "stackflow.engine.diff",
-        "stackflow.engine.masking",
-        "stackflow.workflows.apply",
-    } <= FILES.keys()
+    assert {"stackflow.engine.diff", "stackflow.engine.masking", "stackflow.workflows.apply"} <= (
+        FILES.keys()
+    )
     assert sum(len(edges) for edges in _graph().values()) > len(FILES)
 
 
+def test_every_module_lives_in_a_layer() -> None:
+    assert [m for m in FILES if m != "stackflow" and _layer(m) < 0] == []
+
+
 def test_the_import_graph_has_no_circles() -> None:
-    try:
-        TopologicalSorter(_graph()).prepare()
-    except CycleError as err:
-        pytest.fail(f"an import circle: {' -> '.join(err.args[1])}")
+    assert _circle(_graph()) is None
+
+
+def test_no_import_runs_up_the_layers() -> None:
+    assert _upward(_graph()) == []
+
+
+def test_a_planted_back_import_is_seen_even_deferred_or_for_type_checkers() -> None:
+    """The checks above fail on the imports they exist to catch: an engine module reaching
+    into the CLI inside a function, a model reaching into the engine for a type only."""
+    deferred = FILES["stackflow.engine.diff"].read_text() + (
+        "\n\ndef _planted() -> None:\n    from stackflow.cli.app import app  # noqa\n"
+    )
+    before = set(_upward(_graph()))
+    planted = set(_upward(_graph({"stackflow.engine.diff": deferred})))
+    assert planted - before == {"stackflow.engine.diff -> stackflow.cli.app"}
+    typed = FILES["stackflow.model.spec"].read_text() + (
+        "\n\nif TYPE_CHECKING:\n    from stackflow.engine.spec import load_spec\n"
+    )
+    graph = _graph({"stackflow.model.spec": typed})
+    assert "stackflow.model.spec -> stackflow.engine.spec" in _upward(graph)
+    # engine.spec imports model.spec: the two are now a circle
+    assert _circle({m: graph[m] for m in ("stackflow.model.spec", "stackflow.engine.spec")})
 
 
 @pytest.mark.parametrize("module", sorted(FILES))
@@ -118,7 +160,7 @@ def test_no_module_imports_another_modules_private_name() -> None:
     private = [
         f"{module}:{line} imports {target}.{name}"
         for module in FILES
-        for target, name, line in _imports(module, all_of_them=True)
+        for target, name, line in _imports(module)
         if target.startswith("stackflow")
         and name is not None
         and name.startswith("_")

@@ -5,17 +5,16 @@ from __future__ import annotations
 import pytest
 
 from stackflow.core.errors import SpecError
+from stackflow.model.plan import PlannedNode
 from stackflow.state.backend import StateBackend
 from stackflow.state.plan_store import PlanStore
+from stackflow.temporal.activity_io import PreviewBatchInput, PreviewBatchResult
 from stackflow.temporal.operation import (
     DETAIL_LIMIT,
     BatchResult,
     NodeResult,
     NodeStatus,
     OperationPlan,
-    PlannedNode,
-    PreviewBatchInput,
-    PreviewBatchResult,
 )
 from stackflow.workflows.lines import PreviewLines
 from stackflow.workflows.nodes import Tally

@@ -14,8 +14,7 @@ from pydantic import ValidationError
 from stackflow.core.errors import SpecError
 from stackflow.model.events import EventType
 from stackflow.model.notifications import TYPES, cloud_type
-from stackflow.policy_gate.bundle import PolicyBundle, fetch_bundle, load_bundle_dir
-from stackflow.policy_gate.decision import (
+from stackflow.model.policy import (
     MESSAGE_LIMIT,
     MESSAGES_LIMIT,
     Outcome,
@@ -24,6 +23,7 @@ from stackflow.policy_gate.decision import (
     Rule,
     messages_of,
 )
+from stackflow.policy_gate.bundle import PolicyBundle, fetch_bundle, load_bundle_dir
 from stackflow.policy_gate.engine import MEMORY_VAR, PolicyEngineMissing, limited, memory_mb
 from stackflow.policy_gate.rego import RegoLayoutError, layout
 

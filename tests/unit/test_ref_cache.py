@@ -75,7 +75,7 @@ def test_weighed_values_stay_within_the_budget_and_the_newest_is_kept() -> None:
 
 
 def test_the_spec_and_plan_caches_weigh_what_they_read_from_the_backend(tmp_path: Path) -> None:
-    from stackflow.model.spec import parse_spec
+    from stackflow.engine.spec import parse_spec
     from stackflow.state.backend import open_backend
     from stackflow.state.plan_store import PlanStore
     from stackflow.state.spec_store import SpecStore

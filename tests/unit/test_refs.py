@@ -10,7 +10,8 @@ from pydantic import ValidationError
 
 from stackflow.core.refs import StackRef
 from stackflow.model.release import Phase, Release
-from stackflow.temporal.operation import NodeInput, OperationInput, workflow_id_for
+from stackflow.temporal.activity_io import NodeInput
+from stackflow.temporal.operation import OperationInput, workflow_id_for
 
 
 def test_a_stack_ref_is_a_frozen_hashable_value() -> None:

@@ -17,6 +17,7 @@ import yaml
 from temporalio.exceptions import ApplicationError
 
 from stackflow.activities import WorkerActivities
+from stackflow.core.refs import RunRef
 from stackflow.runtimes.base import Attributes, ResourceRequest, Runtime, RuntimeOptions
 from stackflow.runtimes.kubernetes import KubernetesRuntime
 from stackflow.runtimes.onprem import OnPremRuntime, apply_sync
@@ -26,13 +27,8 @@ from stackflow.runtimes.terraform import TerraformRuntime
 from stackflow.runtimes.terraform.config import parse_resource, render_config
 from stackflow.state.backend import StateBackend
 from stackflow.state.cache import PriorStateCache
-from stackflow.temporal.operation import (
-    NodeInput,
-    OperationInput,
-    PrepareInput,
-    PreviewBatchInput,
-    RunOwner,
-)
+from stackflow.temporal.activity_io import NodeInput, PrepareInput, PreviewBatchInput
+from stackflow.temporal.operation import OperationInput
 
 OPTS = RuntimeOptions(project="p", workspace="w")
 
@@ -450,7 +446,7 @@ async def test_apply_checks_again_with_references_resolved(backend: StateBackend
         spec_ref=plan.spec_ref,
         resource_id="a",
         action="Create",
-        owner=RunOwner(workflow_id="wf", run_id="r1"),
+        owner=RunRef(workflow_id="wf", run_id="r1"),
     )
     with pytest.raises(ApplicationError) as err:
         await acts.walk.apply_resource(node)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from stackflow.temporal.operation import PreviewBatchResult
+from stackflow.temporal.activity_io import PreviewBatchResult
 from stackflow.temporal.runtime_queues import (
     RoutingError,
     no_worker_message,

@@ -13,14 +13,12 @@ from pydantic import ValidationError
 
 from stackflow.api.hooks import signature_ok
 from stackflow.core.errors import SpecError
-from stackflow.model.source import (
+from stackflow.model.source import GitSource, SourceRef, same_repository
+from stackflow.state.git_sources import (
     LOCAL_ROOTS_ENV,
-    GitSource,
-    SourceRef,
     SourceUnavailable,
     read_directory,
     read_spec_file,
-    same_repository,
 )
 from tests.gitserver import GitServer
 
@@ -159,8 +157,9 @@ def test_a_directory_is_read_at_the_head_of_a_branch(tmp_path: Path) -> None:
 
 
 def test_a_push_must_be_the_branch_head_or_newer_than_the_last_one_run(tmp_path: Path) -> None:
-    """The API's replay check (:func:`stackflow.model.source.push_refusal`) against a real host."""
-    from stackflow.model.source import push_refusal
+    """The API's replay check (:func:`stackflow.state.git_sources.push_refusal`) against a real
+    host."""
+    from stackflow.state.git_sources import push_refusal
 
     cache = tmp_path / "cache"
     with GitServer(tmp_path / "repo") as git:

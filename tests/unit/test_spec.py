@@ -12,16 +12,18 @@ import pytest
 import yaml
 
 from stackflow.core.errors import GraphError, SpecError
-from stackflow.model.spec import (
-    MAX_RESOURCE_BYTES,
+from stackflow.engine.spec import (
     DuplicateKeyError,
-    Resource,
-    ResourceType,
-    Spec,
     load_spec,
     load_yaml,
     parse_spec,
     parse_spec_text,
+)
+from stackflow.model.spec import (
+    MAX_RESOURCE_BYTES,
+    Resource,
+    ResourceType,
+    Spec,
     resource_digest,
     spec_digest,
 )
@@ -294,7 +296,7 @@ def test_alias_bomb_is_refused_before_expansion_cheaply() -> None:
     probe = (
         "import resource, sys, time\n"
         "from stackflow.core.errors import SpecError\n"
-        "from stackflow.model.spec import parse_spec_text\n"
+        "from stackflow.engine.spec import parse_spec_text\n"
         "text = sys.stdin.read()\n"
         "t0 = time.perf_counter()\n"
         "try:\n"

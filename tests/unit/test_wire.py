@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stackflow.temporal.operation import BatchInput, DescribeInput, PreviewBatchResult
+from stackflow.temporal.activity_io import DescribeInput, PreviewBatchResult
+from stackflow.temporal.operation import BatchInput
 from stackflow.temporal.wire import (
     ActionCode,
     BatchActions,

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from stackflow.core.refs import StackRef
+from stackflow.core.refs import RunRef, StackRef
 from stackflow.model.spec import Resource
-from stackflow.state.backend import RunRef, StateBackend
+from stackflow.state.backend import StateBackend
 
 R1 = RunRef("stackflow/p/w", "run-1")
 R2 = RunRef("stackflow/p/w", "run-2")

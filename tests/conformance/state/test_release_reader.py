@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from stackflow.engine.spec import parse_spec
 from stackflow.model.release import Operation, Phase
-from stackflow.model.spec import parse_spec
 from stackflow.state.backend import StateBackend
 from stackflow.state.protocols import BlobStore, ReleaseReader, ReleaseWriter, StackLocks
 from tests.conformance.state.common import R1, R2, STACK, narrow, res

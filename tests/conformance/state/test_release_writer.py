@@ -17,8 +17,9 @@ from stackflow.core.errors import (
     PhaseConflictError,
     StackLockedError,
 )
+from stackflow.engine.spec import parse_spec
 from stackflow.model.release import Approval, Decision, Operation, Phase, Release
-from stackflow.model.spec import Resource, parse_spec
+from stackflow.model.spec import Resource
 from stackflow.state.backend import StateBackend, open_backend
 from stackflow.state.protocols import BlobStore, ReleaseReader, ReleaseWriter, StackLocks
 from stackflow.state.schema import blobs

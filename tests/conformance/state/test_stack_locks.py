@@ -14,9 +14,10 @@ from stackflow.core.errors import (
     PhaseConflictError,
     StackLockedError,
 )
+from stackflow.core.refs import RunRef
+from stackflow.engine.spec import parse_spec
 from stackflow.model.release import Operation, Phase
-from stackflow.model.spec import parse_spec
-from stackflow.state.backend import RunRef, StackLock, StateBackend
+from stackflow.state.backend import StackLock, StateBackend
 from stackflow.state.protocols import ReleaseReader, ReleaseWriter, StackLocks
 from tests.conformance.state.common import R1, R2, STACK, narrow, res
 

@@ -1,4 +1,6 @@
-"""What the policy gate decided: every message of every policy, the digests of the bundles
+"""Policy as data: the bundles a run evaluates (:class:`BundleRef`), a project's pushed bundle
+(:class:`PolicyBinding`), and what the policy gate decided: every message of every policy, the
+digests of the bundles
 and of the input it judged, and the outcome (deny wins over require_approval over warn).
 
 The decision the workflow holds (history, the release, events) keeps the first
@@ -9,17 +11,37 @@ messages were left out."""
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from stackflow.core.terminal import one_line_safe
-from stackflow.policy_gate.bundle import BundleRef
 
 MESSAGES_LIMIT = 20
 MESSAGE_LIMIT = 300
 DECISION_KIND = "policy_decision"
+
+_DIGEST = r"^sha256:[0-9a-f]{64}$"
+
+
+class BundleRef(BaseModel):
+    """One bundle a run evaluates: the project's (pushed) or the run's own."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    scope: Literal["project", "run"]
+    digest: str = Field(pattern=_DIGEST)
+
+
+class PolicyBinding(BaseModel):
+    """A project's pushed bundle."""
+
+    project: str
+    digest: str
+    updated_by: str | None = None
+    updated_at: datetime
 
 
 class Rule(StrEnum):

@@ -11,6 +11,8 @@ together: one exits 0, the other 3, directly and through the API."""
 from __future__ import annotations
 
 import subprocess
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -349,14 +351,25 @@ def test_state_migrate_through_the_api_says_what_to_do(
 
 @pytest.mark.parametrize("mode", ["direct", "api"])
 def test_two_applies_of_one_stack_started_together_exit_0_and_3(
-    mode: str, api_env: dict[str, str], api_url: str, api_worker: WorkerProcess, tmp_path: Path
+    mode: str,
+    api_env: dict[str, str],
+    api_url: str,
+    http: httpx.Client,
+    api_worker: WorkerProcess,
+    tmp_path: Path,
 ) -> None:
-    project = new_project()
+    """On a four-eyes project (the worker's STACKFLOW_FOUR_EYES) `apply --yes` waits for
+    another approver, so the run that got the stack holds it however late the other CLI
+    starts: that one is refused (exit 3); the first ends 0 once approved."""
+    project = f"foureyes-{uuid.uuid4().hex[:8]}"
     root = tmp_path / "files"
     spec = write_spec(
-        tmp_path / "spec.yaml", [file_resource(root / f"f{i:02}.txt", f"{i}\n") for i in range(40)]
+        tmp_path / "spec.yaml", [file_resource(root / f"f{i}.txt", f"{i}\n") for i in range(3)]
     )
-    env = direct(api_env) if mode == "direct" else through(api_env, api_url, tmp_path / "laptop")
+    if mode == "direct":  # the requester is the user
+        env = dict(direct(api_env), USER="fe-approver", LOGNAME="fe-approver")
+    else:
+        env = through(api_env, api_url, tmp_path / "laptop", who="fe-approver")
     command = [str(REPO / ".venv/bin/stackflow"), "apply", "-f", str(spec), "-p", project, "--yes"]
     procs = [
         subprocess.Popen(
@@ -370,10 +383,27 @@ def test_two_applies_of_one_stack_started_together_exit_0_and_3(
         )
         for _ in range(2)
     ]
-    outs = [p.communicate(timeout=180) for p in procs]
-    codes = sorted(p.returncode for p in procs)
-    seen = [(p.returncode, o[1][-500:]) for p, o in zip(procs, outs, strict=True)]
-    assert codes == [0, 3], (seen, all_releases(api_env, project))
-    busy = next(o for p, o in zip(procs, outs, strict=True) if p.returncode == 3)
-    assert "already has an operation running" in busy[1], busy
+    try:
+        deadline = time.monotonic() + 120
+        while all(p.poll() is None for p in procs):
+            assert time.monotonic() < deadline, "neither apply ended"
+            time.sleep(0.2)
+        [refused] = [p for p in procs if p.poll() is not None]
+        [waiting] = [p for p in procs if p is not refused]
+        out, err = refused.communicate()
+        assert refused.returncode == 3, out + err
+        assert "already has an operation running" in err, err
+        base = f"/v1/stacks/{project}/default"
+        [run] = http.get(f"{base}/runs", headers=auth("fe-viewer")).json()["runs"]
+        url = f"{base}/runs/{run['run_id']}"
+        wait_run(http, url, lambda v: v["phase"] == "awaitingApproval")
+        assert http.post(f"{url}/approve", headers=auth("fe-second")).is_success
+        out, err = waiting.communicate(timeout=120)
+        assert waiting.returncode == 0, out + err
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
     assert [r.phase for r in all_releases(api_env, project)] == ["succeeded"]
+    assert sorted(p.name for p in root.iterdir()) == ["f0.txt", "f1.txt", "f2.txt"]

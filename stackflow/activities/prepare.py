@@ -6,7 +6,7 @@ travels inline."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from temporalio import activity
 
@@ -25,6 +25,7 @@ from stackflow.model.events import EventType, NewEvent
 from stackflow.model.plan import PlannedNode
 from stackflow.model.policy import BundleRef
 from stackflow.model.release import Operation, Release
+from stackflow.model.runtime_rules import rules_for
 from stackflow.model.source import same_repository
 from stackflow.model.spec import Resource, Spec
 from stackflow.policy_gate.bundle import fetch_bundle
@@ -34,6 +35,7 @@ from stackflow.temporal.activity_io import PrepareInput
 from stackflow.temporal.operation import (
     PLAN_INLINE_LIMIT,
     TASK_QUEUE_DEFAULT,
+    GroupSizing,
     OperationInput,
     OperationPlan,
     check_request,
@@ -42,6 +44,18 @@ from stackflow.temporal.runtime_queues import plan_queues, queue_wait, runtime_q
 
 GATED = (Operation.apply, Operation.destroy, Operation.rollback)
 """Operations with a walk that the policy gate judges (and preview, which shows it)."""
+
+
+def plan_grouping(types: Iterable[str]) -> dict[str, GroupSizing]:
+    """The grouping a plan carries: each of its types whose runtime is grouped
+    (``RuntimeRules.grouped``) -> how large its groups grow (``RuntimeRules.grouping``)."""
+    out: dict[str, GroupSizing] = {}
+    for type_name in sorted(set(types)):
+        rules = rules_for(type_name)
+        if rules is not None and rules.grouped:
+            sizing = rules.grouping
+            out[type_name] = GroupSizing(limit=sizing.limit, rounds=sizing.rounds)
+    return out
 
 
 def state_by_id(release: Release | None) -> dict[str, Resource]:
@@ -140,7 +154,7 @@ class PrepareActivities:
         plan.four_eyes = worker_policy().approvals.four_eyes_for(request.project)
         if request.source is not None and spec is not None:
             # a git commit's spec, never read by the API: what it takes over is approved
-            # by an approver, whatever the run's auto_approve (workflows.waits)
+            # by an approver, whatever the run's auto_approve (workflows.gate)
             found = taking_over(spec.resources)
             plan.takes_over = [rid for rid, _ in found[:TAKES_OVER_LIMIT]]
         if operation in GATED:
@@ -304,6 +318,7 @@ class PrepareActivities:
         main = activity.info().task_queue if activity.in_activity() else TASK_QUEUE_DEFAULT
         return OperationPlan(
             queues=plan_queues((n.type for n in [*nodes, *deletions]), runtime_queues(main)),
+            grouping=plan_grouping(n.type for n in [*nodes, *deletions]),
             queue_wait_seconds=queue_wait(),
             spec_ref=spec_ref,
             plan_ref=self.plans.put(nodes, deletions),

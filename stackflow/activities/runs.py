@@ -1,17 +1,25 @@
-"""Whether the run that holds a stack is still alive: Temporal knows, so we ask it."""
+"""Whether the run that holds a stack is still alive: Temporal knows, so we ask it; and
+freeing a stack by hand once it has ended (the CLI's ``release unlock`` and the API's)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
-from typing import Protocol
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import quote
 
 from temporalio import activity
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from stackflow.core.refs import RunRef
+from stackflow.core.errors import ConflictError, NotFoundError, StackLockedError
+from stackflow.core.refs import RunRef, StackRef
+from stackflow.model.release import Unlocked
 from stackflow.state.backend import StackLock
+
+if TYPE_CHECKING:
+    from stackflow.state.backend import StateBackend
 
 
 def run_link(run: RunRef, namespace: str | None = None) -> str:
@@ -63,3 +71,59 @@ class TemporalRunOracle:
 
     def link(self, run: RunRef) -> str:
         return run_link(run, activity.info().workflow_namespace if activity.in_activity() else None)
+
+
+async def unlock_by_hand(
+    backend: StateBackend,
+    stack: StackRef,
+    ended: Callable[[RunRef], Awaitable[str | None]],
+    *,
+    force: bool = False,
+    by: str | None = None,
+) -> Unlocked:
+    """Free ``stack`` whose run ended without releasing it: its release becomes failed,
+    saying why. Refused (StackLockedError, exit 3 / 409) while the holding run is still open
+    as ``ended`` (asked about the holder) says, unless ``force``; NotFoundError when the
+    stack has no releases; ConflictError when the lock changed hands meanwhile. ``by``: who
+    (recorded in the reason), when it is not the local user (the API's caller)."""
+    lock = await asyncio.to_thread(backend.lock, stack)
+    if lock is None:
+        latest = await asyncio.to_thread(lambda: backend.latest(stack, with_spec=False))
+        if latest is None:
+            raise NotFoundError(f"stack {stack} has no releases")
+        return Unlocked(
+            project=stack.project,
+            workspace=stack.workspace,
+            unlocked=False,
+            revision=latest.revision,
+            phase=latest.phase,
+        )
+    holder = lock.holder()
+    hand = f"unlocked by hand by {by}" if by else "unlocked by hand"
+    reason = f"{hand}; the operation may not have finished"
+    if holder is not None and not force:
+        why = await ended(holder)
+        if why is None:
+            raise StackLockedError(
+                f"stack {stack} is held by {holder}, which is still running "
+                f"({run_link(holder)}); cancel it (temporal workflow cancel, or the Temporal "
+                "UI) or pass --force"
+            )
+        reason = f"{why}; {hand}"
+    elif holder is not None:
+        reason = f"{hand} with --force while {holder} held it"
+    if not await asyncio.to_thread(backend.recover, lock, reason):
+        raise ConflictError(
+            f"stack {stack} changed hands while unlocking ({lock.describe()} "
+            "no longer holds it); look again with `stackflow release list`"
+        )
+    after = await asyncio.to_thread(lambda: backend.latest(stack, with_spec=False))
+    assert after is not None
+    return Unlocked(
+        project=stack.project,
+        workspace=stack.workspace,
+        unlocked=True,
+        revision=after.revision,
+        phase=after.phase,
+        reason=reason,
+    )

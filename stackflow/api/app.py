@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.client import Client
 
-from stackflow.api import problems
+from stackflow.api import drift, problems, release_admin
 from stackflow.api.auth import TokenTable, bearer, load_tokens
 from stackflow.api.context import MAX_BODY_BYTES, ApiContext
 from stackflow.api.identity import AuthUnavailable
@@ -187,6 +187,8 @@ def create_app(
     app.state.ctx = ctx
     problems.install(app)
     app.include_router(router)
+    app.include_router(drift.router)
+    app.include_router(release_admin.router)
 
     @app.get("/metrics", response_class=PlainTextResponse, tags=["health"])
     async def metrics(request: Request) -> PlainTextResponse:

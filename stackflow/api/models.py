@@ -8,7 +8,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from stackflow.model.release import Phase
+from stackflow.model.drift import DriftReport
+from stackflow.model.release import Phase, Release
 from stackflow.model.source import SourceMode
 from stackflow.policy_gate.bundle import PolicyBundle
 from stackflow.temporal.operation import REVISION_LIMIT, Pattern
@@ -194,3 +195,83 @@ class NotificationTargetView(BaseModel):
     name: str
     url: str
     types: list[str]
+
+
+class DriftScheduleRequest(BaseModel):
+    """``PUT /v1/stacks/{project}/{workspace}/drift/schedule`` (``stackflow drift
+    schedule``): a drift check every ``every``."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    every: str = Field(min_length=1, max_length=32, examples=["30s", "5m", "1h", "1h30m"])
+    """The interval: ``30s``, ``5m``, ``1h``, ``1h30m`` (at least 10 seconds)."""
+    repair: bool = False
+    """On drift, start an apply of the last spec (it waits for approval unless
+    ``auto_approve``)."""
+    auto_approve: bool = False
+    """The repair apply is approved up front: needs the approver role (on a four-eyes
+    project it still waits for an approver other than the one who scheduled it)."""
+
+
+class DriftScheduleView(BaseModel):
+    """A stack's drift schedule as ``PUT …/drift/schedule`` answers it."""
+
+    schedule_id: str
+    """The Temporal Schedule's id (``temporal schedule list``)."""
+    project: str
+    workspace: str
+    every: str
+    every_seconds: int
+    repair: bool
+    auto_approve: bool
+    requested_by: str
+    """Who scheduled it: each scheduled check's repair is requested by them."""
+    created: bool
+    """False when it replaced the stack's schedule."""
+
+
+class DriftStatus(DriftReport):
+    """``GET /v1/stacks/{project}/{workspace}/drift``: the stack's last drift report, as
+    ``stackflow drift status --output json`` prints it."""
+
+    drifted_resources: list[dict[str, Any]] = Field(default_factory=list)
+    """The drifted resources' masked per-field diffs (``id``, ``action``, ``diff``)."""
+
+
+class UnlockRequest(BaseModel):
+    """``POST /v1/stacks/{project}/{workspace}/unlock`` (``stackflow release unlock``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    force: bool = False
+    """Unlock even while the holding run is open in Temporal (its later writes are
+    refused); without it that is a 409 naming the run."""
+
+
+class ReleaseImport(BaseModel):
+    """``POST /v1/projects/{project}/releases/import`` (``stackflow release import``): the
+    releases of the project's stacks, in Kusion's file form (``createTime``,
+    ``modifiedTime``) or as ``GET …/releases/{revision}`` answers them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    releases: list[Release] = Field(min_length=1, max_length=10_000)
+
+
+class ReleaseImported(BaseModel):
+    project: str
+    imported: dict[str, int]
+    """Releases imported per stack (``project/workspace``)."""
+
+
+class StackExport(BaseModel):
+    project: str
+    workspace: str
+    releases: list[dict[str, Any]]
+    """Each release in Kusion's file form (``<n>.yaml``), sensitive values masked."""
+
+
+class ReleaseExport(BaseModel):
+    """``GET /v1/projects/{project}/releases/export`` (``stackflow release export``)."""
+
+    stacks: list[StackExport]

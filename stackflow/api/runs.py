@@ -151,7 +151,7 @@ def check_role(stack: StackRef, body: RunRequest, spec: Spec | None, by: str, ro
     one is an operator's, for an approver to look at). The spec of a run of a git
     ``commit`` is not read here (the worker fetches it): an operator's cannot be approved up
     front, and one that takes over objects waits for an approver whatever its
-    ``auto_approve`` (:mod:`stackflow.workflows.waits`)."""
+    ``auto_approve`` (:mod:`stackflow.workflows.gate`)."""
     if role >= Role.approver:
         return
     who = f"{by} is {role.name} on project {stack.project}"

@@ -5,34 +5,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
-from temporalio.client import (
-    Schedule,
-    ScheduleActionStartWorkflow,
-    ScheduleAlreadyRunningError,
-    ScheduleIntervalSpec,
-    ScheduleOverlapPolicy,
-    SchedulePolicy,
-    ScheduleSpec,
-    ScheduleState,
-    ScheduleUpdate,
-    ScheduleUpdateInput,
-    WorkflowFailureError,
-)
-from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
-from temporalio.service import RPCError, RPCStatusCode
 
-from stackflow.cli.api_mode import refuse_in_api_mode
+from stackflow.cli.api_mode import api_client, api_mode
 from stackflow.cli.app import EXIT_CODES_HELP, app
-from stackflow.cli.connection import Temporal
 from stackflow.cli.options import (
     OutputOpt,
     ProjectOpt,
@@ -41,11 +23,7 @@ from stackflow.cli.options import (
 )
 from stackflow.cli.output import OutputFormat, echo_safe
 from stackflow.cli.report import BAD_INPUT_TYPES
-from stackflow.cli.runner import (
-    console_for,
-    ui_link,
-)
-from stackflow.cli.runs import current_user
+from stackflow.cli.runs import console_for, current_user
 from stackflow.core.errors import (
     NotFoundError,
     OperationFailed,
@@ -54,8 +32,11 @@ from stackflow.core.errors import (
     StackLockedError,
 )
 from stackflow.core.refs import StackRef
-from stackflow.model.drift import DriftReport, schedule_id
+from stackflow.model.drift import DriftReport, parse_every, schedule_id
 from stackflow.temporal.operation import DriftInput, DriftResult, drift_workflow_id
+
+if TYPE_CHECKING:  # the Temporal SDK only where Temporal is called (not through the API)
+    from temporalio.client import WorkflowFailureError
 
 drift_app = typer.Typer(
     help="Detect drift: live objects changed behind stackflow's back.",
@@ -88,19 +69,7 @@ class DriftFound(StackflowError):
     exit_code = 4
 
 
-_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
-
-
-def parse_every(text: str) -> timedelta:
-    """``30s``, ``5m``, ``1h``, ``1h30m``: at least 10 seconds."""
-    m = _DURATION.match(text.strip())
-    if not text.strip() or m is None:
-        raise SpecError(f"--every {text}: write a duration such as 30s, 5m, 1h or 1h30m")
-    hours, minutes, seconds = (int(g or 0) for g in m.groups())
-    every = timedelta(hours=hours, minutes=minutes, seconds=seconds)
-    if every < timedelta(seconds=10):
-        raise SpecError(f"--every {text}: at least 10s between checks")
-    return every
+__all__ = ["DriftFound", "drift_app", "parse_every"]
 
 
 def _input(stack: StackRef, repair: bool, yes: bool) -> DriftInput:
@@ -129,6 +98,13 @@ def _failure(exc: WorkflowFailureError) -> StackflowError:
 
 
 async def _check(request: DriftInput, timeout: float) -> tuple[DriftResult, str, str | None]:
+    from temporalio.client import WorkflowFailureError
+    from temporalio.common import WorkflowIDConflictPolicy
+    from temporalio.exceptions import WorkflowAlreadyStartedError
+
+    from stackflow.cli.connection import Temporal
+    from stackflow.cli.runner import ui_link
+
     stack = request.stack
     follow = f"`stackflow drift status {stack.cli_flags}` shows its report once it has ended"
     temporal = Temporal(timeout, stack, follow)
@@ -152,6 +128,37 @@ async def _check(request: DriftInput, timeout: float) -> tuple[DriftResult, str,
     except WorkflowFailureError as exc:
         raise _failure(exc) from None
     return result, ui_link(client.namespace, wid, handle.result_run_id), client.namespace
+
+
+def _check_through_api(request: DriftInput) -> tuple[DriftResult, str, list[dict[str, Any]]]:
+    """The check as a run of the API (``operation: drift``), followed to its end; its
+    report's diffs as ``GET …/drift`` serves them."""
+    import os
+    import time
+
+    from stackflow.api.models import RunOperation, RunRequest
+    from stackflow.cli.runs import ui_link
+
+    stack = request.stack
+    body = RunRequest(
+        operation=RunOperation.drift, repair=request.repair, auto_approve=request.auto_approve
+    )
+    with api_client() as api:
+        created = api.start_run(stack, body)
+        while (view := api.get_run(stack, created.run_id)).status == "running":
+            time.sleep(0.3)
+        if view.result is None:
+            message = view.error or f"the drift check ended {view.status}"
+            if view.error_type in BAD_INPUT_TYPES:
+                raise SpecError(message)
+            raise OperationFailed(f"drift check failed: {message}")
+        result = DriftResult.model_validate(view.result)
+        rows: list[dict[str, Any]] = []
+        if result.report_ref is not None:
+            report = api.drift_status(stack)
+            rows = report.drifted_resources if report.report_ref == result.report_ref else []
+    namespace = os.environ.get("TEMPORAL_NAMESPACE", "default")
+    return result, ui_link(namespace, created.workflow_id, created.run_id), rows
 
 
 def _report_rows(ref: str | None) -> list[dict[str, Any]]:
@@ -211,10 +218,12 @@ def drift_check(
     unavailable_timeout: WaitOpt = 600.0,
 ) -> None:
     """Run a drift check now: exit 0 no drift, 4 drift found."""
-    refuse_in_api_mode("drift check")
     request = _input(StackRef(project, workspace), repair, yes)
-    result, link, _ = asyncio.run(_check(request, unavailable_timeout))
-    rows = _report_rows(result.report_ref)
+    if api_mode():
+        result, link, rows = _check_through_api(request)
+    else:
+        result, link, _ = asyncio.run(_check(request, unavailable_timeout))
+        rows = _report_rows(result.report_ref)
     stack = request.stack
     if output == OutputFormat.json:
         data = result.model_dump(mode="json")
@@ -241,35 +250,15 @@ def drift_check(
 
 
 async def _schedule(request: DriftInput, every: timedelta, timeout: float) -> tuple[str, bool]:
-    stack = request.stack
-    temporal = Temporal(timeout, stack)
+    from stackflow.cli.connection import Temporal
+    from stackflow.temporal.schedules import create_or_replace, drift_schedule
+
+    temporal = Temporal(timeout, request.stack)
     client = await temporal.connect()
-    queue = temporal.task_queue
-    sid = schedule_id(stack)
-    schedule = Schedule(
-        action=ScheduleActionStartWorkflow(
-            "DriftWorkflow",
-            request,
-            id=drift_workflow_id(stack),
-            task_queue=queue,
-            static_summary=f"drift check {stack}",
-        ),
-        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=every)]),
-        policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
-        state=ScheduleState(note=f"stackflow drift schedule {stack.cli_flags}"),
-    )
-    try:
-        await temporal.call("create schedule", lambda: client.create_schedule(sid, schedule))
-        return sid, True
-    except ScheduleAlreadyRunningError:
-
-        def replace(_: ScheduleUpdateInput) -> ScheduleUpdate:
-            return ScheduleUpdate(schedule=schedule)
-
-        await temporal.call(
-            "update schedule", lambda: client.get_schedule_handle(sid).update(replace)
-        )
-        return sid, False
+    sid = schedule_id(request.stack)
+    schedule = drift_schedule(request, every, temporal.task_queue)
+    created = await temporal.call("schedule", lambda: create_or_replace(client, schedule, sid))
+    return sid, created
 
 
 @drift_app.command("schedule")
@@ -281,20 +270,34 @@ def drift_schedule(
     yes: RepairYesOpt = False,
     unavailable_timeout: WaitOpt = 600.0,
 ) -> None:
-    """Check for drift on a Temporal Schedule (replaces the stack's schedule if it has one)."""
-    refuse_in_api_mode("drift schedule")
+    """Check for drift on a Temporal Schedule (replaces the stack's schedule if it has one).
+
+    Through the API: an operator's; --repair --yes an approver's."""
     interval = parse_every(every)
-    request = _input(StackRef(project, workspace), repair, yes)
-    sid, created = asyncio.run(_schedule(request, interval, unavailable_timeout))
+    stack = StackRef(project, workspace)
+    if api_mode():
+        from stackflow.api.models import DriftScheduleRequest
+
+        asked = DriftScheduleRequest(every=every, repair=repair, auto_approve=yes)
+        with api_client() as api:
+            view = api.schedule_drift(stack, asked)
+        sid, created = view.schedule_id, view.created
+    else:
+        request = _input(stack, repair, yes)
+        sid, created = asyncio.run(_schedule(request, interval, unavailable_timeout))
     verb = "scheduled" if created else "rescheduled"
     typer.echo(
-        f"{verb} drift checks of {request.stack} every {every}"
+        f"{verb} drift checks of {stack} every {every}"
         + (" with repair" if repair else "")
         + f" (schedule {sid}; `temporal schedule list`)"
     )
 
 
 async def _unschedule(stack: StackRef, timeout: float) -> str:
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from stackflow.cli.connection import Temporal
+
     temporal = Temporal(timeout, stack)
     client = await temporal.connect()
     sid = schedule_id(stack)
@@ -324,9 +327,14 @@ async def _unschedule(stack: StackRef, timeout: float) -> str:
 def drift_unschedule(
     project: ProjectOpt, workspace: WorkspaceOpt = "default", unavailable_timeout: WaitOpt = 600.0
 ) -> None:
-    """Delete the stack's drift schedule."""
-    refuse_in_api_mode("drift unschedule")
-    sid = asyncio.run(_unschedule(StackRef(project, workspace), unavailable_timeout))
+    """Delete the stack's drift schedule (through the API: an operator's)."""
+    stack = StackRef(project, workspace)
+    if api_mode():
+        with api_client() as api:
+            api.unschedule_drift(stack)
+        sid = schedule_id(stack)
+    else:
+        sid = asyncio.run(_unschedule(stack, unavailable_timeout))
     typer.echo(f"deleted drift schedule {sid}")
 
 
@@ -336,20 +344,27 @@ def drift_status(
     workspace: WorkspaceOpt = "default",
     output: OutputOpt = OutputFormat.table,
 ) -> None:
-    """The last drift report of the stack (from the state backend)."""
-    refuse_in_api_mode("drift status")
-    from stackflow.state.backend import open_backend
-
+    """The last drift report of the stack (from the state backend, or the API)."""
     stack = StackRef(project, workspace)
-    backend = open_backend()
-    try:
-        reports = backend.drift_reports(stack, limit=1)
-    finally:
-        backend.close()
-    if not reports:
-        raise NotFoundError(f"{stack} has no drift report yet; run `stackflow drift check`")
-    report: DriftReport = reports[0]
-    rows = _report_rows(report.report_ref)
+    if api_mode():
+        with api_client() as api:
+            status = api.drift_status(stack)
+        report: DriftReport = DriftReport.model_validate(
+            status.model_dump(exclude={"drifted_resources"})
+        )
+        rows = status.drifted_resources
+    else:
+        from stackflow.state.backend import open_backend
+
+        backend = open_backend()
+        try:
+            reports = backend.drift_reports(stack, limit=1)
+        finally:
+            backend.close()
+        if not reports:
+            raise NotFoundError(f"{stack} has no drift report yet; run `stackflow drift check`")
+        report = reports[0]
+        rows = _report_rows(report.report_ref)
     if output == OutputFormat.json:
         data = report.model_dump(mode="json")
         data["drifted_resources"] = rows

@@ -1,6 +1,7 @@
 """Commands that work on files and the state backend: validate, graph, release list/show/
 diff/unlock/import/export, output. Only `release unlock` asks Temporal (whether the holding
-run is alive)."""
+run is alive). With ``STACKFLOW_API_URL`` the release commands go through the API
+(:mod:`stackflow.cli.remote_releases`)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from rich.table import Table
 from rich.text import Text
 
 from stackflow.cli import remote_releases
-from stackflow.cli.api_mode import api_mode, not_through_api, refuse_in_api_mode
+from stackflow.cli.api_mode import api_client, api_mode, not_through_api
 from stackflow.cli.app import app, release_app
 from stackflow.cli.options import FileOpt, OutputOpt, ProjectOpt, WorkspaceOpt
 from stackflow.cli.output import (
@@ -28,7 +29,7 @@ from stackflow.cli.output import (
     stdout_console,
 )
 from stackflow.cli.render import render_policy
-from stackflow.core.errors import ConflictError, NotFoundError, SpecError
+from stackflow.core.errors import NotFoundError, SpecError
 from stackflow.core.refs import StackRef
 from stackflow.engine.graph import Graph, build_graph
 from stackflow.engine.masking import masked_release_data
@@ -226,45 +227,27 @@ def release_unlock(
 
     Refused while the holding run is still open in Temporal (TEMPORAL_ADDRESS), unless
     --force. The next operation recovers such a stack by itself, so this is rarely needed.
+    Through the API: an approver's.
     """
-    refuse_in_api_mode("release unlock")
+    stack = StackRef(project, workspace)
+    if api_mode():
+        with api_client() as api:
+            done = api.unlock(stack, force=force)
+        typer.echo(done.line())
+        return
     import asyncio
 
-    from stackflow.activities.runs import run_link
-    from stackflow.core.errors import StackLockedError
+    from stackflow.activities.runs import unlock_by_hand
 
-    stack = StackRef(project, workspace)
+    async def ended(holder: Any) -> str | None:
+        return await _holder_ended(holder)  # (looked up when called: tests replace it)
+
     store = open_backend()
-    lock = store.lock(stack)
-    if lock is None:
-        latest = store.latest(stack, with_spec=False)
-        if latest is None:
-            raise NotFoundError(f"stack {stack} has no releases")
-        typer.echo(f"stack {stack} is not locked (release {latest.revision} is {latest.phase})")
-        return
-    holder = lock.holder()
-    reason: str | None = None
-    if holder is not None and not force:
-        ended = asyncio.run(_holder_ended(holder))
-        if ended is None:
-            raise StackLockedError(
-                f"stack {stack} is held by {holder}, which is still running "
-                f"({run_link(holder)}); cancel it (temporal workflow cancel, or the Temporal "
-                "UI) or pass --force"
-            )
-        reason = f"{ended}; unlocked by hand"
-    elif holder is not None:
-        reason = f"unlocked by hand with --force while {holder} held it"
-    if not store.recover(lock, reason or "unlocked by hand; the operation may not have finished"):
+    try:
+        done = asyncio.run(unlock_by_hand(store, stack, ended, force=force))
+    finally:
         store.close()
-        raise ConflictError(
-            f"stack {stack} changed hands while unlocking ({lock.describe()} "
-            "no longer holds it); look again with `stackflow release list`"
-        )
-    after = store.latest(stack, with_spec=False)
-    assert after is not None
-    store.close()
-    typer.echo(f"unlocked {stack}: release {after.revision} is now {after.phase}")
+    typer.echo(done.line())
 
 
 async def _holder_ended(holder: Any) -> str | None:
@@ -292,11 +275,18 @@ def release_import(
         Path, typer.Option("--kusion-home", help="Kusion's home directory.")
     ] = Path("~/.kusion"),
 ) -> None:
-    """Import a Kusion user's release history (every project/workspace/revision)."""
-    refuse_in_api_mode("release import")
-    store = open_backend()
-    imported = import_kusion_releases(kusion_home.expanduser(), store)
-    store.close()
+    """Import a Kusion user's release history (every project/workspace/revision); only into
+    stacks with no releases (through the API: an approver's)."""
+    if api_mode():
+        from stackflow.state.kusion import read_kusion_home
+
+        imported = remote_releases.import_stacks(read_kusion_home(kusion_home.expanduser()))
+    else:
+        store = open_backend()
+        try:
+            imported = import_kusion_releases(kusion_home.expanduser(), store)
+        finally:
+            store.close()
     console = stdout_console()
     for stack, count in imported.items():
         console.print(f"imported {count} release(s) of {stack}", highlight=False)
@@ -314,7 +304,8 @@ def release_export(
         ),
     ],
     project: Annotated[
-        str | None, typer.Option("--project", "-p", help="Only this project.")
+        str | None,
+        typer.Option("--project", "-p", help="Only this project (through the API: required)."),
     ] = None,
     workspace: Annotated[
         str | None, typer.Option("--workspace", "-w", help="Only this workspace.")
@@ -322,10 +313,19 @@ def release_export(
 ) -> None:
     """Write releases as Kusion keeps them (<n>.yaml and .metadata.yml), sensitive values
     masked, files 0600."""
-    refuse_in_api_mode("release export")
-    store = open_backend()
-    written = export_kusion_releases(store, kusion_layout.expanduser(), project, workspace)
-    store.close()
+    if api_mode():
+        if not project:
+            raise SpecError(
+                "--project: through the HTTP API the export is of one project's stacks "
+                "(give --project, and --workspace for one stack)"
+            )
+        written = remote_releases.export_stacks(kusion_layout.expanduser(), project, workspace)
+    else:
+        store = open_backend()
+        try:
+            written = export_kusion_releases(store, kusion_layout.expanduser(), project, workspace)
+        finally:
+            store.close()
     console = stdout_console()
     for stack, count in written.items():
         console.print(f"exported {count} release(s) of {stack}", highlight=False)

@@ -3,6 +3,7 @@ release commands render in direct mode: sensitive values come masked by the API.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from stackflow.cli.api_mode import api_client
@@ -41,3 +42,39 @@ def latest(stack: StackRef) -> Release:
 def release_diff(stack: StackRef, old: int, new: int) -> ReleaseDiff:
     with api_client() as client:
         return ReleaseDiff.model_validate(client.release_diff(stack, old, new))
+
+
+def import_stacks(stacks: dict[StackRef, list[Release]]) -> dict[str, int]:
+    """Import the releases read from local files, a project per request; as directly,
+    nothing is written if any of the stacks already has releases."""
+    from stackflow.api.models import ReleaseImport
+    from stackflow.state.kusion import refuse_stacks_with_releases
+
+    imported: dict[str, int] = {}
+    with api_client() as client:
+        refuse_stacks_with_releases(stacks, lambda stack: bool(client.releases(stack)))
+        projects: dict[str, list[Release]] = {}
+        for stack, releases in stacks.items():
+            projects.setdefault(stack.project, []).extend(releases)
+        for project, releases in projects.items():
+            if not releases:
+                continue
+            done = client.import_releases(project, ReleaseImport(releases=releases))
+            imported.update(done.imported)
+    return {str(stack): imported.get(str(stack), 0) for stack in stacks}
+
+
+def export_stacks(directory: Path, project: str, workspace: str | None) -> dict[str, int]:
+    """Write the project's (or one workspace's) releases as ``stackflow release export``
+    does directly, from what the API serves."""
+    from stackflow.state.kusion import write_kusion_stack
+
+    with api_client() as client:
+        found = client.export_releases(project, workspace)
+    written: dict[str, int] = {}
+    for stack in found.stacks:
+        ref = StackRef(stack.project, stack.workspace)
+        count = write_kusion_stack(directory, ref, stack.releases)
+        if count:
+            written[str(ref)] = count
+    return written

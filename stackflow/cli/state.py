@@ -6,15 +6,19 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from stackflow.cli.api_mode import refuse_in_api_mode
+from stackflow.cli.api_mode import URL_ENV, api_mode
 from stackflow.cli.app import EXIT_CODES_HELP, app
 from stackflow.cli.output import stdout_console
 from stackflow.core.crypto import KeyRing, new_key_line
-from stackflow.core.errors import ConflictError
+from stackflow.core.errors import ConflictError, SpecError
+from stackflow.core.refs import StackRef
+
+if TYPE_CHECKING:
+    from stackflow.model.release import Release
 
 state_app = typer.Typer(
     help="The state backend (STACKFLOW_STATE_URL): schema migrations and imports.",
@@ -42,8 +46,14 @@ def migrate(
         ),
     ] = None,
 ) -> None:
-    """Bring the backend's schema up to date (idempotent); optionally import old releases."""
-    refuse_in_api_mode("state migrate")
+    """Bring the backend's schema up to date (idempotent); optionally import old releases.
+
+    Through the API (STACKFLOW_API_URL) only --from-dir: the releases are imported with
+    POST /v1/projects/{project}/releases/import (an approver's); the API's own backend is
+    migrated by its workers when they start."""
+    if api_mode():
+        _migrate_through_api(from_dir)
+        return
     from stackflow.state.backend import default_state_url, open_backend, redact_url
     from stackflow.state.legacy import read_legacy_home
 
@@ -65,6 +75,28 @@ def migrate(
         for stack, count in counts.items():
             console.print(f"imported {count} release(s) of {stack}", highlight=False)
     backend.close()
+
+
+def _migrate_through_api(from_dir: Path | None) -> None:
+    if from_dir is None:
+        raise SpecError(
+            f"`stackflow state migrate` migrates the schema of a state backend this machine "
+            f"reaches; the HTTP API's ({URL_ENV}) is migrated by its workers when they start "
+            "(`stackflow worker`) and GET /v1/readyz says whether it is ready. Unset "
+            f"{URL_ENV} to migrate the backend STACKFLOW_STATE_URL names; through the API "
+            "only `stackflow state migrate --from-dir DIR` works (it imports the releases)"
+        )
+    from stackflow.cli import remote_releases
+    from stackflow.state.legacy import read_legacy_home
+
+    releases = read_legacy_home(from_dir.expanduser())  # by stack and revision
+    stacks: dict[StackRef, list[Release]] = {}
+    for release in releases:
+        stacks.setdefault(release.stack_ref, []).append(release)
+    imported = remote_releases.import_stacks(stacks)
+    console = stdout_console()
+    for stack, count in imported.items():
+        console.print(f"imported {count} release(s) of {stack}", highlight=False)
 
 
 @keys_app.command("new")

@@ -21,8 +21,14 @@ import httpx
 from pydantic import BaseModel, ValidationError
 
 from stackflow.api.models import (
+    DriftScheduleRequest,
+    DriftScheduleView,
+    DriftStatus,
     NotificationTargetView,
     PolicyView,
+    ReleaseExport,
+    ReleaseImport,
+    ReleaseImported,
     RunCreated,
     RunPage,
     RunRequest,
@@ -30,6 +36,7 @@ from stackflow.api.models import (
     SourceView,
     StepRequest,
     StepResult,
+    UnlockRequest,
 )
 from stackflow.client.errors import (
     ApiInvalid,
@@ -41,6 +48,7 @@ from stackflow.client.stream import parse_event, parse_header
 from stackflow.core.refs import StackRef
 from stackflow.model.events import EventType, RunEvent, StreamHeader
 from stackflow.model.notifications import Destination
+from stackflow.model.release import Unlocked
 from stackflow.model.source import GitSource
 from stackflow.policy_gate.bundle import PolicyBundle
 
@@ -331,6 +339,44 @@ class StackflowClient:
 
     def outputs(self, stack: StackRef) -> dict[str, Any]:
         return self._object(f"{self.stack_path(stack)}/outputs")
+
+    def unlock(self, stack: StackRef, force: bool = False) -> Unlocked:
+        """Free a stack whose run ended without releasing it (ApiStackLocked while that run
+        is open, unless ``force``). Needs the approver role."""
+        body = UnlockRequest(force=force).model_dump(mode="json")
+        return self.model(
+            Unlocked, self.request("POST", f"{self.stack_path(stack)}/unlock", json=body)
+        )
+
+    def import_releases(self, project: str, request: ReleaseImport) -> ReleaseImported:
+        """Import releases into the project's stacks, which must have none (ApiConflict
+        otherwise; nothing is written). Needs the approver role."""
+        data = self.request(
+            "POST", f"/v1/projects/{project}/releases/import", json=request.model_dump(mode="json")
+        )
+        return self.model(ReleaseImported, data)
+
+    def export_releases(self, project: str, workspace: str | None = None) -> ReleaseExport:
+        """The project's stacks' releases (or one workspace's) in Kusion's file form, masked."""
+        params = {"workspace": workspace} if workspace else None
+        data = self.request("GET", f"/v1/projects/{project}/releases/export", params=params)
+        return self.model(ReleaseExport, data)
+
+    # ---- drift ---------------------------------------------------------------------------
+    def schedule_drift(self, stack: StackRef, request: DriftScheduleRequest) -> DriftScheduleView:
+        """Check the stack for drift on a schedule, replacing its schedule if it has one."""
+        data = self.request(
+            "PUT", f"{self.stack_path(stack)}/drift/schedule", json=request.model_dump(mode="json")
+        )
+        return self.model(DriftScheduleView, data)
+
+    def unschedule_drift(self, stack: StackRef) -> None:
+        """Delete the stack's drift schedule (ApiNotFound when it has none)."""
+        self.request("DELETE", f"{self.stack_path(stack)}/drift/schedule")
+
+    def drift_status(self, stack: StackRef) -> DriftStatus:
+        """The stack's last drift report (ApiNotFound before its first check)."""
+        return self.model(DriftStatus, self.request("GET", f"{self.stack_path(stack)}/drift"))
 
     # ---- git sources and notification destinations -----------------------------------------
     def set_source(self, stack: StackRef, source: GitSource) -> SourceView:

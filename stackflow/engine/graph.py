@@ -7,11 +7,11 @@ workflow code may call it. Edges point from the dependency to the dependent.
 from __future__ import annotations
 
 from collections.abc import Container, Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from stackflow.core.errors import GraphError, SpecError
 from stackflow.core.paths import PathError, get_path, parse_path
-from stackflow.model.runtime_rules import all_rules
+from stackflow.model.runtime_rules import Described, all_rules
 
 if TYPE_CHECKING:
     from stackflow.model.spec import Spec
@@ -196,19 +196,6 @@ class Graph:
         first = min(range(len(cycle)), key=lambda i: self._index[cycle[i]])
         cycle = cycle[first:] + cycle[:first]
         return [*cycle, cycle[0]]
-
-
-class Described(Protocol):
-    """What an implicit-edge rule reads of a resource (a spec's or a recorded one)."""
-
-    @property
-    def id(self) -> str: ...
-
-    @property
-    def type(self) -> Any: ...
-
-    @property
-    def attributes(self) -> dict[str, Any]: ...
 
 
 def implicit_dependencies(resources: Sequence[Described]) -> dict[str, list[str]]:

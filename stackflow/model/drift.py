@@ -4,10 +4,12 @@ workflow's history holds only the summary and the report's ref."""
 
 from __future__ import annotations
 
-from datetime import datetime
+import re
+from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
+from stackflow.core.errors import SpecError
 from stackflow.core.refs import StackFields, StackRef
 
 
@@ -48,3 +50,21 @@ class DriftReport(StackFields, BaseModel):
 def schedule_id(stack: StackRef) -> str:
     """The id of ``stack``'s drift-check Schedule (``stackflow drift schedule``)."""
     return f"stackflow-drift/{stack}"
+
+
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+MIN_EVERY = timedelta(seconds=10)
+"""The shortest interval between scheduled drift checks."""
+
+
+def parse_every(text: str, option: str = "--every") -> timedelta:
+    """``30s``, ``5m``, ``1h``, ``1h30m``: at least :data:`MIN_EVERY` (SpecError naming
+    ``option`` otherwise): ``stackflow drift schedule --every`` and the API's ``every``."""
+    m = _DURATION.match(text.strip())
+    if not text.strip() or m is None:
+        raise SpecError(f"{option} {text}: write a duration such as 30s, 5m, 1h or 1h30m")
+    hours, minutes, seconds = (int(g or 0) for g in m.groups())
+    every = timedelta(hours=hours, minutes=minutes, seconds=seconds)
+    if every < MIN_EVERY:
+        raise SpecError(f"{option} {text}: at least 10s between checks")
+    return every

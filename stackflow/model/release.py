@@ -124,3 +124,24 @@ class Release(BaseModel):
     def stack_ref(self) -> StackRef:
         """The release's stack (``stack`` is Kusion's stack name, a field of its format)."""
         return StackRef(self.project, self.workspace)
+
+
+class Unlocked(BaseModel):
+    """What freeing a stack by hand did (``stackflow release unlock``, ``POST
+    /v1/stacks/{project}/{workspace}/unlock``): ``unlocked`` False when it was not locked;
+    ``revision`` and ``phase`` are its latest release's afterwards."""
+
+    project: str
+    workspace: str
+    unlocked: bool
+    revision: int
+    phase: Phase
+    reason: str | None = None
+    """What the freed release's error now says."""
+
+    def line(self) -> str:
+        """The line the CLI prints."""
+        stack = StackRef(self.project, self.workspace)
+        if not self.unlocked:
+            return f"stack {stack} is not locked (release {self.revision} is {self.phase})"
+        return f"unlocked {stack}: release {self.revision} is now {self.phase}"

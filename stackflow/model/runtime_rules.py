@@ -8,34 +8,57 @@ its ``pyproject.toml`` the same way)::
     mycloud = "mycloud_runtime.rules:RULES"
 
 The rules say which ``type`` a resource names to reach the runtime, what a valid id of that
-type looks like, which of its attributes are secret, whether its nodes may share an activity,
-which edges its resources imply,
-and how to build the runtime itself (:meth:`RuntimeRules.create`, called by
-:mod:`runtimes.registry`). The rules module must be cheap to import (no client libraries):
-spec validation and masking load it in the CLI. Policy checks belong to the runtime
-(:meth:`runtimes.base.Runtime.check_policy`), which reads the worker policy of
+type looks like, which of its attributes are secret, which edges its resources imply, and,
+as data, where the runtime and its worker-policy section are (class paths
+``"package.module:Class"`` that :mod:`stackflow.runtimes.registry` and
+:mod:`stackflow.runtimes.policy` import on a worker), its task queue's name and how its nodes
+are grouped in a walk. The rules module must be cheap to import (no client libraries, not
+its own runtime): spec validation and masking load it in the CLI. Policy checks belong to
+the runtime (:meth:`runtimes.base.Runtime.check_policy`), which reads the worker policy of
 :mod:`stackflow.runtimes.policy` and keeps its own checks in its own package.
 
-This module finds runtimes by entry point only, so ``stackflow`` imports no runtime module.
+This module finds runtimes by entry point only, so ``stackflow`` imports no runtime module,
+and sits in the model layer: it imports nothing of stackflow but its errors.
 """
 
 from __future__ import annotations
 
+import importlib
 import threading
 import tomllib
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from stackflow.core.errors import StackflowError
 
-if TYPE_CHECKING:
-    from stackflow.engine.graph import Described
-    from stackflow.runtimes.base import Runtime
-    from stackflow.state.backend import StateBackend
-
 ENTRY_POINT_GROUP = "stackflow.runtimes"
+
+
+class Described(Protocol):
+    """What an implicit-edge rule reads of a resource (a spec's or a recorded one)."""
+
+    @property
+    def id(self) -> str: ...
+
+    @property
+    def type(self) -> Any: ...
+
+    @property
+    def attributes(self) -> dict[str, Any]: ...
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """How a walk groups a runtime's ready nodes into one ``run_group`` activity: at most
+    ``limit`` nodes, and with ``rounds`` at most that many per call of the group's share of
+    the run's concurrency (None for both: about GROUP_ROUNDS rounds of its share, GROUP_LIMIT
+    at most, as :mod:`stackflow.workflows.walker` sizes groups by default)."""
+
+    limit: int | None = None
+    rounds: int | None = None
 
 
 class RuntimeLoadError(StackflowError):
@@ -48,15 +71,35 @@ class RuntimeRules:
 
     type_name: ClassVar[str]
     """The ``type`` of the resources this runtime manages (``Kubernetes``)."""
+    runtime: ClassVar[str]
+    """Where the runtime class is, ``"package.module:Class"`` (a subclass of
+    :class:`stackflow.runtimes.base.Runtime`): :mod:`stackflow.runtimes.registry` imports and
+    builds it once per worker and type, lazily, so the rules never import their runtime."""
+    backend_argument: ClassVar[str | None] = None
+    """The keyword under which the runtime's constructor takes the worker's state backend
+    (a runtime that keeps state of its own there: ``backend``, ``claims``); None: it is built
+    with no argument."""
+    name: ClassVar[str | None] = None
+    """The runtime's name in ``stackflow worker --runtimes``, ``STACKFLOW_RUNTIME_QUEUES`` and
+    its task queue's name (``<main queue>-<name>``); None: the type in lower case."""
+    policy_section: ClassVar[str | None] = None
+    """Where the model of the runtime's section of the worker policy file is,
+    ``"package.module:Class"`` (a subclass of
+    :class:`stackflow.runtimes.policy_section.PolicySection`; its ``PER_PROJECT`` settings
+    may be narrowed per project), read by the runtime with ``WorkerPolicy.section``. The
+    section is named :attr:`runtime_name`; None: the runtime has no section. (stackflow's
+    own three name theirs too, which are also fields of
+    :class:`stackflow.runtimes.policy.PolicySettings`, set by ``STACKFLOW_*`` variables.)"""
     grouped: ClassVar[bool] = False
-    """Whether the runtime's nodes are cheap enough to share one activity (a workflow
-    decision: the walk's history shape depends on it, so the workflows keep the list of
-    grouped types as a constant, checked against these declarations by the tests)."""
+    """Whether the runtime's nodes are cheap enough to share one activity (``run_group``)."""
+    grouping: ClassVar[Grouping] = Grouping()
+    """How large a group of its nodes grows (when :attr:`grouped`). The prepare activity puts
+    the run's grouping on its plan (``OperationPlan.grouping``), and the walk reads it from
+    there, so a run groups the same way on every worker and on replay."""
 
-    def create(self, backend: StateBackend | None) -> Runtime:
-        """Build the runtime (``backend``: where a runtime that keeps state of its own keeps
-        it). Called once per worker and type, lazily."""
-        raise NotImplementedError(f"{type(self).__name__}.create")
+    @property
+    def runtime_name(self) -> str:
+        return self.name or self.type_name.lower()
 
     def id_problem(self, resource_id: str) -> str | None:
         """Why ``resource_id`` breaks this type's id convention, or None (default: any id)."""
@@ -73,6 +116,26 @@ class RuntimeRules:
         among this runtime's resources (a spec's, or a release's recorded ones: destroy
         derives them again). Default: none."""
         return {}
+
+    def takes_over(self, extensions: Mapping[str, Any]) -> str | None:
+        """How a resource with these ``extensions`` takes over an object stackflow did not make
+        (adopts or imports it), for a line naming it, or None (default: it never does).
+        Taking over is an approver's decision (:mod:`stackflow.engine.takeover`)."""
+        return None
+
+
+def resolve(path: str, what: str) -> Any:
+    """The object a class path ``"package.module:Name"`` names (imported now: call it on a
+    worker, not while validating a spec); RuntimeLoadError (one line, naming ``what`` and the
+    path) when it does not import."""
+    module, _, name = path.partition(":")
+    try:
+        found: Any = importlib.import_module(module)
+        for part in name.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError) as exc:
+        raise RuntimeLoadError(f"{what} ({path}) does not load: {exc}") from exc
+    return found
 
 
 _lock = threading.Lock()
@@ -111,11 +174,25 @@ def _discover() -> dict[str, RuntimeRules]:
             raise RuntimeLoadError(
                 f"runtime entry point {point.name!r} ({point.value}) is not a RuntimeRules"
             )
+        if not isinstance(getattr(rules, "runtime", None), str) or ":" not in rules.runtime:
+            raise RuntimeLoadError(
+                f"runtime entry point {point.name!r} ({point.value}) names no runtime class "
+                f"(RuntimeRules.runtime = 'package.module:Class')"
+            )
         other = found.get(rules.type_name)
         if other is not None and type(other) is not type(rules):
             raise RuntimeLoadError(
                 f"runtime entry point {point.name!r} declares type {rules.type_name!r}, "
                 f"which {type(other).__module__} declares already"
+            )
+        named = next(
+            (r for r in found.values() if r.runtime_name == rules.runtime_name and r is not other),
+            None,
+        )
+        if named is not None:
+            raise RuntimeLoadError(
+                f"runtime entry point {point.name!r} names its runtime {rules.runtime_name!r}, "
+                f"as the runtime of type {named.type_name!r} does already"
             )
         found[rules.type_name] = rules
     return found

@@ -9,7 +9,9 @@ on every call. A violation is a :class:`PolicyViolation` (a :class:`SpecError`: 
 line naming the resource and the field).
 
 This module owns only what is generic: the settings (one section per built-in runtime,
-read from ``STACKFLOW_*`` variables and the policy file by :func:`load_policy`), the
+read from ``STACKFLOW_*`` variables and the policy file by :func:`load_policy`, and one per
+other installed runtime whose rules name a section model, ``RuntimeRules.policy_section``,
+read from the file under the runtime's name: :meth:`WorkerPolicy.section`), the
 per-project sections and :class:`PolicyViolation`; the paths no spec may touch are found by
 :mod:`stackflow.runtimes.policy_paths`. Each runtime checks its own part, in its own package:
 ``runtimes/terraform/policy.py`` (providers, provisioners, ``context.env``, files named by
@@ -33,21 +35,32 @@ import fnmatch
 import os
 import re
 import threading
-from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Self
+from collections.abc import Mapping
+from typing import Any, ClassVar, TypeVar
 
 import yaml
-from pydantic import BaseModel, ByteSize, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ByteSize, Field, ValidationError, field_validator
 
-from stackflow.core.errors import SpecError, StackflowError
+from stackflow.model.runtime_rules import RuntimeLoadError, all_rules, resolve
 from stackflow.runtimes.policy_paths import (
     POLICY_FILE_VAR,
     ProtectedPath,
     real_path,
     split_list,
     stackflow_paths,
-    within,
     worker_kubeconfigs,
+)
+from stackflow.runtimes.policy_section import (
+    Narrow,
+    PolicyConfigError,
+    PolicySection,
+    PolicyViolation,
+    added,
+    glob_covers,
+    narrower_flag,
+    narrower_globs,
+    narrower_paths,
+    narrower_size,
 )
 
 MIB = 1024 * 1024
@@ -56,122 +69,20 @@ POLICY_FILE_MAX_BYTES = MIB
 DEFAULT_TF_PROVIDERS = ("hashicorp/*",)
 _ENV_PATTERN = re.compile(r"^[A-Za-z0-9_*?\[\]!-]+$")
 
-
-class PolicyViolation(SpecError):
-    """The worker's policy refuses what a resource asks for."""
-
-    def __init__(self, resource_id: str, field: str, problem: str) -> None:
-        super().__init__(f"{resource_id}: {field}: {problem}")
-        self.resource_id = resource_id
-        self.field = field
-
-
-class PolicyConfigError(StackflowError):
-    """The worker's policy settings are invalid (a worker problem, not the spec's: exit 1):
-    the worker refuses to start, one line."""
-
-
-Narrow = Callable[[Any, Any], Any]
-"""How a project's setting narrows the worker's: (the worker's value, the project's) -> the
-project's effective value; ValueError says how the project's is wider."""
-
-_GLOB_CHARS = "*?["
-
-
-def glob_covers(outer: str, inner: str) -> bool:
-    """Whether every name the glob ``inner`` matches is matched by the glob ``outer`` (sound,
-    not complete: an ``inner`` this cannot prove narrower counts as wider)."""
-    if outer in (inner, "*"):
-        return True
-    cut = [inner.index(c) for c in _GLOB_CHARS if c in inner]
-    if not cut:
-        return fnmatch.fnmatchcase(inner, outer)
-    head = outer[:-1]
-    if outer.endswith("*") and not any(c in head for c in _GLOB_CHARS):
-        return inner[: min(cut)].startswith(head)
-    return False
-
-
-def narrower_flag(worker: bool, project: bool) -> bool:
-    if project and not worker:
-        raise ValueError("is off for the whole worker; a project may only turn it off")
-    return project
-
-
-def narrower_size(worker: int, project: int) -> int:
-    if project > worker:
-        raise ValueError(f"{int(project)} is more than the worker's {int(worker)}")
-    return project
-
-
-def narrower_globs(
-    worker: tuple[str, ...] | None, project: tuple[str, ...] | None
-) -> tuple[str, ...] | None:
-    """Each of the project's globs within one of the worker's (None: any)."""
-    if worker is None:
-        return project
-    if project is None:
-        raise ValueError(f"any is wider than the worker's ({', '.join(worker) or 'none'})")
-    for pattern in project:
-        if not any(glob_covers(outer, pattern) for outer in worker):
-            raise ValueError(
-                f"{pattern!r} is not within the worker's ({', '.join(worker) or 'none'})"
-            )
-    return project
-
-
-def narrower_paths(worker: tuple[str, ...], project: tuple[str, ...]) -> tuple[str, ...]:
-    """Each of the project's paths at or under one of the worker's (through symlinks)."""
-    outer = [real_path(path) for path in worker]
-    for path in project:
-        if not any(within(real_path(path), root) for root in outer):
-            raise ValueError(f"{path} is outside the worker's ({', '.join(worker) or 'none'})")
-    return project
-
-
-def added(worker: tuple[str, ...], project: tuple[str, ...]) -> tuple[str, ...]:
-    """The worker's and the project's: a project adds to them, never removes."""
-    return tuple(dict.fromkeys((*worker, *project)))
-
-
-class _Section(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    PER_PROJECT: ClassVar[Mapping[str, Narrow]] = {}
-    """The settings a project's section may set, each with how it narrows the worker's."""
-
-    def narrowed(self, raw: Mapping[str, Any]) -> Self:
-        """This section as a project's ``raw`` settings narrow it. ValueError (naming the
-        setting, ``key: problem``) when one is unknown, whole-worker only, or wider."""
-        for key in raw:
-            if key not in type(self).model_fields:
-                raise ValueError(f"{key}: not a setting")
-            if key not in self.PER_PROJECT:
-                raise ValueError(f"{key}: applies to the whole worker, not per project")
-        try:
-            parsed = type(self).model_validate(dict(raw))
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            raise ValueError(f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}") from None
-        updates: dict[str, Any] = {}
-        for key in raw:
-            try:
-                updates[key] = self.PER_PROJECT[key](getattr(self, key), getattr(parsed, key))
-            except ValueError as exc:
-                raise ValueError(f"{key}: {exc} (a project's section may only narrow)") from None
-        return self.model_copy(update=updates)
-
-    def differences(self, other: Self) -> list[str]:
-        """``key=value`` for each per-project setting where ``other`` differs (summaries)."""
-        out = []
-        for key in self.PER_PROJECT:
-            mine, theirs = getattr(self, key), getattr(other, key)
-            if mine != theirs:
-                shown = "any" if theirs is None else theirs
-                if isinstance(theirs, tuple):
-                    shown = ",".join(theirs) or "none"
-                out.append(f"{key}={shown}")
-        return out
+__all__ = [
+    "Narrow",
+    "PolicyConfigError",
+    "PolicySection",
+    "PolicyViolation",
+    "added",
+    "glob_covers",
+    "narrower_flag",
+    "narrower_globs",
+    "narrower_paths",
+    "narrower_size",
+]
+"""What this module re-exports from :mod:`stackflow.runtimes.policy_section` (what it defines
+is public as well)."""
 
 
 def _absolute(values: tuple[str, ...]) -> tuple[str, ...]:
@@ -184,7 +95,7 @@ def _absolute(values: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(out)
 
 
-class TerraformPolicy(_Section):
+class TerraformPolicy(PolicySection):
     allow_provisioners: bool = False
     """Trust Terraform specs to run programs on the worker (provisioners, connection
     blocks, code-running providers, exec blocks and file settings in provider configs)."""
@@ -228,7 +139,7 @@ class TerraformPolicy(_Section):
         return tuple(v.strip("/").lower() for v in values)
 
 
-class KubernetesPolicy(_Section):
+class KubernetesPolicy(PolicySection):
     allowed_kubeconfigs: tuple[str, ...] = ()
     """kubeconfig files (or directories holding them) specs may name, besides the worker's
     own ``KUBECONFIG``."""
@@ -257,7 +168,7 @@ class KubernetesPolicy(_Section):
     _paths = field_validator("allowed_kubeconfigs")(_absolute)
 
 
-class OnPremPolicy(_Section):
+class OnPremPolicy(PolicySection):
     roots: tuple[str, ...] = ()
     """Directories OnPrem resources may live in; none: OnPrem is refused."""
     max_bytes: ByteSize = ByteSize(MIB)
@@ -274,7 +185,7 @@ class OnPremPolicy(_Section):
     _paths = field_validator("roots", "protected")(_absolute)
 
 
-class ApprovalPolicy(_Section):
+class ApprovalPolicy(PolicySection):
     four_eyes: tuple[str, ...] = ()
     """Project globs whose runs the requester may not approve (``STACKFLOW_FOUR_EYES``):
     enforced by the run's ``approve`` Update validator, so for every client."""
@@ -283,7 +194,7 @@ class ApprovalPolicy(_Section):
         return any(fnmatch.fnmatchcase(project, glob) for glob in self.four_eyes)
 
 
-class PolicySettings(_Section):
+class PolicySettings(PolicySection):
     """What the policy file (and the environment variables) set."""
 
     terraform: TerraformPolicy = Field(default_factory=TerraformPolicy)
@@ -298,9 +209,43 @@ class PolicySettings(_Section):
             name
             for name, info in cls.model_fields.items()
             if isinstance(info.default_factory, type)
-            and issubclass(info.default_factory, _Section)
+            and issubclass(info.default_factory, PolicySection)
             and info.default_factory.PER_PROJECT
         )
+
+
+S = TypeVar("S", bound=PolicySection)
+
+
+def runtime_sections() -> dict[str, type[PolicySection]]:
+    """Section name -> model, for each installed runtime whose rules name a section model
+    (``RuntimeRules.policy_section``) other than stackflow's own (fields of
+    :class:`PolicySettings`). PolicyConfigError when one does not load or takes a built-in's
+    name."""
+    found: dict[str, type[PolicySection]] = {}
+    for type_name, rules in sorted(all_rules().items()):
+        if rules.policy_section is None:
+            continue
+        name = rules.runtime_name
+        try:
+            model = resolve(rules.policy_section, f"the policy section of type {type_name!r}")
+        except RuntimeLoadError as exc:
+            raise PolicyConfigError(f"worker policy: {exc}") from None
+        if not (isinstance(model, type) and issubclass(model, PolicySection)):
+            raise PolicyConfigError(
+                f"worker policy: the policy section of type {type_name!r} "
+                f"({rules.policy_section}) is not a PolicySection"
+            )
+        own = PolicySettings.model_fields.get(name)
+        if own is not None:
+            if own.default_factory is not model:
+                raise PolicyConfigError(
+                    f"worker policy: type {type_name!r} names its section {name!r}, "
+                    f"a section of stackflow's own"
+                )
+            continue
+        found[name] = model
+    return found
 
 
 PROJECTS_KEY = "projects"
@@ -316,6 +261,10 @@ class WorkerPolicy(PolicySettings):
     source: str = "defaults"
     scope: str | None = None
     """The project glob whose section narrowed this policy (None: the worker's own)."""
+    sections: tuple[tuple[str, PolicySection], ...] = ()
+    """The sections of other installed runtimes (:func:`runtime_sections`), (name, section)
+    pairs (a tuple: a policy is hashable): each runtime reads its own through
+    :meth:`section`."""
     projects: tuple[tuple[str, WorkerPolicy], ...] = ()
     """Each project section (its glob, the policy it makes), in the file's order: the first
     whose glob matches a run's project is that run's policy; a project none matches may
@@ -337,6 +286,31 @@ class WorkerPolicy(PolicySettings):
             f"add one under {PROJECTS_KEY} in {POLICY_FILE_VAR}",
         )
 
+    def section(self, name: str, model: type[S]) -> S:
+        """The section ``name`` of this policy (a built-in's or an installed runtime's own),
+        as ``model``; PolicyConfigError when there is no such section."""
+        found = getattr(self, name) if name in PolicySettings.model_fields else None
+        found = dict(self.sections).get(name, found)
+        if not isinstance(found, model):
+            raise PolicyConfigError(
+                f"worker policy: no section {name!r} of {model.__name__} "
+                f"(sections: {', '.join(self._all_sections())})"
+            )
+        return found
+
+    def _all_sections(self) -> dict[str, PolicySection]:
+        own = {
+            name: getattr(self, name)
+            for name in PolicySettings.model_fields
+            if isinstance(getattr(self, name), PolicySection)
+        }
+        return {**own, **dict(self.sections)}
+
+    def _scoped(self) -> dict[str, PolicySection]:
+        """The sections a project's section may narrow: those with per-project settings."""
+        scoped = {*self.scoped_sections(), *(n for n, s in self.sections if s.PER_PROJECT)}
+        return {n: s for n, s in self._all_sections().items() if n in scoped}
+
     def summary(self) -> str:
         """One line for the worker's log."""
         tf, kube, onprem = self.terraform, self.kubernetes, self.onprem
@@ -351,25 +325,30 @@ class WorkerPolicy(PolicySettings):
             f", OnPrem roots {':'.join(onprem.roots) or 'none'} (max {int(onprem.max_bytes)} B)"
             f", four-eyes {','.join(self.approvals.four_eyes) or 'none'}"
         )
+        if self.sections:
+            line += f", runtime sections {','.join(name for name, _ in self.sections)}"
         if not self.projects:
             return line + ", projects: all alike"
         scopes = []
         for glob, scoped in self.projects:
+            theirs = scoped._all_sections()
             changes = [
                 f"{name}.{change}"
-                for name in self.scoped_sections()
-                for change in getattr(self, name).differences(getattr(scoped, name))
+                for name, section in self._scoped().items()
+                for change in section.differences(theirs[name])
             ]
             scopes.append(f"{glob} ({'; '.join(changes) or 'as the worker'})")
         return line + f", projects: {', '.join(scopes)}, any other denied"
 
     def narrowed_by(self, raw: Mapping[str, Any]) -> WorkerPolicy:
         """This policy as a project's section narrows it (the sections' own
-        :meth:`_Section.narrowed`); ValueError names ``section.key: problem``."""
+        :meth:`PolicySection.narrowed`); ValueError names ``section.key: problem``."""
         if not isinstance(raw, Mapping):
             raise ValueError("must be a mapping of sections")
-        sections = self.scoped_sections()
+        sections = self._scoped()
         updates: dict[str, Any] = {}
+        runtimes = dict(self.sections)
+        own = {name for name, _ in self.sections}
         for name, block in raw.items():
             if name not in sections:
                 raise ValueError(
@@ -378,9 +357,14 @@ class WorkerPolicy(PolicySettings):
             if not isinstance(block, Mapping):
                 raise ValueError(f"{name}: must be a mapping")
             try:
-                updates[name] = getattr(self, name).narrowed(block)
+                narrowed = sections[name].narrowed(block)
             except ValueError as exc:
                 raise ValueError(f"{name}.{exc}") from None
+            if name in own:
+                runtimes[name] = narrowed
+            else:
+                updates[name] = narrowed
+        updates["sections"] = tuple(runtimes.items())
         extra = updates.get("onprem", self.onprem).protected
         protected = list(self.protected)
         known = {p.path for p in protected}
@@ -441,6 +425,8 @@ def load_policy(environ: Mapping[str, str] | None = None) -> WorkerPolicy:
     file = env.get(POLICY_FILE_VAR) or None
     data: dict[str, Any] = _read_policy_file(file) if file else {}
     projects = data.pop(PROJECTS_KEY, None)
+    declared = runtime_sections()
+    own_raw = {name: data.pop(name) for name in list(data) if name in declared}
     origin: dict[tuple[str, ...], str] = {}
     for var, (section, key, how) in _ENV_SETTINGS.items():
         raw = env.get(var, "").strip()
@@ -460,6 +446,17 @@ def load_policy(environ: Mapping[str, str] | None = None) -> WorkerPolicy:
         loc = tuple(str(p) for p in err["loc"])
         where = origin.get(loc[:2]) or f"{file}: {'.'.join(loc)}"
         raise PolicyConfigError(f"worker policy: {where}: {err['msg']}") from None
+    sections: dict[str, PolicySection] = {}
+    for name, model in declared.items():
+        block = own_raw.get(name)
+        if not isinstance(block, dict | None):
+            raise PolicyConfigError(f"worker policy: {file}: {name} must be a mapping")
+        try:
+            sections[name] = model.model_validate(block or {})
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join((name, *(str(p) for p in err["loc"])))
+            raise PolicyConfigError(f"worker policy: {file}: {where}: {err['msg']}") from None
     sources = [f"file {file}"] if file else []
     if origin:
         sources.append("environment")
@@ -468,6 +465,7 @@ def load_policy(environ: Mapping[str, str] | None = None) -> WorkerPolicy:
         kubernetes=settings.kubernetes,
         onprem=settings.onprem,
         approvals=settings.approvals,
+        sections=tuple(sections.items()),
         protected=tuple(
             stackflow_paths(env, settings.kubernetes.allowed_kubeconfigs, settings.onprem.protected)
         ),

@@ -2,7 +2,8 @@
 
 A new infrastructure plugs in by declaring its :class:`~stackflow.model.runtime_rules.RuntimeRules`
 in the entry-point group ``stackflow.runtimes`` (see the README, "Adding a runtime"), or,
-in-process, through ``register``, without touching the engine.
+in-process, through ``register``, without touching the engine. The rules name the runtime's
+class (``RuntimeRules.runtime``); this module imports and builds it.
 """
 
 from __future__ import annotations
@@ -11,13 +12,26 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from stackflow.model.runtime_rules import all_rules
+from stackflow.model.runtime_rules import RuntimeLoadError, RuntimeRules, all_rules, resolve
 from stackflow.runtimes.base import InvalidInput, Runtime
 
 if TYPE_CHECKING:
     from stackflow.state.backend import StateBackend
 
 RuntimeFactory = Callable[[], Runtime]
+
+
+def build(rules: RuntimeRules, backend: StateBackend | None) -> Runtime:
+    """The runtime ``rules`` names, built (with the state backend under the keyword its
+    rules name, when they name one)."""
+    cls = resolve(rules.runtime, f"the runtime of type {rules.type_name!r}")
+    if not (isinstance(cls, type) and issubclass(cls, Runtime)):
+        raise RuntimeLoadError(
+            f"the runtime of type {rules.type_name!r} ({rules.runtime}) is not a Runtime class"
+        )
+    if rules.backend_argument is None:
+        return cls()
+    return cls(**{rules.backend_argument: backend})
 
 
 class RuntimeRegistry:
@@ -66,10 +80,11 @@ def default_registry(
     """Every installed runtime (or ``only`` those types: a worker for some runtimes):
     stackflow's own and any other distribution's, found through the entry-point group
     ``stackflow.runtimes`` (:mod:`stackflow.model.runtime_rules`) and built lazily, so a missing
-    client costs nothing. ``backend`` is handed to each runtime's factory (the Terraform
-    runtime keeps its state there, readable from any host)."""
+    client costs nothing. ``backend`` is handed to each runtime whose rules name a
+    ``backend_argument`` (the Terraform runtime keeps its state there, readable from any
+    host)."""
     registry = RuntimeRegistry(only)
     for type_name, rules in all_rules().items():
         if only is None or type_name in only:
-            registry.register(type_name, functools.partial(rules.create, backend))
+            registry.register(type_name, functools.partial(build, rules, backend))
     return registry

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -121,27 +122,60 @@ def find_kusion_stacks(kusion_home: Path) -> list[Path]:
     return sorted(ws for p in projects for ws in p.iterdir() if ws.is_dir())
 
 
-def import_kusion_releases(kusion_home: Path | str, release_store: StateBackend) -> dict[str, int]:
-    """Import every Kusion release under ``kusion_home``; returns ``{project/workspace: count}``.
-
-    Everything is read and checked first, and nothing is written if any target stack already
-    has releases, so a refused import leaves the store as it was.
-    """
-    stacks = {
+def read_kusion_home(kusion_home: Path | str) -> dict[StackRef, list[Release]]:
+    """Every Kusion release under ``kusion_home``, read and checked, by stack."""
+    return {
         StackRef(d.parent.name, d.name): read_kusion_stack(d)
         for d in find_kusion_stacks(Path(kusion_home))
     }
+
+
+def refuse_stacks_with_releases(stacks: Iterable[StackRef], has_releases: Any) -> None:
+    """ConflictError naming the first of ``stacks`` that ``has_releases(stack)`` says
+    already has releases: an import goes only into stacks with none."""
     for stack in stacks:
-        if release_store.revisions(stack):
+        if has_releases(stack):
             raise ConflictError(
                 f"stack {stack} already has stackflow releases; import only into stacks with none"
             )
+
+
+def check_import(releases: Iterable[Release]) -> dict[StackRef, list[Release]]:
+    """Releases to import, by stack and revision; KusionFormatError when a stack holds one
+    revision twice."""
+    stacks: dict[StackRef, list[Release]] = {}
+    for release in releases:
+        stacks.setdefault(release.stack_ref, []).append(release)
+    for stack, found in stacks.items():
+        found.sort(key=lambda r: r.revision)
+        revisions = [r.revision for r in found]
+        twice = sorted({r for r in revisions if revisions.count(r) > 1})
+        if twice:
+            raise KusionFormatError(
+                f"stack {stack}: revision {twice[0]} is given more than once; not imported"
+            )
+    return stacks
+
+
+def import_stacks(
+    stacks: dict[StackRef, list[Release]], release_store: StateBackend
+) -> dict[str, int]:
+    """Import ``stacks``' releases; returns ``{project/workspace: count}``. Everything is
+    checked first, and nothing is written if any target stack already has releases, so a
+    refused import leaves the store as it was."""
+    refuse_stacks_with_releases(stacks, release_store.revisions)
     imported: dict[str, int] = {}
     for stack, releases in stacks.items():
         for release in releases:
             release_store.import_release(release)
         imported[str(stack)] = len(releases)
     return imported
+
+
+def import_kusion_releases(kusion_home: Path | str, release_store: StateBackend) -> dict[str, int]:
+    """Import every Kusion release under ``kusion_home``; returns ``{project/workspace: count}``
+    (nothing is written if any target stack already has releases)."""
+    return import_stacks(read_kusion_home(kusion_home), release_store)
 
 
 def _kusion_document(release: Release) -> dict[str, Any]:
@@ -169,6 +203,46 @@ def _write_private(path: Path, text: str) -> None:
         handle.write(text)
 
 
+def kusion_documents(backend: StateBackend, stack: StackRef) -> list[dict[str, Any]]:
+    """The stack's releases in Kusion's file form, by revision, sensitive values masked."""
+    return [_kusion_document(backend.get(stack, rev)) for rev in backend.revisions(stack)]
+
+
+def check_directory_names(stack: StackRef) -> None:
+    for name in (stack.project, stack.workspace):
+        if not _SAFE_NAME.match(name):
+            raise KusionFormatError(
+                f"stack {stack}: {name!r} cannot be a directory name; not exported"
+            )
+
+
+def write_kusion_stack(directory: Path, stack: StackRef, documents: list[dict[str, Any]]) -> int:
+    """Write ``documents`` (:func:`kusion_documents`) as ``releases/<project>/<workspace>/
+    <n>.yaml`` and ``.metadata.yml`` under ``directory``, files 0600; returns how many."""
+    check_directory_names(stack)
+    target = directory / "releases" / stack.project / stack.workspace
+    metas = []
+    for doc in documents:
+        revision = doc["revision"]
+        _write_private(target / f"{revision}.yaml", yaml.safe_dump(doc, sort_keys=False))
+        metas.append({"revision": revision, "stack": doc["stack"]})
+    if metas:
+        meta = {"latestRevision": metas[-1]["revision"], "releaseMetaDatas": metas}
+        _write_private(target / METADATA_FILE, yaml.safe_dump(meta, sort_keys=False))
+    return len(metas)
+
+
+def selected_stacks(
+    backend: StateBackend, project: str | None = None, workspace: str | None = None
+) -> list[StackRef]:
+    return [
+        stack
+        for stack in backend.stacks()
+        if not (project and stack.project != project)
+        and not (workspace and stack.workspace != workspace)
+    ]
+
+
 def export_kusion_releases(
     backend: StateBackend,
     directory: Path,
@@ -178,23 +252,9 @@ def export_kusion_releases(
     """Write ``releases/<project>/<workspace>/<n>.yaml`` and ``.metadata.yml`` as Kusion
     does, for the stacks selected; returns ``{project/workspace: count}``."""
     written: dict[str, int] = {}
-    for stack in backend.stacks():
-        if (project and stack.project != project) or (workspace and stack.workspace != workspace):
-            continue
-        for name in (stack.project, stack.workspace):
-            if not _SAFE_NAME.match(name):
-                raise KusionFormatError(
-                    f"stack {stack}: {name!r} cannot be a directory name; not exported"
-                )
-        target = directory / "releases" / stack.project / stack.workspace
-        metas = []
-        for revision in backend.revisions(stack):
-            release = backend.get(stack, revision)
-            doc = _kusion_document(release)
-            _write_private(target / f"{revision}.yaml", yaml.safe_dump(doc, sort_keys=False))
-            metas.append({"revision": revision, "stack": doc["stack"]})
-        if metas:
-            meta = {"latestRevision": metas[-1]["revision"], "releaseMetaDatas": metas}
-            _write_private(target / METADATA_FILE, yaml.safe_dump(meta, sort_keys=False))
-            written[str(stack)] = len(metas)
+    for stack in selected_stacks(backend, project, workspace):
+        check_directory_names(stack)
+        count = write_kusion_stack(directory, stack, kusion_documents(backend, stack))
+        if count:
+            written[str(stack)] = count
     return written

@@ -189,6 +189,20 @@ class ChangeBrief(BaseModel):
     drift: bool = False
 
 
+GROUP_LIMIT = 64
+"""Nodes one ``run_group`` activity takes at most, when its runtime's grouping sets no limit."""
+
+
+class GroupSizing(BaseModel):
+    """How a walk groups one runtime's ready nodes (from ``RuntimeRules.grouping``): at most
+    ``limit`` nodes a group (None: GROUP_LIMIT), and with ``rounds`` at most that many per
+    call of the group's share of the concurrency (None for both: about GROUP_ROUNDS rounds of
+    its share)."""
+
+    limit: int | None = Field(default=None, ge=1)
+    rounds: int | None = Field(default=None, ge=1)
+
+
 class OperationPlan(BaseModel):
     """What ``prepare_operation`` returns: the graph itself is stored by ``plan_ref``.
 
@@ -219,6 +233,11 @@ class OperationPlan(BaseModel):
     runtime_queues`; empty: every activity on the run's own queue)."""
     queue_wait_seconds: float = 300.0
     """How long a runtime activity waits for a worker of its queue."""
+    grouping: dict[str, GroupSizing] = Field(default_factory=dict)
+    """Resource type -> how the walk groups its ready nodes into ``run_group`` activities,
+    for each type of the plan whose runtime is grouped (``RuntimeRules.grouped``, decided
+    once here like :attr:`queues`); a type not in it runs one activity per node. Runs whose
+    plan predates it group as the workflows' legacy constants say."""
     policies: list[BundleRef] = Field(default_factory=list, max_length=2)
     """The policy bundles the run evaluates between preview and apply (the project's, the
     run's own)."""
@@ -258,29 +277,6 @@ class DriftResult(StackFields, BaseModel):
 def references_entry(moved: str) -> dict[str, Any]:
     """The diff line of a node whose referenced field ``moved`` changes in this run."""
     return {"path": "(references)", "old": None, "new": f"(known after apply: {moved})"}
-
-
-GROUPED_TYPES = ("OnPrem", "Kubernetes")
-"""Runtimes whose nodes are cheap enough to share an activity. Each runtime declares this
-itself (``RuntimeRules.grouped``); the workflows keep the list as a constant because it
-shapes their history (a type joins it behind a workflow patch, as Terraform did), and a test
-checks it against the declarations."""
-TERRAFORM_GROUPED = "Terraform"
-"""Grouped as well in runs that have the ``group-terraform-nodes`` patch: its runtime runs a
-group's concurrent calls as one tofu command."""
-GROUP_LIMIT = 64
-"""Nodes one ``run_group`` activity takes at most."""
-TERRAFORM_GROUP_LIMIT = 256
-"""Terraform nodes one ``run_group`` activity takes at most, in runs with the
-``whole-terraform-groups`` patch: all go to one tofu command (the runtime's ``BATCH_LIMIT``)."""
-ONPREM_GROUPED = "OnPrem"
-ONPREM_GROUP_LIMIT = 128
-"""OnPrem nodes one ``run_group`` activity takes at most, in runs with the
-``whole-onprem-groups`` patch: its runtime runs calls made at once as one batch (the
-runtime's ``BATCH_LIMIT``), one call after another."""
-ONPREM_GROUP_ROUNDS = 32
-"""In those runs, an OnPrem group takes up to this many nodes per call of its share of
-``max_concurrency`` (a run asked to go one call at a time still moves in steps of 32)."""
 
 
 class StatusView(BaseModel):
@@ -351,6 +347,8 @@ class BatchInput(StackFields, BaseModel):
     adopt: bool = False
     queues: dict[str, str] = Field(default_factory=dict)
     """The run's routing (``OperationPlan.queues``)."""
+    grouping: dict[str, GroupSizing] = Field(default_factory=dict)
+    """The run's grouping (``OperationPlan.grouping``)."""
     queue_wait_seconds: float = 300.0
 
 

@@ -23,14 +23,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from stackflow.core.errors import StackflowError
+from stackflow.model.runtime_rules import all_rules
 
 QUEUES_VAR = "STACKFLOW_RUNTIME_QUEUES"
 WAIT_VAR = "STACKFLOW_RUNTIME_QUEUE_TIMEOUT"
 RUNTIMES_VAR = "STACKFLOW_WORKER_RUNTIMES"
 DEFAULT_WAIT = 300.0
 MAIN = "main"
-RUNTIMES = {"kubernetes": "Kubernetes", "terraform": "Terraform", "onprem": "OnPrem"}
-"""A runtime's name in options and queue names -> the resource type it manages."""
+
+
+def runtime_names() -> dict[str, str]:
+    """Every installed runtime's name in options and queue names (``RuntimeRules.name``:
+    ``kubernetes``, ``terraform``, ``onprem``, a plug-in's) -> the resource type it manages."""
+    return {rules.runtime_name: type_name for type_name, rules in sorted(all_rules().items())}
 
 
 class RoutingError(StackflowError):
@@ -38,7 +43,7 @@ class RoutingError(StackflowError):
 
 
 def _name_of(type_name: str) -> str:
-    for name, known in RUNTIMES.items():
+    for name, known in runtime_names().items():
         if known == type_name:
             return name
     return type_name.lower()
@@ -50,17 +55,18 @@ def runtime_queues(main_queue: str, environ: Mapping[str, str] | None = None) ->
     raw = env.get(QUEUES_VAR, "").strip()
     if raw.lower() in ("", "off", "0", "no", "false"):
         return {}
+    known = runtime_names()
     if raw.lower() in ("on", "1", "yes", "true"):
-        return {type_name: f"{main_queue}-{name}" for name, type_name in RUNTIMES.items()}
+        return {type_name: f"{main_queue}-{name}" for name, type_name in known.items()}
     queues: dict[str, str] = {}
     for item in raw.split(","):
         name, sep, queue = item.strip().partition("=")
-        if not sep or name.strip().lower() not in RUNTIMES or not queue.strip():
+        if not sep or name.strip().lower() not in known or not queue.strip():
             raise RoutingError(
-                f"{QUEUES_VAR}={raw!r}: expected 'on' or 'kubernetes=<queue>,terraform=<queue>,"
-                f"onprem=<queue>' (runtimes: {', '.join(RUNTIMES)})"
+                f"{QUEUES_VAR}={raw!r}: expected 'on' or '<runtime>=<queue>,...' "
+                f"(runtimes: {', '.join(known)})"
             )
-        queues[RUNTIMES[name.strip().lower()]] = queue.strip()
+        queues[known[name.strip().lower()]] = queue.strip()
     return queues
 
 
@@ -120,7 +126,8 @@ def serving(
     env = os.environ if environ is None else environ
     raw = (runtimes if runtimes is not None else env.get(RUNTIMES_VAR, "")).strip().lower()
     queues = runtime_queues(main_queue, env)
-    every = set(RUNTIMES) | {MAIN}
+    known = runtime_names()
+    every = set(known) | {MAIN}
     wanted = every if raw in ("", "all") else {n.strip() for n in raw.split(",") if n.strip()}
     unknown = wanted - every
     if unknown or not wanted:
@@ -132,7 +139,7 @@ def serving(
             f"--runtimes {raw}: a worker for some runtimes needs per-runtime task queues; set "
             f"{QUEUES_VAR}=on on every worker (else every activity is on the main queue)"
         )
-    types = frozenset(RUNTIMES[n] for n in wanted if n in RUNTIMES)
+    types = frozenset(known[n] for n in wanted if n in known)
     polled = {queues[t]: t for t in types if t in queues}
     if not queues:
         return Serving(main=True, types=None, queues={})

@@ -330,6 +330,7 @@ class OperationWorkflow(SteeredRun):
                 unavailable_timeout_seconds=request.unavailable_timeout_seconds,
                 full_results=tally.full,
                 queues=plan.queues,
+                grouping=plan.grouping,
                 queue_wait_seconds=plan.queue_wait_seconds,
                 max_concurrency=request.max_concurrency,
                 fail_fast=request.fail_fast,
@@ -439,11 +440,7 @@ class OperationWorkflow(SteeredRun):
             )
         elif rejected:
             self._error_type = "Rejected"
-            assert self._gate.approval is not None
-            reason = self._gate.approval.get("reason")
-            self._error = f"{self.operation} rejected by {self._gate.approval['by']}" + (
-                f": {reason}" if reason else ""
-            )
+            self._error = self._gate.rejection(self.operation)
         elif failures:
             first = tally.first_failed
             assert first is not None

@@ -20,7 +20,8 @@ ACTIONS = ("Create", "Update", "Delete", "UnChanged")
 DRIFT_KEY = SearchAttributeKey.for_bool("StackflowDrift")
 """Set by DriftWorkflow: whether its check found drift (the UI lists drifted stacks)."""
 GROUP_READY_NODES = "group-ready-nodes"
-"""Patch: ready nodes of cheap runtimes (OnPrem, Kubernetes) share one activity."""
+"""Patch: ready nodes of cheap runtimes share one activity (OnPrem and Kubernetes; since
+PLAN_GROUPING the runtimes whose rules say ``grouped``)."""
 GROUP_TERRAFORM_NODES = "group-terraform-nodes"
 """Patch: ready Terraform nodes share a ``run_group`` activity too (its runtime runs them as
 one tofu command); runs started before keep one activity per Terraform node."""
@@ -71,11 +72,19 @@ APPROVER_DECIDES = "approver-decides"
 """Patch: ``auto_approve`` does not skip the approval wait of a four-eyes run (another person
 approves), nor of a git commit's run whose spec takes over objects (an approver approves); a
 drift repair's requester is who asked for the check. Runs started before skip as they did."""
+PLAN_GROUPING = "grouping-from-plan"
+"""Patch: the walk groups ready nodes as the run's plan says (``OperationPlan.grouping``,
+decided by the prepare activity from each runtime's ``RuntimeRules.grouped``/``grouping``),
+groups keyed by runtime, instead of the workflows' own list of grouped types (which a
+plug-in runtime was not on); runs whose plan carries no grouping keep that list."""
 
-BASELINE = "baseline-2026-11-26"
+BASELINE = "baseline-2026-11-29"
 """Patch: the run started on a build that knows every patch in :data:`BASELINED`, and records
 this one marker for all of them (:mod:`stackflow.workflows.patches`)."""
-BASELINED = frozenset(
+BASELINE_2026_11_26 = "baseline-2026-11-26"
+"""The baseline before :data:`BASELINE`: runs that recorded it replay through
+:data:`EARLIER_BASELINES`."""
+BASELINED_2026_11_26 = frozenset(
     {
         FINALIZE_ON_EVERY_EXIT,
         FAIL_FAST_STOPS_DELETES,
@@ -96,5 +105,9 @@ BASELINED = frozenset(
         HELD_ATTRIBUTES,
     }
 )
+BASELINED = BASELINED_2026_11_26 | {PLAN_GROUPING}
 """Every patch id the workflows knew when :data:`BASELINE` was made. A later patch is asked
 alone (its own marker) until a new baseline takes it in."""
+EARLIER_BASELINES = ((BASELINE_2026_11_26, BASELINED_2026_11_26),)
+"""Earlier baselines, newest first, with the patches each stands for: a run that recorded
+one of them still replays (each is asked only when the newer ones are false)."""

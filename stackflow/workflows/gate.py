@@ -134,6 +134,12 @@ class Gate:
             }
         return self.decision == "approved"
 
+    def rejection(self, operation: Operation) -> str:
+        """The error line of a run whose approval wait ended rejected (or timed out)."""
+        assert self.approval is not None
+        reason = self.approval.get("reason")
+        return f"{operation} rejected by {self.approval['by']}" + (f": {reason}" if reason else "")
+
     def check_awaiting(self, phase: Phase) -> None:
         """Refuse an approve or reject unless the run awaits one (``phase``: the run's)."""
         if phase != AWAITING_APPROVAL or self.decision is not None:

@@ -28,12 +28,6 @@ with workflow.unsafe.imports_passed_through():
     from stackflow.temporal.operation import (
         DETAIL_LIMIT,
         GROUP_LIMIT,
-        GROUPED_TYPES,
-        ONPREM_GROUP_LIMIT,
-        ONPREM_GROUP_ROUNDS,
-        ONPREM_GROUPED,
-        TERRAFORM_GROUP_LIMIT,
-        TERRAFORM_GROUPED,
         BatchInput,
         BatchResult,
         NodeResult,
@@ -46,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         FINALIZE_ON_EVERY_EXIT,
         GROUP_READY_NODES,
         GROUP_TERRAFORM_NODES,
+        PLAN_GROUPING,
         SETTLE_CANCELLED_NODES,
         WHOLE_ONPREM_GROUPS,
         WHOLE_TERRAFORM_GROUPS,
@@ -191,8 +186,23 @@ async def run_resource_group(
         ]
 
 
+LEGACY_GROUPED = ("OnPrem", "Kubernetes")
+"""The grouping of runs whose plan carries none (``OperationPlan.grouping``: runs started
+before the ``grouping-from-plan`` patch), kept so their histories replay: these types' nodes
+share an activity."""
+LEGACY_TERRAFORM = "Terraform"
+"""Grouped as well in those runs that have the ``group-terraform-nodes`` patch."""
+LEGACY_TERRAFORM_LIMIT = 256
+"""A Terraform group's size in those runs with the ``whole-terraform-groups`` patch."""
+LEGACY_ONPREM = "OnPrem"
+LEGACY_ONPREM_LIMIT = 128
+LEGACY_ONPREM_ROUNDS = 32
+"""An OnPrem group's size in those runs with the ``whole-onprem-groups`` patch: up to 32
+nodes per call of its share of the concurrency, 128 at most."""
+
+
 def group_key(
-    batch: BatchInput, types: tuple[str, ...] = GROUPED_TYPES, *, by_runtime: bool = False
+    batch: BatchInput, types: tuple[str, ...] = LEGACY_GROUPED, *, by_runtime: bool = False
 ) -> Callable[[PlannedNode], str | None]:
     """Nodes that may share an activity: runtimes in ``types`` (cheap ones, or Terraform,
     whose runtime runs a group's calls as one command), same kind of step, no readiness
@@ -233,6 +243,38 @@ def group_sizes(sizing: Mapping[str, Sizing]) -> GroupSize:
     return size
 
 
+def plan_grouping(
+    batch: BatchInput, nodes: list[PlannedNode]
+) -> tuple[tuple[str, ...], dict[str, Sizing]]:
+    """The grouped types and group sizes the run's plan carries (``OperationPlan.grouping``,
+    decided by the prepare activity from each runtime's rules): groups keyed by runtime."""
+    present = {n.type for n in nodes}
+    sizing = {
+        type_name: Sizing(found.limit or GROUP_LIMIT, found.rounds)
+        for type_name, found in sorted(batch.grouping.items())
+        if type_name in present and (found.limit is not None or found.rounds is not None)
+    }
+    return tuple(sorted(batch.grouping)), sizing
+
+
+def legacy_grouping(
+    grouped: bool, nodes: list[PlannedNode]
+) -> tuple[tuple[str, ...], dict[str, Sizing]]:
+    """The grouping of a run whose plan carries none (started before ``grouping-from-plan``),
+    as its patches say."""
+    types: tuple[str, ...] = LEGACY_GROUPED
+    sizing: dict[str, Sizing] = {}
+    terraform = grouped and any(n.type == LEGACY_TERRAFORM for n in nodes)
+    if terraform and patches.patched(GROUP_TERRAFORM_NODES):
+        types = (*LEGACY_GROUPED, LEGACY_TERRAFORM)
+        if patches.patched(WHOLE_TERRAFORM_GROUPS):
+            sizing[LEGACY_TERRAFORM] = Sizing(LEGACY_TERRAFORM_LIMIT)
+    onprem = grouped and any(n.type == LEGACY_ONPREM for n in nodes)
+    if onprem and patches.patched(WHOLE_ONPREM_GROUPS):
+        sizing[LEGACY_ONPREM] = Sizing(LEGACY_ONPREM_LIMIT, LEGACY_ONPREM_ROUNDS)
+    return types, sizing
+
+
 async def walk_nodes(
     nodes: list[PlannedNode], batch: BatchInput, blocked: list[str], progress: WalkProgress
 ) -> list[NodeResult]:
@@ -243,18 +285,13 @@ async def walk_nodes(
         return await run_resource_group(group, batch, concurrency)
 
     grouped = patches.patched(GROUP_READY_NODES)
-    types: tuple[str, ...] = GROUPED_TYPES
-    sizing: dict[str, Sizing] = {}
-    terraform = grouped and any(n.type == TERRAFORM_GROUPED for n in nodes)
-    if terraform and patches.patched(GROUP_TERRAFORM_NODES):
-        types = (*GROUPED_TYPES, TERRAFORM_GROUPED)
-        if patches.patched(WHOLE_TERRAFORM_GROUPS):
-            sizing[TERRAFORM_GROUPED] = Sizing(TERRAFORM_GROUP_LIMIT)
-    onprem = grouped and any(n.type == ONPREM_GROUPED for n in nodes)
-    if onprem and patches.patched(WHOLE_ONPREM_GROUPS):
-        sizing[ONPREM_GROUPED] = Sizing(ONPREM_GROUP_LIMIT, ONPREM_GROUP_ROUNDS)
+    if grouped and batch.grouping and patches.patched(PLAN_GROUPING):
+        types, sizing = plan_grouping(batch, nodes)
+        by_runtime = True
+    else:
+        types, sizing = legacy_grouping(grouped, nodes)
+        by_runtime = bool(sizing)
     size = group_sizes(sizing) if sizing else None
-    by_runtime = bool(sizing)
     return await walk(
         nodes,
         run,

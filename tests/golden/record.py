@@ -396,6 +396,21 @@ async def main() -> None:
         await waiting.execute_update("approve", ApprovalInput(by="golden"))
         await waiting.result()
         await save(client, waiting, "baseline_approval")
+
+        # grouping-from-plan (baseline-2026-11-29): the walk groups as the plan says
+        # (OperationPlan.grouping, from each runtime's rules), in BatchWorkflow children too:
+        # Terraform every ready node, OnPrem 32 a call of its share
+        planned = [
+            {**data[0], "id": f"builtin:terraform:terraform_data:g{i}", "attributes": {"input": i}}
+            for i in range(12)
+        ] + files(root / "g", 20)
+        await apply_then_destroy(
+            f"golden-plangroup-{tag}",
+            "plan_grouping",
+            spec={"resources": planned},
+            max_concurrency=2,
+            batch_size=16,
+        )
     await activities.registry.close()
     backend.close()
 

@@ -59,6 +59,15 @@ def test_which_resources_take_over_objects() -> None:
     assert [rid for rid, _ in found] == [IMPORTS["id"], ADOPTS["id"]]
 
 
+def test_each_runtime_s_rules_say_what_takes_over() -> None:
+    """The core names no runtime's extension: an ``adopt`` means something to Kubernetes
+    only, and an import id to Terraform only, as each one's rules declare."""
+    assert takes_over(resource(FILE, adopt=True)) is None
+    assert takes_over(resource(FILE, **{"kusionstack.io/import-id": "x"})) is None
+    assert takes_over(resource(ADOPTS, **{"kusionstack.io/import-id": "x"})) is not None
+    assert "adopt" not in (takes_over(resource(IMPORTS, adopt=True)) or "")
+
+
 def check(body: dict[str, Any], role: Role) -> None:
     request = RunRequest.model_validate(body)
     check_role(STACK, request, parse_body_spec(request), "carol", role)

@@ -48,6 +48,8 @@ EXPECTED = {
     "baseline_apply",
     "baseline_destroy",
     "baseline_approval",
+    "plan_grouping_apply",
+    "plan_grouping_destroy",
 }
 
 

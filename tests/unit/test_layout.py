@@ -132,6 +132,28 @@ def test_no_import_runs_up_the_layers() -> None:
     assert _upward(_graph()) == []
 
 
+def test_no_module_outside_a_runtime_imports_it() -> None:
+    """The built-in runtimes are plug-ins like any other: found through their entry points
+    (their rules name their class by path), never imported by the rest of stackflow."""
+    graph = _graph()
+    runtimes = {
+        m.split(".")[2]
+        for m in FILES
+        if m.count(".") >= 3 and _layer(m) == LAYERS.index("runtimes")
+    }
+    reaching = sorted(
+        f"{module} -> {target}"
+        for module, targets in graph.items()
+        for target in targets
+        if target.count(".") >= 2
+        and target.split(".")[1] == "runtimes"
+        and target.split(".")[2] in runtimes
+        and not module.startswith(".".join(target.split(".")[:3]))
+    )
+    assert {"kubernetes", "onprem", "terraform"} <= runtimes
+    assert reaching == []
+
+
 def test_a_planted_back_import_is_seen_even_deferred_or_for_type_checkers() -> None:
     """The checks above fail on the imports they exist to catch: an engine module reaching
     into the CLI inside a function, a model reaching into the engine for a type only."""

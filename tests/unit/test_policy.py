@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 import yaml
 
+from stackflow.runtimes.file_roots import onprem_target
 from stackflow.runtimes.kubernetes.policy import check_kubeconfig
-from stackflow.runtimes.onprem.policy import check_content, onprem_target
+from stackflow.runtimes.onprem.policy import check_content
 from stackflow.runtimes.policy import (
     PolicyConfigError,
     PolicyViolation,

@@ -11,9 +11,9 @@ import pytest
 import yaml
 
 from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
+from stackflow.runtimes.file_roots import onprem_target
 from stackflow.runtimes.kubernetes.policy import check_kubeconfig, check_object
 from stackflow.runtimes.onprem import OnPremRuntime
-from stackflow.runtimes.onprem.policy import onprem_target
 from stackflow.runtimes.policy import (
     PolicyConfigError,
     PolicyViolation,

@@ -3,7 +3,6 @@ the core asks them (spec types and ids, secrets, grouping) and imports no runtim
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from stackflow.activities.prepare import plan_grouping
 from stackflow.activities.resource_step import COALESCED_PARALLELISM
 from stackflow.engine.masking import sensitive_paths_for
 from stackflow.model.runtime_rules import (
@@ -24,14 +24,14 @@ from stackflow.model.spec import ResourceType
 from stackflow.runtimes.base import ReadScope
 from stackflow.runtimes.kubernetes.connection import scope_key
 from stackflow.runtimes.registry import default_registry
-from stackflow.temporal.operation import (
-    GROUP_LIMIT,
-    GROUPED_TYPES,
-    ONPREM_GROUP_LIMIT,
-    ONPREM_GROUP_ROUNDS,
-    ONPREM_GROUPED,
-    TERRAFORM_GROUP_LIMIT,
-    TERRAFORM_GROUPED,
+from stackflow.temporal.operation import GROUP_LIMIT, GroupSizing
+from stackflow.workflows.nodes import (
+    LEGACY_GROUPED,
+    LEGACY_ONPREM,
+    LEGACY_ONPREM_LIMIT,
+    LEGACY_ONPREM_ROUNDS,
+    LEGACY_TERRAFORM,
+    LEGACY_TERRAFORM_LIMIT,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,43 +46,51 @@ def test_the_built_in_runtimes_are_entry_points() -> None:
         assert type(registry.get(type_name)).type_name == type_name
 
 
-def test_the_workflows_group_what_the_runtimes_declare_grouped() -> None:
-    """The workflows keep the grouped types as constants (they shape the history); each
-    runtime declares whether it may be grouped: the two must agree."""
+def test_the_plan_groups_what_the_runtimes_declare_as_old_runs_did() -> None:
+    """The prepare activity puts each grouped runtime's sizing on the plan; for the built-ins
+    it is what the workflows' legacy constants gave runs whose plan carries none."""
+    grouping = plan_grouping(["Kubernetes", "OnPrem", "Terraform", "Kubernetes", "Nope"])
+    assert grouping == {
+        "Kubernetes": GroupSizing(),
+        "OnPrem": GroupSizing(limit=LEGACY_ONPREM_LIMIT, rounds=LEGACY_ONPREM_ROUNDS),
+        "Terraform": GroupSizing(limit=LEGACY_TERRAFORM_LIMIT),
+    }
     declared = {name for name, rules in all_rules().items() if rules.grouped}
-    assert declared == {*GROUPED_TYPES, TERRAFORM_GROUPED}
+    assert declared >= {*LEGACY_GROUPED, LEGACY_TERRAFORM}
+    assert plan_grouping(["OnPrem"]) == {LEGACY_ONPREM: grouping["OnPrem"]}
 
 
 def test_a_whole_group_fits_one_command_or_batch_of_its_runtime() -> None:
-    """A Terraform group of the walk (whole-terraform-groups) is one command and an OnPrem
-    group (whole-onprem-groups) one batch: its calls are all in flight at once and one batch
-    of the runtime takes them all; other groups keep GROUP_ROUNDS rounds of their share, and
-    a runtime not in the sizing keeps them too (a run replaying without its patch)."""
+    """A Terraform group of the walk is one command and an OnPrem group one batch: its calls
+    are all in flight at once and one batch of the runtime takes them all; other groups keep
+    GROUP_ROUNDS rounds of their share, and a runtime not in the sizing keeps them too."""
     from stackflow.runtimes.onprem.batch import BATCH_LIMIT as ONPREM_BATCH_LIMIT
     from stackflow.runtimes.onprem.runtime import OnPremRuntime
     from stackflow.runtimes.terraform.batch import BATCH_LIMIT
     from stackflow.workflows.nodes import Sizing, group_sizes
     from stackflow.workflows.walker import GROUP_ROUNDS
 
-    assert COALESCED_PARALLELISM >= TERRAFORM_GROUP_LIMIT
-    assert BATCH_LIMIT >= TERRAFORM_GROUP_LIMIT > GROUP_LIMIT
-    assert COALESCED_PARALLELISM >= ONPREM_GROUP_LIMIT == ONPREM_BATCH_LIMIT > GROUP_LIMIT
-    assert OnPremRuntime.coalesces_calls and OnPremRuntime.type_name == ONPREM_GROUPED
-    size = group_sizes({TERRAFORM_GROUPED: Sizing(TERRAFORM_GROUP_LIMIT)})
-    assert size(f"{TERRAFORM_GROUPED}/apply", 1) == TERRAFORM_GROUP_LIMIT
-    assert size(f"{TERRAFORM_GROUPED}/delete", 4) == TERRAFORM_GROUP_LIMIT
+    terraform, onprem = rules_for("Terraform"), rules_for("OnPrem")
+    assert terraform is not None and onprem is not None
+    tf_limit, onprem_limit = terraform.grouping.limit, onprem.grouping.limit
+    assert tf_limit is not None and onprem_limit is not None
+    onprem_rounds = onprem.grouping.rounds
+    assert tf_limit <= COALESCED_PARALLELISM
+    assert BATCH_LIMIT >= tf_limit > GROUP_LIMIT
+    assert COALESCED_PARALLELISM >= onprem_limit == ONPREM_BATCH_LIMIT > GROUP_LIMIT
+    assert OnPremRuntime.coalesces_calls and OnPremRuntime.type_name == "OnPrem"
+    size = group_sizes({"Terraform": Sizing(tf_limit)})
+    assert size("Terraform/apply", 1) == tf_limit
+    assert size("Terraform/delete", 4) == tf_limit
     assert size("OnPrem/apply", 1) == GROUP_ROUNDS
     assert size("Kubernetes/apply", 16) == GROUP_LIMIT
     both = group_sizes(
-        {
-            TERRAFORM_GROUPED: Sizing(TERRAFORM_GROUP_LIMIT),
-            ONPREM_GROUPED: Sizing(ONPREM_GROUP_LIMIT, ONPREM_GROUP_ROUNDS),
-        }
+        {"Terraform": Sizing(tf_limit), "OnPrem": Sizing(onprem_limit, onprem_rounds)}
     )
     # OnPrem: 32 a call of its share (a run asked for one call at a time still moves in
     # steps), one batch of its runtime at most (the default concurrency's share of 5)
-    assert both("OnPrem/apply", 1) == ONPREM_GROUP_ROUNDS == 32
-    assert both("OnPrem/delete", 5) == ONPREM_GROUP_LIMIT
+    assert both("OnPrem/apply", 1) == onprem_rounds == 32
+    assert both("OnPrem/delete", 5) == onprem_limit
     assert both("Kubernetes/delete", 1) == GROUP_ROUNDS
 
 
@@ -139,22 +147,6 @@ def broken_entry_point(tmp_path: Path) -> Iterator[None]:
 def test_an_entry_point_that_is_no_runtime_names_itself(broken_entry_point: None) -> None:
     with pytest.raises(RuntimeLoadError, match=r"'broken' \(json:dumps\) is not a RuntimeRules"):
         all_rules()
-
-
-def test_the_core_imports_no_runtime_and_the_graph_has_no_circles() -> None:
-    spec = importlib.util.spec_from_file_location("import_graph", REPO / "scripts/import_graph.py")
-    assert spec is not None and spec.loader is not None
-    graph_module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(graph_module)
-    graph = graph_module.edges(REPO)
-    assert graph_module.circles(graph) == []
-    core = {
-        (name, target)
-        for name, targets in graph.items()
-        for target in targets
-        if name.startswith("stackflow") and not target.startswith("stackflow")
-    }
-    assert core == set(), "stackflow/ imports a runtime, an activity or a workflow"
 
 
 def test_a_stale_install_still_finds_the_declared_built_ins(

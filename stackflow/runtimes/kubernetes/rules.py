@@ -4,14 +4,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
-from stackflow.engine.graph import Described
-from stackflow.model.runtime_rules import RuntimeRules
-
-if TYPE_CHECKING:
-    from stackflow.runtimes.base import Runtime
-    from stackflow.state.backend import StateBackend
+from stackflow.model.runtime_rules import Described, RuntimeRules
 
 TYPE_NAME = "Kubernetes"
 ID = re.compile(r"^[^:\s]+:[^:\s]+(:[^:\s]+)?:[^:\s]+$")
@@ -54,12 +49,9 @@ def custom_resources(resources: Sequence[Described]) -> dict[str, list[str]]:
 
 class KubernetesRules(RuntimeRules):
     type_name: ClassVar[str] = TYPE_NAME
+    runtime: ClassVar[str] = "stackflow.runtimes.kubernetes.runtime:KubernetesRuntime"
+    policy_section: ClassVar[str | None] = "stackflow.runtimes.policy:KubernetesPolicy"
     grouped: ClassVar[bool] = True
-
-    def create(self, backend: StateBackend | None) -> Runtime:
-        from stackflow.runtimes.kubernetes.runtime import KubernetesRuntime
-
-        return KubernetesRuntime()
 
     def id_problem(self, resource_id: str) -> str | None:
         if ID.match(resource_id):
@@ -71,6 +63,11 @@ class KubernetesRules(RuntimeRules):
 
     def sensitive_paths(self, attributes: Mapping[str, Any]) -> list[str]:
         return list(SECRET_FIELDS) if attributes.get("kind") == "Secret" else []
+
+    def takes_over(self, extensions: Mapping[str, Any]) -> str | None:
+        if extensions.get("adopt"):
+            return "adopts an existing object (extensions.adopt)"
+        return None
 
     def implicit_dependencies(self, resources: Sequence[Described]) -> dict[str, list[str]]:
         return custom_resources(resources)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from stackflow.runtimes.base import Attributes, Conflict, ResourceRequest, RuntimeOptions
+from stackflow.runtimes.file_roots import onprem_target
 from stackflow.runtimes.onprem.files import (
     Confined,
     OnPremAttributes,
@@ -27,7 +28,7 @@ from stackflow.runtimes.onprem.files import (
     os_errors,
     parse_attributes,
 )
-from stackflow.runtimes.onprem.policy import check_content, onprem_target
+from stackflow.runtimes.onprem.policy import check_content
 from stackflow.runtimes.policy import WorkerPolicy
 from stackflow.runtimes.policy_paths import real_path
 

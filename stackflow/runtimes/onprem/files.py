@@ -23,7 +23,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from stackflow.runtimes.base import Attributes, Conflict, InvalidInput, ResourceRequest, Unavailable
-from stackflow.runtimes.onprem.policy import OnPremTarget, check_size
+from stackflow.runtimes.file_roots import OnPremTarget, check_size
 from stackflow.runtimes.policy import PolicyViolation, WorkerPolicy
 
 _MODE = re.compile(r"^0?[0-7]{3,4}$")

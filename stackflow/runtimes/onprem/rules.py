@@ -4,14 +4,10 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar
 
-from stackflow.engine.graph import KUSION_PATH_PREFIX, Described
-from stackflow.model.runtime_rules import RuntimeRules
-
-if TYPE_CHECKING:
-    from stackflow.runtimes.base import Runtime
-    from stackflow.state.backend import StateBackend
+from stackflow.engine.graph import KUSION_PATH_PREFIX
+from stackflow.model.runtime_rules import Described, Grouping, RuntimeRules
 
 TYPE_NAME = "OnPrem"
 
@@ -55,12 +51,14 @@ class OnPremRules(RuntimeRules):
     """Any unique id; file content is not secret by name; nodes share activities."""
 
     type_name: ClassVar[str] = TYPE_NAME
+    runtime: ClassVar[str] = "stackflow.runtimes.onprem.runtime:OnPremRuntime"
+    policy_section: ClassVar[str | None] = "stackflow.runtimes.policy:OnPremPolicy"
+    backend_argument: ClassVar[str | None] = "claims"
     grouped: ClassVar[bool] = True
-
-    def create(self, backend: StateBackend | None) -> Runtime:
-        from stackflow.runtimes.onprem.runtime import OnPremRuntime
-
-        return OnPremRuntime(claims=backend)
+    grouping: ClassVar[Grouping] = Grouping(limit=128, rounds=32)
+    """A group takes up to 32 nodes per call of its share of the concurrency (a run asked
+    to go one call at a time still moves in steps of 32), 128 at most: its runtime runs the
+    calls made at once as one batch (the runtime's ``BATCH_LIMIT``), one after another."""
 
     def implicit_dependencies(self, resources: Sequence[Described]) -> dict[str, list[str]]:
         return containment(resources)

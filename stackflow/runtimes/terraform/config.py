@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from stackflow.core.paths import PathError, parse_path
-from stackflow.engine.takeover import IMPORT_ID_KEY
 from stackflow.runtimes.base import Attributes, InvalidInput, ResourceRequest
+from stackflow.runtimes.terraform.rules import IMPORT_ID_KEY
 
 BUILTIN_SOURCE = "terraform.io/builtin/terraform"
 

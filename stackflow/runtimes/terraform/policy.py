@@ -24,7 +24,7 @@ import urllib.parse
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from stackflow.runtimes.onprem.policy import onprem_target
+from stackflow.runtimes.file_roots import onprem_target
 from stackflow.runtimes.policy import PolicyViolation, WorkerPolicy
 
 PUBLIC_REGISTRIES = ("registry.terraform.io", "registry.opentofu.org")

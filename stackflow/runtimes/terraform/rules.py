@@ -3,28 +3,32 @@
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, ClassVar
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
-from stackflow.model.runtime_rules import RuntimeRules
-
-if TYPE_CHECKING:
-    from stackflow.runtimes.base import Runtime
-    from stackflow.state.backend import StateBackend
+from stackflow.model.runtime_rules import Grouping, RuntimeRules
 
 TYPE_NAME = "Terraform"
 ID = re.compile(r"^[^:\s]+:[^:\s]+:[^:\s]+:[^:\s]+$")
 
+IMPORT_ID_KEY = "kusionstack.io/import-id"
+"""Kusion's extension naming the existing object a Terraform resource imports."""
+
 
 class TerraformRules(RuntimeRules):
     type_name: ClassVar[str] = TYPE_NAME
+    runtime: ClassVar[str] = "stackflow.runtimes.terraform.runtime:TerraformRuntime"
+    policy_section: ClassVar[str | None] = "stackflow.runtimes.policy:TerraformPolicy"
+    backend_argument: ClassVar[str | None] = "backend"
     grouped: ClassVar[bool] = True
-    """Grouped only in runs that have the ``group-terraform-nodes`` patch (its runtime runs
-    a group's concurrent calls as one tofu command)."""
+    grouping: ClassVar[Grouping] = Grouping(limit=256)
+    """A group takes every ready node, up to 256 (the runtime's ``BATCH_LIMIT``): its
+    runtime runs a group's concurrent calls as one tofu command."""
 
-    def create(self, backend: StateBackend | None) -> Runtime:
-        from stackflow.runtimes.terraform.runtime import TerraformRuntime
-
-        return TerraformRuntime(backend=backend)
+    def takes_over(self, extensions: Mapping[str, Any]) -> str | None:
+        if extensions.get(IMPORT_ID_KEY) not in (None, ""):
+            return f"imports an existing object (extensions[{IMPORT_ID_KEY!r}])"
+        return None
 
     def id_problem(self, resource_id: str) -> str | None:
         if ID.match(resource_id):

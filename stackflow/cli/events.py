@@ -23,8 +23,13 @@ from stackflow.core.terminal import one_line_safe
 from stackflow.model.events import EventType, RunEvent, StreamHeader
 from stackflow.temporal.operation import drift_workflow_id, preview_workflow_id, workflow_id_for
 
-Item = StreamHeader | RunEvent
+Item = Any
+"""A stream's header or event: the model's (directly) or the client's light type (API)."""
 Sink = Callable[[Item], None]
+
+
+def is_header(item: Item) -> bool:
+    return hasattr(item, "stream")
 
 
 class EventsOutput(StrEnum):
@@ -79,7 +84,7 @@ def describe(event: RunEvent) -> str:
 
 def human_line(event: RunEvent) -> str:
     when = event.time.astimezone().strftime("%H:%M:%S")
-    return one_line_safe(f"{event.seq:>5} {when} {event.type.value:<15} {describe(event)}")
+    return one_line_safe(f"{event.seq:>5} {when} {event.type!s:<15} {describe(event)}")
 
 
 def write_line(text: str) -> None:
@@ -88,7 +93,7 @@ def write_line(text: str) -> None:
         sys.stdout.flush()
     except BrokenPipeError:  # the reader went away (`| head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise typer.Exit(0) from None
+        raise SystemExit(0) from None
 
 
 def ndjson_sink(item: Item) -> None:
@@ -104,8 +109,8 @@ class Collect:
         self.events: list[dict[str, Any]] = []
 
     def __call__(self, item: Item) -> None:
-        if isinstance(item, StreamHeader):
-            self.header = item.model_dump()
+        if is_header(item):
+            self.header = json.loads(item.line())
         else:
             self.events.append(item.wire())
 
@@ -115,7 +120,7 @@ class Collect:
 
 
 def table_sink(item: Item) -> None:
-    if isinstance(item, StreamHeader):
+    if is_header(item):
         write_line(one_line_safe(f"run {item.run_id} of {item.project}/{item.workspace}"))
     else:
         write_line(human_line(item))
@@ -133,7 +138,7 @@ def api_events(stack: StackRef, run_id: str | None, after: int, wait: bool, sink
 
 
 def stream_api(
-    client: Any, stack: StackRef, run_id: str, after: int, wait: bool, sink: Sink
+    client: Any, stack: Any, run_id: str, after: int, wait: bool, sink: Sink
 ) -> None:
     """The run's lines from the API into ``sink``, header first, up to ``run_complete``."""
     with client.events(stack, run_id, after=after, wait=wait) as stream:

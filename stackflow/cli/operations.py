@@ -18,32 +18,10 @@ import typer
 
 from stackflow.cli.api_mode import api_mode
 from stackflow.cli.app import app
-from stackflow.cli.options import (
-    AdoptOpt,
-    ConcurrencyOpt,
-    DetailOpt,
-    ExcludeOpt,
-    FailFastOpt,
-    FileOpt,
-    ForceOpt,
-    IgnoreOpt,
-    OnFailure,
-    OnFailureOpt,
-    PolicyOpt,
-    ProjectOpt,
-    RunOutput,
-    RunOutputOpt,
-    TargetOpt,
-    UnavailableOpt,
-    WatchOpt,
-    WorkspaceOpt,
-    YesOpt,
-)
 from stackflow.cli.output import OutputFormat
 from stackflow.cli.policy import policy_fields, policy_requires_approval
-from stackflow.cli.quick import namespace, ui_link
 from stackflow.cli.report import release_from_backend, report
-from stackflow.cli.runs import RunPaused, current_user
+from stackflow.cli.runs import RunPaused, current_user, namespace, ui_link
 from stackflow.core.errors import SpecError
 from stackflow.core.refs import StackRef
 from stackflow.engine.budget import BUDGET
@@ -114,7 +92,8 @@ def spec_input(path: str) -> dict[str, Any]:
 
 def _report(runner: Runner, result: OperationResult, run_id: str | None) -> None:
     link = ui_link(namespace(), runner.workflow_id, run_id)
-    report(runner.output, runner.console, result, link, release_from_backend)
+    data = result.model_dump(mode="json")
+    report(runner.output, runner.console, data, link, release_from_backend(result.stack))
 
 
 async def _run(
@@ -182,25 +161,44 @@ async def _run(
     _report(runner, result, handle.result_run_id)
 
 
-def _dispatch(
-    workflow: str,
-    request: OperationInput,
-    output: RunOutput,
-    yes: bool,
-    detail: bool,
-    full: bool = False,
-) -> None:
-    """The run, through the API (STACKFLOW_API_URL) or Temporal directly; ``--output
-    ndjson`` prints its event stream instead of the preview, progress and result."""
-    fmt = None if output is RunOutput.ndjson else OutputFormat(output.value)
-    if api_mode():
-        from stackflow.cli import remote
+def request_of(workflow: str, o: dict[str, Any]) -> OperationInput:
+    """The workflow input of the run the options ``o`` describe (checked: exit 2 naming
+    the option), the spec read and the run's own policy bundle stored first."""
+    fields: dict[str, Any] = {}
+    if workflow in ("PreviewWorkflow", "ApplyWorkflow"):
+        fields.update(spec_input(o["file"]))
+    if workflow in ("PreviewWorkflow", "ApplyWorkflow", "DestroyWorkflow"):
+        fields.update(policy_fields(o.get("policy")))
+    if workflow != "RefreshWorkflow" and workflow != "PreviewWorkflow":
+        fields.update(max_concurrency=o["max_concurrency"], fail_fast=o["fail_fast"])
+        fields["on_failure"] = o["on_failure"]
+    if workflow in ("PreviewWorkflow", "ApplyWorkflow"):
+        fields.update(ignore_fields=o["ignore_field"], force=o["force"], adopt=o["adopt"])
+    if workflow == "ApplyWorkflow":
+        fields["watch"] = o["watch"]
+    if workflow == "RollbackWorkflow":
+        fields["to_revision"] = o["to"]
+    else:
+        fields.update(targets=o["target"], excludes=o["exclude"])
+    fields["unavailable_timeout_seconds"] = o["unavailable_timeout"]
+    return build_request(StackRef(o["project"], o["workspace"]), **fields)
 
-        remote.run(workflow, request, fmt, yes, detail, full)
-    elif fmt is None:
+
+def check_options(workflow: str, o: dict[str, Any]) -> None:
+    """Direct mode's checks of the options (and the spec), for a run through the API."""
+    request_of(workflow, o)
+
+
+def run_direct(workflow: str, o: dict[str, Any]) -> None:
+    """The run to Temporal directly; ``--output ndjson`` prints its event stream instead of
+    the preview, progress and result."""
+    request = request_of(workflow, o)
+    yes = bool(o.get("yes")) or workflow == "PreviewWorkflow"
+    if o["output"] == "ndjson":
         asyncio.run(_run_ndjson(workflow, request, yes))
     else:
-        asyncio.run(_run(workflow, request, fmt, yes, detail, full))
+        output = OutputFormat(o["output"])
+        asyncio.run(_run(workflow, request, output, yes, o["detail"], o.get("full", False)))
 
 
 async def _run_ndjson(workflow: str, request: OperationInput, yes: bool) -> None:
@@ -218,160 +216,7 @@ async def _run_ndjson(workflow: str, request: OperationInput, yes: bool) -> None
     run = RunRef(handle.id, handle.result_run_id or "")
     client = runner.temporal.client
     await stream_direct(client, request.stack, run, 0, True, ndjson_sink)
-    raise_failure(await runner.result(handle))
-
-
-@app.command()
-def preview(
-    file: FileOpt,
-    project: ProjectOpt,
-    workspace: WorkspaceOpt = "default",
-    output: RunOutputOpt = RunOutput.table,
-    ignore_field: IgnoreOpt = None,
-    force: ForceOpt = False,
-    adopt: AdoptOpt = False,
-    detail: DetailOpt = True,
-    unavailable_timeout: UnavailableOpt = 600.0,
-    target: TargetOpt = None,
-    exclude: ExcludeOpt = None,
-    full: Annotated[
-        bool,
-        typer.Option(
-            "--full",
-            help="Every field and whole values, from the state backend (STACKFLOW_STATE_URL); "
-            "by default long values are shortened and big diffs summarised.",
-        ),
-    ] = False,
-    policy: PolicyOpt = None,
-) -> None:
-    """Show what apply would change: desired vs live vs prior (three-way diff)."""
-    request = build_request(
-        StackRef(project, workspace),
-        **spec_input(file),
-        **policy_fields(policy),
-        ignore_fields=ignore_field or [],
-        force=force,
-        adopt=adopt,
-        unavailable_timeout_seconds=unavailable_timeout,
-        targets=target or [],
-        excludes=exclude or [],
-    )
-    _dispatch("PreviewWorkflow", request, output, True, detail, full)
-
-
-@app.command()
-def apply(
-    file: FileOpt,
-    project: ProjectOpt,
-    workspace: WorkspaceOpt = "default",
-    yes: YesOpt = False,
-    output: RunOutputOpt = RunOutput.table,
-    max_concurrency: ConcurrencyOpt = 8,
-    ignore_field: IgnoreOpt = None,
-    watch: WatchOpt = False,
-    fail_fast: FailFastOpt = False,
-    force: ForceOpt = False,
-    adopt: AdoptOpt = False,
-    detail: DetailOpt = False,
-    on_failure: OnFailureOpt = OnFailure.fail,
-    unavailable_timeout: UnavailableOpt = 600.0,
-    target: TargetOpt = None,
-    exclude: ExcludeOpt = None,
-    policy: PolicyOpt = None,
-) -> None:
-    """Preview, ask, then apply the spec as a durable Temporal workflow."""
-    request = build_request(
-        StackRef(project, workspace),
-        **spec_input(file),
-        **policy_fields(policy),
-        max_concurrency=max_concurrency,
-        ignore_fields=ignore_field or [],
-        watch=watch,
-        fail_fast=fail_fast,
-        force=force,
-        adopt=adopt,
-        on_failure=on_failure.value,
-        unavailable_timeout_seconds=unavailable_timeout,
-        targets=target or [],
-        excludes=exclude or [],
-    )
-    _dispatch("ApplyWorkflow", request, output, yes, detail)
-
-
-@app.command()
-def destroy(
-    project: ProjectOpt,
-    workspace: WorkspaceOpt = "default",
-    yes: YesOpt = False,
-    output: RunOutputOpt = RunOutput.table,
-    max_concurrency: ConcurrencyOpt = 8,
-    fail_fast: FailFastOpt = False,
-    on_failure: OnFailureOpt = OnFailure.fail,
-    unavailable_timeout: UnavailableOpt = 600.0,
-    target: TargetOpt = None,
-    exclude: ExcludeOpt = None,
-    policy: PolicyOpt = None,
-) -> None:
-    """Delete everything the stack's last release holds, dependents first."""
-    request = build_request(
-        StackRef(project, workspace),
-        **policy_fields(policy),
-        max_concurrency=max_concurrency,
-        fail_fast=fail_fast,
-        on_failure=on_failure.value,
-        unavailable_timeout_seconds=unavailable_timeout,
-        targets=target or [],
-        excludes=exclude or [],
-    )
-    _dispatch("DestroyWorkflow", request, output, yes, False)
-
-
-@app.command()
-def rollback(
-    project: ProjectOpt,
-    to: Annotated[int, typer.Option("--to", help="The release whose spec to apply again.")],
-    workspace: WorkspaceOpt = "default",
-    yes: YesOpt = False,
-    output: RunOutputOpt = RunOutput.table,
-    max_concurrency: ConcurrencyOpt = 8,
-    detail: DetailOpt = False,
-    fail_fast: FailFastOpt = False,
-    on_failure: OnFailureOpt = OnFailure.fail,
-    unavailable_timeout: UnavailableOpt = 600.0,
-) -> None:
-    """Apply release N's spec again as a new release (operation rollback): preview, ask,
-    apply, exactly as apply."""
-    request = build_request(
-        StackRef(project, workspace),
-        to_revision=to,
-        max_concurrency=max_concurrency,
-        fail_fast=fail_fast,
-        on_failure=on_failure.value,
-        unavailable_timeout_seconds=unavailable_timeout,
-    )
-    _dispatch("RollbackWorkflow", request, output, yes, detail)
-
-
-@app.command()
-def refresh(
-    project: ProjectOpt,
-    workspace: WorkspaceOpt = "default",
-    yes: YesOpt = False,
-    output: RunOutputOpt = RunOutput.table,
-    detail: DetailOpt = True,
-    unavailable_timeout: UnavailableOpt = 600.0,
-    target: TargetOpt = None,
-    exclude: ExcludeOpt = None,
-) -> None:
-    """Read every recorded resource and record its live state as a new release, changing
-    nothing (`tofu apply -refresh-only`): shows what it would record, asks (or --yes)."""
-    request = build_request(
-        StackRef(project, workspace),
-        unavailable_timeout_seconds=unavailable_timeout,
-        targets=target or [],
-        excludes=exclude or [],
-    )
-    _dispatch("RefreshWorkflow", request, output, yes, detail)
+    raise_failure((await runner.result(handle)).model_dump(mode="json"))
 
 
 @app.command()

@@ -199,3 +199,155 @@ def render_outcome(
 
             console.print(f"  [red]✗ {escape(rid)}[/]: {escape(error or '')}")
     console.print(f"  Temporal UI: {link}")
+
+
+# ---- a run's preview, and the status table ---------------------------------------------------
+ACTIONS = ("Create", "Update", "Delete", "UnChanged")
+"""``stackflow.engine.diff.Action``'s values."""
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def preview_parts(
+    view: Any,
+) -> tuple[list[dict[str, Any]], dict[str, int], bool, dict[str, Any] | None] | None:
+    """A run's preview view in the arguments of ``stackflow.cli.render.render_changes``
+    (changes, summary, truncated, left_out) when it has the fields' types as
+    ``stackflow.engine.diff.Preview`` reads them; None otherwise (the engine's model reads it)."""
+    if not isinstance(view, dict) or "totals" in view:
+        return None
+    totals, changes = view.get("summary"), view.get("changes", [])
+    truncated, left_out = view.get("truncated", False), view.get("left_out")
+    if (
+        not (totals is None or isinstance(totals, dict))
+        or not isinstance(changes, list)
+        or not isinstance(truncated, bool)
+        or not (left_out is None or isinstance(left_out, dict))
+        or not (totals is None or all(_is_int(v) for v in totals.values()))
+    ):
+        return None
+    parts: list[dict[str, Any]] = []
+    for change in changes:
+        if not isinstance(change, dict):
+            return None
+        drift, diff = change.get("drift", False), change.get("diff", [])
+        if (
+            not isinstance(change.get("id"), str)
+            or not isinstance(change.get("type"), str)
+            or change.get("action") not in ACTIONS
+            or not isinstance(drift, bool)
+            or not isinstance(diff, list)
+            or not all(isinstance(f, dict) and isinstance(f.get("path"), str) for f in diff)
+        ):
+            return None
+        fields = [{"path": f["path"], "old": f.get("old"), "new": f.get("new")} for f in diff]
+        parts.append({**{k: change[k] for k in ("id", "type", "action")}, "drift": drift})
+        parts[-1]["diff"] = fields
+    counts = dict.fromkeys(ACTIONS, 0)
+    if totals is not None:
+        counts.update({k: v for k, v in totals.items() if k in counts})
+    else:
+        for part in parts:
+            counts[part["action"]] += 1
+    return parts, counts, truncated, left_out
+
+
+def show_changes(changes: dict[str, Any], console: Any, detail: bool) -> None:
+    """``stackflow.cli.render.render_run_preview(changes, console, detail=detail)``: on a
+    :class:`PlainConsole`, the plain table written as it is; rich for the rest."""
+    parts = preview_parts(changes)
+    if getattr(console, "plain", False):
+        # ``detail`` adds the fields of each change that has some: none, nothing added
+        detailed = (
+            detail
+            and parts is not None
+            and any(c["action"] != "UnChanged" and c["diff"] for c in parts[0])
+        )
+        if parts is not None and not detailed and not changes.get("policy"):
+            text = plain_changes(*parts, console.width)
+            if text is not None:
+                console.out(text)
+                return
+        console = console.rich
+    from stackflow.cli.render import render_changes, render_policy, render_run_preview
+
+    if parts is None:
+        render_run_preview(changes, console, detail=detail)
+        return
+    render_changes(*parts, console, detail)
+    if changes.get("policy"):
+        render_policy(changes["policy"], console)
+
+
+def plain_table(rows: list[tuple[str, str]], width: int | None) -> str | None:
+    """``rich.table.Table(show_header=False)`` of two columns with ``rows``, as a console of
+    ``width`` prints it, for the plain case: printable ASCII without markup, where a value
+    too long for its column is one word (rich cuts it with an ellipsis) and the first
+    column keeps its width. None otherwise (rich lays it out: wraps, markup, wide
+    characters, …). tests/unit/test_render.py compares it with rich's output."""
+    if width is None or width < 20:
+        return None
+    cells = [cell for row in rows for cell in row]
+    if not all(c and c.isascii() and c.isprintable() and "[" not in c for c in cells):
+        return None
+    first = max(len(label) for label, _ in rows) + 2  # with the cell padding
+    second = max(len(value) for _, value in rows) + 2
+    room = width - 3  # the three borders
+    if first + second > room:
+        if 2 * first > room:
+            return None
+        second = room - first
+    inner = second - 2
+    out = ["┌" + "─" * first + "┬" + "─" * second + "┐"]
+    for label, value in rows:
+        if len(value) > inner:
+            if " " in value:
+                return None  # rich wraps it over lines
+            value = value[: inner - 1] + "…"
+        out.append(f"│ {label.ljust(first - 2)} │ {value.ljust(inner)} │")
+    out.append("└" + "─" * first + "┴" + "─" * second + "┘")
+    return "\n".join(out) + "\n"
+
+
+def print_status(data: Mapping[str, Any], link: str, output: str) -> None:
+    """What `stackflow status` prints for a run's status view (``StatusView``'s JSON):
+    the view and its UI link as JSON, or a table (rich's, written as it is off a terminal)."""
+    import json
+    import os
+
+    from stackflow.cli.runs import console_width, stdout_is_terminal
+
+    if output == "json":
+        sys.stdout.write(json.dumps({**data, "ui": link}, indent=2, sort_keys=True) + "\n")
+        sys.stdout.flush()
+        return
+    rows = [
+        ("phase", str(data["phase"])),
+        ("release", str(data["revision"]) if data["revision"] is not None else "-"),
+        ("done", f"{data['done']}/{data['total']}, {data['failed']} failed"),
+    ]
+    if data["running"]:
+        rows.append(("running", ", ".join(data["running"][:5])))
+    if data["error"]:
+        rows.append(("error", str(data["error"])))
+    rows.append(("ui", link))
+    plain = not stdout_is_terminal() and not os.environ.get("FORCE_COLOR")
+    text = plain_table(rows, console_width(sys.stdout)) if plain else None
+    if text is not None:
+        try:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        except BrokenPipeError:  # as rich's Console.on_broken_pipe: exit 1, quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            raise SystemExit(1) from None
+        return
+    from rich.table import Table
+
+    from stackflow.cli.console import stdout_console
+
+    table = Table(show_header=False)
+    for row in rows:
+        table.add_row(*row)
+    stdout_console().print(table)

@@ -166,7 +166,9 @@ def show(project: ProjectOpt, output: OutputOpt = OutputFormat.table) -> None:
 
     if api_mode():
         with api_client() as client:
-            result = client.policy(project).model_dump(mode="json")
+            from stackflow.client.types import to_json
+
+            result = to_json(client.policy(project))
     else:
         backend = default_backend()
         try:

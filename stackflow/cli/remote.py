@@ -27,6 +27,7 @@ from stackflow.client import StackflowClient
 from stackflow.client.errors import ApiInvalid, ApiNotFound
 from stackflow.client.types import (
     MAX_SPEC_BYTES,
+    REVISION_LIMIT,
     TAKES,
     WORKFLOWS,
     RunEvent,
@@ -70,7 +71,7 @@ def check_locally(workflow: str, o: dict[str, Any]) -> None:
         or o.get("target")
         or o.get("exclude")
         or o.get("ignore_field")
-        or o.get("to") is not None
+        or not (o.get("to") is None or 1 <= o["to"] <= REVISION_LIMIT)
     )
     if unusual:
         from stackflow.cli.operations import check_options
@@ -79,24 +80,36 @@ def check_locally(workflow: str, o: dict[str, Any]) -> None:
 
 
 def spec_text(path: str) -> str:
-    """The spec file's text as the API's ``spec_yaml`` takes it (``-``: standard input); a
-    file that cannot be read as UTF-8 text is read by the engine, for its message."""
+    """The spec file's text as the API's ``spec_yaml`` takes it (``-``: standard input, as
+    UTF-8 whatever the locale); what the engine cannot read either is its error."""
+    data = b""
     try:
         if path == "-":
-            text = sys.stdin.read()
+            data = getattr(sys.stdin, "buffer", sys.stdin).read()
         else:
             with open(path, "rb") as file:
                 if os.fstat(file.fileno()).st_size > MAX_SPEC_BYTES:
                     raise ValueError(path)
-                text = file.read(MAX_SPEC_BYTES + 1).decode("utf-8")
-        if text.startswith("\ufeff") or len(text) > MAX_SPEC_BYTES:
+                data = file.read(MAX_SPEC_BYTES + 1)
+        text = data.decode("utf-8")
+        if text.startswith("\ufeff") or len(data) > MAX_SPEC_BYTES:
             raise ValueError(path)
         return text
     except (OSError, ValueError):
-        from stackflow.model.spec import load_spec
+        from stackflow.model.spec import load_spec, parse_spec_text
 
-        load_spec(path)  # raises what is wrong with it
+        if path == "-":
+            parse_spec_text(data, "<stdin>")
+        else:
+            load_spec(path)  # raises what is wrong with it
         raise
+
+
+def spec_source(path: str) -> str:
+    """How the engine names the spec in its messages."""
+    from pathlib import Path
+
+    return "<stdin>" if path == "-" else str(Path(path))
 
 
 def run_request(workflow: str, o: dict[str, Any], yes: bool) -> dict[str, Any]:
@@ -130,7 +143,7 @@ def run_request(workflow: str, o: dict[str, Any], yes: bool) -> dict[str, Any]:
     return body
 
 
-def start(client: StackflowClient, stack: Stack, body: dict[str, Any]) -> Any:
+def start(client: StackflowClient, stack: Stack, body: dict[str, Any], path: str) -> Any:
     """Start the run; a spec the API refuses is read by the engine first, for direct mode's
     message (the API's own when the engine takes it)."""
     try:
@@ -139,7 +152,7 @@ def start(client: StackflowClient, stack: Stack, body: dict[str, Any]) -> Any:
         if "spec_yaml" in body:
             from stackflow.model.spec import parse_spec_text
 
-            parse_spec_text(body["spec_yaml"], "<input>")
+            parse_spec_text(body["spec_yaml"], spec_source(path))
         raise
 
 
@@ -320,7 +333,7 @@ def run(workflow: str, o: dict[str, Any]) -> None:
     output = OutputFormat.json if o["output"] == "ndjson" else OutputFormat(o["output"])
     with api_client() as client:
         remote = RemoteRun(client, stack, workflow, output)
-        created = start(client, stack, body)
+        created = start(client, stack, body, o.get("file") or "")
         remote.run_id = created.run_id
         if o["output"] == "ndjson":
             from stackflow.cli.events import ndjson_sink, stream_api

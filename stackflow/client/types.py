@@ -48,6 +48,8 @@ STREAM_VERSION = 1
 """``stackflow.model.events.STREAM_NAME`` and ``STREAM_VERSION``: an event stream's first line."""
 MAX_SPEC_BYTES = 512 * 1024 * 1024
 """``stackflow.model.spec.MAX_SPEC_BYTES``: the largest spec file a command reads."""
+REVISION_LIMIT = 2**31 - 1
+"""``stackflow.temporal.operation.REVISION_LIMIT``: the largest release number."""
 SOURCE_MODES = ("apply", "preview")
 """``stackflow.model.source.SourceMode``'s values."""
 

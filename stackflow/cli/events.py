@@ -137,9 +137,7 @@ def api_events(stack: StackRef, run_id: str | None, after: int, wait: bool, sink
         stream_api(client, stack, run_id, after, wait, sink)
 
 
-def stream_api(
-    client: Any, stack: Any, run_id: str, after: int, wait: bool, sink: Sink
-) -> None:
+def stream_api(client: Any, stack: Any, run_id: str, after: int, wait: bool, sink: Sink) -> None:
     """The run's lines from the API into ``sink``, header first, up to ``run_complete``."""
     with client.events(stack, run_id, after=after, wait=wait) as stream:
         headed = False

@@ -16,78 +16,20 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from stackflow.cli.api_mode import api_mode
 from stackflow.cli.app import app
 from stackflow.cli.output import OutputFormat
-from stackflow.cli.policy import policy_fields, policy_requires_approval
+from stackflow.cli.policy import policy_requires_approval
 from stackflow.cli.report import release_from_backend, report
-from stackflow.cli.runs import RunPaused, current_user, namespace, ui_link
-from stackflow.core.errors import SpecError
-from stackflow.core.refs import StackRef
-from stackflow.engine.budget import BUDGET
+from stackflow.cli.requests import request_of
+from stackflow.cli.runs import RunPaused, namespace, ui_link
 from stackflow.model.release import Phase
-from stackflow.model.spec import load_spec
 from stackflow.temporal.operation import (
     OperationInput,
     OperationResult,
-    check_request,
 )
 
 if TYPE_CHECKING:  # the Temporal SDK is imported only when a run goes to Temporal directly
     from stackflow.cli.runner import Runner
-
-
-def build_request(stack: StackRef, **fields: Any) -> OperationInput:
-    try:
-        request = OperationInput(
-            project=stack.project, workspace=stack.workspace, operator=current_user(), **fields
-        )
-    except ValueError as exc:
-        raise SpecError(f"invalid option: {_option_error(exc)}") from None
-    check_request(request)
-    return request
-
-
-def _option_error(exc: ValueError) -> str:
-    """``field: message`` of the first validation error, in the CLI's option names."""
-    from pydantic import ValidationError
-
-    if isinstance(exc, ValidationError):
-        first = exc.errors(include_url=False)[0]
-        name = ".".join(str(p) for p in first["loc"]) or "input"
-        option = "--" + name.replace("_", "-").removesuffix("-seconds")
-        return f"{option}: {first['msg']}"
-    return str(exc).splitlines()[-1].strip()
-
-
-def spec_input(path: str) -> dict[str, Any]:
-    """How the workflow input carries the spec: inline (``{"spec": …}``, all a client needs
-    is Temporal), or, when it is over the byte budget even compressed and this machine
-    shares the state backend (``STACKFLOW_STATE_URL`` set), stored there first and passed
-    as ``{"spec_ref": …}``. Refused (exit 2) when it must go inline and is over Temporal's
-    payload limit."""
-    spec = load_spec(path)
-    data = spec.model_dump(mode="json", by_alias=True)
-    if api_mode():
-        return {"spec": data}  # the API stores it first if it is over the byte budget
-    from stackflow.temporal.codec import PAYLOAD_LIMIT, encoded_size
-
-    size = asyncio.run(encoded_size(data))
-    if size > BUDGET and os.environ.get("STACKFLOW_STATE_URL"):
-        from stackflow.core.config import default_backend
-
-        backend = default_backend()
-        try:
-            return {"spec_ref": backend.put_spec(spec)}
-        finally:
-            backend.close()
-    if size > PAYLOAD_LIMIT * 0.95:
-        raise SpecError(
-            f"{path}: the spec is {size / 1048576:.1f} MiB compressed, over Temporal's "
-            f"{PAYLOAD_LIMIT // 1048576} MiB payload limit: split it into several stacks, "
-            "or set STACKFLOW_STATE_URL so the CLI stores it in the state backend first"
-        )
-    return {"spec": data}
 
 
 def _report(runner: Runner, result: OperationResult, run_id: str | None) -> None:
@@ -159,34 +101,6 @@ async def _run(
             )
     result = await runner.result(handle)
     _report(runner, result, handle.result_run_id)
-
-
-def request_of(workflow: str, o: dict[str, Any]) -> OperationInput:
-    """The workflow input of the run the options ``o`` describe (checked: exit 2 naming
-    the option), the spec read and the run's own policy bundle stored first."""
-    fields: dict[str, Any] = {}
-    if workflow in ("PreviewWorkflow", "ApplyWorkflow"):
-        fields.update(spec_input(o["file"]))
-    if workflow in ("PreviewWorkflow", "ApplyWorkflow", "DestroyWorkflow"):
-        fields.update(policy_fields(o.get("policy")))
-    if workflow != "RefreshWorkflow" and workflow != "PreviewWorkflow":
-        fields.update(max_concurrency=o["max_concurrency"], fail_fast=o["fail_fast"])
-        fields["on_failure"] = o["on_failure"]
-    if workflow in ("PreviewWorkflow", "ApplyWorkflow"):
-        fields.update(ignore_fields=o["ignore_field"], force=o["force"], adopt=o["adopt"])
-    if workflow == "ApplyWorkflow":
-        fields["watch"] = o["watch"]
-    if workflow == "RollbackWorkflow":
-        fields["to_revision"] = o["to"]
-    else:
-        fields.update(targets=o["target"], excludes=o["exclude"])
-    fields["unavailable_timeout_seconds"] = o["unavailable_timeout"]
-    return build_request(StackRef(o["project"], o["workspace"]), **fields)
-
-
-def check_options(workflow: str, o: dict[str, Any]) -> None:
-    """Direct mode's checks of the options (and the spec), for a run through the API."""
-    request_of(workflow, o)
 
 
 def run_direct(workflow: str, o: dict[str, Any]) -> None:

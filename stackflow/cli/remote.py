@@ -13,7 +13,6 @@ from typing import Any
 
 from stackflow.cli.api_mode import api_client, not_through_api
 from stackflow.cli.output import OutputFormat, echo
-from stackflow.cli.plain_render import show_changes
 from stackflow.cli.report import raise_failure, report, result_data, workflow_failure
 from stackflow.cli.runs import (
     CannotAsk,
@@ -23,6 +22,7 @@ from stackflow.cli.runs import (
     run_console,
     ui_link,
 )
+from stackflow.cli.views import show_changes
 from stackflow.client import StackflowClient
 from stackflow.client.errors import ApiInvalid, ApiNotFound
 from stackflow.client.types import (
@@ -74,7 +74,7 @@ def check_locally(workflow: str, o: dict[str, Any]) -> None:
         or not (o.get("to") is None or 1 <= o["to"] <= REVISION_LIMIT)
     )
     if unusual:
-        from stackflow.cli.operations import check_options
+        from stackflow.cli.requests import check_options
 
         check_options(workflow, o)
 
@@ -85,7 +85,7 @@ def spec_text(path: str) -> str:
     data = b""
     try:
         if path == "-":
-            data = getattr(sys.stdin, "buffer", sys.stdin).read()
+            data = sys.stdin.buffer.read()
         else:
             with open(path, "rb") as file:
                 if os.fstat(file.fileno()).st_size > MAX_SPEC_BYTES:

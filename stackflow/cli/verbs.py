@@ -78,7 +78,7 @@ def cancel(o: Options) -> None:
 
 
 def status(o: Options) -> None:
-    from stackflow.cli.plain_render import print_status
+    from stackflow.cli.views import print_status
 
     if api_mode():
         from stackflow.cli.remote import status as remote_status

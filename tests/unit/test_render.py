@@ -207,7 +207,7 @@ def test_the_plain_console_prints_what_rich_prints() -> None:
 
 def test_a_run_s_outcome_and_changes_are_the_same_on_either_console() -> None:
     from stackflow.cli.plain_render import render_outcome
-    from stackflow.cli.plain_render import show_changes
+    from stackflow.cli.views import show_changes
 
     results = [
         ("onprem:File:/tmp/a", "succeeded", None),

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import time
-import uuid
 from collections.abc import Iterator, Mapping
 from http.client import HTTPException
 from typing import Any, TypeVar
@@ -286,7 +285,7 @@ class StackflowClient:
         """Start a run (201, or 200 with the run an earlier start with the key made) with
         ``request``: the API's ``RunRequest`` (its set fields are sent) or its JSON. Sent a
         second time with the same key when the first attempt got no answer."""
-        key = idempotency_key or f"stackflow-client-{uuid.uuid4().hex}"
+        key = idempotency_key or f"stackflow-client-{os.urandom(16).hex()}"
         dump = getattr(request, "model_dump", None)
         body = dict(request) if dump is None else dump(mode="json", exclude_unset=True)
         body["operation"] = str(body.get("operation") or request.operation.value)
@@ -332,7 +331,7 @@ class StackflowClient:
         per ``idempotency_key``; a fresh one unless given)."""
         if action not in STEPS:
             raise ValueError(f"{action}: not a step ({', '.join(STEPS)})")
-        key = idempotency_key or f"stackflow-client-{uuid.uuid4().hex}"
+        key = idempotency_key or f"stackflow-client-{os.urandom(16).hex()}"
         data = self.request(
             "POST",
             f"{self.stack_path(stack)}/runs/{run_id}/{action}",

@@ -18,10 +18,9 @@ import typer
 
 from stackflow.cli.app import app
 from stackflow.cli.output import OutputFormat
-from stackflow.cli.policy import policy_requires_approval
 from stackflow.cli.report import release_from_backend, report
 from stackflow.cli.requests import request_of
-from stackflow.cli.runs import RunPaused, namespace, ui_link
+from stackflow.cli.runs import RunPaused, namespace, policy_requires_approval, ui_link
 from stackflow.model.release import Phase
 from stackflow.temporal.operation import (
     OperationInput,

@@ -40,17 +40,6 @@ PolicyDirOpt = Annotated[
 ]
 
 
-def policy_requires_approval(view: dict[str, Any]) -> str | None:
-    """Why a run's policies ask for an approver (None: they do not)."""
-    raw = view.get("policy")
-    if not raw:
-        return None
-    decision = PolicyDecision.model_validate(raw)
-    if decision.outcome != "require_approval":
-        return None
-    return decision.approval_reason()
-
-
 @policy_app.command("push")
 def push(
     project: ProjectOpt,

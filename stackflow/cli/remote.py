@@ -209,7 +209,7 @@ class RemoteRun:
         elif kind == "phase" and d.get("phase") in MOVING:
             self.show_preview(detail)
         elif kind == "policy_decision":
-            from stackflow.cli.policy import policy_requires_approval
+            from stackflow.cli.runs import policy_requires_approval
 
             self.needs_person = policy_requires_approval({"policy": d})
         elif kind == "approval_wait" and d.get("wait") == "approval":

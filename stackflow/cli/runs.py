@@ -25,6 +25,7 @@ __all__ = [
     "current_user",
     "four_eyes_wait",
     "namespace",
+    "policy_requires_approval",
     "run_console",
     "ui_link",
 ]
@@ -126,6 +127,19 @@ def four_eyes_wait(stack: StackLike, by: str) -> str:
         f"this run (--yes does not approve it); waiting for another approver's `stackflow "
         f"approve -p {stack.project} -w {stack.workspace}` (or `stackflow reject`)"
     )
+
+
+def policy_requires_approval(view: dict[str, Any]) -> str | None:
+    """Why a run's policies ask for an approver (None: they do not)."""
+    raw = view.get("policy")
+    if not raw:
+        return None
+    from stackflow.policy_gate.decision import PolicyDecision
+
+    decision = PolicyDecision.model_validate(raw)
+    if decision.outcome != "require_approval":
+        return None
+    return decision.approval_reason()
 
 
 def namespace() -> str:

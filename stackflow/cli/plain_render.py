@@ -2,8 +2,8 @@
 
 A command whose output goes to a file or a pipe (a CI job's log) prints a run's change
 table, its summary and its outcome. Off a terminal rich writes no styles and, with
-``soft_wrap``, wraps nothing: printable text without markup comes out as it went in. The
-quick path (:mod:`stackflow.cli.quick_run`) prints that text itself through
+``soft_wrap``, wraps nothing: printable text without markup comes out as it went in. A
+run command (``stackflow.cli.runs.run_console``) prints that text itself through
 :class:`PlainConsole` and imports rich (about 50 ms of CPU, half of its own) only for what
 rich would lay out differently: markup, control characters, tabs, a table that does not fit,
 a diff. :mod:`stackflow.cli.render` draws the rest, and tests/unit/test_render.py holds the two
@@ -175,8 +175,8 @@ def render_outcome(
     """The lines a run command ends with (``stackflow.cli.report.report``'s table): the
     operation, the stack, its release and the phase; the node results counted by status;
     each failed node when more than one failed; the run's Temporal UI ``link``. ``results``
-    are each node result's id, status and error, drawn from plain data so the CLI's quick
-    path prints them without the engine's models (and, on a :class:`PlainConsole`, without
+    are each node result's id, status and error, drawn from plain data so a command through
+    the API prints them without the engine's models (and, on a :class:`PlainConsole`, without
     rich's markup)."""
     plain = getattr(console, "plain", False)
     rev = f"release {revision} " if revision is not None else ""

@@ -111,7 +111,9 @@ def run_direct(workflow: str, o: dict[str, Any]) -> None:
         asyncio.run(_run_ndjson(workflow, request, yes))
     else:
         output = OutputFormat(o["output"])
-        asyncio.run(_run(workflow, request, output, yes, o["detail"], o.get("full", False)))
+        asyncio.run(
+            _run(workflow, request, output, yes, o.get("detail", False), o.get("full", False))
+        )
 
 
 async def _run_ndjson(workflow: str, request: OperationInput, yes: bool) -> None:

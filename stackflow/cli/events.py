@@ -6,9 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
-from collections.abc import Callable
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -16,20 +13,13 @@ import typer
 
 from stackflow.cli.api_mode import api_client, api_mode
 from stackflow.cli.app import app
+from stackflow.cli.event_lines import Item, Sink, is_header, ndjson_sink, stream_api, write_line
 from stackflow.cli.options import ProjectOpt, WaitOpt, WorkspaceOpt
 from stackflow.core.errors import NotFoundError
 from stackflow.core.refs import RunRef, StackRef
 from stackflow.core.terminal import one_line_safe
 from stackflow.model.events import EventType, RunEvent, StreamHeader
 from stackflow.temporal.operation import drift_workflow_id, preview_workflow_id, workflow_id_for
-
-Item = Any
-"""A stream's header or event: the model's (directly) or the client's light type (API)."""
-Sink = Callable[[Item], None]
-
-
-def is_header(item: Item) -> bool:
-    return hasattr(item, "stream")
 
 
 class EventsOutput(StrEnum):
@@ -87,20 +77,6 @@ def human_line(event: RunEvent) -> str:
     return one_line_safe(f"{event.seq:>5} {when} {event.type!s:<15} {describe(event)}")
 
 
-def write_line(text: str) -> None:
-    try:
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()
-    except BrokenPipeError:  # the reader went away (`| head`): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        raise SystemExit(0) from None
-
-
-def ndjson_sink(item: Item) -> None:
-    """The stream's own lines (JSON is exact: nothing escaped)."""
-    write_line(item.line())
-
-
 class Collect:
     """``--output json``: one document at the end, ``{"stream": header, "events": [...]}``."""
 
@@ -135,19 +111,6 @@ def api_events(stack: StackRef, run_id: str | None, after: int, wait: bool, sink
                 raise NotFoundError(f"stack {stack} has no runs")
             run_id = page.runs[0].run_id
         stream_api(client, stack, run_id, after, wait, sink)
-
-
-def stream_api(client: Any, stack: Any, run_id: str, after: int, wait: bool, sink: Sink) -> None:
-    """The run's lines from the API into ``sink``, header first, up to ``run_complete``."""
-    with client.events(stack, run_id, after=after, wait=wait) as stream:
-        headed = False
-        for event in stream:
-            if not headed and stream.header is not None:
-                sink(stream.header)
-                headed = True
-            sink(event)
-        if not headed and stream.header is not None:
-            sink(stream.header)
 
 
 # ---- directly: the state backend and Temporal ----------------------------------------------

@@ -119,7 +119,8 @@ def run_direct(workflow: str, o: dict[str, Any]) -> None:
 async def _run_ndjson(workflow: str, request: OperationInput, yes: bool) -> None:
     """Start the run and print its event stream until run_complete (approval comes from
     --yes or another command: `stackflow approve`); exit as the run's result says."""
-    from stackflow.cli.events import ndjson_sink, stream_direct
+    from stackflow.cli.event_lines import ndjson_sink
+    from stackflow.cli.events import stream_direct
     from stackflow.cli.report import raise_failure
     from stackflow.cli.runner import Runner
     from stackflow.core.refs import RunRef

@@ -336,7 +336,7 @@ def run(workflow: str, o: dict[str, Any]) -> None:
         created = start(client, stack, body, o.get("file") or "")
         remote.run_id = created.run_id
         if o["output"] == "ndjson":
-            from stackflow.cli.events import ndjson_sink, stream_api
+            from stackflow.cli.event_lines import ndjson_sink, stream_api
 
             stream_api(client, stack, created.run_id, 0, True, ndjson_sink)
             raise_failure(vars(remote.final()))

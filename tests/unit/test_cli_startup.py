@@ -513,6 +513,7 @@ API_COMMANDS = [
     ("apply", ("--yes",)),
     ("apply", ("-y", "-o", "json")),
     ("destroy", ("--yes", "--output=json")),
+    ("apply", ("--yes", "-o", "ndjson")),
     ("rollback", ("--yes",)),
     ("refresh", ("--yes", "-o", "json")),
 ]
@@ -541,7 +542,10 @@ def test_api_mode_commands_import_neither_typer_pydantic_httpx_temporalio_nor_sq
     assert "stackflow.cli.remote" in modules and "stackflow.cli.operations" not in modules
     for top in NEVER_THROUGH_THE_API:
         assert not {m for m in modules if m == top or m.startswith(top + ".")}, top
-    if "json" in " ".join(options):
+    if "ndjson" in options:
+        lines = [json.loads(line) for line in done.stdout.splitlines()]
+        assert lines[0]["stream"] == "stackflow.events" and lines[-1]["type"] == "run_complete"
+    elif "json" in " ".join(options):
         json.loads(done.stdout)
     else:
         assert not {m for m in modules if m == "rich" or m.startswith("rich.")}

@@ -60,7 +60,7 @@ def _plain_name(value: str) -> bool:
     )
 
 
-def check_locally(workflow: str, o: dict[str, Any]) -> None:
+def check_locally(workflow: str, o: dict[str, Any], text: str | None) -> None:
     """The checks direct mode makes of a run's options before it starts anything (their
     messages and exit codes), with the engine's models: only for what the API's request
     would not say the same way (an unusual name or value)."""
@@ -76,7 +76,7 @@ def check_locally(workflow: str, o: dict[str, Any]) -> None:
     if unusual:
         from stackflow.cli.requests import check_options
 
-        check_options(workflow, o)
+        check_options(workflow, o, text)
 
 
 def spec_text(path: str) -> str:
@@ -114,7 +114,8 @@ def spec_source(path: str) -> str:
 
 def run_request(workflow: str, o: dict[str, Any], yes: bool) -> dict[str, Any]:
     """The API's request (its JSON) for the run the options describe."""
-    check_locally(workflow, o)
+    text = spec_text(o["file"]) if o.get("file") else None
+    check_locally(workflow, o, text)
     for field, option in LOCAL_ONLY.items():
         if o.get(field):
             raise not_through_api(option)
@@ -124,7 +125,7 @@ def run_request(workflow: str, o: dict[str, Any], yes: bool) -> dict[str, Any]:
     takes = TAKES[operation]
     body: dict[str, Any] = {"operation": operation.value}
     candidates = {
-        "spec_yaml": spec_text(o["file"]) if o.get("file") else None,
+        "spec_yaml": text,
         "to_revision": o.get("to"),
         "targets": o.get("target") or None,
         "excludes": o.get("exclude") or None,
@@ -137,7 +138,8 @@ def run_request(workflow: str, o: dict[str, Any], yes: bool) -> dict[str, Any]:
     if o.get("policy"):
         from stackflow.policy_gate.bundle import load_bundle_dir
 
-        body["policy"] = load_bundle_dir(o["policy"]).model_dump(mode="json")
+        bundle = load_bundle_dir(o["policy"])
+        body["policy"] = bundle.model_dump(mode="json", exclude_unset=True)
     if yes and "auto_approve" in takes:
         body["auto_approve"] = True
     return body

@@ -71,11 +71,19 @@ def spec_input(path: str) -> dict[str, Any]:
     return {"spec": data}
 
 
-def request_of(workflow: str, o: dict[str, Any]) -> OperationInput:
+def request_of(workflow: str, o: dict[str, Any], text: str | None = None) -> OperationInput:
     """The workflow input of the run the options ``o`` describe (checked: exit 2 naming
-    the option), the spec read and the run's own policy bundle stored first."""
+    the option), the spec read (``text``: the file's, already read) and the run's own
+    policy bundle stored first."""
     fields: dict[str, Any] = {}
-    if workflow in ("PreviewWorkflow", "ApplyWorkflow"):
+    if workflow in ("PreviewWorkflow", "ApplyWorkflow") and text is not None:
+        from pathlib import Path
+
+        from stackflow.model.spec import parse_spec_text
+
+        source = "<stdin>" if o["file"] == "-" else str(Path(o["file"]))
+        fields["spec"] = parse_spec_text(text, source).model_dump(mode="json", by_alias=True)
+    elif workflow in ("PreviewWorkflow", "ApplyWorkflow"):
         fields.update(spec_input(o["file"]))
     if workflow in ("PreviewWorkflow", "ApplyWorkflow", "DestroyWorkflow"):
         fields.update(policy_fields(o.get("policy")))
@@ -94,9 +102,10 @@ def request_of(workflow: str, o: dict[str, Any]) -> OperationInput:
     return build_request(StackRef(o["project"], o["workspace"]), **fields)
 
 
-def check_options(workflow: str, o: dict[str, Any]) -> None:
-    """Direct mode's checks of the options (and the spec), for a run through the API."""
-    request_of(workflow, o)
+def check_options(workflow: str, o: dict[str, Any], text: str | None) -> None:
+    """Direct mode's checks of the options (and of the spec's ``text``), for a run through
+    the API."""
+    request_of(workflow, o, text)
 
 
 def policy_fields(directory: str | None) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import Iterator, Mapping
 from http.client import HTTPException
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 from urllib.parse import urlencode
 
 from stackflow.client.errors import (
@@ -33,6 +33,7 @@ from stackflow.client.types import (
     Invalid,
     NotificationTargetView,
     PolicyView,
+    Record,
     RunCreated,
     RunEvent,
     RunPage,
@@ -274,7 +275,7 @@ class StackflowClient:
                     f"unexpected {cls.__name__}: {where}: {first['msg']}"
                 ) from None
         try:
-            return parse(cls, data)
+            return cast(M, parse(cast(type[Record], cls), data))
         except Invalid as exc:
             raise ApiProtocolError(f"unexpected {cls.__name__}: {exc}") from None
 

@@ -1,8 +1,10 @@
 """The API's answers as light types: what the typed client returns and the server's response
 models are checked against (``stackflow.api.models`` imports this module, never the
 reverse). Standard library only, so a command through the API starts without pydantic, the
-engine or Temporal: a dataclass per answer and :func:`parse`, one small validator of their
-field types (extra fields are ignored, as the server's models ignore them).
+engine or Temporal: a :class:`Record` per answer, its fields declared by annotations, and
+:func:`parse`, one small validator of their types (extra fields are ignored, as the
+server's models ignore them). Records are plain classes, not dataclasses: making a dataclass
+costs a command's start more than its whole HTTP exchange.
 
 The engine's values a client needs (phases, operations, event types, the stream's name and
 version) are here as plain tuples; tests/unit/test_client_types.py keeps them equal to the
@@ -11,13 +13,12 @@ engine's enums."""
 from __future__ import annotations
 
 import json
-import types
-from dataclasses import MISSING, dataclass, field, fields
+import sys
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol, TypeVar, Union, get_args, get_origin, get_type_hints
+from typing import Any, ClassVar, Protocol, TypeVar
 
-T = TypeVar("T")
+R = TypeVar("R", bound="Record")
 
 PHASES = (
     "generating",
@@ -112,13 +113,20 @@ class StackLike(Protocol):
     def workspace(self) -> str: ...
 
 
-@dataclass(frozen=True)
 class Stack:
     """A stack as a command names it (``StackRef`` without pydantic): ``project/workspace``
     in messages."""
 
-    project: str
-    workspace: str
+    __slots__ = ("project", "workspace")
+
+    def __init__(self, project: str, workspace: str) -> None:
+        self.project, self.workspace = project, workspace
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Stack) and str(other) == str(self)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
 
     def __str__(self) -> str:
         return f"{self.project}/{self.workspace}"
@@ -138,26 +146,82 @@ class Invalid(ValueError):
         self.message = message
 
 
-def one_of(*choices: str) -> Any:
-    """A field's metadata: its value is one of ``choices`` (or None where it may be)."""
-    return {"choices": choices}
+class New:
+    """A field's default made anew for each record (``New(list)``: an empty list)."""
+
+    def __init__(self, factory: Any) -> None:
+        self.factory = factory
+
+
+NEW_LIST: Any = New(list)
+NEW_DICT: Any = New(dict)
+
+
+class Record:
+    """An answer's fields, declared as annotated class attributes (a class attribute's value
+    is the field's default; :class:`New` makes one per record). ``CHOICES``: the values a
+    text field may take."""
+
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {}
+
+    def __init__(self, **values: Any) -> None:
+        for name, _ in fields_of(type(self)):
+            if name in values:
+                value = values.pop(name)
+            elif name in vars(type(self)):
+                value = getattr(type(self), name)
+                value = value.factory() if isinstance(value, New) else value
+            else:
+                raise TypeError(f"{type(self).__name__}: {name} missing")
+            setattr(self, name, value)
+        if values:
+            raise TypeError(f"{type(self).__name__}: no field {', '.join(values)}")
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and vars(other) == vars(self)
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{k}={v!r}" for k, v in vars(self).items())
+        return f"{type(self).__name__}({shown})"
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+_FIELDS: dict[type, list[tuple[str, str]]] = {}
+
+
+def fields_of(cls: type[Record]) -> list[tuple[str, str]]:
+    """(name, annotation text) of each field of ``cls``, in declaration order."""
+    found = _FIELDS.get(cls)
+    if found is None:
+        found = [
+            (name, str(kind))
+            for name, kind in cls.__annotations__.items()
+            if not str(kind).startswith("ClassVar")
+        ]
+        _FIELDS[cls] = found
+    return found
+
+
+def required(cls: type[Record], name: str) -> bool:
+    return name not in vars(cls)
 
 
 # ---- runs -------------------------------------------------------------------------------------
-@dataclass
-class RunCreated:
+class RunCreated(Record):
     """The answer to ``POST …/runs``."""
+
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"operation": tuple(RunOperation)}
 
     run_id: str
     workflow_id: str
-    operation: str = field(metadata=one_of(*RunOperation))
+    operation: str
     status_url: str
     events_url: str
     """The run's event stream (NDJSON, or SSE with ``Accept: text/event-stream``)."""
 
 
-@dataclass
-class StepResult:
+class StepResult(Record):
     """The answer to ``POST …/runs/{run_id}/approve|reject|retry|abort|cancel``."""
 
     run_id: str
@@ -166,23 +230,24 @@ class StepResult:
     result: str
 
 
-@dataclass
-class RunView:
+class RunView(Record):
     """``GET …/runs/{run_id}``: the run's phase and progress (the ``status`` query while it
     runs, its result once it has ended)."""
+
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"phase": PHASES}
 
     run_id: str
     workflow_id: str
     operation: str
     status: str
     """Temporal's: running, completed, failed, canceled, terminated, timed_out, …"""
-    phase: str | None = field(default=None, metadata=one_of(*PHASES))
+    phase: str | None = None
     revision: int | None = None
     total: int = 0
     done: int = 0
     failed: int = 0
-    running: list[str] = field(default_factory=list)
-    summary: dict[str, Any] = field(default_factory=dict)
+    running: list[str] = NEW_LIST
+    summary: dict[str, Any] = NEW_DICT
     eta_seconds: float | None = None
     error: str | None = None
     error_type: str | None = None
@@ -195,8 +260,7 @@ class RunView:
     """A drift check's result (drifted, summary, repair) once it has ended."""
 
 
-@dataclass
-class RunSummary:
+class RunSummary(Record):
     run_id: str
     workflow_id: str
     operation: str
@@ -207,23 +271,20 @@ class RunSummary:
     ended_at: datetime | None = None
 
 
-@dataclass
-class RunPage:
+class RunPage(Record):
     """``GET …/runs``: one page; ``next_page_token`` (as ``?page_token=``) gets the next."""
 
     runs: list[RunSummary]
     next_page_token: str | None = None
 
 
-@dataclass
-class Health:
+class Health(Record):
     status: str
-    checks: dict[str, str] = field(default_factory=dict)
+    checks: dict[str, str] = NEW_DICT
 
 
 # ---- the event stream -------------------------------------------------------------------------
-@dataclass
-class StreamHeader:
+class StreamHeader(Record):
     """The first line of a run's event stream."""
 
     project: str
@@ -241,14 +302,15 @@ class StreamHeader:
         return json.dumps(self.as_dict(), separators=(",", ":"))
 
 
-@dataclass
-class RunEvent:
+class RunEvent(Record):
     """One event of the stream: ``seq``, ``type`` and ``time``, the rest its ``data``."""
 
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"type": EVENT_TYPES}
+
     seq: int
-    type: str = field(metadata=one_of(*EVENT_TYPES))
+    type: str
     time: datetime
-    data: dict[str, Any] = field(default_factory=dict)
+    data: dict[str, Any] = NEW_DICT
 
     def wire(self) -> dict[str, Any]:
         """The event as one stream line: ``{seq, type, time, ...data}``."""
@@ -259,8 +321,7 @@ class RunEvent:
 
 
 # ---- projects and stacks ----------------------------------------------------------------------
-@dataclass
-class PolicyView:
+class PolicyView(Record):
     """A project's policy bundle as ``PUT|GET /v1/projects/{project}/policy`` answer it."""
 
     project: str
@@ -270,21 +331,21 @@ class PolicyView:
     updated_at: datetime | None = None
 
 
-@dataclass
-class SourceView:
+class SourceView(Record):
     """A stack's git source as ``PUT|GET /v1/stacks/{project}/{workspace}/source`` answer it:
     never its secret."""
+
+    CHOICES: ClassVar[dict[str, tuple[str, ...]]] = {"on_push": SOURCE_MODES}
 
     url: str
     ref: str
     path: str
-    on_push: str = field(metadata=one_of(*SOURCE_MODES))
+    on_push: str
     """What a push to ``ref`` starts: an apply or a preview of the pushed commit."""
     auto_approve: bool
 
 
-@dataclass
-class NotificationTargetView:
+class NotificationTargetView(Record):
     """A project's notification destination as the API answers it: never its secret."""
 
     name: str
@@ -293,83 +354,74 @@ class NotificationTargetView:
 
 
 # ---- the validator ----------------------------------------------------------------------------
-_HINTS: dict[type, dict[str, Any]] = {}
-
-
-def parse(cls: type[T], data: Any, where: str = "") -> T:
-    """An instance of the dataclass ``cls`` from the JSON ``data``, every field of its type
-    (an int where a float is asked, ISO 8601 text where a datetime is); Invalid otherwise."""
+def parse(cls: type[R], data: Any, where: str = "") -> R:
+    """A record of ``cls`` from the JSON ``data``, every field of its type (an int where a
+    float is asked, ISO 8601 text where a datetime is); Invalid otherwise."""
     if not isinstance(data, dict):
         raise Invalid(where or cls.__name__, "not an object")
-    hints = _HINTS.get(cls)
-    if hints is None:
-        hints = _HINTS[cls] = get_type_hints(cls)
     values: dict[str, Any] = {}
-    for f in fields(cls):  # type: ignore[arg-type]
-        at = f"{where}.{f.name}" if where else f.name
-        if f.name not in data:
-            if f.default is MISSING and f.default_factory is MISSING:
+    for name, kind in fields_of(cls):
+        at = f"{where}.{name}" if where else name
+        if name not in data:
+            if required(cls, name):
                 raise Invalid(at, "Field required")
             continue
-        value = _value(hints[f.name], data[f.name], at)
-        choices = f.metadata.get("choices")
+        value = _value(kind, data[name], at, cls)
+        choices = cls.CHOICES.get(name)
         if choices is not None and value is not None and value not in choices:
             raise Invalid(at, f"not one of {', '.join(choices)}")
-        values[f.name] = value
+        values[name] = value
     return cls(**values)
 
 
-def _value(kind: Any, value: Any, at: str) -> Any:
-    origin = get_origin(kind)
-    if kind is Any:
+def _value(kind: str, value: Any, at: str, owner: type) -> Any:
+    """``value`` as the annotation ``kind`` (text: ``str``, ``int | None``, ``list[X]``,
+    ``dict[str, X]``, ``datetime``, ``Any`` or a record's class name) reads it."""
+    if kind == "Any":
         return value
-    if origin in (Union, types.UnionType):
-        options = [k for k in get_args(kind) if k is not type(None)]
-        if value is None and len(options) < len(get_args(kind)):
-            return None
-        return _value(options[0], value, at)
-    if origin is list:
+    if kind.endswith(" | None"):
+        return None if value is None else _value(kind[: -len(" | None")], value, at, owner)
+    if kind.startswith("list["):
         if not isinstance(value, list):
             raise Invalid(at, "not a list")
-        (item,) = get_args(kind)
-        return [_value(item, v, f"{at}.{n}") for n, v in enumerate(value)]
-    if origin is dict:
+        return [_value(kind[5:-1], v, f"{at}.{n}", owner) for n, v in enumerate(value)]
+    if kind.startswith("dict[str, "):
         if not isinstance(value, dict):
             raise Invalid(at, "not an object")
-        _, item = get_args(kind)
-        return {k: _value(item, v, f"{at}.{k}") for k, v in value.items()}
-    if kind is bool:
+        return {k: _value(kind[10:-1], v, f"{at}.{k}", owner) for k, v in value.items()}
+    if kind == "bool":
         if not isinstance(value, bool):
             raise Invalid(at, "not a boolean")
         return value
-    if kind is int or kind is float:
+    if kind in ("int", "float"):
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise Invalid(at, "not a number")
-        if kind is int and value != int(value):
+        if kind == "int" and value != int(value):
             raise Invalid(at, "not an integer")
-        return int(value) if kind is int else float(value)
-    if kind is str:
+        return int(value) if kind == "int" else float(value)
+    if kind == "str":
         if not isinstance(value, str):
             raise Invalid(at, "not a string")
         return value
-    if kind is datetime:
+    if kind == "datetime":
         if not isinstance(value, str):
             raise Invalid(at, "not a timestamp")
         try:
             return datetime.fromisoformat(value)
         except ValueError:
             raise Invalid(at, "not a timestamp") from None
-    return parse(kind, value, at)  # a dataclass
+    record = getattr(sys.modules[owner.__module__], kind)
+    return parse(record, value, at)
 
 
 def to_json(obj: Any) -> Any:
-    """A light type's instance (or list of them) as JSON data (timestamps as ISO 8601 text)."""
+    """A record (or list of them) as JSON data (timestamps as ISO 8601 text)."""
     if isinstance(obj, list):
         return [to_json(item) for item in obj]
     if isinstance(obj, datetime):
         return obj.isoformat()
     if isinstance(obj, dict):
         return {key: to_json(value) for key, value in obj.items()}
-    if hasattr(obj, "__dataclass_fields__"):
-        return {f.name: to_json(getattr(obj, f.name)) for f in fields(obj)}
+    if isinstance(obj, Record):
+        return {name: to_json(getattr(obj, name)) for name, _ in fields_of(type(obj))}
     return obj

@@ -124,7 +124,7 @@ COMMANDS: tuple[Entry, ...] = (
     ),
     Entry(
         "events",
-        "stackflow.cli.events",
+        "stackflow.cli.table_app",
         "A run's events (run_start, phase, planned_change, change_summary, approval_wait, "
         "apply_start, apply_complete, apply_errored, run_complete), as the API streams them.",
     ),

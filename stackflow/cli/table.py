@@ -136,6 +136,16 @@ FULL = Opt(
 )
 TO = Opt(("--to",), "to", int, "The release whose spec to apply again.", REQUIRED)
 REASON = Opt(("--reason",), "reason", str, "Recorded with the decision.")
+RUN = Opt(("--run",), "run", str, "Run id (default: the stack's newest run).")
+FOLLOW = Opt(("--follow",), "follow", bool, "Wait for new events until the run completes.", False)
+AFTER = Opt(("--after",), "after", int, "Only events after this seq.", 0, minimum=0)
+EVENTS_OUTPUT = Opt(
+    ("--output", "-o"),
+    "output",
+    RUN_OUTPUTS,
+    "table (a line per event), ndjson (the stream's lines, header first) or json.",
+    "table",
+)
 
 
 class Cmd:
@@ -266,6 +276,19 @@ COMMANDS = (
         "Cancel the stack's running operation; its release ends failed, saying so.",
         PROJECT,
         WORKSPACE,
+        WAIT,
+    ),
+    Cmd(
+        "events",
+        f"{VERBS}:events",
+        "A run's events (run_start, phase, planned_change, change_summary, approval_wait,\n"
+        "apply_start, apply_complete, apply_errored, run_complete), as the API streams them.",
+        PROJECT,
+        WORKSPACE,
+        RUN,
+        FOLLOW,
+        AFTER,
+        EVENTS_OUTPUT,
         WAIT,
     ),
     Cmd(

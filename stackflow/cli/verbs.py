@@ -89,3 +89,28 @@ def status(o: Options) -> None:
 
         data, link = status_direct(o)
     print_status(data, link, o["output"])
+
+
+def events(o: Options) -> None:
+    """`stackflow events`: a run's stream as a line per event, its own lines, or JSON."""
+    from stackflow.cli import event_lines
+
+    collect = event_lines.Collect()
+    sink = {"ndjson": event_lines.ndjson_sink, "table": event_lines.table_sink}.get(
+        o["output"], collect
+    )
+    args = (o["run"], o["after"], o["follow"])
+    if api_mode():
+        from stackflow.client.types import Stack
+
+        event_lines.api_events(Stack(o["project"], o["workspace"]), *args, sink)
+    else:
+        import asyncio
+
+        from stackflow.cli.events import direct_events
+        from stackflow.core.refs import StackRef
+
+        stack = StackRef(o["project"], o["workspace"])
+        asyncio.run(direct_events(stack, *args, o["unavailable_timeout"], sink))
+    if o["output"] == "json":
+        collect.dump()

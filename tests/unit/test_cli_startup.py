@@ -516,6 +516,8 @@ API_COMMANDS = [
     ("apply", ("--yes", "-o", "ndjson")),
     ("rollback", ("--yes",)),
     ("refresh", ("--yes", "-o", "json")),
+    ("events", ()),
+    ("events", ("-o", "json", "--after", "2")),
 ]
 
 
@@ -526,7 +528,15 @@ def test_api_mode_commands_import_neither_typer_pydantic_httpx_temporalio_nor_sq
     """The rule for every command of the option table in API mode: parsed from the table,
     through the typed client on ``http.client``, reported without typer, pydantic, httpx,
     the Temporal SDK or SQLAlchemy; off a terminal a table is written without rich."""
-    if command in ("status", "approve", "cancel"):
+    if command == "events":
+        events, final, preview = RUNS_OF["succeeded"]
+        started_run(fake_api, events, final, preview)
+        fake_api.pages[f"{RUNS}?page_size=1"] = (200, {"runs": [summary(RUN_ID, "completed")]})
+        for after in (0, 2):
+            stream = fake_api.pages[f"{RUN}/events?after={after}"]
+            fake_api.pages[f"{RUN}/events?after={after}&wait=false"] = stream
+        args = [command, "-p", "p", "-w", "w", *options]
+    elif command in ("status", "approve", "cancel"):
         steered(fake_api, command)
         args = [command, "-p", "p", "-w", "w", *options]
     elif command == "preview":
@@ -539,7 +549,7 @@ def test_api_mode_commands_import_neither_typer_pydantic_httpx_temporalio_nor_sq
     done = run_main(*args, env=api_env(fake_api))
     assert done.returncode == 0, done.stderr[-2000:]
     modules = imported(done.stderr)
-    assert "stackflow.cli.remote" in modules and "stackflow.cli.operations" not in modules
+    assert "stackflow.client.http" in modules and "stackflow.cli.app" not in modules
     for top in NEVER_THROUGH_THE_API:
         assert not {m for m in modules if m == top or m.startswith(top + ".")}, top
     if "ndjson" in options:
@@ -567,6 +577,8 @@ PARSED = [
     ("status", ["-p", "p", "--unavailable-timeout", "0"]),
     ("approve", ["-p", "p", "--reason", "ok"]),
     ("cancel", ["-w", "w", "-p", "p"]),
+    ("events", ["-p", "p", "--run", "r", "--follow", "--after", "3", "-o", "ndjson"]),
+    ("events", ["-p", "p", "--after", "-1"]),
 ]
 
 

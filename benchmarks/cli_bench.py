@@ -199,14 +199,14 @@ def api_status_requests(project: str) -> Callable[[], object]:
 
 def api_preview_requests(project: str, spec: dict[str, Any]) -> Callable[[], object]:
     """The requests `stackflow preview` makes through the API, from this process."""
-    from stackflow.client import RunRequest, StackflowClient
+    from stackflow.client import StackflowClient
     from stackflow.core.refs import StackRef
 
     client = StackflowClient.from_env()
     stack = StackRef(project, "default")
 
     def step() -> object:
-        created = client.start_run(stack, RunRequest(operation="preview", spec=spec))
+        created = client.start_run(stack, {"operation": "preview", "spec": spec})
         with client.events(stack, created.run_id) as stream:
             for _ in stream:
                 pass

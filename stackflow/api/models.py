@@ -1,64 +1,25 @@
-"""The API's request and response bodies (what ``/openapi.json`` describes)."""
+"""The API's request and response bodies (what ``/openapi.json`` describes). The answers are
+the client's light types (:mod:`stackflow.client.types`) as pydantic models: the same
+fields, and their names and types are held equal by tests/unit/test_client_types.py; the
+operations and what each takes are the client's own."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from stackflow.client import types
 from stackflow.model.drift import DriftReport
 from stackflow.model.release import Phase, Release
 from stackflow.model.source import SourceMode
 from stackflow.policy_gate.bundle import PolicyBundle
 from stackflow.temporal.operation import REVISION_LIMIT, Pattern
 
-
-class RunOperation(StrEnum):
-    preview = "preview"
-    apply = "apply"
-    destroy = "destroy"
-    rollback = "rollback"
-    refresh = "refresh"
-    drift = "drift"
-
-
-WORKFLOWS = {
-    RunOperation.preview: "PreviewWorkflow",
-    RunOperation.apply: "ApplyWorkflow",
-    RunOperation.destroy: "DestroyWorkflow",
-    RunOperation.rollback: "RollbackWorkflow",
-    RunOperation.refresh: "RefreshWorkflow",
-    RunOperation.drift: "DriftWorkflow",
-}
-
-TAKES: dict[RunOperation, frozenset[str]] = {
-    RunOperation.preview: frozenset(
-        {"spec", "spec_yaml", "commit", "targets", "excludes", "policy"}
-    ),
-    RunOperation.apply: frozenset(
-        {
-            "spec",
-            "spec_yaml",
-            "commit",
-            "auto_approve",
-            "targets",
-            "excludes",
-            "on_failure",
-            "max_concurrency",
-            "policy",
-        }
-    ),
-    RunOperation.destroy: frozenset(
-        {"auto_approve", "targets", "excludes", "on_failure", "max_concurrency", "policy"}
-    ),
-    RunOperation.rollback: frozenset(
-        {"to_revision", "auto_approve", "on_failure", "max_concurrency", "policy"}
-    ),
-    RunOperation.refresh: frozenset({"auto_approve", "targets", "excludes"}),
-    RunOperation.drift: frozenset({"auto_approve", "repair"}),
-}
+RunOperation = types.RunOperation
+WORKFLOWS = types.WORKFLOWS
+TAKES = types.TAKES
 """The fields each operation takes besides ``operation`` and ``message`` (the CLI's options
 of the same command); any other field given is refused by name."""
 

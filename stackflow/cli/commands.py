@@ -62,28 +62,28 @@ COMMANDS: tuple[Entry, ...] = (
     ),
     Entry(
         "preview",
-        "stackflow.cli.operations",
+        "stackflow.cli.table_app",
         "Show what apply would change: desired vs live vs prior (three-way diff).",
     ),
     Entry(
         "apply",
-        "stackflow.cli.operations",
+        "stackflow.cli.table_app",
         "Preview, ask, then apply the spec as a durable Temporal workflow.",
     ),
     Entry(
         "destroy",
-        "stackflow.cli.operations",
+        "stackflow.cli.table_app",
         "Delete everything the stack's last release holds, dependents first.",
     ),
     Entry(
         "rollback",
-        "stackflow.cli.operations",
+        "stackflow.cli.table_app",
         "Apply release N's spec again as a new release (operation rollback): preview, ask, "
         "apply, exactly as apply.",
     ),
     Entry(
         "refresh",
-        "stackflow.cli.operations",
+        "stackflow.cli.table_app",
         "Read every recorded resource and record its live state as a new release, changing "
         "nothing (`tofu apply -refresh-only`): shows what it would record, asks (or --yes).",
     ),
@@ -94,26 +94,28 @@ COMMANDS: tuple[Entry, ...] = (
     ),
     Entry(
         "approve",
-        "stackflow.cli.steer",
+        "stackflow.cli.table_app",
         "Approve the stack's operation waiting in awaitingApproval.",
     ),
     Entry(
         "reject",
-        "stackflow.cli.steer",
+        "stackflow.cli.table_app",
         "Reject the stack's operation waiting in awaitingApproval (it ends failed).",
     ),
     Entry(
         "retry",
-        "stackflow.cli.steer",
+        "stackflow.cli.table_app",
         "Re-run the failed nodes (and those skipped because of them) of a paused run.",
     ),
-    Entry("abort", "stackflow.cli.steer", "End a paused run as failed, as it is."),
+    Entry("abort", "stackflow.cli.table_app", "End a paused run as failed, as it is."),
     Entry(
         "cancel",
-        "stackflow.cli.steer",
+        "stackflow.cli.table_app",
         "Cancel the stack's running operation; its release ends failed, saying so.",
     ),
-    Entry("status", "stackflow.cli.steer", "Phase and progress of the stack's running operation."),
+    Entry(
+        "status", "stackflow.cli.table_app", "Phase and progress of the stack's running operation."
+    ),
     Entry(
         "serve",
         "stackflow.cli.serve",
@@ -122,7 +124,7 @@ COMMANDS: tuple[Entry, ...] = (
     ),
     Entry(
         "events",
-        "stackflow.cli.events",
+        "stackflow.cli.table_app",
         "A run's events (run_start, phase, planned_change, change_summary, approval_wait, "
         "apply_start, apply_complete, apply_errored, run_complete), as the API streams them.",
     ),

@@ -155,7 +155,9 @@ def _check_through_api(request: DriftInput) -> tuple[DriftResult, str, list[dict
         result = DriftResult.model_validate(view.result)
         rows: list[dict[str, Any]] = []
         if result.report_ref is not None:
-            report = api.drift_status(stack)
+            from stackflow.api.models import DriftStatus
+
+            report = DriftStatus.model_validate(api.drift_status(stack))
             rows = report.drifted_resources if report.report_ref == result.report_ref else []
     namespace = os.environ.get("TEMPORAL_NAMESPACE", "default")
     return result, ui_link(namespace, created.workflow_id, created.run_id), rows
@@ -276,11 +278,11 @@ def drift_schedule(
     interval = parse_every(every)
     stack = StackRef(project, workspace)
     if api_mode():
-        from stackflow.api.models import DriftScheduleRequest
+        from stackflow.api.models import DriftScheduleRequest, DriftScheduleView
 
         asked = DriftScheduleRequest(every=every, repair=repair, auto_approve=yes)
         with api_client() as api:
-            view = api.schedule_drift(stack, asked)
+            view = DriftScheduleView.model_validate(api.schedule_drift(stack, asked))
         sid, created = view.schedule_id, view.created
     else:
         request = _input(stack, repair, yes)
@@ -347,8 +349,10 @@ def drift_status(
     """The last drift report of the stack (from the state backend, or the API)."""
     stack = StackRef(project, workspace)
     if api_mode():
+        from stackflow.api.models import DriftStatus
+
         with api_client() as api:
-            status = api.drift_status(stack)
+            status = DriftStatus.model_validate(api.drift_status(stack))
         report: DriftReport = DriftReport.model_validate(
             status.model_dump(exclude={"drifted_resources"})
         )

@@ -1,9 +1,10 @@
 """Console entry point: ``stackflow = "stackflow.cli.main:main"``.
 
-A few invocations are answered without the typer app (:mod:`stackflow.cli.quick`): the
-top-level help, and in API mode `stackflow status`, `preview`, `apply --yes` and `destroy
---yes` in their plain case; everything else goes to the app, which
-imports only the module of the command that runs (:class:`stackflow.cli.app.LazyGroup`)."""
+`stackflow --help` is rendered from the static table of :mod:`stackflow.cli.commands`, and in
+API mode (``STACKFLOW_API_URL``) the commands of :data:`stackflow.cli.table.COMMANDS` are
+parsed with that table and run without the typer app (the same function the typer command
+calls: :mod:`stackflow.cli.verbs`); everything else goes to the app, which imports only the
+module of the command that runs (:class:`stackflow.cli.app.LazyGroup`)."""
 
 from __future__ import annotations
 
@@ -28,31 +29,71 @@ def load_commands() -> None:
                 raise
 
 
+def one_line(exc: BaseException) -> int:
+    """A command's error as the command group prints it: one red line, its exit code."""
+    from stackflow.core.errors import StackflowError
+
+    err: StackflowError | None = exc if isinstance(exc, StackflowError) else None
+    if err is None:  # ``one_line_error`` takes a StackflowError as it is: typer not needed
+        from stackflow.cli.app import one_line_error
+
+        err = one_line_error(exc)
+    if err is None:
+        raise exc
+    from stackflow.cli.output import error_line
+
+    error_line(str(err))
+    return err.exit_code
+
+
 def run_app() -> int:
     """The typer app on ``sys.argv``; its exit code."""
     try:
         from stackflow.cli.app import app
 
         app(prog_name="stackflow")
-    except Exception as exc:  # raised outside a command (e.g. while loading commands)
-        from stackflow.cli.app import one_line_error
-
-        err = one_line_error(exc)
-        if err is None:
-            raise
-        from stackflow.cli.output import error_line
-
-        error_line(str(err))
-        return err.exit_code
     except SystemExit as exit_:
         return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    except Exception as exc:  # raised outside a command (e.g. while loading commands)
+        return one_line(exc)
+    return 0
+
+
+def answer(argv: list[str]) -> int | None:
+    """The exit code of ``argv`` answered without the typer app; None: run the app."""
+    if not argv or argv == ["--help"]:
+        from stackflow.cli.commands import render_help
+
+        try:
+            sys.stdout.write(render_help())
+            sys.stdout.flush()
+        except BrokenPipeError:
+            return 1  # as typer ends on a closed pipe
+        return 0 if argv else 2  # no arguments: the help, as a usage error (typer's exit 2)
+    from stackflow.cli.api_mode import api_mode
+
+    if not api_mode():
+        return None
+    from stackflow.cli import table
+
+    cmd = table.BY_NAME.get(argv[0])
+    options = None if cmd is None else table.parse(cmd, argv[1:])
+    if cmd is None or options is None:
+        return None
+    module, _, name = cmd.run.partition(":")
+    try:
+        getattr(importlib.import_module(module), name)(options)
+    except KeyboardInterrupt:
+        return 130  # as typer exits on ^C
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+    except Exception as exc:
+        return one_line(exc)
     return 0
 
 
 def main() -> None:
     os.umask(0o077)  # files the CLI writes (the embedded database, exports): 0600 / 0700
-    from stackflow.cli.quick import answer
-
     code = answer(sys.argv[1:])
     if code is None:
         code = run_app()

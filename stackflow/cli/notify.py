@@ -15,7 +15,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from stackflow.api.models import NotificationTargetView
 from stackflow.cli.api_mode import api_client, api_mode
 from stackflow.cli.app import app
 from stackflow.cli.binding_input import (
@@ -28,6 +27,7 @@ from stackflow.cli.binding_input import (
 )
 from stackflow.cli.options import OutputOpt, ProjectOpt
 from stackflow.cli.output import OutputFormat, echo_safe, emit, print_json
+from stackflow.client.types import NotificationTargetView, parse, to_json
 from stackflow.core.errors import NotFoundError, SpecError
 from stackflow.model.notifications import RESERVED_NAMES, TARGET_NAME, TYPES, Destination
 
@@ -79,7 +79,7 @@ def _short(types: list[str]) -> str:
 
 def _show(project: str, views: list[NotificationTargetView], output: OutputFormat) -> None:
     def data() -> list[dict[str, Any]]:
-        return [{"project": project, **v.model_dump()} for v in views]
+        return [{"project": project, **to_json(v)} for v in views]
 
     def table(console: Console) -> None:
         if not views:
@@ -140,9 +140,9 @@ def add(
         target = destination.named(name)
         with direct_backend() as backend:
             backend.put_notification_target(project, target)
-        view = NotificationTargetView.model_validate(target.public())
+        view = parse(NotificationTargetView, target.public())
     if output is OutputFormat.json:
-        print_json({"project": project, **view.model_dump()})
+        print_json({"project": project, **to_json(view)})
     else:
         _show(project, [view], output)
 
@@ -157,7 +157,7 @@ def list_(project: ProjectOpt, output: OutputOpt = OutputFormat.table) -> None:
     else:
         with direct_backend() as backend:
             targets = backend.notification_targets(project)
-        views = [NotificationTargetView.model_validate(t.public()) for t in targets]
+        views = [parse(NotificationTargetView, t.public()) for t in targets]
     _show(project, views, output)
 
 

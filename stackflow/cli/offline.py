@@ -34,7 +34,7 @@ from stackflow.core.refs import StackRef
 from stackflow.engine.graph import Graph, build_graph
 from stackflow.engine.masking import masked_release_data
 from stackflow.engine.spec import load_spec
-from stackflow.model.release import Release
+from stackflow.model.release import Release, Unlocked
 from stackflow.model.spec import Spec
 from stackflow.state.backend import open_backend
 from stackflow.state.kusion import export_kusion_releases, import_kusion_releases
@@ -232,7 +232,7 @@ def release_unlock(
     stack = StackRef(project, workspace)
     if api_mode():
         with api_client() as api:
-            done = api.unlock(stack, force=force)
+            done = Unlocked.model_validate(api.unlock(stack, force=force))
         typer.echo(done.line())
         return
     import asyncio

@@ -16,105 +16,25 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from stackflow.cli.api_mode import api_mode
 from stackflow.cli.app import app
-from stackflow.cli.options import (
-    AdoptOpt,
-    ConcurrencyOpt,
-    DetailOpt,
-    ExcludeOpt,
-    FailFastOpt,
-    FileOpt,
-    ForceOpt,
-    IgnoreOpt,
-    OnFailure,
-    OnFailureOpt,
-    PolicyOpt,
-    ProjectOpt,
-    RunOutput,
-    RunOutputOpt,
-    TargetOpt,
-    UnavailableOpt,
-    WatchOpt,
-    WorkspaceOpt,
-    YesOpt,
-)
 from stackflow.cli.output import OutputFormat
-from stackflow.cli.policy import policy_fields, policy_requires_approval
-from stackflow.cli.quick import namespace, ui_link
 from stackflow.cli.report import release_from_backend, report
-from stackflow.cli.runs import RunPaused, current_user
-from stackflow.core.errors import SpecError
-from stackflow.core.refs import StackRef
-from stackflow.engine.budget import BUDGET
-from stackflow.engine.spec import load_spec
+from stackflow.cli.requests import request_of
+from stackflow.cli.runs import RunPaused, namespace, policy_requires_approval, ui_link
 from stackflow.model.release import Phase
 from stackflow.temporal.operation import (
     OperationInput,
     OperationResult,
-    check_request,
 )
 
 if TYPE_CHECKING:  # the Temporal SDK is imported only when a run goes to Temporal directly
     from stackflow.cli.runner import Runner
 
 
-def build_request(stack: StackRef, **fields: Any) -> OperationInput:
-    try:
-        request = OperationInput(
-            project=stack.project, workspace=stack.workspace, operator=current_user(), **fields
-        )
-    except ValueError as exc:
-        raise SpecError(f"invalid option: {_option_error(exc)}") from None
-    check_request(request)
-    return request
-
-
-def _option_error(exc: ValueError) -> str:
-    """``field: message`` of the first validation error, in the CLI's option names."""
-    from pydantic import ValidationError
-
-    if isinstance(exc, ValidationError):
-        first = exc.errors(include_url=False)[0]
-        name = ".".join(str(p) for p in first["loc"]) or "input"
-        option = "--" + name.replace("_", "-").removesuffix("-seconds")
-        return f"{option}: {first['msg']}"
-    return str(exc).splitlines()[-1].strip()
-
-
-def spec_input(path: str) -> dict[str, Any]:
-    """How the workflow input carries the spec: inline (``{"spec": …}``, all a client needs
-    is Temporal), or, when it is over the byte budget even compressed and this machine
-    shares the state backend (``STACKFLOW_STATE_URL`` set), stored there first and passed
-    as ``{"spec_ref": …}``. Refused (exit 2) when it must go inline and is over Temporal's
-    payload limit."""
-    spec = load_spec(path)
-    data = spec.model_dump(mode="json", by_alias=True)
-    if api_mode():
-        return {"spec": data}  # the API stores it first if it is over the byte budget
-    from stackflow.temporal.codec import PAYLOAD_LIMIT, encoded_size
-
-    size = asyncio.run(encoded_size(data))
-    if size > BUDGET and os.environ.get("STACKFLOW_STATE_URL"):
-        from stackflow.state.backend import open_backend
-
-        backend = open_backend()
-        try:
-            return {"spec_ref": backend.put_spec(spec)}
-        finally:
-            backend.close()
-    if size > PAYLOAD_LIMIT * 0.95:
-        raise SpecError(
-            f"{path}: the spec is {size / 1048576:.1f} MiB compressed, over Temporal's "
-            f"{PAYLOAD_LIMIT // 1048576} MiB payload limit: split it into several stacks, "
-            "or set STACKFLOW_STATE_URL so the CLI stores it in the state backend first"
-        )
-    return {"spec": data}
-
-
 def _report(runner: Runner, result: OperationResult, run_id: str | None) -> None:
     link = ui_link(namespace(), runner.workflow_id, run_id)
-    report(runner.output, runner.console, result, link, release_from_backend)
+    data = result.model_dump(mode="json")
+    report(runner.output, runner.console, data, link, release_from_backend(result.stack))
 
 
 async def _run(
@@ -182,31 +102,25 @@ async def _run(
     _report(runner, result, handle.result_run_id)
 
 
-def _dispatch(
-    workflow: str,
-    request: OperationInput,
-    output: RunOutput,
-    yes: bool,
-    detail: bool,
-    full: bool = False,
-) -> None:
-    """The run, through the API (STACKFLOW_API_URL) or Temporal directly; ``--output
-    ndjson`` prints its event stream instead of the preview, progress and result."""
-    fmt = None if output is RunOutput.ndjson else OutputFormat(output.value)
-    if api_mode():
-        from stackflow.cli import remote
-
-        remote.run(workflow, request, fmt, yes, detail, full)
-    elif fmt is None:
+def run_direct(workflow: str, o: dict[str, Any]) -> None:
+    """The run to Temporal directly; ``--output ndjson`` prints its event stream instead of
+    the preview, progress and result."""
+    request = request_of(workflow, o)
+    yes = bool(o.get("yes")) or workflow == "PreviewWorkflow"
+    if o["output"] == "ndjson":
         asyncio.run(_run_ndjson(workflow, request, yes))
     else:
-        asyncio.run(_run(workflow, request, fmt, yes, detail, full))
+        output = OutputFormat(o["output"])
+        asyncio.run(
+            _run(workflow, request, output, yes, o.get("detail", False), o.get("full", False))
+        )
 
 
 async def _run_ndjson(workflow: str, request: OperationInput, yes: bool) -> None:
     """Start the run and print its event stream until run_complete (approval comes from
     --yes or another command: `stackflow approve`); exit as the run's result says."""
-    from stackflow.cli.events import ndjson_sink, stream_direct
+    from stackflow.cli.event_lines import ndjson_sink
+    from stackflow.cli.events import stream_direct
     from stackflow.cli.report import raise_failure
     from stackflow.cli.runner import Runner
     from stackflow.core.refs import RunRef
@@ -218,160 +132,7 @@ async def _run_ndjson(workflow: str, request: OperationInput, yes: bool) -> None
     run = RunRef(handle.id, handle.result_run_id or "")
     client = runner.temporal.client
     await stream_direct(client, request.stack, run, 0, True, ndjson_sink)
-    raise_failure(await runner.result(handle))
-
-
-@app.command()
-def preview(
-    file: FileOpt,
-    project: ProjectOpt,
-    workspace: WorkspaceOpt = "default",
-    output: RunOutputOpt = RunOutput.table,
-    ignore_field: IgnoreOpt = None,
-    force: ForceOpt = False,
-    adopt: AdoptOpt = False,
-    detail: DetailOpt = True,
-    unavailable_timeout: UnavailableOpt = 600.0,
-    target: TargetOpt = None,
-    exclude: ExcludeOpt = None,
-    full: Annotated[
-        bool,
-        typer.Option(
-            "--full",
-            help="Every field and whole values, from the state backend (STACKFLOW_STATE_URL); "
-            "by default long values are shortened and big diffs summarised.",
-        ),
-    ] = False,
-    policy: PolicyOpt = None,
-) -> None:
-    """Show what apply would change: desired vs live vs prior (three-way diff)."""
-    request = build_request(
-        StackRef(project, workspace),
-        **spec_input(file),
-        **policy_fields(policy),
-        ignore_fields=ignore_field or [],
-        force=force,
-        adopt=adopt,
-        unavailable_timeout_seconds=unavailable_timeout,
-        targets=target or [],
-        excludes=exclude or [],
-    )
-    _dispatch("PreviewWorkflow", request, output, True, detail, full)
-
-
-@app.command()
-def apply(
-    file: FileOpt,
-    project: ProjectOpt,
-    workspace: WorkspaceOpt = "default",
-    yes: YesOpt = False,
-    output: RunOutputOpt = RunOutput.table,
-    max_concurrency: ConcurrencyOpt = 8,
-    ignore_field: IgnoreOpt = None,
-    watch: WatchOpt = False,
-    fail_fast: FailFastOpt = False,
-    force: ForceOpt = False,
-    adopt: AdoptOpt = False,
-    detail: DetailOpt = False,
-    on_failure: OnFailureOpt = OnFailure.fail,
-    unavailable_timeout: UnavailableOpt = 600.0,
-    target: TargetOpt = None,
-    exclude: ExcludeOpt = None,
-    policy: PolicyOpt = None,
-) -> None:
-    """Preview, ask, then apply the spec as a durable Temporal workflow."""
-    request = build_request(
-        StackRef(project, workspace),
-        **spec_input(file),
-        **policy_fields(policy),
-        max_concurrency=max_concurrency,
-        ignore_fields=ignore_field or [],
-        watch=watch,
-        fail_fast=fail_fast,
-        force=force,
-        adopt=adopt,
-        on_failure=on_failure.value,
-        unavailable_timeout_seconds=unavailable_timeout,
-        targets=target or [],
-        excludes=exclude or [],
-    )
-    _dispatch("ApplyWorkflow", request, output, yes, detail)
-
-
-@app.command()
-def destroy(
-    project: ProjectOpt,
-    workspace: WorkspaceOpt = "default",
-    yes: YesOpt = False,
-    output: RunOutputOpt = RunOutput.table,
-    max_concurrency: ConcurrencyOpt = 8,
-    fail_fast: FailFastOpt = False,
-    on_failure: OnFailureOpt = OnFailure.fail,
-    unavailable_timeout: UnavailableOpt = 600.0,
-    target: TargetOpt = None,
-    exclude: ExcludeOpt = None,
-    policy: PolicyOpt = None,
-) -> None:
-    """Delete everything the stack's last release holds, dependents first."""
-    request = build_request(
-        StackRef(project, workspace),
-        **policy_fields(policy),
-        max_concurrency=max_concurrency,
-        fail_fast=fail_fast,
-        on_failure=on_failure.value,
-        unavailable_timeout_seconds=unavailable_timeout,
-        targets=target or [],
-        excludes=exclude or [],
-    )
-    _dispatch("DestroyWorkflow", request, output, yes, False)
-
-
-@app.command()
-def rollback(
-    project: ProjectOpt,
-    to: Annotated[int, typer.Option("--to", help="The release whose spec to apply again.")],
-    workspace: WorkspaceOpt = "default",
-    yes: YesOpt = False,
-    output: RunOutputOpt = RunOutput.table,
-    max_concurrency: ConcurrencyOpt = 8,
-    detail: DetailOpt = False,
-    fail_fast: FailFastOpt = False,
-    on_failure: OnFailureOpt = OnFailure.fail,
-    unavailable_timeout: UnavailableOpt = 600.0,
-) -> None:
-    """Apply release N's spec again as a new release (operation rollback): preview, ask,
-    apply, exactly as apply."""
-    request = build_request(
-        StackRef(project, workspace),
-        to_revision=to,
-        max_concurrency=max_concurrency,
-        fail_fast=fail_fast,
-        on_failure=on_failure.value,
-        unavailable_timeout_seconds=unavailable_timeout,
-    )
-    _dispatch("RollbackWorkflow", request, output, yes, detail)
-
-
-@app.command()
-def refresh(
-    project: ProjectOpt,
-    workspace: WorkspaceOpt = "default",
-    yes: YesOpt = False,
-    output: RunOutputOpt = RunOutput.table,
-    detail: DetailOpt = True,
-    unavailable_timeout: UnavailableOpt = 600.0,
-    target: TargetOpt = None,
-    exclude: ExcludeOpt = None,
-) -> None:
-    """Read every recorded resource and record its live state as a new release, changing
-    nothing (`tofu apply -refresh-only`): shows what it would record, asks (or --yes)."""
-    request = build_request(
-        StackRef(project, workspace),
-        unavailable_timeout_seconds=unavailable_timeout,
-        targets=target or [],
-        excludes=exclude or [],
-    )
-    _dispatch("RefreshWorkflow", request, output, yes, detail)
+    raise_failure((await runner.result(handle)).model_dump(mode="json"))
 
 
 @app.command()

@@ -1,12 +1,14 @@
-"""The options the `stackflow` commands share, declared once (one name, one help text)."""
+"""The typer options of the `stackflow` commands, made from the one table of
+:mod:`stackflow.cli.table` (one name, one help text)."""
 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
+from stackflow.cli import table
 from stackflow.cli.output import OutputFormat
 
 
@@ -15,98 +17,53 @@ class OnFailure(StrEnum):
     pause = "pause"
 
 
-ProjectOpt = Annotated[str, typer.Option("--project", "-p", help="Project of the stack.")]
-WorkspaceOpt = Annotated[str, typer.Option("--workspace", "-w", help="Workspace of the stack.")]
-FileOpt = Annotated[str, typer.Option("--file", "-f", help="Spec file (YAML/JSON); '-' = stdin.")]
-OutputOpt = Annotated[
-    OutputFormat,
-    typer.Option("--output", "-o", help="table (for people) or json (stable, for scripts)."),
-]
-
-
 class RunOutput(StrEnum):
     table = "table"
     json = "json"
     ndjson = "ndjson"
 
 
-RunOutputOpt = Annotated[
-    RunOutput,
-    typer.Option(
-        "--output",
-        "-o",
-        help="table (for people), json (the result, for scripts) or ndjson (the run's event "
-        "stream as it happens, header first; as `stackflow events`).",
-    ),
-]
-PolicyOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--policy",
-        help="A directory of Rego modules (package stackflow) this run evaluates besides its "
-        "project's bundle (stackflow policy push); deny fails the run (exit 2).",
-    ),
-]
-YesOpt = Annotated[
-    bool,
-    typer.Option(
-        "--yes",
-        "-y",
-        help="Approve without asking (through the API: needs the approver role). On a "
-        "four-eyes project the run still waits for another approver; the command says so "
-        "and follows it.",
-    ),
-]
-ConcurrencyOpt = Annotated[int, typer.Option("--max-concurrency", help="Resources in flight.")]
-IgnoreOpt = Annotated[
-    list[str] | None, typer.Option("--ignore-field", help="Dotted path never diffed (repeat).")
-]
-WatchOpt = Annotated[bool, typer.Option("--watch", help="Wait until each resource is ready.")]
-FailFastOpt = Annotated[bool, typer.Option("--fail-fast", help="Stop starting nodes on failure.")]
-ForceOpt = Annotated[
-    bool, typer.Option("--force", help="Take over fields another manager owns (Kubernetes).")
-]
-AdoptOpt = Annotated[
-    bool, typer.Option("--adopt", help="Adopt existing objects that no stack owns yet.")
-]
-DetailOpt = Annotated[bool, typer.Option("--detail/--no-detail", help="Show per-field diffs.")]
-OnFailureOpt = Annotated[
-    OnFailure,
-    typer.Option(
-        "--on-failure",
-        help="fail: end the run when nodes fail; pause: wait for `stackflow retry` or `abort`.",
-    ),
-]
-TargetOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--target",
-        help="Only resources whose id matches this glob, and what they depend on (repeat).",
-    ),
-]
-ExcludeOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--exclude",
-        help="Leave out resources whose id matches this glob, and what depends on them "
-        "(repeat); their state is kept as recorded.",
-    ),
-]
-UnavailableOpt = Annotated[
-    float,
-    typer.Option(
-        "--unavailable-timeout",
-        help="Seconds unreachable infrastructure is retried before its node fails; also how "
-        "long the CLI waits out an unreachable Temporal before it gives up following.",
-    ),
-]
+CHOICES: dict[tuple[str, ...], type[StrEnum]] = {
+    table.OUTPUTS: OutputFormat,
+    table.RUN_OUTPUTS: RunOutput,
+    table.ON_FAILURE: OnFailure,
+}
+"""The typer type of each choice of the table."""
 
 
-WaitOpt = Annotated[
-    float,
-    typer.Option(
-        "--unavailable-timeout",
-        min=0,
-        help="Seconds the CLI waits out an unreachable Temporal before it gives up.",
-    ),
-]
+def python_type(opt: table.Opt) -> Any:
+    if isinstance(opt.kind, tuple):
+        return CHOICES[opt.kind]
+    if opt.kind is list:
+        return list[str] | None
+    if opt.kind is str and opt.default is None:
+        return str | None
+    return opt.kind
+
+
+def option(opt: table.Opt) -> Any:
+    """``typer.Option(...)`` of ``opt``."""
+    flags = (f"{opt.flags[0]}/{opt.off}",) if opt.off else opt.flags
+    extra: dict[str, Any] = {} if opt.minimum is None else {"min": opt.minimum}
+    return typer.Option(*flags, help=opt.help, **extra)
+
+
+ProjectOpt = Annotated[str, option(table.PROJECT)]
+WorkspaceOpt = Annotated[str, option(table.WORKSPACE)]
+FileOpt = Annotated[str, option(table.FILE)]
+OutputOpt = Annotated[OutputFormat, option(table.OUTPUT)]
+RunOutputOpt = Annotated[RunOutput, option(table.RUN_OUTPUT)]
+PolicyOpt = Annotated[str | None, option(table.POLICY)]
+YesOpt = Annotated[bool, option(table.YES)]
+ConcurrencyOpt = Annotated[int, option(table.CONCURRENCY)]
+IgnoreOpt = Annotated[list[str] | None, option(table.IGNORE)]
+WatchOpt = Annotated[bool, option(table.WATCH)]
+FailFastOpt = Annotated[bool, option(table.FAIL_FAST)]
+ForceOpt = Annotated[bool, option(table.FORCE)]
+AdoptOpt = Annotated[bool, option(table.ADOPT)]
+DetailOpt = Annotated[bool, option(table.DETAIL)]
+OnFailureOpt = Annotated[OnFailure, option(table.ON_FAILURE_OPT)]
+TargetOpt = Annotated[list[str] | None, option(table.TARGET)]
+ExcludeOpt = Annotated[list[str] | None, option(table.EXCLUDE)]
+UnavailableOpt = Annotated[float, option(table.UNAVAILABLE)]
+WaitOpt = Annotated[float, option(table.WAIT)]

@@ -2,8 +2,8 @@
 
 A command whose output goes to a file or a pipe (a CI job's log) prints a run's change
 table, its summary and its outcome. Off a terminal rich writes no styles and, with
-``soft_wrap``, wraps nothing: printable text without markup comes out as it went in. The
-quick path (:mod:`stackflow.cli.quick_run`) prints that text itself through
+``soft_wrap``, wraps nothing: printable text without markup comes out as it went in. A
+run command (``stackflow.cli.runs.run_console``) prints that text itself through
 :class:`PlainConsole` and imports rich (about 50 ms of CPU, half of its own) only for what
 rich would lay out differently: markup, control characters, tabs, a table that does not fit,
 a diff. :mod:`stackflow.cli.render` draws the rest, and tests/unit/test_render.py holds the two
@@ -175,8 +175,8 @@ def render_outcome(
     """The lines a run command ends with (``stackflow.cli.report.report``'s table): the
     operation, the stack, its release and the phase; the node results counted by status;
     each failed node when more than one failed; the run's Temporal UI ``link``. ``results``
-    are each node result's id, status and error, drawn from plain data so the CLI's quick
-    path prints them without the engine's models (and, on a :class:`PlainConsole`, without
+    are each node result's id, status and error, drawn from plain data so a command through
+    the API prints them without the engine's models (and, on a :class:`PlainConsole`, without
     rich's markup)."""
     plain = getattr(console, "plain", False)
     rev = f"release {revision} " if revision is not None else ""
@@ -199,3 +199,86 @@ def render_outcome(
 
             console.print(f"  [red]✗ {escape(rid)}[/]: {escape(error or '')}")
     console.print(f"  Temporal UI: {link}")
+
+
+# ---- a run's preview, and the status table ---------------------------------------------------
+ACTIONS = ("Create", "Update", "Delete", "UnChanged")
+"""``stackflow.engine.diff.Action``'s values."""
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def preview_parts(
+    view: Any,
+) -> tuple[list[dict[str, Any]], dict[str, int], bool, dict[str, Any] | None] | None:
+    """A run's preview view in the arguments of ``stackflow.cli.render.render_changes``
+    (changes, summary, truncated, left_out) when it has the fields' types as
+    ``stackflow.engine.diff.Preview`` reads them; None otherwise (the engine's model reads it)."""
+    if not isinstance(view, dict) or "totals" in view:
+        return None
+    totals, changes = view.get("summary"), view.get("changes", [])
+    truncated, left_out = view.get("truncated", False), view.get("left_out")
+    if (
+        not (totals is None or isinstance(totals, dict))
+        or not isinstance(changes, list)
+        or not isinstance(truncated, bool)
+        or not (left_out is None or isinstance(left_out, dict))
+        or not (totals is None or all(_is_int(v) for v in totals.values()))
+    ):
+        return None
+    parts: list[dict[str, Any]] = []
+    for change in changes:
+        if not isinstance(change, dict):
+            return None
+        drift, diff = change.get("drift", False), change.get("diff", [])
+        if (
+            not isinstance(change.get("id"), str)
+            or not isinstance(change.get("type"), str)
+            or change.get("action") not in ACTIONS
+            or not isinstance(drift, bool)
+            or not isinstance(diff, list)
+            or not all(isinstance(f, dict) and isinstance(f.get("path"), str) for f in diff)
+        ):
+            return None
+        fields = [{"path": f["path"], "old": f.get("old"), "new": f.get("new")} for f in diff]
+        parts.append({**{k: change[k] for k in ("id", "type", "action")}, "drift": drift})
+        parts[-1]["diff"] = fields
+    counts = dict.fromkeys(ACTIONS, 0)
+    if totals is not None:
+        counts.update({k: v for k, v in totals.items() if k in counts})
+    else:
+        for part in parts:
+            counts[part["action"]] += 1
+    return parts, counts, truncated, left_out
+
+
+def plain_table(rows: list[tuple[str, str]], width: int | None) -> str | None:
+    """``rich.table.Table(show_header=False)`` of two columns with ``rows``, as a console of
+    ``width`` prints it, for the plain case: printable ASCII without markup, where a value
+    too long for its column is one word (rich cuts it with an ellipsis) and the first
+    column keeps its width. None otherwise (rich lays it out: wraps, markup, wide
+    characters, …). tests/unit/test_render.py compares it with rich's output."""
+    if width is None or width < 20:
+        return None
+    cells = [cell for row in rows for cell in row]
+    if not all(c and c.isascii() and c.isprintable() and "[" not in c for c in cells):
+        return None
+    first = max(len(label) for label, _ in rows) + 2  # with the cell padding
+    second = max(len(value) for _, value in rows) + 2
+    room = width - 3  # the three borders
+    if first + second > room:
+        if 2 * first > room:
+            return None
+        second = room - first
+    inner = second - 2
+    out = ["┌" + "─" * first + "┬" + "─" * second + "┐"]
+    for label, value in rows:
+        if len(value) > inner:
+            if " " in value:
+                return None  # rich wraps it over lines
+            value = value[: inner - 1] + "…"
+        out.append(f"│ {label.ljust(first - 2)} │ {value.ljust(inner)} │")
+    out.append("└" + "─" * first + "┴" + "─" * second + "┘")
+    return "\n".join(out) + "\n"

@@ -18,7 +18,7 @@ from typing import Annotated, Any
 import typer
 from rich.console import Console
 
-from stackflow.cli.api_mode import not_through_api, refuse_in_api_mode
+from stackflow.cli.api_mode import refuse_in_api_mode
 from stackflow.cli.app import EXIT_CODES_HELP, app
 from stackflow.cli.options import FileOpt, OutputOpt, ProjectOpt, WorkspaceOpt
 from stackflow.cli.output import OutputFormat, print_json
@@ -38,51 +38,6 @@ app.add_typer(policy_app, name="policy")
 PolicyDirOpt = Annotated[
     str | None, typer.Option("--policy", help="Directory of .rego modules for this run only.")
 ]
-
-
-_LOCAL: dict[str, PolicyBundle] = {}
-"""Bundles read from --policy DIR in API mode, by digest: sent with the run request (the API
-stores them under the same digest)."""
-
-
-def policy_fields(directory: str | None) -> dict[str, Any]:
-    """The run's own bundle (``--policy DIR``): stored in the state backend and passed by
-    ref; in API mode sent inline with the run request."""
-    if directory is None:
-        return {}
-    from stackflow.cli.api_mode import api_mode
-
-    bundle = load_bundle_dir(directory)
-    if api_mode():
-        _LOCAL[bundle.digest] = bundle
-        return {"policy_ref": bundle.digest}
-    from stackflow.state.backend import open_backend
-
-    backend = open_backend()
-    try:
-        return {"policy_ref": store_bundle(backend, bundle)}
-    finally:
-        backend.close()
-
-
-def local_bundle(digest: str | None) -> PolicyBundle | None:
-    """The bundle ``--policy DIR`` read (API mode), by its digest."""
-    if digest is None:
-        return None
-    if digest not in _LOCAL:
-        raise not_through_api("a policy_ref without its bundle")
-    return _LOCAL[digest]
-
-
-def policy_requires_approval(view: dict[str, Any]) -> str | None:
-    """Why a run's policies ask for an approver (None: they do not)."""
-    raw = view.get("policy")
-    if not raw:
-        return None
-    decision = PolicyDecision.model_validate(raw)
-    if decision.outcome != "require_approval":
-        return None
-    return decision.approval_reason()
 
 
 @policy_app.command("push")
@@ -166,7 +121,9 @@ def show(project: ProjectOpt, output: OutputOpt = OutputFormat.table) -> None:
 
     if api_mode():
         with api_client() as client:
-            result = client.policy(project).model_dump(mode="json")
+            from stackflow.client.types import to_json
+
+            result = to_json(client.policy(project))
     else:
         backend = open_backend()
         try:
@@ -192,7 +149,7 @@ def _preview_decision(
 ) -> tuple[PolicyDecision | None, str | None]:
     """Run a preview of ``file`` that keeps its policy input; the decision (from the run's
     events: a denial fails the preview) and the workflow's failure, if any."""
-    from stackflow.cli.operations import build_request, spec_input
+    from stackflow.cli.requests import build_request, policy_fields, spec_input
     from stackflow.core.refs import StackRef
 
     stack = StackRef(project, workspace)

@@ -47,7 +47,7 @@ def release_diff(stack: StackRef, old: int, new: int) -> ReleaseDiff:
 def import_stacks(stacks: dict[StackRef, list[Release]]) -> dict[str, int]:
     """Import the releases read from local files, a project per request; as directly,
     nothing is written if any of the stacks already has releases."""
-    from stackflow.api.models import ReleaseImport
+    from stackflow.api.models import ReleaseImport, ReleaseImported
     from stackflow.state.kusion import refuse_stacks_with_releases
 
     imported: dict[str, int] = {}
@@ -59,7 +59,8 @@ def import_stacks(stacks: dict[StackRef, list[Release]]) -> dict[str, int]:
         for project, releases in projects.items():
             if not releases:
                 continue
-            done = client.import_releases(project, ReleaseImport(releases=releases))
+            answer = client.import_releases(project, ReleaseImport(releases=releases))
+            done = ReleaseImported.model_validate(answer)
             imported.update(done.imported)
     return {str(stack): imported.get(str(stack), 0) for stack in stacks}
 
@@ -67,10 +68,11 @@ def import_stacks(stacks: dict[StackRef, list[Release]]) -> dict[str, int]:
 def export_stacks(directory: Path, project: str, workspace: str | None) -> dict[str, int]:
     """Write the project's (or one workspace's) releases as ``stackflow release export``
     does directly, from what the API serves."""
+    from stackflow.api.models import ReleaseExport
     from stackflow.state.kusion import write_kusion_stack
 
     with api_client() as client:
-        found = client.export_releases(project, workspace)
+        found = ReleaseExport.model_validate(client.export_releases(project, workspace))
     written: dict[str, int] = {}
     for stack in found.stacks:
         ref = StackRef(stack.project, stack.workspace)

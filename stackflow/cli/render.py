@@ -1,9 +1,9 @@
 """Rich rendering of a preview: a table with a summary line, and per-resource field diffs.
 
 The preview is drawn from plain data (:func:`render_changes`: the changes as their JSON
-objects and the summary), so the CLI's quick path draws a preview from the API's answer
-without the engine's models; :func:`render_preview` draws a :class:`~stackflow.engine.diff.Preview`
-the same way."""
+objects and the summary), so a command through the API draws a preview from the API's
+answer without the engine's models; :func:`render_preview` draws a
+:class:`~stackflow.engine.diff.Preview` the same way."""
 
 from __future__ import annotations
 

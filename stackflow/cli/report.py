@@ -1,88 +1,134 @@
 """How a run command reports the run's end, in either mode (Temporal directly, or the API):
-its result as JSON or a few lines, and the exit code of its failure's class."""
+its result as JSON or a few lines, and the exit code of its failure's class (the one
+mapping of failures to exit codes). The result is ``OperationResult``'s JSON, as the
+workflow returns it (direct) or as the API's answers give it (:func:`result_data`)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-import typer
-from rich.console import Console
-
-from stackflow.cli.output import OutputFormat
+from stackflow.cli.output import OutputFormat, echo
 from stackflow.cli.plain_render import render_outcome
-from stackflow.cli.quick_args import BAD_INPUT_TYPES as BAD_INPUT_TYPES
-from stackflow.cli.quick_args import HELD_TYPES as HELD_TYPES
 from stackflow.core.errors import OperationFailed, SpecError, StackflowError, StackLockedError
-from stackflow.engine.masking import masked_release_data
-from stackflow.model.release import Phase
-from stackflow.temporal.operation import OperationResult
 
-ReleaseOf = Callable[[OperationResult], dict[str, Any] | None]
+BAD_INPUT_TYPES = (
+    "InvalidInput",
+    "SpecError",
+    "PolicyDenied",
+    "NotFound",
+    "NotFoundError",
+    "Conflict",
+)
+"""Failure classes that fixing the spec or options resolves: exit 2 (else 1)."""
+HELD_TYPES = ("StackLocked", "OwnedElsewhere")
+"""Failure classes of something another run or stack holds (the stack's lock, an object or
+path another stack owns): exit 3."""
+
+ReleaseOf = Callable[[int | None], dict[str, Any] | None]
 
 
 def report(
     output: OutputFormat,
-    console: Console,
-    result: OperationResult,
+    console: Any,
+    data: dict[str, Any],
     link: str,
     release_of: ReleaseOf,
 ) -> None:
-    """Print the run's result; raise its failure (one line on stderr, its exit code)."""
+    """Print the run's result (``OperationResult``'s JSON); raise its failure (one line on
+    stderr, its exit code)."""
     if output == OutputFormat.json:
-        data = result.model_dump(mode="json")
-        data["release"] = release_of(result)
-        data["ui"] = link
-        typer.echo(json.dumps(data, indent=2, sort_keys=True))
+        data = {**data, "release": release_of(data.get("revision")), "ui": link}
+        echo(json.dumps(data, indent=2, sort_keys=True))
     else:
         render_outcome(
             console,
-            str(result.operation),
-            str(result.stack),
-            result.revision,
-            str(result.phase),
-            [(r.id, str(r.status), r.error) for r in result.results],
+            str(data["operation"]),
+            f"{data['project']}/{data['workspace']}",
+            data.get("revision"),
+            str(data["phase"]),
+            [(r["id"], str(r["status"]), r.get("error")) for r in data["results"]],
             link,
         )
-    raise_failure(result)
+    raise_failure(data)
 
 
-def raise_failure(result: OperationResult) -> None:
-    """A run that ended failed: one line on stderr, and the exit code of the failure's class."""
-    if result.phase == Phase.failed:
-        message = result.error or f"{result.operation} failed"
-        if result.error_type in HELD_TYPES:
-            raise StackLockedError(message)
-        if result.error_type in BAD_INPUT_TYPES:
-            raise SpecError(message)
-        raise OperationFailed(message)
+def raise_failure(data: Mapping[str, Any]) -> None:
+    """A run that ended failed (a result, or a run's view, whose phase is failed): one line
+    on stderr, and the exit code of the failure's class."""
+    if data.get("phase") == "failed":
+        message = data.get("error") or f"{data['operation']} failed"
+        raise failure(message, data.get("error_type"))
 
 
-def workflow_failure(workflow: str, message: str, error_type: str | None) -> StackflowError:
-    """What a run that failed as a workflow (not with a failed result) raises: the stack
-    busy or the object held by another stack (exit 3), bad input (exit 2), anything else
-    (exit 1)."""
+def failure(message: str, error_type: str | None) -> StackflowError:
+    """The stack busy or the object held by another stack (exit 3), bad input (exit 2),
+    anything else (exit 1)."""
     if error_type in HELD_TYPES:
         return StackLockedError(message)
     if error_type in BAD_INPUT_TYPES:
         return SpecError(message)
-    return OperationFailed(f"{workflow} failed: {message}")
+    return OperationFailed(message)
 
 
-def release_from_backend(result: OperationResult) -> dict[str, Any] | None:
+def workflow_failure(workflow: str, message: str, error_type: str | None) -> StackflowError:
+    """What a run that failed as a workflow (not with a failed result) raises."""
+    err = failure(message, error_type)
+    if isinstance(err, OperationFailed):
+        return OperationFailed(f"{workflow} failed: {message}")
+    return err
+
+
+def result_data(
+    stack: Any,
+    view: Any,
+    changes: dict[str, Any],
+    results: list[dict[str, Any]],
+    counts: dict[str, int] | None,
+) -> dict[str, Any]:
+    """``OperationResult``'s JSON of a run through the API: its final ``view``, its preview
+    ``changes``, the node ``results`` its events gave (``NodeResult``'s JSON) and their
+    ``counts`` (by status when ``run_complete`` had none). A unit test keeps the keys
+    ``OperationResult``'s."""
+    if counts is None:
+        counts = {}
+        for node in results:
+            counts[node["status"]] = counts.get(node["status"], 0) + 1
+    return {
+        "project": stack.project,
+        "workspace": stack.workspace,
+        "operation": view.operation,
+        "revision": view.revision,
+        "phase": view.phase or "failed",
+        "changes": changes,
+        "results": results,
+        "error": view.error,
+        "error_type": view.error_type,
+        "counts": counts,
+        "policy": None,
+        "truncated": False,
+    }
+
+
+def release_from_backend(stack: Any) -> ReleaseOf:
     """The release as stored, when this machine reaches the state backend
     (``STACKFLOW_STATE_URL``); None otherwise (the run's result has the rest)."""
-    if result.revision is None:
-        return None
-    from stackflow.state.backend import open_backend
 
-    try:
-        backend = open_backend()
+    def release_of(revision: int | None) -> dict[str, Any] | None:
+        if revision is None:
+            return None
+        from stackflow.engine.masking import masked_release_data
+        from stackflow.state.backend import open_backend
+
         try:
-            release = backend.get(result.stack, result.revision)
-        finally:
-            backend.close()
-    except StackflowError:
-        return None
-    return masked_release_data(release)
+            backend = open_backend()
+            try:
+                release = backend.get(stack, revision)
+            finally:
+                backend.close()
+        except StackflowError:
+            return None
+        return masked_release_data(release)
+
+    return release_of

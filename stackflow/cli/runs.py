@@ -1,18 +1,22 @@
 """What the run commands share in either mode (Temporal directly, or the HTTP API) and that
 needs no Temporal: the exits of a run that cannot go on, the console a run reports on, the
-operator's name and the run's Temporal UI link."""
+operator's name and the run's Temporal UI link. Standard library only: rich is imported
+for a console on a terminal, or for what a plain console cannot write as it is."""
 
 from __future__ import annotations
 
-from rich.console import Console
+import os
+import sys
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
-from stackflow.cli.output import OutputFormat, SafeConsole
-from stackflow.cli.quick import ui_link
+from stackflow.cli.output import OutputFormat
 from stackflow.core.errors import StackflowError
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:  # the quick path imports this module: no pydantic (stackflow.cli.quick)
-    from stackflow.core.refs import StackRef
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from stackflow.client.types import StackLike
 
 __all__ = [
     "CannotAsk",
@@ -20,6 +24,9 @@ __all__ = [
     "console_for",
     "current_user",
     "four_eyes_wait",
+    "namespace",
+    "policy_requires_approval",
+    "run_console",
     "ui_link",
 ]
 
@@ -37,8 +44,69 @@ class CannotAsk(StackflowError):
 
 
 def console_for(output: OutputFormat) -> Console:
-    # In JSON mode everything human goes to stderr so stdout stays parseable.
+    """The rich console a run reports on. In JSON mode everything human goes to stderr so
+    stdout stays parseable."""
+    from stackflow.cli.console import SafeConsole
+
     return SafeConsole(stderr=output == OutputFormat.json, soft_wrap=True, emoji=False)
+
+
+def stdout_is_terminal() -> bool:
+    """rich's ``Console.is_terminal`` of stdout (whether a run command draws a progress bar),
+    without rich; True where rich may decide otherwise (IPython)."""
+    import builtins
+
+    if hasattr(builtins, "get_ipython"):
+        return True
+    compatible = os.environ.get("TTY_COMPATIBLE", "")
+    if compatible in ("0", "1"):
+        return compatible == "1"
+    force_color = os.environ.get("FORCE_COLOR")
+    if force_color is not None:
+        return force_color != ""
+    isatty = getattr(sys.stdout, "isatty", None)
+    try:
+        return False if isatty is None else bool(isatty())
+    except ValueError:
+        return False
+
+
+def console_width(stream: Any) -> int | None:
+    """The width rich gives a console on ``stream`` (``COLUMNS``, else the terminal's of
+    stdin, stdout or stderr, else 80); None where rich may decide otherwise (a dumb
+    terminal, Windows, an encoding other than UTF-8)."""
+    term = os.environ.get("TERM", "").lower()
+    encoding = (getattr(stream, "encoding", "utf-8") or "utf-8").lower()
+    if term in ("dumb", "unknown") or sys.platform == "win32" or not encoding.startswith("utf"):
+        return None
+    columns = os.environ.get("COLUMNS")
+    if columns is not None and columns.isdigit():
+        return int(columns)
+    width = None
+    for fd in (0, 1, 2):
+        try:
+            width = os.get_terminal_size(fd).columns
+        except (AttributeError, ValueError, OSError):
+            continue
+        break
+    return width or 80
+
+
+def run_console(output: OutputFormat) -> Any:
+    """The console a run reports on: rich's on a terminal (a progress bar, styles), else a
+    :class:`~stackflow.cli.plain_render.PlainConsole` that writes plain text itself and
+    makes rich's console only for what rich lays out differently."""
+    stream = sys.stderr if output == OutputFormat.json else sys.stdout
+    width = console_width(stream)
+    if width is None or stdout_is_terminal() or styled_anyway():
+        return console_for(output)
+    from stackflow.cli.plain_render import PlainConsole
+
+    return PlainConsole(width, lambda: console_for(output), stream)
+
+
+def styled_anyway() -> bool:
+    return bool(os.environ.get("FORCE_COLOR"))
 
 
 def current_user() -> str:
@@ -50,7 +118,7 @@ def current_user() -> str:
         return "unknown"
 
 
-def four_eyes_wait(stack: StackRef, by: str) -> str:
+def four_eyes_wait(stack: StackLike, by: str) -> str:
     """What a run command says (on stderr) when its run waits for another approver: the
     worker's four-eyes policy names the project, so neither ``--yes`` nor the requester's
     own approve can approve it. The command then follows the run as it waits."""
@@ -59,3 +127,28 @@ def four_eyes_wait(stack: StackRef, by: str) -> str:
         f"this run (--yes does not approve it); waiting for another approver's `stackflow "
         f"approve -p {stack.project} -w {stack.workspace}` (or `stackflow reject`)"
     )
+
+
+def policy_requires_approval(view: dict[str, Any]) -> str | None:
+    """Why a run's policies ask for an approver (None: they do not)."""
+    raw = view.get("policy")
+    if not raw:
+        return None
+    from stackflow.model.policy import PolicyDecision
+
+    decision = PolicyDecision.model_validate(raw)
+    if decision.outcome != "require_approval":
+        return None
+    return decision.approval_reason()
+
+
+def namespace() -> str:
+    """The Temporal namespace the UI links name (``temporal_client.settings``'s)."""
+    return os.environ.get("TEMPORAL_NAMESPACE", "default")
+
+
+def ui_link(namespace: str, workflow_id: str, run_id: str | None) -> str:
+    """The run's page in the Temporal UI (``STACKFLOW_TEMPORAL_UI``)."""
+    base = os.environ.get("STACKFLOW_TEMPORAL_UI", "http://127.0.0.1:8233").rstrip("/")
+    wid = quote(workflow_id, safe="")
+    return f"{base}/namespaces/{namespace}/workflows/{wid}" + (f"/{run_id}" if run_id else "")

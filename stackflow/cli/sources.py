@@ -13,7 +13,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from stackflow.api.models import SourceView
 from stackflow.cli.api_mode import api_client, api_mode
 from stackflow.cli.app import app
 from stackflow.cli.binding_input import (
@@ -27,6 +26,7 @@ from stackflow.cli.binding_input import (
 )
 from stackflow.cli.options import OutputOpt, ProjectOpt, WorkspaceOpt
 from stackflow.cli.output import OutputFormat, echo_safe, emit, print_json
+from stackflow.client.types import SourceView, parse, to_json
 from stackflow.core.errors import NotFoundError, SpecError
 from stackflow.core.refs import StackRef
 from stackflow.model.source import GitSource, SourceMode
@@ -60,7 +60,7 @@ SecretFileOpt = Annotated[
 
 def _view(stack: StackRef, view: SourceView, output: OutputFormat) -> None:
     def data() -> dict[str, Any]:
-        return {"project": stack.project, "workspace": stack.workspace, **view.model_dump()}
+        return {"project": stack.project, "workspace": stack.workspace, **to_json(view)}
 
     def table(console: Console) -> None:
         t = Table(show_header=False)
@@ -71,7 +71,7 @@ def _view(stack: StackRef, view: SourceView, output: OutputFormat) -> None:
             ("repository", view.url),
             ("branch", view.ref),
             ("spec file", view.path),
-            ("on push", view.on_push.value),
+            ("on push", str(view.on_push)),
             ("auto-approve", "yes" if view.auto_approve else "no"),
         ):
             t.add_row(field, Text(value))
@@ -128,7 +128,7 @@ def set_source(
     else:
         with direct_backend() as backend:
             backend.bind_source(stack, source, by=local_user())
-        view = SourceView.model_validate(source.public())
+        view = parse(SourceView, source.public())
     _view(stack, view, output)
 
 
@@ -149,7 +149,7 @@ def show_source(
             bound = backend.source_of(stack)
         if bound is None:
             raise NotFoundError(f"stack {stack} has no git source")
-        view = SourceView.model_validate(bound.public())
+        view = parse(SourceView, bound.public())
     _view(stack, view, output)
 
 

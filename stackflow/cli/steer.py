@@ -6,20 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
-import typer
-
-from stackflow.cli.api_mode import api_mode
-from stackflow.cli.app import app
-from stackflow.cli.options import (
-    OutputOpt,
-    ProjectOpt,
-    WaitOpt,
-    WorkspaceOpt,
-)
-from stackflow.cli.output import OutputFormat, echo_safe
-from stackflow.cli.quick import print_status, ui_link
+from stackflow.cli.runs import ui_link
 from stackflow.core.errors import NotFoundError, OperationFailed
 from stackflow.core.refs import StackRef
 
@@ -27,9 +16,6 @@ if TYPE_CHECKING:  # the Temporal SDK is imported only when a command talks to T
     from temporalio.client import WorkflowHandle
 
     from stackflow.cli.connection import Temporal
-    from stackflow.temporal.operation import StatusView
-
-ReasonOpt = Annotated[str | None, typer.Option("--reason", help="Recorded with the decision.")]
 
 
 async def _handle(temporal: Temporal, stack: StackRef) -> WorkflowHandle[Any, Any]:
@@ -76,102 +62,36 @@ async def _update(stack: StackRef, name: str, reason: str | None, timeout: float
     return str(result)
 
 
-def _steer(name: str, stack: StackRef, reason: str | None, timeout: float) -> None:
-    if api_mode():
-        from stackflow.cli import remote
+def steer_direct(action: str, o: dict[str, Any]) -> str:
+    """``approve``/``reject``/``retry``/``abort`` the running operation through Temporal: what
+    the Update answered; ``cancel`` it: its workflow id."""
+    stack = StackRef(o["project"], o["workspace"])
+    timeout = o["unavailable_timeout"]
+    if action != "cancel":
+        return asyncio.run(_update(stack, action, o.get("reason"), timeout))
 
-        echo_safe(remote.steer(stack, name, reason))
-        return
-    echo_safe(asyncio.run(_update(stack, name, reason, timeout)))
-
-
-@app.command()
-def approve(
-    project: ProjectOpt,
-    workspace: WorkspaceOpt = "default",
-    reason: ReasonOpt = None,
-    unavailable_timeout: WaitOpt = 600.0,
-) -> None:
-    """Approve the stack's operation waiting in awaitingApproval."""
-    _steer("approve", StackRef(project, workspace), reason, unavailable_timeout)
-
-
-@app.command()
-def reject(
-    project: ProjectOpt,
-    workspace: WorkspaceOpt = "default",
-    reason: ReasonOpt = None,
-    unavailable_timeout: WaitOpt = 600.0,
-) -> None:
-    """Reject the stack's operation waiting in awaitingApproval (it ends failed)."""
-    _steer("reject", StackRef(project, workspace), reason, unavailable_timeout)
-
-
-@app.command()
-def retry(
-    project: ProjectOpt,
-    workspace: WorkspaceOpt = "default",
-    reason: ReasonOpt = None,
-    unavailable_timeout: WaitOpt = 600.0,
-) -> None:
-    """Re-run the failed nodes (and those skipped because of them) of a paused run."""
-    _steer("retry", StackRef(project, workspace), reason, unavailable_timeout)
-
-
-@app.command()
-def abort(
-    project: ProjectOpt,
-    workspace: WorkspaceOpt = "default",
-    reason: ReasonOpt = None,
-    unavailable_timeout: WaitOpt = 600.0,
-) -> None:
-    """End a paused run as failed, as it is."""
-    _steer("abort", StackRef(project, workspace), reason, unavailable_timeout)
-
-
-@app.command()
-def cancel(
-    project: ProjectOpt, workspace: WorkspaceOpt = "default", unavailable_timeout: WaitOpt = 600.0
-) -> None:
-    """Cancel the stack's running operation; its release ends failed, saying so."""
-
-    async def run() -> str:
+    async def cancel() -> str:
         from stackflow.cli.connection import Temporal
 
-        stack = StackRef(project, workspace)
-        temporal = Temporal(unavailable_timeout, stack)
+        temporal = Temporal(timeout, stack)
         handle = await _handle(temporal, stack)
         await temporal.call("cancel", handle.cancel)
         return handle.id
 
-    if api_mode():
-        from stackflow.cli import remote
-
-        typer.echo(
-            f"cancel requested for {remote.steer(StackRef(project, workspace), 'cancel', None)}"
-        )
-        return
-    typer.echo(f"cancel requested for {asyncio.run(run())}")
+    return asyncio.run(cancel())
 
 
-@app.command()
-def status(
-    project: ProjectOpt,
-    workspace: WorkspaceOpt = "default",
-    output: OutputOpt = OutputFormat.table,
-    unavailable_timeout: WaitOpt = 600.0,
-) -> None:
-    """Phase and progress of the stack's running operation."""
+def status_direct(o: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The running operation's ``StatusView`` JSON, from its ``status`` query, and its UI link."""
+    stack = StackRef(o["project"], o["workspace"])
 
-    stack = StackRef(project, workspace)
-
-    async def run() -> tuple[StatusView, str]:
+    async def run() -> tuple[dict[str, Any], str]:
         from temporalio.service import RPCError, RPCStatusCode
 
         from stackflow.cli.connection import Temporal
         from stackflow.temporal.operation import StatusView
 
-        temporal = Temporal(unavailable_timeout, stack)
+        temporal = Temporal(o["unavailable_timeout"], stack)
         handle = await _handle(temporal, stack)
         try:
             view = await temporal.call(
@@ -184,12 +104,9 @@ def status(
                 f"the run of {stack} did not answer the status query "
                 f"({exc.message}): is a worker running on its task queue? (`stackflow worker`)"
             ) from None
-        return view, ui_link(temporal.namespace, handle.id, None)
+        return view.model_dump(mode="json"), ui_link(temporal.namespace, handle.id, None)
 
-    if api_mode():
-        from stackflow.cli import remote
+    return asyncio.run(run())
 
-        view, link = remote.status(stack)
-    else:
-        view, link = asyncio.run(run())
-    print_status(view.model_dump(mode="json"), link, output.value)
+
+__all__ = ["status_direct", "steer_direct"]

@@ -1,31 +1,22 @@
 """A typed Python client of stackflow's HTTP API (``stackflow serve``), the one the CLI uses
 when ``STACKFLOW_API_URL`` is set::
 
-    from stackflow.client import RunRequest, StackflowClient
+    from stackflow.client import StackflowClient
     from stackflow.core.refs import StackRef
 
     with StackflowClient.from_env() as api:
         stack = StackRef("demo", "dev")
-        run = api.start_run(stack, RunRequest(operation="apply", spec=spec, auto_approve=True))
+        run = api.start_run(stack, {"operation": "apply", "spec": spec, "auto_approve": True})
         for event in api.events(stack, run.run_id):
             print(event.line())
 
-Light to import: httpx and pydantic, never temporalio or fastapi.
+Light to import: the standard library only (``http.client``); the answers are the
+dataclasses of :mod:`stackflow.client.types`, which the server's models follow. A request
+may be the server's pydantic ``RunRequest`` (``stackflow.api.models``) or its JSON.
 """
 
 from __future__ import annotations
 
-from stackflow.api.models import (
-    NotificationTargetView,
-    RunCreated,
-    RunOperation,
-    RunPage,
-    RunRequest,
-    RunSummary,
-    RunView,
-    SourceView,
-    StepResult,
-)
 from stackflow.client.errors import (
     ApiConflict,
     ApiError,
@@ -38,9 +29,19 @@ from stackflow.client.errors import (
     ApiUnavailable,
 )
 from stackflow.client.http import EventStream, StackflowClient
-from stackflow.model.events import EventType, RunEvent, StreamHeader
-from stackflow.model.notifications import Destination
-from stackflow.model.source import GitSource, SourceMode
+from stackflow.client.types import (
+    NotificationTargetView,
+    PolicyView,
+    RunCreated,
+    RunEvent,
+    RunOperation,
+    RunPage,
+    RunSummary,
+    RunView,
+    SourceView,
+    StepResult,
+    StreamHeader,
+)
 
 __all__ = [
     "ApiConflict",
@@ -52,19 +53,15 @@ __all__ = [
     "ApiStackLocked",
     "ApiUnauthorized",
     "ApiUnavailable",
-    "Destination",
     "EventStream",
-    "EventType",
-    "GitSource",
     "NotificationTargetView",
+    "PolicyView",
     "RunCreated",
     "RunEvent",
     "RunOperation",
     "RunPage",
-    "RunRequest",
     "RunSummary",
     "RunView",
-    "SourceMode",
     "SourceView",
     "StackflowClient",
     "StepResult",

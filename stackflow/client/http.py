@@ -1,43 +1,26 @@
 """The typed HTTP client of the ``/v1`` API (what the CLI uses when ``STACKFLOW_API_URL`` is
-set, and what another service may use): one method per call, the API's own pydantic models
-in and out, problem+json answers raised as :mod:`stackflow.client.errors`.
+set, and what another service may use): one method per call, the light types of
+:mod:`stackflow.client.types` out (a pydantic model or a dict in), problem+json answers
+raised as :mod:`stackflow.client.errors`. Standard library only (``http.client`` through
+:mod:`stackflow.client.transport`): no pydantic, httpx, temporalio or fastapi.
 
 Every call has a bounded timeout; a run's event stream waits for events without a read
 timeout (NDJSON has no keep-alives) and, should the connection drop, resumes after the last
 event it got, so no event is lost or repeated. A start carries an ``Idempotency-Key``
 (a fresh one unless given) and is sent once more with it after a transport error, so it
-is applied once. Imports neither temporalio nor fastapi.
+is applied once.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import time
-import uuid
-from collections.abc import Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator, Mapping
+from http.client import HTTPException
+from typing import Any, TypeVar, cast
+from urllib.parse import urlencode
 
-import httpx
-from pydantic import BaseModel, ValidationError
-
-from stackflow.api.models import (
-    DriftScheduleRequest,
-    DriftScheduleView,
-    DriftStatus,
-    NotificationTargetView,
-    PolicyView,
-    ReleaseExport,
-    ReleaseImport,
-    ReleaseImported,
-    RunCreated,
-    RunPage,
-    RunRequest,
-    RunView,
-    SourceView,
-    StepRequest,
-    StepResult,
-    UnlockRequest,
-)
 from stackflow.client.errors import (
     ApiInvalid,
     ApiProtocolError,
@@ -45,14 +28,24 @@ from stackflow.client.errors import (
     error_for,
 )
 from stackflow.client.stream import parse_event, parse_header
-from stackflow.core.refs import StackRef
-from stackflow.model.events import EventType, RunEvent, StreamHeader
-from stackflow.model.notifications import Destination
-from stackflow.model.release import Unlocked
-from stackflow.model.source import GitSource
-from stackflow.policy_gate.bundle import PolicyBundle
+from stackflow.client.transport import Answer, HttpTransport, Transport
+from stackflow.client.types import (
+    Invalid,
+    NotificationTargetView,
+    PolicyView,
+    Record,
+    RunCreated,
+    RunEvent,
+    RunPage,
+    RunView,
+    SourceView,
+    StackLike,
+    StepResult,
+    StreamHeader,
+    parse,
+)
 
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M")
 
 TIMEOUT = 60.0
 """Seconds for one call (connect, each read, write): the API answers a step within 30 s."""
@@ -62,6 +55,23 @@ STREAM_RETRIES = 5
 URL_ENV = "STACKFLOW_API_URL"
 TOKEN_ENV = "STACKFLOW_API_TOKEN"
 STEPS = ("approve", "reject", "retry", "abort", "cancel")
+TRANSPORT_ERRORS = (OSError, HTTPException)
+"""What a connection that failed or dropped raises (refused, reset, timed out, TLS, a
+broken answer)."""
+
+
+json_loads = json.loads
+
+
+def _json_of(body: Any) -> Any:
+    """A request body as JSON data: a pydantic model dumped (its set fields), else as given."""
+    dump = getattr(body, "model_dump", None)
+    return body if dump is None else dump(mode="json")
+
+
+def transport_error(base_url: str, exc: BaseException) -> ApiUnavailable:
+    text = " ".join(str(exc).split()) or "no answer"
+    return ApiUnavailable(f"stackflow API at {base_url} unreachable ({type(exc).__name__}: {text})")
 
 
 class EventStream:
@@ -71,12 +81,12 @@ class EventStream:
     early."""
 
     def __init__(
-        self, client: StackflowClient, stack: StackRef, run_id: str, after: int, wait: bool
+        self, client: StackflowClient, stack: StackLike, run_id: str, after: int, wait: bool
     ) -> None:
         self._client, self._stack, self._run_id = client, stack, run_id
         self._after, self._wait = after, wait
         self.header: StreamHeader | None = None
-        self._response: httpx.Response | None = None
+        self._answer: Answer | None = None
         self._done = False
 
     def __enter__(self) -> EventStream:
@@ -87,9 +97,7 @@ class EventStream:
 
     def close(self) -> None:
         self._done = True
-        if self._response is not None:
-            self._response.close()
-            self._response = None
+        self._discard()
 
     def __iter__(self) -> Iterator[RunEvent]:
         drops = 0
@@ -99,12 +107,12 @@ class EventStream:
                     drops = 0
                     yield event
                     self._after = event.seq
-                    if event.type == EventType.run_complete:
+                    if event.type == "run_complete":
                         self.close()
                         return
                 self.close()  # the server ended the stream (wait=False, or it went away)
                 return
-            except (httpx.TransportError, httpx.RemoteProtocolError) as exc:
+            except TRANSPORT_ERRORS as exc:
                 self._discard()
                 drops += 1
                 if drops > STREAM_RETRIES:
@@ -115,37 +123,34 @@ class EventStream:
                 time.sleep(min(0.5 * 2 ** (drops - 1), 5.0))
 
     def _discard(self) -> None:
-        if self._response is not None:
-            self._response.close()
-            self._response = None
+        if self._answer is not None:
+            self._answer.close()
+            self._answer = None
 
     def _read(self) -> Iterator[RunEvent]:
         params: dict[str, Any] = {"after": self._after}
         if not self._wait:
             params["wait"] = "false"
-        timeout = httpx.Timeout(
-            TIMEOUT, connect=CONNECT_TIMEOUT, read=None if self._wait else TIMEOUT
-        )
         path = f"{self._client.stack_path(self._stack)}/runs/{self._run_id}/events"
-        request = self._client.http.build_request(
-            "GET", path, params=params, headers={"Accept": "application/x-ndjson"}, timeout=timeout
+        answer = self._client.transport.send(
+            "GET",
+            f"{path}?{urlencode(params)}",
+            self._client.headers({"Accept": "application/x-ndjson"}),
+            None,
+            timeout=None if self._wait else self._client.timeout,
+            stream=True,
         )
-        response = self._client.http.send(request, stream=True)
-        self._response = response
-        if response.status_code >= 400:
-            response.read()
-            raise self._client.problem(response)
-        lines = response.iter_lines()
+        self._answer = answer
+        if answer.status >= 400:
+            raise self._client.problem(answer.status, answer.read())
+        lines = (line.decode("utf-8") for line in answer.lines() if line.strip())
         for line in lines:
-            if not line.strip():
-                continue
             header = parse_header(line)
             if self.header is None:
                 self.header = header
             break
         for line in lines:
-            if line.strip():
-                yield parse_event(line)
+            yield parse_event(line)
 
 
 class StackflowClient:
@@ -159,18 +164,15 @@ class StackflowClient:
         token: str,
         *,
         timeout: float = TIMEOUT,
-        transport: httpx.BaseTransport | None = None,
+        transport: Transport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
-        self.http = httpx.Client(
-            base_url=self.base_url,
-            headers={"Authorization": f"Bearer {token}", "User-Agent": "stackflow-client/1"},
-            timeout=httpx.Timeout(timeout, connect=CONNECT_TIMEOUT),
-            transport=transport,
-        )
+        self.timeout = timeout
+        self._token = token
+        self.transport: Transport = transport or HttpTransport(self.base_url, timeout)
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | None = None) -> StackflowClient:
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> StackflowClient:
         env = os.environ if environ is None else environ
         url, token = env.get(URL_ENV, "").strip(), env.get(TOKEN_ENV, "").strip()
         if not url:
@@ -180,7 +182,10 @@ class StackflowClient:
                 f"{URL_ENV} is set but {TOKEN_ENV} is not: set it to an API token "
                 f"(or unset {URL_ENV} to work directly against Temporal)"
             )
-        return cls(url, token)
+        try:
+            return cls(url, token)
+        except ValueError as exc:
+            raise ApiInvalid(f"{URL_ENV}: {exc}") from None
 
     def __enter__(self) -> StackflowClient:
         return self
@@ -189,19 +194,29 @@ class StackflowClient:
         self.close()
 
     def close(self) -> None:
-        self.http.close()
+        self.transport.close()
 
     # ---- plumbing ------------------------------------------------------------------------
     @staticmethod
-    def stack_path(stack: StackRef) -> str:
+    def stack_path(stack: StackLike) -> str:
         return f"/v1/stacks/{stack.project}/{stack.workspace}"
 
-    def problem(self, response: httpx.Response) -> Exception:
+    def headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        return {
+            "Accept": "*/*",
+            "Authorization": f"Bearer {self._token}",
+            "User-Agent": "stackflow-client/1",
+            **(extra or {}),
+        }
+
+    @staticmethod
+    def problem(status: int, content: bytes) -> Exception:
+        text = content.decode("utf-8", "replace")
         try:
-            body: Any = response.json()
+            body: Any = json.loads(text)
         except ValueError:
             body = None
-        return error_for(response.status_code, body, response.text)
+        return error_for(status, body, text)
 
     def request(
         self,
@@ -209,47 +224,72 @@ class StackflowClient:
         path: str,
         *,
         json: Any = None,
-        params: dict[str, Any] | None = None,
+        params: Mapping[str, Any] | None = None,
         headers: dict[str, str] | None = None,
     ) -> Any:
         """The JSON body of a successful answer (None for a 204); the problem raised
         otherwise."""
+        body: bytes | None = None
+        extra = dict(headers or {})
+        if json is not None:
+            import json as json_module
+
+            body = json_module.dumps(json, separators=(",", ":"), ensure_ascii=False).encode()
+            extra["Content-Type"] = "application/json"
+        target = f"{path}?{urlencode(params)}" if params else path
         try:
-            response = self.http.request(method, path, json=json, params=params, headers=headers)
-        except httpx.TransportError as exc:
-            raise ApiUnavailable(
-                f"stackflow API at {self.base_url} unreachable ({type(exc).__name__}: "
-                f"{' '.join(str(exc).split()) or 'no answer'})"
-            ) from None
-        if response.status_code >= 400:
-            raise self.problem(response)
-        if response.status_code == 204:
+            answer = self.transport.send(
+                method, target, self.headers(extra), body, timeout=self.timeout
+            )
+            content = answer.read()
+        except TRANSPORT_ERRORS as exc:
+            self.transport.close()
+            raise transport_error(self.base_url, exc) from None
+        if answer.status >= 400:
+            raise self.problem(answer.status, content)
+        if answer.status == 204:
             return None
         try:
-            return response.json()
+            return json_loads(content)
         except ValueError:
             raise ApiProtocolError(
-                f"{method} {path}: the answer is not JSON ({response.text[:80]!r})"
+                f"{method} {path}: the answer is not JSON "
+                f"({content.decode('utf-8', 'replace')[:80]!r})"
             ) from None
 
     @staticmethod
     def model(cls: type[M], data: Any) -> M:
+        """``data`` as the light type ``cls`` (or a pydantic model's ``model_validate``);
+        ApiProtocolError when it does not have the type's fields."""
+        validate = getattr(cls, "model_validate", None)
+        if validate is not None:
+            from pydantic import ValidationError
+
+            try:
+                result: M = validate(data)
+                return result
+            except ValidationError as exc:
+                first = exc.errors(include_url=False)[0]
+                where = ".".join(str(p) for p in first["loc"])
+                raise ApiProtocolError(
+                    f"unexpected {cls.__name__}: {where}: {first['msg']}"
+                ) from None
         try:
-            return cls.model_validate(data)
-        except ValidationError as exc:
-            first = exc.errors(include_url=False)[0]
-            where = ".".join(str(p) for p in first["loc"])
-            raise ApiProtocolError(f"unexpected {cls.__name__}: {where}: {first['msg']}") from None
+            return cast(M, parse(cast(type[Record], cls), data))
+        except Invalid as exc:
+            raise ApiProtocolError(f"unexpected {cls.__name__}: {exc}") from None
 
     # ---- runs ----------------------------------------------------------------------------
     def start_run(
-        self, stack: StackRef, request: RunRequest, idempotency_key: str | None = None
+        self, stack: StackLike, request: Any, idempotency_key: str | None = None
     ) -> RunCreated:
-        """Start a run (201, or 200 with the run an earlier start with the key made). Sent a
+        """Start a run (201, or 200 with the run an earlier start with the key made) with
+        ``request``: the API's ``RunRequest`` (its set fields are sent) or its JSON. Sent a
         second time with the same key when the first attempt got no answer."""
-        key = idempotency_key or f"stackflow-client-{uuid.uuid4().hex}"
-        body = request.model_dump(mode="json", exclude_unset=True)
-        body["operation"] = request.operation.value
+        key = idempotency_key or f"stackflow-client-{os.urandom(16).hex()}"
+        dump = getattr(request, "model_dump", None)
+        body = dict(request) if dump is None else dump(mode="json", exclude_unset=True)
+        body["operation"] = str(body.get("operation") or request.operation.value)
         path = f"{self.stack_path(stack)}/runs"
         try:
             data = self.request("POST", path, json=body, headers={"Idempotency-Key": key})
@@ -261,7 +301,7 @@ class StackflowClient:
         return self.model(RunCreated, data)
 
     def list_runs(
-        self, stack: StackRef, page_size: int = 20, page_token: str | None = None
+        self, stack: StackLike, page_size: int = 20, page_token: str | None = None
     ) -> RunPage:
         params: dict[str, Any] = {"page_size": page_size}
         if page_token:
@@ -270,10 +310,10 @@ class StackflowClient:
             RunPage, self.request("GET", f"{self.stack_path(stack)}/runs", params=params)
         )
 
-    def get_run(self, stack: StackRef, run_id: str) -> RunView:
+    def get_run(self, stack: StackLike, run_id: str) -> RunView:
         return self.model(RunView, self.request("GET", f"{self.stack_path(stack)}/runs/{run_id}"))
 
-    def preview(self, stack: StackRef, run_id: str) -> dict[str, Any]:
+    def preview(self, stack: StackLike, run_id: str) -> dict[str, Any]:
         """The run's preview (changes and summary), sensitive values masked."""
         data = self.request("GET", f"{self.stack_path(stack)}/runs/{run_id}/preview")
         if not isinstance(data, dict):
@@ -282,7 +322,7 @@ class StackflowClient:
 
     def step(
         self,
-        stack: StackRef,
+        stack: StackLike,
         run_id: str,
         action: str,
         comment: str | None = None,
@@ -292,118 +332,109 @@ class StackflowClient:
         per ``idempotency_key``; a fresh one unless given)."""
         if action not in STEPS:
             raise ValueError(f"{action}: not a step ({', '.join(STEPS)})")
-        key = idempotency_key or f"stackflow-client-{uuid.uuid4().hex}"
+        key = idempotency_key or f"stackflow-client-{os.urandom(16).hex()}"
         data = self.request(
             "POST",
             f"{self.stack_path(stack)}/runs/{run_id}/{action}",
-            json=StepRequest(comment=comment).model_dump(mode="json"),
+            json={"comment": comment},
             headers={"Idempotency-Key": key},
         )
         return self.model(StepResult, data)
 
-    def approve(self, stack: StackRef, run_id: str, comment: str | None = None) -> StepResult:
+    def approve(self, stack: StackLike, run_id: str, comment: str | None = None) -> StepResult:
         return self.step(stack, run_id, "approve", comment)
 
-    def reject(self, stack: StackRef, run_id: str, comment: str | None = None) -> StepResult:
+    def reject(self, stack: StackLike, run_id: str, comment: str | None = None) -> StepResult:
         return self.step(stack, run_id, "reject", comment)
 
-    def retry(self, stack: StackRef, run_id: str, comment: str | None = None) -> StepResult:
+    def retry(self, stack: StackLike, run_id: str, comment: str | None = None) -> StepResult:
         return self.step(stack, run_id, "retry", comment)
 
-    def abort(self, stack: StackRef, run_id: str, comment: str | None = None) -> StepResult:
+    def abort(self, stack: StackLike, run_id: str, comment: str | None = None) -> StepResult:
         return self.step(stack, run_id, "abort", comment)
 
-    def cancel(self, stack: StackRef, run_id: str, comment: str | None = None) -> StepResult:
+    def cancel(self, stack: StackLike, run_id: str, comment: str | None = None) -> StepResult:
         return self.step(stack, run_id, "cancel", comment)
 
     def events(
-        self, stack: StackRef, run_id: str, after: int = 0, wait: bool = True
+        self, stack: StackLike, run_id: str, after: int = 0, wait: bool = True
     ) -> EventStream:
         """The run's event stream after ``after`` (see :class:`EventStream`)."""
         return EventStream(self, stack, run_id, after, wait)
 
     # ---- releases ------------------------------------------------------------------------
-    def releases(self, stack: StackRef) -> list[dict[str, Any]]:
+    def releases(self, stack: StackLike) -> list[dict[str, Any]]:
         """The stack's releases, newest first, without spec and state."""
         data = self.request("GET", f"{self.stack_path(stack)}/releases")
         if not isinstance(data, list):
             raise ApiProtocolError("the release list is not a list")
         return data
 
-    def release(self, stack: StackRef, revision: int) -> dict[str, Any]:
+    def release(self, stack: StackLike, revision: int) -> dict[str, Any]:
         """One release with its spec and state, sensitive values masked."""
         return self._object(f"{self.stack_path(stack)}/releases/{revision}")
 
-    def release_diff(self, stack: StackRef, old: int, new: int) -> dict[str, Any]:
+    def release_diff(self, stack: StackLike, old: int, new: int) -> dict[str, Any]:
         return self._object(f"{self.stack_path(stack)}/releases/{old}/diff/{new}")
 
-    def outputs(self, stack: StackRef) -> dict[str, Any]:
+    def outputs(self, stack: StackLike) -> dict[str, Any]:
         return self._object(f"{self.stack_path(stack)}/outputs")
 
-    def unlock(self, stack: StackRef, force: bool = False) -> Unlocked:
+    def unlock(self, stack: StackLike, force: bool = False) -> dict[str, Any]:
         """Free a stack whose run ended without releasing it (ApiStackLocked while that run
-        is open, unless ``force``). Needs the approver role."""
-        body = UnlockRequest(force=force).model_dump(mode="json")
-        return self.model(
-            Unlocked, self.request("POST", f"{self.stack_path(stack)}/unlock", json=body)
-        )
+        is open, unless ``force``): ``{revision, phase, holder, …}``. Needs the approver
+        role."""
+        return self._object(f"{self.stack_path(stack)}/unlock", "POST", {"force": force})
 
-    def import_releases(self, project: str, request: ReleaseImport) -> ReleaseImported:
-        """Import releases into the project's stacks, which must have none (ApiConflict
-        otherwise; nothing is written). Needs the approver role."""
-        data = self.request(
-            "POST", f"/v1/projects/{project}/releases/import", json=request.model_dump(mode="json")
-        )
-        return self.model(ReleaseImported, data)
+    def import_releases(self, project: str, request: Any) -> dict[str, Any]:
+        """Import releases (``{"releases": [...]}``) into the project's stacks, which must have
+        none (ApiConflict otherwise; nothing is written). Needs the approver role."""
+        path = f"/v1/projects/{project}/releases/import"
+        return self._object(path, "POST", _json_of(request))
 
-    def export_releases(self, project: str, workspace: str | None = None) -> ReleaseExport:
+    def export_releases(self, project: str, workspace: str | None = None) -> dict[str, Any]:
         """The project's stacks' releases (or one workspace's) in Kusion's file form, masked."""
         params = {"workspace": workspace} if workspace else None
-        data = self.request("GET", f"/v1/projects/{project}/releases/export", params=params)
-        return self.model(ReleaseExport, data)
+        return self._object(f"/v1/projects/{project}/releases/export", params=params)
 
     # ---- drift ---------------------------------------------------------------------------
-    def schedule_drift(self, stack: StackRef, request: DriftScheduleRequest) -> DriftScheduleView:
-        """Check the stack for drift on a schedule, replacing its schedule if it has one."""
-        data = self.request(
-            "PUT", f"{self.stack_path(stack)}/drift/schedule", json=request.model_dump(mode="json")
-        )
-        return self.model(DriftScheduleView, data)
+    def schedule_drift(self, stack: StackLike, request: Any) -> dict[str, Any]:
+        """Check the stack for drift on a schedule (``{every, repair, auto_approve}``),
+        replacing its schedule if it has one."""
+        path = f"{self.stack_path(stack)}/drift/schedule"
+        return self._object(path, "PUT", _json_of(request))
 
-    def unschedule_drift(self, stack: StackRef) -> None:
+    def unschedule_drift(self, stack: StackLike) -> None:
         """Delete the stack's drift schedule (ApiNotFound when it has none)."""
         self.request("DELETE", f"{self.stack_path(stack)}/drift/schedule")
 
-    def drift_status(self, stack: StackRef) -> DriftStatus:
-        """The stack's last drift report (ApiNotFound before its first check)."""
-        return self.model(DriftStatus, self.request("GET", f"{self.stack_path(stack)}/drift"))
+    def drift_status(self, stack: StackLike) -> dict[str, Any]:
+        """The stack's last drift report and its drifted resources' masked diffs (ApiNotFound
+        before its first check)."""
+        return self._object(f"{self.stack_path(stack)}/drift")
 
     # ---- git sources and notification destinations -----------------------------------------
-    def set_source(self, stack: StackRef, source: GitSource) -> SourceView:
+    def set_source(self, stack: StackLike, source: Any) -> SourceView:
         """Bind the stack to a git source (replacing its binding); the answer has no secret.
         Needs the approver role."""
-        data = self.request(
-            "PUT", f"{self.stack_path(stack)}/source", json=source.model_dump(mode="json")
-        )
+        data = self.request("PUT", f"{self.stack_path(stack)}/source", json=_json_of(source))
         return self.model(SourceView, data)
 
-    def source(self, stack: StackRef) -> SourceView:
+    def source(self, stack: StackLike) -> SourceView:
         """The stack's git source (ApiNotFound when it has none)."""
         return self.model(SourceView, self.request("GET", f"{self.stack_path(stack)}/source"))
 
-    def unset_source(self, stack: StackRef) -> None:
+    def unset_source(self, stack: StackLike) -> None:
         """Unbind the stack from its git source (ApiNotFound when it has none)."""
         self.request("DELETE", f"{self.stack_path(stack)}/source")
 
-    def set_notification(
-        self, project: str, name: str, destination: Destination
-    ) -> NotificationTargetView:
+    def set_notification(self, project: str, name: str, destination: Any) -> NotificationTargetView:
         """Add the project's destination ``name``, or replace the one of that name; the
         answer has no secret. Needs the approver role."""
         data = self.request(
             "PUT",
             f"/v1/projects/{project}/notifications/{name}",
-            json=destination.model_dump(mode="json"),
+            json=_json_of(destination),
         )
         return self.model(NotificationTargetView, data)
 
@@ -424,12 +455,10 @@ class StackflowClient:
         self.request("DELETE", f"/v1/projects/{project}/notifications/{name}")
 
     # ---- policy bundles --------------------------------------------------------------------
-    def push_policy(self, project: str, bundle: PolicyBundle) -> PolicyView:
+    def push_policy(self, project: str, bundle: Any) -> PolicyView:
         """Store the project's policy bundle (every later run evaluates it). Needs the
         approver role."""
-        data = self.request(
-            "PUT", f"/v1/projects/{project}/policy", json=bundle.model_dump(mode="json")
-        )
+        data = self.request("PUT", f"/v1/projects/{project}/policy", json=_json_of(bundle))
         return self.model(PolicyView, data)
 
     def policy(self, project: str) -> PolicyView:
@@ -439,8 +468,14 @@ class StackflowClient:
     def healthz(self) -> dict[str, Any]:
         return self._object("/v1/healthz")
 
-    def _object(self, path: str) -> dict[str, Any]:
-        data = self.request("GET", path)
+    def _object(
+        self,
+        path: str,
+        method: str = "GET",
+        body: Any = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        data = self.request(method, path, json=body, params=params)
         if not isinstance(data, dict):
-            raise ApiProtocolError(f"GET {path}: the answer is not an object")
+            raise ApiProtocolError(f"{method} {path}: the answer is not an object")
         return data

@@ -1,16 +1,21 @@
 """A run's event stream as typed objects: the NDJSON lines of ``GET …/runs/{run_id}/events``
-(header first, then ``{seq, type, time, ...}``) parsed into :class:`StreamHeader` and
-:class:`RunEvent`, the same classes the state backend and the API serve them from."""
+(header first, then ``{seq, type, time, ...}``) parsed into the light
+:class:`~stackflow.client.types.StreamHeader` and :class:`~stackflow.client.types.RunEvent`."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
-from pydantic import ValidationError
-
 from stackflow.client.errors import ApiProtocolError
-from stackflow.model.events import STREAM_NAME, STREAM_VERSION, RunEvent, StreamHeader
+from stackflow.client.types import (
+    STREAM_NAME,
+    STREAM_VERSION,
+    Invalid,
+    RunEvent,
+    StreamHeader,
+    parse,
+)
 
 EVENT_FIELDS = ("seq", "type", "time")
 
@@ -26,19 +31,20 @@ def parse_header(line: str) -> StreamHeader:
             f"{STREAM_VERSION} (upgrade stackflow)"
         )
     try:
-        return StreamHeader.model_validate(data)
-    except ValidationError as exc:
-        raise ApiProtocolError(f"bad event stream header: {_first(exc)}") from None
+        return parse(StreamHeader, data)
+    except Invalid as exc:
+        raise ApiProtocolError(f"bad event stream header: {exc}") from None
 
 
 def parse_event(line: str) -> RunEvent:
     """One event line: ``seq``, ``type`` and ``time`` as fields, the rest its ``data``."""
     data = _json(line)
     rest = {k: v for k, v in data.items() if k not in EVENT_FIELDS}
+    fields = {k: data[k] for k in EVENT_FIELDS if k in data}
     try:
-        return RunEvent.model_validate({**{k: data.get(k) for k in EVENT_FIELDS}, "data": rest})
-    except ValidationError as exc:
-        raise ApiProtocolError(f"bad event line: {_first(exc)}") from None
+        return parse(RunEvent, {**fields, "data": rest})
+    except Invalid as exc:
+        raise ApiProtocolError(f"bad event line: {exc}") from None
 
 
 def _json(line: str) -> dict[str, Any]:
@@ -49,8 +55,3 @@ def _json(line: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ApiProtocolError(f"event stream line is not an object: {line[:80]!r}")
     return data
-
-
-def _first(exc: ValidationError) -> str:
-    first = exc.errors(include_url=False)[0]
-    return f"{'.'.join(str(p) for p in first['loc']) or 'line'}: {first['msg']}"

@@ -273,9 +273,9 @@ def test_status_and_help_start_without_the_engine(
 ) -> None:
     """`stackflow --help`, and in API mode `stackflow status` of a running operation and
     `stackflow preview`, import neither the Temporal SDK nor typer's rich help, the
-    Kubernetes client or SQLAlchemy (nor typer, pydantic or httpx: they answer on the
-    standard library and rich), and print what the typer commands print (issue 25;
-    tests/unit/test_cli_startup.py holds the rest)."""
+    Kubernetes client or SQLAlchemy (nor typer, pydantic or httpx: the option table's
+    parser and the typed client on the standard library), and print what the same command
+    parsed by typer prints (issues 25, 42; tests/unit/test_cli_startup.py holds the rest)."""
     project = new_project()
     spec = write_spec(tmp_path / "spec.yaml", [file_resource(tmp_path / "files" / "a", "a\n")])
     env = api_env(stack_env, api_server, tmp_path / "laptop")
@@ -304,14 +304,14 @@ def test_status_and_help_start_without_the_engine(
         deadline = time.monotonic() + 90
         while True:
             shown, modules = startup("status", "-p", project, "-o", "json")
-            assert "stackflow.cli.quick" in modules and "stackflow.cli.steer" not in modules
+            assert "stackflow.cli.remote" in modules and "stackflow.cli.steer" not in modules
             if shown.returncode == 0 and json.loads(shown.stdout)["phase"] == "awaitingApproval":
                 break
             assert time.monotonic() < deadline, shown.stdout + shown.stderr
             time.sleep(0.5)
         table, _ = startup("status", "-p", project)
         assert table.returncode == 0 and "awaitingApproval" in table.stdout
-        # the typer command (``-pNAME`` is not the quick path's plain form) prints the same
+        # parsed by typer (the table's parser leaves ``-pNAME`` to it): the same output
         for quick_one, args in ((shown, ("-o", "json")), (table, ())):
             typer_one = _ok(api_cli(stack_env, "status", f"-p{project}", *args))
             if args:
@@ -339,7 +339,7 @@ def test_status_and_help_start_without_the_engine(
         assert "Update" in quick_one.stdout
 
 
-# ---- `stackflow apply --yes` and `stackflow destroy --yes` on the quick path -----------------
+# ---- `stackflow apply --yes` and `stackflow destroy --yes` without typer -----------------------
 NEVER_QUICK = ("temporalio", "typer", "kubernetes", "sqlalchemy", "pydantic", "httpx")
 VOLATILE = {"run_id", "ui", "at", "created_at", "modified_at", "started_at", "ended_at"}
 ASKS = """package stackflow
@@ -373,13 +373,13 @@ def with_imports(
 
 
 def quick(env: dict[str, str], *args: str, code: int = 0) -> subprocess.CompletedProcess[str]:
-    """A command the quick path answers, as it answers it: without the engine, typer,
-    pydantic or httpx, and without handing the run to the typer path."""
+    """A command parsed by the option table and run through the typed client: without the
+    engine, typer, pydantic or httpx."""
     done, modules = with_imports(env, *args)
     _ok(done, code)
     leaked = {m for m in modules for top in NEVER_QUICK if m == top or m.startswith(top + ".")}
     assert not leaked, (args, sorted(leaked))
-    assert "stackflow.cli.quick_run" in modules and "stackflow.cli.remote" not in modules
+    assert "stackflow.cli.remote" in modules
     return done
 
 
@@ -412,9 +412,9 @@ def table_of(text: str, project: str, other: str) -> str:
 def test_apply_and_destroy_yes_answer_quickly_and_print_what_the_typer_commands_print(
     tmp_path: Path, stack_env: dict[str, str], api_server: str, api_cli: Cli
 ) -> None:
-    """The same sequence on two stacks of the same files, one answered by the quick path,
-    one by the typer commands (``-pNAME`` is not the quick path's plain form): apply and
-    destroy as JSON, then as tables; each prints what the other prints."""
+    """The same sequence on two stacks of the same files, one parsed by the option table,
+    one by typer (the table's parser leaves ``-pNAME`` to it): apply and destroy as JSON,
+    then as tables; each prints what the other prints."""
     root = tmp_path / "files"
     spec = write_spec(
         tmp_path / "spec.yaml",
@@ -452,12 +452,12 @@ def test_apply_and_destroy_yes_answer_quickly_and_print_what_the_typer_commands_
             assert f"{step[0]} {mine}/default: release" in ours and "3 succeeded" in ours
 
 
-def test_a_failing_apply_on_the_quick_path_ends_as_the_typer_command_ends_it(
+def test_a_failing_apply_ends_the_same_parsed_by_the_table_or_by_typer(
     tmp_path: Path, stack_env: dict[str, str], api_server: str, api_cli: Cli
 ) -> None:
     """An OnPrem path outside the worker's roots: the same JSON, the same line on stderr
     and the same exit code (2: bad input) as the typer command's."""
-    outside = Path("/var/lib/stackflow-quick-outside")
+    outside = Path("/var/lib/stackflow-cli-outside")
     spec = write_spec(
         tmp_path / "bad.yaml",
         [file_resource(outside / "x.txt", "x\n"), file_resource(tmp_path / "ok.txt", "ok\n")],
@@ -475,12 +475,11 @@ def test_a_failing_apply_on_the_quick_path_ends_as_the_typer_command_ends_it(
     assert table.stderr == ours.stderr and "apply " + mine in table.stdout
 
 
-def test_a_run_the_quick_path_does_not_take_goes_on_in_the_typer_path(
+def test_a_run_a_policy_asks_an_approver_for_waits_for_the_approval(
     tmp_path: Path, stack_env: dict[str, str], api_server: str, api_cli: Cli
 ) -> None:
-    """The project's policy asks for an approver: the quick path hands the run it started
-    (at its policy decision) to the typer path, which says so, waits for the approval of
-    another command and reports the run: printed once, as the typer command prints it."""
+    """The project's policy asks for an approver: `stackflow apply --yes` says so, waits
+    for the approval of another command and reports the run, without typer."""
     project = new_project()
     bundle = tmp_path / "policy"
     bundle.mkdir()
@@ -517,7 +516,7 @@ def test_a_run_the_quick_path_does_not_take_goes_on_in_the_typer_path(
     modules = {line.rsplit("|", 1)[1].strip() for line in lines if line.startswith("import time:")}
     said = [line for line in lines if not line.startswith("import time:")]
     assert waiting.returncode == 0, said
-    assert {"stackflow.cli.quick_run", "stackflow.cli.remote"} <= modules  # handed over
+    assert "stackflow.cli.remote" in modules and "typer" not in modules
     assert said == [
         f"policy requires an approver: project/asks.rego: creates a file; waiting for "
         f"`stackflow approve -p {project} -w default`"

@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from stackflow.client import (
@@ -22,11 +21,10 @@ from stackflow.client import (
     ApiStackLocked,
     ApiUnauthorized,
     ApiUnavailable,
-    EventType,
-    RunRequest,
     StackflowClient,
 )
 from stackflow.core.refs import StackRef
+from tests.unit.client_fakes import FakeTransport, Reply, Sent
 
 STACK = StackRef("demo", "dev")
 RUN = "0198a0c2-0000-7000-8000-000000000001"
@@ -40,12 +38,12 @@ HEADER = {
 }
 
 
-def client(handler: Callable[[httpx.Request], httpx.Response]) -> StackflowClient:
-    return StackflowClient("http://api.test/", "tok", transport=httpx.MockTransport(handler))
+def client(handler: Callable[[Sent], Reply]) -> StackflowClient:
+    return StackflowClient("http://api.test/", "tok", transport=FakeTransport(handler))
 
 
-def problem(status: int, kind: str, detail: str) -> httpx.Response:
-    return httpx.Response(
+def problem(status: int, kind: str, detail: str) -> Reply:
+    return Reply(
         status,
         json={
             "type": f"urn:stackflow:problem:{kind}",
@@ -90,11 +88,11 @@ def test_problems_are_typed_errors_with_the_clis_exit_codes(
 
 
 def test_start_sends_only_the_fields_given_with_an_idempotency_key() -> None:
-    seen: list[httpx.Request] = []
+    seen: list[Sent] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: Sent) -> Reply:
         seen.append(request)
-        return httpx.Response(
+        return Reply(
             201,
             json={
                 "run_id": RUN,
@@ -106,11 +104,11 @@ def test_start_sends_only_the_fields_given_with_an_idempotency_key() -> None:
         )
 
     created = client(handler).start_run(
-        STACK, RunRequest(operation="apply", spec={"resources": []}, auto_approve=True)
+        STACK, {"operation": "apply", "spec": {"resources": []}, "auto_approve": True}
     )
     assert created.run_id == RUN
     [request] = seen
-    assert request.url.path == "/v1/stacks/demo/dev/runs"
+    assert request.path == "/v1/stacks/demo/dev/runs"
     assert request.headers["Authorization"] == "Bearer tok"
     assert request.headers["Idempotency-Key"].startswith("stackflow-client-")
     assert json.loads(request.content) == {
@@ -123,11 +121,11 @@ def test_start_sends_only_the_fields_given_with_an_idempotency_key() -> None:
 def test_a_start_without_an_answer_is_sent_again_with_the_same_key() -> None:
     keys: list[str] = []
 
-    def handler(request: httpx.Request) -> httpx.Response:
+    def handler(request: Sent) -> Reply:
         keys.append(request.headers["Idempotency-Key"])
         if len(keys) == 1:
-            raise httpx.ConnectError("refused")
-        return httpx.Response(
+            raise ConnectionRefusedError(111, "Connection refused")
+        return Reply(
             200,
             json={
                 "run_id": RUN,
@@ -138,13 +136,13 @@ def test_a_start_without_an_answer_is_sent_again_with_the_same_key() -> None:
             },
         )
 
-    client(handler).start_run(STACK, RunRequest(operation="destroy"), idempotency_key="k-1")
+    client(handler).start_run(STACK, {"operation": "destroy"}, idempotency_key="k-1")
     assert keys == ["k-1", "k-1"]
 
 
 def test_unreachable_api_is_one_line() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("Connection refused")
+    def handler(request: Sent) -> Reply:
+        raise ConnectionRefusedError(111, "Connection refused")
 
     with pytest.raises(ApiUnavailable, match=r"stackflow API at http://api.test unreachable"):
         client(handler).list_runs(STACK)
@@ -158,14 +156,10 @@ def test_events_parse_header_then_typed_events_until_run_complete() -> None:
         event(3, "run_complete", status="succeeded", revision=1, error=None),
         event(4, "phase", phase="never read"),
     )
-    api = client(lambda request: httpx.Response(200, content=body))
+    api = client(lambda request: Reply(200, content=body))
     stream = api.events(STACK, RUN)
     events = list(stream)
-    assert [e.type for e in events] == [
-        EventType.run_start,
-        EventType.apply_complete,
-        EventType.run_complete,
-    ]
+    assert [e.type for e in events] == ["run_start", "apply_complete", "run_complete"]
     assert stream.header is not None and stream.header.run_id == RUN
     assert events[1].data["resource"]["id"] == "a"
     # the line a client prints is the line the server sent
@@ -178,16 +172,15 @@ def test_events_parse_header_then_typed_events_until_run_complete() -> None:
 def test_a_dropped_stream_resumes_after_the_last_event() -> None:
     asked: list[str | None] = []
 
-    class Dropping(httpx.SyncByteStream):
-        def __iter__(self) -> Any:
-            yield ndjson(HEADER, event(1, "run_start", total=2))
-            raise httpx.ReadError("connection reset")
+    def dropping() -> Iterator[bytes]:
+        yield ndjson(HEADER, event(1, "run_start", total=2))
+        raise ConnectionResetError(104, "connection reset")
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        asked.append(request.url.params.get("after"))
+    def handler(request: Sent) -> Reply:
+        asked.append(request.params.get("after"))
         if len(asked) == 1:
-            return httpx.Response(200, stream=Dropping())
-        return httpx.Response(
+            return Reply(200, chunks=dropping())
+        return Reply(
             200, content=ndjson(HEADER, event(2, "run_complete", status="failed", error="x"))
         )
 
@@ -197,8 +190,8 @@ def test_a_dropped_stream_resumes_after_the_last_event() -> None:
 
 
 def test_wait_false_is_sent_and_a_problem_on_the_stream_is_typed() -> None:
-    def handler(request: httpx.Request) -> httpx.Response:
-        assert request.url.params.get("wait") == "false"
+    def handler(request: Sent) -> Reply:
+        assert request.params.get("wait") == "false"
         return problem(404, "not-found", f"stack demo/dev has no run {RUN}")
 
     with pytest.raises(ApiNotFound, match="has no run"):
@@ -208,7 +201,7 @@ def test_wait_false_is_sent_and_a_problem_on_the_stream_is_typed() -> None:
 def test_a_stream_of_another_version_is_refused() -> None:
     body = ndjson({**HEADER, "version": 2})
     with pytest.raises(ApiProtocolError, match="version 2"):
-        list(client(lambda r: httpx.Response(200, content=body)).events(STACK, RUN))
+        list(client(lambda r: Reply(200, content=body)).events(STACK, RUN))
 
 
 def test_from_env_needs_a_token() -> None:
@@ -216,10 +209,11 @@ def test_from_env_needs_a_token() -> None:
         StackflowClient.from_env({"STACKFLOW_API_URL": "http://x"})
 
 
-def test_importing_the_client_loads_neither_temporalio_nor_fastapi() -> None:
+def test_importing_the_client_loads_neither_the_server_the_engine_nor_pydantic() -> None:
     code = (
         "import sys, stackflow.client; "
-        "print(sorted(m for m in ('temporalio', 'fastapi', 'starlette', 'sqlalchemy') "
+        "print(sorted(m for m in ('temporalio', 'fastapi', 'starlette', 'sqlalchemy', "
+        "'pydantic', 'httpx', 'stackflow.api', 'stackflow.engine', 'stackflow.model') "
         "if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

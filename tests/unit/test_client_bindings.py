@@ -8,21 +8,21 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
 import pytest
 
 from stackflow.client import (
     ApiInvalid,
     ApiNotFound,
     ApiProtocolError,
-    Destination,
-    GitSource,
     NotificationTargetView,
-    SourceMode,
     SourceView,
     StackflowClient,
 )
+from stackflow.client.types import parse
 from stackflow.core.refs import StackRef
+from stackflow.model.notifications import Destination
+from stackflow.model.source import GitSource, SourceMode
+from tests.unit.client_fakes import FakeTransport, Reply, Sent
 
 STACK = StackRef("demo", "dev")
 SECRET = "a-webhook-secret-of-some-length"
@@ -33,29 +33,27 @@ VIEW = {"url": URL, "ref": "main", "path": "deploy/spec.yaml", "on_push": "previ
 class Stub:
     """Answers each request with the next of ``answers``; keeps what was sent."""
 
-    def __init__(self, *answers: httpx.Response) -> None:
+    def __init__(self, *answers: Reply) -> None:
         self.answers = list(answers)
         self.sent: list[tuple[str, str, Any]] = []
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
+    def __call__(self, request: Sent) -> Reply:
         body = json.loads(request.content) if request.content else None
-        self.sent.append((request.method, request.url.path, body))
+        self.sent.append((request.method, request.path, body))
         return self.answers.pop(0)
 
     def client(self) -> StackflowClient:
-        return StackflowClient("http://api.test", "tok", transport=httpx.MockTransport(self))
+        return StackflowClient("http://api.test", "tok", transport=FakeTransport(self))
 
 
-def problem(status: int, kind: str, detail: str) -> httpx.Response:
+def problem(status: int, kind: str, detail: str) -> Reply:
     body = {"type": f"urn:stackflow:problem:{kind}", "status": status, "detail": detail}
-    return httpx.Response(status, json=body, headers={"Content-Type": "application/problem+json"})
+    return Reply(status, json=body, headers={"Content-Type": "application/problem+json"})
 
 
 def test_set_show_unset_a_source() -> None:
     answer = {**VIEW, "auto_approve": True}
-    stub = Stub(
-        httpx.Response(200, json=answer), httpx.Response(200, json=answer), httpx.Response(204)
-    )
+    stub = Stub(Reply(200, json=answer), Reply(200, json=answer), Reply(204))
     source = GitSource(
         url=URL,
         path="deploy/spec.yaml",
@@ -65,7 +63,7 @@ def test_set_show_unset_a_source() -> None:
     )
     with stub.client() as api:
         view = api.set_source(STACK, source)
-        assert view == SourceView.model_validate(answer) and view.on_push == SourceMode.preview
+        assert view == parse(SourceView, answer) and view.on_push == SourceMode.preview
         assert api.source(STACK) == view
         assert api.unset_source(STACK) is None
     (put, get, delete) = stub.sent
@@ -89,7 +87,7 @@ def test_source_problems_are_typed() -> None:
     stub = Stub(
         problem(404, "not-found", "stack demo/dev has no git source"),
         problem(422, "invalid-input", "url: a git source is an http(s) URL"),
-        httpx.Response(200, json={"url": URL}),
+        Reply(200, json={"url": URL}),
     )
     source = GitSource(url=URL, path="s.yaml", secret=SECRET)
     with stub.client() as api:
@@ -106,10 +104,10 @@ def test_source_problems_are_typed() -> None:
 def test_add_list_show_remove_a_destination() -> None:
     ops = {"name": "ops", "url": "https://hooks.example.com/ops", "types": ["x.failed"]}
     stub = Stub(
-        httpx.Response(200, json=ops),
-        httpx.Response(200, json=[ops, {**ops, "name": "b"}]),
-        httpx.Response(200, json=ops),
-        httpx.Response(204),
+        Reply(200, json=ops),
+        Reply(200, json=[ops, {**ops, "name": "b"}]),
+        Reply(200, json=ops),
+        Reply(204),
         problem(404, "not-found", "project demo has no notification destination ops"),
     )
     destination = Destination(
@@ -140,6 +138,6 @@ def test_add_list_show_remove_a_destination() -> None:
 
 
 def test_a_destination_list_that_is_not_a_list_is_a_protocol_error() -> None:
-    stub = Stub(httpx.Response(200, json={"targets": []}))
+    stub = Stub(Reply(200, json={"targets": []}))
     with stub.client() as api, pytest.raises(ApiProtocolError, match="not a list"):
         api.notifications("demo")

@@ -15,7 +15,13 @@ from temporalio.testing import ActivityEnvironment
 
 from stackflow.activities import WorkerActivities
 from stackflow.activities.errors import BUG_ATTEMPTS, temporal_errors, to_application_error
-from stackflow.core.errors import BackendUnavailableError, FencedError, SpecError, StackLockedError
+from stackflow.core.errors import (
+    BackendUnavailableError,
+    FencedError,
+    SpecError,
+    StackflowError,
+    StackLockedError,
+)
 from stackflow.core.refs import RunRef, StackRef
 from stackflow.runtimes.base import (
     Attributes,
@@ -151,9 +157,11 @@ async def test_watch_records_the_object_before_waiting_and_keeps_reference_edges
 
 
 @pytest.mark.parametrize("error_type", ["StackLocked", "OwnedElsewhere"])
-def test_what_another_run_or_stack_holds_exits_3_in_both_cli_paths(error_type: str) -> None:
-    from stackflow.cli import quick_run, report
+def test_what_another_run_or_stack_holds_exits_3(error_type: str) -> None:
+    from stackflow.cli import report
 
-    for failure in (report.workflow_failure, quick_run.workflow_failure):
-        assert failure("apply", "held", error_type).exit_code == 3
+    assert report.workflow_failure("apply", "held", error_type).exit_code == 3
+    with pytest.raises(StackflowError) as raised:
+        report.raise_failure({"phase": "failed", "error": "held", "error_type": error_type})
+    assert raised.value.exit_code == 3
     assert report.workflow_failure("apply", "x", "Conflict").exit_code == 2

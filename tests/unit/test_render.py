@@ -105,7 +105,7 @@ def _rich_changes_table(rows: list[tuple[str, str, str]], width: int) -> str:
     from rich.table import Table
     from rich.text import Text
 
-    from stackflow.cli.output import SafeConsole
+    from stackflow.cli.console import SafeConsole
 
     table = Table(show_header=True, header_style="bold")
     table.add_column("ID", overflow="fold")
@@ -163,7 +163,7 @@ def test_the_plain_changes_table_is_what_rich_prints() -> None:
 def _console_pair(width: int) -> tuple[io.StringIO, io.StringIO, object, object]:
     """A PlainConsole and the rich console it stands for (``runs.console_for`` off a
     terminal), each writing to its own buffer."""
-    from stackflow.cli.output import SafeConsole
+    from stackflow.cli.console import SafeConsole
     from stackflow.cli.plain_render import PlainConsole
 
     plain_out, rich_out = io.StringIO(), io.StringIO()
@@ -207,7 +207,7 @@ def test_the_plain_console_prints_what_rich_prints() -> None:
 
 def test_a_run_s_outcome_and_changes_are_the_same_on_either_console() -> None:
     from stackflow.cli.plain_render import render_outcome
-    from stackflow.cli.quick import show_changes
+    from stackflow.cli.views import show_changes
 
     results = [
         ("onprem:File:/tmp/a", "succeeded", None),

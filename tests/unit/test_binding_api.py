@@ -18,7 +18,7 @@ from temporalio.client import Client
 
 from stackflow.api.app import create_app
 from stackflow.api.auth import parse_tokens
-from stackflow.api.models import SourceView
+from stackflow.client.types import SourceView, parse
 from stackflow.core.refs import StackRef
 from stackflow.model.notifications import TARGET_LIMIT, TYPES, Destination, NotificationTarget
 from stackflow.model.source import GitSource, SourceMode
@@ -91,7 +91,7 @@ def test_on_push_is_the_field_and_mode_its_former_name() -> None:
     with pytest.raises(ValidationError) as err:
         GitSource.model_validate({**base, "on_push": "destroy"})
     assert err.value.errors()[0]["loc"] == ("on_push",)
-    assert SourceView.model_validate(old.public()).on_push == SourceMode.preview
+    assert parse(SourceView, old.public()).on_push == SourceMode.preview
 
 
 def test_a_destination_is_a_target_without_its_name() -> None:

@@ -17,18 +17,7 @@ from stackflow.api.hooks import HookResult
 from stackflow.api.identity import Identity, Role
 from stackflow.api.models import RunRequest, StepRequest
 from stackflow.api.problems import PROBLEM_JSON, Problem, problem
-from stackflow.client.types import (
-    Health,
-    NotificationTargetView,
-    PolicyView,
-    RunCreated,
-    RunPage,
-    RunView,
-    SourceView,
-    StepResult,
-    parse,
-    to_json,
-)
+from stackflow.client import types
 from stackflow.core.refs import RunRef, StackRef
 from stackflow.model.notifications import (
     RESERVED_NAMES,
@@ -135,7 +124,7 @@ async def start_run(
         ctx.metrics.run_refused(body.operation.value)
         raise
     ctx.metrics.run_started(body.operation.value, started.created)
-    created = RunCreated(
+    created = types.RunCreated(
         run_id=started.run_id,
         workflow_id=started.handle.id,
         operation=body.operation,
@@ -143,7 +132,7 @@ async def start_run(
         events_url=f"/v1/stacks/{project}/{workspace}/runs/{started.run_id}/events",
     )
     return JSONResponse(
-        to_json(created),
+        types.to_json(created),
         status_code=201 if started.created else 200,
         headers={"Location": created.status_url},
     )
@@ -157,7 +146,7 @@ async def list_runs(
     _: Viewer,
     page_size: Annotated[int, Query(ge=1, le=runs.PAGE_LIMIT)] = 20,
     page_token: Annotated[str | None, Query(max_length=4096)] = None,
-) -> RunPage:
+) -> types.RunPage:
     """The stack's runs (running first, then newest first), a page at a time."""
     stack = StackRef(project, workspace)
     return await runs.list_runs(ctx_of(request), stack, page_size, page_token)
@@ -166,7 +155,7 @@ async def list_runs(
 @router.get(STACK + "/runs/{run_id}", response_model=models.RunView, responses=ERRORS)
 async def get_run(
     request: Request, project: ProjectPath, workspace: WorkspacePath, run_id: RunIdPath, _: Viewer
-) -> RunView:
+) -> types.RunView:
     """Phase and progress of a run (the `status` query), or how it ended."""
     ctx = ctx_of(request)
     stack = StackRef(project, workspace)
@@ -267,12 +256,12 @@ def _add_step(action: str, role: Role, doc: str) -> None:
         who: Identity,
         body: StepBody = None,
         idempotency_key: KeyHeader = None,
-    ) -> StepResult:
+    ) -> types.StepResult:
         ctx, stack = ctx_of(request), StackRef(project, workspace)
         handle, described = await runs.find_run(ctx, stack, run_id)
         comment = body.comment if body else None
         result = await runs.steer(handle, described, action, who.name, comment, idempotency_key)
-        return StepResult(run_id=run_id, workflow_id=handle.id, action=action, result=result)
+        return types.StepResult(run_id=run_id, workflow_id=handle.id, action=action, result=result)
 
     # the role is this route's: an annotation object, not a name the module could resolve
     step.__annotations__["who"] = Annotated[Identity, needs(role)]
@@ -343,26 +332,26 @@ async def bind_source(
     workspace: WorkspacePath,
     body: GitSource,
     who: Approver,
-) -> SourceView:
+) -> types.SourceView:
     """Bind the stack to a spec file in a git repository: pushes to `ref` signed with
     `secret` (POST /v1/hooks/github) start runs of the pushed commit, an apply or a preview
     as `on_push` says (`mode`, its former name, is accepted too); a run may also name a
     `commit` instead of a spec. The secret is stored sealed and never served."""
     ctx, stack = ctx_of(request), StackRef(project, workspace)
     await ctx.state(lambda: ctx.backend.bind_source(stack, body, by=who.name))
-    return parse(SourceView, body.public())
+    return types.parse(types.SourceView, body.public())
 
 
 @router.get(STACK + "/source", response_model=models.SourceView, responses=ERRORS)
 async def get_source(
     request: Request, project: ProjectPath, workspace: WorkspacePath, _: Viewer
-) -> SourceView:
+) -> types.SourceView:
     """The stack's git source (without its secret)."""
     ctx, stack = ctx_of(request), StackRef(project, workspace)
     bound = await ctx.state(lambda: ctx.backend.source_of(stack))
     if bound is None:
         raise Problem(404, f"stack {stack} has no git source", "not-found")
-    return parse(SourceView, bound.public())
+    return types.parse(types.SourceView, bound.public())
 
 
 @router.delete(STACK + "/source", status_code=204, responses=ERRORS)
@@ -466,7 +455,7 @@ DestinationPath = Annotated[
 )
 async def set_notification(
     request: Request, project: ProjectPath, name: DestinationPath, body: Destination, _: Approver
-) -> NotificationTargetView:
+) -> types.NotificationTargetView:
     """Add the webhook destination `name` after the project's others, or replace the one of
     that name in its place (the whole list: `PUT …/notifications`); its secret is stored
     sealed, never served."""
@@ -479,7 +468,7 @@ async def set_notification(
     target = body.named(name)
     ctx = ctx_of(request)
     await ctx.state(lambda: ctx.backend.put_notification_target(project, target))
-    return parse(NotificationTargetView, target.public())
+    return types.parse(types.NotificationTargetView, target.public())
 
 
 @router.get(
@@ -489,13 +478,13 @@ async def set_notification(
 )
 async def get_notification(
     request: Request, project: ProjectPath, name: DestinationPath, _: Viewer
-) -> NotificationTargetView:
+) -> types.NotificationTargetView:
     """One webhook destination of the project (without its secret)."""
     ctx = ctx_of(request)
     targets = await ctx.state(lambda: ctx.backend.notification_targets(project))
     for target in targets:
         if target.name == name:
-            return parse(NotificationTargetView, target.public())
+            return types.parse(types.NotificationTargetView, target.public())
     raise Problem(404, f"project {project} has no notification destination {name}", "not-found")
 
 
@@ -530,7 +519,7 @@ async def generic_hook(
 @router.put(PROJECT + "/policy", response_model=models.PolicyView, responses=ERRORS)
 async def push_policy(
     request: Request, project: ProjectPath, body: PolicyBundle, who: Approver
-) -> PolicyView:
+) -> types.PolicyView:
     """Store the project's policy bundle (Rego modules in `package stackflow`; content-
     addressed): every later preview, apply, destroy and rollback of the project evaluates
     it between preview and approval (`stackflow policy push`)."""
@@ -542,20 +531,20 @@ async def push_policy(
         return digest
 
     digest = await ctx.state(push)
-    return PolicyView(project=project, digest=digest, modules=sorted(body.modules))
+    return types.PolicyView(project=project, digest=digest, modules=sorted(body.modules))
 
 
 @router.get(PROJECT + "/policy", response_model=models.PolicyView, responses=ERRORS)
-async def get_policy(request: Request, project: ProjectPath, _: Viewer) -> PolicyView:
+async def get_policy(request: Request, project: ProjectPath, _: Viewer) -> types.PolicyView:
     """The project's policy bundle: its digest, who pushed it, its modules."""
     ctx = ctx_of(request)
 
-    def read() -> PolicyView | None:
+    def read() -> types.PolicyView | None:
         bound = ctx.backend.policy_of(project)
         if bound is None:
             return None
         modules = sorted(fetch_bundle(ctx.backend, bound.digest).modules)
-        return PolicyView(**bound.model_dump(), modules=modules)
+        return types.PolicyView(**bound.model_dump(), modules=modules)
 
     found = await ctx.state(read)
     if found is None:
@@ -572,9 +561,9 @@ async def remove_policy(request: Request, project: ProjectPath, _: Approver) -> 
 
 
 @router.get("/healthz", response_model=models.Health)
-async def healthz() -> Health:
+async def healthz() -> types.Health:
     """The process answers (no dependency checked)."""
-    return Health(status="ok")
+    return types.Health(status="ok")
 
 
 @router.get("/readyz", response_model=models.Health, responses={503: ERRORS[503]})
@@ -596,6 +585,6 @@ async def readyz(request: Request) -> Any:
     except Exception as exc:
         checks["state_backend"] = f"unreachable: {' '.join(str(exc).split())[:200]}"
     if all(v == "ok" for v in checks.values()):
-        return Health(status="ok", checks=checks)
+        return types.Health(status="ok", checks=checks)
     detail = "; ".join(f"{k}: {v}" for k, v in checks.items() if v != "ok")
     return problem(503, detail, "not-ready", checks=checks)

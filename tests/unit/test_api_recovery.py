@@ -6,71 +6,35 @@ releases, an export is what ``stackflow release export`` writes, a drift report 
 
 from __future__ import annotations
 
-import hashlib
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from temporalio.client import Client
 
-from stackflow.api.app import create_app
-from stackflow.api.auth import parse_tokens
 from stackflow.core.refs import StackRef
 from stackflow.model.drift import DriftReport, DriftSummary
 from stackflow.model.release import Operation, Phase
 from stackflow.model.spec import Resource, ResourceType
-from stackflow.state.backend import StateBackend, open_backend
+from stackflow.state.backend import StateBackend
 from stackflow.state.kusion import export_kusion_releases, write_kusion_stack
+from tests.unit import asgi_api
+from tests.unit.asgi_api import asgi_client, auth, problem
 
-TOKENS = {"admin": "approver", "viewer": "viewer", "operator": "operator"}
 STACK = StackRef("p", "w")
 
-
-async def no_temporal() -> Client:
-    raise AssertionError("a lock held by no run is freed without asking Temporal")
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[StateBackend]:
-    backend = open_backend(f"sqlite:///{tmp_path / 'state.db'}")
-    yield backend
-    backend.close()
+store = asgi_api.store  # the state backend the app serves (a fixture)
 
 
 @pytest.fixture
 async def api(store: StateBackend) -> AsyncIterator[httpx.AsyncClient]:
-    table = parse_tokens(
-        json.dumps(
-            [
-                {
-                    "name": name,
-                    "sha256": hashlib.sha256(f"{name}-token".encode()).hexdigest(),
-                    "roles": {"*": role},
-                }
-                for name, role in TOKENS.items()
-            ]
-        )
-    )
-    app = create_app(no_temporal, store, table)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+    async for client in asgi_client(
+        store, "a lock held by no run is freed without asking Temporal"
+    ):
         yield client
-
-
-def auth(name: str = "admin") -> dict[str, str]:
-    return {"Authorization": f"Bearer {name}-token"}
-
-
-def problem(r: httpx.Response, status: int) -> str:
-    assert r.status_code == status, r.text
-    assert r.headers["content-type"] == "application/problem+json"
-    detail: str = r.json()["detail"]
-    assert "\n" not in detail
-    return detail
 
 
 def two_releases(store: StateBackend, stack: StackRef = STACK) -> None:

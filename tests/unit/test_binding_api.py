@@ -6,71 +6,31 @@ roles they need, and bad input answered with one line naming the field."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
 from pydantic import ValidationError
-from temporalio.client import Client
 
-from stackflow.api.app import create_app
-from stackflow.api.auth import parse_tokens
 from stackflow.client.types import SourceView, parse
 from stackflow.core.refs import StackRef
 from stackflow.model.notifications import TARGET_LIMIT, TYPES, Destination, NotificationTarget
 from stackflow.model.source import GitSource, SourceMode
-from stackflow.state.backend import StateBackend, open_backend
+from stackflow.state.backend import StateBackend
+from tests.unit import asgi_api
+from tests.unit.asgi_api import asgi_client, auth, problem
 
 SECRET = "a-webhook-secret-of-some-length"
 URL = "https://git.example.com/acme/infra.git"
-TOKENS = {"admin": "approver", "viewer": "viewer", "operator": "operator"}
 FAILED = "io.stackflow.run.failed"
 
-
-async def no_temporal() -> Client:
-    raise AssertionError("binding never reaches Temporal")
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[StateBackend]:
-    backend = open_backend(f"sqlite:///{tmp_path / 'state.db'}")
-    yield backend
-    backend.close()
+store = asgi_api.store  # the state backend the app serves (a fixture)
 
 
 @pytest.fixture
 async def api(store: StateBackend) -> AsyncIterator[httpx.AsyncClient]:
-    table = parse_tokens(
-        json.dumps(
-            [
-                {
-                    "name": name,
-                    "sha256": hashlib.sha256(f"{name}-token".encode()).hexdigest(),
-                    "roles": {"*": role},
-                }
-                for name, role in TOKENS.items()
-            ]
-        )
-    )
-    app = create_app(no_temporal, store, table)
-    transport = httpx.ASGITransport(app=app)
-    async with httpx.AsyncClient(transport=transport, base_url="http://api") as client:
+    async for client in asgi_client(store, "binding never reaches Temporal"):
         yield client
-
-
-def auth(name: str = "admin") -> dict[str, str]:
-    return {"Authorization": f"Bearer {name}-token"}
-
-
-def problem(r: httpx.Response, status: int) -> str:
-    assert r.status_code == status, r.text
-    assert r.headers["content-type"] == "application/problem+json"
-    detail: str = r.json()["detail"]
-    assert "\n" not in detail
-    return detail
 
 
 def test_on_push_is_the_field_and_mode_its_former_name() -> None:

@@ -368,10 +368,10 @@ class ReleaseWrites(SqlCore):
 
     def import_release(self, release: Release) -> Release:
         """Store a release as it is (revision, phase, times, state); ConflictError if taken.
-        An imported release still in progress locks its stack with no run (unlock by hand)."""
-        spec_ref = release.spec_ref
-        if release.spec is not None:
-            spec_ref = self.put_spec(release.spec)
+        An imported release still in progress locks its stack with no run (unlock by hand).
+        Its spec is the one it carries: a ``spec_ref`` from input is never taken (it would
+        show a spec stored for another stack under this one)."""
+        spec_ref = self.put_spec(release.spec) if release.spec is not None else None
         with self._tx(write=True) as conn:
             exists = conn.execute(
                 sa.select(releases.c.revision).where(

@@ -124,6 +124,30 @@ def test_import_keeps_revisions_and_an_in_progress_release_locks_with_no_run(
     assert backend.create(STACK, Operation.apply, run=R1).revision == 4
 
 
+def test_an_imported_release_never_points_at_a_spec_it_does_not_carry(
+    backend: StateBackend,
+) -> None:
+    """A release to import (a Kusion file, the API's import body) that names a stored spec by
+    ``spec_ref`` instead of carrying one gets no spec: the ref is the store's own pointer,
+    and taking it from input would show another stack's spec under this one."""
+    theirs = parse_spec({"resources": [{"id": "secret-plan", "type": "OnPrem", "attributes": {}}]})
+    ref = backend.put_spec(theirs)
+    release = Release.model_validate(
+        {
+            "project": "p",
+            "workspace": "w",
+            "revision": 1,
+            "phase": "succeeded",
+            "spec_ref": ref,
+            "createTime": "2024-05-10T16:48:00+08:00",
+            "modifiedTime": "2024-05-10T16:48:00+08:00",
+        }
+    )
+    assert release.spec_ref == ref  # the model reads it: the store must not use it
+    backend.import_release(release)
+    assert backend.get(STACK, 1).spec is None
+
+
 def test_sensitive_values_are_sealed_at_rest_and_bound_to_their_row(backend: StateBackend) -> None:
     from stackflow.core.crypto import EncryptionKeyError, KeyRing, new_key_line
     from stackflow.state.schema import release_resources, terraform_plans, terraform_states

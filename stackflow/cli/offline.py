@@ -145,7 +145,7 @@ def release_list(
             error = " ".join((r.error or "").split())
             room = max(12, console.width - 66)  # what the other columns leave on this terminal
             error = error if len(error) <= room else error[: room - 1] + "…"
-            t.add_row(*row, *([error] if with_errors else []))
+            t.add_row(*row, *([Text(error)] if with_errors else []))  # never markup
         console.print(t)
 
     emit(output, lambda: [_release_summary(r) for r in releases], table)

@@ -70,10 +70,11 @@ def print_status(data: Mapping[str, Any], link: str, output: str) -> None:
             raise SystemExit(1) from None
         return
     from rich.table import Table
+    from rich.text import Text
 
     from stackflow.cli.console import stdout_console
 
     table = Table(show_header=False)
-    for row in rows:
-        table.add_row(*row)
+    for label, value in rows:  # Text: a resource id or an error is never read as markup
+        table.add_row(label, Text(value))
     stdout_console().print(table)

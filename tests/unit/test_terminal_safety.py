@@ -149,3 +149,25 @@ def test_current_details_markdown_cannot_be_steered_by_ids_or_errors() -> None:
         "refused: see \\[docs\\]\\(http://evil.example\\) \\!\\[x\\]\\(y\\) \\*\\*now\\*\\*"
         "\\\\x0d\\\\u202e"  # the escapes' own backslashes are backslashed: shown as \x0d
     )
+
+
+def test_a_status_table_never_reads_a_resource_id_or_an_error_as_markup(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A spec may name a resource ``[link=…]…``: `stackflow status` shows it as written, not
+    as a hyperlink (an OSC 8 escape on a terminal) nor with its brackets eaten."""
+    from stackflow.cli.views import print_status
+
+    evil = "[link=https://evil.example]pay[/link]"
+    data = {
+        "phase": "applying",
+        "revision": 1,
+        "done": 0,
+        "total": 1,
+        "failed": 0,
+        "running": [evil],
+        "error": "[bold]boom[/bold]",
+    }
+    print_status(data, "http://ui", "table")
+    out = capsys.readouterr().out
+    assert evil in out and "[bold]boom[/bold]" in out

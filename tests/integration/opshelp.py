@@ -25,6 +25,18 @@ from stackflow.workflows.catalog import ALL_WORKFLOWS
 
 T = TypeVar("T")
 
+# What only the CLI used directly needs (Temporal, the state backend, the keys): a machine
+# with these unset reaches stackflow through the API alone.
+DIRECT_ONLY = (
+    "TEMPORAL_ADDRESS",
+    "TEMPORAL_NAMESPACE",
+    "STACKFLOW_STATE_URL",
+    "STACKFLOW_POSTGRES_URL",
+    "STACKFLOW_ENCRYPTION_KEY",
+    "STACKFLOW_ENCRYPTION_KEY_FILE",
+    "STACKFLOW_TASK_QUEUE",
+)
+
 
 @contextlib.asynccontextmanager
 async def local_worker(

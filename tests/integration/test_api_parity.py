@@ -26,6 +26,7 @@ from stackflow.model.drift import schedule_id
 from stackflow.temporal.operation import DriftInput
 from tests.integration.conftest import REPO, WorkerProcess, run_cli
 from tests.integration.opshelp import (
+    DIRECT_ONLY,
     all_releases,
     cli_json,
     file_resource,
@@ -45,15 +46,6 @@ from tests.integration.test_api import (  # noqa: F401  (fixtures)
 
 pytestmark = pytest.mark.integration
 
-DIRECT_ONLY = (
-    "TEMPORAL_ADDRESS",
-    "TEMPORAL_NAMESPACE",
-    "STACKFLOW_STATE_URL",
-    "STACKFLOW_POSTGRES_URL",
-    "STACKFLOW_ENCRYPTION_KEY",
-    "STACKFLOW_ENCRYPTION_KEY_FILE",
-    "STACKFLOW_TASK_QUEUE",
-)
 DRIFT_EXIT = 4
 
 

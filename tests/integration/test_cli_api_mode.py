@@ -22,21 +22,12 @@ from temporalio.client import Client
 
 from tests.integration import test_operations
 from tests.integration.conftest import REPO, WorkerProcess, run_cli
-from tests.integration.opshelp import cli_json, file_resource, new_project, write_spec
+from tests.integration.opshelp import DIRECT_ONLY, cli_json, file_resource, new_project, write_spec
 
 pytestmark = pytest.mark.integration
 
 TOKEN = "cli-api-mode-token"
 CALLER = "cli-tester"
-DIRECT_ONLY = (
-    "TEMPORAL_ADDRESS",
-    "TEMPORAL_NAMESPACE",
-    "STACKFLOW_STATE_URL",
-    "STACKFLOW_POSTGRES_URL",
-    "STACKFLOW_ENCRYPTION_KEY",
-    "STACKFLOW_ENCRYPTION_KEY_FILE",
-    "STACKFLOW_TASK_QUEUE",
-)
 Cli = Callable[..., subprocess.CompletedProcess[str]]
 
 

@@ -19,21 +19,12 @@ import pytest
 
 from stackflow.model.notifications import TYPES
 from tests.integration.conftest import require_env, run_cli
-from tests.integration.opshelp import new_project
+from tests.integration.opshelp import DIRECT_ONLY, new_project
 
 pytestmark = pytest.mark.integration
 
 URL = "https://git.example.com/acme/infra.git"
 HOOK = "https://hooks.example.com/stackflow"
-DIRECT_ONLY = (
-    "TEMPORAL_ADDRESS",
-    "TEMPORAL_NAMESPACE",
-    "STACKFLOW_STATE_URL",
-    "STACKFLOW_POSTGRES_URL",
-    "STACKFLOW_ENCRYPTION_KEY",
-    "STACKFLOW_ENCRYPTION_KEY_FILE",
-    "STACKFLOW_TASK_QUEUE",
-)
 
 
 def dev_api() -> dict[str, str]:

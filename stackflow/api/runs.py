@@ -25,6 +25,7 @@ from stackflow.api.context import ApiContext
 from stackflow.api.identity import Role
 from stackflow.api.models import TAKES, WORKFLOWS, RunOperation, RunRequest
 from stackflow.api.problems import Problem
+from stackflow.client.errors import NOT_AWAITING_APPROVAL as NOT_AWAITING
 from stackflow.client.types import RunPage, RunSummary, RunView
 from stackflow.core.errors import NotFoundError, OperationFailed, SpecError
 from stackflow.core.refs import StackRef
@@ -39,6 +40,7 @@ from stackflow.policy_gate.bundle import store_bundle
 from stackflow.temporal.client import TemporalUnreachable, is_unreachable
 from stackflow.temporal.codec import encoded_size
 from stackflow.temporal.operation import (
+    NOT_AWAITING_APPROVAL,
     ApprovalInput,
     DriftInput,
     DriftResult,
@@ -424,6 +426,8 @@ async def steer(
         cause = exc.cause
         if isinstance(cause, ApplicationError) and cause.type == "FourEyes":
             raise Problem(403, f"{action} refused: {cause.message}", "four-eyes") from None
+        if isinstance(cause, ApplicationError) and cause.type == NOT_AWAITING_APPROVAL:
+            raise Problem(409, f"{action} refused: {cause.message}", NOT_AWAITING) from None
         raise OperationFailed(
             f"{action} refused: {getattr(cause, 'message', None) or cause}"
         ) from None

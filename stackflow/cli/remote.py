@@ -17,6 +17,7 @@ from stackflow.cli.report import raise_failure, report, result_data, workflow_fa
 from stackflow.cli.runs import (
     CannotAsk,
     RunPaused,
+    decided_elsewhere,
     four_eyes_wait,
     namespace,
     run_console,
@@ -24,7 +25,7 @@ from stackflow.cli.runs import (
 )
 from stackflow.cli.views import show_changes
 from stackflow.client import StackflowClient
-from stackflow.client.errors import ApiInvalid, ApiNotFound
+from stackflow.client.errors import NOT_AWAITING_APPROVAL, ApiConflict, ApiInvalid, ApiNotFound
 from stackflow.client.types import (
     MAX_SPEC_BYTES,
     REVISION_LIMIT,
@@ -255,7 +256,14 @@ class RemoteRun:
             import typer
 
             decision = typer.confirm(f"Apply these changes to {self.stack}?", default=False)
-        self.client.step(self.stack, self.run_id, "approve" if decision else "reject")
+        action = "approve" if decision else "reject"
+        try:
+            self.client.step(self.stack, self.run_id, action)
+        except ApiConflict as exc:
+            if exc.kind != NOT_AWAITING_APPROVAL:
+                raise
+            # decided by someone else meanwhile: the run's end says how
+            echo(decided_elsewhere(self.stack, action, exc.detail), err=True)
 
     def follow(self, yes: bool, detail: bool) -> None:
         """The events up to ``run_complete``, with a progress bar on a terminal."""

@@ -29,12 +29,14 @@ from stackflow.cli.runs import (
     RunPaused,
     console_for,
     current_user,
+    decided_elsewhere,
     four_eyes_wait,
     ui_link,
 )
 from stackflow.core.errors import OperationFailed, StackLockedError
 from stackflow.model.release import Phase
 from stackflow.temporal.operation import (
+    NOT_AWAITING_APPROVAL,
     ApprovalInput,
     OperationInput,
     OperationResult,
@@ -212,6 +214,10 @@ class Runner:
                 # the worker's four-eyes policy: another approver approves; the run waits
                 # for them (--yes does not skip it) and the command follows it
                 typer.echo(four_eyes_wait(self.request.stack, by), err=True)
+                return
+            if isinstance(cause, ApplicationError) and cause.type == NOT_AWAITING_APPROVAL:
+                # decided by someone else meanwhile: the run's end says how
+                typer.echo(decided_elsewhere(self.request.stack, name, cause.message), err=True)
                 return
             raise OperationFailed(f"{name} refused: {exc.cause or exc}") from None
 

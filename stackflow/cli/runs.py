@@ -23,6 +23,7 @@ __all__ = [
     "RunPaused",
     "console_for",
     "current_user",
+    "decided_elsewhere",
     "four_eyes_wait",
     "namespace",
     "policy_requires_approval",
@@ -116,6 +117,14 @@ def current_user() -> str:
         return getpass.getuser()
     except Exception:
         return "unknown"
+
+
+def decided_elsewhere(stack: StackLike, action: str, detail: str) -> str:
+    """What a run command says (on stderr) when its own approve or reject comes after the
+    run's decision was taken by someone else (another approver, through the API or the
+    CLI): it was not sent, and the command follows the run to its end, which says how the
+    decision went."""
+    return f"{action} not sent for {stack}: {detail}; following the run"
 
 
 def four_eyes_wait(stack: StackLike, by: str) -> str:

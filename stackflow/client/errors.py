@@ -16,6 +16,8 @@ from stackflow.core.errors import (
 )
 
 TYPE_BASE = "urn:stackflow:problem:"
+NOT_AWAITING_APPROVAL = "not-awaiting-approval"
+"""The kind of a 409 to an approve or reject of a run that no longer awaits one."""
 
 
 class ApiError(StackflowError):

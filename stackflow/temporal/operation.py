@@ -54,6 +54,9 @@ longer one would also be refused as a Temporal search attribute, failing workflo
 WAIT_LIMIT = 10 * 365 * 86400.0
 """Longest approval or decision wait, in seconds (past it a timer cannot be made)."""
 REVISION_LIMIT = 2**31 - 1
+NOT_AWAITING_APPROVAL = "NotAwaitingApproval"
+"""The error type of an approve or reject the run refuses because it does not await one
+(it was decided already, or never waited)."""
 """Largest release revision (the state backend's integer columns)."""
 Pattern = Annotated[str, StringConstraints(max_length=1000)]
 """A glob or a field path of an input (errors quote them: they stay short)."""

@@ -25,7 +25,12 @@ with workflow.unsafe.imports_passed_through():
     from stackflow.model.policy import Outcome, PolicyDecision
     from stackflow.model.release import Operation, Phase
     from stackflow.temporal.activity_io import PolicyInput
-    from stackflow.temporal.operation import ApprovalInput, OperationInput, OperationPlan
+    from stackflow.temporal.operation import (
+        NOT_AWAITING_APPROVAL,
+        ApprovalInput,
+        OperationInput,
+        OperationPlan,
+    )
     from stackflow.workflows import common, patches
     from stackflow.workflows.constants import (
         APPROVER_DECIDES,
@@ -145,7 +150,7 @@ class Gate:
         if phase != AWAITING_APPROVAL or self.decision is not None:
             raise ApplicationError(
                 f"this run is not awaiting approval (phase {phase})",
-                type="NotAwaitingApproval",
+                type=NOT_AWAITING_APPROVAL,
             )
 
     def check_approver(self, approval: ApprovalInput, requester: str | None) -> None:
@@ -163,7 +168,7 @@ class Gate:
         fails."""
         if self.decision is not None:
             raise ApplicationError(
-                f"this run was already {self.decision}", type="NotAwaitingApproval"
+                f"this run was already {self.decision}", type=NOT_AWAITING_APPROVAL
             )
         self.decision = decision
         self.approval = {

@@ -399,3 +399,60 @@ def test_two_applies_of_one_stack_started_together_exit_0_and_3(
                 p.wait()
     assert [r.phase for r in all_releases(api_env, project)] == ["succeeded"]
     assert sorted(p.name for p in root.iterdir()) == ["f0.txt", "f1.txt", "f2.txt"]
+
+
+@pytest.mark.parametrize("mode", ["direct", "api"])
+async def test_an_approve_sent_after_another_approvers_decision_follows_the_run(
+    mode: str,
+    api_env: dict[str, str],
+    api_url: str,
+    http: httpx.Client,
+    api_worker: WorkerProcess,
+    tmp_path: Path,
+    temporal_client: Client,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A run command's own approve that reaches the run after another approver decided it
+    (the four-eyes wait of `apply --yes`, or a prompt answered late) is not the command's
+    failure: it says so and follows the run. It was exit 1 ("approve refused:
+    NotAwaitingApproval"), seen when the second approver was quicker than the CLI. The run
+    here is held past its approval by a node that fails (``on_failure: pause``)."""
+    from stackflow.cli.output import OutputFormat
+    from stackflow.cli.remote import RemoteRun
+    from stackflow.cli.runner import Runner
+    from stackflow.client import StackflowClient
+    from stackflow.client.types import Stack
+    from stackflow.temporal.operation import OperationInput
+
+    project = f"foureyes-{uuid.uuid4().hex[:8]}"
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where a directory must go\n")
+    spec = {"resources": [file_resource(blocker / "x", "x\n")]}
+    runs = f"/v1/stacks/{project}/default/runs"
+    body = {"operation": "apply", "spec": spec, "auto_approve": True, "on_failure": "pause"}
+    created = http.post(runs, json=body, headers=auth("fe-approver"))
+    assert created.status_code == 201, created.text
+    url = created.json()["status_url"]
+    wait_run(http, url, lambda v: v["phase"] == "awaitingApproval")
+    assert http.post(f"{url}/approve", headers=auth("fe-second")).is_success
+    wait_run(http, url, lambda v: v["phase"] == "awaitingDecision")
+
+    if mode == "api":
+        monkeypatch.setenv("STACKFLOW_API_URL", api_url)
+        monkeypatch.setenv("STACKFLOW_API_TOKEN", TOKENS["fe-approver"][0])
+        with StackflowClient.from_env() as client:
+            remote = RemoteRun(
+                client, Stack(project, "default"), "ApplyWorkflow", OutputFormat.json
+            )
+            remote.run_id = created.json()["run_id"]
+            remote.approve(True)
+    else:
+        request = OperationInput(project=project, workspace="default", spec=spec)
+        runner = Runner("ApplyWorkflow", request, OutputFormat.json)
+        await runner.temporal.connect()
+        await runner.approve(temporal_client.get_workflow_handle(runner.workflow_id), True)
+    err = capsys.readouterr().err
+    assert f"approve not sent for {project}/default" in err and "awaitingDecision" in err, err
+    assert http.post(f"{url}/abort", headers=auth("fe-approver")).is_success
+    assert wait_run(http, url, lambda v: v["status"] != "running")["phase"] == "failed"

@@ -43,6 +43,20 @@ class RunRequest(BaseModel):
     excludes: list[Pattern] = Field(default_factory=list, max_length=100)
     on_failure: Literal["fail", "pause"] = "fail"
     max_concurrency: int = Field(default=8, ge=1, le=500)
+    fail_fast: bool = False
+    """Stop starting nodes once one failed (``--fail-fast``)."""
+    ignore_fields: list[Pattern] = Field(default_factory=list, max_length=1000)
+    """Dotted paths never diffed (``--ignore-field``)."""
+    watch: bool = False
+    """Wait until each resource is ready (``--watch``)."""
+    force: bool = False
+    """Take over fields another manager owns (Kubernetes; ``--force``): needs approver."""
+    adopt: bool = False
+    """Adopt existing objects no stack owns yet (``--adopt``): needs approver."""
+    unavailable_timeout_seconds: float = Field(default=600.0, gt=0, le=86400)
+    """Seconds unreachable infrastructure is retried before its node fails."""
+    policy_input: bool = False
+    """A preview keeps the input document its policies read (``stackflow policy eval``)."""
     repair: bool = False
     """drift: start an apply of the last spec when drift is found."""
     message: str | None = Field(default=None, max_length=1000)

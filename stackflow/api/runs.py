@@ -157,6 +157,14 @@ def check_role(stack: StackRef, body: RunRequest, spec: Spec | None, by: str, ro
             "auto_approve: it waits for an approver's approve)",
             "forbidden",
         )
+    for name in ("force", "adopt"):
+        if getattr(body, name) and body.operation != RunOperation.preview:
+            raise Problem(
+                403,
+                f"{name}: {who}; taking over objects or fields stackflow does not own needs "
+                "approver (an approver starts this run)",
+                "forbidden",
+            )
     applied = spec is not None and body.operation != RunOperation.preview
     found = taking_over(spec.resources) if spec is not None and applied else []
     if found:

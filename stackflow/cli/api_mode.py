@@ -8,6 +8,7 @@ that only need local things, and the server processes (``worker``, ``serve``,
 from __future__ import annotations
 
 import os
+import sys
 from typing import TYPE_CHECKING
 
 from stackflow.core.errors import SpecError
@@ -22,11 +23,33 @@ def api_mode() -> bool:
     return bool(os.environ.get(URL_ENV, "").strip())
 
 
-def api_client() -> StackflowClient:
-    """The client of ``STACKFLOW_API_URL`` with ``STACKFLOW_API_TOKEN`` (exit 2 without it)."""
+def api_client(patience: float = 0.0) -> StackflowClient:
+    """The client of ``STACKFLOW_API_URL`` with ``STACKFLOW_API_TOKEN`` (exit 2 without it),
+    or, without ``STACKFLOW_API_URL``, of the API in this process (:mod:`stackflow.api.local`)
+    on the environment's Temporal and state backend. ``patience``: the seconds of a Temporal
+    outage it waits out (``--unavailable-timeout``), saying so on a terminal."""
     from stackflow.client import StackflowClient
 
-    return StackflowClient.from_env()
+    if api_mode():
+        client = StackflowClient.from_env()
+    else:
+        from stackflow.api.local import BASE_URL, LocalTransport
+        from stackflow.cli.runs import current_user
+
+        transport = LocalTransport(current_user())
+        client = StackflowClient(BASE_URL, transport.token, transport=transport)
+    client.patience = patience
+    client.notice = _notice
+    return client
+
+
+def _notice(text: str) -> None:
+    """A progress note on stderr, for a person at a terminal only (scripts get the one
+    ``Error:`` line or nothing)."""
+    if sys.stderr.isatty():
+        from stackflow.cli.output import echo_safe
+
+        echo_safe(text, err=True)
 
 
 def refuse_in_api_mode(command: str) -> None:

@@ -89,7 +89,7 @@ COMMANDS: tuple[Entry, ...] = (
     ),
     Entry(
         "worker",
-        "stackflow.cli.operations",
+        "stackflow.cli.worker",
         "Run a worker (as `python -m stackflow.worker`): TEMPORAL_ADDRESS, STACKFLOW_TASK_QUEUE, …",
     ),
     Entry(

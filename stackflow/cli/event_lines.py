@@ -119,8 +119,10 @@ def table_sink(item: Item) -> None:
         write_line(human_line(item))
 
 
-def api_events(stack: Any, run_id: str | None, after: int, wait: bool, sink: Sink) -> None:
-    with api_client() as client:
+def api_events(
+    stack: Any, run_id: str | None, after: int, wait: bool, sink: Sink, patience: float = 0.0
+) -> None:
+    with api_client(patience) as client:
         if run_id is None:
             page = client.list_runs(stack, page_size=1)
             if not page.runs:

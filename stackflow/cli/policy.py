@@ -9,7 +9,6 @@ evaluates a bundle against it (or, offline, against an input document saved befo
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -25,7 +24,6 @@ from stackflow.cli.output import OutputFormat, print_json
 from stackflow.core.errors import NotFoundError, SpecError
 from stackflow.model.policy import PolicyDecision
 from stackflow.policy_gate.bundle import PolicyBundle, load_bundle_dir, problem_of, store_bundle
-from stackflow.temporal.operation import OperationInput
 
 policy_app = typer.Typer(
     help="Policy-as-code (Rego, package stackflow): push a project's bundle, see the input "
@@ -148,42 +146,33 @@ def _preview_decision(
     file: str, project: str, workspace: str, directory: str | None
 ) -> tuple[PolicyDecision | None, str | None]:
     """Run a preview of ``file`` that keeps its policy input; the decision (from the run's
-    events: a denial fails the preview) and the workflow's failure, if any."""
-    from stackflow.cli.requests import build_request, policy_fields, spec_input
-    from stackflow.core.refs import StackRef
+    events: a denial fails the preview) and the run's failure, if any."""
+    from stackflow.cli.api_mode import api_client
+    from stackflow.cli.remote import RemoteRun, spec_text
+    from stackflow.client.types import Stack
+    from stackflow.core.errors import StackflowError
 
-    stack = StackRef(project, workspace)
-    fields = {**spec_input(file), **policy_fields(directory)}
-    request = build_request(stack, **fields, policy_input=True)
-    return asyncio.run(_run_preview(request))
-
-
-async def _run_preview(request: OperationInput) -> tuple[PolicyDecision | None, str | None]:
-    from stackflow.cli.runner import Runner
-    from stackflow.model.events import EventType
-    from stackflow.state.backend import open_backend
-
-    stack = request.stack
-    runner = Runner("PreviewWorkflow", request, OutputFormat.json)
-    handle = await runner.start()
+    stack = Stack(project, workspace)
+    body: dict[str, Any] = {"operation": "preview", "spec_yaml": spec_text(file)}
+    body["policy_input"] = True
+    if directory is not None:
+        body["policy"] = load_bundle_dir(directory).model_dump(mode="json", exclude_unset=True)
+    decision: PolicyDecision | None = None
     failure: str | None = None
-    try:
-        await runner.result(handle)
-    except SpecError as exc:
-        failure = str(exc)
-    backend = open_backend()
-    try:
-        after = 0
-        while page := backend.events(stack, handle.result_run_id or "", after=after):
-            for event in page:
-                if event.type == EventType.policy_decision:
-                    return PolicyDecision.model_validate(event.data), failure
-            after = page[-1].seq
-    finally:
-        backend.close()
-    if failure is not None:
-        raise SpecError(failure)
-    return None, None
+    with api_client() as client:
+        remote = RemoteRun(client, stack, "PreviewWorkflow", OutputFormat.json)
+        remote.run_id = client.start_run(stack, body).run_id
+        with client.events(stack, remote.run_id) as stream:
+            for event in stream:
+                if event.type == "policy_decision":
+                    decision = PolicyDecision.model_validate(event.data)
+        try:
+            remote.final()
+        except StackflowError as exc:
+            if decision is None:
+                raise
+            failure = str(exc)
+    return decision, failure
 
 
 def _input_document(digest: str) -> dict[str, Any]:

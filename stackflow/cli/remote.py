@@ -11,7 +11,7 @@ import sys
 import time
 from typing import Any
 
-from stackflow.cli.api_mode import api_client, not_through_api
+from stackflow.cli.api_mode import api_client, api_mode, not_through_api
 from stackflow.cli.output import OutputFormat, echo
 from stackflow.cli.report import raise_failure, report, result_data, workflow_failure
 from stackflow.cli.runs import (
@@ -25,7 +25,13 @@ from stackflow.cli.runs import (
 )
 from stackflow.cli.views import show_changes
 from stackflow.client import StackflowClient
-from stackflow.client.errors import NOT_AWAITING_APPROVAL, ApiConflict, ApiInvalid, ApiNotFound
+from stackflow.client.errors import (
+    NOT_AWAITING_APPROVAL,
+    ApiConflict,
+    ApiInvalid,
+    ApiNotFound,
+    ApiUnavailable,
+)
 from stackflow.client.types import (
     MAX_SPEC_BYTES,
     REVISION_LIMIT,
@@ -39,14 +45,6 @@ from stackflow.client.types import (
 from stackflow.core.errors import NotFoundError, OperationFailed
 
 OPERATIONS = {workflow: operation for operation, workflow in WORKFLOWS.items()}
-LOCAL_ONLY = {
-    "ignore_field": "--ignore-field",
-    "watch": "--watch",
-    "fail_fast": "--fail-fast",
-    "force": "--force",
-    "adopt": "--adopt",
-}
-"""Options the API's run request has no field for: refused in API mode when given."""
 MOVING = {"applying", "destroying"}
 CLOSE_WAIT = 30.0
 """Seconds a finished run's workflow may take to close after its last event."""
@@ -117,10 +115,7 @@ def run_request(workflow: str, o: dict[str, Any], yes: bool) -> dict[str, Any]:
     """The API's request (its JSON) for the run the options describe."""
     text = spec_text(o["file"]) if o.get("file") else None
     check_locally(workflow, o, text)
-    for field, option in LOCAL_ONLY.items():
-        if o.get(field):
-            raise not_through_api(option)
-    if o.get("full"):
+    if o.get("full") and api_mode():
         raise not_through_api("--full")
     operation = OPERATIONS[workflow]
     takes = TAKES[operation]
@@ -132,6 +127,12 @@ def run_request(workflow: str, o: dict[str, Any], yes: bool) -> dict[str, Any]:
         "excludes": o.get("exclude") or None,
         "on_failure": o.get("on_failure"),
         "max_concurrency": o.get("max_concurrency"),
+        "fail_fast": o.get("fail_fast") or None,
+        "ignore_fields": o.get("ignore_field") or None,
+        "watch": o.get("watch") or None,
+        "force": o.get("force") or None,
+        "adopt": o.get("adopt") or None,
+        "unavailable_timeout_seconds": o.get("unavailable_timeout"),
     }
     for name, value in candidates.items():
         if name in takes and value is not None:
@@ -330,6 +331,23 @@ class RemoteRun:
             return None
 
 
+def full_changes(view: dict[str, Any]) -> dict[str, Any]:
+    """The preview with the full diffs its ``diff_refs`` name, read from the state backend
+    (changes without a diff keep what the run showed)."""
+    from stackflow.state.backend import open_backend
+    from stackflow.state.diff_store import load_changes
+
+    backend = open_backend()
+    try:
+        full = {c["id"]: c for c in load_changes(backend, view.get("diff_refs") or [])}
+    finally:
+        backend.close()
+    changes = [full.get(c["id"], c) for c in view.get("changes", [])]
+    shown = {c["id"] for c in changes}
+    changes += [c for rid, c in full.items() if rid not in shown and c["action"] != "UnChanged"]
+    return {**view, "changes": changes}
+
+
 def link(workflow_id: str, run_id: str | None) -> str:
     return ui_link(namespace(), workflow_id, run_id)
 
@@ -341,43 +359,62 @@ def run(workflow: str, o: dict[str, Any]) -> None:
     detail = bool(o.get("detail"))
     body = run_request(workflow, o, yes and workflow != "PreviewWorkflow")
     output = OutputFormat.json if o["output"] == "ndjson" else OutputFormat(o["output"])
-    with api_client() as client:
+    with api_client(o["unavailable_timeout"]) as client:
         remote = RemoteRun(client, stack, workflow, output)
         created = start(client, stack, body, o.get("file") or "")
         remote.run_id = created.run_id
-        if o["output"] == "ndjson":
-            from stackflow.cli.event_lines import ndjson_sink, stream_api
-
-            stream_api(client, stack, created.run_id, 0, True, ndjson_sink)
-            raise_failure(vars(remote.final()))
-            return
-        if workflow == "PreviewWorkflow":
-            finish_preview(remote, output, detail)
-            return
-        remote.follow(yes, detail)
-        view = remote.final()
-        changes = client.preview(stack, remote.run_id)  # one request for both
-        remote.show_preview(detail, only_changes=True, changes=changes)
-        results = list(remote.results.values())
-        data = result_data(stack, view, changes, results, remote.counts)
-        report(
-            output,
-            remote.console,
-            data,
-            link(created.workflow_id, created.run_id),
-            remote.release_of if output == OutputFormat.json else (lambda _: None),
-        )
+        try:
+            follow(remote, o, yes, detail, link(created.workflow_id, created.run_id))
+        except ApiUnavailable as exc:
+            if exc.status != 503:
+                raise
+            raise ApiUnavailable(
+                f"{exc.detail}; the run continues on the server: follow it with `stackflow "
+                f"status {stack.cli_flags}` once Temporal is back",
+                exc.status,
+                exc.kind,
+            ) from None
 
 
-def finish_preview(remote: RemoteRun, output: OutputFormat, detail: bool) -> None:
+def follow(remote: RemoteRun, o: dict[str, Any], yes: bool, detail: bool, ui: str) -> None:
+    """A started run to its end, reported as ``--output`` says."""
+    client, stack, workflow, output = remote.client, remote.stack, remote.workflow, remote.output
+    if o["output"] == "ndjson":
+        from stackflow.cli.event_lines import ndjson_sink, stream_api
+
+        stream_api(client, stack, remote.run_id, 0, True, ndjson_sink)
+        raise_failure(vars(remote.final()))
+        return
+    if workflow == "PreviewWorkflow":
+        finish_preview(remote, output, detail, bool(o.get("full")))
+        return
+    remote.follow(yes, detail)
+    view = remote.final()
+    changes = client.preview(stack, remote.run_id)  # one request for both
+    remote.show_preview(detail, only_changes=True, changes=changes)
+    results = list(remote.results.values())
+    data = result_data(stack, view, changes, results, remote.counts)
+    report(
+        output,
+        remote.console,
+        data,
+        ui,
+        remote.release_of if output == OutputFormat.json else (lambda _: None),
+    )
+
+
+def finish_preview(remote: RemoteRun, output: OutputFormat, detail: bool, full: bool) -> None:
     """A started preview to its end: its events up to ``run_complete``, its final view (a
-    run that failed raises its error), then its changes as JSON or a table."""
+    run that failed raises its error), then its changes as JSON or a table (``full``: with
+    the full diffs from the state backend, this machine's)."""
     client, stack = remote.client, remote.stack
     with client.events(stack, remote.run_id) as stream:
         for _ in stream:
             pass
     remote.final()
     changes = client.preview(stack, remote.run_id)
+    if full:
+        changes = full_changes(changes)
     if output == OutputFormat.json:
         import json
 
@@ -403,20 +440,20 @@ def running_run(client: StackflowClient, stack: Stack) -> RunView:
     return client.get_run(stack, latest.run_id)
 
 
-def steer(project: str, workspace: str, action: str, reason: str | None) -> str:
+def steer(project: str, workspace: str, action: str, reason: str | None, patience: float) -> str:
     """``approve``/``reject``/``retry``/``abort``/``cancel`` the running operation: what the
     Update answered (cancel: the workflow id)."""
     stack = Stack(project, workspace)
-    with api_client() as client:
+    with api_client(patience) as client:
         view = running_run(client, stack)
         step = client.step(stack, view.run_id, action, reason)
     return step.workflow_id if action == "cancel" else step.result
 
 
-def status(project: str, workspace: str) -> tuple[dict[str, Any], str]:
+def status(project: str, workspace: str, patience: float) -> tuple[dict[str, Any], str]:
     """The running operation's ``StatusView`` JSON and its UI link."""
     stack = Stack(project, workspace)
-    with api_client() as client:
+    with api_client(patience) as client:
         view = running_run(client, stack)
     if view.phase is None:
         raise OperationFailed(view.error or f"the run of {stack} did not answer the status query")

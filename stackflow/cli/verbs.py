@@ -1,28 +1,21 @@
 """The commands of :data:`stackflow.cli.table.COMMANDS`, once for both ways in (the typer app,
 or `stackflow` parsing the table itself): each takes its options by name and goes through
-the HTTP API (``STACKFLOW_API_URL``: :mod:`stackflow.cli.remote`, standard library only) or
-to Temporal directly (:mod:`stackflow.cli.operations`, :mod:`stackflow.cli.steer`, imported
-only then)."""
+the API (:mod:`stackflow.cli.remote`): `stackflow serve` at ``STACKFLOW_API_URL``, or the API
+in this process (:mod:`stackflow.api.local`)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from stackflow.cli.api_mode import api_mode
 from stackflow.cli.output import echo_safe
 
 Options = dict[str, Any]
 
 
 def _run(workflow: str, o: Options) -> None:
-    if api_mode():
-        from stackflow.cli.remote import run
+    from stackflow.cli.remote import run
 
-        run(workflow, o)
-        return
-    from stackflow.cli.operations import run_direct
-
-    run_direct(workflow, o)
+    run(workflow, o)
 
 
 def preview(o: Options) -> None:
@@ -46,13 +39,9 @@ def refresh(o: Options) -> None:
 
 
 def _steer(action: str, o: Options) -> str:
-    if api_mode():
-        from stackflow.cli.remote import steer
+    from stackflow.cli.remote import steer
 
-        return steer(o["project"], o["workspace"], action, o.get("reason"))
-    from stackflow.cli.steer import steer_direct
-
-    return steer_direct(action, o)
+    return steer(o["project"], o["workspace"], action, o.get("reason"), o["unavailable_timeout"])
 
 
 def approve(o: Options) -> None:
@@ -78,39 +67,23 @@ def cancel(o: Options) -> None:
 
 
 def status(o: Options) -> None:
+    from stackflow.cli.remote import status as remote_status
     from stackflow.cli.views import print_status
 
-    if api_mode():
-        from stackflow.cli.remote import status as remote_status
-
-        data, link = remote_status(o["project"], o["workspace"])
-    else:
-        from stackflow.cli.steer import status_direct
-
-        data, link = status_direct(o)
+    data, link = remote_status(o["project"], o["workspace"], o["unavailable_timeout"])
     print_status(data, link, o["output"])
 
 
 def events(o: Options) -> None:
     """`stackflow events`: a run's stream as a line per event, its own lines, or JSON."""
     from stackflow.cli import event_lines
+    from stackflow.client.types import Stack
 
     collect = event_lines.Collect()
     sink = {"ndjson": event_lines.ndjson_sink, "table": event_lines.table_sink}.get(
         o["output"], collect
     )
-    args = (o["run"], o["after"], o["follow"])
-    if api_mode():
-        from stackflow.client.types import Stack
-
-        event_lines.api_events(Stack(o["project"], o["workspace"]), *args, sink)
-    else:
-        import asyncio
-
-        from stackflow.cli.events import direct_events
-        from stackflow.core.refs import StackRef
-
-        stack = StackRef(o["project"], o["workspace"])
-        asyncio.run(direct_events(stack, *args, o["unavailable_timeout"], sink))
+    stack = Stack(o["project"], o["workspace"])
+    event_lines.api_events(stack, o["run"], o["after"], o["follow"], sink, o["unavailable_timeout"])
     if o["output"] == "json":
         collect.dump()

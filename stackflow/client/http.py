@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from http.client import HTTPException
 from typing import Any, TypeVar, cast
 from urllib.parse import urlencode
@@ -51,6 +51,8 @@ TIMEOUT = 60.0
 """Seconds for one call (connect, each read, write): the API answers a step within 30 s."""
 CONNECT_TIMEOUT = 10.0
 STREAM_RETRIES = 5
+BACKOFF_MAX = 5.0
+"""The longest pause between two asks while an outage is waited out."""
 """Reconnects of one event stream after its connection dropped (backing off up to 5 s)."""
 URL_ENV = "STACKFLOW_API_URL"
 TOKEN_ENV = "STACKFLOW_API_TOKEN"
@@ -169,6 +171,11 @@ class StackflowClient:
         self.base_url = base_url.rstrip("/")
         self.timeout = timeout
         self._token = token
+        self.patience = 0.0
+        """Seconds one outage is waited out (a 503: the API cannot reach Temporal), asking
+        again with backoff; 0: the 503 is raised at once."""
+        self.notice: Callable[[str], None] = lambda text: None
+        """Told when an outage begins and when it ends (the CLI prints it on a terminal)."""
         self.transport: Transport = transport or HttpTransport(self.base_url, timeout)
 
     @classmethod
@@ -237,14 +244,33 @@ class StackflowClient:
             body = json_module.dumps(json, separators=(",", ":"), ensure_ascii=False).encode()
             extra["Content-Type"] = "application/json"
         target = f"{path}?{urlencode(params)}" if params else path
-        try:
-            answer = self.transport.send(
-                method, target, self.headers(extra), body, timeout=self.timeout
-            )
-            content = answer.read()
-        except TRANSPORT_ERRORS as exc:
-            self.transport.close()
-            raise transport_error(self.base_url, exc) from None
+        down_since: float | None = None
+        delay = 0.5
+        while True:
+            try:
+                answer = self.transport.send(
+                    method, target, self.headers(extra), body, timeout=self.timeout
+                )
+                content = answer.read()
+            except TRANSPORT_ERRORS as exc:
+                self.transport.close()
+                raise transport_error(self.base_url, exc) from None
+            if answer.status != 503 or self.patience <= 0:
+                break
+            # every call that may be sent twice carries its Idempotency-Key: applied once
+            now = time.monotonic()
+            if down_since is None:
+                down_since = now
+                self.notice(
+                    f"{self.problem(503, content)}; asking again for up to "
+                    f"{self.patience:g}s (--unavailable-timeout)"
+                )
+            if now - down_since >= self.patience:
+                break
+            time.sleep(min(delay, down_since + self.patience - now))
+            delay = min(delay * 2, BACKOFF_MAX)
+        if down_since is not None and answer.status != 503:
+            self.notice("Temporal answers again; continuing")
         if answer.status >= 400:
             raise self.problem(answer.status, content)
         if answer.status == 204:

@@ -78,28 +78,25 @@ WORKFLOWS = {
 
 TAKES: dict[RunOperation, frozenset[str]] = {
     RunOperation.preview: frozenset(
-        {"spec", "spec_yaml", "commit", "targets", "excludes", "policy"}
+        {"spec", "spec_yaml", "commit", "targets", "excludes", "policy", "ignore_fields"}
+        | {"force", "adopt", "unavailable_timeout_seconds", "policy_input"}
     ),
     RunOperation.apply: frozenset(
-        {
-            "spec",
-            "spec_yaml",
-            "commit",
-            "auto_approve",
-            "targets",
-            "excludes",
-            "on_failure",
-            "max_concurrency",
-            "policy",
-        }
+        {"spec", "spec_yaml", "commit", "auto_approve", "targets", "excludes", "on_failure"}
+        | {"max_concurrency", "policy", "fail_fast", "ignore_fields", "watch", "force", "adopt"}
+        | {"unavailable_timeout_seconds"}
     ),
     RunOperation.destroy: frozenset(
         {"auto_approve", "targets", "excludes", "on_failure", "max_concurrency", "policy"}
+        | {"fail_fast", "unavailable_timeout_seconds"}
     ),
     RunOperation.rollback: frozenset(
-        {"to_revision", "auto_approve", "on_failure", "max_concurrency", "policy"}
+        {"to_revision", "auto_approve", "on_failure", "max_concurrency", "policy", "fail_fast"}
+        | {"unavailable_timeout_seconds"}
     ),
-    RunOperation.refresh: frozenset({"auto_approve", "targets", "excludes"}),
+    RunOperation.refresh: frozenset(
+        {"auto_approve", "targets", "excludes", "unavailable_timeout_seconds"}
+    ),
     RunOperation.drift: frozenset({"auto_approve", "repair"}),
 }
 """The fields each operation's run request takes besides ``operation`` and ``message`` (the

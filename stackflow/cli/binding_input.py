@@ -8,8 +8,6 @@ from __future__ import annotations
 import getpass
 import re
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -19,7 +17,7 @@ from stackflow.core.errors import SpecError
 from stackflow.temporal.operation import NAME_LIMIT, NAME_PATTERN
 
 if TYPE_CHECKING:
-    from stackflow.state.backend import StateBackend
+    pass
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -90,23 +88,3 @@ def checked(model: type[M], data: dict[str, Any], options: dict[str, str]) -> M:
             msg = "unknown field"
         more = f" (and {err.error_count() - 1} more)" if err.error_count() > 1 else ""
         raise SpecError(" ".join(f"{where}: {msg}{more}".split())) from None
-
-
-@contextmanager
-def direct_backend() -> Iterator[StateBackend]:
-    """The state backend of the CLI's configuration (``STACKFLOW_STATE_URL``), closed after."""
-    from stackflow.state.backend import open_backend
-
-    backend = open_backend()
-    try:
-        yield backend
-    finally:
-        backend.close()
-
-
-def local_user() -> str:
-    """Who binds in direct mode (as a run started directly names its requester)."""
-    try:
-        return getpass.getuser()
-    except Exception:
-        return "unknown"

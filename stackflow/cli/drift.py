@@ -3,9 +3,7 @@ now or on a Temporal Schedule (listed on the UI's Schedules page)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-from datetime import timedelta
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -13,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from stackflow.cli.api_mode import api_client, api_mode
+from stackflow.cli.api_mode import api_client
 from stackflow.cli.app import EXIT_CODES_HELP, app
 from stackflow.cli.options import (
     OutputOpt,
@@ -25,18 +23,16 @@ from stackflow.cli.output import OutputFormat, echo_safe
 from stackflow.cli.report import BAD_INPUT_TYPES
 from stackflow.cli.runs import console_for, current_user
 from stackflow.core.errors import (
-    NotFoundError,
     OperationFailed,
     SpecError,
     StackflowError,
-    StackLockedError,
 )
 from stackflow.core.refs import StackRef
 from stackflow.model.drift import DriftReport, parse_every, schedule_id
-from stackflow.temporal.operation import DriftInput, DriftResult, drift_workflow_id
+from stackflow.temporal.operation import DriftInput, DriftResult
 
 if TYPE_CHECKING:  # the Temporal SDK only where Temporal is called (not through the API)
-    from temporalio.client import WorkflowFailureError
+    pass
 
 drift_app = typer.Typer(
     help="Detect drift: live objects changed behind stackflow's back.",
@@ -85,52 +81,9 @@ def _input(stack: StackRef, repair: bool, yes: bool) -> DriftInput:
         raise SpecError(f"invalid option: {str(exc).splitlines()[-1].strip()}") from None
 
 
-def _failure(exc: WorkflowFailureError) -> StackflowError:
-    chain: list[BaseException] = [exc]
-    while chain[-1].__cause__ is not None:
-        chain.append(chain[-1].__cause__)
-    typed = [c for c in chain if getattr(c, "type", None)]
-    cause = typed[0] if typed else chain[-1]
-    message = getattr(cause, "message", None) or str(cause)
-    if getattr(cause, "type", None) in BAD_INPUT_TYPES:
-        return SpecError(message)
-    return OperationFailed(f"drift check failed: {message}")
-
-
-async def _check(request: DriftInput, timeout: float) -> tuple[DriftResult, str, str | None]:
-    from temporalio.client import WorkflowFailureError
-    from temporalio.common import WorkflowIDConflictPolicy
-    from temporalio.exceptions import WorkflowAlreadyStartedError
-
-    from stackflow.cli.connection import Temporal
-    from stackflow.cli.runner import ui_link
-
-    stack = request.stack
-    follow = f"`stackflow drift status {stack.cli_flags}` shows its report once it has ended"
-    temporal = Temporal(timeout, stack, follow)
-    client = await temporal.connect()
-    wid = drift_workflow_id(stack)
-    try:
-        handle = await temporal.start(
-            "DriftWorkflow",
-            request,
-            id=wid,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-            result_type=DriftResult,
-            static_summary=f"drift check {stack}",
-        )
-    except WorkflowAlreadyStartedError:
-        raise StackLockedError(
-            f"a drift check of {stack} is already running ({ui_link(client.namespace, wid, None)})"
-        ) from None
-    try:
-        result = await temporal.call("the drift check", handle.result)
-    except WorkflowFailureError as exc:
-        raise _failure(exc) from None
-    return result, ui_link(client.namespace, wid, handle.result_run_id), client.namespace
-
-
-def _check_through_api(request: DriftInput) -> tuple[DriftResult, str, list[dict[str, Any]]]:
+def _check_through_api(
+    request: DriftInput, patience: float
+) -> tuple[DriftResult, str, list[dict[str, Any]]]:
     """The check as a run of the API (``operation: drift``), followed to its end; its
     report's diffs as ``GET …/drift`` serves them."""
     import os
@@ -143,7 +96,7 @@ def _check_through_api(request: DriftInput) -> tuple[DriftResult, str, list[dict
     body = RunRequest(
         operation=RunOperation.drift, repair=request.repair, auto_approve=request.auto_approve
     )
-    with api_client() as api:
+    with api_client(patience) as api:
         created = api.start_run(stack, body)
         while (view := api.get_run(stack, created.run_id)).status == "running":
             time.sleep(0.3)
@@ -161,23 +114,6 @@ def _check_through_api(request: DriftInput) -> tuple[DriftResult, str, list[dict
             rows = report.drifted_resources if report.report_ref == result.report_ref else []
     namespace = os.environ.get("TEMPORAL_NAMESPACE", "default")
     return result, ui_link(namespace, created.workflow_id, created.run_id), rows
-
-
-def _report_rows(ref: str | None) -> list[dict[str, Any]]:
-    """The drifted resources' masked diffs, when this machine reaches the state backend."""
-    if ref is None:
-        return []
-    from stackflow.state.backend import open_backend
-
-    try:
-        backend = open_backend()
-        try:
-            rows: list[dict[str, Any]] = json.loads(backend.get_blob("drift_report", ref))
-            return rows
-        finally:
-            backend.close()
-    except StackflowError:
-        return []
 
 
 def _print_summary(
@@ -221,11 +157,7 @@ def drift_check(
 ) -> None:
     """Run a drift check now: exit 0 no drift, 4 drift found."""
     request = _input(StackRef(project, workspace), repair, yes)
-    if api_mode():
-        result, link, rows = _check_through_api(request)
-    else:
-        result, link, _ = asyncio.run(_check(request, unavailable_timeout))
-        rows = _report_rows(result.report_ref)
+    result, link, rows = _check_through_api(request, unavailable_timeout)
     stack = request.stack
     if output == OutputFormat.json:
         data = result.model_dump(mode="json")
@@ -251,18 +183,6 @@ def drift_check(
         raise DriftFound(f"drift found in {n} resource(s) of {stack}" + (f": {ids}" if ids else ""))
 
 
-async def _schedule(request: DriftInput, every: timedelta, timeout: float) -> tuple[str, bool]:
-    from stackflow.cli.connection import Temporal
-    from stackflow.temporal.schedules import create_or_replace, drift_schedule
-
-    temporal = Temporal(timeout, request.stack)
-    client = await temporal.connect()
-    sid = schedule_id(request.stack)
-    schedule = drift_schedule(request, every, temporal.task_queue)
-    created = await temporal.call("schedule", lambda: create_or_replace(client, schedule, sid))
-    return sid, created
-
-
 @drift_app.command("schedule")
 def drift_schedule(
     project: ProjectOpt,
@@ -275,18 +195,14 @@ def drift_schedule(
     """Check for drift on a Temporal Schedule (replaces the stack's schedule if it has one).
 
     Through the API: an operator's; --repair --yes an approver's."""
-    interval = parse_every(every)
-    stack = StackRef(project, workspace)
-    if api_mode():
-        from stackflow.api.models import DriftScheduleRequest, DriftScheduleView
+    from stackflow.api.models import DriftScheduleRequest, DriftScheduleView
 
-        asked = DriftScheduleRequest(every=every, repair=repair, auto_approve=yes)
-        with api_client() as api:
-            view = DriftScheduleView.model_validate(api.schedule_drift(stack, asked))
-        sid, created = view.schedule_id, view.created
-    else:
-        request = _input(stack, repair, yes)
-        sid, created = asyncio.run(_schedule(request, interval, unavailable_timeout))
+    parse_every(every)
+    stack = StackRef(project, workspace)
+    asked = DriftScheduleRequest(every=every, repair=repair, auto_approve=yes)
+    with api_client(unavailable_timeout) as api:
+        view = DriftScheduleView.model_validate(api.schedule_drift(stack, asked))
+    sid, created = view.schedule_id, view.created
     verb = "scheduled" if created else "rescheduled"
     typer.echo(
         f"{verb} drift checks of {stack} every {every}"
@@ -295,48 +211,15 @@ def drift_schedule(
     )
 
 
-async def _unschedule(stack: StackRef, timeout: float) -> str:
-    from temporalio.service import RPCError, RPCStatusCode
-
-    from stackflow.cli.connection import Temporal
-
-    temporal = Temporal(timeout, stack)
-    client = await temporal.connect()
-    sid = schedule_id(stack)
-    attempts = 0
-
-    async def delete() -> None:
-        nonlocal attempts
-        attempts += 1
-        try:
-            await client.get_schedule_handle(sid).delete()
-        except RPCError as exc:
-            # gone on a retry: the attempt cut off by the outage deleted it
-            if exc.status == RPCStatusCode.NOT_FOUND and attempts > 1:
-                return
-            raise
-
-    try:
-        await temporal.call("delete schedule", delete)
-    except RPCError as exc:
-        if exc.status == RPCStatusCode.NOT_FOUND:
-            raise NotFoundError(f"{stack} has no drift schedule ({sid})") from None
-        raise
-    return sid
-
-
 @drift_app.command("unschedule")
 def drift_unschedule(
     project: ProjectOpt, workspace: WorkspaceOpt = "default", unavailable_timeout: WaitOpt = 600.0
 ) -> None:
     """Delete the stack's drift schedule (through the API: an operator's)."""
     stack = StackRef(project, workspace)
-    if api_mode():
-        with api_client() as api:
-            api.unschedule_drift(stack)
-        sid = schedule_id(stack)
-    else:
-        sid = asyncio.run(_unschedule(stack, unavailable_timeout))
+    with api_client(unavailable_timeout) as api:
+        api.unschedule_drift(stack)
+    sid = schedule_id(stack)
     typer.echo(f"deleted drift schedule {sid}")
 
 
@@ -347,28 +230,13 @@ def drift_status(
     output: OutputOpt = OutputFormat.table,
 ) -> None:
     """The last drift report of the stack (from the state backend, or the API)."""
+    from stackflow.api.models import DriftStatus
+
     stack = StackRef(project, workspace)
-    if api_mode():
-        from stackflow.api.models import DriftStatus
-
-        with api_client() as api:
-            status = DriftStatus.model_validate(api.drift_status(stack))
-        report: DriftReport = DriftReport.model_validate(
-            status.model_dump(exclude={"drifted_resources"})
-        )
-        rows = status.drifted_resources
-    else:
-        from stackflow.state.backend import open_backend
-
-        backend = open_backend()
-        try:
-            reports = backend.drift_reports(stack, limit=1)
-        finally:
-            backend.close()
-        if not reports:
-            raise NotFoundError(f"{stack} has no drift report yet; run `stackflow drift check`")
-        report = reports[0]
-        rows = _report_rows(report.report_ref)
+    with api_client() as api:
+        status = DriftStatus.model_validate(api.drift_status(stack))
+    report = DriftReport.model_validate(status.model_dump(exclude={"drifted_resources"}))
+    rows = status.drifted_resources
     if output == OutputFormat.json:
         data = report.model_dump(mode="json")
         data["drifted_resources"] = rows

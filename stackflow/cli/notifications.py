@@ -10,12 +10,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from stackflow.cli.api_mode import api_client, api_mode
+from stackflow.cli.api_mode import api_client
 from stackflow.cli.app import EXIT_CODES_HELP, app
 from stackflow.cli.options import OutputOpt, ProjectOpt
 from stackflow.cli.output import OutputFormat, emit
 from stackflow.model.notifications import NotificationFailure
-from stackflow.state.backend import open_backend
 
 notifications_app = typer.Typer(
     help="Outbound notifications (CloudEvents to the project's webhook destinations).",
@@ -32,16 +31,9 @@ def failed(
     output: OutputOpt = OutputFormat.table,
 ) -> None:
     """Deliveries that did not succeed within their retries, newest first."""
-    if api_mode():
-        with api_client() as api:
-            data = api.request("GET", f"/v1/projects/{project}/notifications/failed")
-        failures = [NotificationFailure.model_validate(x) for x in data or []][:limit]
-    else:
-        backend = open_backend()
-        try:
-            failures = backend.notification_failures(project, limit)
-        finally:
-            backend.close()
+    with api_client() as api:
+        data = api.request("GET", f"/v1/projects/{project}/notifications/failed")
+    failures = [NotificationFailure.model_validate(x) for x in data or []][:limit]
 
     def table(console: Console) -> None:
         t = Table("Failed at", "Destination", "Type", "Run", "Attempts", "Error")

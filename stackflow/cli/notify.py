@@ -15,20 +15,19 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from stackflow.cli.api_mode import api_client, api_mode
+from stackflow.cli.api_mode import api_client
 from stackflow.cli.app import app
 from stackflow.cli.binding_input import (
     PLACEHOLDER,
     check_names,
     checked,
-    direct_backend,
     exit_codes,
     read_secret,
 )
 from stackflow.cli.options import OutputOpt, ProjectOpt
 from stackflow.cli.output import OutputFormat, echo_safe, emit, print_json
-from stackflow.client.types import NotificationTargetView, parse, to_json
-from stackflow.core.errors import NotFoundError, SpecError
+from stackflow.client.types import NotificationTargetView, to_json
+from stackflow.core.errors import SpecError
 from stackflow.model.notifications import RESERVED_NAMES, TARGET_NAME, TYPES, Destination
 
 PREFIX = "io.stackflow."
@@ -133,14 +132,8 @@ def add(
     data = {"url": url, "types": _types(type_ or [])}
     checked(Destination, {**data, "secret": PLACEHOLDER}, OPTIONS)  # before asking for it
     destination = checked(Destination, {**data, "secret": read_secret(secret_file)}, OPTIONS)
-    if api_mode():
-        with api_client() as api:
-            view = api.set_notification(project, name, destination)
-    else:
-        target = destination.named(name)
-        with direct_backend() as backend:
-            backend.put_notification_target(project, target)
-        view = parse(NotificationTargetView, target.public())
+    with api_client() as api:
+        view = api.set_notification(project, name, destination)
     if output is OutputFormat.json:
         print_json({"project": project, **to_json(view)})
     else:
@@ -151,13 +144,8 @@ def add(
 def list_(project: ProjectOpt, output: OutputOpt = OutputFormat.table) -> None:
     """The project's destinations, in order (never their secrets)."""
     check_names(project=project)
-    if api_mode():
-        with api_client() as api:
-            views = api.notifications(project)
-    else:
-        with direct_backend() as backend:
-            targets = backend.notification_targets(project)
-        views = [parse(NotificationTargetView, t.public()) for t in targets]
+    with api_client() as api:
+        views = api.notifications(project)
     _show(project, views, output)
 
 
@@ -166,13 +154,8 @@ def remove(project: ProjectOpt, name: NameOpt, output: OutputOpt = OutputFormat.
     """Remove the project's destination NAME (through the API: an approver's)."""
     check_names(project=project)
     _check_name(name)
-    if api_mode():
-        with api_client() as api:
-            api.remove_notification(project, name)
-    else:
-        with direct_backend() as backend:
-            if not backend.remove_notification_target(project, name):
-                raise NotFoundError(f"project {project} has no notification destination {name}")
+    with api_client() as api:
+        api.remove_notification(project, name)
     if output is OutputFormat.json:
         print_json({"project": project, "name": name, "removed": True})
     else:

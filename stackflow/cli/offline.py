@@ -37,7 +37,7 @@ from stackflow.engine.spec import load_spec
 from stackflow.model.release import Release, Unlocked
 from stackflow.model.spec import Spec
 from stackflow.state.backend import open_backend
-from stackflow.state.kusion import export_kusion_releases, import_kusion_releases
+from stackflow.state.kusion import export_kusion_releases
 
 
 class GraphFormat(StrEnum):
@@ -118,12 +118,7 @@ def release_list(
     output: OutputOpt = OutputFormat.table,
 ) -> None:
     """List the releases of a stack."""
-    if api_mode():
-        releases = remote_releases.list_releases(StackRef(project, workspace))
-    else:
-        backend = open_backend()
-        releases = backend.list(StackRef(project, workspace))
-        backend.close()
+    releases = remote_releases.list_releases(StackRef(project, workspace))
 
     def table(console: Console) -> None:
         t = Table()
@@ -165,18 +160,13 @@ def release_show(
 ) -> None:
     """Show one release (default: the latest) with its resources."""
     stack = StackRef(project, workspace)
-    if api_mode():
-        release = remote_releases.release(stack, revision)
-    else:
-        store = open_backend()
-        release = store.get(stack, revision) if revision is not None else store.latest(stack)
-        store.close()
+    release = remote_releases.release(stack, revision)
     if release is None:
         raise NotFoundError(f"stack {stack} has no releases")
 
     changes = None
     if diff:
-        from stackflow.cli.runner import full_changes
+        from stackflow.cli.remote import full_changes
 
         changes = release.changes or {"changes": [], "summary": {}}
         changes = changes if api_mode() else full_changes(changes)
@@ -229,44 +219,9 @@ def release_unlock(
     --force. The next operation recovers such a stack by itself, so this is rarely needed.
     Through the API: an approver's.
     """
-    stack = StackRef(project, workspace)
-    if api_mode():
-        with api_client() as api:
-            done = Unlocked.model_validate(api.unlock(stack, force=force))
-        typer.echo(done.line())
-        return
-    import asyncio
-
-    from stackflow.activities.runs import unlock_by_hand
-
-    async def ended(holder: Any) -> str | None:
-        return await _holder_ended(holder)  # (looked up when called: tests replace it)
-
-    store = open_backend()
-    try:
-        done = asyncio.run(unlock_by_hand(store, stack, ended, force=force))
-    finally:
-        store.close()
+    with api_client() as api:
+        done = Unlocked.model_validate(api.unlock(StackRef(project, workspace), force=force))
     typer.echo(done.line())
-
-
-async def _holder_ended(holder: Any) -> str | None:
-    from stackflow.activities.runs import run_ended
-    from stackflow.core.errors import StackflowError
-    from stackflow.temporal.client import connect, quiet_runtime, settings
-    from stackflow.temporal.codec import data_converter
-    from stackflow.temporal.tls import TemporalTLS
-
-    address = settings()[0]
-    TemporalTLS.from_env()  # bad TLS settings: their own line (exit 2), not "cannot ask"
-    try:
-        client = await connect(data_converter(command=True), runtime=quiet_runtime())
-        return await run_ended(client, holder)
-    except Exception as exc:
-        raise StackflowError(
-            f"cannot ask Temporal at {address} whether {holder} is still running ({exc}); "
-            "set TEMPORAL_ADDRESS, or pass --force if you know it is not"
-        ) from None
 
 
 @release_app.command("import")
@@ -277,16 +232,9 @@ def release_import(
 ) -> None:
     """Import a Kusion user's release history (every project/workspace/revision); only into
     stacks with no releases (through the API: an approver's)."""
-    if api_mode():
-        from stackflow.state.kusion import read_kusion_home
+    from stackflow.state.kusion import read_kusion_home
 
-        imported = remote_releases.import_stacks(read_kusion_home(kusion_home.expanduser()))
-    else:
-        store = open_backend()
-        try:
-            imported = import_kusion_releases(kusion_home.expanduser(), store)
-        finally:
-            store.close()
+    imported = remote_releases.import_stacks(read_kusion_home(kusion_home.expanduser()))
     console = stdout_console()
     for stack, count in imported.items():
         console.print(f"imported {count} release(s) of {stack}", highlight=False)
@@ -344,45 +292,9 @@ def release_diff(
     """What changed from revision A to revision B: resources added, removed and changed in
     the spec and in the recorded state, with the fields that differ. Sensitive values are
     masked on both sides; a changed one says so without its values."""
-    from stackflow.engine.release_diff import diff_releases
 
-    stack = StackRef(project, workspace)
-    if api_mode():
-        found = remote_releases.release_diff(stack, old, new)
-        emit(
-            output, lambda: found.model_dump(mode="json"), lambda c: _render_release_diff(found, c)
-        )
-        return
-    store = open_backend()
-    try:
-        revisions = store.revisions(stack)
-        if not revisions:
-            raise NotFoundError(f"stack {stack} has no releases")
-        for revision in dict.fromkeys((old, new)):
-            if revision not in revisions:
-                raise NotFoundError(
-                    f"release {revision} of {stack} does not exist (revisions {_span(revisions)})"
-                )
-        before = store.get(stack, old)
-        after = before if new == old else store.get(stack, new)
-    finally:
-        store.close()
-    found = diff_releases(
-        stack,
-        old,
-        before.spec,
-        before.state.resources,
-        new,
-        after.spec,
-        after.state.resources,
-    )
+    found = remote_releases.release_diff(StackRef(project, workspace), old, new)
     emit(output, lambda: found.model_dump(mode="json"), lambda c: _render_release_diff(found, c))
-
-
-def _span(revisions: list[int]) -> str:
-    if revisions == list(range(revisions[0], revisions[-1] + 1)):
-        return f"{revisions[0]}-{revisions[-1]}" if len(revisions) > 1 else str(revisions[0])
-    return ", ".join(map(str, revisions))
 
 
 _MARKS = {"added": ("+", "green"), "removed": ("-", "red"), "changed": ("~", "yellow")}
@@ -504,10 +416,10 @@ def output(
     stack = StackRef(project, workspace)
     if api_mode() and show_sensitive:
         raise not_through_api("--show-sensitive")
-    if api_mode():  # masked by the API: its spec adds nothing
-        latest, spec = remote_releases.release(stack, None), None
-    else:
+    if show_sensitive:  # the state backend's values: this machine's, never the API's
         latest, spec = _latest_with_spec(stack)
+    else:  # masked by the API: its spec adds nothing
+        latest, spec = remote_releases.release(stack, None), None
     if latest is None:
         raise NotFoundError(f"stack {stack} has no releases")
     sensitive = release_sensitive_paths(spec, latest.state.resources)

@@ -21,9 +21,9 @@ from stackflow.cli.api_mode import refuse_in_api_mode
 from stackflow.cli.app import EXIT_CODES_HELP, app
 from stackflow.cli.options import FileOpt, OutputOpt, ProjectOpt, WorkspaceOpt
 from stackflow.cli.output import OutputFormat, print_json
-from stackflow.core.errors import NotFoundError, SpecError
+from stackflow.core.errors import SpecError
 from stackflow.model.policy import PolicyDecision
-from stackflow.policy_gate.bundle import PolicyBundle, load_bundle_dir, problem_of, store_bundle
+from stackflow.policy_gate.bundle import PolicyBundle, load_bundle_dir, problem_of
 
 policy_app = typer.Typer(
     help="Policy-as-code (Rego, package stackflow): push a project's bundle, see the input "
@@ -56,9 +56,7 @@ def push(
 ) -> None:
     """Store DIR's modules (or those under --path at the head of --ref in --git) as the
     project's bundle: every later run of the project evaluates it."""
-    from stackflow.cli.api_mode import api_client, api_mode
-    from stackflow.cli.runner import current_user
-    from stackflow.state.backend import open_backend
+    from stackflow.cli.api_mode import api_client
 
     if (directory is None) == (git is None):
         raise SpecError("give the bundle's directory, or --git URL (with --ref, --path)")
@@ -67,16 +65,8 @@ def push(
         commit, bundle = _bundle_from_git(git, ref, path)
     else:
         bundle = load_bundle_dir(directory or "")
-    if api_mode():
-        with api_client() as client:
-            digest = client.push_policy(project, bundle).digest
-    else:
-        backend = open_backend()
-        try:
-            digest = store_bundle(backend, bundle)
-            backend.bind_policy(project, digest, by=current_user())
-        finally:
-            backend.close()
+    with api_client() as client:
+        digest = client.push_policy(project, bundle).digest
     result: dict[str, Any] = {
         "project": project,
         "digest": digest,
@@ -113,27 +103,11 @@ def _bundle_from_git(url: str, ref: str, path: str) -> tuple[str, PolicyBundle]:
 @policy_app.command("show")
 def show(project: ProjectOpt, output: OutputOpt = OutputFormat.table) -> None:
     """The project's bundle: digest, who pushed it, its modules."""
-    from stackflow.cli.api_mode import api_client, api_mode
-    from stackflow.policy_gate.bundle import fetch_bundle
-    from stackflow.state.backend import open_backend
+    from stackflow.cli.api_mode import api_client
+    from stackflow.client.types import to_json
 
-    if api_mode():
-        with api_client() as client:
-            from stackflow.client.types import to_json
-
-            result = to_json(client.policy(project))
-    else:
-        backend = open_backend()
-        try:
-            binding = backend.policy_of(project)
-            if binding is None:
-                raise NotFoundError(
-                    f"project {project} has no policy bundle (stackflow policy push)"
-                )
-            modules = sorted(fetch_bundle(backend, binding.digest).modules)
-        finally:
-            backend.close()
-        result = {**binding.model_dump(mode="json"), "modules": modules}
+    with api_client() as client:
+        result = to_json(client.policy(project))
     if output == OutputFormat.json:
         print_json(result)
         return
@@ -218,7 +192,6 @@ def test(
     if input_file is not None:
         decision = _offline(policy, input_file)
     else:
-        refuse_in_api_mode("policy test --file")
         if project is None:
             raise SpecError("--file needs --project (the stack whose preview is judged)")
         found, failure = _preview_decision(file or "", project, workspace, policy)

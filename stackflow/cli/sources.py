@@ -13,21 +13,19 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from stackflow.cli.api_mode import api_client, api_mode
+from stackflow.cli.api_mode import api_client
 from stackflow.cli.app import app
 from stackflow.cli.binding_input import (
     PLACEHOLDER,
     check_names,
     checked,
-    direct_backend,
     exit_codes,
-    local_user,
     read_secret,
 )
 from stackflow.cli.options import OutputOpt, ProjectOpt, WorkspaceOpt
 from stackflow.cli.output import OutputFormat, echo_safe, emit, print_json
-from stackflow.client.types import SourceView, parse, to_json
-from stackflow.core.errors import NotFoundError, SpecError
+from stackflow.client.types import SourceView, to_json
+from stackflow.core.errors import SpecError
 from stackflow.core.refs import StackRef
 from stackflow.model.source import GitSource, SourceMode
 
@@ -122,13 +120,8 @@ def set_source(
     data = {"url": url, "ref": ref, "path": path, "on_push": on_push, "auto_approve": auto_approve}
     checked(GitSource, {**data, "secret": PLACEHOLDER}, OPTIONS)  # before asking for it
     source = checked(GitSource, {**data, "secret": read_secret(secret_file)}, OPTIONS)
-    if api_mode():
-        with api_client() as api:
-            view = api.set_source(stack, source)
-    else:
-        with direct_backend() as backend:
-            backend.bind_source(stack, source, by=local_user())
-        view = parse(SourceView, source.public())
+    with api_client() as api:
+        view = api.set_source(stack, source)
     _view(stack, view, output)
 
 
@@ -141,15 +134,8 @@ def show_source(
     """The stack's git source (never its secret)."""
     check_names(project=project, workspace=workspace)
     stack = StackRef(project, workspace)
-    if api_mode():
-        with api_client() as api:
-            view = api.source(stack)
-    else:
-        with direct_backend() as backend:
-            bound = backend.source_of(stack)
-        if bound is None:
-            raise NotFoundError(f"stack {stack} has no git source")
-        view = parse(SourceView, bound.public())
+    with api_client() as api:
+        view = api.source(stack)
     _view(stack, view, output)
 
 
@@ -162,13 +148,8 @@ def unset_source(
     """Unbind the stack from its git source (through the API: an approver's)."""
     check_names(project=project, workspace=workspace)
     stack = StackRef(project, workspace)
-    if api_mode():
-        with api_client() as api:
-            api.unset_source(stack)
-    else:
-        with direct_backend() as backend:
-            if not backend.unbind_source(stack):
-                raise NotFoundError(f"stack {stack} has no git source")
+    with api_client() as api:
+        api.unset_source(stack)
     if output is OutputFormat.json:
         print_json({"project": stack.project, "workspace": stack.workspace, "removed": True})
     else:

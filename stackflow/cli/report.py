@@ -109,26 +109,3 @@ def result_data(
         "policy": None,
         "truncated": False,
     }
-
-
-def release_from_backend(stack: Any) -> ReleaseOf:
-    """The release as stored, when this machine reaches the state backend
-    (``STACKFLOW_STATE_URL``); None otherwise (the run's result has the rest)."""
-
-    def release_of(revision: int | None) -> dict[str, Any] | None:
-        if revision is None:
-            return None
-        from stackflow.engine.masking import masked_release_data
-        from stackflow.state.backend import open_backend
-
-        try:
-            backend = open_backend()
-            try:
-                release = backend.get(stack, revision)
-            finally:
-                backend.close()
-        except StackflowError:
-            return None
-        return masked_release_data(release)
-
-    return release_of

@@ -3,8 +3,8 @@ other services): the connection settings (address, namespace, TLS, mTLS and API 
 :mod:`stackflow.temporal.tls`) and the one way to connect with them (:func:`connect`), the
 errors a connection can end in and how a Temporal error is classified (unreachable: wait and
 retry; refused, a TLS handshake included: one line), a quiet SDK runtime, and the memo key
-that makes a start safe to retry. The CLI's own riding-out of outages is
-:mod:`stackflow.cli.connection`."""
+that makes a start safe to retry. The CLI rides out an outage through the API, which answers
+503 while Temporal cannot be reached (``StackflowClient.patience``)."""
 
 from __future__ import annotations
 

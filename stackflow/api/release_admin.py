@@ -10,6 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Body, Query, Request
 
 from stackflow.activities.runs import run_ended, unlock_by_hand
+from stackflow.api.context import ApiContext
 from stackflow.api.models import (
     ReleaseExport,
     ReleaseImport,
@@ -38,6 +39,11 @@ router = APIRouter(prefix="/v1")
 UnlockBody = Annotated[UnlockRequest | None, Body()]
 
 
+async def holder_ended(ctx: ApiContext, holder: RunRef) -> str | None:
+    """How the run holding a stack ended, as Temporal says; None while it is open."""
+    return await run_ended(await ctx.client(), holder)
+
+
 @router.post(STACK + "/unlock", response_model=Unlocked, responses=ERRORS)
 async def unlock(
     request: Request,
@@ -54,7 +60,7 @@ async def unlock(
     ctx, stack = ctx_of(request), StackRef(project, workspace)
 
     async def ended(holder: RunRef) -> str | None:
-        return await run_ended(await ctx.client(), holder)
+        return await holder_ended(ctx, holder)
 
     force = body.force if body else False
     return await unlock_by_hand(ctx.backend, stack, ended, force=force, by=who.name)

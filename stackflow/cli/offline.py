@@ -35,7 +35,6 @@ from stackflow.engine.graph import Graph, build_graph
 from stackflow.engine.masking import masked_release_data
 from stackflow.engine.spec import load_spec
 from stackflow.model.release import Release, Unlocked
-from stackflow.model.spec import Spec
 from stackflow.state.backend import open_backend
 from stackflow.state.kusion import export_kusion_releases
 
@@ -417,7 +416,14 @@ def output(
     if api_mode() and show_sensitive:
         raise not_through_api("--show-sensitive")
     if show_sensitive:  # the state backend's values: this machine's, never the API's
-        latest, spec = _latest_with_spec(stack)
+        from stackflow.api.releases import readable
+
+        store = open_backend()
+        try:
+            latest = readable(store, stack, None)
+        finally:
+            store.close()
+        spec = None if latest is None else latest.spec
     else:  # masked by the API: its spec adds nothing
         latest, spec = remote_releases.release(stack, None), None
     if latest is None:
@@ -474,24 +480,6 @@ def output(
         console.print(t)
 
     emit(out or OutputFormat.json, lambda: data, table)
-
-
-def _latest_with_spec(stack: StackRef) -> tuple[Release | None, Spec | None]:
-    store = open_backend()
-    try:
-        latest = store.latest(stack, with_spec=False)
-        spec = None
-        if latest is not None and latest.spec_ref:
-            try:
-                spec = store.get_spec(latest.spec_ref)
-            except SpecError:
-                if store.keys is not None:
-                    raise
-                # an encrypted spec and no keys: its sealed values stay sealed anyway, and
-                # the paths the apply recorded as tainted are masked as always
-    finally:
-        store.close()
-    return latest, spec
 
 
 def _print_plain(value: Any) -> None:

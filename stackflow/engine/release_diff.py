@@ -36,6 +36,7 @@ from stackflow.engine.diff import FieldChange, leaf_changes
 from stackflow.engine.masking import (
     CONTEXT_ENV,
     RUNTIME_KEY_PREFIX,
+    SENSITIVE_MARKER,
     masked_value,
     release_sensitive_paths,
 )
@@ -332,11 +333,12 @@ def walk_path(value: Any, path: str) -> tuple[list[Segment], Any]:
     """Follow a dotted ``path`` into ``value``: a key of a mapping (the longest one the path
     starts with, so keys may contain dots, as ``app.kubernetes.io/name``), a list index as a
     number (``ports.0.port``) or in brackets (``ports[0]``, ``["a.b"]``). Raises PathError
-    naming the part that is missing."""
+    naming the part that is missing. Below a value masked as a whole (the
+    ``SENSITIVE_MARKER`` a masked release holds) every path is that marker."""
     at: list[Segment] = []
     rest = path
     current = value
-    while rest:
+    while rest and current != SENSITIVE_MARKER:
         bracket = _BRACKET.match(rest)
         segment: Segment
         if bracket is not None:
@@ -399,7 +401,7 @@ def lookup(
     except PathError as exc:
         raise NotFoundError(f"{rid}: {exc} in {where}".rstrip()) from None
     patterns = parse_patterns(sensitive.get(rid, ()))
-    secret = touches(patterns, at)
+    secret = touches(patterns, at) or value == SENSITIVE_MARKER
     if not show_sensitive:
         value = masked_value(at, value, patterns)
     return Lookup(id=rid, path=format_path(at), value=value, sensitive=secret)

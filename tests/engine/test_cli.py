@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import getpass
+
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -146,7 +148,7 @@ def test_release_list_show_unlock(home: Path, store: StateBackend) -> None:
 
 
 def _ended(answer: str | None, asked: list[RunRef]) -> Any:
-    async def ended(holder: RunRef) -> str | None:
+    async def ended(_ctx: Any, holder: RunRef) -> str | None:
         asked.append(holder)
         return answer
 
@@ -159,7 +161,7 @@ def test_unlock_refuses_while_the_holding_run_is_open(
     run = RunRef("apply-p-w", "run-1")
     store.create(STACK, Operation.apply, None, run=run)
     asked: list[RunRef] = []
-    monkeypatch.setattr("stackflow.cli.offline._holder_ended", _ended(None, asked))
+    monkeypatch.setattr("stackflow.api.release_admin.holder_ended", _ended(None, asked))
     result = invoke(home, "release", "unlock", "-p", "p", "-w", "w")
     assert result.exit_code == 3 and asked == [run]
     assert f"held by {run}, which is still running" in result.stderr
@@ -169,13 +171,14 @@ def test_unlock_refuses_while_the_holding_run_is_open(
 
     # once Temporal says the run has ended, its release is closed as failed, saying why
     ended = _ended(f"{run} was terminated", asked)
-    monkeypatch.setattr("stackflow.cli.offline._holder_ended", ended)
+    monkeypatch.setattr("stackflow.api.release_admin.holder_ended", ended)
     result = invoke(home, "release", "unlock", "-p", "p", "-w", "w")
     assert result.exit_code == 0, result.stderr
     assert "release 1 is now failed" in result.stdout and len(asked) == 2
     failed = store.get(STACK, 1)
     assert failed.phase is Phase.failed
-    assert failed.error == f"{run} was terminated; unlocked by hand"
+    # the release says who unlocked it: the local user, the API's caller in this process
+    assert failed.error == f"{run} was terminated; unlocked by hand by {getpass.getuser()}"
     assert store.lock(STACK) is None
 
 
@@ -185,7 +188,7 @@ def test_unlock_force_does_not_ask_temporal(
     run = RunRef("apply-p-w", "run-1")
     store.create(STACK, Operation.apply, None, run=run)
     asked: list[RunRef] = []
-    monkeypatch.setattr("stackflow.cli.offline._holder_ended", _ended(None, asked))
+    monkeypatch.setattr("stackflow.api.release_admin.holder_ended", _ended(None, asked))
     result = invoke(home, "release", "unlock", "-p", "p", "-w", "w", "--force")
     assert result.exit_code == 0, result.stderr
     assert "release 1 is now failed" in result.stdout and asked == []

@@ -402,14 +402,13 @@ def test_two_applies_of_one_stack_started_together_exit_0_and_3(
 
 
 @pytest.mark.parametrize("mode", ["direct", "api"])
-async def test_an_approve_sent_after_another_approvers_decision_follows_the_run(
+def test_an_approve_sent_after_another_approvers_decision_follows_the_run(
     mode: str,
     api_env: dict[str, str],
     api_url: str,
     http: httpx.Client,
     api_worker: WorkerProcess,
     tmp_path: Path,
-    temporal_client: Client,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -418,12 +417,10 @@ async def test_an_approve_sent_after_another_approvers_decision_follows_the_run(
     failure: it says so and follows the run. It was exit 1 ("approve refused:
     NotAwaitingApproval"), seen when the second approver was quicker than the CLI. The run
     here is held past its approval by a node that fails (``on_failure: pause``)."""
+    from stackflow.cli.api_mode import api_client
     from stackflow.cli.output import OutputFormat
     from stackflow.cli.remote import RemoteRun
-    from stackflow.cli.runner import Runner
-    from stackflow.client import StackflowClient
     from stackflow.client.types import Stack
-    from stackflow.temporal.operation import OperationInput
 
     project = f"foureyes-{uuid.uuid4().hex[:8]}"
     blocker = tmp_path / "blocker"
@@ -438,20 +435,16 @@ async def test_an_approve_sent_after_another_approvers_decision_follows_the_run(
     assert http.post(f"{url}/approve", headers=auth("fe-second")).is_success
     wait_run(http, url, lambda v: v["phase"] == "awaitingDecision")
 
-    if mode == "api":
-        monkeypatch.setenv("STACKFLOW_API_URL", api_url)
-        monkeypatch.setenv("STACKFLOW_API_TOKEN", TOKENS["fe-approver"][0])
-        with StackflowClient.from_env() as client:
-            remote = RemoteRun(
-                client, Stack(project, "default"), "ApplyWorkflow", OutputFormat.json
-            )
-            remote.run_id = created.json()["run_id"]
-            remote.approve(True)
-    else:
-        request = OperationInput(project=project, workspace="default", spec=spec)
-        runner = Runner("ApplyWorkflow", request, OutputFormat.json)
-        await runner.temporal.connect()
-        await runner.approve(temporal_client.get_workflow_handle(runner.workflow_id), True)
+    env = direct(api_env) if mode == "direct" else through(api_env, api_url, tmp_path / "l")
+    for name in ("STACKFLOW_API_URL", "STACKFLOW_API_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("USER", "fe-approver")  # the local caller (direct) is the requester
+    with api_client() as client:
+        remote = RemoteRun(client, Stack(project, "default"), "ApplyWorkflow", OutputFormat.json)
+        remote.run_id = created.json()["run_id"]
+        remote.approve(True)
     err = capsys.readouterr().err
     assert f"approve not sent for {project}/default" in err and "awaitingDecision" in err, err
     assert http.post(f"{url}/abort", headers=auth("fe-approver")).is_success

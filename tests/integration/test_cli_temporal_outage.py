@@ -25,13 +25,11 @@ from typing import Any
 
 import pytest
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
-from temporalio.client import Client, WorkflowExecutionStatus
-from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
 
-from stackflow.cli.connection import Temporal
 from stackflow.core.refs import StackRef
-from stackflow.temporal.client import START_TOKEN, quiet_runtime
+from stackflow.temporal.client import quiet_runtime
 from stackflow.temporal.codec import data_converter
 from stackflow.temporal.operation import OperationInput, OperationResult, workflow_id_for
 from tests.integration.conftest import REPO, WorkerProcess
@@ -287,7 +285,7 @@ def test_apply_rides_out_a_temporal_restart_and_exits_with_the_runs_result(
     assert "Traceback" not in err, err
     assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{out}\nstderr:\n{err}"
     # it saw the outage (its calls failed) and said so, then went on
-    assert f"Temporal at {dev_server.address} is unreachable" in err, err
+    assert f"cannot reach Temporal at {dev_server.address}" in err, err
     assert "answers again; continuing" in err, err
     assert "Error:" not in err, err
     assert f"{project}/default: release 1 succeeded" in out, out
@@ -312,7 +310,7 @@ def test_status_and_approve_wait_for_temporal_to_come_back(
         await wait_phase(handle, "awaitingApproval")
 
     asyncio.run(start())
-    waiting = f"Temporal at {dev_server.address} is unreachable"
+    waiting = f"cannot reach Temporal at {dev_server.address}"
 
     dev_server.kill()
     status = TtyStderr(own_env, "status", "-p", project, "-o", "json")
@@ -369,7 +367,7 @@ def test_apply_gives_up_after_unavailable_timeout_with_one_line_and_the_run_goes
     assert "Traceback" not in err, err
     assert err.strip().splitlines() == error_lines(err), err
     [line] = error_lines(err)
-    assert f"Temporal at {dev_server.address} unreachable" in line, line
+    assert f"cannot reach Temporal at {dev_server.address}" in line, line
     assert "the run continues on the server" in line, line
     assert f"stackflow status --project {project} --workspace default" in line, line
 
@@ -387,53 +385,6 @@ def test_apply_gives_up_after_unavailable_timeout_with_one_line_and_the_run_goes
     result = asyncio.run(outcome())
     assert result.phase == "succeeded", result.error
     assert_all_files(root)
-
-
-def test_a_retried_start_that_reached_the_server_follows_that_run(
-    dev_server: DevServer, own_env: dict[str, str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The first start reaches the server but its answer is lost (Temporal goes away): the
-    retry finds the run by this start's token and follows it; no second run, no "stack
-    busy". Twice: the run still open, and the run already closed when the retry comes."""
-    for name in ("TEMPORAL_ADDRESS", "STACKFLOW_TASK_QUEUE"):
-        monkeypatch.setenv(name, own_env[name])
-
-    async def scenario(close_first: bool) -> None:
-        temporal = Temporal(30, StackRef("p", "default"))
-        client = await temporal.connect()
-        workflow_id = f"outage-start-{uuid.uuid4().hex[:8]}"
-        real_start = client.start_workflow
-        started: list[str] = []
-
-        async def start_then_lose_the_answer(*args: Any, **kwargs: Any) -> Any:
-            handle = await real_start(*args, **kwargs)
-            if not started:
-                started.append(handle.result_run_id or "")
-                if close_first:
-                    await handle.terminate("closed before the retry comes")
-                raise RPCError("tcp connect error", RPCStatusCode.UNAVAILABLE, b"")
-            return handle
-
-        monkeypatch.setattr(client, "start_workflow", start_then_lose_the_answer)
-        handle = await temporal.start(
-            "NoSuchWorkflow",
-            {"x": 1},
-            id=workflow_id,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-            result_type=dict,
-        )
-        assert handle.result_run_id == started[0]
-        # a second run would be the id's latest (or have failed as a busy stack)
-        latest = await client.get_workflow_handle(workflow_id).describe()
-        assert latest.run_id == started[0], "one run, not two"
-        described = await handle.describe()
-        assert await described.memo_value(START_TOKEN, None)
-        if not close_first:
-            assert described.status == WorkflowExecutionStatus.RUNNING
-            await handle.terminate("test over")
-
-    asyncio.run(scenario(close_first=False))
-    asyncio.run(scenario(close_first=True))
 
 
 CLOSED_PORT_COMMANDS = (
@@ -459,7 +410,7 @@ def test_a_command_with_temporal_unreachable_is_one_error_line(
     assert proc.returncode == 1, f"exit {proc.returncode}\nstdout:\n{out}\nstderr:\n{err}"
     assert "Traceback" not in err, err
     assert err.strip().splitlines() == error_lines(err) and len(error_lines(err)) == 1, err
-    assert f"Temporal at {env['TEMPORAL_ADDRESS']} unreachable" in err
+    assert f"cannot reach Temporal at {env['TEMPORAL_ADDRESS']}" in err
     assert "TEMPORAL_ADDRESS" in err  # how to fix it
     assert took < 60, f"{took:.1f}s with --unavailable-timeout 1"
 
@@ -475,7 +426,7 @@ def test_apply_with_temporal_unreachable_is_one_error_line(tmp_path: Path) -> No
     assert proc.returncode == 1, f"exit {proc.returncode}\nstdout:\n{out}\nstderr:\n{err}"
     assert "Traceback" not in err, err
     [line] = err.strip().splitlines()
-    assert line.startswith("Error: Temporal at ") and "unreachable" in line, line
+    assert line.startswith("Error: cannot reach Temporal at "), line
 
 
 @pytest.mark.parametrize(

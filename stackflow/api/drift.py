@@ -1,5 +1,5 @@
-"""A stack's drift checks on a schedule and its last drift report: what ``stackflow drift
-schedule|unschedule|status`` do directly, for a caller that reaches only the API. The
+"""A stack's drift checks on a schedule and its last drift report: ``stackflow drift
+schedule|unschedule|status``. The
 schedule is a Temporal Schedule (:mod:`stackflow.temporal.schedules`, the one the CLI makes),
 starting ``DriftWorkflow`` on this server's task queue."""
 

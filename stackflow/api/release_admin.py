@@ -1,5 +1,5 @@
-"""Freeing a stack by hand and moving release histories in and out: what ``stackflow release
-unlock|import|export`` do directly, for a caller that reaches only the API. Unlocking and
+"""Freeing a stack by hand and moving release histories in and out: ``stackflow release
+unlock|import|export``. Unlocking and
 importing write history that no run wrote, so they are an approver's; an export is masked
 as every release the API serves."""
 

@@ -117,13 +117,16 @@ async def spec_fields(ctx: ApiContext, spec: Spec | None) -> dict[str, Any]:
     return {"spec": data}
 
 
-def option_error(exc: ValueError) -> str:
-    """``field: message`` of a workflow input the model refused."""
+def option_error(exc: ValueError, flags: bool = False) -> str:
+    """``field: message`` of a workflow input the model refused (``flags``: the field named
+    as the CLI's option, ``--max-concurrency``)."""
     from pydantic import ValidationError
 
     if isinstance(exc, ValidationError):
         first = exc.errors(include_url=False)[0]
         name = ".".join(str(p) for p in first["loc"]) or "input"
+        if flags:
+            name = "--" + name.replace("_", "-").removesuffix("-seconds")
         return f"{name}: {first['msg']}"
     return str(exc).splitlines()[-1].strip()
 

@@ -1,9 +1,10 @@
-"""The CLI's API mode: with ``STACKFLOW_API_URL`` set, the run, steering and release commands
-go through the HTTP API (``stackflow.client``) with the token in ``STACKFLOW_API_TOKEN``, so
-this machine needs no Temporal address, database URL or encryption key. Commands that need
-Temporal or the state backend themselves refuse in API mode with one line (exit 2); those
-that only need local things, and the server processes (``worker``, ``serve``,
-``codec-server``, configured by their own environment), work as always."""
+"""The CLI's one transport: the typed client (``stackflow.client``) of `stackflow serve` at
+``STACKFLOW_API_URL`` with the token in ``STACKFLOW_API_TOKEN`` (API mode: this machine needs
+no Temporal address, database URL or encryption key), or, without it, of the API in this
+process on the environment's Temporal and state backend (:mod:`stackflow.api.local`): the
+same code either way. What needs the state backend itself (``state migrate``, ``output
+--show-sensitive``, ``policy eval``) refuses in API mode with one line (exit 2); the server
+processes (``worker``, ``serve``, ``codec-server``) are configured by their environment."""
 
 from __future__ import annotations
 
@@ -64,5 +65,5 @@ def refuse_in_api_mode(command: str) -> None:
 def not_through_api(option: str) -> SpecError:
     return SpecError(
         f"{option} is not available through the HTTP API ({URL_ENV} is set): leave it out, "
-        f"or unset {URL_ENV} to run the command directly"
+        f"or unset {URL_ENV} to run the command where the state backend is reachable"
     )

@@ -1,7 +1,6 @@
 """What `stackflow source` and `stackflow notify` share: the secret, read from a file or stdin
 (never from an argument, so it is in no shell history or process list), the names checked,
-the first invalid field of a model as one line naming the option, and the state backend of
-direct mode."""
+and the first invalid field of a model as one line naming the option."""
 
 from __future__ import annotations
 

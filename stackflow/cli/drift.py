@@ -21,7 +21,7 @@ from stackflow.cli.options import (
 )
 from stackflow.cli.output import OutputFormat, echo_safe
 from stackflow.cli.report import BAD_INPUT_TYPES
-from stackflow.cli.runs import console_for, current_user
+from stackflow.cli.runs import console_for
 from stackflow.core.errors import (
     OperationFailed,
     SpecError,
@@ -29,7 +29,7 @@ from stackflow.core.errors import (
 )
 from stackflow.core.refs import StackRef
 from stackflow.model.drift import DriftReport, parse_every, schedule_id
-from stackflow.temporal.operation import DriftInput, DriftResult
+from stackflow.temporal.operation import DriftResult
 
 if TYPE_CHECKING:  # the Temporal SDK only where Temporal is called (not through the API)
     pass
@@ -68,21 +68,8 @@ class DriftFound(StackflowError):
 __all__ = ["DriftFound", "drift_app", "parse_every"]
 
 
-def _input(stack: StackRef, repair: bool, yes: bool) -> DriftInput:
-    try:
-        return DriftInput(
-            project=stack.project,
-            workspace=stack.workspace,
-            repair=repair,
-            auto_approve=yes,
-            requested_by=current_user(),  # who checks or schedules: the repair's requester
-        )
-    except ValueError as exc:
-        raise SpecError(f"invalid option: {str(exc).splitlines()[-1].strip()}") from None
-
-
 def _check_through_api(
-    request: DriftInput, patience: float
+    stack: StackRef, repair: bool, yes: bool, patience: float
 ) -> tuple[DriftResult, str, list[dict[str, Any]]]:
     """The check as a run of the API (``operation: drift``), followed to its end; its
     report's diffs as ``GET …/drift`` serves them."""
@@ -92,10 +79,7 @@ def _check_through_api(
     from stackflow.api.models import RunOperation, RunRequest
     from stackflow.cli.runs import ui_link
 
-    stack = request.stack
-    body = RunRequest(
-        operation=RunOperation.drift, repair=request.repair, auto_approve=request.auto_approve
-    )
+    body = RunRequest(operation=RunOperation.drift, repair=repair, auto_approve=yes)
     with api_client(patience) as api:
         created = api.start_run(stack, body)
         while (view := api.get_run(stack, created.run_id)).status == "running":
@@ -156,9 +140,8 @@ def drift_check(
     unavailable_timeout: WaitOpt = 600.0,
 ) -> None:
     """Run a drift check now: exit 0 no drift, 4 drift found."""
-    request = _input(StackRef(project, workspace), repair, yes)
-    result, link, rows = _check_through_api(request, unavailable_timeout)
-    stack = request.stack
+    stack = StackRef(project, workspace)
+    result, link, rows = _check_through_api(stack, repair, yes, unavailable_timeout)
     if output == OutputFormat.json:
         data = result.model_dump(mode="json")
         data["drifted_resources"] = rows

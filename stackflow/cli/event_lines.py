@@ -1,6 +1,6 @@
 """A run's event stream as lines on stdout (`stackflow events`, and ``--output ndjson`` of the
-run commands): a line per event for a person, the stream's own lines, or one JSON document;
-from the API here, directly in :mod:`stackflow.cli.events`. Standard library only."""
+run commands): a line per event for a person, the stream's own lines, or one JSON document,
+from the API's stream. Standard library only."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from stackflow.core.errors import NotFoundError
 from stackflow.core.terminal import one_line_safe
 
 Item = Any
-"""A stream's header or event: the model's (directly) or the client's light type (API)."""
+"""A stream's header or event, the client's light types."""
 Sink = Callable[[Item], None]
 
 

@@ -1,5 +1,5 @@
 """``stackflow notifications``: a project's outbound webhook deliveries that failed for good
-(the dead-letter list), directly from the state backend or through the API."""
+(the dead-letter list), through the API."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """``stackflow notify add|list|remove``: a project's notification destinations one at a time
-(what ``PUT|GET|DELETE /v1/projects/{project}/notifications/{name}`` do), through the API
-with ``STACKFLOW_API_URL``, else directly in the state backend. A destination's secret is
+(what ``PUT|GET|DELETE /v1/projects/{project}/notifications/{name}`` do, through the API).
+A destination's secret is
 read from a file or stdin and never shown. (``stackflow notifications failed`` lists the
 deliveries that failed.)"""
 

@@ -1,8 +1,8 @@
-"""The run and steering commands through the HTTP API (``STACKFLOW_API_URL``): start the run
-with the same options, follow its event stream (progress, the approval wait, the end), ask
-for approval, and report its end as in direct mode: the same JSON and lines, the same exit
-codes. The typed client is the only transport; nothing here imports pydantic, typer or the
-engine but to say why a spec or an option is refused, as direct mode says it."""
+"""The run and steering commands, through the API (`stackflow serve` at ``STACKFLOW_API_URL``,
+or the API in this process): start the run, follow its event stream (progress, the approval
+wait, the end), ask for approval, report its end. The typed client is the only transport;
+nothing here imports pydantic, typer or the engine but to say why a spec or an option is
+refused, in the words of the CLI's options."""
 
 from __future__ import annotations
 
@@ -60,9 +60,9 @@ def _plain_name(value: str) -> bool:
 
 
 def check_locally(workflow: str, o: dict[str, Any], text: str | None) -> None:
-    """The checks direct mode makes of a run's options before it starts anything (their
-    messages and exit codes), with the engine's models: only for what the API's request
-    would not say the same way (an unusual name or value)."""
+    """The checks of a run's options before it starts anything, with the engine's models (one
+    line naming the option): only for what the API's request would not say the same way (an
+    unusual name or value)."""
     unusual = (
         not _plain_name(o["project"])
         or not _plain_name(o["workspace"])
@@ -148,8 +148,8 @@ def run_request(workflow: str, o: dict[str, Any], yes: bool) -> dict[str, Any]:
 
 
 def start(client: StackflowClient, stack: Stack, body: dict[str, Any], path: str) -> Any:
-    """Start the run; a spec the API refuses is read by the engine first, for direct mode's
-    message (the API's own when the engine takes it)."""
+    """Start the run; a spec the API refuses is read by the engine, for the message naming the
+    file (the API's own when the engine takes it)."""
     try:
         return client.start_run(stack, body, f"stackflow-cli-{os.urandom(16).hex()}")
     except ApiInvalid:

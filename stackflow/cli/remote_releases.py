@@ -1,5 +1,5 @@
-"""Releases and outputs through the HTTP API (``STACKFLOW_API_URL``), as the objects the
-release commands render in direct mode: sensitive values come masked by the API."""
+"""Releases and outputs through the API, as the objects the release commands render:
+sensitive values come masked by the API."""
 
 from __future__ import annotations
 

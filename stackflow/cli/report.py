@@ -1,7 +1,6 @@
-"""How a run command reports the run's end, in either mode (Temporal directly, or the API):
-its result as JSON or a few lines, and the exit code of its failure's class (the one
-mapping of failures to exit codes). The result is ``OperationResult``'s JSON, as the
-workflow returns it (direct) or as the API's answers give it (:func:`result_data`)."""
+"""How a run command reports the run's end: its result (``OperationResult``'s JSON, from the
+API's answers: :func:`result_data`) as JSON or a few lines, and the exit code of its
+failure's class (the one mapping of failures to exit codes)."""
 
 from __future__ import annotations
 

@@ -8,24 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from stackflow.api.runs import option_error
 from stackflow.cli.runs import current_user
 from stackflow.core.errors import SpecError
 from stackflow.engine.spec import parse_spec_text
 from stackflow.temporal.operation import OperationInput, check_request
 
 SPEC_WORKFLOWS = ("PreviewWorkflow", "ApplyWorkflow")
-
-
-def _option_error(exc: ValueError) -> str:
-    """``field: message`` of the first validation error, in the CLI's option names."""
-    from pydantic import ValidationError
-
-    if isinstance(exc, ValidationError):
-        first = exc.errors(include_url=False)[0]
-        name = ".".join(str(p) for p in first["loc"]) or "input"
-        option = "--" + name.replace("_", "-").removesuffix("-seconds")
-        return f"{option}: {first['msg']}"
-    return str(exc).splitlines()[-1].strip()
 
 
 def check_options(workflow: str, o: dict[str, Any], text: str | None) -> None:
@@ -50,5 +39,5 @@ def check_options(workflow: str, o: dict[str, Any], text: str | None) -> None:
             project=o["project"], workspace=o["workspace"], operator=current_user(), **fields
         )
     except ValueError as exc:
-        raise SpecError(f"invalid option: {_option_error(exc)}") from None
+        raise SpecError(f"invalid option: {option_error(exc, flags=True)}") from None
     check_request(request)

@@ -1,7 +1,6 @@
-"""What the run commands share in either mode (Temporal directly, or the HTTP API) and that
-needs no Temporal: the exits of a run that cannot go on, the console a run reports on, the
-operator's name and the run's Temporal UI link. Standard library only: rich is imported
-for a console on a terminal, or for what a plain console cannot write as it is."""
+"""What the run commands share: the exits of a run that cannot go on, the console a run
+reports on, the operator's name and the run's Temporal UI link. Standard library only: rich
+is imported for a console on a terminal, or for what a plain console cannot write as is."""
 
 from __future__ import annotations
 

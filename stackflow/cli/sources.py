@@ -1,7 +1,6 @@
 """``stackflow source set|show|unset``: a stack's git source (what ``PUT|GET|DELETE
-/v1/stacks/{project}/{workspace}/source`` do), through the API with ``STACKFLOW_API_URL``,
-else directly in the state backend. The webhook secret is read from a file or stdin and
-never shown."""
+/v1/stacks/{project}/{workspace}/source`` do, through the API). The webhook secret is read
+from a file or stdin and never shown."""
 
 from __future__ import annotations
 

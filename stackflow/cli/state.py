@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import sys
-from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -14,7 +13,7 @@ from stackflow.cli.api_mode import URL_ENV, api_mode
 from stackflow.cli.app import EXIT_CODES_HELP, app
 from stackflow.cli.output import stdout_console
 from stackflow.core.crypto import KeyRing, new_key_line
-from stackflow.core.errors import ConflictError, SpecError
+from stackflow.core.errors import SpecError
 from stackflow.core.refs import StackRef
 
 if TYPE_CHECKING:
@@ -51,34 +50,15 @@ def migrate(
     Through the API (STACKFLOW_API_URL) only --from-dir: the releases are imported with
     POST /v1/projects/{project}/releases/import (an approver's); the API's own backend is
     migrated by its workers when they start."""
-    if api_mode():
-        _migrate_through_api(from_dir)
-        return
-    from stackflow.state.backend import default_state_url, open_backend, redact_url
-    from stackflow.state.legacy import read_legacy_home
+    if not api_mode():
+        from stackflow.state.backend import default_state_url, open_backend, redact_url
 
-    url = default_state_url()
-    backend = open_backend(url, migrate=True)
-    console = stdout_console()
-    console.print(f"{redact_url(url)}: schema at {backend.head_revision()}", highlight=False)
-    if from_dir is not None:
-        releases = read_legacy_home(from_dir.expanduser())  # by stack and revision
-        counts = Counter(r.stack_ref for r in releases)
-        for stack in counts:
-            if backend.revisions(stack):
-                raise ConflictError(
-                    f"stack {stack} already has releases in {redact_url(url)}; "
-                    "migrate only into stacks with none"
-                )
-        for release in releases:
-            backend.import_release(release)
-        for stack, count in counts.items():
-            console.print(f"imported {count} release(s) of {stack}", highlight=False)
-    backend.close()
-
-
-def _migrate_through_api(from_dir: Path | None) -> None:
-    if from_dir is None:
+        url = default_state_url()
+        backend = open_backend(url, migrate=True)
+        revision = backend.head_revision()
+        backend.close()
+        stdout_console().print(f"{redact_url(url)}: schema at {revision}", highlight=False)
+    elif from_dir is None:
         raise SpecError(
             f"`stackflow state migrate` migrates the schema of a state backend this machine "
             f"reaches; the HTTP API's ({URL_ENV}) is migrated by its workers when they start "
@@ -86,6 +66,8 @@ def _migrate_through_api(from_dir: Path | None) -> None:
             f"{URL_ENV} to migrate the backend STACKFLOW_STATE_URL names; through the API "
             "only `stackflow state migrate --from-dir DIR` works (it imports the releases)"
         )
+    if from_dir is None:
+        return
     from stackflow.cli import remote_releases
     from stackflow.state.legacy import read_legacy_home
 

@@ -1,4 +1,4 @@
-"""What a run command shows of a run in either mode: its preview's changes and its status,
+"""What a run command shows of a run: its preview's changes and its status,
 written as plain text where :mod:`stackflow.cli.plain_render` lays them out as rich would,
 else by rich (:mod:`stackflow.cli.render`, imported only then)."""
 

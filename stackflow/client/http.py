@@ -187,7 +187,7 @@ class StackflowClient:
         if not token:
             raise ApiInvalid(
                 f"{URL_ENV} is set but {TOKEN_ENV} is not: set it to an API token "
-                f"(or unset {URL_ENV} to work directly against Temporal)"
+                f"(or unset {URL_ENV} to work with the Temporal and state backend of this machine)"
             )
         try:
             return cls(url, token)

@@ -316,6 +316,7 @@ async def run_view(
             view.done = sum(result.counts.values())
             view.total = view.done
             view.failed = result.counts.get("failed", 0)
+            view.result = result.model_dump(mode="json", exclude={"changes"})
         elif isinstance(result, DriftResult):
             view.phase = Phase.succeeded
             view.revision = result.revision

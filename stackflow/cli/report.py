@@ -86,10 +86,12 @@ def result_data(
     results: list[dict[str, Any]],
     counts: dict[str, int] | None,
 ) -> dict[str, Any]:
-    """``OperationResult``'s JSON of a run through the API: its final ``view``, its preview
-    ``changes``, the node ``results`` its events gave (``NodeResult``'s JSON) and their
-    ``counts`` (by status when ``run_complete`` had none). A unit test keeps the keys
-    ``OperationResult``'s."""
+    """``OperationResult``'s JSON of a run through the API: its final ``view`` (with the run's
+    result once it completed) and its preview ``changes``; a run that ended without a result
+    has the node ``results`` its events gave (``NodeResult``'s JSON) and their ``counts`` (by
+    status when ``run_complete`` had none). A unit test keeps the keys ``OperationResult``'s."""
+    if view.result is not None:
+        return {**view.result, "changes": changes}
     if counts is None:
         counts = {}
         for node in results:

@@ -256,7 +256,9 @@ class RunView(Record):
     started_at: datetime | None = None
     ended_at: datetime | None = None
     result: dict[str, Any] | None = None
-    """A drift check's result (drifted, summary, repair) once it has ended."""
+    """The run's result once it has ended: a drift check's (drifted, summary, repair), an
+    operation's without its changes (``…/preview`` has them): its nodes' results (those that
+    did not succeed, past 500), counts and policy decision."""
 
 
 class RunSummary(Record):

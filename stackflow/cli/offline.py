@@ -260,14 +260,14 @@ def release_export(
 ) -> None:
     """Write releases as Kusion keeps them (<n>.yaml and .metadata.yml), sensitive values
     masked, files 0600."""
-    if api_mode():
-        if not project:
-            raise SpecError(
-                "--project: through the HTTP API the export is of one project's stacks "
-                "(give --project, and --workspace for one stack)"
-            )
+    if project:
         written = remote_releases.export_stacks(kusion_layout.expanduser(), project, workspace)
-    else:
+    elif api_mode():
+        raise SpecError(
+            "--project: through the HTTP API the export is of one project's stacks "
+            "(give --project, and --workspace for one stack)"
+        )
+    else:  # every project: the state backend of this machine
         store = open_backend()
         try:
             written = export_kusion_releases(store, kusion_layout.expanduser(), project, workspace)

@@ -15,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowFailureError
+from temporalio.service import RPCError, RPCStatusCode
 
 from stackflow.core.refs import RunRef, StackRef
 from stackflow.model.events import PAGE_LIMIT, EventType, RunEvent, run_complete
@@ -29,6 +31,8 @@ POLL_SECONDS = 0.2
 """How often a follower looks for new events."""
 CLOSED_CHECK_SECONDS = 2.0
 """How often a follower that sees nothing new asks Temporal whether the run has closed."""
+DESCRIBE_TIMEOUT = timedelta(seconds=5)
+"""The longest that question waits for Temporal's answer."""
 
 
 class Ending(BaseModel):
@@ -43,9 +47,15 @@ Closed = Callable[[], Awaitable[Ending | None]]
 
 
 async def temporal_ending(client: Client, run: RunRef) -> Ending | None:
-    """How ``run`` ended (None while it is open)."""
+    """How ``run`` ended (None while it is open, or while Temporal cannot say: the run's own
+    events are read on meanwhile). Never waits longer than ``DESCRIBE_TIMEOUT``."""
     handle = client.get_workflow_handle(run.workflow_id, run_id=run.run_id)
-    described = await handle.describe()
+    try:
+        described = await handle.describe(rpc_timeout=DESCRIBE_TIMEOUT)
+    except RPCError as exc:
+        if exc.status in (RPCStatusCode.UNAVAILABLE, RPCStatusCode.DEADLINE_EXCEEDED):
+            return None
+        raise
     status = described.status
     if status in (None, WorkflowExecutionStatus.RUNNING):
         return None

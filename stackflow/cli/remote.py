@@ -43,6 +43,7 @@ from stackflow.client.types import (
     Stack,
 )
 from stackflow.core.errors import NotFoundError, OperationFailed
+from stackflow.core.terminal import human_duration
 
 OPERATIONS = {workflow: operation for operation, workflow in WORKFLOWS.items()}
 MOVING = {"applying", "destroying"}
@@ -289,20 +290,29 @@ class RemoteRun:
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
+                TextColumn("{task.fields[eta]}"),
                 TextColumn("{task.fields[running]}"),
                 console=self.console,
                 transient=True,
             ) as progress,
         ):
-            task = progress.add_task(self.stack.project, total=None, running="")
+            task = progress.add_task(self.stack.project, total=None, running="", eta="")
+            walking: float | None = None
             for event in stream:
                 self.on_event(event, yes, detail)
-                names = list(self.running)
+                names, done = list(self.running), len(self.results)
+                if walking is None and event.type == "apply_start":
+                    walking = time.monotonic()
+                eta = ""  # from the rate of finished nodes, as the run's status estimates it
+                if walking is not None and 0 < done < self.total:
+                    left = (time.monotonic() - walking) / done * (self.total - done)
+                    eta = f"ETA {human_duration(left)}"
                 progress.update(
                     task,
                     description=str(event.data.get("phase") or progress.tasks[0].description),
                     total=self.total or None,
-                    completed=len(self.results),
+                    completed=done,
+                    eta=eta,
                     running=", ".join(names[:2])
                     + (f" +{len(names) - 2}" if len(names) > 2 else ""),
                 )

@@ -35,18 +35,6 @@ release's ``changes``; beyond it only summaries (and what did not succeed) are k
 of 10,000+ resources stays far below Temporal's payload (2 MB) and history limits."""
 
 
-def human_duration(seconds: float) -> str:
-    """``45s``, ``3m05s``, ``2h10m``: how the CLI and the UI show an ETA."""
-    whole = round(seconds)
-    if whole < 60:
-        return f"{whole}s"
-    minutes, secs = divmod(whole, 60)
-    if minutes < 60:
-        return f"{minutes}m{secs:02d}s"
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m"
-
-
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
 NAME_LIMIT = 200
 """Characters of a project or workspace name at most (the state backend's columns; a

@@ -15,7 +15,7 @@ from temporalio import workflow
 from temporalio.common import SearchAttributeUpdate
 
 with workflow.unsafe.imports_passed_through():
-    from stackflow.core.terminal import markdown_code, markdown_text
+    from stackflow.core.terminal import human_duration, markdown_code, markdown_text
     from stackflow.model.events import NewEvent
     from stackflow.model.release import Operation, Phase
     from stackflow.temporal.operation import (
@@ -24,7 +24,6 @@ with workflow.unsafe.imports_passed_through():
         NodeResult,
         OperationInput,
         StatusView,
-        human_duration,
     )
     from stackflow.workflows import common
     from stackflow.workflows.constants import AWAITING_APPROVAL, AWAITING_DECISION

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import getpass
-
 import json
 from collections.abc import Iterator
 from datetime import UTC, datetime

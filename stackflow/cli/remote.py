@@ -34,7 +34,6 @@ from stackflow.client.errors import (
 )
 from stackflow.client.types import (
     MAX_SPEC_BYTES,
-    REVISION_LIMIT,
     TAKES,
     WORKFLOWS,
     RunEvent,
@@ -49,34 +48,18 @@ OPERATIONS = {workflow: operation for operation, workflow in WORKFLOWS.items()}
 MOVING = {"applying", "destroying"}
 CLOSE_WAIT = 30.0
 """Seconds a finished run's workflow may take to close after its last event."""
-PLAIN_DEFAULTS = {"max_concurrency": 8, "unavailable_timeout": 600.0, "on_failure": "fail"}
-
-
-def _plain_name(value: str) -> bool:
-    return (
-        value.isascii()
-        and value[:1].isalnum()
-        and value.replace("-", "").replace("_", "").replace(".", "").isalnum()
-    )
-
-
-def check_locally(workflow: str, o: dict[str, Any], text: str | None) -> None:
-    """The checks of a run's options before it starts anything, with the engine's models (one
-    line naming the option): only for what the API's request would not say the same way (an
-    unusual name or value)."""
-    unusual = (
-        not _plain_name(o["project"])
-        or not _plain_name(o["workspace"])
-        or any(o.get(k, v) != v for k, v in PLAIN_DEFAULTS.items())
-        or o.get("target")
-        or o.get("exclude")
-        or o.get("ignore_field")
-        or not (o.get("to") is None or 1 <= o["to"] <= REVISION_LIMIT)
-    )
-    if unusual:
-        from stackflow.cli.requests import check_options
-
-        check_options(workflow, o, text)
+FLAGS = {
+    "max_concurrency": "--max-concurrency",
+    "targets": "--target",
+    "excludes": "--exclude",
+    "ignore_fields": "--ignore-field",
+    "unavailable_timeout_seconds": "--unavailable-timeout",
+    "to_revision": "--to",
+    "on_failure": "--on-failure",
+    "path.project": "--project",
+    "path.workspace": "--workspace",
+}
+"""The run request's fields as the options that set them, for the API's refusals."""
 
 
 def spec_text(path: str) -> str:
@@ -115,7 +98,6 @@ def spec_source(path: str) -> str:
 def run_request(workflow: str, o: dict[str, Any], yes: bool) -> dict[str, Any]:
     """The API's request (its JSON) for the run the options describe."""
     text = spec_text(o["file"]) if o.get("file") else None
-    check_locally(workflow, o, text)
     if o.get("full") and api_mode():
         raise not_through_api("--full")
     operation = OPERATIONS[workflow]
@@ -150,14 +132,19 @@ def run_request(workflow: str, o: dict[str, Any], yes: bool) -> dict[str, Any]:
 
 def start(client: StackflowClient, stack: Stack, body: dict[str, Any], path: str) -> Any:
     """Start the run; a spec the API refuses is read by the engine, for the message naming the
-    file (the API's own when the engine takes it)."""
+    file (the API's own when the engine takes it); a refused field is named as its option."""
     try:
         return client.start_run(stack, body, f"stackflow-cli-{os.urandom(16).hex()}")
-    except ApiInvalid:
+    except ApiInvalid as exc:
         if "spec_yaml" in body:
             from stackflow.engine.spec import parse_spec_text
 
             parse_spec_text(body["spec_yaml"], spec_source(path))
+        detail = exc.detail.removeprefix("invalid option: ")
+        field, sep, rest = detail.partition(":")
+        if (sep and field.split(".")[0] in FLAGS) or field in FLAGS:
+            flag = FLAGS.get(field) or FLAGS[field.split(".")[0]]
+            raise ApiInvalid(f"invalid option: {flag}:{rest}", exc.status, exc.kind) from None
         raise
 
 

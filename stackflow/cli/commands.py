@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import sys
 
+from stackflow.cli import table
+
 APP_HELP = "stackflow: Kusion-compatible infrastructure operations on Temporal."
 EXIT_CODES_HELP = (
     "Exit codes: 0 ok, 1 operation failed (or infrastructure or Temporal unreachable), "
@@ -38,6 +40,11 @@ class Entry:
         return f"Entry({self.name!r}, {self.module!r}, {self.help!r})"
 
 
+def _table(name: str) -> Entry:
+    """A command of the option table (:mod:`stackflow.cli.table`), its help the table's."""
+    return Entry(name, "stackflow.cli.table_app", " ".join(table.BY_NAME[name].help.split()))
+
+
 COMMANDS: tuple[Entry, ...] = (
     Entry(
         "validate",
@@ -60,74 +67,29 @@ COMMANDS: tuple[Entry, ...] = (
         "stackflow.cli.state",
         "Serve Temporal's remote codec (/encode, /decode) for the Web UI and the temporal CLI.",
     ),
-    Entry(
-        "preview",
-        "stackflow.cli.table_app",
-        "Show what apply would change: desired vs live vs prior (three-way diff).",
-    ),
-    Entry(
-        "apply",
-        "stackflow.cli.table_app",
-        "Preview, ask, then apply the spec as a durable Temporal workflow.",
-    ),
-    Entry(
-        "destroy",
-        "stackflow.cli.table_app",
-        "Delete everything the stack's last release holds, dependents first.",
-    ),
-    Entry(
-        "rollback",
-        "stackflow.cli.table_app",
-        "Apply release N's spec again as a new release (operation rollback): preview, ask, "
-        "apply, exactly as apply.",
-    ),
-    Entry(
-        "refresh",
-        "stackflow.cli.table_app",
-        "Read every recorded resource and record its live state as a new release, changing "
-        "nothing (`tofu apply -refresh-only`): shows what it would record, asks (or --yes).",
-    ),
+    _table("preview"),
+    _table("apply"),
+    _table("destroy"),
+    _table("rollback"),
+    _table("refresh"),
     Entry(
         "worker",
         "stackflow.cli.worker",
         "Run a worker (as `python -m stackflow.worker`): TEMPORAL_ADDRESS, STACKFLOW_TASK_QUEUE, …",
     ),
-    Entry(
-        "approve",
-        "stackflow.cli.table_app",
-        "Approve the stack's operation waiting in awaitingApproval.",
-    ),
-    Entry(
-        "reject",
-        "stackflow.cli.table_app",
-        "Reject the stack's operation waiting in awaitingApproval (it ends failed).",
-    ),
-    Entry(
-        "retry",
-        "stackflow.cli.table_app",
-        "Re-run the failed nodes (and those skipped because of them) of a paused run.",
-    ),
-    Entry("abort", "stackflow.cli.table_app", "End a paused run as failed, as it is."),
-    Entry(
-        "cancel",
-        "stackflow.cli.table_app",
-        "Cancel the stack's running operation; its release ends failed, saying so.",
-    ),
-    Entry(
-        "status", "stackflow.cli.table_app", "Phase and progress of the stack's running operation."
-    ),
+    _table("approve"),
+    _table("reject"),
+    _table("retry"),
+    _table("abort"),
+    _table("cancel"),
+    _table("status"),
     Entry(
         "serve",
         "stackflow.cli.serve",
         "Serve the HTTP API: runs, releases, outputs (bearer tokens from the file "
         "STACKFLOW_API_TOKENS names; Temporal and the state backend as the CLI reaches them).",
     ),
-    Entry(
-        "events",
-        "stackflow.cli.table_app",
-        "A run's events (run_start, phase, planned_change, change_summary, approval_wait, "
-        "apply_start, apply_complete, apply_errored, run_complete), as the API streams them.",
-    ),
+    _table("events"),
     Entry("release", "stackflow.cli.offline", "Inspect, unlock and import releases of a stack."),
     Entry(
         "state",

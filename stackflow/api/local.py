@@ -24,6 +24,7 @@ from temporalio.client import Client
 from stackflow.api.app import create_app
 from stackflow.api.auth import TokenEntry, TokenTable
 from stackflow.api.identity import Role
+from stackflow.engine.spec import MAX_SPEC_BYTES
 
 BASE_URL = "local:"
 """How the client names the API in its messages when it is this process's own."""
@@ -94,7 +95,13 @@ class LocalTransport:
                 interceptors=tracing.interceptors(tracing.CLI),
             )
 
-        self.app = create_app(connect_temporal, open_backend(), TokenTable([caller]))
+        # a request is the size of the spec file this process reads (as it always could)
+        self.app = create_app(
+            connect_temporal,
+            open_backend(),
+            TokenTable([caller]),
+            max_body_bytes=MAX_SPEC_BYTES + 1024 * 1024,
+        )
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="local-api", daemon=True).start()
 

@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.client import Client
 
-from stackflow.api import drift, problems, release_admin
+from stackflow.api import drift, problems, release_admin, ui
 from stackflow.api.auth import TokenTable, bearer, load_tokens
 from stackflow.api.context import MAX_BODY_BYTES, ApiContext
 from stackflow.api.identity import AuthUnavailable
@@ -189,6 +189,7 @@ def create_app(
     app.include_router(router)
     app.include_router(drift.router)
     app.include_router(release_admin.router)
+    ui.install(app)
 
     @app.get("/metrics", response_class=PlainTextResponse, tags=["health"])
     async def metrics(request: Request) -> PlainTextResponse:

@@ -215,7 +215,7 @@ async def status_part(
     stack = StackRef(project, workspace)
     view, steps, _, _ = await run_status(ctx_of(request), stack, run_id, me)
     run = f"{base_of(stack)}/runs/{run_id}"
-    return render(request, "_status.html", view=view, steps=steps, said="", run=run)
+    return render(request, "_status.html", view=view, steps=steps, run=run)
 
 
 @router.get(RUN + "/preview")

@@ -37,7 +37,7 @@
   }
 
   function brief(type, data) {
-    const what = data.phase || data.id || data.status || data.outcome || data.wait || "";
+    const what = data.phase || data.id || (data.resource && data.resource.id) || data.status || data.outcome || data.wait || "";
     const action = data.action ? data.action + " " : "";
     const when = data.time ? data.time.slice(11, 19) + " " : "";
     return when + type + " " + action + what + (data.error ? ": " + data.error : "");

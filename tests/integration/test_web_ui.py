@@ -33,6 +33,8 @@ pytestmark = pytest.mark.integration
 
 IMAGES = REPO / "docs" / "images"
 VIEWER_TOKEN = "ui-viewer-token"
+OPS_TOKEN = "ui-ops-token"
+"""A static approver of the ``uiplain-*`` projects (not four-eyes)."""
 WARN = """package stackflow
 
 import rego.v1
@@ -70,7 +72,12 @@ def ui(
     )
     digest = hashlib.sha256(VIEWER_TOKEN.encode()).hexdigest()
     entry = {"name": "tv", "sha256": digest, "roles": {"uife-*": "viewer"}}
-    tokens.write_text(json.dumps({"tokens": [entry], "oidc": section}))
+    ops = {
+        "name": "ops",
+        "sha256": hashlib.sha256(OPS_TOKEN.encode()).hexdigest(),
+        "roles": {"uiplain-*": "approver"},
+    }
+    tokens.write_text(json.dumps({"tokens": [entry, ops], "oidc": section}))
     env = dict(os.environ)
     env.update(
         STACKFLOW_HOME=str(home),
@@ -298,3 +305,79 @@ def oidc_session(ui: str, issuer: Issuer, client: httpx.Client, user: str) -> st
     csrf = re.search(r'name="csrf" value="([^"]+)"', home.text)
     assert csrf is not None
     return csrf.group(1)
+
+
+def finished(ui: str, project: str, body: dict[str, Any]) -> dict[str, Any]:
+    """Run ``body`` on the project as ops (auto-approved) and wait for its end."""
+    headers = {"Authorization": f"Bearer {OPS_TOKEN}"}
+    r = httpx.post(f"{ui}/v1/stacks/{project}/default/runs", json=body, headers=headers)
+    assert r.status_code == 201, r.text
+    url = f"{ui}{r.json()['status_url']}"
+    deadline = time.monotonic() + 90
+    while True:
+        view: dict[str, Any] = httpx.get(url, headers=headers, timeout=60).json()
+        if view["status"] != "running":
+            return view
+        assert time.monotonic() < deadline, view
+        time.sleep(0.3)
+
+
+def test_releases_their_diff_masked_a_paginated_preview_and_only_viewable_stacks(
+    ui: str, tmp_path: Path
+) -> None:
+    project = f"uiplain-{uuid.uuid4().hex[:8]}"
+    base = f"/ui/s/{project}/default"
+    root = tmp_path / "app"
+    secrets = [f"ui-{uuid.uuid4().hex[:8]}-Sup3r", f"ui-{uuid.uuid4().hex[:8]}-Sup3r"]
+    for n, secret in enumerate(secrets):
+        spec = {
+            "context": {"env": {"UI_TOKEN": secret}},
+            "resources": [
+                dir_resource(root),
+                file_resource(root / "a.conf", f"v = {n}\n", deps=[f"onprem:Directory:{root}"]),
+            ],
+        }
+        view = finished(ui, project, {"operation": "apply", "spec": spec, "auto_approve": True})
+        assert view["phase"] == "succeeded", view
+
+    ops, _ = session_of(ui, OPS_TOKEN)
+    pages = {
+        path: ops.get(path)
+        for path in (
+            f"{base}/releases",
+            f"{base}/releases/1",
+            f"{base}/releases/2",
+            f"{base}/diff?old=1&new=2",
+            base,
+            "/ui/",
+        )
+    }
+    for path, page in pages.items():
+        assert page.status_code == 200, (path, page.text)
+        assert "default-src 'none'" in page.headers["content-security-policy"]
+        for secret in secrets:
+            assert secret not in page.text, path
+    diff = pages[f"{base}/diff?old=1&new=2"].text
+    assert "v = 0" in diff and "v = 1" in diff and "UI_TOKEN" in diff
+    assert "(sensitive value)" in diff
+    assert f"onprem:File:{root}/a.conf" in pages[f"{base}/releases/2"].text
+    assert project in pages["/ui/"].text
+
+    # a preview of 120 files (and the 2 deletions of the former ones): 50 a page
+    files = [file_resource(root / f"f{i:03}.conf", f"n = {i}\n") for i in range(120)]
+    view = finished(ui, project, {"operation": "preview", "spec": {"resources": files}})
+    run = f"{base}/runs/{view['run_id']}"
+    first, last = ops.get(run), ops.get(f"{run}?page=3")
+    assert "Page 1 of 3 (122 resources listed)" in first.text
+    assert "f000.conf" in first.text and "f050.conf" not in first.text
+    assert "f119.conf" in last.text and "n = 119" in last.text and "f099.conf" not in last.text
+    assert f"onprem:File:{root}/a.conf" in last.text  # a deletion, last
+    assert 'rel="prev"' in last.text and 'rel="next"' not in last.text
+    ops.close()
+
+    # the viewer of uife-* sees no uiplain-* stack, and may not open one
+    viewer, _ = session_of(ui, VIEWER_TOKEN)
+    assert project not in viewer.get("/ui/").text
+    refused = viewer.get(f"{base}/releases")
+    assert refused.status_code == 403 and "no role on project" in refused.text
+    viewer.close()

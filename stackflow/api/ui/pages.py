@@ -8,7 +8,9 @@ identity, and needs the role the API's route of it needs (:func:`stackflow.api.r
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import quote
@@ -41,6 +43,7 @@ STATIC = {
 ROLES = {action: role for action, role, _ in STEPS}
 LABELS = {"approve": "Approve", "reject": "Reject", "retry": "Retry failed", "abort": "Abort"}
 STATUSES = ("running", "completed", "failed", "canceled", "terminated", "timed_out")
+PREVIEWING = (None, "generating", "previewing")
 OPERATIONS = ("preview", "apply", "destroy", "rollback", "refresh", "drift")
 
 
@@ -143,7 +146,7 @@ def steps_for(view: RunView, me: Identity, project: str, four_eyes: bool) -> lis
 
 async def run_status(
     ctx: ApiContext, stack: StackRef, run_id: str, me: Identity
-) -> tuple[RunView, list[Step], Any, Any]:
+) -> tuple[RunView, list[Step]]:
     handle, described = await runs.find_run(ctx, stack, run_id)
     described = await runs.closed_if_ending(ctx, stack, handle, described)
     view = await runs.run_view(ctx, stack, handle, described)
@@ -153,16 +156,43 @@ async def run_status(
         four_eyes = bool(
             last and last.type == EventType.approval_wait and last.data.get("four_eyes")
         )
-    return view, steps_for(view, me, stack.project, four_eyes), handle, described
+    return view, steps_for(view, me, stack.project, four_eyes)
 
 
-async def preview_values(ctx: ApiContext, handle: Any, described: Any, page: int) -> dict[str, Any]:
+SETTLED: OrderedDict[str, dict[str, Any] | None] = OrderedDict()
+"""Runs seen past previewing, by run id, with their preview once read after that (a settled
+preview never changes): the page of a waiting run queries its preview once, not every time."""
+SETTLED_LIMIT = 16
+
+
+def settled(run_id: str, preview: dict[str, Any] | None = None) -> None:
+    SETTLED[run_id] = preview
+    SETTLED.move_to_end(run_id)
+    while len(SETTLED) > SETTLED_LIMIT:
+        SETTLED.popitem(last=False)
+
+
+async def preview_of(ctx: ApiContext, stack: StackRef, run_id: str) -> dict[str, Any]:
+    """The run's preview (the API's ``…/preview``), NotFoundError when it has none."""
+    known = run_id in SETTLED
+    kept = SETTLED.get(run_id)
+    if kept is not None:
+        return kept
+    handle, described = await runs.find_run(ctx, stack, run_id)
+    preview = await runs.preview_of(ctx, handle, described)
+    if known:  # settled before this query was sent
+        settled(run_id, preview)
+    return preview
+
+
+async def preview_values(
+    ctx: ApiContext, stack: StackRef, run_id: str, page: int
+) -> dict[str, Any]:
     """The preview's page ``page`` (1-based) and its policy decision."""
     try:
-        preview: dict[str, Any] | None = await runs.preview_of(ctx, handle, described)
+        preview = await preview_of(ctx, stack, run_id)
     except NotFoundError as err:
         return {"preview": None, "no_preview": str(err), "changes": [], "policy": None}
-    assert preview is not None
     changes = preview.get("changes") or []
     pages = max(1, -(-len(changes) // PAGE_SIZE))
     page = min(max(page, 1), pages)
@@ -191,7 +221,9 @@ async def run_page(
 ) -> Response:
     me = viewer(request, project)
     ctx, stack = ctx_of(request), StackRef(project, workspace)
-    view, steps, handle, described = await run_status(ctx, stack, run_id, me)
+    (view, steps), values = await asyncio.gather(
+        run_status(ctx, stack, run_id, me), preview_values(ctx, stack, run_id, page)
+    )
     return render(
         request,
         "run.html",
@@ -202,7 +234,7 @@ async def run_page(
         steps=steps,
         said=said,
         event_types=" ".join(t.value for t in EventType),
-        **await preview_values(ctx, handle, described, page),
+        **values,
     )
 
 
@@ -213,7 +245,7 @@ async def status_part(
     """The run page's status section (the page's script fetches it as events arrive)."""
     me = viewer(request, project)
     stack = StackRef(project, workspace)
-    view, steps, _, _ = await run_status(ctx_of(request), stack, run_id, me)
+    view, steps = await run_status(ctx_of(request), stack, run_id, me)
     run = f"{base_of(stack)}/runs/{run_id}"
     return render(request, "_status.html", view=view, steps=steps, run=run)
 
@@ -229,9 +261,8 @@ async def preview_part(
     """The run page's preview section (fetched again once the preview is settled)."""
     viewer(request, project)
     ctx, stack = ctx_of(request), StackRef(project, workspace)
-    handle, described = await runs.find_run(ctx, stack, run_id)
     run = f"{base_of(stack)}/runs/{run_id}"
-    values = await preview_values(ctx, handle, described, page)
+    values = await preview_values(ctx, stack, run_id, page)
     return render(request, "_preview.html", run=run, **values)
 
 

@@ -226,6 +226,11 @@ def test_approve_in_the_browser_and_watch_the_run_succeed(
     js(bob, "document.getElementById('step-approve').click()")
     bob.wait_for_text("approved by bob")
 
+    # readable at a phone's width: nothing wider than the screen
+    bob.call("Emulation.setDeviceMetricsOverride", width=390, height=844, deviceScaleFactor=1, mobile=True)
+    assert wait_js(bob, "document.documentElement.scrollWidth <= window.innerWidth")
+    bob.screenshot(IMAGES / "web-ui-phone.png")
+
     # alice's page follows the stream to the end, never reloaded
     wait_js(alice, "document.getElementById('phase').textContent === 'succeeded'", timeout=120)
     assert js(alice, "window.stillHere") == "yes"
@@ -329,6 +334,7 @@ def test_releases_their_diff_masked_a_paginated_preview_and_only_viewable_stacks
     base = f"/ui/s/{project}/default"
     root = tmp_path / "app"
     secrets = [f"ui-{uuid.uuid4().hex[:8]}-Sup3r", f"ui-{uuid.uuid4().hex[:8]}-Sup3r"]
+    applied = []
     for n, secret in enumerate(secrets):
         spec = {
             "context": {"env": {"UI_TOKEN": secret}},
@@ -339,6 +345,7 @@ def test_releases_their_diff_masked_a_paginated_preview_and_only_viewable_stacks
         }
         view = finished(ui, project, {"operation": "apply", "spec": spec, "auto_approve": True})
         assert view["phase"] == "succeeded", view
+        applied.append(view["run_id"])
 
     ops, _ = session_of(ui, OPS_TOKEN)
     pages = {
@@ -373,6 +380,15 @@ def test_releases_their_diff_masked_a_paginated_preview_and_only_viewable_stacks
     assert "f119.conf" in last.text and "n = 119" in last.text and "f099.conf" not in last.text
     assert f"onprem:File:{root}/a.conf" in last.text  # a deletion, last
     assert 'rel="prev"' in last.text and 'rel="next"' not in last.text
+
+    # the runs, with their phase, filtered by phase and operation
+    listed = ops.get(base).text
+    assert all(run_id in listed for run_id in [*applied, view["run_id"]])
+    succeeded = ops.get(f"{base}?phase=succeeded").text
+    assert all(run_id in succeeded for run_id in applied) and view["run_id"] not in succeeded
+    previews = ops.get(f"{base}?operation=preview").text
+    assert view["run_id"] in previews and applied[0] not in previews
+    assert not any(run_id in ops.get(f"{base}?phase=failed").text for run_id in applied)
     ops.close()
 
     # the viewer of uife-* sees no uiplain-* stack, and may not open one

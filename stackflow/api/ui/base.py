@@ -135,7 +135,8 @@ class UiRoute(APIRoute):
                 response = error_page(request, status_of(err)[0], str(err))
             except RequestValidationError as err:
                 response = error_page(request, *validation_detail(err))
-            response.headers.update(HEADERS)
+            for name, value in HEADERS.items():
+                response.headers.setdefault(name, value)
             return response
 
         return page

@@ -12,6 +12,7 @@ import asyncio
 import json
 from collections import OrderedDict
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -23,16 +24,30 @@ from stackflow.api import events, releases, runs
 from stackflow.api.context import ApiContext
 from stackflow.api.identity import Identity, Role
 from stackflow.api.routes import STEPS, ProjectPath, Revision, RunIdPath, WorkspacePath, require
-from stackflow.api.ui.base import HERE, UiRoute, ctx_of, posted, render, signed_in, templates
-from stackflow.client.types import RunView
+from stackflow.api.ui import session
+from stackflow.api.ui.base import (
+    HERE,
+    UiRoute,
+    ctx_of,
+    posted,
+    render,
+    secret_of,
+    signed_in,
+    templates,
+)
+from stackflow.client.types import RunSummary, RunView
 from stackflow.core.errors import NotFoundError
 from stackflow.core.refs import StackRef
 from stackflow.model.events import EventType
+from stackflow.model.release import Phase
+from stackflow.temporal.operation import StatusView
 
 router = APIRouter(prefix="/ui", route_class=UiRoute, include_in_schema=False)
 PAGE_SIZE = 50
 """Resources of a preview shown per page."""
 RUNS_PAGE = 50
+LIST_QUERY = timedelta(seconds=3)
+"""How long the list waits for a running run's phase (else it shows it as running)."""
 STATIC = {
     name: (HERE.joinpath("static", name).read_bytes(), kind)
     for name, kind in (
@@ -42,7 +57,6 @@ STATIC = {
 }
 ROLES = {action: role for action, role, _ in STEPS}
 LABELS = {"approve": "Approve", "reject": "Reject", "retry": "Retry failed", "abort": "Abort"}
-STATUSES = ("running", "completed", "failed", "canceled", "terminated", "timed_out")
 PREVIEWING = (None, "generating", "previewing")
 OPERATIONS = ("preview", "apply", "destroy", "rollback", "refresh", "drift")
 
@@ -90,31 +104,50 @@ async def run_list(
     request: Request,
     project: ProjectPath,
     workspace: WorkspacePath,
-    status: Annotated[str, Query(max_length=20)] = "",
+    phase: Annotated[str, Query(max_length=20)] = "",
     operation: Annotated[str, Query(max_length=20)] = "",
     page_token: Annotated[str | None, Query(max_length=4096)] = None,
 ) -> Response:
-    """The stack's runs, running first then newest; filtered by status and operation."""
+    """The stack's runs, running first then newest, with their phase; filtered by phase
+    and operation."""
     viewer(request, project)
-    stack = StackRef(project, workspace)
-    page = await runs.list_runs(ctx_of(request), stack, RUNS_PAGE, page_token)
-    shown = [
-        r
-        for r in page.runs
-        if (not status or r.status == status) and (not operation or r.operation == operation)
-    ]
+    ctx, stack = ctx_of(request), StackRef(project, workspace)
+    page = await runs.list_runs(ctx, stack, RUNS_PAGE, page_token)
+    listed = [r for r in page.runs if not operation or r.operation == operation]
+    phases = await phases_of(ctx, stack, listed)
+    shown = [(r, phases[r.run_id]) for r in listed if not phase or phases[r.run_id] == phase]
     return render(
         request,
         "runs.html",
         stack=stack,
         base=base_of(stack),
         runs=shown,
-        status=status,
+        phase=phase,
         operation=operation,
-        statuses=STATUSES,
+        phases=[p.value for p in Phase],
         operations=OPERATIONS,
         next_token=page.next_page_token,
     )
+
+
+async def phases_of(ctx: ApiContext, stack: StackRef, listed: list[RunSummary]) -> dict[str, str]:
+    """Each run's phase: a running one's from its ``status`` query (the stack runs few at
+    once), a closed one's from the release it made, else its status (a preview's)."""
+    made = {r.run_id: r.phase.value for r in await ctx.state(lambda: ctx.backend.list(stack))}
+    client = await ctx.client()
+
+    async def phase_of(run: RunSummary) -> str:
+        if run.status != "running":
+            return made.get(run.run_id) or ("failed" if run.status != "completed" else "completed")
+        handle = client.get_workflow_handle(run.workflow_id, run_id=run.run_id)
+        try:
+            status = await handle.query("status", result_type=StatusView, rpc_timeout=LIST_QUERY)
+        except Exception:  # a drift check has no status query; a run without a worker
+            return "running"
+        return str(status.phase)
+
+    found = await asyncio.gather(*(phase_of(r) for r in listed))
+    return {r.run_id: p for r, p in zip(listed, found, strict=True)}
 
 
 @dataclass
@@ -217,14 +250,14 @@ async def run_page(
     workspace: WorkspacePath,
     run_id: RunIdPath,
     page: Annotated[int, Query(ge=1, le=10**6)] = 1,
-    said: Annotated[str, Query(max_length=500)] = "",
 ) -> Response:
-    me = viewer(request, project)
+    found, me = signed_in(request)
+    require(me, project, Role.viewer)
     ctx, stack = ctx_of(request), StackRef(project, workspace)
     (view, steps), values = await asyncio.gather(
         run_status(ctx, stack, run_id, me), preview_values(ctx, stack, run_id, page)
     )
-    return render(
+    response = render(
         request,
         "run.html",
         stack=stack,
@@ -232,10 +265,15 @@ async def run_page(
         run=f"{base_of(stack)}/runs/{run_id}",
         view=view,
         steps=steps,
-        said=said,
+        said=found.flash,
         event_types=" ".join(t.value for t in EventType),
         **values,
     )
+    if found.flash:  # shown once
+        session.write(
+            request, response, found.model_copy(update={"flash": None}), secret_of(request)
+        )
+    return response
 
 
 @router.get(RUN + "/status")
@@ -290,13 +328,16 @@ async def take_step(
     action: Annotated[str, Path(pattern="^(approve|reject|retry|abort|cancel)$")],
 ) -> Response:
     """A step on the run as the signed-in person (the API's step, the role it needs)."""
-    _, me, fields = await posted(request)
+    found, me, fields = await posted(request)
     require(me, project, ROLES[action])
     stack = StackRef(project, workspace)
     comment = fields.get("comment", "").strip()[:2000] or None
     done = await runs.take_step(ctx_of(request), stack, run_id, action, me, comment)
     run = f"{base_of(stack)}/runs/{run_id}"
-    return RedirectResponse(f"{run}?said={quote(done.result[:400], safe='')}", 303)
+    response = RedirectResponse(run, 303)
+    flash = found.model_copy(update={"flash": done.result[:400]})
+    session.write(request, response, flash, secret_of(request))
+    return response
 
 
 @router.get("/s/{project}/{workspace}/releases")

@@ -46,6 +46,8 @@ class Session(BaseModel):
     """A static token's entry: its roles are read from the token table on every request."""
     roles: dict[str, Role] = Field(default_factory=dict)
     login: Login | None = None
+    flash: str | None = None
+    """What the person's last step answered, shown once on the page it returns to."""
 
     def identity(self, tokens: TokenTable) -> Identity | None:
         if self.user is None:

@@ -53,6 +53,7 @@
       log.prepend(item);
       while (log.children.length > 200) log.lastElementChild.remove();
       schedule(type);
+      if (type === "phase" && live && data.phase) live.textContent = "Phase: " + data.phase;
       if (type === "run_complete") {
         source.close();
         if (live) live.textContent = "The run has ended.";

@@ -188,3 +188,23 @@ def test_the_sign_in_endpoints_are_https_or_loopback() -> None:
     for field in ("authorization_url", "token_url"):
         with pytest.raises(ValidationError, match="https"):
             OidcConfig.model_validate({**good, field: "http://idp.example/x"})
+
+
+def test_a_kept_preview_is_only_its_own_stacks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run page keeps a settled preview by stack and run id: a viewer of another project
+    cannot read it through their own stack's path."""
+    from stackflow.api.ui import pages
+    from stackflow.core.refs import StackRef
+
+    client = TestClient(app_with(tmp_path, table("ann"), monkeypatch), base_url="http://127.0.0.1")
+    signed_in(client, "ann")  # approver on p-*, nothing on secret-*
+    run_id = "0190f0a0-0000-7000-8000-000000000001"
+    kept = {"changes": [{"id": "kept-marker", "type": "T", "action": "Create"}], "summary": {}}
+    monkeypatch.setattr(pages, "SETTLED", type(pages.SETTLED)())
+    pages.settled((StackRef("secret-x", "default"), run_id), kept)
+    mine = client.get(f"/ui/s/p-1/default/runs/{run_id}/preview")
+    assert "kept-marker" not in mine.text and mine.status_code != 200
+    pages.settled((StackRef("p-1", "default"), run_id), kept)
+    assert "kept-marker" in client.get(f"/ui/s/p-1/default/runs/{run_id}/preview").text

@@ -192,29 +192,31 @@ async def run_status(
     return view, steps_for(view, me, stack.project, four_eyes)
 
 
-SETTLED: OrderedDict[str, dict[str, Any] | None] = OrderedDict()
-"""Runs seen past previewing, by run id, with their preview once read after that (a settled
-preview never changes): the page of a waiting run queries its preview once, not every time."""
+SETTLED: OrderedDict[tuple[StackRef, str], dict[str, Any] | None] = OrderedDict()
+"""Runs seen past previewing, by stack and run id (found as the stack's by ``find_run``),
+with their preview once read after that (a settled preview never changes): the page of a
+waiting run queries its preview once, not every time."""
 SETTLED_LIMIT = 16
 
 
-def settled(run_id: str, preview: dict[str, Any] | None = None) -> None:
-    SETTLED[run_id] = preview
-    SETTLED.move_to_end(run_id)
+def settled(key: tuple[StackRef, str], preview: dict[str, Any] | None = None) -> None:
+    SETTLED[key] = preview
+    SETTLED.move_to_end(key)
     while len(SETTLED) > SETTLED_LIMIT:
         SETTLED.popitem(last=False)
 
 
 async def preview_of(ctx: ApiContext, stack: StackRef, run_id: str) -> dict[str, Any]:
     """The run's preview (the API's ``…/preview``), NotFoundError when it has none."""
-    known = run_id in SETTLED
-    kept = SETTLED.get(run_id)
+    key = (stack, run_id)
+    known = key in SETTLED
+    kept = SETTLED.get(key)
     if kept is not None:
         return kept
     handle, described = await runs.find_run(ctx, stack, run_id)
     preview = await runs.preview_of(ctx, handle, described)
     if known:  # settled before this query was sent
-        settled(run_id, preview)
+        settled(key, preview)
     return preview
 
 

@@ -137,7 +137,8 @@ async def callback(
     try:
         async with httpx.AsyncClient(timeout=TOKEN_TIMEOUT) as http:
             answer = await http.post(config.token_url, data=data)
-        token = answer.json().get("access_token") if answer.status_code == 200 else None
+        body = answer.json() if answer.status_code == 200 else None
+        token = body.get("access_token") if isinstance(body, dict) else None
     except (httpx.HTTPError, ValueError) as err:
         detail = f"cannot reach the token endpoint {config.token_url}: {err}"
         raise Problem(503, detail, "identity-provider-unavailable") from None

@@ -23,6 +23,7 @@ from starlette.responses import RedirectResponse, Response
 from stackflow.api import events, releases, runs
 from stackflow.api.context import ApiContext
 from stackflow.api.identity import Identity, Role
+from stackflow.api.models import RunOperation
 from stackflow.api.routes import STEPS, ProjectPath, Revision, RunIdPath, WorkspacePath, require
 from stackflow.api.ui import session
 from stackflow.api.ui.base import (
@@ -58,7 +59,6 @@ STATIC = {
 ROLES = {action: role for action, role, _ in STEPS}
 LABELS = {"approve": "Approve", "reject": "Reject", "retry": "Retry failed", "abort": "Abort"}
 PREVIEWING = (None, "generating", "previewing")
-OPERATIONS = ("preview", "apply", "destroy", "rollback", "refresh", "drift")
 
 
 def show(value: Any) -> str:
@@ -87,7 +87,7 @@ async def static(name: Annotated[str, Path(max_length=40)]) -> Response:
     if name not in STATIC:
         raise NotFoundError(f"no static file {name}")
     body, kind = STATIC[name]
-    return Response(body, media_type=kind, headers={"Cache-Control": "max-age=3600"})
+    return Response(body, media_type=kind)
 
 
 @router.get("/")
@@ -125,7 +125,7 @@ async def run_list(
         phase=phase,
         operation=operation,
         phases=[p.value for p in Phase],
-        operations=OPERATIONS,
+        operations=[o.value for o in RunOperation],
         next_token=page.next_page_token,
     )
 

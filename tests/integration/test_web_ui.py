@@ -227,7 +227,13 @@ def test_approve_in_the_browser_and_watch_the_run_succeed(
     bob.wait_for_text("approved by bob")
 
     # readable at a phone's width: nothing wider than the screen
-    bob.call("Emulation.setDeviceMetricsOverride", width=390, height=844, deviceScaleFactor=1, mobile=True)
+    bob.call(
+        "Emulation.setDeviceMetricsOverride",
+        width=390,
+        height=844,
+        deviceScaleFactor=1,
+        mobile=True,
+    )
     assert wait_js(bob, "document.documentElement.scrollWidth <= window.innerWidth")
     bob.screenshot(IMAGES / "web-ui-phone.png")
 

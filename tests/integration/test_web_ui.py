@@ -45,6 +45,8 @@ warn contains {"msg": "world-readable file <b>not bold</b>", "resource": c.id} i
 	c.after.mode == "0644"
 }
 """
+HOSTILE_NAME = "<img src=x onerror=alert(2)><b>id</b>.conf"
+"""A file name, so a resource id, of HTML (no slash: it is one path segment)."""
 HOSTILE = "\x1b[31m<script>alert('x')</script><img src=x onerror=alert(1)>\u202e"
 
 
@@ -160,6 +162,7 @@ def start_run(ui: str, issuer: Issuer, project: str, root: Path) -> str:
             file_resource(
                 root / "app.conf", "port = 8080\n" + HOSTILE, deps=[f"onprem:Directory:{root}"]
             ),
+            file_resource(root / HOSTILE_NAME, "x\n", deps=[f"onprem:Directory:{root}"]),
         ]
     }
     body = {
@@ -207,6 +210,7 @@ def test_approve_in_the_browser_and_watch_the_run_succeed(
 
     # hostile text is inert: no dialog opened, no element made from it, shown as text
     assert "<script>alert('x')</script>" in text and "\\u001b[31m" in text
+    assert HOSTILE_NAME in text  # the resource id, in the diff and the policy's table
     assert js(alice, "document.querySelectorAll('script').length") == 1
     assert js(alice, "document.querySelectorAll('img, b').length") == 0
     assert not [e for e in alice.events if e.get("method") == "Page.javascriptDialogOpening"]

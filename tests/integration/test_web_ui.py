@@ -247,6 +247,16 @@ def test_approve_in_the_browser_and_watch_the_run_succeed(
     assert "bob" in js(alice, "document.getElementById('status').innerText")
     assert wait_js(alice, "document.getElementById('live').textContent === 'The run has ended.'")
 
+    # recorded as any approval is: the release names bob and keeps his comment
+    release = httpx.get(
+        f"{ui}/v1/stacks/{project}/default/releases/1",
+        headers={"Authorization": f"Bearer {issuer.token_for('vic')}"},
+        timeout=60,
+    ).json()
+    assert release["phase"] == "succeeded" and release["run_id"] == run_id
+    assert (release["approval"]["decision"], release["approval"]["by"]) == ("approved", "bob")
+    assert release["approval"]["reason"] == "looks right"
+
 
 def session_of(ui: str, token: str) -> tuple[httpx.Client, str]:
     """An HTTP client signed in to the UI with a static token, and its CSRF token."""

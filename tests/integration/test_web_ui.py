@@ -214,6 +214,13 @@ def test_approve_in_the_browser_and_watch_the_run_succeed(
     assert js(alice, "document.querySelectorAll('script').length") == 1
     assert js(alice, "document.querySelectorAll('img, b').length") == 0
     assert not [e for e in alice.events if e.get("method") == "Page.javascriptDialogOpening"]
+    # every field has its label; every button a name
+    unlabelled = (
+        "[...document.querySelectorAll('input:not([type=hidden]), textarea, select')]"
+        ".filter(e => e.labels.length === 0).length"
+        " + [...document.querySelectorAll('button')].filter(b => !b.textContent.trim()).length"
+    )
+    assert js(alice, unlabelled) == 0
     alice.screenshot(IMAGES / "web-ui-run.png")
     js(alice, "document.querySelector('table.diff').scrollIntoView()")
     alice.screenshot(IMAGES / "web-ui-diff.png")

@@ -152,11 +152,13 @@ def create_app(
     sdk_metrics: MetricBuffer | None = None,
     redis_url: str | None = None,
     max_streams: int = MAX_STREAMS,
+    ui: bool = True,
 ) -> FastAPI:
     """The API on Temporal (``connect`` makes its client on first use) and ``backend``;
     ``sdk_metrics``: the buffer of the SDK's metrics of that client (shown at /metrics);
     ``redis_url``: where the run's event bells ring (:mod:`stackflow.state.event_bell`);
-    ``max_streams``: the event streams one caller may hold open at once (else 429)."""
+    ``max_streams``: the event streams one caller may hold open at once (else 429); ``ui``:
+    serve the web UI under ``/ui`` too."""
     from stackflow.state.event_bell import Listener
     from stackflow.temporal.client import settings
 
@@ -189,6 +191,10 @@ def create_app(
     app.include_router(router)
     app.include_router(drift.router)
     app.include_router(release_admin.router)
+    if ui:
+        from stackflow.api import ui as web_ui
+
+        web_ui.install(app)
 
     @app.get("/metrics", response_class=PlainTextResponse, tags=["health"])
     async def metrics(request: Request) -> PlainTextResponse:

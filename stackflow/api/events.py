@@ -25,6 +25,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from stackflow.api.problems import Problem
+from stackflow.api.runs import find_run
 from stackflow.api.stream_slots import StreamSlot
 from stackflow.core.refs import RunRef, StackRef
 from stackflow.model.events import StreamHeader
@@ -32,6 +33,7 @@ from stackflow.state.event_follow import Ending, follow_pages, temporal_ending
 
 if TYPE_CHECKING:
     from stackflow.api.context import ApiContext
+    from stackflow.api.identity import Identity
 
 NDJSON = "application/x-ndjson"
 SSE = "text/event-stream"
@@ -127,3 +129,24 @@ async def stream(
                 ).encode()
             else:
                 yield "".join(e.line() + "\n" for e in page).encode()
+
+
+async def event_stream(
+    ctx: ApiContext,
+    stack: StackRef,
+    run_id: str,
+    who: Identity,
+    after: int,
+    kind: str,
+    wait: bool = True,
+) -> SlotStream:
+    """The run's event stream from ``after``, in one of ``who``'s stream slots."""
+    described = (await find_run(ctx, stack, run_id))[1]
+    slot = ctx.streams.take(who.name)  # 429 when the caller has its most open
+    body = stream(ctx, stack, RunRef(described.id, run_id), after=after, kind=kind, wait=wait)
+    return SlotStream(
+        body,
+        slot,
+        media_type=kind,
+        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    )

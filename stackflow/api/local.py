@@ -101,6 +101,7 @@ class LocalTransport:
             open_backend(),
             TokenTable([caller]),
             max_body_bytes=MAX_SPEC_BYTES + 1024 * 1024,
+            ui=False,  # no pages here: the CLI's process serves only itself
         )
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="local-api", daemon=True).start()

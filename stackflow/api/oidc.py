@@ -60,10 +60,20 @@ class OidcConfig(BaseModel):
     roles_claim: str = Field(default="groups", min_length=1)
     roles: dict[str, dict[str, Role]] = Field(default_factory=dict)
     leeway_seconds: int = Field(default=30, ge=0, le=300)
+    authorization_url: str | None = None
+    """The issuer's authorization endpoint: the web UI (``/ui``) signs people in there with
+    the authorization-code flow and PKCE (without it and ``token_url``, by static token only)."""
+    token_url: str | None = None
+    """The issuer's token endpoint: the UI trades the code for an access token there, verified
+    as an API credential is."""
+    client_id: str | None = None
+    """The UI's (public) client id at the issuer; the ``audience`` when not given."""
 
-    @field_validator("jwks_url")
+    @field_validator("jwks_url", "authorization_url", "token_url")
     @classmethod
-    def _https(cls, value: str) -> str:
+    def _https(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
         parts = urlsplit(value)
         if parts.scheme == "https" and parts.hostname:
             return value

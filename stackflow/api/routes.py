@@ -18,7 +18,7 @@ from stackflow.api.identity import Identity, Role
 from stackflow.api.models import RunRequest, StepRequest
 from stackflow.api.problems import PROBLEM_JSON, Problem, problem
 from stackflow.client import types
-from stackflow.core.refs import RunRef, StackRef
+from stackflow.core.refs import StackRef
 from stackflow.model.notifications import (
     RESERVED_NAMES,
     TARGET_LIMIT,
@@ -73,20 +73,25 @@ def needs(role: Role) -> Any:
     """A dependency: the caller (authenticated by the guard) holds ``role`` on the project."""
 
     def check(request: Request, project: ProjectPath) -> Identity:
-        identity: Identity | None = getattr(request.state, "identity", None)
-        if identity is None:  # the guard authenticates every /v1/stacks request first
-            raise Problem(401, "a bearer token is required", "unauthorized")
-        if not identity.allows(project, role):
-            has = identity.role_for(project)
-            raise Problem(
-                403,
-                f"{identity.name} is {has.name if has else 'no role'} on project {project}; "
-                f"this needs {role.name}",
-                "forbidden",
-            )
-        return identity
+        # the guard authenticates every /v1/stacks request first
+        return require(getattr(request.state, "identity", None), project, role)
 
     return Depends(check)
+
+
+def require(identity: Identity | None, project: str, role: Role) -> Identity:
+    """``identity``, once it holds ``role`` on ``project`` (else 401 / 403 saying why)."""
+    if identity is None:
+        raise Problem(401, "a bearer token is required", "unauthorized")
+    if not identity.allows(project, role):
+        has = identity.role_for(project)
+        raise Problem(
+            403,
+            f"{identity.name} is {has.name if has else 'no role'} on project {project}; "
+            f"this needs {role.name}",
+            "forbidden",
+        )
+    return identity
 
 
 Viewer = Annotated[Identity, needs(Role.viewer)]
@@ -207,19 +212,10 @@ async def run_events(
     header line, then `{seq, type, time, ...}` events; resume with `?after=SEQ` or
     `Last-Event-ID`. A caller holds at most `STACKFLOW_API_MAX_STREAMS` streams open at
     once (429 past it)."""
-    ctx, stack = ctx_of(request), StackRef(project, workspace)
     start = events.cursor(after, last_event_id)
-    described = (await runs.find_run(ctx, stack, run_id))[1]
     kind = events.media_type(accept)
-    slot = ctx.streams.take(who.name)  # 429 when the caller has its most open
-    body = events.stream(
-        ctx, stack, RunRef(described.id, run_id), after=start, kind=kind, wait=wait
-    )
-    return events.SlotStream(
-        body,
-        slot,
-        media_type=kind,
-        headers={"Cache-Control": "no-store", "X-Accel-Buffering": "no"},
+    return await events.event_stream(
+        ctx_of(request), StackRef(project, workspace), run_id, who, start, kind, wait
     )
 
 
@@ -257,11 +253,11 @@ def _add_step(action: str, role: Role, doc: str) -> None:
         body: StepBody = None,
         idempotency_key: KeyHeader = None,
     ) -> types.StepResult:
-        ctx, stack = ctx_of(request), StackRef(project, workspace)
-        handle, described = await runs.find_run(ctx, stack, run_id)
         comment = body.comment if body else None
-        result = await runs.steer(handle, described, action, who.name, comment, idempotency_key)
-        return types.StepResult(run_id=run_id, workflow_id=handle.id, action=action, result=result)
+        stack = StackRef(project, workspace)
+        return await runs.take_step(
+            ctx_of(request), stack, run_id, action, who, comment, idempotency_key
+        )
 
     # the role is this route's: an annotation object, not a name the module could resolve
     step.__annotations__["who"] = Annotated[Identity, needs(role)]

@@ -22,11 +22,11 @@ from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from stackflow.api.context import ApiContext
-from stackflow.api.identity import Role
+from stackflow.api.identity import Identity, Role
 from stackflow.api.models import TAKES, WORKFLOWS, RunOperation, RunRequest
 from stackflow.api.problems import Problem
 from stackflow.client.errors import NOT_AWAITING_APPROVAL as NOT_AWAITING
-from stackflow.client.types import RunPage, RunSummary, RunView
+from stackflow.client.types import RunPage, RunSummary, RunView, StepResult
 from stackflow.core.errors import NotFoundError, OperationFailed, SpecError
 from stackflow.core.refs import StackRef
 from stackflow.engine.budget import BUDGET
@@ -444,6 +444,21 @@ async def steer(
             f"{action} refused: {getattr(cause, 'message', None) or cause}"
         ) from None
     return str(result)
+
+
+async def take_step(
+    ctx: ApiContext,
+    stack: StackRef,
+    run_id: str,
+    action: str,
+    who: Identity,
+    comment: str | None,
+    key: str | None = None,
+) -> StepResult:
+    """The step ``action`` on the run, as ``who`` (who holds the step's role on the project)."""
+    handle, described = await find_run(ctx, stack, run_id)
+    result = await steer(handle, described, action, who.name, comment, key)
+    return StepResult(run_id=run_id, workflow_id=handle.id, action=action, result=result)
 
 
 PAGE_LIMIT = 100

@@ -86,8 +86,9 @@ COMMANDS: tuple[Entry, ...] = (
     Entry(
         "serve",
         "stackflow.cli.serve",
-        "Serve the HTTP API: runs, releases, outputs (bearer tokens from the file "
-        "STACKFLOW_API_TOKENS names; Temporal and the state backend as the CLI reaches them).",
+        "Serve the HTTP API and the approvers' web UI (/ui): runs, releases, outputs (bearer "
+        "tokens from the file STACKFLOW_API_TOKENS names; Temporal and the state backend as "
+        "the CLI reaches them).",
     ),
     _table("events"),
     Entry("release", "stackflow.cli.offline", "Inspect, unlock and import releases of a stack."),

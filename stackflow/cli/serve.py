@@ -29,8 +29,9 @@ def serve(
     ] = 8,
     log_level: Annotated[str, typer.Option("--log-level", help="uvicorn's log level.")] = "info",
 ) -> None:
-    """Serve the HTTP API: runs, releases, outputs (bearer tokens from the file
-    STACKFLOW_API_TOKENS names; Temporal and the state backend as the CLI reaches them)."""
+    """Serve the HTTP API and the approvers' web UI (/ui): runs, releases, outputs (bearer
+    tokens from the file STACKFLOW_API_TOKENS names; Temporal and the state backend as the CLI
+    reaches them)."""
     from stackflow.core import heap
 
     heap.limit_malloc_arenas()  # before any thread starts
@@ -49,7 +50,7 @@ def serve(
 
     api = app_from_env(max_body_bytes=max_body_bytes, max_streams=max_streams)
     typer.echo(
-        f"stackflow api serving on http://{host}:{port} (OpenAPI at /openapi.json; Temporal "
-        f"at {settings()[0]} over {TemporalTLS.from_env().describe()})"
+        f"stackflow api serving on http://{host}:{port} (OpenAPI at /openapi.json, web UI at "
+        f"/ui/; Temporal at {settings()[0]} over {TemporalTLS.from_env().describe()})"
     )
     uvicorn.run(api, host=host, port=port, log_level=log_level, server_header=False)

@@ -9,9 +9,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.client import Client
 
+from stackflow.temporal.operation import OperationInput, StatusView
 from tests.integration.conftest import WorkerProcess, run_cli
-from tests.integration.opshelp import cli_json, expect_exit, new_project, write_spec
+from tests.integration.opshelp import (
+    cli_json,
+    expect_exit,
+    new_project,
+    poll,
+    start_run,
+    write_spec,
+)
 from tests.integration.sshhelp import SshHosts
 
 
@@ -111,3 +120,48 @@ def test_an_unreachable_host_is_retried_then_fails_naming_it(
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and a.url in lines[0] and "unreachable" in lines[0], out.stderr
     assert took >= 6  # retried for the bound first
+
+
+async def test_a_worker_killed_mid_apply_across_three_hosts_finishes_every_file(
+    tmp_path: Path, stack_env: dict[str, str], temporal_client: Client
+) -> None:
+    with SshHosts(tmp_path / "ssh", 3) as three:
+        env = {**stack_env, **three.env()}
+        worker = WorkerProcess(tmp_path, env["STACKFLOW_TASK_QUEUE"], env)
+        worker.start()
+        try:
+            await _kill_and_finish(three, env, worker, temporal_client)
+        finally:
+            worker.stop()
+
+
+async def _kill_and_finish(
+    three: SshHosts, env: dict[str, str], worker: WorkerProcess, temporal_client: Client
+) -> None:
+    files = 500
+    where = [
+        (three.hosts[i % 3], three.hosts[i % 3].root / "srv" / f"f{i:03d}") for i in range(files)
+    ]
+    spec = {
+        "resources": [on_host(h.url, "File", p, f"content {i}\n") for i, (h, p) in enumerate(where)]
+    }
+    request = OperationInput(project=new_project(), spec=spec, auto_approve=True, max_concurrency=1)
+    handle = await start_run(temporal_client, env, request)
+
+    async def some_done() -> StatusView | None:
+        status = await handle.query("status", result_type=StatusView)
+        return status if status.phase == "applying" and status.done >= 10 else None
+
+    await poll(some_done, timeout=120, what="10 resources applied")
+    worker.kill()  # SIGKILL: a batch of SFTP writes is in flight
+    on_disk = sum(len(list(h.root.glob("srv/*"))) for h in three.hosts)
+    assert on_disk < files, "the run must be cut in the middle"
+    print(f"\nkilled with {on_disk} of {files} names on the hosts")
+    worker.start()
+    result = await handle.result()
+    assert result.phase == "succeeded", result.error
+    for i, (_, path) in enumerate(where):
+        assert path.read_text() == f"content {i}\n"
+    for h in three.hosts:  # nothing partial, no temporary file left behind
+        names = sorted(p.name for p in (h.root / "srv").iterdir())
+        assert names == sorted(p.name for hh, p in where if hh is h)

@@ -213,8 +213,8 @@ class OnPremPolicy(PolicySection):
 
     def host_roots(self, name: str) -> list[str]:
         """The roots on the host named ``name`` (none: it is not one of the worker's)."""
-        pairs = (entry.partition(":") for entry in self.hosts)
-        return [root for glob, _, root in pairs if fnmatch.fnmatchcase(name, glob)]
+        pairs = (entry.partition(":/") for entry in self.hosts)
+        return [f"/{root}" for glob, _, root in pairs if fnmatch.fnmatchcase(name, glob)]
 
 
 class ApprovalPolicy(PolicySection):

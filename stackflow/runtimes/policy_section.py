@@ -90,10 +90,10 @@ def narrower_paths(worker: tuple[str, ...], project: tuple[str, ...]) -> tuple[s
 
 def narrower_host_roots(worker: tuple[str, ...], project: tuple[str, ...]) -> tuple[str, ...]:
     """Each of the project's ``host:root`` within one of the worker's (glob and root)."""
-    pairs = [entry.partition(":") for entry in worker]
+    pairs = [entry.partition(":/") for entry in worker]
     for entry in project:
-        glob, _, root = entry.partition(":")
-        if not any(glob_covers(g, glob) and within(root, r) for g, _, r in pairs):
+        glob, _, root = entry.partition(":/")
+        if not any(glob_covers(g, glob) and within(f"/{root}", f"/{r}") for g, _, r in pairs):
             raise ValueError(f"{entry} is outside the worker's ({', '.join(worker) or 'none'})")
     return project
 

@@ -150,9 +150,9 @@ async def _kill_and_finish(
 
     async def some_done() -> StatusView | None:
         status = await handle.query("status", result_type=StatusView)
-        return status if status.phase == "applying" and status.done >= 10 else None
+        return status if status.phase == "applying" and status.done >= 150 else None
 
-    await poll(some_done, timeout=120, what="10 resources applied")
+    await poll(some_done, timeout=120, what="150 resources applied")
     worker.kill()  # SIGKILL: a batch of SFTP writes is in flight
     on_disk = sum(len(list(h.root.glob("srv/*"))) for h in three.hosts)
     assert on_disk < files, "the run must be cut in the middle"

@@ -117,8 +117,8 @@ class Dir(Protocol):
 
     def stat(self, name: str) -> Stat | None: ...
     def read(self, name: str, limit: int) -> tuple[Stat, bytes] | None:
-        """The object opened (never through a symlink) and, if a regular file of at most
-        ``limit`` bytes, up to ``limit + 1`` of its bytes; None: it is gone."""
+        """The object there (a symlink not followed) and, if a regular file of at most
+        ``limit`` bytes, up to ``limit + 1`` of its bytes; None: nothing is there."""
 
     def stage(self, name: str, tmp: str, data: bytes, mode: int) -> Staged: ...
     def chmod(self, name: str, mode: int, *, directory: bool) -> None: ...
@@ -161,19 +161,18 @@ class Confined:
     def read_in(self, parent: Dir, *, content: bool = True) -> Attributes | None:
         """The object there (``content=False``: its kind and mode only, nothing read)."""
         path, name = self.target.path, self.target.name
-        st = parent.stat(name)
-        if st is None:
-            return None
-        kind = _kind(st.mode)
-        if kind != "File" or not content:
-            return {"kind": kind, "path": path, "mode": f"{stat.S_IMODE(st.mode):04o}"}
+        if not content:
+            st = parent.stat(name)
+            if st is None:
+                return None
+            return {"kind": _kind(st.mode), "path": path, "mode": f"{stat.S_IMODE(st.mode):04o}"}
         found = parent.read(name, int(self.policy.onprem.max_bytes))
         if found is None:
             return None
         st, data = found
         mode = f"{stat.S_IMODE(st.mode):04o}"
         if _kind(st.mode) != "File":
-            return {"kind": "Other", "path": path, "mode": mode}
+            return {"kind": _kind(st.mode), "path": path, "mode": mode}
         for size in (st.size, len(data)):
             what = f"the file at {path}"
             check_size(self.policy, self.resource_id, "attributes.path", size, what)

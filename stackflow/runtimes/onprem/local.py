@@ -70,13 +70,16 @@ class LocalDir:
         return Stat(st.st_mode, st.st_size)
 
     def read(self, name: str, limit: int) -> tuple[Stat, bytes] | None:
+        there = self.stat(name)
+        if there is None or not stat.S_ISREG(there.mode):
+            return None if there is None else (there, b"")
         try:
             fd = os.open(name, _FILE_FLAGS, dir_fd=self.fd)
         except FileNotFoundError:
             return None
         except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                return Stat(stat.S_IFLNK, 0), b""
+            if exc.errno == errno.ELOOP:  # a symlink swapped in since the stat
+                return Stat(stat.S_IFLNK | stat.S_IMODE(there.mode), 0), b""
             raise
         with os.fdopen(fd, "rb") as handle:
             st = os.fstat(handle.fileno())

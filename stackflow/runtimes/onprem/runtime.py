@@ -25,6 +25,7 @@ per step of the batch rather than twice per file, with the same durability.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -48,7 +49,7 @@ from stackflow.runtimes.onprem.batch import (
 from stackflow.runtimes.onprem.claims import Claims
 from stackflow.runtimes.onprem.files import Confined, OnPremAttributes, desired_state
 from stackflow.runtimes.onprem.rules import TYPE_NAME
-from stackflow.runtimes.onprem.sftp import Hosts
+from stackflow.runtimes.onprem.sftp import Hosts, close_idle
 from stackflow.runtimes.policy import WorkerPolicy, worker_policy
 from stackflow.runtimes.turns import TurnBatcher
 
@@ -153,3 +154,6 @@ class OnPremRuntime(Runtime):
     async def delete(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
         # what is recorded is deleted whatever its size; the path is checked
         await self._call("delete", resource, options, reading=False, content=False)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(close_idle)

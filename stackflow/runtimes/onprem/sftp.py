@@ -1,8 +1,10 @@
 """Hosts reached over SSH: the other :class:`~.files.Filesystem` (the first is :mod:`.local`).
 
-A batch (:mod:`.batch`) opens one connection per host it touches (asyncssh, keepalives,
-SFTP requests of up to ``ssh_concurrency`` calls in flight on it) and closes it when the batch
-ends. The connection uses the worker user's OpenSSH files as ``ssh`` does (~/.ssh/config,
+A batch (:mod:`.batch`) uses one connection per host it touches (asyncssh, keepalives,
+SFTP requests of up to ``ssh_concurrency`` of its calls in flight on it), made on first use
+and shared with the batches running meanwhile; it is closed ``IDLE`` seconds after the last
+batch using it ended (a broken one is made anew by the next batch). The connection uses
+the worker user's OpenSSH files as ``ssh`` does (~/.ssh/config,
 ~/.ssh/known_hosts, the agent, the default keys) unless the policy names others. The host
 key must be in the known-hosts file: an unknown or changed key is bad input (exit 2) naming
 the host, never trusted on first use. A host that cannot be reached is ``Unavailable``
@@ -39,6 +41,9 @@ T = TypeVar("T")
 CONNECT_TIMEOUT = 15.0
 CALL_TIMEOUT = 60.0
 KEEPALIVE = 15.0
+CIPHERS = ("aes128-gcm@openssh.com", "aes256-gcm@openssh.com", "chacha20-poly1305@openssh.com")
+"""AES-GCM first: one call into OpenSSL per packet in asyncssh, where its ChaCha20 makes
+several (the same ciphers OpenSSH offers, in another order)."""
 
 _ERRNOS = {
     asyncssh.FX_NO_SUCH_FILE: errno.ENOENT,
@@ -64,16 +69,87 @@ def _ssh_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
+Connected = tuple[asyncssh.SSHClientConnection, asyncssh.SFTPClient]
+
+
+@dataclass
+class _Link:
+    """A connection the batches of this process share while they run (and ``IDLE`` seconds
+    after the last one ended), on the SSH loop only."""
+
+    task: asyncio.Future[Connected]
+    users: int = 0
+    idle: asyncio.TimerHandle | None = None
+
+    def usable(self) -> bool:
+        task = self.task
+        if not task.done():
+            return True
+        if task.cancelled() or task.exception() is not None:
+            return False
+        return not task.result()[0].is_closed()
+
+
+IDLE = 30.0
+_links: dict[tuple[object, ...], _Link] = {}
+
+
+async def _acquire(
+    key: tuple[object, ...], connect: Callable[[], Awaitable[Connected]]
+) -> asyncssh.SFTPClient:
+    link = _links.get(key)
+    if link is None or not link.usable():
+        link = _links[key] = _Link(asyncio.ensure_future(connect()))
+    link.users += 1
+    if link.idle is not None:
+        link.idle.cancel()
+        link.idle = None
+    try:
+        return (await asyncio.shield(link.task))[1]
+    except BaseException:
+        _release(key, link)
+        raise
+
+
+def _release(key: tuple[object, ...], link: _Link) -> None:
+    link.users -= 1
+    if link.users <= 0 and _links.get(key) is link:
+        link.idle = asyncio.get_running_loop().call_later(IDLE, _close_idle, key, link)
+
+
+def _close_idle(key: tuple[object, ...], link: _Link) -> None:
+    if link.users <= 0 and _links.get(key) is link:
+        del _links[key]
+        if link.usable() and link.task.done():
+            link.task.result()[0].close()
+
+
+def close_idle() -> None:
+    """Closes the connections no batch is using (a runtime closing)."""
+    if _loop is None:
+        return
+
+    async def close() -> None:
+        for key, link in list(_links.items()):
+            if link.idle is not None:
+                link.idle.cancel()
+            _close_idle(key, link)
+
+    asyncio.run_coroutine_threadsafe(close(), _loop).result(10)
+
+
 class SshHost:
-    """One host's connection for one batch, opened on first use."""
+    """One host for one batch: the process's shared connection to it (made on first use),
+    and what the batch learnt of the host (a failure to reach it, resolved paths)."""
 
     def __init__(self, host: Host, policy: WorkerPolicy) -> None:
         self.host = host
         self.key = host.text
         self.concurrency = policy.onprem.ssh_concurrency
         self._policy = policy
+        onprem = policy.onprem
+        self._link_key = (host.text, onprem.known_hosts, onprem.ssh_config, onprem.ssh_keys)
         self._lock = threading.Lock()
-        self._conn: asyncssh.SSHClientConnection | None = None
         self._sftp: asyncssh.SFTPClient | None = None
         self._failed: tuple[type[RuntimeFailure], str] | None = None
         self._real: dict[str, str] = {}
@@ -81,9 +157,10 @@ class SshHost:
     def _client(self) -> asyncssh.SFTPClient:
         with self._lock:
             if self._sftp is None and self._failed is None:
-                future = asyncio.run_coroutine_threadsafe(self._connect(), _ssh_loop())
+                acquired = _acquire(self._link_key, self._connect)
+                future = asyncio.run_coroutine_threadsafe(acquired, _ssh_loop())
                 try:
-                    self._conn, self._sftp = future.result(CONNECT_TIMEOUT * 2)
+                    self._sftp = future.result(CONNECT_TIMEOUT * 2)
                 except Exception as exc:  # classified, kept for the batch's other calls
                     self._failed = self._classify(exc)
             if self._failed is not None:
@@ -92,9 +169,10 @@ class SshHost:
             assert self._sftp is not None
             return self._sftp
 
-    async def _connect(self) -> tuple[asyncssh.SSHClientConnection, asyncssh.SFTPClient]:
+    async def _connect(self) -> Connected:
         onprem, host = self._policy.onprem, self.host
         options: dict[str, Any] = {
+            "encryption_algs": CIPHERS,
             "connect_timeout": CONNECT_TIMEOUT,
             "keepalive_interval": KEEPALIVE,
             "keepalive_count_max": 3,
@@ -175,10 +253,13 @@ class SshHost:
         return SftpDir(self, parent)
 
     def close(self) -> None:
-        conn, self._conn, self._sftp = self._conn, None, None
-        if conn is not None:
-            conn.close()
-            asyncio.run_coroutine_threadsafe(conn.wait_closed(), _ssh_loop()).result(10)
+        """The batch is done with the connection (closed once no batch used it for a while)."""
+        if self._sftp is not None:
+            self._sftp = None
+            loop = _ssh_loop()
+            link = _links.get(self._link_key)
+            if link is not None:
+                loop.call_soon_threadsafe(_release, self._link_key, link)
 
 
 async def _awaited(aw: Awaitable[T]) -> T:
@@ -254,19 +335,18 @@ class SftpDir:
         path = self._at(name)
 
         async def call(sftp: asyncssh.SFTPClient) -> tuple[Stat, bytes] | None:
+            found = await _lstat(path)(sftp)
+            if found is None or not found.mode & 0o100000 or found.size > limit:
+                return None if found is None else (found, b"")
             try:
                 handle = await sftp.open(path, asyncssh.FXF_READ, encoding=None)
             except asyncssh.SFTPNoSuchFile:
                 return None
             try:
-                attrs = await handle.stat()
-                found = Stat(attrs.permissions or 0, attrs.size or 0)
-                if not found.mode & 0o100000 or found.size > limit:
-                    return found, b""
                 data = await handle.read(limit + 1)
-                return found, data if isinstance(data, bytes) else data.encode()
             finally:
                 await handle.close()
+            return found, data if isinstance(data, bytes) else data.encode()
 
         return self.host.run(call, path)
 
@@ -281,9 +361,8 @@ class SftpDir:
             except asyncssh.SFTPFailure:  # left by a write that was killed mid-way
                 await sftp.remove(at)
                 handle = await sftp.open(at, flags, attrs, encoding=None)
-            try:
-                await handle.write(data, 0)
-                await handle.chmod(mode)
+            try:  # both sent at once, answered in order
+                await asyncio.gather(handle.write(data, 0), handle.chmod(mode))
             except BaseException:
                 await handle.close()
                 raise

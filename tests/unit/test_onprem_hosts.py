@@ -3,14 +3,23 @@ here: tests/integration/test_onprem_ssh.py runs real sshd servers)."""
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from stackflow.runtimes.base import InvalidInput, ResourceRequest, RuntimeOptions
+from stackflow.runtimes.base import (
+    Conflict,
+    InvalidInput,
+    ResourceRequest,
+    RuntimeOptions,
+    Unavailable,
+)
 from stackflow.runtimes.onprem import OnPremRuntime
+from stackflow.runtimes.onprem.files import os_errors
 from stackflow.runtimes.onprem.hosts import Host, parse_host
 from stackflow.runtimes.policy import PolicyConfigError, PolicyViolation
 from tests.unit.test_project_policy import policy
@@ -65,3 +74,10 @@ def test_a_project_may_only_narrow_the_hosts(tmp_path: Path) -> None:
             policy(tmp_path, doc)
     with pytest.raises(PolicyConfigError, match="is not '<host glob>:<absolute root>'"):
         policy(tmp_path, STACKFLOW_ONPREM_HOSTS="web-1")
+
+
+def test_no_permission_is_bad_input_and_a_file_in_the_way_a_conflict() -> None:
+    for code, kind in [(errno.EACCES, InvalidInput), (errno.EROFS, InvalidInput),
+                       (errno.ENOTDIR, Conflict), (errno.ENOSPC, Unavailable)]:  # fmt: skip
+        with pytest.raises(kind, match="f: cannot apply /srv/x"), os_errors("f", "apply"):
+            raise OSError(code, os.strerror(code), "/srv/x")

@@ -192,26 +192,23 @@ def _kind(mode: int) -> str:
     return "File" if stat.S_ISREG(mode) else "Other"
 
 
-_PERMANENT_ERRNOS = {
-    errno.ENOTDIR,
-    errno.EEXIST,
-    errno.EISDIR,
-    errno.EACCES,
-    errno.EPERM,
-    errno.EROFS,
-    errno.ELOOP,
-}
+_PERMANENT_ERRNOS = {errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.ELOOP}
+_REFUSED_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS}
 
 
 @contextlib.contextmanager
 def os_errors(resource_id: str, action: str) -> Iterator[None]:
-    """Filesystem errors retrying cannot fix (a parent that is a file, no permission) are a
-    Conflict; anything else (disk full, I/O error) stays retryable as Unavailable."""
+    """Filesystem errors retrying cannot fix are bad input when the worker (its SSH user)
+    may not write there (no permission, read-only) and a Conflict when something else is in
+    the way (a parent that is a file); anything else (disk full, I/O error) stays retryable
+    as Unavailable."""
     try:
         yield
     except OSError as exc:
         where = f" {exc.filename}" if exc.filename else ""
         message = f"{resource_id}: cannot {action}{where}: {exc.strerror or exc}"
+        if exc.errno in _REFUSED_ERRNOS:
+            raise InvalidInput(message, resource_id=resource_id) from None
         if exc.errno in _PERMANENT_ERRNOS:
             raise Conflict(message, resource_id=resource_id) from None
         raise Unavailable(message, resource_id=resource_id) from None

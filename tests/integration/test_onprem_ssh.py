@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,6 +12,9 @@ from typing import Any
 import pytest
 from temporalio.client import Client
 
+from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
+from stackflow.runtimes.onprem import OnPremRuntime
+from stackflow.runtimes.policy import load_policy
 from stackflow.temporal.operation import OperationInput, StatusView
 from tests.integration.conftest import WorkerProcess, run_cli
 from tests.integration.opshelp import (
@@ -165,3 +169,42 @@ async def _kill_and_finish(
     for h in three.hosts:  # nothing partial, no temporary file left behind
         names = sorted(p.name for p in (h.root / "srv").iterdir())
         assert names == sorted(p.name for hh, p in where if hh is h)
+
+
+UNIT = "[Service]\nExecStart=/bin/sleep 9\n[Install]\nWantedBy=multi-user.target\n"
+
+
+@pytest.mark.parametrize("over", ["ssh", "local"])
+async def test_a_service_unit_is_written_enabled_disabled_and_removed_with_systemctl_root(
+    hosts: SshHosts, over: str
+) -> None:
+    """Unit file and enablement through the real ``systemctl --root=<the host's root>``, run
+    on the host over SSH or on this machine (no running systemd needed; start/stop are not
+    offered)."""
+    h = hosts.hosts[0]
+    runtime = OnPremRuntime(load_policy({**hosts.env(), "STACKFLOW_ONPREM_ROOTS": str(h.root)}))
+    options = RuntimeOptions(project="svc", workspace="default")
+    unit = h.root / "etc" / "systemd" / "system" / "demo.service"
+    wants = unit.parent / "multi-user.target.wants" / "demo.service"
+
+    def service(**extra: Any) -> ResourceRequest:
+        attrs = {"kind": "Service", "path": str(unit), "content": UNIT, **extra}
+        if over == "ssh":
+            attrs["host"] = h.url
+        return ResourceRequest(id="svc", type="OnPrem", attributes=attrs)
+
+    assert await runtime.read(service(), options) is None
+    live = await runtime.apply(service(), options)
+    assert live["enabled"] is True and unit.read_text() == UNIT
+    assert os.readlink(wants) == "/etc/systemd/system/demo.service"
+    assert await runtime.read(service(), options) == live  # what preview compares: no change
+
+    assert (await runtime.apply(service(enabled=False), options))["enabled"] is False
+    assert not wants.exists() and unit.exists()
+    read = await runtime.read(service(), options)
+    assert read is not None and read["enabled"] is False  # drift from enabled: shown
+
+    await runtime.apply(service(), options)
+    await runtime.delete(service(), options)
+    assert not unit.exists() and not wants.exists()
+    await runtime.close()

@@ -19,7 +19,7 @@ from stackflow.runtimes.base import (
     Unavailable,
 )
 from stackflow.runtimes.onprem import OnPremRuntime
-from stackflow.runtimes.onprem.files import os_errors
+from stackflow.runtimes.onprem.files import os_errors, parse_attributes, systemctl_args
 from stackflow.runtimes.onprem.hosts import Host, parse_host
 from stackflow.runtimes.policy import PolicyConfigError, PolicyViolation
 from tests.unit.test_project_policy import policy
@@ -81,3 +81,23 @@ def test_no_permission_is_bad_input_and_a_file_in_the_way_a_conflict() -> None:
                        (errno.ENOTDIR, Conflict), (errno.ENOSPC, Unavailable)]:  # fmt: skip
         with pytest.raises(kind, match="f: cannot apply /srv/x"), os_errors("f", "apply"):
             raise OSError(code, os.strerror(code), "/srv/x")
+
+
+@pytest.mark.parametrize(
+    ("attrs", "problem"),
+    [
+        ({"kind": "Service", "path": "/etc/app.service"}, "path: a Service's unit file is"),
+        ({"kind": "Service", "path": "/r/xetc/systemd/system/a.service"}, "path: a Service's"),
+        ({"kind": "Service", "path": "/etc/systemd/system/a.conf"}, "path: a Service's unit"),
+        ({"kind": "File", "path": "/srv/a", "enabled": True}, "enabled: only a Service"),
+        ({"kind": "Service", "path": "/r/etc/systemd/system/a.service", "active": True}, "active"),
+    ],
+)
+def test_a_service_is_a_unit_file_under_etc_systemd_system(
+    attrs: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(InvalidInput, match=re.escape(f"f: attributes.{problem}")):
+        parse_attributes(ResourceRequest(id="f", type="OnPrem", attributes=attrs))
+    path = "/srv/host1/etc/systemd/system/web@1.service"
+    assert systemctl_args(path) == ("--root=/srv/host1", "web@1.service")
+    assert systemctl_args("/etc/systemd/system/a.timer") == ("--root=/", "a.timer")

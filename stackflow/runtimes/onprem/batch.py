@@ -34,6 +34,7 @@ from stackflow.runtimes.onprem.files import (
     desired_state,
     os_errors,
     parse_attributes,
+    systemctl_args,
 )
 from stackflow.runtimes.onprem.hosts import host_roots, parse_host
 from stackflow.runtimes.onprem.local import LOCAL
@@ -180,6 +181,8 @@ class FileJob:
     result: Attributes | None = None
     error: BaseException | None = None
     staged: Staged | None = field(default=None, repr=False)
+    enable: bool | None = None
+    """A Service's enablement to set once its unit file is written."""
 
     @property
     def key(self) -> str:
@@ -227,7 +230,7 @@ class FileJob:
             return
         if self.verb == "read":
             parent = parents.get(where, create=False)
-            self.result = None if parent is None else where.read_in(parent)
+            self.result = None if parent is None else self._as_service(where.read_in(parent))
             if self.result is not None and attrs.host:
                 self.result["host"] = attrs.host
         elif self.verb == "delete":
@@ -243,18 +246,20 @@ class FileJob:
         mode = int(want["mode"], 8)
         parent = parents.get(where, create=True)
         assert parent is not None
-        live = where.read_in(parent)
+        live = self._as_service(where.read_in(parent))
         if live is not None and live["kind"] != attrs.kind:
             raise Conflict(
                 f"{rid}: {attrs.path} exists as a {live['kind']}, not a {attrs.kind}; "
                 "remove it or change the path",
                 resource_id=rid,
             )
-        if attrs.kind == "File":
+        if attrs.kind != "Directory":
             if live is None or live.get("content") != want["content"]:
                 self.staged = where.stage(parent, want["content"], mode)
             elif live["mode"] != want["mode"]:
                 parent.chmod(where.target.name, mode, directory=False)
+            if attrs.kind == "Service" and (live is None or live["enabled"] != want["enabled"]):
+                self.enable = want["enabled"]
         else:
             if live is None:
                 parent.mkdir(where.target.name)
@@ -274,13 +279,16 @@ class FileJob:
         live = where.read_in(parent, content=False)
         if live is None:
             return
+        if attrs.kind == "Service" and live["kind"] == "File":
+            live["kind"] = "Service"
+            self._systemctl("disable")
         if live["kind"] != attrs.kind:
             raise Conflict(
                 f"{rid}: {attrs.path} is a {live['kind']}, not the {attrs.kind} "
                 "stackflow made; left in place",
                 resource_id=rid,
             )
-        if attrs.kind == "File":
+        if attrs.kind != "Directory":
             parent.unlink(where.target.name)
         else:
             try:
@@ -292,6 +300,29 @@ class FileJob:
                     resource_id=rid,
                 ) from None
         parents.changed(self)
+
+    def _systemctl(self, verb: str) -> str:
+        """``systemctl --root=<root> <verb> <unit>`` where the Service lives."""
+        assert self.where is not None
+        root, unit = systemctl_args(self.where.target.path)
+        code, out = self.where.fs.systemctl(root, verb, unit)
+        if code != 0 and verb != "is-enabled":
+            rid = self.request.id
+            raise Conflict(f"{rid}: systemctl {verb} {unit}: {out[-300:]}", resource_id=rid)
+        return out.splitlines()[-1] if out else ""
+
+    def _as_service(self, live: Attributes | None) -> Attributes | None:
+        """A Service's unit file as the Service: whether its unit is enabled beside it."""
+        assert self.attrs is not None
+        if self.attrs.kind == "Service" and live is not None and live["kind"] == "File":
+            live.update(kind="Service", enabled=self._systemctl("is-enabled") == "enabled")
+        return live
+
+    def settle(self) -> None:
+        """A Service enabled or disabled, once its unit file is in place."""
+        if self.enable is not None:
+            self._systemctl("enable" if self.enable else "disable")
+            self.enable = None
 
     def commit(self, parents: Parents) -> None:
         """The durable new content renamed over the target."""
@@ -380,6 +411,7 @@ def _round(jobs: list[FileJob]) -> None:
         _each(jobs, lambda job: job.staged.durable() if job.staged is not None else None)
         _each(jobs, lambda job: job.commit(parents))
         parents.sync()
+        _each(jobs, lambda job: job.settle())
     finally:
         for job in jobs:
             if job.staged is not None:

@@ -37,11 +37,13 @@ class OnPremAttributes(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["File", "Directory"]
+    kind: Literal["File", "Directory", "Service"]
     path: str
     content: str | None = None
     mode: str | None = None
     host: str | None = None
+    enabled: bool | None = None
+    """A Service's unit enabled (default) or not."""
 
     @field_validator("path")
     @classmethod
@@ -58,7 +60,7 @@ class OnPremAttributes(BaseModel):
         return value
 
     def normalised_mode(self) -> str:
-        default = "0644" if self.kind == "File" else "0755"
+        default = "0755" if self.kind == "Directory" else "0644"
         return f"{int(self.mode or default, 8):04o}"
 
 
@@ -78,19 +80,38 @@ def parse_attributes(resource: ResourceRequest) -> OnPremAttributes:
             raise InvalidInput(
                 f"{resource.id}: attributes.host: {exc}", resource_id=resource.id
             ) from None
+    problem = None
     if attrs.kind == "Directory" and attrs.content is not None:
-        raise InvalidInput(
-            f"{resource.id}: attributes.content: a Directory has no content",
-            resource_id=resource.id,
-        )
+        problem = "content: a Directory has no content"
+    elif attrs.kind != "Service" and attrs.enabled is not None:
+        problem = "enabled: only a Service is enabled"
+    elif attrs.kind == "Service" and not _UNIT_PATH.match(attrs.path):
+        problem = "path: a Service's unit file is <root>/etc/systemd/system/<name>.<unit type>"
+    if problem:
+        raise InvalidInput(f"{resource.id}: attributes.{problem}", resource_id=resource.id)
     return attrs
+
+
+_UNIT_PATH = re.compile(
+    r"^(?P<root>(/[^/]+)*)/etc/systemd/system/"
+    r"(?P<unit>[A-Za-z0-9:_.@-]+\.(service|socket|timer|path|mount|target))$"
+)
+
+
+def systemctl_args(path: str) -> tuple[str, str]:
+    """A Service's ``--root=`` (the directory its ``etc/systemd/system`` is in) and unit."""
+    found = _UNIT_PATH.match(path)
+    assert found is not None  # checked by parse_attributes
+    return f"--root={found['root'] or '/'}", found["unit"]
 
 
 def desired_state(attrs: OnPremAttributes) -> Attributes:
     """The live shape a resource converges to (what read() returns after apply())."""
     state: Attributes = {"kind": attrs.kind, "path": attrs.path, "mode": attrs.normalised_mode()}
-    if attrs.kind == "File":
+    if attrs.kind != "Directory":
         state["content"] = attrs.content or ""
+    if attrs.kind == "Service":
+        state["enabled"] = attrs.enabled is not False
     if attrs.host:
         state["host"] = attrs.host
     return state
@@ -140,6 +161,9 @@ class Filesystem(Protocol):
     def open_parent(self, where: Confined, create: bool) -> Dir | None:
         """The real parent directory (None: it does not exist and ``create`` is false; with
         ``create``, missing directories are made)."""
+
+    def systemctl(self, *args: str) -> tuple[int, str]:
+        """``systemctl`` run there: its exit status and output."""
 
 
 class Confined:

@@ -11,7 +11,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import shutil
 import stat
+import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -140,6 +142,14 @@ class LocalFilesystem:
 
     key = ""
     concurrency = 1
+
+    def systemctl(self, *args: str) -> tuple[int, str]:
+        if shutil.which("systemctl") is None:
+            raise OSError(errno.ENOENT, "no systemctl on this machine", "systemctl")
+        done = subprocess.run(
+            ["systemctl", *args], capture_output=True, text=True, timeout=60, check=False
+        )
+        return done.returncode, (done.stdout + done.stderr).strip()
 
     def open_parent(self, where: Confined, create: bool) -> LocalDir | None:
         target = where.target

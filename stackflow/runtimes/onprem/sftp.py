@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import errno
 import posixpath
+import shlex
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -96,7 +97,7 @@ _links: dict[tuple[object, ...], _Link] = {}
 
 async def _acquire(
     key: tuple[object, ...], connect: Callable[[], Awaitable[Connected]]
-) -> asyncssh.SFTPClient:
+) -> Connected:
     link = _links.get(key)
     if link is None or not link.usable():
         link = _links[key] = _Link(asyncio.ensure_future(connect()))
@@ -105,7 +106,7 @@ async def _acquire(
         link.idle.cancel()
         link.idle = None
     try:
-        return (await asyncio.shield(link.task))[1]
+        return await asyncio.shield(link.task)
     except BaseException:
         _release(key, link)
         raise
@@ -151,6 +152,7 @@ class SshHost:
         self._link_key = (host.text, onprem.known_hosts, onprem.ssh_config, onprem.ssh_keys)
         self._lock = threading.Lock()
         self._sftp: asyncssh.SFTPClient | None = None
+        self._conn: asyncssh.SSHClientConnection | None = None
         self._failed: tuple[type[RuntimeFailure], str] | None = None
         self._real: dict[str, str] = {}
 
@@ -160,7 +162,7 @@ class SshHost:
                 acquired = _acquire(self._link_key, self._connect)
                 future = asyncio.run_coroutine_threadsafe(acquired, _ssh_loop())
                 try:
-                    self._sftp = future.result(CONNECT_TIMEOUT * 2)
+                    self._conn, self._sftp = future.result(CONNECT_TIMEOUT * 2)
                 except Exception as exc:  # classified, kept for the batch's other calls
                     self._failed = self._classify(exc)
             if self._failed is not None:
@@ -206,6 +208,18 @@ class SshHost:
             return InvalidInput, f"{where}: the worker's SSH credentials are refused ({exc.reason})"
         reason = exc.reason if isinstance(exc, asyncssh.Error) else str(exc) or type(exc).__name__
         return Unavailable, f"{where} is unreachable: {reason}"
+
+    def systemctl(self, *args: str) -> tuple[int, str]:
+        self._client()
+        conn = self._conn
+        assert conn is not None
+
+        async def call() -> tuple[int, str]:
+            done = await conn.run(shlex.join(["systemctl", *args]), check=False)
+            out = f"{done.stdout!s}{done.stderr!s}" if done.stdout is not None else ""
+            return done.exit_status or 0, out.strip()
+
+        return self.run(lambda _: call(), "systemctl")
 
     def run(self, call: Callable[[asyncssh.SFTPClient], Awaitable[T]], path: str) -> T:
         """``call`` on this host's SFTP session; its errors as OSError (paths) or a runtime
@@ -254,12 +268,11 @@ class SshHost:
 
     def close(self) -> None:
         """The batch is done with the connection (closed once no batch used it for a while)."""
-        if self._sftp is not None:
-            self._sftp = None
-            loop = _ssh_loop()
-            link = _links.get(self._link_key)
-            if link is not None:
-                loop.call_soon_threadsafe(_release, self._link_key, link)
+        conn, self._conn, self._sftp = self._conn, None, None
+        link = _links.get(self._link_key)
+        usable = conn is not None and link is not None and link.task.done() and link.usable()
+        if usable and link is not None and link.task.result()[0] is conn:  # not made anew
+            _ssh_loop().call_soon_threadsafe(_release, self._link_key, link)
 
 
 async def _awaited(aw: Awaitable[T]) -> T:

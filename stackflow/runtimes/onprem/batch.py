@@ -351,10 +351,22 @@ def check_batch(jobs: Sequence[FileJob], policy: WorkerPolicy, hosts: Hosts | No
     """Each job's path checked against its policy (else ``policy``); a refusal is its
     outcome."""
     resolve = remembering()
+    if hosts is not None:  # each allowed host's connection started before any is waited for
+        for job in jobs:
+            _connect_soon(job, job.policy or policy, hosts)
     for job in jobs:
         with job.step() as going:
             if going:
                 job.check(job.policy or policy, resolve, hosts)
+
+
+def _connect_soon(job: FileJob, policy: WorkerPolicy, hosts: Hosts) -> None:
+    host = job.request.attributes.get("host")
+    if job.error is None and isinstance(host, str) and host not in LOCAL_HOSTS:
+        with contextlib.suppress(Exception):  # the check proper says what is wrong
+            attrs = parse_attributes(job.request)
+            host_roots(policy, job.request.id, parse_host(host), attrs.path)
+            hosts.get(host, policy).connect_soon()
 
 
 def run_checked(jobs: Sequence[FileJob]) -> None:

@@ -20,6 +20,7 @@ calls: a symlink swapped in on the host between the check and the write is not d
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import errno
 import posixpath
@@ -153,16 +154,24 @@ class SshHost:
         self._lock = threading.Lock()
         self._sftp: asyncssh.SFTPClient | None = None
         self._conn: asyncssh.SSHClientConnection | None = None
+        self._pending: concurrent.futures.Future[Connected] | None = None
         self._failed: tuple[type[RuntimeFailure], str] | None = None
         self._real: dict[str, str] = {}
 
+    def connect_soon(self) -> None:
+        """Starts connecting (or taking the shared connection), not waiting for it."""
+        with self._lock:
+            if self._pending is None:
+                acquired = _acquire(self._link_key, self._connect)
+                self._pending = asyncio.run_coroutine_threadsafe(acquired, _ssh_loop())
+
     def _client(self) -> asyncssh.SFTPClient:
+        self.connect_soon()
         with self._lock:
             if self._sftp is None and self._failed is None:
-                acquired = _acquire(self._link_key, self._connect)
-                future = asyncio.run_coroutine_threadsafe(acquired, _ssh_loop())
+                assert self._pending is not None
                 try:
-                    self._conn, self._sftp = future.result(CONNECT_TIMEOUT * 2)
+                    self._conn, self._sftp = self._pending.result(CONNECT_TIMEOUT * 2)
                 except Exception as exc:  # classified, kept for the batch's other calls
                     self._failed = self._classify(exc)
             if self._failed is not None:
@@ -302,20 +311,17 @@ class SftpStaged:
     handle: asyncssh.SFTPClientFile | None
 
     def durable(self) -> None:
-        if self.handle is not None:
-            handle, self.handle = self.handle, None
-
-            async def flush() -> None:
-                try:
-                    await handle.fsync()
-                finally:
-                    await handle.close()
-
-            self.host.run(lambda _: flush(), self.tmp)
+        """Durable already: the host waited for the disk before the batch's next step
+        (``fsync@openssh.com`` right after the write, in the same exchange)."""
 
     def commit(self) -> None:
-        self.durable()
-        self.host.run(lambda sftp: sftp.posix_rename(self.tmp, self.path), self.path)
+        handle, self.handle = self.handle, None
+
+        async def rename(sftp: asyncssh.SFTPClient) -> None:
+            closing = handle.close() if handle is not None else asyncio.sleep(0)
+            await asyncio.gather(closing, sftp.posix_rename(self.tmp, self.path))
+
+        self.host.run(rename, self.path)
 
     def discard(self) -> None:
         handle, self.handle = self.handle, None
@@ -374,8 +380,9 @@ class SftpDir:
             except asyncssh.SFTPFailure:  # left by a write that was killed mid-way
                 await sftp.remove(at)
                 handle = await sftp.open(at, flags, attrs, encoding=None)
-            try:  # both sent at once, answered in order
+            try:  # both sent at once, then the disk waited for
                 await asyncio.gather(handle.write(data, 0), handle.chmod(mode))
+                await handle.fsync()
             except BaseException:
                 await handle.close()
                 raise

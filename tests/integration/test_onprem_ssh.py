@@ -85,11 +85,14 @@ def test_apply_preview_drift_repair_destroy_on_two_hosts(
     drifted = b.root / "etc" / "app" / "f3.conf"
     drifted.write_text("edited by hand\n")
     drifted.chmod(0o600)
+    mode_only = a.root / "etc" / "app" / "f1.conf"
+    mode_only.chmod(0o600)
     shown = cli_json(expect_exit(run_cli(env, *preview)))
-    assert shown["summary"]["UnChanged"] == 11 and shown["summary"]["Update"] == 1, shown
-    assert "edited by hand" in str(shown)
+    assert shown["summary"]["UnChanged"] == 10 and shown["summary"]["Update"] == 2, shown
+    assert "edited by hand" in str(shown) and "0600" in str(shown)
     expect_exit(run_cli(env, "apply", "-f", str(spec), "-p", project, "--yes"))
     assert drifted.read_text() == "1:3\n" and drifted.stat().st_mode & 0o777 == 0o644
+    assert mode_only.stat().st_mode & 0o777 == 0o644
 
     expect_exit(run_cli(env, "destroy", "-p", project, "--yes"))
     assert not (a.root / "etc" / "app").exists() and not (b.root / "etc" / "app").exists()

@@ -392,7 +392,8 @@ class SftpDir:
 
     def chmod(self, name: str, mode: int, *, directory: bool) -> None:
         path = self._at(name)
-        self.host.run(lambda sftp: sftp.chmod(path, mode), path)
+        # lsetstat@openssh.com: a symlink swapped in is not followed
+        self.host.run(lambda sftp: sftp.chmod(path, mode, follow_symlinks=False), path)
 
     def mkdir(self, name: str) -> None:
         path = self._at(name)

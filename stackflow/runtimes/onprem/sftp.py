@@ -23,6 +23,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import errno
+import os
 import posixpath
 import shlex
 import threading
@@ -55,20 +56,21 @@ _ERRNOS = {
     asyncssh.FX_DIR_NOT_EMPTY: errno.ENOTEMPTY,
 }
 
-_loop: asyncio.AbstractEventLoop | None = None
+_loop: tuple[int, asyncio.AbstractEventLoop] | None = None
 _loop_lock = threading.Lock()
 
 
 def _ssh_loop() -> asyncio.AbstractEventLoop:
     """The event loop this process's SSH connections live on (a thread of its own: a batch
-    runs in a worker thread, its calls waiting on the loop)."""
+    runs in a worker thread, its calls waiting on the loop); a forked child makes its own."""
     global _loop
     with _loop_lock:
-        if _loop is None:
+        if _loop is None or _loop[0] != os.getpid():
             loop = asyncio.new_event_loop()
             threading.Thread(target=loop.run_forever, name="stackflow-ssh", daemon=True).start()
-            _loop = loop
-        return _loop
+            _loop = (os.getpid(), loop)
+            _links.clear()
+        return _loop[1]
 
 
 Connected = tuple[asyncssh.SSHClientConnection, asyncssh.SFTPClient]
@@ -128,7 +130,7 @@ def _close_idle(key: tuple[object, ...], link: _Link) -> None:
 
 def close_idle() -> None:
     """Closes the connections no batch is using (a runtime closing)."""
-    if _loop is None:
+    if _loop is None or _loop[0] != os.getpid():
         return
 
     async def close() -> None:
@@ -137,7 +139,7 @@ def close_idle() -> None:
                 link.idle.cancel()
             _close_idle(key, link)
 
-    asyncio.run_coroutine_threadsafe(close(), _loop).result(10)
+    asyncio.run_coroutine_threadsafe(close(), _loop[1]).result(10)
 
 
 class SshHost:

@@ -211,6 +211,11 @@ class OnPremPolicy(PolicySection):
             out.append(f"{glob}:{posixpath.normpath('/' + root)}")
         return tuple(out)
 
+    def ssh_files(self) -> list[str]:
+        """The SSH files the policy names (no spec may write them: a known host planted)."""
+        named = (self.known_hosts, self.ssh_config, *self.ssh_keys)
+        return [os.path.expanduser(path) for path in named if path]
+
     def host_roots(self, name: str) -> list[str]:
         """The roots on the host named ``name`` (none: it is not one of the worker's)."""
         pairs = (entry.partition(":/") for entry in self.hosts)
@@ -504,7 +509,11 @@ def load_policy(environ: Mapping[str, str] | None = None) -> WorkerPolicy:
         approvals=settings.approvals,
         sections=tuple(sections.items()),
         protected=tuple(
-            stackflow_paths(env, settings.kubernetes.allowed_kubeconfigs, settings.onprem.protected)
+            stackflow_paths(
+                env,
+                settings.kubernetes.allowed_kubeconfigs,
+                (*settings.onprem.protected, *settings.onprem.ssh_files()),
+            )
         ),
         worker_kubeconfigs=tuple(worker_kubeconfigs(env)),
         source=" + ".join(sources) or "defaults",

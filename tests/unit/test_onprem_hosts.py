@@ -101,3 +101,14 @@ def test_a_service_is_a_unit_file_under_etc_systemd_system(
     path = "/srv/host1/etc/systemd/system/web@1.service"
     assert systemctl_args(path) == ("--root=/srv/host1", "web@1.service")
     assert systemctl_args("/etc/systemd/system/a.timer") == ("--root=/", "a.timer")
+
+
+def test_the_ssh_files_the_policy_names_are_out_of_every_specs_reach(tmp_path: Path) -> None:
+    known = tmp_path / "root" / "ssh" / "known_hosts"
+    p = policy(tmp_path, STACKFLOW_ONPREM_ROOTS=str(tmp_path / "root"),
+               STACKFLOW_ONPREM_KNOWN_HOSTS=str(known))  # fmt: skip
+    attrs = {"kind": "File", "path": str(known), "content": "[evil]:22 ssh-ed25519 AAAA\n"}
+    with pytest.raises(PolicyViolation, match="no spec may touch it"):
+        OnPremRuntime(p).check_policy(
+            ResourceRequest(id="f", type="OnPrem", attributes=attrs), OPTS
+        )

@@ -377,6 +377,16 @@ stop_one() {
   rm -f "$f"
 }
 
+# The dev worker's OnPrem hosts: loopback (over SSH) with the same roots as local files.
+loopback_hosts() {
+  local out="" root host
+  IFS=: read -ra roots <<<"$1"
+  for root in "${roots[@]}"; do
+    for host in '127.*' localhost '::1'; do out+="${out:+,}$host:$root"; done
+  done
+  printf '%s' "$out"
+}
+
 env_exports() {
   [ -x "$VENV/bin/python" ] && dev_key
   dev_api_token
@@ -398,6 +408,7 @@ export STACKFLOW_KUBECTL=$KUBE_BIN_DIR/kubectl
 export TF_CLI_CONFIG_FILE=$TF_CLI_CONFIG
 export STACKFLOW_HOME=${STACKFLOW_HOME:-$RUN_DIR/home}
 export STACKFLOW_ONPREM_ROOTS=${STACKFLOW_ONPREM_ROOTS:-${TMPDIR:-/tmp}}
+export STACKFLOW_ONPREM_HOSTS=${STACKFLOW_ONPREM_HOSTS:-$(loopback_hosts "${STACKFLOW_ONPREM_ROOTS:-${TMPDIR:-/tmp}}")}
 export PATH=$TOOLS_PATH:$VENV/bin:\$PATH
 ENV
 }

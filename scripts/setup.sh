@@ -8,7 +8,10 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # postgresql: Debian's server (bookworm: 15, under /usr/lib/postgresql/15/bin). services.sh runs
 # its own cluster from it under the run dir; the cluster `main` the package may create (port
 # 5432, /var/lib/postgresql) is neither started nor used by stackflow.
-APT_PACKAGES=(redis-server postgresql docker-compose openssl ca-certificates chromium)
+# openssh-server, rsync: the OnPrem SSH tests start their own sshd per test host
+# (tests/integration/sshhelp.py); the SSH benchmark compares with rsync and scp.
+APT_PACKAGES=(redis-server postgresql docker-compose openssl ca-certificates chromium
+  openssh-server openssh-client rsync)
 
 setup_apt() {
   step "Debian packages: ${APT_PACKAGES[*]}"

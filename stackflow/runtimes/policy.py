@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import posixpath
 import re
 import threading
 from collections.abc import Mapping
@@ -59,6 +60,7 @@ from stackflow.runtimes.policy_section import (
     glob_covers,
     narrower_flag,
     narrower_globs,
+    narrower_host_roots,
     narrower_paths,
     narrower_size,
 )
@@ -78,6 +80,7 @@ __all__ = [
     "glob_covers",
     "narrower_flag",
     "narrower_globs",
+    "narrower_host_roots",
     "narrower_paths",
     "narrower_size",
 ]
@@ -175,14 +178,48 @@ class OnPremPolicy(PolicySection):
     """Largest file content written or read."""
     protected: tuple[str, ...] = ()
     """More paths no spec may touch, on top of stackflow's own."""
+    hosts: tuple[str, ...] = ()
+    """Hosts reached over SSH and a root on each, ``<host glob>:<root>`` (``web-*:/etc/app``),
+    the glob matched against the name of ``ssh://user@name:port`` or a host alias; none: no
+    host."""
+    known_hosts: str | None = None
+    """The known-hosts file host keys are pinned from (None: ~/.ssh/known_hosts)."""
+    ssh_config: str | None = None
+    """The OpenSSH client configuration (aliases, users, ports, keys; None: ~/.ssh/config)."""
+    ssh_keys: tuple[str, ...] = ()
+    """Private key files (none: the agent's and the default ones, as ``ssh``)."""
+    ssh_concurrency: int = Field(default=8, ge=1, le=64)
+    """Calls in flight at once on one host's connection."""
 
     PER_PROJECT: ClassVar[Mapping[str, Narrow]] = {
         "roots": narrower_paths,
         "max_bytes": narrower_size,
         "protected": added,
+        "hosts": narrower_host_roots,
     }
 
     _paths = field_validator("roots", "protected")(_absolute)
+
+    @field_validator("hosts")
+    @classmethod
+    def _host_roots(cls, values: tuple[str, ...]) -> tuple[str, ...]:
+        out = []
+        for value in values:
+            glob, sep, root = value.partition(":/")
+            if not glob or not sep or "/" in glob:
+                raise ValueError(f"{value!r} is not '<host glob>:<absolute root>'")
+            out.append(f"{glob}:{posixpath.normpath('/' + root)}")
+        return tuple(out)
+
+    def ssh_files(self) -> list[str]:
+        """The SSH files the policy names (no spec may write them: a known host planted)."""
+        named = (self.known_hosts, self.ssh_config, *self.ssh_keys)
+        return [os.path.expanduser(path) for path in named if path]
+
+    def host_roots(self, name: str) -> list[str]:
+        """The roots on the host named ``name`` (none: it is not one of the worker's)."""
+        pairs = (entry.partition(":/") for entry in self.hosts)
+        return [f"/{root}" for glob, _, root in pairs if fnmatch.fnmatchcase(name, glob)]
 
 
 class ApprovalPolicy(PolicySection):
@@ -323,6 +360,7 @@ class WorkerPolicy(PolicySettings):
             f", kube namespaces {','.join(kube.allowed_namespaces or ('any',))}"
             f", kinds {','.join(kube.allowed_kinds or ('any',))}"
             f", OnPrem roots {':'.join(onprem.roots) or 'none'} (max {int(onprem.max_bytes)} B)"
+            f", OnPrem hosts {','.join(onprem.hosts) or 'none'}"
             f", four-eyes {','.join(self.approvals.four_eyes) or 'none'}"
         )
         if self.sections:
@@ -391,6 +429,10 @@ _ENV_SETTINGS: dict[str, tuple[str, str, str]] = {
     "STACKFLOW_ALLOWED_KUBE_KINDS": ("kubernetes", "allowed_kinds", ","),
     "STACKFLOW_ONPREM_ROOTS": ("onprem", "roots", os.pathsep),
     "STACKFLOW_ONPREM_MAX_BYTES": ("onprem", "max_bytes", "text"),
+    "STACKFLOW_ONPREM_HOSTS": ("onprem", "hosts", ","),
+    "STACKFLOW_ONPREM_KNOWN_HOSTS": ("onprem", "known_hosts", "text"),
+    "STACKFLOW_ONPREM_SSH_CONFIG": ("onprem", "ssh_config", "text"),
+    "STACKFLOW_ONPREM_SSH_KEYS": ("onprem", "ssh_keys", os.pathsep),
     "STACKFLOW_FOUR_EYES": ("approvals", "four_eyes", ","),
 }
 """Environment variable -> (section, setting, how it is split)."""
@@ -467,7 +509,11 @@ def load_policy(environ: Mapping[str, str] | None = None) -> WorkerPolicy:
         approvals=settings.approvals,
         sections=tuple(sections.items()),
         protected=tuple(
-            stackflow_paths(env, settings.kubernetes.allowed_kubeconfigs, settings.onprem.protected)
+            stackflow_paths(
+                env,
+                settings.kubernetes.allowed_kubeconfigs,
+                (*settings.onprem.protected, *settings.onprem.ssh_files()),
+            )
         ),
         worker_kubeconfigs=tuple(worker_kubeconfigs(env)),
         source=" + ".join(sources) or "defaults",

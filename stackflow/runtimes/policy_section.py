@@ -88,6 +88,16 @@ def narrower_paths(worker: tuple[str, ...], project: tuple[str, ...]) -> tuple[s
     return project
 
 
+def narrower_host_roots(worker: tuple[str, ...], project: tuple[str, ...]) -> tuple[str, ...]:
+    """Each of the project's ``host:root`` within one of the worker's (glob and root)."""
+    pairs = [entry.partition(":/") for entry in worker]
+    for entry in project:
+        glob, _, root = entry.partition(":/")
+        if not any(glob_covers(g, glob) and within(f"/{root}", f"/{r}") for g, _, r in pairs):
+            raise ValueError(f"{entry} is outside the worker's ({', '.join(worker) or 'none'})")
+    return project
+
+
 def added(worker: tuple[str, ...], project: tuple[str, ...]) -> tuple[str, ...]:
     """The worker's and the project's: a project adds to them, never removes."""
     return tuple(dict.fromkeys((*worker, *project)))

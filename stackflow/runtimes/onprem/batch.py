@@ -7,28 +7,39 @@ synced once, not once per file. Each parent directory is opened (walked from its
 without following symlinks) once per batch, and each directory path resolved once.
 
 Calls on the same path run in order, in rounds: a path appears at most once per round.
+Paths on hosts reached over SSH (:mod:`.sftp`) go through the same steps on that host's
+connection, up to its ``concurrency`` calls at once; each host's calls run beside the others'
+(one slow host holds no other).
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import os
+import threading
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
 
 from stackflow.runtimes.base import Attributes, Conflict, ResourceRequest, RuntimeOptions
 from stackflow.runtimes.file_roots import onprem_target
 from stackflow.runtimes.onprem.files import (
+    LOCAL_HOSTS,
     Confined,
+    Dir,
+    Filesystem,
     OnPremAttributes,
     Staged,
     desired_state,
     os_errors,
     parse_attributes,
+    systemctl_args,
 )
+from stackflow.runtimes.onprem.hosts import host_roots, parse_host
+from stackflow.runtimes.onprem.local import LOCAL
 from stackflow.runtimes.onprem.policy import check_content
+from stackflow.runtimes.onprem.sftp import Hosts, host_target
 from stackflow.runtimes.policy import WorkerPolicy
 from stackflow.runtimes.policy_paths import real_path
 
@@ -45,6 +56,33 @@ def remembering() -> Resolve:
     return functools.lru_cache(maxsize=None)(real_path)
 
 
+def check(
+    policy: WorkerPolicy,
+    resource: ResourceRequest,
+    *,
+    reading: bool = True,
+    content: bool = True,
+    resolve: Resolve = real_path,
+) -> OnPremAttributes:
+    """The attributes, checked against the policy without reaching any host (a host's path
+    as written)."""
+    attrs = parse_attributes(resource)
+    if attrs.host in LOCAL_HOSTS:
+        onprem_target(
+            policy,
+            resource.id,
+            attrs.path,
+            directory=attrs.kind == "Directory",
+            reading=reading,
+            resolve=resolve,
+        )
+    else:
+        host_roots(policy, resource.id, parse_host(attrs.host or ""), attrs.path)
+    if content:
+        check_content(policy, resource.id, attrs.content)
+    return attrs
+
+
 def place(
     policy: WorkerPolicy,
     resource: ResourceRequest,
@@ -52,65 +90,75 @@ def place(
     reading: bool = True,
     content: bool = True,
     resolve: Resolve = real_path,
+    hosts: Hosts | None = None,
 ) -> tuple[OnPremAttributes, Confined]:
     """The attributes, checked against the policy (path, content size, size of the file
-    there), and where the path really lives."""
+    there), and where the path really lives (on a host: as the host resolves it, through
+    the batch's ``hosts``)."""
     attrs = parse_attributes(resource)
-    target = onprem_target(
-        policy,
-        resource.id,
-        attrs.path,
-        directory=attrs.kind == "Directory",
-        reading=reading,
-        resolve=resolve,
-    )
+    if attrs.host in LOCAL_HOSTS or hosts is None:
+        target = onprem_target(
+            policy,
+            resource.id,
+            attrs.path,
+            directory=attrs.kind == "Directory",
+            reading=reading,
+            resolve=resolve,
+        )
+        fs: Filesystem = LOCAL
+    else:
+        host = hosts.get(attrs.host or "", policy)
+        target, fs = host_target(policy, resource.id, attrs.path, host), host
     if content:
         check_content(policy, resource.id, attrs.content)
-    return attrs, Confined(resource.id, target, policy)
+    return attrs, Confined(resource.id, target, policy, fs)
 
 
 class Parents:
     """The batch's parent directories: each opened once, each that changed synced once."""
 
     def __init__(self) -> None:
-        self._open: dict[str, int] = {}
+        self._open: dict[str, Dir] = {}
         self._missing: set[str] = set()
         """Parents found missing (read, delete), until a call creates directories."""
         self._changed: dict[str, list[FileJob]] = {}
+        self._lock = threading.Lock()  # a host's calls run in several threads
 
-    def get(self, where: Confined, *, create: bool) -> int | None:
+    def get(self, where: Confined, *, create: bool) -> Dir | None:
         key = where.target.parent
-        fd = self._open.get(key)
-        if fd is not None:
-            return fd
-        if create:
-            self._missing.clear()
-        elif key in self._missing:
-            return None
-        fd = where.open_parent(create)
-        if fd is None:
-            self._missing.add(key)
-        else:
-            self._open[key] = fd
-        return fd
+        with self._lock:
+            found = self._open.get(key)
+            if found is not None:
+                return found
+            if create:
+                self._missing.clear()
+            elif key in self._missing:
+                return None
+            found = where.fs.open_parent(where, create)
+            if found is None:
+                self._missing.add(key)
+            else:
+                self._open[key] = found
+            return found
 
     def changed(self, job: FileJob) -> None:
         assert job.where is not None
-        self._changed.setdefault(job.where.target.parent, []).append(job)
+        with self._lock:
+            self._changed.setdefault(job.where.target.parent, []).append(job)
 
     def sync(self) -> None:
         """Each changed directory synced once; a directory that cannot be fails its jobs."""
         for key, jobs in self._changed.items():
             try:
-                os.fsync(self._open[key])
-            except OSError as exc:
+                self._open[key].sync()
+            except Exception as exc:  # each job's failure is its own
                 for job in jobs:
                     job.fail(exc)
         self._changed.clear()
 
     def close(self) -> None:
-        for fd in self._open.values():
-            os.close(fd)
+        for found in self._open.values():
+            found.close()
         self._open.clear()
 
 
@@ -133,11 +181,13 @@ class FileJob:
     result: Attributes | None = None
     error: BaseException | None = None
     staged: Staged | None = field(default=None, repr=False)
+    enable: bool | None = None
+    """A Service's enablement to set once its unit file is written."""
 
     @property
     def key(self) -> str:
         assert self.where is not None
-        return self.where.target.real
+        return self.where.fs.key + self.where.target.real
 
     def fail(self, exc: BaseException) -> None:
         if self.error is None:
@@ -162,9 +212,14 @@ class FileJob:
             self.fail(exc)
 
     # ---- the steps, in the order run_batch takes them -----------------------------------
-    def check(self, policy: WorkerPolicy, resolve: Resolve) -> None:
+    def check(self, policy: WorkerPolicy, resolve: Resolve, hosts: Hosts | None) -> None:
         self.attrs, self.where = place(
-            policy, self.request, reading=self.reading, content=self.content, resolve=resolve
+            policy,
+            self.request,
+            reading=self.reading,
+            content=self.content,
+            resolve=resolve,
+            hosts=hosts,
         )
 
     def start(self, parents: Parents) -> None:
@@ -174,8 +229,8 @@ class FileJob:
         if self.verb == "check":
             return
         if self.verb == "read":
-            fd = parents.get(where, create=False)
-            self.result = None if fd is None else where.read_in(fd)
+            parent = parents.get(where, create=False)
+            self.result = None if parent is None else self._as_service(where.read_in(parent))
             if self.result is not None and attrs.host:
                 self.result["host"] = attrs.host
         elif self.verb == "delete":
@@ -189,26 +244,27 @@ class FileJob:
         rid = self.request.id
         want = desired_state(attrs)
         mode = int(want["mode"], 8)
-        fd = parents.get(where, create=True)
-        assert fd is not None
-        live = where.read_in(fd)
+        parent = parents.get(where, create=True)
+        assert parent is not None
+        live = self._as_service(where.read_in(parent))
         if live is not None and live["kind"] != attrs.kind:
             raise Conflict(
                 f"{rid}: {attrs.path} exists as a {live['kind']}, not a {attrs.kind}; "
                 "remove it or change the path",
                 resource_id=rid,
             )
-        if attrs.kind == "File":
+        if attrs.kind != "Directory":
             if live is None or live.get("content") != want["content"]:
-                self.staged = where.stage(fd, want["content"], mode)
+                self.staged = where.stage(parent, want["content"], mode)
             elif live["mode"] != want["mode"]:
-                where.chmod(fd, mode, directory=False)
+                parent.chmod(where.target.name, mode, directory=False)
+            if attrs.kind == "Service" and (live is None or live["enabled"] != want["enabled"]):
+                self.enable = want["enabled"]
         else:
             if live is None:
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(where.target.name, 0o777, dir_fd=fd)
+                parent.mkdir(where.target.name)
                 parents.changed(self)
-            where.chmod(fd, mode, directory=True)
+            parent.chmod(where.target.name, mode, directory=True)
         # what is there once the batch is durable: exactly what was asked (written or
         # found), so it is not read back
         self.result = want
@@ -217,23 +273,26 @@ class FileJob:
         where, attrs = self.where, self.attrs
         assert where is not None and attrs is not None
         rid = self.request.id
-        fd = parents.get(where, create=False)
-        if fd is None:
+        parent = parents.get(where, create=False)
+        if parent is None:
             return
-        live = where.read_in(fd, content=False)
+        live = where.read_in(parent, content=False)
         if live is None:
             return
+        if attrs.kind == "Service" and live["kind"] == "File":
+            live["kind"] = "Service"
+            self._systemctl("disable")
         if live["kind"] != attrs.kind:
             raise Conflict(
                 f"{rid}: {attrs.path} is a {live['kind']}, not the {attrs.kind} "
                 "stackflow made; left in place",
                 resource_id=rid,
             )
-        if attrs.kind == "File":
-            os.unlink(where.target.name, dir_fd=fd)
+        if attrs.kind != "Directory":
+            parent.unlink(where.target.name)
         else:
             try:
-                os.rmdir(where.target.name, dir_fd=fd)
+                parent.rmdir(where.target.name)
             except OSError as exc:
                 raise Conflict(
                     f"{rid}: directory {attrs.path} is not empty (it holds files no "
@@ -241,6 +300,29 @@ class FileJob:
                     resource_id=rid,
                 ) from None
         parents.changed(self)
+
+    def _systemctl(self, verb: str) -> str:
+        """``systemctl --root=<root> <verb> <unit>`` where the Service lives."""
+        assert self.where is not None
+        root, unit = systemctl_args(self.where.target.path)
+        code, out = self.where.fs.systemctl(root, verb, unit)
+        if code != 0 and verb != "is-enabled":
+            rid = self.request.id
+            raise Conflict(f"{rid}: systemctl {verb} {unit}: {out[-300:]}", resource_id=rid)
+        return out.splitlines()[-1] if out else ""
+
+    def _as_service(self, live: Attributes | None) -> Attributes | None:
+        """A Service's unit file as the Service: whether its unit is enabled beside it."""
+        assert self.attrs is not None
+        if self.attrs.kind == "Service" and live is not None and live["kind"] == "File":
+            live.update(kind="Service", enabled=self._systemctl("is-enabled") == "enabled")
+        return live
+
+    def settle(self) -> None:
+        """A Service enabled or disabled, once its unit file is in place."""
+        if self.enable is not None:
+            self._systemctl("enable" if self.enable else "disable")
+            self.enable = None
 
     def commit(self, parents: Parents) -> None:
         """The durable new content renamed over the target."""
@@ -257,23 +339,53 @@ class FileJob:
 def run_batch(jobs: Sequence[FileJob], policy: WorkerPolicy) -> None:
     """Runs every job (in a worker thread); each one's outcome is left on it. What it wrote
     or deleted is on disk, durably, when this returns."""
-    check_batch(jobs, policy)
-    run_checked(jobs)
+    hosts = Hosts()
+    try:
+        check_batch(jobs, policy, hosts)
+        run_checked(jobs)
+    finally:
+        hosts.close()
 
 
-def check_batch(jobs: Sequence[FileJob], policy: WorkerPolicy) -> None:
+def check_batch(jobs: Sequence[FileJob], policy: WorkerPolicy, hosts: Hosts | None) -> None:
     """Each job's path checked against its policy (else ``policy``); a refusal is its
     outcome."""
     resolve = remembering()
+    if hosts is not None:  # each allowed host's connection started before any is waited for
+        for job in jobs:
+            _connect_soon(job, job.policy or policy, hosts)
     for job in jobs:
         with job.step() as going:
             if going:
-                job.check(job.policy or policy, resolve)
+                job.check(job.policy or policy, resolve, hosts)
+
+
+def _connect_soon(job: FileJob, policy: WorkerPolicy, hosts: Hosts) -> None:
+    host = job.request.attributes.get("host")
+    if job.error is None and isinstance(host, str) and host not in LOCAL_HOSTS:
+        with contextlib.suppress(Exception):  # the check proper says what is wrong
+            attrs = parse_attributes(job.request)
+            host_roots(policy, job.request.id, parse_host(host), attrs.path)
+            hosts.get(host, policy).connect_soon()
 
 
 def run_checked(jobs: Sequence[FileJob]) -> None:
-    """As :func:`run_batch`, for jobs whose paths are checked already (``where`` set)."""
-    queue = [job for job in jobs if job.error is None and job.verb != "check"]
+    """As :func:`run_batch`, for jobs whose paths are checked already (``where`` set): each
+    filesystem's jobs beside the others'."""
+    by_fs: dict[int, list[FileJob]] = {}
+    for job in jobs:
+        if job.error is None and job.verb != "check":
+            assert job.where is not None
+            by_fs.setdefault(id(job.where.fs), []).append(job)
+    groups = list(by_fs.values())
+    if len(groups) == 1:
+        _rounds(groups[0])
+    elif groups:
+        with ThreadPoolExecutor(len(groups), thread_name_prefix="onprem-host") as pool:
+            list(pool.map(_rounds, groups))
+
+
+def _rounds(queue: list[FileJob]) -> None:
     while queue:
         seen: set[str] = set()
         now: list[FileJob] = []
@@ -285,23 +397,33 @@ def run_checked(jobs: Sequence[FileJob]) -> None:
         queue = later
 
 
+def _each(jobs: list[FileJob], step: Callable[[FileJob], None]) -> None:
+    """``step`` of each job still going, up to its filesystem's concurrency at once."""
+
+    def one(job: FileJob) -> None:
+        with job.step() as going:
+            if going:
+                step(job)
+
+    assert jobs[0].where is not None
+    width = min(jobs[0].where.fs.concurrency, len(jobs))
+    if width <= 1:
+        for job in jobs:
+            one(job)
+        return
+    with ThreadPoolExecutor(width, thread_name_prefix="onprem-call") as pool:
+        list(pool.map(one, jobs))
+
+
 def _round(jobs: list[FileJob]) -> None:
     """One round: paths all different; the disk waited for once per step, not per file."""
     parents = Parents()
     try:
-        for job in jobs:
-            with job.step() as going:
-                if going:
-                    job.start(parents)
-        for job in jobs:
-            with job.step() as going:
-                if going and job.staged is not None:
-                    job.staged.durable()
-        for job in jobs:
-            with job.step() as going:
-                if going:
-                    job.commit(parents)
+        _each(jobs, lambda job: job.start(parents))
+        _each(jobs, lambda job: job.staged.durable() if job.staged is not None else None)
+        _each(jobs, lambda job: job.commit(parents))
         parents.sync()
+        _each(jobs, lambda job: job.settle())
     finally:
         for job in jobs:
             if job.staged is not None:

@@ -1,11 +1,12 @@
 """One OnPrem path: its attributes, checked, and the operations on it.
 
-A checked path (:func:`~runtimes.onprem.policy.onprem_target`) is acted on through a
-descriptor of its parent directory, opened by walking down from the root without following
-any symlink: a symlink planted (or swapped in) after the check is refused, never followed.
-Files are opened with O_NOFOLLOW and read at most the policy's ``max_bytes``. A file is
-written beside its target under a temporary name, made durable, then renamed over it
-(:class:`Staged`); :mod:`~runtimes.onprem.batch` orders these steps for a batch of paths.
+A checked path (:func:`~runtimes.file_roots.onprem_target` on this machine,
+:func:`~runtimes.onprem.sftp.host_target` on a host) is acted on through its parent
+directory (:class:`Dir`) on its :class:`Filesystem`: this machine's (:mod:`.local`, by
+descriptor, no symlink followed) or a host's over SFTP (:mod:`.sftp`). The file logic here
+and in :mod:`.batch` is written once for both. Files are read at most the policy's
+``max_bytes``; a file is written beside its target under a temporary name, made durable,
+then renamed over it (:class:`Staged`); :mod:`~runtimes.onprem.batch` orders these steps.
 """
 
 from __future__ import annotations
@@ -17,17 +18,18 @@ import os
 import re
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple, Protocol
 
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
 from stackflow.runtimes.base import Attributes, Conflict, InvalidInput, ResourceRequest, Unavailable
 from stackflow.runtimes.file_roots import OnPremTarget, check_size
+from stackflow.runtimes.onprem.hosts import parse_host
 from stackflow.runtimes.policy import PolicyViolation, WorkerPolicy
 
 _MODE = re.compile(r"^0?[0-7]{3,4}$")
-_LOCAL_HOSTS = {None, "", "localhost", "127.0.0.1"}
+LOCAL_HOSTS = {None, "", "localhost", "127.0.0.1"}
+"""``host`` values that mean this machine (``ssh://`` reaches any host, loopback too)."""
 
 
 class OnPremAttributes(BaseModel):
@@ -35,11 +37,13 @@ class OnPremAttributes(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    kind: Literal["File", "Directory"]
+    kind: Literal["File", "Directory", "Service"]
     path: str
     content: str | None = None
     mode: str | None = None
     host: str | None = None
+    enabled: bool | None = None
+    """A Service's unit enabled (default) or not."""
 
     @field_validator("path")
     @classmethod
@@ -56,7 +60,7 @@ class OnPremAttributes(BaseModel):
         return value
 
     def normalised_mode(self) -> str:
-        default = "0644" if self.kind == "File" else "0755"
+        default = "0755" if self.kind == "Directory" else "0644"
         return f"{int(self.mode or default, 8):04o}"
 
 
@@ -69,233 +73,166 @@ def parse_attributes(resource: ResourceRequest) -> OnPremAttributes:
         raise InvalidInput(
             f"{resource.id}: attributes.{where}: {err['msg']}", resource_id=resource.id
         ) from None
-    if attrs.host not in _LOCAL_HOSTS:
-        raise InvalidInput(
-            f"{resource.id}: attributes.host {attrs.host!r}: only the local machine is supported "
-            "(omit host or use 'localhost')",
-            resource_id=resource.id,
-        )
+    if attrs.host not in LOCAL_HOSTS:
+        try:
+            parse_host(attrs.host or "")
+        except ValueError as exc:
+            raise InvalidInput(
+                f"{resource.id}: attributes.host: {exc}", resource_id=resource.id
+            ) from None
+    problem = None
     if attrs.kind == "Directory" and attrs.content is not None:
-        raise InvalidInput(
-            f"{resource.id}: attributes.content: a Directory has no content",
-            resource_id=resource.id,
-        )
+        problem = "content: a Directory has no content"
+    elif attrs.kind != "Service" and attrs.enabled is not None:
+        problem = "enabled: only a Service is enabled"
+    elif attrs.kind == "Service" and not _UNIT_PATH.match(attrs.path):
+        problem = "path: a Service's unit file is <root>/etc/systemd/system/<name>.<unit type>"
+    if problem:
+        raise InvalidInput(f"{resource.id}: attributes.{problem}", resource_id=resource.id)
     return attrs
+
+
+_UNIT_PATH = re.compile(
+    r"^(?P<root>(/[^/]+)*)/etc/systemd/system/"
+    r"(?P<unit>[A-Za-z0-9:_.@-]+\.(service|socket|timer|path|mount|target))$"
+)
+
+
+def systemctl_args(path: str) -> tuple[str, str]:
+    """A Service's ``--root=`` (the directory its ``etc/systemd/system`` is in) and unit."""
+    found = _UNIT_PATH.match(path)
+    assert found is not None  # checked by parse_attributes
+    return f"--root={found['root'] or '/'}", found["unit"]
 
 
 def desired_state(attrs: OnPremAttributes) -> Attributes:
     """The live shape a resource converges to (what read() returns after apply())."""
     state: Attributes = {"kind": attrs.kind, "path": attrs.path, "mode": attrs.normalised_mode()}
-    if attrs.kind == "File":
+    if attrs.kind != "Directory":
         state["content"] = attrs.content or ""
+    if attrs.kind == "Service":
+        state["enabled"] = attrs.enabled is not False
     if attrs.host:
         state["host"] = attrs.host
     return state
 
 
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-_TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+class Stat(NamedTuple):
+    mode: int
+    size: int
 
 
-@dataclass
-class Staged:
+class Staged(Protocol):
     """A file's new content, written beside it under a temporary name derived from its own
     (a write cut short by a killed worker leaves nothing behind once the retried write of the
-    same file completes). Its write-back to disk has been started; :meth:`durable` waits for
-    it, :meth:`commit` renames it over the target."""
+    same file completes). :meth:`durable` waits for it to be on disk, :meth:`commit` renames
+    it over the target."""
 
-    dir_fd: int
-    tmp: str
-    name: str
-    fd: int | None
+    def durable(self) -> None: ...
+    def commit(self) -> None: ...
+    def discard(self) -> None: ...
 
-    def durable(self) -> None:
-        if self.fd is not None:
-            fd, self.fd = self.fd, None
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
 
-    def commit(self) -> None:
-        self.durable()
-        os.replace(self.tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+class Dir(Protocol):
+    """A checked path's parent directory, opened once per batch (names are its entries)."""
 
-    def discard(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-        with contextlib.suppress(OSError):
-            os.unlink(self.tmp, dir_fd=self.dir_fd)
+    def stat(self, name: str) -> Stat | None: ...
+    def read(self, name: str, limit: int) -> tuple[Stat, bytes] | None:
+        """The object there (a symlink not followed) and, if a regular file of at most
+        ``limit`` bytes, up to ``limit + 1`` of its bytes; None: nothing is there."""
+
+    def stage(self, name: str, tmp: str, data: bytes, mode: int) -> Staged: ...
+    def chmod(self, name: str, mode: int, *, directory: bool) -> None: ...
+    def mkdir(self, name: str) -> None: ...
+    def unlink(self, name: str) -> None: ...
+    def rmdir(self, name: str) -> None: ...
+    def sync(self) -> None: ...
+    def close(self) -> None: ...
+
+
+class Filesystem(Protocol):
+    """Where paths live: this machine (:mod:`.local`) or a host over SFTP (:mod:`.sftp`)."""
+
+    key: str
+    """The host as paths are owned on it ("" for this machine)."""
+    concurrency: int
+    """How many calls of a batch may wait on it at once."""
+
+    def open_parent(self, where: Confined, create: bool) -> Dir | None:
+        """The real parent directory (None: it does not exist and ``create`` is false; with
+        ``create``, missing directories are made)."""
+
+    def systemctl(self, *args: str) -> tuple[int, str]:
+        """``systemctl`` run there: its exit status and output."""
 
 
 class Confined:
-    """One checked path, acted on through a descriptor of its real parent directory."""
+    """One checked path, acted on through its real parent directory on its filesystem."""
 
-    def __init__(self, resource_id: str, target: OnPremTarget, policy: WorkerPolicy) -> None:
+    def __init__(
+        self, resource_id: str, target: OnPremTarget, policy: WorkerPolicy, fs: Filesystem
+    ) -> None:
         self.resource_id = resource_id
         self.target = target
         self.policy = policy
+        self.fs = fs
 
-    def _refuse(self, problem: str) -> PolicyViolation:
+    def refuse(self, problem: str) -> PolicyViolation:
         return PolicyViolation(
             self.resource_id, "attributes.path", f"{self.target.path}: {problem}"
         )
 
-    def open_parent(self, create: bool) -> int | None:
-        """A descriptor of the real parent directory, which the caller closes (None: it does
-        not exist and ``create`` is false; with ``create``, missing directories are made)."""
-        target = self.target
-        rel = os.path.relpath(target.parent, target.anchor)
-        parts = [] if rel == "." else rel.split(os.sep)
-        fd = os.open(target.anchor, _DIR_FLAGS)
-        try:
-            for depth, part in enumerate(parts):
-                try:
-                    child = self._open_dir(part, fd)
-                except FileNotFoundError:
-                    if not create:
-                        child = None
-                    else:
-                        with contextlib.suppress(FileExistsError):
-                            os.mkdir(part, 0o777, dir_fd=fd)
-                        child = self._open_dir(part, fd)
-                except NotADirectoryError:
-                    if create:
-                        raise
-                    child = None  # a parent is a file: this path cannot exist
-                except PolicyViolation:
-                    where = os.path.join(target.anchor, *parts[: depth + 1])
-                    raise self._refuse(f"{where} is a symlink (planted after the check)") from None
-                os.close(fd)
-                fd = -1
-                if child is None:
-                    return None
-                fd = child
-            self._verify(fd, target.parent)
-        except BaseException:
-            if fd >= 0:
-                os.close(fd)
-            raise
-        return fd
-
-    def _open_dir(self, name: str, dir_fd: int) -> int:
-        try:
-            return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP or self._is_link(name, dir_fd):
-                raise self._refuse(f"{name} became a symlink; refused") from None
-            raise
-
-    @staticmethod
-    def _is_link(name: str, dir_fd: int) -> bool:
-        try:
-            return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
-        except OSError:
-            return False
-
-    def _verify(self, fd: int, expected: str) -> None:
-        """Where the descriptor really is (Linux): still the checked directory."""
-        try:
-            where = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            return
-        if where != expected:
-            raise self._refuse(f"its directory moved to {where} after it was checked; refused")
-
-    def read_in(self, dir_fd: int, *, content: bool = True) -> Attributes | None:
+    def read_in(self, parent: Dir, *, content: bool = True) -> Attributes | None:
         """The object there (``content=False``: its kind and mode only, nothing read)."""
         path, name = self.target.path, self.target.name
-        try:
-            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        mode = f"{stat.S_IMODE(st.st_mode):04o}"
-        if stat.S_ISDIR(st.st_mode):
-            return {"kind": "Directory", "path": path, "mode": mode}
-        if not stat.S_ISREG(st.st_mode):
-            return {"kind": "Other", "path": path, "mode": mode}
         if not content:
-            return {"kind": "File", "path": path, "mode": mode}
-        limit = int(self.policy.onprem.max_bytes)
-        try:
-            fd = os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
-        except FileNotFoundError:
+            st = parent.stat(name)
+            if st is None:
+                return None
+            return {"kind": _kind(st.mode), "path": path, "mode": f"{stat.S_IMODE(st.mode):04o}"}
+        found = parent.read(name, int(self.policy.onprem.max_bytes))
+        if found is None:
             return None
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                return {"kind": "Other", "path": path, "mode": mode}
-            raise
-        with os.fdopen(fd, "rb") as handle:
-            st = os.fstat(handle.fileno())
-            if not stat.S_ISREG(st.st_mode):
-                return {"kind": "Other", "path": path, "mode": mode}
-            check_size(
-                self.policy, self.resource_id, "attributes.path", st.st_size, f"the file at {path}"
-            )
-            data = handle.read(limit + 1)
-        check_size(
-            self.policy, self.resource_id, "attributes.path", len(data), f"the file at {path}"
-        )
-        mode = f"{stat.S_IMODE(st.st_mode):04o}"
+        st, data = found
+        mode = f"{stat.S_IMODE(st.mode):04o}"
+        if _kind(st.mode) != "File":
+            return {"kind": _kind(st.mode), "path": path, "mode": mode}
+        for size in (st.size, len(data)):
+            what = f"the file at {path}"
+            check_size(self.policy, self.resource_id, "attributes.path", size, what)
         text = data.decode("utf-8", errors="replace")
         return {"kind": "File", "path": path, "mode": mode, "content": text}
 
-    def stage(self, dir_fd: int, content: str, mode: int) -> Staged:
-        """The new content under the temporary name, its write-back to disk started."""
+    def stage(self, parent: Dir, content: str, mode: int) -> Staged:
+        """The new content under the temporary name, on its way to the disk."""
         name = self.target.name
         tmp = f".stackflow-{hashlib.sha256(name.encode()).hexdigest()[:16]}"
-        try:
-            fd = os.open(tmp, _TEMP_FLAGS, 0o600, dir_fd=dir_fd)
-        except FileExistsError:  # left by a write that was killed mid-way
-            os.unlink(tmp, dir_fd=dir_fd)
-            fd = os.open(tmp, _TEMP_FLAGS, 0o600, dir_fd=dir_fd)
-        staged = Staged(dir_fd=dir_fd, tmp=tmp, name=name, fd=fd)
-        try:
-            data = content.encode("utf-8")
-            written = 0
-            while written < len(data):
-                written += os.write(fd, data[written:])
-            os.fchmod(fd, mode)
-            # start the write-back now: the batch's fsyncs then find most of it done
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        except BaseException:
-            staged.discard()
-            raise
-        return staged
-
-    def chmod(self, dir_fd: int, mode: int, *, directory: bool) -> None:
-        name = self.target.name
-        fd = (
-            self._open_dir(name, dir_fd) if directory else os.open(name, _FILE_FLAGS, dir_fd=dir_fd)
-        )
-        try:
-            os.fchmod(fd, mode)
-        finally:
-            os.close(fd)
+        return parent.stage(name, tmp, content.encode("utf-8"), mode)
 
 
-_PERMANENT_ERRNOS = {
-    errno.ENOTDIR,
-    errno.EEXIST,
-    errno.EISDIR,
-    errno.EACCES,
-    errno.EPERM,
-    errno.EROFS,
-    errno.ELOOP,
-}
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "Directory"
+    return "File" if stat.S_ISREG(mode) else "Other"
+
+
+_PERMANENT_ERRNOS = {errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.ELOOP}
+_REFUSED_ERRNOS = {errno.EACCES, errno.EPERM, errno.EROFS}
 
 
 @contextlib.contextmanager
 def os_errors(resource_id: str, action: str) -> Iterator[None]:
-    """Filesystem errors retrying cannot fix (a parent that is a file, no permission) are a
-    Conflict; anything else (disk full, I/O error) stays retryable as Unavailable."""
+    """Filesystem errors retrying cannot fix are bad input when the worker (its SSH user)
+    may not write there (no permission, read-only) and a Conflict when something else is in
+    the way (a parent that is a file); anything else (disk full, I/O error) stays retryable
+    as Unavailable."""
     try:
         yield
     except OSError as exc:
         where = f" {exc.filename}" if exc.filename else ""
         message = f"{resource_id}: cannot {action}{where}: {exc.strerror or exc}"
+        if exc.errno in _REFUSED_ERRNOS:
+            raise InvalidInput(message, resource_id=resource_id) from None
         if exc.errno in _PERMANENT_ERRNOS:
             raise Conflict(message, resource_id=resource_id) from None
         raise Unavailable(message, resource_id=resource_id) from None

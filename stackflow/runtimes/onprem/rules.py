@@ -13,12 +13,15 @@ TYPE_NAME = "OnPrem"
 
 
 def _place(resource: Described) -> tuple[str, str, str] | None:
-    """(host, normalised absolute path, kind) of an OnPrem File or Directory, else None."""
+    """(host, normalised absolute path, kind) of an OnPrem File, Directory or Service (its
+    unit file), else None."""
     if str(resource.type) != TYPE_NAME:
         return None
     attrs = resource.attributes
     path, kind, host = attrs.get("path"), attrs.get("kind"), attrs.get("host") or ""
-    if kind not in ("File", "Directory") or not isinstance(path, str) or not isinstance(host, str):
+    if kind not in ("File", "Directory", "Service") or not isinstance(path, str):
+        return None
+    if not isinstance(host, str):
         return None
     if not path.startswith("/") or path.startswith(KUSION_PATH_PREFIX):
         return None

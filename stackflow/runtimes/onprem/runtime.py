@@ -1,10 +1,10 @@
 """OnPrem runtime, local transport: files and directories on this machine.
 
 Resources of type ``OnPrem`` carry ``attributes.kind`` ``File`` (``path``, ``content``,
-``mode``) or ``Directory`` (``path``, ``mode``). ``host`` is reserved for the SSH transport
-that comes later; only the local machine (no host, ``localhost``) is served today.
-Writes are atomic (temporary file, fsync, rename, fsync of the directory) and skipped when
-nothing would change.
+``mode``) or ``Directory`` (``path``, ``mode``), and ``host``: none (or ``localhost``) for
+this machine, else a host reached over SSH (:mod:`.hosts`, :mod:`.sftp`), held to the roots
+the worker policy gives that host. Writes are atomic (temporary file, fsync, rename, fsync
+of the directory) and skipped when nothing would change.
 
 Every path is confined by the worker policy (:mod:`stackflow.runtimes.policy`): inside
 ``STACKFLOW_ONPREM_ROOTS`` once symlinks are resolved, never stackflow's own files, content
@@ -25,6 +25,7 @@ per step of the batch rather than twice per file, with the same durability.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -39,6 +40,7 @@ from stackflow.runtimes.onprem.batch import (
     BATCH_LIMIT,
     FileJob,
     Verb,
+    check,
     check_batch,
     place,
     remembering,
@@ -47,6 +49,7 @@ from stackflow.runtimes.onprem.batch import (
 from stackflow.runtimes.onprem.claims import Claims
 from stackflow.runtimes.onprem.files import Confined, OnPremAttributes, desired_state
 from stackflow.runtimes.onprem.rules import TYPE_NAME
+from stackflow.runtimes.onprem.sftp import Hosts, close_idle
 from stackflow.runtimes.policy import WorkerPolicy, worker_policy
 from stackflow.runtimes.turns import TurnBatcher
 
@@ -66,7 +69,7 @@ def apply_sync(resource_id: str, attrs: OnPremAttributes, where: Confined) -> At
 
 
 class OnPremRuntime(Runtime):
-    """Files and directories on the local machine, inside the worker policy's roots."""
+    """Files and directories on this machine or hosts over SSH, inside the policy's roots."""
 
     type_name = TYPE_NAME
     checks_every_call = True  # every call starts with the policy on that very path
@@ -85,12 +88,16 @@ class OnPremRuntime(Runtime):
         return self._policy if self._policy is not None else worker_policy()
 
     def _run(self, jobs: list[FileJob]) -> None:
-        check_batch(jobs, self.policy)
-        if self._claims is not None:
-            self._claims.before(jobs)
-        run_checked(jobs)
-        if self._claims is not None:
-            self._claims.after(jobs)
+        hosts = Hosts()  # one connection per host for the batch
+        try:
+            check_batch(jobs, self.policy, hosts)
+            if self._claims is not None:
+                self._claims.before(jobs)
+            run_checked(jobs)
+            if self._claims is not None:
+                self._claims.after(jobs)
+        finally:
+            hosts.close()
 
     async def _call(
         self,
@@ -115,12 +122,12 @@ class OnPremRuntime(Runtime):
         return place(self.policy, resource)
 
     def check_policy(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
-        place(self.policy.for_project(options.project, resource.id), resource)
+        check(self.policy.for_project(options.project, resource.id), resource)
 
     def check_policies(self, resources: Sequence[ResourceRequest], options: RuntimeOptions) -> None:
         resolve = remembering()
         for resource in resources:
-            place(self.policy.for_project(options.project, resource.id), resource, resolve=resolve)
+            check(self.policy.for_project(options.project, resource.id), resource, resolve=resolve)
 
     async def read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
         return (await self._call("read", resource, options)).result
@@ -147,3 +154,6 @@ class OnPremRuntime(Runtime):
     async def delete(self, resource: ResourceRequest, options: RuntimeOptions) -> None:
         # what is recorded is deleted whatever its size; the path is checked
         await self._call("delete", resource, options, reading=False, content=False)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(close_idle)

@@ -29,6 +29,8 @@ HISTORY_NAMES = {
     "run_group",
     "refresh_batch",
     "record_drift",
+    "prepare_set",
+    "resolve_member",
 }
 
 

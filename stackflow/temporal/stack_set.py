@@ -1,0 +1,184 @@
+"""SetWorkflow's models at the Temporal boundary: its input (a set and its members, each
+with a spec inline, by ref or at a git commit), the plan ``prepare_set`` returns, what
+``resolve_member`` takes and gives, and the set run's status and result.
+
+Specs and the values references take never travel here: members' specs go to the state
+backend by ref, resolved specs too; a member's line carries its phase, revision, counts
+and a short error."""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from stackflow.core.refs import StackFields
+from stackflow.model.source import SourceRef
+from stackflow.model.stack_set import MEMBER_LIMIT, NAME, STACK
+from stackflow.temporal.operation import NAME_LIMIT, NAME_PATTERN, WAIT_LIMIT
+
+SPEC_REF = r"^sha256:[0-9a-f]{64}$"
+ERROR_LIMIT = 300
+"""Characters of a member's error a status or result keeps."""
+UNKNOWN_LIMIT = 20
+"""References known only after apply that a member's line names (the count is complete)."""
+
+
+def set_workflow_id(name: str) -> str:
+    """A set run's id: one run of a set at a time."""
+    return f"stackflow-set/{name}"
+
+
+class SetOperation(StrEnum):
+    preview = "preview"
+    apply = "apply"
+    destroy = "destroy"
+
+
+class MemberInput(StackFields, BaseModel):
+    """One stack of the set: its spec (inline, by ref, or a git commit's file) and the
+    stacks it runs after (references add the stacks they name)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    project: str = Field(min_length=1, max_length=NAME_LIMIT, pattern=NAME_PATTERN)
+    workspace: str = Field(
+        default="default", min_length=1, max_length=NAME_LIMIT, pattern=NAME_PATTERN
+    )
+    spec: dict[str, Any] | None = None
+    spec_ref: str | None = Field(default=None, pattern=SPEC_REF)
+    source: SourceRef | None = None
+    depends_on: list[str] = Field(default_factory=list, max_length=MEMBER_LIMIT)
+
+    @model_validator(mode="after")
+    def _one_spec(self) -> MemberInput:
+        given = [self.spec is not None, self.spec_ref is not None, self.source is not None]
+        if sum(given) > 1:
+            raise ValueError("give one of spec, spec_ref and source, not more")
+        for item in self.depends_on:
+            if not re.match(STACK, item):
+                raise ValueError(f"depends_on: {item[:80]!r} is not project/workspace")
+        return self
+
+
+class SetInput(BaseModel):
+    """Input of SetWorkflow."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200, pattern=NAME)
+    operation: SetOperation = SetOperation.apply
+    members: list[MemberInput] = Field(min_length=1, max_length=MEMBER_LIMIT)
+    auto_approve: bool = False
+    """Apply: no set approval (a member's policy or four-eyes may still ask for one)."""
+    max_parallel: int = Field(default=4, ge=1, le=50)
+    """Member runs in flight at once."""
+    on_failure: Literal["halt", "rollback"] = "halt"
+    """After a member fails (its dependents are skipped, independent ones go on): ``halt``
+    leaves what was applied; ``rollback`` returns each member this run changed to the
+    release it had before, in reverse order."""
+    operator: str = Field(default="temporal", max_length=200)
+    approval_timeout_seconds: float = Field(default=3600.0, gt=0, le=WAIT_LIMIT)
+    max_concurrency: int = Field(default=8, ge=1, le=500)
+    """Each member run's resources in flight."""
+
+    @model_validator(mode="after")
+    def _once(self) -> SetInput:
+        names = [f"{m.project}/{m.workspace}" for m in self.members]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"members: {twice[0]} is named twice")
+        needs_spec = self.operation != SetOperation.destroy
+        for member in self.members:
+            has = member.spec is not None or member.spec_ref or member.source
+            if needs_spec and not has:
+                raise ValueError(f"members: {member.stack} has no spec, spec_ref or source")
+        return self
+
+
+class PlannedMember(StackFields, BaseModel):
+    """A member as ``prepare_set`` planned it."""
+
+    project: str
+    workspace: str
+    spec_ref: str | None = None
+    source: SourceRef | None = None
+    deps: list[int] = Field(default_factory=list)
+    """Members (indices) it runs after."""
+    upstream: dict[int, list[str]] = Field(default_factory=dict)
+    """Member index -> the resource ids of it this member's references read."""
+    references: int = 0
+    """``$stack.`` references of its spec (those to stacks outside the set included)."""
+    before: int | None = None
+    """The stack's latest succeeded release when the set run began (what rollback restores)."""
+
+
+class SetPlan(BaseModel):
+    members: list[PlannedMember]
+    order: list[int]
+    """Member indices in dependency order."""
+
+
+class ResolveInput(StackFields, BaseModel):
+    """Resolve one member's references from what the stacks it reads recorded."""
+
+    project: str
+    workspace: str
+    spec_ref: str
+    changing: dict[str, list[str]] = Field(default_factory=dict)
+    """Preview: stack -> resource ids an upstream change will produce anew (their values
+    show as known after apply)."""
+
+
+class ResolveResult(BaseModel):
+    spec_ref: str
+    """The resolved spec (the member's own when it has no references)."""
+    resolved: int = 0
+    unknown: list[str] = Field(default_factory=list)
+    """References known only after apply (the first UNKNOWN_LIMIT)."""
+    unknown_count: int = 0
+
+
+class MemberPhase(StrEnum):
+    pending = "pending"
+    running = "running"
+    succeeded = "succeeded"
+    failed = "failed"
+    skipped = "skipped"
+    rolled_back = "rolledBack"
+
+
+class MemberView(StackFields, BaseModel):
+    """One member's line of the set's status and result."""
+
+    project: str
+    workspace: str
+    phase: MemberPhase = MemberPhase.pending
+    revision: int | None = None
+    before: int | None = None
+    counts: dict[str, int] = Field(default_factory=dict)
+    """Node results by status (apply, destroy) or changes by action (preview)."""
+    changed: bool = False
+    """The member's run made a release that changed something (rollback's concern)."""
+    unknown: list[str] = Field(default_factory=list)
+    unknown_count: int = 0
+    workflow_id: str | None = None
+    error: str | None = None
+    error_type: str | None = None
+
+
+class SetView(BaseModel):
+    """The ``status`` query and the set run's result."""
+
+    name: str
+    operation: SetOperation
+    phase: str = "preparing"
+    """preparing, previewing, awaitingApproval, applying, destroying, rollingBack,
+    succeeded, failed."""
+    members: list[MemberView] = Field(default_factory=list)
+    error: str | None = None
+    error_type: str | None = None
+    rolled_back: list[str] = Field(default_factory=list)
+    """Stacks rollback returned to their earlier release (or destroyed: none before)."""

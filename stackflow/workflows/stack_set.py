@@ -1,0 +1,375 @@
+"""SetWorkflow: many stacks as one run. Each member runs as a child workflow of the stack's
+own kind (PreviewWorkflow, ApplyWorkflow, DestroyWorkflow) under the stack's usual id, in
+dependency order (destroy: dependents first), at most ``max_parallel`` at a time; a member
+whose dependency failed or was skipped is skipped.
+
+Before a member that reads other stacks (``$stack.`` references) starts, ``resolve_member``
+resolves them from what those stacks just recorded and stores the resolved spec by ref; in
+a preview, a value an upstream change will produce is ``(known after apply)``. An apply
+previews the set first and waits for one approval (unless ``auto_approve``), then applies
+each member approved up front (a member's policy or four-eyes may still hold it).
+
+Locks: a member's child holds its stack's lock as any run does, under the stack's id. A
+member whose stack is busy (another run holds the id) fails at once naming it; nothing
+waits for a lock, so two set runs sharing stacks never deadlock: the later one fails that
+member (its dependents are skipped) and ends. ``on_failure: rollback`` then returns each
+member this run changed to the release it had before (RollbackWorkflow; DestroyWorkflow
+when it had none), in reverse order."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    WorkflowAlreadyStartedError,
+)
+from temporalio.workflow import ParentClosePolicy
+
+with workflow.unsafe.imports_passed_through():
+    from stackflow.activities.stack_set import SetActivities
+    from stackflow.model.release import Phase
+    from stackflow.temporal.operation import (
+        OperationInput,
+        OperationResult,
+        preview_workflow_id,
+        workflow_id_for,
+    )
+    from stackflow.temporal.stack_set import (
+        ERROR_LIMIT,
+        MemberPhase,
+        MemberView,
+        ResolveInput,
+        ResolveResult,
+        SetInput,
+        SetOperation,
+        SetPlan,
+        SetView,
+    )
+    from stackflow.workflows import common
+    from stackflow.workflows.gate import Gate
+    from stackflow.workflows.nodes import cause_type, failure_message, raise_if_cancelled
+    from stackflow.workflows.steering import approval_input
+
+WORKFLOWS = {
+    SetOperation.preview: "PreviewWorkflow",
+    SetOperation.apply: "ApplyWorkflow",
+    SetOperation.destroy: "DestroyWorkflow",
+}
+NOT_OK = (MemberPhase.failed, MemberPhase.skipped)
+
+
+def _short(text: str | None) -> str | None:
+    return None if text is None else text[:ERROR_LIMIT]
+
+
+@workflow.defn(name="SetWorkflow")
+class SetWorkflow:
+    def __init__(self) -> None:
+        self._view: SetView | None = None
+        self._request: SetInput | None = None
+        self._gate = Gate()
+        self._changing: dict[int, list[str]] = {}
+        """Preview: member -> the resource ids (that others read) its change produces anew."""
+
+    # ---- the run ---------------------------------------------------------------------------
+    @workflow.run
+    async def run(self, *args: object) -> SetView:
+        try:
+            request = common.checked_input(SetInput, args)
+        except ApplicationError as err:
+            self._view = SetView(
+                name="?", operation=SetOperation.apply, phase="failed", error=err.message
+            )
+            raise
+        self._request = request
+        view = self._view = SetView(
+            name=request.name,
+            operation=request.operation,
+            members=[MemberView(project=m.project, workspace=m.workspace) for m in request.members],
+        )
+        try:
+            plan = await workflow.execute_activity_method(
+                SetActivities.prepare_set,
+                request,
+                **common.store_call(f"prepare set {request.name}"),
+            )
+        except ActivityError as exc:
+            raise_if_cancelled(exc)
+            return self._fail(failure_message(exc), cause_type(exc))
+        for member, planned in zip(view.members, plan.members, strict=True):
+            member.before = planned.before
+        operation = request.operation
+        if operation == SetOperation.destroy:
+            dependents: list[list[int]] = [[] for _ in plan.members]
+            for i, member in enumerate(plan.members):
+                for d in member.deps:
+                    dependents[d].append(i)
+            view.phase = Phase.destroying
+            await self._walk(plan, SetOperation.destroy, list(reversed(plan.order)), dependents)
+            return self._end()
+        deps = [m.deps for m in plan.members]
+        if operation == SetOperation.preview or not request.auto_approve:
+            view.phase = Phase.previewing
+            await self._walk(plan, SetOperation.preview, plan.order, deps)
+            if operation == SetOperation.preview or self._failed():
+                return self._end()
+            if not any(self._changes(m) for m in view.members):
+                return self._end()
+            if not await self._approved(request):
+                assert self._gate.approval is not None
+                who, why = self._gate.approval["by"], self._gate.approval.get("reason")
+                line = f"set apply rejected by {who}" + (f": {why}" if why else "")
+                return self._fail(line, "Rejected")
+            view.members = [
+                MemberView(project=m.project, workspace=m.workspace, before=m.before)
+                for m in view.members
+            ]
+        view.phase = Phase.applying
+        await self._walk(plan, SetOperation.apply, plan.order, deps)
+        if self._failed() and request.on_failure == "rollback":
+            await self._roll_back(plan)
+        return self._end()
+
+    def _fail(self, error: str, error_type: str | None) -> SetView:
+        assert self._view is not None
+        self._view.phase = Phase.failed
+        self._view.error = _short(error)
+        self._view.error_type = error_type
+        if error_type in ("InvalidInput", "SpecError", "NotFound"):
+            # bad input fails the run (not its workflow task), saying what and where
+            raise ApplicationError(self._view.error or error, type=error_type, non_retryable=True)
+        return self._view
+
+    def _failed(self) -> list[MemberView]:
+        assert self._view is not None
+        return [m for m in self._view.members if m.phase == MemberPhase.failed]
+
+    @staticmethod
+    def _changes(member: MemberView) -> bool:
+        return any(n for action, n in member.counts.items() if action != "UnChanged")
+
+    def _end(self) -> SetView:
+        assert self._view is not None
+        failed = self._failed()
+        if failed and self._view.error is None:
+            first = failed[0]
+            more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+            self._view.error = _short(f"{first.stack}: {first.error}{more}")
+            self._view.error_type = first.error_type
+        self._view.phase = Phase.failed if self._view.error else Phase.succeeded
+        return self._view
+
+    async def _approved(self, request: SetInput) -> bool:
+        """One approval for the set (the gate's decision, as a stack run's)."""
+        assert self._view is not None
+        self._view.phase = Phase.awaitingApproval
+        try:
+            await workflow.wait_condition(
+                lambda: self._gate.decision is not None,
+                timeout=timedelta(seconds=request.approval_timeout_seconds),
+            )
+        except TimeoutError:
+            self._gate.decision = "timeout"
+            self._gate.approval = {"decision": "rejected", "by": "timeout", "reason": None}
+        return self._gate.decision == "approved"
+
+    # ---- the walk over members -------------------------------------------------------------
+    async def _walk(
+        self, plan: SetPlan, kind: SetOperation, order: list[int], deps: list[list[int]]
+    ) -> None:
+        """Start each member once what it follows succeeded (at most max_parallel at once);
+        skip it when one of those failed or was skipped."""
+        assert self._view is not None and self._request is not None
+        members = self._view.members
+        pending = list(order)
+        running: set[int] = set()
+
+        async def one(i: int) -> None:
+            try:
+                await self._member(plan, kind, i)
+            except Exception as exc:  # a bug here fails the member, never the whole walk
+                members[i].phase, members[i].error = MemberPhase.failed, _short(repr(exc))
+                members[i].error_type = "WorkflowError"
+            finally:
+                running.discard(i)
+
+        while pending or running:
+            for i in list(pending):
+                if len(running) >= self._request.max_parallel:
+                    break
+                blocked = [d for d in deps[i] if members[d].phase in NOT_OK]
+                if blocked:
+                    members[i].phase = MemberPhase.skipped
+                    members[i].error = f"skipped: {members[blocked[0]].stack} did not succeed"
+                    pending.remove(i)
+                elif all(members[d].phase == MemberPhase.succeeded for d in deps[i]):
+                    pending.remove(i)
+                    running.add(i)
+                    members[i].phase = MemberPhase.running
+                    asyncio.create_task(one(i))  # noqa: RUF006 - awaited through `running`
+            if running:
+                count = len(running)
+                await workflow.wait_condition(lambda c=count: len(running) < c)  # type: ignore[misc]
+
+    async def _member(self, plan: SetPlan, kind: SetOperation, i: int) -> None:
+        assert self._view is not None and self._request is not None
+        view, planned = self._view.members[i], plan.members[i]
+        spec_ref = planned.spec_ref
+        try:
+            if kind != SetOperation.destroy and spec_ref is not None and planned.references:
+                changing = (
+                    {
+                        str(plan.members[u].stack): [
+                            x for x in ids if x in self._changing.get(u, [])
+                        ]
+                        for u, ids in planned.upstream.items()
+                    }
+                    if kind == SetOperation.preview
+                    else {}
+                )
+                resolved: ResolveResult = await workflow.execute_activity_method(
+                    SetActivities.resolve_member,
+                    ResolveInput(
+                        project=planned.project,
+                        workspace=planned.workspace,
+                        spec_ref=spec_ref,
+                        changing={k: v for k, v in changing.items() if v},
+                    ),
+                    **common.store_call(f"resolve references of {planned.stack}"),
+                )
+                spec_ref = resolved.spec_ref
+                view.unknown, view.unknown_count = resolved.unknown, resolved.unknown_count
+            request = OperationInput(
+                project=planned.project,
+                workspace=planned.workspace,
+                spec_ref=spec_ref if kind != SetOperation.destroy else None,
+                auto_approve=True,
+                operator=self._request.operator,
+                max_concurrency=self._request.max_concurrency,
+            )
+            result = await self._child(WORKFLOWS[kind], request, kind)
+        except ActivityError as exc:
+            raise_if_cancelled(exc)
+            view.phase, view.error = MemberPhase.failed, _short(failure_message(exc))
+            view.error_type = cause_type(exc)
+            return
+        except _Busy as busy:
+            view.phase, view.error, view.error_type = MemberPhase.failed, str(busy), "StackLocked"
+            return
+        except ChildWorkflowError as exc:
+            raise_if_cancelled(exc)
+            view.phase, view.error = MemberPhase.failed, _short(failure_message(exc))
+            view.error_type = cause_type(exc)
+            view.changed = kind == SetOperation.apply
+            return
+        view.revision = result.revision
+        view.error, view.error_type = _short(result.error), result.error_type
+        if kind == SetOperation.preview:
+            view.counts = dict(result.changes.get("summary") or {})
+            read = {x for m in plan.members for x in m.upstream.get(i, [])}
+            self._changing[i] = [
+                c["id"]
+                for c in result.changes.get("changes") or []
+                if c.get("action") != "UnChanged" and c.get("id") in read
+            ]
+        else:
+            view.counts = dict(result.counts)
+            view.changed = result.revision is not None and sum(result.counts.values()) > 0
+        view.phase = MemberPhase.failed if result.error else MemberPhase.succeeded
+
+    async def _child(
+        self, name: str, request: OperationInput, kind: SetOperation | str
+    ) -> OperationResult:
+        """Run one member's workflow under its stack's id; a busy stack is not waited for."""
+        assert self._view is not None
+        stack = request.stack
+        wid = preview_workflow_id(stack) if kind == SetOperation.preview else workflow_id_for(stack)
+        try:
+            handle = await workflow.start_child_workflow(
+                name,
+                request,
+                id=wid,
+                result_type=OperationResult,
+                parent_close_policy=ParentClosePolicy.REQUEST_CANCEL,
+                static_summary=f"{kind} {stack} (set {self._view.name})",
+            )
+        except WorkflowAlreadyStartedError:
+            raise _Busy(
+                f"{stack} is busy: {wid} is already running (another run holds the stack); "
+                "the set does not wait for it"
+            ) from None
+        for member in self._view.members:
+            if member.stack == stack:
+                member.workflow_id = wid
+        result: OperationResult = await handle
+        return result
+
+    # ---- rollback --------------------------------------------------------------------------
+    async def _roll_back(self, plan: SetPlan) -> None:
+        """Each member this run changed, in reverse order, back to its release before."""
+        assert self._view is not None and self._request is not None
+        self._view.phase = "rollingBack"
+        for i in reversed(plan.order):
+            member = self._view.members[i]
+            if not member.changed:
+                continue
+            request = OperationInput(
+                project=member.project,
+                workspace=member.workspace,
+                to_revision=member.before,
+                auto_approve=True,
+                operator=self._request.operator,
+                max_concurrency=self._request.max_concurrency,
+            )
+            name = "RollbackWorkflow" if member.before is not None else "DestroyWorkflow"
+            try:
+                result = await self._child(name, request, "rollback")
+            except (_Busy, ChildWorkflowError) as exc:
+                raise_if_cancelled(exc)
+                member.error = _short(f"{member.error}; rollback failed: {failure_message(exc)}")
+                continue
+            if result.error:
+                member.error = _short(f"{member.error}; rollback failed: {result.error}")
+                continue
+            member.phase, member.revision = MemberPhase.rolled_back, result.revision
+            self._view.rolled_back.append(str(member.stack))
+
+    # ---- queries & updates -----------------------------------------------------------------
+    @workflow.query
+    def status(self) -> SetView:
+        return self._view or SetView(name="?", operation=SetOperation.apply)
+
+    @workflow.update
+    async def approve(self, *args: object) -> str:
+        approval = approval_input(args)
+        self._gate.decide("approved", approval)
+        return f"approved by {approval.by}"
+
+    @approve.validator
+    def _validate_approve(self, *args: object) -> None:
+        approval_input(args)
+        self._gate.check_awaiting(self._phase())
+
+    @workflow.update
+    async def reject(self, *args: object) -> str:
+        approval = approval_input(args)
+        self._gate.decide("rejected", approval)
+        return f"rejected by {approval.by}"
+
+    @reject.validator
+    def _validate_reject(self, *args: object) -> None:
+        approval_input(args)
+        self._gate.check_awaiting(self._phase())
+
+    def _phase(self) -> Phase:
+        phase = self._view.phase if self._view is not None else ""
+        return Phase.awaitingApproval if phase == Phase.awaitingApproval else Phase.generating
+
+
+class _Busy(Exception):
+    """A member's stack is held by another run."""

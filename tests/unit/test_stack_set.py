@@ -1,0 +1,179 @@
+"""Stack sets: the set file, ``$stack.`` references, the order of the stacks and resolving."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from stackflow.core.errors import SpecError
+from stackflow.engine.stack_set import (
+    MAX_SET_BYTES,
+    load_set_text,
+    order_members,
+    reference_value,
+    references,
+    resolve,
+    split_reference,
+)
+from stackflow.model.stack_set import StackReference
+from stackflow.temporal.stack_set import SetInput
+
+SHOP = """
+name: shop
+stacks:
+  - {project: network, workspace: prod, spec: network.yaml}
+  - {project: database, workspace: prod, spec: db.yaml, dependsOn: [network/prod]}
+  - project: checkout
+    workspace: prod
+    git:
+      url: https://git.example/shop.git
+      ref: 0123456789abcdef0123456789abcdef01234567
+      path: deploy/spec.yaml
+"""
+
+IDS = {
+    "network/prod": {"onprem:File:/etc/net.conf", "onprem:File:/etc/net"},
+    "database/prod.eu": {"hashicorp:random:random_password:pw"},
+}
+
+
+def test_a_set_file_loads() -> None:
+    shop = load_set_text(SHOP, "stacks.yaml")
+    assert shop.name == "shop"
+    assert [m.name for m in shop.stacks] == ["network/prod", "database/prod", "checkout/prod"]
+    assert shop.stacks[1].depends_on == ["network/prod"]
+    git = shop.stacks[2].git
+    assert git is not None and git.source().commit.startswith("0123")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("name: s\nstacks: []\n", "stacks.yaml: stacks: List should have at least 1 item"),
+        (
+            "name: s\nstacks:\n  - {project: a, spec: a.yaml, git: {url: u, ref: r, path: p}}\n",
+            "stacks.yaml: stacks[0].git.ref: String should match pattern",
+        ),
+        (
+            "name: s\nstacks:\n  - {project: a}\n",
+            "stacks.yaml: stacks[0]: give one of spec (a file) and git {url, ref, path}",
+        ),
+        (
+            "name: s\nstacks:\n  - {project: a, spec: a.yaml, dependson: []}\n",
+            "stacks.yaml: stacks[0].dependson: unknown field",
+        ),
+        (
+            "name: s\nstacks:\n  - {project: a, spec: a.yaml, dependsOn: [b]}\n",
+            "stacks.yaml: stacks[0].dependsOn: 'b' is not a stack: write project/workspace",
+        ),
+        (
+            "name: s\nstacks:\n  - {project: a, spec: a.yaml}\n  - {project: a, spec: b.yaml}\n",
+            "stacks.yaml: set: stacks[1]: a/default is named twice",
+        ),
+        ("- a\n", "stacks.yaml: a set is a mapping with 'name' and 'stacks'"),
+        ("name: [", "stacks.yaml: invalid YAML"),
+    ],
+)
+def test_a_bad_set_file_is_one_line_naming_where(text: str, message: str) -> None:
+    with pytest.raises(SpecError) as err:
+        load_set_text(text, "stacks.yaml")
+    assert str(err.value).startswith(message), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_a_set_file_has_the_spec_loaders_budgets() -> None:
+    with pytest.raises(SpecError, match="the limit is"):
+        load_set_text(b"#" * (MAX_SET_BYTES + 1), "big.yaml")
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]\n"
+        for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+    with pytest.raises(SpecError, match="excessive aliasing"):
+        load_set_text(bomb, "bomb.yaml")
+
+
+def test_a_reference_splits_at_known_stacks_and_ids() -> None:
+    ref = split_reference("$stack.network/prod.onprem:File:/etc/net.conf.content", IDS.get)
+    assert ref == StackReference("network/prod", "onprem:File:/etc/net.conf", "content")
+    # a workspace with a dot, a field path with an index
+    ref = split_reference(
+        "$stack.database/prod.eu.hashicorp:random:random_password:pw.result[0]", IDS.get
+    )
+    assert ref == StackReference(
+        "database/prod.eu", "hashicorp:random:random_password:pw", "result[0]"
+    )
+    assert ref.text == "$stack.database/prod.eu.hashicorp:random:random_password:pw.result[0]"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("$stack.nowhere", "write $stack.<project>/<workspace>.<resource id>.<field>"),
+        ("$stack.network/dev.x.y", "names no stack (of the set, or with a release)"),
+        (
+            "$stack.network/prod.onprem:File:/nope.content",
+            "stack network/prod has no such resource",
+        ),
+        ("$stack.network/prod.onprem:File:/etc/net", "name a field of 'onprem:File:/etc/net'"),
+        ("$stack.network/prod.onprem:File:/etc/net.a[", "field 'a[':"),
+    ],
+)
+def test_a_bad_reference_is_refused_naming_it(text: str, message: str) -> None:
+    with pytest.raises(SpecError) as err:
+        references({"a": [{"b": text}]}, IDS.get, "service/prod")
+    assert str(err.value).startswith(f"service/prod: {text}"), str(err.value)
+    assert message in str(err.value)
+
+
+def test_references_are_distinct_and_only_whole_strings() -> None:
+    text = "$stack.network/prod.onprem:File:/etc/net.mode"
+    found = references({"a": text, "b": [text, f"x {text}"]}, IDS.get, "s")
+    assert found == [StackReference("network/prod", "onprem:File:/etc/net", "mode")]
+
+
+def test_members_order_and_cycles() -> None:
+    names = ["service/prod", "database/prod", "network/prod", "other/prod"]
+    order = order_members(names, [["database/prod"], ["network/prod"], [], []], "set shop")
+    assert order.order == [2, 3, 1, 0]
+    assert order.deps == [[1], [2], [], []]
+    with pytest.raises(SpecError) as err:
+        order_members(names, [["database/prod"], ["service/prod"], [], []], "set shop")
+    path = str(err.value).split("set shop: a cycle between stacks: ")[1].split(" -> ")
+    assert len(path) == 3 and path[0] == path[-1]
+    assert set(path) == {"service/prod", "database/prod"}
+    with pytest.raises(SpecError, match=r"set shop: service/prod: dependsOn x/y: not a stack"):
+        order_members(names, [["x/y"], [], [], []], "set shop")
+    with pytest.raises(SpecError, match="depends on itself"):
+        order_members(names, [["service/prod"], [], [], []], "set shop")
+
+
+def test_a_longer_cycle_names_its_path() -> None:
+    names = ["a/x", "b/x", "c/x"]
+    with pytest.raises(SpecError) as err:
+        order_members(names, [["c/x"], ["a/x"], ["b/x"]], "set s")
+    path = str(err.value).split("a cycle between stacks: ")[1].split(" -> ")
+    assert len(path) == 4 and path[0] == path[-1] and set(path) == set(names)
+
+
+def test_values_resolve_and_a_missing_field_is_named() -> None:
+    ref = StackReference("database/prod", "pw", "result")
+    assert reference_value(ref, {"result": "s3cret"}) == "s3cret"
+    with pytest.raises(SpecError) as err:
+        reference_value(ref, {"length": 8})
+    assert str(err.value).startswith("$stack.database/prod.pw.result: 'pw' of database/prod has")
+    with pytest.raises(SpecError, match="database/prod has no recorded 'pw'"):
+        reference_value(ref, None)
+    spec = {"data": {"password": ref.text, "keep": "x"}, "list": [ref.text]}
+    assert resolve(spec, {ref.text: "v"}) == {"data": {"password": "v", "keep": "x"}, "list": ["v"]}
+
+
+def test_the_workflow_input_refuses_what_a_run_cannot_do() -> None:
+    member = {"project": "a", "workspace": "w", "spec": {"resources": []}}
+    SetInput(name="s", members=[member])
+    with pytest.raises(ValidationError, match="a/w is named twice"):
+        SetInput(name="s", members=[member, member])
+    with pytest.raises(ValidationError, match="a/w has no spec"):
+        SetInput(name="s", members=[{"project": "a", "workspace": "w"}])
+    SetInput(name="s", operation="destroy", members=[{"project": "a", "workspace": "w"}])
+    with pytest.raises(ValidationError, match="not project/workspace"):
+        SetInput(name="s", members=[{**member, "depends_on": ["nope"]}])

@@ -12,12 +12,11 @@ from temporalio import activity
 
 from stackflow.activities.deps import Deps
 from stackflow.activities.errors import temporal_errors
-from stackflow.core.errors import SpecError
 from stackflow.core.refs import StackRef
 from stackflow.engine.spec import check_spec, parse_spec, parse_spec_text
 from stackflow.engine.stack_set import (
     UNKNOWN_UNTIL_APPLY,
-    order_members,
+    check_set,
     reference_value,
     references,
     resolve,
@@ -79,53 +78,30 @@ class SetActivities:
         return set(self.backend.resources(stack, revision))
 
     def _prepare(self, inp: SetInput) -> SetPlan:
-        names = [str(m.stack) for m in inp.members]
-        index = {name: i for i, name in enumerate(names)}
         loaded = [self._spec(m) for m in inp.members]
-        ids: dict[str, Container[str] | None] = {
-            name: {r.id for r in spec.resources} if spec is not None else None
-            for name, (spec, _) in zip(names, loaded, strict=True)
-        }
-
-        def ids_of(stack: str) -> Container[str] | None:
-            if stack not in ids:
-                ids[stack] = self._recorded_ids(_stack(stack))
-            return ids[stack]
-
-        planned: list[PlannedMember] = []
-        depends: list[list[str]] = []
-        for member, (spec, ref) in zip(inp.members, loaded, strict=True):
-            found = (
-                references([r.attributes for r in spec.resources], ids_of, str(member.stack))
-                if spec is not None and inp.operation != SetOperation.destroy
-                else []
+        destroy = inp.operation == SetOperation.destroy
+        order, reads = check_set(
+            inp.name,
+            [str(m.stack) for m in inp.members],
+            [None if destroy else spec for spec, _ in loaded],
+            [m.depends_on for m in inp.members],
+            lambda stack: self._recorded_ids(_stack(stack)),
+        )
+        members = [
+            PlannedMember(
+                project=member.project,
+                workspace=member.workspace,
+                spec_ref=ref,
+                deps=deps,
+                upstream=read.upstream,
+                references=read.references,
+                before=self.backend.latest_succeeded_revision(member.stack),
             )
-            upstream: dict[int, list[str]] = {}
-            for found_ref in found:
-                if found_ref.stack == str(member.stack):
-                    raise SpecError(
-                        f"set {inp.name}: {member.stack}: {found_ref.text}: a $stack. reference "
-                        "to its own stack (use $kusion_path)"
-                    )
-                if found_ref.stack in index:
-                    ids_read = upstream.setdefault(index[found_ref.stack], [])
-                    if found_ref.resource_id not in ids_read:
-                        ids_read.append(found_ref.resource_id)
-            depends.append([*member.depends_on, *(names[i] for i in upstream)])
-            planned.append(
-                PlannedMember(
-                    project=member.project,
-                    workspace=member.workspace,
-                    spec_ref=ref,
-                    upstream=upstream,
-                    references=len(found),
-                    before=self.backend.latest_succeeded_revision(member.stack),
-                )
+            for member, (_, ref), deps, read in zip(
+                inp.members, loaded, order.deps, reads, strict=True
             )
-        order = order_members(names, depends, f"set {inp.name}")
-        for done, deps in zip(planned, order.deps, strict=True):
-            done.deps = deps
-        return SetPlan(members=planned, order=order.order)
+        ]
+        return SetPlan(members=members, order=order.order)
 
     # ---- resolve ---------------------------------------------------------------------------
     def _resolve(self, inp: ResolveInput) -> ResolveResult:

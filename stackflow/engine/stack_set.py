@@ -18,6 +18,7 @@ from pydantic import ValidationError
 from stackflow.core.errors import SpecError
 from stackflow.core.paths import PathError, get_path, parse_path
 from stackflow.engine.spec import SyntaxProblem, load_yaml
+from stackflow.model.spec import Spec
 from stackflow.model.stack_set import STACK_REF_PREFIX, StackReference, StackSet
 
 MAX_SET_BYTES = 1024 * 1024
@@ -187,3 +188,54 @@ def resolve(value: Any, values: Mapping[str, Any]) -> Any:
     if isinstance(value, list | tuple):
         return [resolve(v, values) for v in value]
     return value
+
+
+class MemberReads(NamedTuple):
+    """What one member's references read: member index -> resource ids of it, and how many
+    references its spec holds (to stacks outside the set too)."""
+
+    upstream: dict[int, list[str]]
+    references: int
+
+
+def check_set(
+    name: str,
+    names: Sequence[str],
+    specs: Sequence[Spec | None],
+    declared: Sequence[Sequence[str]],
+    recorded_ids: IdsOf,
+) -> tuple[SetOrder, list[MemberReads]]:
+    """A set's members checked as one: each spec's ``$stack.`` references (to a member's
+    resources, or those a stack outside the set recorded: ``recorded_ids``), no reference
+    to its own stack, and an order (references are dependencies too) without a cycle."""
+    index = {stack: i for i, stack in enumerate(names)}
+    known: dict[str, Container[str] | None] = {
+        stack: None if spec is None else {r.id for r in spec.resources}
+        for stack, spec in zip(names, specs, strict=True)
+    }
+
+    def ids_of(stack: str) -> Container[str] | None:
+        if stack not in known:
+            known[stack] = recorded_ids(stack)
+        return known[stack]
+
+    reads: list[MemberReads] = []
+    depends: list[list[str]] = []
+    for stack, spec, wanted in zip(names, specs, declared, strict=True):
+        where = f"set {name}: {stack}"
+        found = (
+            []
+            if spec is None
+            else references([r.attributes for r in spec.resources], ids_of, where)
+        )
+        upstream: dict[int, list[str]] = {}
+        for ref in found:
+            if ref.stack == stack:
+                raise SpecError(f"{where}: {ref.text}: reads its own stack (use $kusion_path)")
+            if ref.stack in index:
+                ids = upstream.setdefault(index[ref.stack], [])
+                if ref.resource_id not in ids:
+                    ids.append(ref.resource_id)
+        reads.append(MemberReads(upstream, len(found)))
+        depends.append([*wanted, *(names[i] for i in upstream)])
+    return order_members(names, depends, f"set {name}"), reads

@@ -8,6 +8,7 @@ from pydantic import ValidationError
 from stackflow.core.errors import SpecError
 from stackflow.engine.stack_set import (
     MAX_SET_BYTES,
+    check_set,
     load_set_text,
     order_members,
     reference_value,
@@ -15,6 +16,7 @@ from stackflow.engine.stack_set import (
     resolve,
     split_reference,
 )
+from stackflow.model.spec import Spec
 from stackflow.model.stack_set import StackReference
 from stackflow.temporal.stack_set import SetInput
 
@@ -177,3 +179,34 @@ def test_the_workflow_input_refuses_what_a_run_cannot_do() -> None:
     SetInput(name="s", operation="destroy", members=[{"project": "a", "workspace": "w"}])
     with pytest.raises(ValidationError, match="not project/workspace"):
         SetInput(name="s", members=[{**member, "depends_on": ["nope"]}])
+
+
+def _spec(*resources: tuple[str, dict[str, object]]) -> Spec:
+    return Spec.model_validate(
+        {"resources": [{"id": i, "type": "OnPrem", "attributes": a} for i, a in resources]}
+    )
+
+
+def test_a_set_is_checked_as_one_references_are_dependencies() -> None:
+    names = ["service/prod", "database/prod"]
+    specs = [
+        _spec(("svc", {"p": "$stack.database/prod.pw.result", "o": "$stack.ext/prod.x.y"})),
+        _spec(("pw", {"length": 8})),
+    ]
+    outside = {"ext/prod": {"x"}}
+    order, reads = check_set("shop", names, specs, [[], []], outside.get)
+    assert order.order == [1, 0] and order.deps == [[1], []]
+    assert reads[0].upstream == {1: ["pw"]} and reads[0].references == 2
+    specs[1] = _spec(("pw", {"again": "$stack.service/prod.svc.p"}))
+    with pytest.raises(SpecError, match="a cycle between stacks"):
+        check_set("shop", names, specs, [[], []], outside.get)
+    specs[1] = _spec(("pw", {"me": "$stack.database/prod.pw.length"}))
+    with pytest.raises(SpecError, match=r"set shop: database/prod: .*reads its own stack"):
+        check_set("shop", names, specs, [[], []], outside.get)
+    specs[1] = _spec(("pw", {"length": 8}))
+    with pytest.raises(SpecError) as err:
+        check_set("shop", names, specs, [[], []], {}.get)
+    assert str(err.value) == (
+        "set shop: service/prod: $stack.ext/prod.x.y: names no stack (of the set, or with a "
+        "release)"
+    )

@@ -128,6 +128,12 @@ COMMANDS: tuple[Entry, ...] = (
         "A run's events (run_start, phase, planned_change, change_summary, approval_wait, "
         "apply_start, apply_complete, apply_errored, run_complete), as the API streams them.",
     ),
+    Entry(
+        "set",
+        "stackflow.cli.sets",
+        "Many stacks as one run: preview, apply or destroy a set file's stacks in dependency "
+        "order, values passed downstream ($stack. references); status of a set's run.",
+    ),
     Entry("release", "stackflow.cli.offline", "Inspect, unlock and import releases of a stack."),
     Entry(
         "state",

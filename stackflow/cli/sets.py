@@ -1,0 +1,282 @@
+"""`stackflow set preview|apply|destroy -f stacks.yaml` and `stackflow set status --set NAME`:
+many stacks as one run (SetWorkflow, :mod:`stackflow.workflows.stack_set`).
+
+The command reads the set file and each member's spec file (paths relative to the set
+file), checks the set as the worker will (references, order, cycles: one line, exit 2),
+stores the specs in the state backend and starts the set run with their refs. An apply
+shows the set's combined preview, asks once (or takes ``--yes``) and follows the run."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from stackflow.cli.app import EXIT_CODES_HELP, app
+from stackflow.cli.options import FileOpt, OutputOpt, WaitOpt, YesOpt
+from stackflow.cli.output import OutputFormat
+from stackflow.cli.report import BAD_INPUT_TYPES
+from stackflow.cli.runs import console_for, current_user, namespace, ui_link
+from stackflow.core.errors import OperationFailed, SpecError, StackLockedError
+from stackflow.temporal.stack_set import SetInput, SetOperation, SetView, set_workflow_id
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from temporalio.client import WorkflowHandle
+
+    from stackflow.cli.connection import Temporal
+
+set_app = typer.Typer(
+    help="Many stacks as one run: preview, apply or destroy a set file's stacks in dependency "
+    "order, values passed downstream ($stack. references); status of a set's run.",
+    epilog=EXIT_CODES_HELP,
+    no_args_is_help=True,
+)
+app.add_typer(set_app, name="set")
+
+OnFailureSetOpt = Annotated[
+    str,
+    typer.Option(
+        "--on-failure",
+        help="halt: leave what was applied when a stack fails (its dependents are skipped); "
+        "rollback: return each stack this run changed to its release before, in reverse order.",
+    ),
+]
+ParallelOpt = Annotated[
+    int, typer.Option("--max-parallel", min=1, max=50, help="Stacks in flight at once.")
+]
+SetOpt = Annotated[str, typer.Option("--set", help="The set's name (its file's `name`).")]
+FINAL = ("succeeded", "failed")
+
+
+def set_input(file: str, operation: SetOperation, **options: Any) -> SetInput:
+    """The set file as the workflow's input: specs stored by ref, the set checked whole."""
+    from stackflow.engine.spec import load_spec
+    from stackflow.engine.stack_set import check_set, load_set_file
+    from stackflow.state.backend import open_backend
+    from stackflow.state.spec_store import SpecStore
+
+    shop = load_set_file(file)
+    base = Path(file).parent
+    destroy = operation == SetOperation.destroy
+    specs = [None if destroy or m.spec is None else load_spec(base / m.spec) for m in shop.stacks]
+    backend = open_backend()
+    try:
+
+        def recorded(stack: str) -> set[str] | None:
+            from stackflow.core.refs import StackRef
+
+            ref = StackRef(*stack.split("/", 1))
+            revision = backend.latest_succeeded_revision(ref)
+            return None if revision is None else set(backend.resources(ref, revision))
+
+        names = [m.name for m in shop.stacks]
+        check_set(shop.name, names, specs, [m.depends_on for m in shop.stacks], recorded)
+        store = SpecStore(backend)
+        members = [
+            {
+                "project": m.project,
+                "workspace": m.workspace,
+                "depends_on": m.depends_on,
+                **({"spec_ref": store.put(spec)} if spec is not None else {}),
+                **({"source": m.git.source()} if m.git is not None and not destroy else {}),
+            }
+            for m, spec in zip(shop.stacks, specs, strict=True)
+        ]
+    finally:
+        backend.close()
+    try:
+        return SetInput(name=shop.name, operation=operation, members=members, **options)
+    except ValueError as exc:
+        raise SpecError(f"{file}: {str(exc).splitlines()[-1].strip()}") from None
+
+
+def show(console: Console, view: SetView) -> None:
+    """The set as a table: one line per stack."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table("Stack", "Phase", "Revision", "Changes / results", "Known after apply", "Error")
+    for m in view.members:
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(m.counts.items()) if v)
+        unknown = "\n".join(m.unknown) + (
+            f"\n(and {m.unknown_count - len(m.unknown)} more)"
+            if m.unknown_count > len(m.unknown)
+            else ""
+        )
+        table.add_row(
+            Text(str(m.stack)),
+            Text(str(m.phase)),
+            "" if m.revision is None else str(m.revision),
+            Text(counts or "-"),
+            Text(unknown),
+            Text(m.error or ""),
+        )
+    console.print(table)
+    line = f"set {view.name}: {view.operation} {view.phase}"
+    if view.rolled_back:
+        line += f"; rolled back: {', '.join(view.rolled_back)}"
+    console.print(Text(line))
+
+
+def _failure(exc: BaseException) -> Exception:
+    chain: list[BaseException] = [exc]
+    while chain[-1].__cause__ is not None:
+        chain.append(chain[-1].__cause__)
+    typed = [c for c in chain if getattr(c, "type", None)]
+    cause = typed[0] if typed else chain[-1]
+    message = getattr(cause, "message", None) or str(cause)
+    if getattr(cause, "type", None) in BAD_INPUT_TYPES:
+        return SpecError(message)
+    return OperationFailed(f"set run failed: {message}")
+
+
+async def _status(temporal: Temporal, handle: WorkflowHandle[Any, Any]) -> SetView:
+    return await temporal.call(
+        "the set's status", lambda: handle.query("status", result_type=SetView)
+    )
+
+
+async def _run(request: SetInput, yes: bool, output: OutputFormat, timeout: float) -> SetView:
+    from temporalio.client import WorkflowFailureError
+    from temporalio.exceptions import WorkflowAlreadyStartedError
+
+    from stackflow.cli.connection import Temporal
+
+    temporal = Temporal(timeout)
+    client = await temporal.connect()
+    wid = set_workflow_id(request.name)
+    console = console_for(output)
+    try:
+        handle = await temporal.start(
+            "SetWorkflow",
+            request,
+            id=wid,
+            result_type=SetView,
+            static_summary=f"set {request.operation} {request.name}",
+        )
+    except WorkflowAlreadyStartedError:
+        raise StackLockedError(
+            f"set {request.name} is already running ({ui_link(client.namespace, wid, None)})"
+        ) from None
+    console.print(f"set run: {ui_link(namespace(), wid, handle.result_run_id)}", highlight=False)
+    if request.operation == SetOperation.apply and not request.auto_approve:
+        while (view := await _status(temporal, handle)).phase not in (*FINAL, "awaitingApproval"):
+            await asyncio.sleep(0.5)
+        if view.phase == "awaitingApproval":
+            show(console, view)
+            if not yes and not typer.confirm("Apply these stacks?", err=True):
+                await handle.execute_update("reject", {"by": current_user()})
+            else:
+                await handle.execute_update("approve", {"by": current_user()})
+    try:
+        return await temporal.call("the set run", handle.result)
+    except WorkflowFailureError as exc:
+        raise _failure(exc) from None
+
+
+def _operate(
+    operation: SetOperation,
+    file: str,
+    yes: bool,
+    output: OutputFormat,
+    timeout: float,
+    **options: Any,
+) -> None:
+    request = set_input(file, operation, operator=current_user(), **options)
+    if operation == SetOperation.destroy and not yes:
+        names = ", ".join(str(m.stack) for m in request.members)
+        if not typer.confirm(f"Destroy {names}?", err=True):
+            raise OperationFailed("destroy not confirmed")
+    request.auto_approve = yes or operation == SetOperation.destroy
+    view = asyncio.run(_run(request, yes, output, timeout))
+    _print(view, output)
+
+
+def _print(view: SetView, output: OutputFormat) -> None:
+    if output == OutputFormat.json:
+        typer.echo(json.dumps(view.model_dump(mode="json"), indent=2, sort_keys=True))
+    else:
+        show(console_for(output), view)
+    if view.phase == "failed":
+        if view.error_type in BAD_INPUT_TYPES:
+            raise SpecError(view.error or "bad input")
+        raise OperationFailed(f"set {view.name}: {view.error}")
+
+
+@set_app.command("preview")
+def set_preview(
+    file: FileOpt,
+    output: OutputOpt = OutputFormat.table,
+    parallel: ParallelOpt = 4,
+    unavailable_timeout: WaitOpt = 600.0,
+) -> None:
+    """Preview every stack in dependency order; a value an upstream change will produce shows
+    as (known after apply)."""
+    _operate(SetOperation.preview, file, True, output, unavailable_timeout, max_parallel=parallel)
+
+
+@set_app.command("apply")
+def set_apply(
+    file: FileOpt,
+    yes: YesOpt = False,
+    output: OutputOpt = OutputFormat.table,
+    on_failure: OnFailureSetOpt = "halt",
+    max_parallel: ParallelOpt = 4,
+    unavailable_timeout: WaitOpt = 600.0,
+) -> None:
+    """Preview the set, ask once, then apply each stack in dependency order."""
+    if on_failure not in ("halt", "rollback"):
+        raise SpecError(f"--on-failure {on_failure}: give halt or rollback")
+    _operate(
+        SetOperation.apply,
+        file,
+        yes,
+        output,
+        unavailable_timeout,
+        max_parallel=max_parallel,
+        on_failure=on_failure,
+    )
+
+
+@set_app.command("destroy")
+def set_destroy(
+    file: FileOpt,
+    yes: YesOpt = False,
+    output: OutputOpt = OutputFormat.table,
+    parallel: ParallelOpt = 4,
+    unavailable_timeout: WaitOpt = 600.0,
+) -> None:
+    """Destroy every stack of the set, dependents first."""
+    _operate(SetOperation.destroy, file, yes, output, unavailable_timeout, max_parallel=parallel)
+
+
+@set_app.command("status")
+def set_status(
+    name: SetOpt,
+    output: OutputOpt = OutputFormat.table,
+    unavailable_timeout: WaitOpt = 600.0,
+) -> None:
+    """The set's latest run: per stack its phase, revision and counts."""
+    from stackflow.cli.connection import Temporal
+
+    async def status() -> SetView:
+        temporal = Temporal(unavailable_timeout)
+        client = await temporal.connect()
+        return await _status(temporal, client.get_workflow_handle(set_workflow_id(name)))
+
+    from temporalio.service import RPCError, RPCStatusCode
+
+    try:
+        view = asyncio.run(status())
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise SpecError(f"set {name}: no run found") from None
+        raise
+    if output == OutputFormat.json:
+        typer.echo(json.dumps(view.model_dump(mode="json"), indent=2, sort_keys=True))
+    else:
+        show(console_for(output), view)

@@ -180,5 +180,7 @@ class SetView(BaseModel):
     members: list[MemberView] = Field(default_factory=list)
     error: str | None = None
     error_type: str | None = None
+    """``StackFailed`` when members failed (each says why); else the set run's own failure
+    (``SpecError``, ``InvalidInput``: the set itself was refused, nothing ran)."""
     rolled_back: list[str] = Field(default_factory=list)
     """Stacks rollback returned to their earlier release (or destroyed: none before)."""

@@ -160,7 +160,7 @@ class SetWorkflow:
             first = failed[0]
             more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
             self._view.error = _short(f"{first.stack}: {first.error}{more}")
-            self._view.error_type = first.error_type
+            self._view.error_type = "StackFailed"
         self._view.phase = Phase.failed if self._view.error else Phase.succeeded
         return self._view
 
@@ -270,7 +270,8 @@ class SetWorkflow:
         view.revision = result.revision
         view.error, view.error_type = _short(result.error), result.error_type
         if kind == SetOperation.preview:
-            view.counts = dict(result.changes.get("summary") or {})
+            summary = result.changes.get("summary") or {}
+            view.counts = {action: n for action, n in summary.items() if n}
             read = {x for m in plan.members for x in m.upstream.get(i, [])}
             self._changing[i] = [
                 c["id"]

@@ -21,7 +21,15 @@ from stackflow.cli.output import OutputFormat
 from stackflow.cli.report import BAD_INPUT_TYPES
 from stackflow.cli.runs import console_for, current_user, namespace, ui_link
 from stackflow.core.errors import OperationFailed, SpecError, StackLockedError
-from stackflow.temporal.stack_set import SetInput, SetOperation, SetView, set_workflow_id
+from stackflow.core.refs import StackRef
+from stackflow.temporal.stack_set import (
+    Member,
+    SetInput,
+    SetOperation,
+    SetView,
+    checked_set_input,
+    set_workflow_id,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -55,43 +63,26 @@ FINAL = ("succeeded", "failed")
 def set_input(file: str, operation: SetOperation, **options: Any) -> SetInput:
     """The set file as the workflow's input: specs stored by ref, the set checked whole."""
     from stackflow.engine.spec import load_spec
-    from stackflow.engine.stack_set import check_set, load_set_file
+    from stackflow.engine.stack_set import load_set_file
     from stackflow.state.backend import open_backend
-    from stackflow.state.spec_store import SpecStore
 
     shop = load_set_file(file)
     base = Path(file).parent
     destroy = operation == SetOperation.destroy
-    specs = [None if destroy or m.spec is None else load_spec(base / m.spec) for m in shop.stacks]
+    members = [
+        Member(
+            StackRef(m.project, m.workspace),
+            m.depends_on,
+            None if destroy or m.spec is None else load_spec(base / m.spec),
+            None if m.git is None else m.git.source(),
+        )
+        for m in shop.stacks
+    ]
     backend = open_backend()
     try:
-
-        def recorded(stack: str) -> set[str] | None:
-            from stackflow.core.refs import StackRef
-
-            ref = StackRef(*stack.split("/", 1))
-            revision = backend.latest_succeeded_revision(ref)
-            return None if revision is None else set(backend.resources(ref, revision))
-
-        names = [m.name for m in shop.stacks]
-        check_set(shop.name, names, specs, [m.depends_on for m in shop.stacks], recorded)
-        store = SpecStore(backend)
-        members = [
-            {
-                "project": m.project,
-                "workspace": m.workspace,
-                "depends_on": m.depends_on,
-                **({"spec_ref": store.put(spec)} if spec is not None else {}),
-                **({"source": m.git.source()} if m.git is not None and not destroy else {}),
-            }
-            for m, spec in zip(shop.stacks, specs, strict=True)
-        ]
+        return checked_set_input(backend, shop.name, operation, members, **options)
     finally:
         backend.close()
-    try:
-        return SetInput(name=shop.name, operation=operation, members=members, **options)
-    except ValueError as exc:
-        raise SpecError(f"{file}: {str(exc).splitlines()[-1].strip()}") from None
 
 
 def show(console: Console, view: SetView) -> None:

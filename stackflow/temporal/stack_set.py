@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from stackflow.core.refs import StackFields
+from stackflow.core.refs import StackFields, StackRef
 from stackflow.model.source import SourceRef
 from stackflow.model.stack_set import MEMBER_LIMIT, NAME, STACK
 from stackflow.temporal.operation import NAME_LIMIT, NAME_PATTERN, WAIT_LIMIT
+
+if TYPE_CHECKING:
+    from stackflow.model.spec import Spec
+    from stackflow.state.backend import StateBackend
 
 SPEC_REF = r"^sha256:[0-9a-f]{64}$"
 ERROR_LIMIT = 300
@@ -184,3 +188,53 @@ class SetView(BaseModel):
     (``SpecError``, ``InvalidInput``: the set itself was refused, nothing ran)."""
     rolled_back: list[str] = Field(default_factory=list)
     """Stacks rollback returned to their earlier release (or destroyed: none before)."""
+
+
+class Member(NamedTuple):
+    """A member as a client read it: its stack, what it depends on, its spec (None: none
+    needed, or a git commit's file the worker reads)."""
+
+    stack: StackRef
+    depends_on: list[str]
+    spec: Spec | None
+    source: SourceRef | None = None
+
+
+def checked_set_input(
+    backend: StateBackend, name: str, operation: SetOperation, members: list[Member], **options: Any
+) -> SetInput:
+    """The set run's input as a client (the CLI, the API) makes it: the set checked whole as
+    the worker will (references, order; SpecError naming what and where), each spec stored
+    by ref (specs never travel in history)."""
+    from stackflow.core.errors import SpecError
+    from stackflow.engine.stack_set import check_set
+    from stackflow.state.spec_store import SpecStore
+
+    def recorded(stack: str) -> set[str] | None:
+        ref = StackRef(*stack.split("/", 1))
+        revision = backend.latest_succeeded_revision(ref)
+        return None if revision is None else set(backend.resources(ref, revision))
+
+    destroy = operation == SetOperation.destroy
+    specs = [None if destroy else m.spec for m in members]
+    names = [str(m.stack) for m in members]
+    check_set(name, names, specs, [m.depends_on for m in members], recorded)
+    store = SpecStore(backend)
+    try:
+        return SetInput(
+            name=name,
+            operation=operation,
+            members=[
+                MemberInput(
+                    project=m.stack.project,
+                    workspace=m.stack.workspace,
+                    depends_on=m.depends_on,
+                    spec_ref=None if spec is None else store.put(spec),
+                    source=None if destroy else m.source,
+                )
+                for m, spec in zip(members, specs, strict=True)
+            ],
+            **options,
+        )
+    except ValueError as exc:
+        raise SpecError(f"set {name}: {str(exc).splitlines()[-1].strip()}") from None

@@ -61,6 +61,7 @@ WORKFLOWS = {
     SetOperation.destroy: "DestroyWorkflow",
 }
 NOT_OK = (MemberPhase.failed, MemberPhase.skipped)
+BAD_INPUT = ("InvalidInput", "SpecError", "NotFound", "PolicyDenied")
 
 
 def _short(text: str | None) -> str | None:
@@ -140,7 +141,7 @@ class SetWorkflow:
         self._view.phase = Phase.failed
         self._view.error = _short(error)
         self._view.error_type = error_type
-        if error_type in ("InvalidInput", "SpecError", "NotFound"):
+        if error_type in BAD_INPUT:
             # bad input fails the run (not its workflow task), saying what and where
             raise ApplicationError(self._view.error or error, type=error_type, non_retryable=True)
         return self._view
@@ -160,7 +161,10 @@ class SetWorkflow:
             first = failed[0]
             more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
             self._view.error = _short(f"{first.stack}: {first.error}{more}")
-            self._view.error_type = "StackFailed"
+            # members refused as bad input, before anything changed: the set's input was bad
+            bad = all(m.error_type in BAD_INPUT for m in failed)
+            changed = any(m.changed for m in self._view.members)
+            self._view.error_type = first.error_type if bad and not changed else "StackFailed"
         self._view.phase = Phase.failed if self._view.error else Phase.succeeded
         return self._view
 

@@ -1,0 +1,220 @@
+"""Set runs of OnPrem stacks on the dev services, with a worker of this tree: one approval
+covering the set, ``set status``, a bare Temporal start (inline specs; bad input fails the
+run), a reference to a field the upstream never recorded, and set runs meeting a busy stack
+(fail fast naming the holder, never a deadlock, no stack left locked)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from temporalio.client import Client, WorkflowFailureError
+
+from stackflow.core.refs import StackRef
+from stackflow.model.release import Phase
+from stackflow.temporal.operation import OperationInput, workflow_id_for
+from stackflow.temporal.stack_set import SetView, set_workflow_id
+from tests.integration.conftest import REPO, WorkerProcess, run_cli
+from tests.integration.opshelp import cli_json, file_resource, releases, wait_phase
+
+
+def _set(root: Path, name: str, stacks: dict[str, list[dict[str, Any]]], deps: Any = None) -> Path:
+    """A set file of OnPrem stacks (project -> resources), workspace prod."""
+    members = []
+    for project, resources in stacks.items():
+        (root / f"{project}.yaml").write_text(yaml.safe_dump({"resources": resources}))
+        member = {"project": project, "workspace": "prod", "spec": f"{project}.yaml"}
+        if deps and project in deps:
+            member["dependsOn"] = deps[project]
+        members.append(member)
+    path = root / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"name": name, "stacks": members}))
+    return path
+
+
+def _by(view: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {m["project"]: m for m in view["members"]}
+
+
+def _tag() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+def test_one_approval_covers_the_set_and_status_shows_it(
+    tmp_path: Path, stack_env: dict[str, str], worker_process: WorkerProcess
+) -> None:
+    env, tag = stack_env, _tag()
+    a, b = f"seta{tag}", f"setb{tag}"
+    src = file_resource(tmp_path / "a.txt", "from a\n")
+    copy = file_resource(tmp_path / "b.txt", f"$stack.{a}/prod.{src['id']}.content")
+    path = _set(tmp_path, f"pair-{tag}", {a: [src], b: [copy]})
+    # a "no" leaves everything as it was
+    proc = run_cli(env, "set", "apply", "-f", str(path), "-o", "json", input="n\n")
+    assert proc.returncode == 1, proc.stderr
+    assert "set apply rejected by" in proc.stderr
+    assert not (tmp_path / "a.txt").exists() and not (tmp_path / "b.txt").exists()
+    # a "yes": one approval, both stacks applied in order, the value passed on
+    wide = {**env, "COLUMNS": "400"}
+    proc = run_cli(wide, "set", "apply", "-f", str(path), "-o", "json", input="y\n")
+    assert proc.returncode == 0, proc.stderr
+    assert "(known after apply)" not in proc.stdout
+    assert f"$stack.{a}/prod.{src['id']}.content" in proc.stderr  # the combined preview
+    view = _by(cli_json(proc))
+    assert view[a]["phase"] == view[b]["phase"] == "succeeded"
+    assert (tmp_path / "b.txt").read_text() == "from a\n"
+    backend = releases(env)
+    try:
+        for project in (a, b):
+            [release] = backend.list(StackRef(project, "prod"))
+            assert release.approval is not None and "(auto_approve)" in release.approval.by
+    finally:
+        backend.close()
+    status = run_cli(env, "set", "status", "--set", f"pair-{tag}", "-o", "json")
+    assert status.returncode == 0, status.stderr
+    shown = cli_json(status)
+    assert shown["phase"] == "succeeded" and _by(shown)[b]["revision"] == 1
+
+
+async def test_a_bare_start_is_validated_and_runs_inline_specs(
+    tmp_path: Path,
+    stack_env: dict[str, str],
+    worker_process: WorkerProcess,
+    temporal_client: Client,
+) -> None:
+    tag, queue = _tag(), stack_env["STACKFLOW_TASK_QUEUE"]
+    bad = await temporal_client.start_workflow(
+        "SetWorkflow", {"name": f"bad-{tag}", "members": "nope"}, id=f"bad-{tag}", task_queue=queue
+    )
+    with pytest.raises(WorkflowFailureError) as err:
+        await bad.result()
+    cause: Any = err.value.cause
+    assert cause.type == "InvalidInput"
+    assert cause.message.startswith("invalid workflow input: members: Input should be a valid list")
+    a = f"seti{tag}"
+    src = file_resource(tmp_path / "i.txt", "inline\n")
+    ok = await temporal_client.start_workflow(
+        "SetWorkflow",
+        {
+            "name": f"inline-{tag}",
+            "auto_approve": True,
+            "members": [{"project": a, "workspace": "prod", "spec": {"resources": [src]}}],
+        },
+        id=set_workflow_id(f"inline-{tag}"),
+        task_queue=queue,
+        result_type=SetView,
+    )
+    view = await ok.result()
+    assert view.phase == "succeeded" and (tmp_path / "i.txt").read_text() == "inline\n"
+    # the parent's history holds refs, never the spec's values past its own input
+    async for event in ok.fetch_history_events():
+        if event.HasField("start_child_workflow_execution_initiated_event_attributes"):
+            attrs = event.start_child_workflow_execution_initiated_event_attributes
+            from tests.integration.opshelp import payload_json_async
+
+            child = await payload_json_async(attrs.input.payloads[0])
+            assert child["spec"] is None and child["spec_ref"].startswith("sha256:")
+
+
+def test_a_missing_field_fails_the_reader_before_anything_changes(
+    tmp_path: Path, stack_env: dict[str, str], worker_process: WorkerProcess
+) -> None:
+    env, tag = stack_env, _tag()
+    a, b = f"setm{tag}", f"setn{tag}"
+    src = file_resource(tmp_path / "m.txt", "m\n")
+    assert (
+        run_cli(
+            env, "apply", "-p", a, "-w", "prod", "-f", str(_spec(tmp_path, src)), "--yes"
+        ).returncode
+        == 0
+    )
+    reader = file_resource(tmp_path / "n.txt", f"$stack.{a}/prod.{src['id']}.nope")
+    path = _set(tmp_path, f"miss-{tag}", {a: [src], b: [reader]})
+    proc = run_cli(env, "set", "apply", "-f", str(path), "-o", "json", input="y\n")
+    assert proc.returncode == 2, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert f"$stack.{a}/prod.{src['id']}.nope" in line and "nope" in line, line
+    assert not (tmp_path / "n.txt").exists()
+
+
+def _spec(root: Path, *resources: dict[str, Any]) -> Path:
+    path = root / f"spec-{_tag()}.yaml"
+    path.write_text(yaml.safe_dump({"resources": list(resources)}))
+    return path
+
+
+async def test_a_busy_stack_fails_fast_and_two_sets_never_deadlock(
+    tmp_path: Path,
+    stack_env: dict[str, str],
+    worker_process: WorkerProcess,
+    temporal_client: Client,
+) -> None:
+    env, tag = stack_env, _tag()
+    shared, other = f"sets{tag}", f"seto{tag}"
+    one = file_resource(tmp_path / "s.txt", "s\n")
+    two = file_resource(tmp_path / "o.txt", "o\n")
+    # a run of the shared stack waits for approval, holding it
+    held = await temporal_client.start_workflow(
+        "ApplyWorkflow",
+        OperationInput(project=shared, workspace="prod", spec={"resources": [one]}),
+        id=workflow_id_for(StackRef(shared, "prod")),
+        task_queue=env["STACKFLOW_TASK_QUEUE"],
+    )
+    await wait_phase(held, Phase.awaitingApproval, timeout=60)
+    path = _set(tmp_path, f"busy-{tag}", {shared: [one], other: [two]})
+    proc = run_cli(env, "set", "apply", "-f", str(path), "--yes", "-o", "json")
+    assert proc.returncode == 1, proc.stderr
+    view = _by(cli_json(proc))
+    assert view[shared]["phase"] == "failed" and view[shared]["error_type"] == "StackLocked"
+    assert f"stackflow/{shared}/prod is already running" in view[shared]["error"]
+    assert view[other]["phase"] == "succeeded"  # independent stacks go on
+    await held.execute_update("reject", {"by": "test"})
+    # two set runs sharing a stack, started at once: both end, nothing stays locked
+    paths = [
+        _set(
+            tmp_path,
+            f"race{i}-{tag}",
+            {shared: [one], f"setr{i}{tag}": [file_resource(tmp_path / f"r{i}", "r\n")]},
+        )
+        for i in (1, 2)
+    ]
+    procs = [
+        subprocess.Popen(
+            [
+                str(REPO / ".venv/bin/stackflow"),
+                "set",
+                "apply",
+                "-f",
+                str(p),
+                "--yes",
+                "-o",
+                "json",
+            ],
+            env=env,
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for p in paths
+    ]
+    outcomes = []
+    for p in procs:
+        out, err = p.communicate(timeout=180)
+        assert p.returncode in (0, 1), err
+        outcomes.append(_by(json.loads(out))[shared])
+    for outcome in outcomes:
+        assert outcome["phase"] == "succeeded" or outcome["error_type"] == "StackLocked", outcome
+    assert any(o["phase"] == "succeeded" for o in outcomes)
+    backend = releases(env)
+    try:
+        assert backend.lock(StackRef(shared, "prod")) is None
+        assert all(r.phase.is_final for r in backend.list(StackRef(shared, "prod")))
+    finally:
+        backend.close()
+    await asyncio.sleep(0)

@@ -153,25 +153,37 @@ def test_a_set_previews_applies_in_order_and_rolls_back(
         assert set(again[stack]["counts"]) == {"UnChanged"}, again[stack]
         assert again[stack]["unknown"] == []
 
+    # A changed upstream value: known after apply in the preview, re-applied downstream in
+    # the same set run.
+    shop.write(cidr="10.1.0.0/16\n", length=16)
+    moved = _members(_run(env, "preview", "-f", str(shop.file)))
+    assert moved[net]["counts"] == {"Update": 1}
+    assert moved[svc]["unknown"] == [f"$stack.{net}.{shop.conf_id}.content"]
+    assert moved[svc]["counts"] == {"Update": 1}
+    _run(env, "apply", "-f", str(shop.file), "--yes")
+    assert _secret(api, shop.secret) == {"password": password, "cidr": "10.1.0.0/16\n"}
+    assert [len(all_releases(env, *s.split("/"))) for s in (net, db, svc)] == [2, 2, 2]
+
     # The middle stack fails: its dependent is skipped; rollback restores the network.
-    shop.write(cidr="10.1.0.0/16\n", length="long")
+    shop.write(cidr="10.2.0.0/16\n", length="long")
     failed = _run(env, "apply", "-f", str(shop.file), "--yes", "--on-failure", "rollback", code=1)
     by = _members(failed)
     assert failed["phase"] == "failed" and failed["error_type"] == "StackFailed"
     assert by[db]["phase"] == "failed" and "length" in by[db]["error"]
     assert by[svc]["phase"] == "skipped" and db in by[svc]["error"]
     assert by[net]["phase"] == "rolledBack" and failed["rolled_back"] == [net]
-    assert shop.conf.read_text() == "10.0.0.0/16\n"
+    assert shop.conf.read_text() == "10.1.0.0/16\n"
     net_releases = all_releases(env, shop.net, "prod")
     assert [(r.operation, r.phase) for r in net_releases] == [
         (Operation.apply, Phase.succeeded),
         (Operation.apply, Phase.succeeded),
+        (Operation.apply, Phase.succeeded),
         (Operation.rollback, Phase.succeeded),
     ]
-    assert net_releases[-1].source_revision == 1
-    assert len(all_releases(env, shop.svc, "prod")) == 1  # never started
+    assert net_releases[-1].source_revision == 2
+    assert len(all_releases(env, shop.svc, "prod")) == 2  # never started
     assert _password(env, shop.db) == password
-    assert _secret(api, shop.secret) == {"password": password, "cidr": "10.0.0.0/16\n"}
+    assert _secret(api, shop.secret) == {"password": password, "cidr": "10.1.0.0/16\n"}
 
     # Destroy: dependents first; nothing is left.
     shop.write(cidr="10.0.0.0/16\n", length=16)

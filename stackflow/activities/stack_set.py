@@ -12,9 +12,12 @@ from temporalio import activity
 
 from stackflow.activities.deps import Deps
 from stackflow.activities.errors import temporal_errors
+from stackflow.core.paths import parse_path, touches
 from stackflow.core.refs import StackRef
+from stackflow.engine.masking import sensitive_paths_for
 from stackflow.engine.spec import check_spec, parse_spec, parse_spec_text
 from stackflow.engine.stack_set import (
+    SET_SECRETS,
     UNKNOWN_UNTIL_APPLY,
     check_set,
     reference_value,
@@ -127,6 +130,8 @@ class SetActivities:
             return ResolveResult(spec_ref=inp.spec_ref)
         values: dict[str, object] = {}
         unknown: list[str] = []
+        taken: list[object] = []
+        """Values taken from another stack's secret fields (see SET_SECRETS)."""
         for ref in found:
             if ref.resource_id in inp.changing.get(ref.stack, ()):
                 values[ref.text] = UNKNOWN_UNTIL_APPLY
@@ -139,12 +144,18 @@ class SetActivities:
                 else self.backend.resource_state(_stack(ref.stack), known[0], ref.resource_id)
             )
             values[ref.text] = reference_value(ref, None if state is None else state.attributes)
+            assert state is not None
+            secret = [parse_path(p) for p in sensitive_paths_for(state.type, state.attributes)]
+            if secret and touches(secret, parse_path(ref.path)):
+                taken.append(values[ref.text])
+        context = {**spec.context, SET_SECRETS: taken} if taken else spec.context
         resolved = spec.model_copy(
             update={
+                "context": context,
                 "resources": [
                     r.model_copy(update={"attributes": resolve(r.attributes, values)})
                     for r in spec.resources
-                ]
+                ],
             }
         )
         return ResolveResult(

@@ -26,6 +26,10 @@ MAX_SET_BYTES = 1024 * 1024
 REFERENCE_LIMIT = 1000
 """``$stack.`` references one member's spec may hold."""
 UNKNOWN_UNTIL_APPLY = "(known after apply)"
+SET_SECRETS = "_stackflow_set_secrets"
+"""A resolved spec's ``context`` key: the sensitive values its ``$stack.`` references took
+(from another stack's secret fields). The member's run knows them as its stack's secrets, so
+wherever they turn up they are masked and recorded sensitive; release views mask the key."""
 
 IdsOf = Callable[[str], Container[str] | None]
 """A stack (``project/workspace``) -> its resource ids, or None when there is no such stack."""

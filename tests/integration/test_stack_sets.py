@@ -11,10 +11,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from google.protobuf.json_format import MessageToDict, ParseDict
 from kubernetes import client as k8s
+from temporalio.api.common.v1 import Payload
+from temporalio.client import Client, WorkflowHandle
 
 from stackflow.core.refs import StackRef
 from stackflow.model.release import Operation, Phase
+from stackflow.temporal.codec import payload_codec
+from stackflow.temporal.stack_set import set_workflow_id
 from tests.integration.conftest import WorkerProcess, run_cli
 from tests.integration.opshelp import all_releases, cli_json, releases
 
@@ -42,6 +47,7 @@ class Shop:
         self.secret = f"set-{tag}"
         self.conf = root / "net" / "cidr.conf"
         self.conf_id = f"onprem:File:{self.conf}"
+        self.pw_file = root / "svc" / "password"
         self.write(cidr="10.0.0.0/16\n", length=16)
         self.file = root / "stacks.yaml"
         self.file.write_text(
@@ -95,13 +101,43 @@ class Shop:
                     },
                 },
             },
+            {  # a plain field taking the password: masked as the stack's secret
+                "id": f"onprem:File:{self.pw_file}",
+                "type": "OnPrem",
+                "attributes": {
+                    "kind": "File",
+                    "path": str(self.pw_file),
+                    "content": f"$stack.{self.db}/prod.{PW}.result",
+                },
+            },
         )
 
-    def _spec(self, name: str, resource: dict[str, Any]) -> None:
-        (self.root / name).write_text(yaml.safe_dump({"resources": [resource]}))
+    def _spec(self, name: str, *resources: dict[str, Any]) -> None:
+        (self.root / name).write_text(yaml.safe_dump({"resources": list(resources)}))
 
     def stacks(self) -> list[str]:
         return [f"{self.net}/prod", f"{self.db}/prod", f"{self.svc}/prod"]
+
+
+async def history_texts(handle: WorkflowHandle[Any, Any]) -> list[str]:
+    """Every payload of the run's history, decoded by stackflow's codec, as text."""
+    codec = payload_codec()
+    texts = []
+    async for event in handle.fetch_history_events():
+        for found in _payloads(MessageToDict(event)):
+            [plain] = await codec.decode([ParseDict(found, Payload())])
+            texts.append(plain.data.decode(errors="replace"))
+    return texts
+
+
+def _payloads(value: Any) -> list[dict[str, Any]]:
+    if isinstance(value, dict):
+        if "data" in value and "metadata" in value:
+            return [value]
+        return [p for v in value.values() for p in _payloads(v)]
+    if isinstance(value, list):
+        return [p for v in value for p in _payloads(v)]
+    return []
 
 
 def _secret(api: k8s.ApiClient, name: str) -> dict[str, str]:
@@ -122,8 +158,12 @@ def _password(env: dict[str, str], project: str) -> str:
         backend.close()
 
 
-def test_a_set_previews_applies_in_order_and_rolls_back(
-    tmp_path: Path, stack_env: dict[str, str], worker_process: WorkerProcess, api: k8s.ApiClient
+async def test_a_set_previews_applies_in_order_and_rolls_back(
+    tmp_path: Path,
+    stack_env: dict[str, str],
+    worker_process: WorkerProcess,
+    api: k8s.ApiClient,
+    temporal_client: Client,
 ) -> None:
     env = stack_env
     shop = Shop(tmp_path)
@@ -135,7 +175,7 @@ def test_a_set_previews_applies_in_order_and_rolls_back(
     assert sorted(first[svc]["unknown"]) == sorted(
         [f"$stack.{db}.{PW}.result", f"$stack.{net}.{shop.conf_id}.content"]
     )
-    assert first[svc]["counts"].get("Create") == 1
+    assert first[svc]["counts"] == {"Create": 2}
     assert not (tmp_path / "net").exists()  # a preview changes nothing
 
     # Apply: in order, values flow downstream.
@@ -144,6 +184,14 @@ def test_a_set_previews_applies_in_order_and_rolls_back(
     assert {m["phase"] for m in applied["members"]} == {"succeeded"}
     password = _password(env, shop.db)
     assert _secret(api, shop.secret) == {"password": password, "cidr": "10.0.0.0/16\n"}
+    assert shop.pw_file.read_text() == password
+    # the value is a secret downstream too: not in the release views, not in history
+    shown = run_cli(env, "release", "show", "-p", shop.svc, "-w", "prod", "-o", "json")
+    assert shown.returncode == 0 and "(sensitive value)" in shown.stdout, shown.stderr
+    assert password not in shown.stdout
+    for wid in (set_workflow_id(applied["name"]), f"stackflow/{svc}", f"stackflow/{db}"):
+        texts = await history_texts(temporal_client.get_workflow_handle(wid))
+        assert texts and not [t for t in texts if password in t], wid
     created = {s: all_releases(env, *s.split("/"))[-1].created_at for s in (net, db, svc)}
     assert created[net] < created[db] < created[svc]
 
@@ -159,7 +207,7 @@ def test_a_set_previews_applies_in_order_and_rolls_back(
     moved = _members(_run(env, "preview", "-f", str(shop.file)))
     assert moved[net]["counts"] == {"Update": 1}
     assert moved[svc]["unknown"] == [f"$stack.{net}.{shop.conf_id}.content"]
-    assert moved[svc]["counts"] == {"Update": 1}
+    assert moved[svc]["counts"] == {"Update": 1, "UnChanged": 1}
     _run(env, "apply", "-f", str(shop.file), "--yes")
     assert _secret(api, shop.secret) == {"password": password, "cidr": "10.1.0.0/16\n"}
     assert [len(all_releases(env, *s.split("/"))) for s in (net, db, svc)] == [2, 2, 2]

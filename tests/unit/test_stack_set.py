@@ -210,3 +210,42 @@ def test_a_set_is_checked_as_one_references_are_dependencies() -> None:
         "set shop: service/prod: $stack.ext/prod.x.y: names no stack (of the set, or with a "
         "release)"
     )
+
+
+def test_a_value_taken_from_a_secret_is_masked_in_release_views() -> None:
+    from datetime import UTC, datetime
+
+    from stackflow.core.refs import StackRef
+    from stackflow.engine.masking import SENSITIVE_MARKER, masked_release_data
+    from stackflow.engine.release_diff import diff_releases
+    from stackflow.engine.stack_set import SET_SECRETS
+    from stackflow.model.release import Phase, Release
+
+    def spec(password: str) -> Spec:
+        resource = {"kind": "File", "path": "/tmp/p", "content": password, "mode": "0600"}
+        return Spec.model_validate(
+            {
+                "resources": [
+                    {"id": "onprem:File:/tmp/p", "type": "OnPrem", "attributes": resource}
+                ],
+                "context": {SET_SECRETS: [password], "kubeContext": "dev"},
+            }
+        )
+
+    now = datetime.now(UTC)
+    release = Release(
+        project="p",
+        workspace="w",
+        revision=1,
+        phase=Phase.succeeded,
+        spec=spec("hunter22"),
+        created_at=now,
+        modified_at=now,
+    )
+    data = masked_release_data(release)
+    assert "hunter22" not in str(data)
+    assert data["spec"]["context"] == {SET_SECRETS: SENSITIVE_MARKER, "kubeContext": "dev"}
+    assert data["spec"]["resources"][0]["attributes"]["content"] == SENSITIVE_MARKER
+    assert data["spec"]["resources"][0]["attributes"]["mode"] == "0600"
+    diff = diff_releases(StackRef("p", "w"), 1, spec("hunter22"), [], 2, spec("swordfish9"), [])
+    assert "hunter22" not in diff.model_dump_json() and "swordfish9" not in diff.model_dump_json()

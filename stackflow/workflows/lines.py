@@ -284,3 +284,21 @@ def brief_changes(view: dict[str, Any]) -> dict[str, Any]:
     if view.get("left_out"):
         brief["left_out"] = view["left_out"]
     return brief
+
+
+RESULT_BRIEF_LIMIT = 50
+"""Changed resources a brief result names (``OperationInput.brief_result``)."""
+
+
+def result_brief(view: dict[str, Any]) -> dict[str, Any]:
+    """A run's changes as a brief result keeps them: the summary and the first
+    RESULT_BRIEF_LIMIT resources that change (id and action); ``truncated`` when more do."""
+    changed = [
+        {"id": c["id"], "action": c["action"]}
+        for c in view["changes"]
+        if c["action"] != "UnChanged"
+    ]
+    brief: dict[str, Any] = {"changes": changed[:RESULT_BRIEF_LIMIT], "summary": view["summary"]}
+    if len(changed) > RESULT_BRIEF_LIMIT or view.get("truncated"):
+        brief["truncated"] = True
+    return brief

@@ -255,6 +255,7 @@ class SetWorkflow:
                 auto_approve=True,
                 operator=self._request.operator,
                 max_concurrency=self._request.max_concurrency,
+                brief_result=True,
             )
             result = await self._child(WORKFLOWS[kind], request, kind)
         except ActivityError as exc:
@@ -276,12 +277,11 @@ class SetWorkflow:
         if kind == SetOperation.preview:
             summary = result.changes.get("summary") or {}
             view.counts = {action: n for action, n in summary.items() if n}
-            read = {x for m in plan.members for x in m.upstream.get(i, [])}
-            self._changing[i] = [
-                c["id"]
-                for c in result.changes.get("changes") or []
-                if c.get("action") != "UnChanged" and c.get("id") in read
-            ]
+            read = sorted({x for m in plan.members for x in m.upstream.get(i, [])})
+            changed = {c.get("id") for c in result.changes.get("changes") or []}
+            # past the brief's list, every value read from a changing stack is unknown
+            every = bool(result.changes.get("truncated"))
+            self._changing[i] = [x for x in read if every or x in changed]
         else:
             view.counts = dict(result.counts)
             view.changed = result.revision is not None and sum(result.counts.values()) > 0
@@ -330,6 +330,7 @@ class SetWorkflow:
                 auto_approve=True,
                 operator=self._request.operator,
                 max_concurrency=self._request.max_concurrency,
+                brief_result=True,
             )
             name = "RollbackWorkflow" if member.before is not None else "DestroyWorkflow"
             try:

@@ -27,6 +27,7 @@ from stackflow.engine.stack_set import (
 from stackflow.model.spec import Spec
 from stackflow.state.git_sources import git_cache, read_spec_file
 from stackflow.temporal.stack_set import (
+    ERROR_LIMIT,
     UNKNOWN_LIMIT,
     MemberInput,
     PlannedMember,
@@ -161,6 +162,6 @@ class SetActivities:
         return ResolveResult(
             spec_ref=self.specs.put(resolved),
             resolved=len(found) - len(unknown),
-            unknown=unknown[:UNKNOWN_LIMIT],
+            unknown=[text[:ERROR_LIMIT] for text in unknown[:UNKNOWN_LIMIT]],
             unknown_count=len(unknown),
         )

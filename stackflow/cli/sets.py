@@ -271,3 +271,54 @@ def set_status(
         typer.echo(json.dumps(view.model_dump(mode="json"), indent=2, sort_keys=True))
     else:
         show(console_for(output), view)
+
+
+def _steer(name: str, step: str, timeout: float) -> str:
+    """Send the set's latest run the ``approve`` or ``reject`` Update, or cancel it."""
+    from temporalio.client import WorkflowUpdateFailedError
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from stackflow.cli.connection import Temporal
+
+    async def steer() -> str:
+        temporal = Temporal(timeout)
+        client = await temporal.connect()
+        handle = client.get_workflow_handle(set_workflow_id(name))
+        if step == "cancel":
+            await temporal.call("cancel", handle.cancel)
+            return f"cancel requested for set {name}"
+        said: str = await temporal.call(
+            step, lambda: handle.execute_update(step, {"by": current_user()}, result_type=str)
+        )
+        return said
+
+    try:
+        return asyncio.run(steer())
+    except WorkflowUpdateFailedError as exc:
+        cause = exc.cause
+        raise OperationFailed(f"set {name}: {getattr(cause, 'message', cause)}") from None
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise OperationFailed(
+                f"set {name}: no running run to {step} (its latest run ended, or it never ran)"
+            ) from None
+        raise
+
+
+@set_app.command("approve")
+def set_approve(name: SetOpt, unavailable_timeout: WaitOpt = 600.0) -> None:
+    """Approve the set's run waiting in awaitingApproval (one approval for every stack)."""
+    typer.echo(_steer(name, "approve", unavailable_timeout))
+
+
+@set_app.command("reject")
+def set_reject(name: SetOpt, unavailable_timeout: WaitOpt = 600.0) -> None:
+    """Reject the set's run waiting in awaitingApproval (nothing is applied)."""
+    typer.echo(_steer(name, "reject", unavailable_timeout))
+
+
+@set_app.command("cancel")
+def set_cancel(name: SetOpt, unavailable_timeout: WaitOpt = 600.0) -> None:
+    """Cancel the set's run: its running stacks' runs are cancelled too (their releases end
+    failed, saying so)."""
+    typer.echo(_steer(name, "cancel", unavailable_timeout))

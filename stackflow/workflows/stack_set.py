@@ -32,6 +32,7 @@ from temporalio.workflow import ParentClosePolicy
 
 with workflow.unsafe.imports_passed_through():
     from stackflow.activities.stack_set import SetActivities
+    from stackflow.core.terminal import markdown_code, markdown_text
     from stackflow.model.release import Phase
     from stackflow.temporal.operation import (
         OperationInput,
@@ -61,6 +62,8 @@ WORKFLOWS = {
     SetOperation.destroy: "DestroyWorkflow",
 }
 NOT_OK = (MemberPhase.failed, MemberPhase.skipped)
+DETAIL_MEMBERS = 50
+"""Stacks the UI's current details name (then the status query has them all)."""
 BAD_INPUT = ("InvalidInput", "SpecError", "NotFound", "PolicyDenied")
 
 
@@ -166,12 +169,14 @@ class SetWorkflow:
             changed = any(m.changed for m in self._view.members)
             self._view.error_type = first.error_type if bad and not changed else "StackFailed"
         self._view.phase = Phase.failed if self._view.error else Phase.succeeded
+        self._show()
         return self._view
 
     async def _approved(self, request: SetInput) -> bool:
         """One approval for the set (the gate's decision, as a stack run's)."""
         assert self._view is not None
         self._view.phase = Phase.awaitingApproval
+        self._show()
         try:
             await workflow.wait_condition(
                 lambda: self._gate.decision is not None,
@@ -203,6 +208,7 @@ class SetWorkflow:
                 running.discard(i)
 
         while pending or running:
+            self._show()
             for i in list(pending):
                 if len(running) >= self._request.max_parallel:
                     break
@@ -346,6 +352,20 @@ class SetWorkflow:
             self._view.rolled_back.append(str(member.stack))
 
     # ---- queries & updates -----------------------------------------------------------------
+    def _show(self) -> None:
+        """The Temporal UI's current details: the set's phase and a line per stack."""
+        view = self._view
+        if view is None:
+            return
+        lines = [f"**set {markdown_text(view.name)}**: {view.operation} {view.phase}"]
+        for m in view.members[:DETAIL_MEMBERS]:
+            revision = f" (revision {m.revision})" if m.revision is not None else ""
+            lines.append(f"- {markdown_code(str(m.stack))}: {m.phase}{revision}")
+        if view.phase == Phase.awaitingApproval:
+            wid = markdown_code(workflow.info().workflow_id)
+            lines.append(f"approve: the `approve` Update of {wid}")
+        workflow.set_current_details("\n".join(lines))
+
     @workflow.query
     def status(self) -> SetView:
         return self._view or SetView(name="?", operation=SetOperation.apply)

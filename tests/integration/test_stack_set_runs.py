@@ -79,6 +79,8 @@ def test_one_approval_covers_the_set_and_status_shows_it(
     assert status.returncode == 0, status.stderr
     shown = cli_json(status)
     assert shown["phase"] == "succeeded" and _by(shown)[b]["revision"] == 1
+    late = run_cli(env, "set", "approve", "--set", f"pair-{tag}")
+    assert late.returncode == 1 and "no running run to approve" in late.stderr, late.stderr
 
 
 async def test_a_bare_start_is_validated_and_runs_inline_specs(

@@ -249,3 +249,32 @@ def test_a_value_taken_from_a_secret_is_masked_in_release_views() -> None:
     assert data["spec"]["resources"][0]["attributes"]["mode"] == "0600"
     diff = diff_releases(StackRef("p", "w"), 1, spec("hunter22"), [], 2, spec("swordfish9"), [])
     assert "hunter22" not in diff.model_dump_json() and "swordfish9" not in diff.model_dump_json()
+
+
+def test_the_example_set_is_valid_and_ordered() -> None:
+    from pathlib import Path
+
+    from stackflow.engine.spec import load_spec
+    from stackflow.engine.stack_set import load_set_file
+
+    path = Path(__file__).resolve().parents[2] / "examples" / "sets" / "stacks.yaml"
+    shop = load_set_file(path)
+    specs = [load_spec(path.parent / str(m.spec)) for m in shop.stacks]
+    names = [m.name for m in shop.stacks]
+    order, reads = check_set(shop.name, names, specs, [m.depends_on for m in shop.stacks], {}.get)
+    assert [names[i] for i in order.order] == ["network/prod", "database/prod", "service/prod"]
+    assert reads[2].upstream == {0: [specs[0].resources[0].id], 1: [specs[1].resources[0].id]}
+
+
+def test_a_brief_result_names_the_first_changes() -> None:
+    from stackflow.workflows.lines import RESULT_BRIEF_LIMIT, result_brief
+
+    changes = [{"id": f"r{i}", "type": "OnPrem", "action": "Update", "diff": []} for i in range(60)]
+    view = {"changes": [{"id": "u", "type": "OnPrem", "action": "UnChanged"}, *changes]}
+    brief = result_brief({**view, "summary": {"Update": 60, "UnChanged": 1}})
+    assert len(brief["changes"]) == RESULT_BRIEF_LIMIT and brief["truncated"] is True
+    assert brief["changes"][0] == {"id": "r0", "action": "Update"}
+    assert result_brief({"changes": changes[:2], "summary": {}}) == {
+        "changes": [{"id": "r0", "action": "Update"}, {"id": "r1", "action": "Update"}],
+        "summary": {},
+    }

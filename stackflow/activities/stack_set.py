@@ -20,6 +20,7 @@ from stackflow.engine.stack_set import (
     SET_SECRETS,
     UNKNOWN_UNTIL_APPLY,
     check_set,
+    check_waves,
     reference_value,
     references,
     resolve,
@@ -61,6 +62,13 @@ class SetActivities:
 
     # ---- prepare ---------------------------------------------------------------------------
     def _spec(self, member: MemberInput) -> tuple[Spec | None, str | None]:
+        spec, ref = self._loaded(member)
+        if spec is None or not member.context:
+            return spec, ref
+        spec = spec.model_copy(update={"context": {**spec.context, **member.context}})
+        return spec, self.specs.put(spec)
+
+    def _loaded(self, member: MemberInput) -> tuple[Spec | None, str | None]:
         where = f"{member.stack}"
         if member.spec is not None:
             spec = parse_spec(member.spec, source=f"{where}: spec")
@@ -91,6 +99,9 @@ class SetActivities:
             [m.depends_on for m in inp.members],
             lambda stack: self._recorded_ids(_stack(stack)),
         )
+        if inp.waves:
+            names = [str(m.stack) for m in inp.members]
+            check_waves(inp.name, names, order.deps, [w.members for w in inp.waves])
         members = [
             PlannedMember(
                 project=member.project,

@@ -22,7 +22,7 @@ from stackflow.core.errors import StackLockedError
 from stackflow.core.refs import StackRef
 from stackflow.engine.spec import parse_spec
 from stackflow.model.source import SourceRef
-from stackflow.model.stack_set import MEMBER_LIMIT, NAME
+from stackflow.model.stack_set import MEMBER_LIMIT, NAME, Strategy
 from stackflow.temporal.client import START_TOKEN
 from stackflow.temporal.operation import NAME_LIMIT, NAME_PATTERN
 from stackflow.temporal.stack_set import (
@@ -49,6 +49,8 @@ class SetMemberBody(BaseModel):
     source: SourceRef | None = None
     """Or its spec file at a git commit (``{url, commit, path}``)."""
     depends_on: list[str] = Field(default_factory=list, max_length=MEMBER_LIMIT)
+    context: dict[str, Any] = Field(default_factory=dict)
+    """Merged over the spec's ``context`` (this target's kube context, provider env)."""
 
 
 class SetRunRequest(BaseModel):
@@ -61,6 +63,8 @@ class SetRunRequest(BaseModel):
     auto_approve: bool = False
     on_failure: Literal["halt", "rollback"] = "halt"
     max_parallel: int = Field(default=4, ge=1, le=50)
+    strategy: Strategy | None = None
+    """An apply as a rollout: ordered waves, bake times, an error budget (as a set file's)."""
 
 
 class SetRunCreated(BaseModel):
@@ -109,13 +113,14 @@ async def start_set_run(request: Request, name: SetPath, body: SetRunRequest) ->
             m.depends_on,
             None if m.spec is None else parse_spec(m.spec, f"{m.project}/{m.workspace}: spec"),
             m.source,
+            m.context,
         )
         for m in body.members
     ]
     options = body.model_dump(include={"auto_approve", "on_failure", "max_parallel"})
     inp = await ctx.state(
         lambda: checked_set_input(
-            ctx.backend, name, body.operation, members, operator=who.name, **options
+            ctx.backend, name, body.operation, members, body.strategy, operator=who.name, **options
         )
     )
     client = await ctx.client()

@@ -75,12 +75,14 @@ def set_input(file: str, operation: SetOperation, **options: Any) -> SetInput:
             m.depends_on,
             None if destroy or m.spec is None else load_spec(base / m.spec),
             None if m.git is None else m.git.source(),
+            m.context,
         )
         for m in shop.stacks
     ]
+    strategy = shop.strategy if operation == SetOperation.apply else None
     backend = open_backend()
     try:
-        return checked_set_input(backend, shop.name, operation, members, **options)
+        return checked_set_input(backend, shop.name, operation, members, strategy, **options)
     finally:
         backend.close()
 
@@ -108,6 +110,8 @@ def show(console: Console, view: SetView) -> None:
         )
     console.print(table)
     line = f"set {view.name}: {view.operation} {view.phase}"
+    if view.wave is not None:
+        line += f" (wave {view.wave + 1})"
     if view.rolled_back:
         line += f"; rolled back: {', '.join(view.rolled_back)}"
     console.print(Text(line))

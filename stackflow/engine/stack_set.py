@@ -8,6 +8,7 @@ wrong (:class:`~stackflow.core.errors.SpecError`, exit 2)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
+from fnmatch import fnmatchcase
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -19,7 +20,7 @@ from stackflow.core.errors import SpecError
 from stackflow.core.paths import PathError, get_path, parse_path
 from stackflow.engine.spec import SyntaxProblem, load_yaml
 from stackflow.model.spec import Spec
-from stackflow.model.stack_set import STACK_REF_PREFIX, StackReference, StackSet
+from stackflow.model.stack_set import STACK_REF_PREFIX, StackReference, StackSet, Strategy
 
 MAX_SET_BYTES = 1024 * 1024
 """A set file larger than this is refused before parsing."""
@@ -243,3 +244,43 @@ def check_set(
         reads.append(MemberReads(upstream, len(found)))
         depends.append([*wanted, *(names[i] for i in upstream)])
     return order_members(names, depends, f"set {name}"), reads
+
+
+def wave_members(name: str, names: Sequence[str], strategy: Strategy) -> list[list[int]]:
+    """Each wave's members (indices of ``names``, in the set's order): every stack in
+    exactly one wave, every target pattern matching a stack."""
+    wave_of: dict[int, int] = {}
+    waves: list[list[int]] = []
+    for w, wave in enumerate(strategy.waves):
+        members: list[int] = []
+        for pattern in wave.targets:
+            matched = [i for i, stack in enumerate(names) if fnmatchcase(stack, pattern)]
+            if not matched:
+                raise SpecError(f"set {name}: strategy.waves[{w}]: {pattern!r} names no stack")
+            for i in matched:
+                if wave_of.get(i, w) != w:
+                    raise SpecError(
+                        f"set {name}: {names[i]} is in waves {wave_of[i]} and {w}: one wave each"
+                    )
+                wave_of[i] = w
+                if i not in members:
+                    members.append(i)
+        waves.append(sorted(members))
+    missing = [names[i] for i in range(len(names)) if i not in wave_of]
+    if missing:
+        raise SpecError(f"set {name}: {missing[0]} is in no wave of the strategy")
+    return waves
+
+
+def check_waves(
+    name: str, names: Sequence[str], deps: Sequence[Sequence[int]], waves: Sequence[Sequence[int]]
+) -> None:
+    """No stack depends on a stack of a later wave."""
+    wave_of = {i: w for w, members in enumerate(waves) for i in members}
+    for i, mine in enumerate(deps):
+        for d in mine:
+            if wave_of[d] > wave_of[i]:
+                raise SpecError(
+                    f"set {name}: {names[i]} (wave {wave_of[i]}) depends on {names[d]}, "
+                    f"of a later wave ({wave_of[d]})"
+                )

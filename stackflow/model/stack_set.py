@@ -7,7 +7,7 @@ value another stack recorded. Loading, the graph and resolving are
 from __future__ import annotations
 
 import re
-from typing import NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -46,6 +46,9 @@ class SetMember(BaseModel):
     git: GitMember | None = None
     depends_on: list[str] = Field(default_factory=list, alias="dependsOn", max_length=MEMBER_LIMIT)
     """``project/workspace`` of the stacks (of the set) this one runs after."""
+    context: dict[str, Any] = Field(default_factory=dict)
+    """Merged over the spec's ``context``: a target's own variables (``kubeContext``,
+    ``kubeConfig``, ``env``), so one spec file serves many targets."""
 
     @field_validator("depends_on")
     @classmethod
@@ -66,13 +69,55 @@ class SetMember(BaseModel):
         return f"{self.project}/{self.workspace}"
 
 
+DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+BAKE_LIMIT = 7 * 86400
+WAVE_LIMIT = 50
+
+
+def seconds(text: str | float) -> float:
+    """``30s``, ``5m``, ``1h30m`` (or a number of seconds) as seconds."""
+    if isinstance(text, int | float):
+        return float(text)
+    m = DURATION.match(text.strip())
+    if not text.strip() or m is None:
+        raise ValueError(f"{text!r}: write a duration such as 10s, 5m or 1h30m")
+    hours, minutes, secs = (int(g or 0) for g in m.groups())
+    return float(hours * 3600 + minutes * 60 + secs)
+
+
+class Wave(BaseModel):
+    """One wave of a rollout: the stacks it applies (``project/workspace`` globs), at most
+    ``max_parallel`` at once; ``bake``: how long it must stay applied before the next wave
+    starts (a durable timer); ``gate``: ``approval`` (wait for the set's approve Update
+    before the wave) or ``readiness`` (each stack waits until its resources are ready)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    targets: list[str] = Field(min_length=1, max_length=MEMBER_LIMIT)
+    max_parallel: int = Field(default=4, ge=1, le=50)
+    bake: float = Field(default=0.0, ge=0, le=BAKE_LIMIT)
+    gate: Literal["none", "approval", "readiness"] = "none"
+
+    _bake = field_validator("bake", mode="before")(classmethod(lambda cls, v: seconds(v)))
+
+
+class Strategy(BaseModel):
+    """A rollout: ordered waves, and the failed stacks it tolerates before it halts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    waves: list[Wave] = Field(min_length=1, max_length=WAVE_LIMIT)
+    error_budget: int = Field(default=0, ge=0, le=MEMBER_LIMIT)
+
+
 class StackSet(BaseModel):
-    """A set file: its name and its stacks (each stack once)."""
+    """A set file: its name and its stacks (each stack once), and a rollout strategy."""
 
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=200, pattern=NAME)
     stacks: list[SetMember] = Field(min_length=1, max_length=MEMBER_LIMIT)
+    strategy: Strategy | None = None
 
     @model_validator(mode="after")
     def _once(self) -> StackSet:

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from stackflow.core.refs import StackFields, StackRef
 from stackflow.model.source import SourceRef
-from stackflow.model.stack_set import MEMBER_LIMIT, NAME, STACK
+from stackflow.model.stack_set import BAKE_LIMIT, MEMBER_LIMIT, NAME, STACK, WAVE_LIMIT, Strategy
 from stackflow.temporal.operation import NAME_LIMIT, NAME_PATTERN, WAIT_LIMIT
 
 if TYPE_CHECKING:
@@ -55,6 +55,8 @@ class MemberInput(StackFields, BaseModel):
     spec_ref: str | None = Field(default=None, pattern=SPEC_REF)
     source: SourceRef | None = None
     depends_on: list[str] = Field(default_factory=list, max_length=MEMBER_LIMIT)
+    context: dict[str, Any] = Field(default_factory=dict)
+    """Merged over the spec's ``context`` (a target's own kube context, provider env)."""
 
     @model_validator(mode="after")
     def _one_spec(self) -> MemberInput:
@@ -65,6 +67,18 @@ class MemberInput(StackFields, BaseModel):
             if not re.match(STACK, item):
                 raise ValueError(f"depends_on: {item[:80]!r} is not project/workspace")
         return self
+
+
+class WaveInput(BaseModel):
+    """One wave of a rollout (see :class:`stackflow.model.stack_set.Wave`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    members: list[int] = Field(min_length=1, max_length=MEMBER_LIMIT)
+    """Indices of ``SetInput.members``."""
+    max_parallel: int = Field(default=4, ge=1, le=50)
+    bake_seconds: float = Field(default=0.0, ge=0, le=BAKE_LIMIT)
+    gate: Literal["none", "approval", "readiness"] = "none"
 
 
 class SetInput(BaseModel):
@@ -87,6 +101,11 @@ class SetInput(BaseModel):
     approval_timeout_seconds: float = Field(default=3600.0, gt=0, le=WAIT_LIMIT)
     max_concurrency: int = Field(default=8, ge=1, le=500)
     """Each member run's resources in flight."""
+    waves: list[WaveInput] = Field(default_factory=list, max_length=WAVE_LIMIT)
+    """An apply as a rollout: these waves in order (every member in one), each recorded
+    and baked before the next starts. None: one pass in dependency order."""
+    error_budget: int = Field(default=0, ge=0, le=MEMBER_LIMIT)
+    """A rollout's failed stacks tolerated; one more halts it (no later stack starts)."""
 
     @model_validator(mode="after")
     def _once(self) -> SetInput:
@@ -94,6 +113,9 @@ class SetInput(BaseModel):
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise ValueError(f"members: {twice[0]} is named twice")
+        placed = sorted(i for wave in self.waves for i in wave.members)
+        if self.waves and placed != list(range(len(self.members))):
+            raise ValueError("waves: name every member (by index) in exactly one wave")
         needs_spec = self.operation != SetOperation.destroy
         for member in self.members:
             has = member.spec is not None or member.spec_ref or member.source
@@ -179,9 +201,11 @@ class SetView(BaseModel):
     name: str
     operation: SetOperation
     phase: str = "preparing"
-    """preparing, previewing, awaitingApproval, applying, destroying, rollingBack,
+    """preparing, previewing, awaitingApproval, applying, baking, destroying, rollingBack,
     succeeded, failed."""
     members: list[MemberView] = Field(default_factory=list)
+    wave: int | None = None
+    """A rollout's current wave (0 first)."""
     error: str | None = None
     error_type: str | None = None
     """``StackFailed`` when members failed (each says why); else the set run's own failure
@@ -198,16 +222,22 @@ class Member(NamedTuple):
     depends_on: list[str]
     spec: Spec | None
     source: SourceRef | None = None
+    context: dict[str, Any] | None = None
 
 
 def checked_set_input(
-    backend: StateBackend, name: str, operation: SetOperation, members: list[Member], **options: Any
+    backend: StateBackend,
+    name: str,
+    operation: SetOperation,
+    members: list[Member],
+    strategy: Strategy | None = None,
+    **options: Any,
 ) -> SetInput:
     """The set run's input as a client (the CLI, the API) makes it: the set checked whole as
     the worker will (references, order; SpecError naming what and where), each spec stored
     by ref (specs never travel in history)."""
     from stackflow.core.errors import SpecError
-    from stackflow.engine.stack_set import check_set
+    from stackflow.engine.stack_set import check_set, check_waves, wave_members
     from stackflow.state.spec_store import SpecStore
 
     def recorded(stack: str) -> set[str] | None:
@@ -218,7 +248,21 @@ def checked_set_input(
     destroy = operation == SetOperation.destroy
     specs = [None if destroy else m.spec for m in members]
     names = [str(m.stack) for m in members]
-    check_set(name, names, specs, [m.depends_on for m in members], recorded)
+    order, _ = check_set(name, names, specs, [m.depends_on for m in members], recorded)
+    waves: list[WaveInput] = []
+    if strategy is not None:
+        found = wave_members(name, names, strategy)
+        check_waves(name, names, order.deps, found)
+        waves = [
+            WaveInput(
+                members=indices,
+                max_parallel=wave.max_parallel,
+                bake_seconds=wave.bake,
+                gate=wave.gate,
+            )
+            for wave, indices in zip(strategy.waves, found, strict=True)
+        ]
+        options = {**options, "error_budget": strategy.error_budget}
     store = SpecStore(backend)
     try:
         return SetInput(
@@ -231,9 +275,11 @@ def checked_set_input(
                     depends_on=m.depends_on,
                     spec_ref=None if spec is None else store.put(spec),
                     source=None if destroy else m.source,
+                    context=m.context or {},
                 )
                 for m, spec in zip(members, specs, strict=True)
             ],
+            waves=waves,
             **options,
         )
     except ValueError as exc:

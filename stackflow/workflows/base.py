@@ -67,13 +67,7 @@ with workflow.unsafe.imports_passed_through():
         SLIDING_PREVIEW_WINDOW,
         WORKSPACE_KEY,
     )
-    from stackflow.workflows.lines import (
-        RESULT_BRIEF_LIMIT,
-        PreviewLines,
-        brief_changes,
-        range_size,
-        result_brief,
-    )
+    from stackflow.workflows.lines import PreviewLines, brief_changes, range_size, result_brief
     from stackflow.workflows.nodes import (
         Tally,
         batch_indices,
@@ -467,12 +461,10 @@ class OperationWorkflow(SteeredRun):
 
     def _result(self, phase: Phase, tally: Tally) -> OperationResult:
         assert self._request is not None
-        changes = self._changes_view()
+        changes, results = self._changes_view(), fit_errors(tally.results)
         lines = len(self._lines) if self._lines is not None else 0
-        results = fit_errors(tally.results)
         if self._request.brief_result:  # a parent's child (a set's member): summaries only
-            changes = result_brief(changes)
-            results = [r for r in results if r.status != NodeStatus.succeeded][:RESULT_BRIEF_LIMIT]
+            changes, results = result_brief(changes, results)
         return OperationResult(
             project=self._request.project,
             workspace=self._request.workspace,

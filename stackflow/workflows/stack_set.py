@@ -19,6 +19,7 @@ when it had none), in reverse order."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
 
 from temporalio import workflow
@@ -77,6 +78,8 @@ class SetWorkflow:
         self._view: SetView | None = None
         self._request: SetInput | None = None
         self._gate = Gate()
+        self._ran: list[int] = []
+        """Members whose apply started, in order (rollback goes back in reverse)."""
         self._changing: dict[int, list[str]] = {}
         """Preview: member -> the resource ids (that others read) its change produces anew."""
 
@@ -134,10 +137,61 @@ class SetWorkflow:
                 for m in view.members
             ]
         view.phase = Phase.applying
-        await self._walk(plan, SetOperation.apply, plan.order, deps)
+        if request.waves:
+            await self._rollout(plan, request, deps)
+        else:
+            await self._walk(plan, SetOperation.apply, plan.order, deps)
         if self._failed() and request.on_failure == "rollback":
-            await self._roll_back(plan)
+            await self._roll_back()
         return self._end()
+
+    async def _rollout(self, plan: SetPlan, request: SetInput, deps: list[list[int]]) -> None:
+        """The waves in order: each starts once the one before is recorded (and baked); past
+        the error budget no later stack starts."""
+        assert self._view is not None
+        view = self._view
+
+        def over_budget() -> bool:
+            return len(self._failed()) > request.error_budget
+
+        halted: str | None = None
+        for w, wave in enumerate(request.waves):
+            view.wave = w
+            order = [i for i in plan.order if i in set(wave.members)]
+            approved_now = w == 0 and not request.auto_approve  # the set's own approval
+            if halted is None and wave.gate == "approval" and not approved_now:
+                self._gate.decision = self._gate.approval = None
+                if not await self._approved(request):
+                    halted = f"wave {w + 1} was not approved"
+                view.phase = Phase.applying
+            if halted is None:
+                await self._walk(
+                    plan,
+                    SetOperation.apply,
+                    order,
+                    deps,
+                    parallel=wave.max_parallel,
+                    watch=wave.gate == "readiness",
+                    stop=over_budget,
+                )
+                if over_budget():
+                    failed = len(self._failed())
+                    halted = (
+                        f"the rollout halted in wave {w + 1}: {failed} stack(s) failed, "
+                        f"over its error budget of {request.error_budget}"
+                    )
+                    view.error, view.error_type = halted, "RolloutHalted"
+                elif wave.bake_seconds and w < len(request.waves) - 1:
+                    view.phase = "baking"
+                    self._show()
+                    await workflow.sleep(timedelta(seconds=wave.bake_seconds))
+                    view.phase = Phase.applying
+                continue
+            for i in order:
+                view.members[i].phase = MemberPhase.skipped
+                view.members[i].error = f"not started: {halted}"
+        if halted is not None and view.error is None:
+            view.error, view.error_type = halted, "RolloutHalted"
 
     def _fail(self, error: str, error_type: str | None) -> SetView:
         assert self._view is not None
@@ -189,10 +243,18 @@ class SetWorkflow:
 
     # ---- the walk over members -------------------------------------------------------------
     async def _walk(
-        self, plan: SetPlan, kind: SetOperation, order: list[int], deps: list[list[int]]
+        self,
+        plan: SetPlan,
+        kind: SetOperation,
+        order: list[int],
+        deps: list[list[int]],
+        parallel: int | None = None,
+        watch: bool = False,
+        stop: Callable[[], bool] | None = None,
     ) -> None:
-        """Start each member once what it follows succeeded (at most max_parallel at once);
-        skip it when one of those failed or was skipped."""
+        """Start each member once what it follows succeeded (at most ``parallel``, else
+        max_parallel, at once); skip it when one of those failed or was skipped, or once
+        ``stop`` says so."""
         assert self._view is not None and self._request is not None
         members = self._view.members
         pending = list(order)
@@ -200,7 +262,7 @@ class SetWorkflow:
 
         async def one(i: int) -> None:
             try:
-                await self._member(plan, kind, i)
+                await self._member(plan, kind, i, watch)
             except Exception as exc:  # a bug here fails the member, never the whole walk
                 members[i].phase, members[i].error = MemberPhase.failed, _short(repr(exc))
                 members[i].error_type = "WorkflowError"
@@ -210,23 +272,29 @@ class SetWorkflow:
         while pending or running:
             self._show()
             for i in list(pending):
-                if len(running) >= self._request.max_parallel:
+                if len(running) >= (parallel or self._request.max_parallel):
                     break
                 blocked = [d for d in deps[i] if members[d].phase in NOT_OK]
-                if blocked:
+                if stop is not None and stop():
+                    members[i].phase = MemberPhase.skipped
+                    members[i].error = "not started: the rollout is over its error budget"
+                    pending.remove(i)
+                elif blocked:
                     members[i].phase = MemberPhase.skipped
                     members[i].error = f"skipped: {members[blocked[0]].stack} did not succeed"
                     pending.remove(i)
                 elif all(members[d].phase == MemberPhase.succeeded for d in deps[i]):
                     pending.remove(i)
                     running.add(i)
+                    if kind == SetOperation.apply:
+                        self._ran.append(i)
                     members[i].phase = MemberPhase.running
                     asyncio.create_task(one(i))  # noqa: RUF006 - awaited through `running`
             if running:
                 count = len(running)
                 await workflow.wait_condition(lambda c=count: len(running) < c)  # type: ignore[misc]
 
-    async def _member(self, plan: SetPlan, kind: SetOperation, i: int) -> None:
+    async def _member(self, plan: SetPlan, kind: SetOperation, i: int, watch: bool) -> None:
         assert self._view is not None and self._request is not None
         view, planned = self._view.members[i], plan.members[i]
         spec_ref = planned.spec_ref
@@ -262,6 +330,7 @@ class SetWorkflow:
                 operator=self._request.operator,
                 max_concurrency=self._request.max_concurrency,
                 brief_result=True,
+                watch=watch,
             )
             result = await self._child(WORKFLOWS[kind], request, kind)
         except ActivityError as exc:
@@ -321,11 +390,13 @@ class SetWorkflow:
         return result
 
     # ---- rollback --------------------------------------------------------------------------
-    async def _roll_back(self, plan: SetPlan) -> None:
-        """Each member this run changed, in reverse order, back to its release before."""
+    async def _roll_back(self) -> None:
+        """Each member this run changed, in the reverse of the order they started, back to
+        its release before."""
         assert self._view is not None and self._request is not None
         self._view.phase = "rollingBack"
-        for i in reversed(plan.order):
+        self._show()
+        for i in reversed(self._ran):
             member = self._view.members[i]
             if not member.changed:
                 continue

@@ -267,14 +267,61 @@ def test_the_example_set_is_valid_and_ordered() -> None:
 
 
 def test_a_brief_result_names_the_first_changes() -> None:
+    from stackflow.temporal.operation import NodeResult, NodeStatus
     from stackflow.workflows.lines import RESULT_BRIEF_LIMIT, result_brief
 
     changes = [{"id": f"r{i}", "type": "OnPrem", "action": "Update", "diff": []} for i in range(60)]
     view = {"changes": [{"id": "u", "type": "OnPrem", "action": "UnChanged"}, *changes]}
-    brief = result_brief({**view, "summary": {"Update": 60, "UnChanged": 1}})
+    ok = NodeResult(id="a", action="Update", status=NodeStatus.succeeded)
+    bad = NodeResult(id="b", action="Update", status=NodeStatus.failed, error="no")
+    brief, results = result_brief({**view, "summary": {"Update": 60, "UnChanged": 1}}, [ok, bad])
     assert len(brief["changes"]) == RESULT_BRIEF_LIMIT and brief["truncated"] is True
     assert brief["changes"][0] == {"id": "r0", "action": "Update"}
-    assert result_brief({"changes": changes[:2], "summary": {}}) == {
+    assert results == [bad]
+    assert result_brief({"changes": changes[:2], "summary": {}}, [])[0] == {
         "changes": [{"id": "r0", "action": "Update"}, {"id": "r1", "action": "Update"}],
         "summary": {},
     }
+
+
+def test_waves_name_every_stack_once_in_order() -> None:
+    from stackflow.engine.stack_set import check_waves, wave_members
+    from stackflow.model.stack_set import Strategy
+
+    names = ["web/dev", "web/stg", "web/prod-eu", "web/prod-us"]
+    strategy = Strategy.model_validate(
+        {
+            "waves": [
+                {"targets": ["web/dev"]},
+                {"targets": ["web/stg"], "bake": "1m30s"},
+                {"targets": ["web/prod-*"], "max_parallel": 2, "gate": "approval"},
+            ],
+            "error_budget": 1,
+        }
+    )
+    assert strategy.waves[1].bake == 90.0
+    waves = wave_members("r", names, strategy)
+    assert waves == [[0], [1], [2, 3]]
+    check_waves("r", names, [[], [0], [1], [1]], waves)
+    with pytest.raises(SpecError, match=r"set r: web/stg \(wave 1\) depends on web/prod-eu"):
+        check_waves("r", names, [[], [2], [], []], waves)
+    with pytest.raises(SpecError, match="set r: web/prod-us is in no wave"):
+        wave_members(
+            "r", names, Strategy(waves=[{"targets": ["web/dev", "web/stg", "web/prod-eu"]}])
+        )
+    with pytest.raises(SpecError, match="web/dev is in waves 0 and 1"):
+        wave_members("r", names, Strategy(waves=[{"targets": ["web/*"]}, {"targets": ["web/dev"]}]))
+    with pytest.raises(SpecError, match=r"strategy.waves\[0\]: 'nope/\*' names no stack"):
+        wave_members("r", names, Strategy(waves=[{"targets": ["nope/*"]}]))
+    with pytest.raises(ValidationError, match="write a duration"):
+        Strategy(waves=[{"targets": ["x/y"], "bake": "soon"}])
+
+
+def test_a_rollout_input_places_every_member() -> None:
+    member = {"project": "a", "workspace": "w", "spec": {"resources": []}}
+    other = {**member, "workspace": "v"}
+    SetInput(name="s", members=[member, other], waves=[{"members": [1]}, {"members": [0]}])
+    with pytest.raises(ValidationError, match="name every member"):
+        SetInput(name="s", members=[member, other], waves=[{"members": [1]}])
+    with pytest.raises(ValidationError, match="name every member"):
+        SetInput(name="s", members=[member, other], waves=[{"members": [0, 1]}, {"members": [1]}])

@@ -12,11 +12,13 @@ from temporalio import activity
 
 from stackflow.activities.deps import Deps
 from stackflow.activities.errors import temporal_errors
+from stackflow.core.errors import SpecError
 from stackflow.core.paths import parse_path, touches
 from stackflow.core.refs import StackRef
 from stackflow.engine.masking import sensitive_paths_for
 from stackflow.engine.spec import check_spec, parse_spec, parse_spec_text
 from stackflow.engine.stack_set import (
+    SET_READS,
     SET_SECRETS,
     UNKNOWN_UNTIL_APPLY,
     check_set,
@@ -25,6 +27,7 @@ from stackflow.engine.stack_set import (
     references,
     resolve,
 )
+from stackflow.model.release import Operation
 from stackflow.model.spec import Spec
 from stackflow.state.git_sources import git_cache, read_spec_file
 from stackflow.temporal.stack_set import (
@@ -99,9 +102,11 @@ class SetActivities:
             [m.depends_on for m in inp.members],
             lambda stack: self._recorded_ids(_stack(stack)),
         )
+        names = [str(m.stack) for m in inp.members]
         if inp.waves:
-            names = [str(m.stack) for m in inp.members]
             check_waves(inp.name, names, order.deps, [w.members for w in inp.waves])
+        if destroy:
+            self._check_no_reader(inp.name, names)
         members = [
             PlannedMember(
                 project=member.project,
@@ -117,6 +122,23 @@ class SetActivities:
             )
         ]
         return SetPlan(members=members, order=order.order)
+
+    def _check_no_reader(self, name: str, names: list[str]) -> None:
+        """A destroy leaves no stack outside the set reading a stack it destroys."""
+        members = set(names)
+        for stack in self.backend.stacks():
+            if str(stack) in members:
+                continue
+            release = self.backend.latest_succeeded(stack)
+            if release is None or release.operation == Operation.destroy or not release.spec:
+                continue
+            reads = release.spec.context.get(SET_READS)
+            read = sorted(members.intersection(reads)) if isinstance(reads, list) else []
+            if read:
+                raise SpecError(
+                    f"set {name}: destroy {read[0]}: {stack} (outside the set) still reads it "
+                    "through $stack. references; destroy that stack too, or first"
+                )
 
     # ---- resolve ---------------------------------------------------------------------------
     def _resolve(self, inp: ResolveInput) -> ResolveResult:
@@ -160,7 +182,9 @@ class SetActivities:
             secret = [parse_path(p) for p in sensitive_paths_for(state.type, state.attributes)]
             if secret and touches(secret, parse_path(ref.path)):
                 taken.append(values[ref.text])
-        context = {**spec.context, SET_SECRETS: taken} if taken else spec.context
+        context = {**spec.context, SET_READS: sorted({ref.stack for ref in found})}
+        if taken:
+            context[SET_SECRETS] = taken
         resolved = spec.model_copy(
             update={
                 "context": context,

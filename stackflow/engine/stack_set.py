@@ -27,6 +27,9 @@ MAX_SET_BYTES = 1024 * 1024
 REFERENCE_LIMIT = 1000
 """``$stack.`` references one member's spec may hold."""
 UNKNOWN_UNTIL_APPLY = "(known after apply)"
+SET_READS = "_stackflow_set_reads"
+"""A resolved spec's ``context`` key: the stacks its ``$stack.`` references read (a set's
+destroy refuses to destroy a stack that a stack outside the set still reads)."""
 SET_SECRETS = "_stackflow_set_secrets"
 """A resolved spec's ``context`` key: the sensitive values its ``$stack.`` references took
 (from another stack's secret fields). The member's run knows them as its stack's secrets, so

@@ -81,6 +81,15 @@ def test_one_approval_covers_the_set_and_status_shows_it(
     assert shown["phase"] == "succeeded" and _by(shown)[b]["revision"] == 1
     late = run_cli(env, "set", "approve", "--set", f"pair-{tag}")
     assert late.returncode == 1 and "no running run to approve" in late.stderr, late.stderr
+    # a stack another stack still reads is not destroyed without it
+    alone = _set(tmp_path, f"alone-{tag}", {a: [src]})
+    refused = run_cli(env, "set", "destroy", "-f", str(alone), "--yes")
+    assert refused.returncode == 2, refused.stderr
+    assert f"destroy {a}/prod: {b}/prod (outside the set) still reads it" in refused.stderr
+    assert (tmp_path / "a.txt").exists()
+    gone = run_cli(env, "set", "destroy", "-f", str(path), "--yes", "-o", "json")
+    assert gone.returncode == 0, gone.stderr
+    assert not (tmp_path / "a.txt").exists() and not (tmp_path / "b.txt").exists()
 
 
 async def test_a_bare_start_is_validated_and_runs_inline_specs(

@@ -29,6 +29,7 @@ from stackflow.engine.stack_set import (
 )
 from stackflow.model.release import Operation
 from stackflow.model.spec import Spec
+from stackflow.runtimes.policy import worker_policy
 from stackflow.state.git_sources import git_cache, read_spec_file
 from stackflow.temporal.stack_set import (
     ERROR_LIMIT,
@@ -121,7 +122,8 @@ class SetActivities:
                 inp.members, loaded, order.deps, reads, strict=True
             )
         ]
-        return SetPlan(members=members, order=order.order)
+        four_eyes = any(worker_policy().approvals.four_eyes_for(m.project) for m in inp.members)
+        return SetPlan(members=members, order=order.order, four_eyes=four_eyes)
 
     def _check_no_reader(self, name: str, names: list[str]) -> None:
         """A destroy leaves no stack outside the set reading a stack it destroys."""

@@ -136,7 +136,7 @@ async def _status(temporal: Temporal, handle: WorkflowHandle[Any, Any]) -> SetVi
 
 
 async def _run(request: SetInput, yes: bool, output: OutputFormat, timeout: float) -> SetView:
-    from temporalio.client import WorkflowFailureError
+    from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
     from temporalio.exceptions import WorkflowAlreadyStartedError
 
     from stackflow.cli.connection import Temporal
@@ -163,10 +163,14 @@ async def _run(request: SetInput, yes: bool, output: OutputFormat, timeout: floa
             await asyncio.sleep(0.5)
         if view.phase == "awaitingApproval":
             show(console, view)
-            if not yes and not typer.confirm("Apply these stacks?", err=True):
-                await handle.execute_update("reject", {"by": current_user()})
-            else:
-                await handle.execute_update("approve", {"by": current_user()})
+            step = "approve" if yes or typer.confirm("Apply these stacks?", err=True) else "reject"
+            try:
+                await handle.execute_update(step, {"by": current_user()})
+            except WorkflowUpdateFailedError as exc:  # four-eyes: another person approves
+                said = getattr(exc.cause, "message", exc.cause)
+                typer.echo(
+                    f"{said}; waiting for `stackflow set approve --set {request.name}`", err=True
+                )
     try:
         return await temporal.call("the set run", handle.result)
     except WorkflowFailureError as exc:

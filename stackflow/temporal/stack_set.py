@@ -145,6 +145,8 @@ class SetPlan(BaseModel):
     members: list[PlannedMember]
     order: list[int]
     """Member indices in dependency order."""
+    four_eyes: bool = False
+    """A member's project is four-eyes: the set's requester may not approve the set."""
 
 
 class ResolveInput(StackFields, BaseModel):

@@ -110,6 +110,7 @@ class SetWorkflow:
             return self._fail(failure_message(exc), cause_type(exc))
         for member, planned in zip(view.members, plan.members, strict=True):
             member.before = planned.before
+        self._gate.four_eyes = plan.four_eyes
         operation = request.operation
         if operation == SetOperation.destroy:
             dependents: list[list[int]] = [[] for _ in plan.members]
@@ -449,8 +450,10 @@ class SetWorkflow:
 
     @approve.validator
     def _validate_approve(self, *args: object) -> None:
-        approval_input(args)
+        approval = approval_input(args)
         self._gate.check_awaiting(self._phase())
+        requester = self._request.operator if self._request is not None else None
+        self._gate.check_approver(approval, requester)
 
     @workflow.update
     async def reject(self, *args: object) -> str:

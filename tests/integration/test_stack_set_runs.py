@@ -21,7 +21,7 @@ from stackflow.model.release import Phase
 from stackflow.temporal.operation import OperationInput, workflow_id_for
 from stackflow.temporal.stack_set import SetView, set_workflow_id
 from tests.integration.conftest import REPO, WorkerProcess, run_cli
-from tests.integration.opshelp import cli_json, file_resource, releases, wait_phase
+from tests.integration.opshelp import cli_json, file_resource, poll, releases, wait_phase
 
 
 def _set(root: Path, name: str, stacks: dict[str, list[dict[str, Any]]], deps: Any = None) -> Path:
@@ -229,3 +229,47 @@ async def test_a_busy_stack_fails_fast_and_two_sets_never_deadlock(
     finally:
         backend.close()
     await asyncio.sleep(0)
+
+
+async def test_four_eyes_holds_for_the_set_and_its_members(
+    tmp_path: Path, stack_env: dict[str, str], temporal_client: Client
+) -> None:
+    tag = _tag()
+    env = {**stack_env, "STACKFLOW_FOUR_EYES": f"setf{tag}*"}
+    worker = WorkerProcess(tmp_path, env["STACKFLOW_TASK_QUEUE"], env)
+    worker.start()
+    try:
+        a = f"setf{tag}"
+        path = _set(tmp_path, f"four-{tag}", {a: [file_resource(tmp_path / "f.txt", "f\n")]})
+        cli = subprocess.Popen(
+            [str(REPO / ".venv/bin/stackflow"), "set", "apply", "-f", str(path), "-o", "json"],
+            env=env,
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert cli.stdin is not None
+        cli.stdin.write("y\n")
+        cli.stdin.flush()
+        handle = temporal_client.get_workflow_handle(set_workflow_id(f"four-{tag}"))
+
+        async def awaiting() -> SetView | None:
+            view = await handle.query("status", result_type=SetView)
+            return view if view.phase == "awaitingApproval" else None
+
+        await poll(awaiting, timeout=60, what="the set's approval wait")
+        await asyncio.sleep(2)  # the requester's own approval is refused meanwhile
+        assert (await handle.query("status", result_type=SetView)).phase == "awaitingApproval"
+        await handle.execute_update("approve", {"by": "bob"})
+        # the member's own run holds for another approver too (four-eyes)
+        member = temporal_client.get_workflow_handle(workflow_id_for(StackRef(a, "prod")))
+        await wait_phase(member, Phase.awaitingApproval, timeout=60)
+        await member.execute_update("approve", {"by": "bob"})
+        out, err = cli.communicate(timeout=120)
+        assert cli.returncode == 0, err
+        assert "four-eyes" in err and f"stackflow set approve --set four-{tag}" in err
+        assert _by(json.loads(out))[a]["phase"] == "succeeded"
+    finally:
+        worker.stop()

@@ -12,8 +12,10 @@ from typing import Annotated, Any, Literal
 from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field
+from temporalio.client import WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 
 from stackflow.api.identity import Identity, Role
 from stackflow.api.problems import Problem
@@ -146,19 +148,40 @@ async def start_set_run(request: Request, name: SetPath, body: SetRunRequest) ->
     )
 
 
-@router.get("/sets/{name}/runs/{run_id}", response_model=SetView, responses=ERRORS)
-async def get_set_run(request: Request, name: SetPath, run_id: RunIdPath) -> JSONResponse:
-    """The set run's status: per stack its phase, revision, counts and error."""
+async def _run(
+    request: Request, name: str, run_id: str, role: Role, why: str
+) -> tuple[Any, SetView]:
+    """The set run's handle and status, once the caller holds ``role`` on every member."""
     who = _caller(request)
     client = await ctx_of(request).client()
     handle = client.get_workflow_handle(set_workflow_id(name), run_id=run_id)
-    from temporalio.service import RPCError, RPCStatusCode
-
     try:
         view = await handle.query("status", result_type=SetView)
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             raise Problem(404, f"set {name} has no run {run_id}", "not-found") from None
         raise
-    _check_roles(who, [m.project for m in view.members], Role.viewer, "reading a set run")
+    _check_roles(who, [m.project for m in view.members], role, why)
+    return handle, view
+
+
+@router.get("/sets/{name}/runs/{run_id}", response_model=SetView, responses=ERRORS)
+async def get_set_run(request: Request, name: SetPath, run_id: RunIdPath) -> JSONResponse:
+    """The set run's status: per stack its phase, revision, counts and error."""
+    _, view = await _run(request, name, run_id, Role.viewer, "reading a set run")
     return JSONResponse(view.model_dump(mode="json"))
+
+
+@router.post("/sets/{name}/runs/{run_id}/{step}", responses=ERRORS)
+async def steer_set_run(
+    request: Request, name: SetPath, run_id: RunIdPath, step: Literal["approve", "reject"]
+) -> JSONResponse:
+    """Approve or reject the set run's approval (or a wave's gate): an approver of every
+    member's project; on a four-eyes project not the set's requester (409)."""
+    handle, _ = await _run(request, name, run_id, Role.approver, f"to {step} a set run")
+    try:
+        said = await handle.execute_update(step, {"by": _caller(request).name}, result_type=str)
+    except WorkflowUpdateFailedError as exc:
+        message = getattr(exc.cause, "message", str(exc.cause))
+        raise Problem(409, f"set {name}: {message}", "refused") from None
+    return JSONResponse({"run_id": run_id, "step": step, "result": said})

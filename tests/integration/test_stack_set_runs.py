@@ -273,3 +273,71 @@ async def test_four_eyes_holds_for_the_set_and_its_members(
         assert _by(json.loads(out))[a]["phase"] == "succeeded"
     finally:
         worker.stop()
+
+
+async def test_the_api_starts_reads_and_approves_a_set(
+    tmp_path: Path,
+    stack_env: dict[str, str],
+    worker_process: WorkerProcess,
+    temporal_client: Client,
+) -> None:
+    import hashlib
+
+    import httpx
+
+    from stackflow.api.app import create_app
+    from stackflow.api.auth import parse_tokens
+
+    tag = _tag()
+    a, b = f"setx{tag}", f"sety{tag}"
+    roles = {"ann": {f"set?{tag}": "approver"}, "vic": {"*": "operator"}}
+    table = parse_tokens(
+        json.dumps(
+            [
+                {"name": n, "sha256": hashlib.sha256(n.encode()).hexdigest(), "roles": r}
+                for n, r in roles.items()
+            ]
+        )
+    )
+
+    async def connect() -> Client:
+        return temporal_client
+
+    backend = releases(stack_env)
+    app = create_app(connect, backend, table, task_queue=stack_env["STACKFLOW_TASK_QUEUE"])
+    src = file_resource(tmp_path / "x.txt", "from x\n")
+    reader = file_resource(tmp_path / "y.txt", f"$stack.{a}/default.{src['id']}.content")
+    body = {
+        "operation": "apply",
+        "members": [
+            {"project": a, "spec": {"resources": [src]}},
+            {"project": b, "spec": {"resources": [reader]}},
+        ],
+    }
+    ann, vic = {"Authorization": "Bearer ann"}, {"Authorization": "Bearer vic"}
+    name = f"api-{tag}"
+    try:
+        async with httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app), base_url="http://api"
+        ) as http:
+            created = await http.post(f"/v1/sets/{name}/runs", json=body, headers=vic)
+            assert created.status_code == 201, created.text
+            url = created.json()["status_url"]
+
+            async def phase(wanted: str) -> dict[str, Any] | None:
+                got = await http.get(url, headers=ann)
+                assert got.status_code == 200, got.text
+                view: dict[str, Any] = got.json()
+                return view if view["phase"] == wanted else None
+
+            await poll(lambda: phase("awaitingApproval"), timeout=60, what="the approval wait")
+            refused = await http.post(f"{url}/approve", headers=vic)
+            assert refused.status_code == 403, refused.text
+            assert "vic is operator on project" in refused.json()["detail"]
+            approved = await http.post(f"{url}/approve", headers=ann)
+            assert approved.status_code == 200, approved.text
+            view = await poll(lambda: phase("succeeded"), timeout=90, what="the set's end")
+            assert [m["phase"] for m in view["members"]] == ["succeeded", "succeeded"]
+            assert (tmp_path / "y.txt").read_text() == "from x\n"
+    finally:
+        backend.close()

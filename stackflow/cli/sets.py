@@ -19,7 +19,7 @@ from stackflow.cli.app import EXIT_CODES_HELP, app
 from stackflow.cli.options import FileOpt, OutputOpt, WaitOpt, YesOpt
 from stackflow.cli.output import OutputFormat
 from stackflow.cli.report import BAD_INPUT_TYPES
-from stackflow.cli.runs import console_for, current_user, namespace, ui_link
+from stackflow.cli.runs import RunPaused, console_for, current_user, namespace, ui_link
 from stackflow.core.errors import OperationFailed, SpecError, StackLockedError
 from stackflow.core.refs import StackRef
 from stackflow.temporal.stack_set import (
@@ -50,7 +50,8 @@ OnFailureSetOpt = Annotated[
     typer.Option(
         "--on-failure",
         help="halt: leave what was applied when a stack fails (its dependents are skipped); "
-        "rollback: return each stack this run changed to its release before, in reverse order.",
+        "rollback: return each stack this run changed to its release before, in reverse order; "
+        "pause: wait for `stackflow set retry` or `set abort` (exit 4).",
     ),
 ]
 ParallelOpt = Annotated[
@@ -171,6 +172,16 @@ async def _run(request: SetInput, yes: bool, output: OutputFormat, timeout: floa
                 typer.echo(
                     f"{said}; waiting for `stackflow set approve --set {request.name}`", err=True
                 )
+    # follow the run to its end, or to a pause on failed stacks (exit 4)
+    while (view := await _status(temporal, handle)).phase not in (*FINAL, "awaitingDecision"):
+        await asyncio.sleep(0.5)
+    if view.phase == "awaitingDecision":
+        show(console, view)
+        raise RunPaused(
+            f"set {request.name} paused: {sum(m.phase == 'failed' for m in view.members)} "
+            f"stack(s) failed; run them again with `stackflow set retry --set {request.name}` "
+            f"or end the run with `stackflow set abort --set {request.name}`"
+        )
     try:
         return await temporal.call("the set run", handle.result)
     except WorkflowFailureError as exc:
@@ -228,8 +239,8 @@ def set_apply(
     unavailable_timeout: WaitOpt = 600.0,
 ) -> None:
     """Preview the set, ask once, then apply each stack in dependency order."""
-    if on_failure not in ("halt", "rollback"):
-        raise SpecError(f"--on-failure {on_failure}: give halt or rollback")
+    if on_failure not in ("halt", "rollback", "pause"):
+        raise SpecError(f"--on-failure {on_failure}: give halt, rollback or pause")
     _operate(
         SetOperation.apply,
         file,
@@ -323,6 +334,18 @@ def set_approve(name: SetOpt, unavailable_timeout: WaitOpt = 600.0) -> None:
 def set_reject(name: SetOpt, unavailable_timeout: WaitOpt = 600.0) -> None:
     """Reject the set's run waiting in awaitingApproval (nothing is applied)."""
     typer.echo(_steer(name, "reject", unavailable_timeout))
+
+
+@set_app.command("retry")
+def set_retry(name: SetOpt, unavailable_timeout: WaitOpt = 600.0) -> None:
+    """Run a paused set's failed stacks again (and those skipped because of them)."""
+    typer.echo(_steer(name, "retry", unavailable_timeout))
+
+
+@set_app.command("abort")
+def set_abort(name: SetOpt, unavailable_timeout: WaitOpt = 600.0) -> None:
+    """End a paused set run as failed, as it is."""
+    typer.echo(_steer(name, "abort", unavailable_timeout))
 
 
 @set_app.command("cancel")

@@ -93,10 +93,13 @@ class SetInput(BaseModel):
     """Apply: no set approval (a member's policy or four-eyes may still ask for one)."""
     max_parallel: int = Field(default=4, ge=1, le=50)
     """Member runs in flight at once."""
-    on_failure: Literal["halt", "rollback"] = "halt"
+    on_failure: Literal["halt", "rollback", "pause"] = "halt"
     """After a member fails (its dependents are skipped, independent ones go on): ``halt``
     leaves what was applied; ``rollback`` returns each member this run changed to the
-    release it had before, in reverse order."""
+    release it had before, in reverse order; ``pause`` waits (``awaitingDecision``) for the
+    ``retry`` Update (the failed and skipped members run again) or ``abort``."""
+    decision_timeout_seconds: float = Field(default=3600.0, gt=0, le=WAIT_LIMIT)
+    """How long a paused set waits for retry/abort before it aborts."""
     operator: str = Field(default="temporal", max_length=200)
     approval_timeout_seconds: float = Field(default=3600.0, gt=0, le=WAIT_LIMIT)
     max_concurrency: int = Field(default=8, ge=1, le=500)
@@ -113,6 +116,8 @@ class SetInput(BaseModel):
         twice = sorted({n for n in names if names.count(n) > 1})
         if twice:
             raise ValueError(f"members: {twice[0]} is named twice")
+        if self.waves and self.on_failure == "pause":
+            raise ValueError("on_failure: pause is for sets without waves (halt or rollback)")
         placed = sorted(i for wave in self.waves for i in wave.members)
         if self.waves and placed != list(range(len(self.members))):
             raise ValueError("waves: name every member (by index) in exactly one wave")

@@ -142,9 +142,39 @@ class SetWorkflow:
             await self._rollout(plan, request, deps)
         else:
             await self._walk(plan, SetOperation.apply, plan.order, deps)
+        while self._failed() and request.on_failure == "pause":
+            if await self._decision(request) != "retry":
+                by = self._gate.step_by
+                view.error, view.error_type = f"set apply aborted by {by}", "Aborted"
+                break
+            again = [i for i in plan.order if view.members[i].phase in NOT_OK]
+            for i in again:
+                view.members[i] = MemberView(
+                    project=view.members[i].project,
+                    workspace=view.members[i].workspace,
+                    before=view.members[i].before,
+                )
+            view.phase = Phase.applying
+            await self._walk(plan, SetOperation.apply, again, deps)
         if self._failed() and request.on_failure == "rollback":
             await self._roll_back()
         return self._end()
+
+    async def _decision(self, request: SetInput) -> str:
+        """Paused on failed stacks: the retry or abort Update (abort on timeout)."""
+        assert self._view is not None
+        self._gate.step = None
+        self._view.phase = Phase.awaitingDecision
+        self._show()
+        try:
+            await workflow.wait_condition(
+                lambda: self._gate.step is not None,
+                timeout=timedelta(seconds=request.decision_timeout_seconds),
+            )
+        except TimeoutError:
+            self._gate.step, self._gate.step_by = "abort", "timeout"
+        assert self._gate.step is not None
+        return self._gate.step
 
     async def _rollout(self, plan: SetPlan, request: SetInput, deps: list[list[int]]) -> None:
         """The waves in order: each starts once the one before is recorded (and baked); past
@@ -466,9 +496,34 @@ class SetWorkflow:
         approval_input(args)
         self._gate.check_awaiting(self._phase())
 
+    @workflow.update
+    async def retry(self, *args: object) -> str:
+        """A paused set runs its failed stacks again (and those skipped because of them)."""
+        request = approval_input(args)
+        self._gate.steer("retry", request, self._phase())
+        return f"retry requested by {request.by}"
+
+    @retry.validator
+    def _validate_retry(self, *args: object) -> None:
+        approval_input(args)
+        self._gate.check_paused(self._phase())
+
+    @workflow.update
+    async def abort(self, *args: object) -> str:
+        """A paused set ends failed, as it is."""
+        request = approval_input(args)
+        self._gate.steer("abort", request, self._phase())
+        return f"abort requested by {request.by}"
+
+    @abort.validator
+    def _validate_abort(self, *args: object) -> None:
+        approval_input(args)
+        self._gate.check_paused(self._phase())
+
     def _phase(self) -> Phase:
         phase = self._view.phase if self._view is not None else ""
-        return Phase.awaitingApproval if phase == Phase.awaitingApproval else Phase.generating
+        waits = (Phase.awaitingApproval, Phase.awaitingDecision)
+        return Phase(phase) if phase in waits else Phase.generating
 
 
 class _Busy(Exception):

@@ -341,3 +341,47 @@ async def test_the_api_starts_reads_and_approves_a_set(
             assert (tmp_path / "y.txt").read_text() == "from x\n"
     finally:
         backend.close()
+
+
+async def test_a_paused_set_retries_its_failed_stacks(
+    tmp_path: Path,
+    stack_env: dict[str, str],
+    worker_process: WorkerProcess,
+    temporal_client: Client,
+) -> None:
+    env, tag = stack_env, _tag()
+    first, after, other = f"setp{tag}", f"setq{tag}", f"setr{tag}"
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where a directory must be\n")
+    path = _set(
+        tmp_path,
+        f"pause-{tag}",
+        {
+            first: [file_resource(blocker / "f", "f\n")],
+            after: [file_resource(tmp_path / "after.txt", "after\n")],
+            other: [file_resource(tmp_path / "other.txt", "other\n")],
+        },
+        deps={after: [f"{first}/prod"]},
+    )
+    paused = run_cli(env, "set", "apply", "-f", str(path), "--yes", "--on-failure", "pause")
+    assert paused.returncode == 4, paused.stderr
+    assert f"stackflow set retry --set pause-{tag}" in paused.stderr
+    handle = temporal_client.get_workflow_handle(
+        set_workflow_id(f"pause-{tag}"), result_type=SetView
+    )
+    view = await handle.query("status", result_type=SetView)
+    phases = {m.project: m.phase for m in view.members}
+    assert view.phase == "awaitingDecision"
+    assert phases == {first: "failed", after: "skipped", other: "succeeded"}
+    blocker.unlink()  # what failed is fixed: the retry runs the failed and skipped stacks
+    retried = run_cli(env, "set", "retry", "--set", f"pause-{tag}")
+    assert retried.returncode == 0, retried.stderr
+    done = await handle.result()
+    assert done.phase == "succeeded", done.error
+    assert (blocker / "f").read_text() == "f\n" and (tmp_path / "after.txt").exists()
+    backend = releases(env)
+    try:  # the stack that had succeeded was not run again
+        assert len(backend.list(StackRef(other, "prod"))) == 1
+        assert [r.phase for r in backend.list(StackRef(first, "prod"))] == ["failed", "succeeded"]
+    finally:
+        backend.close()

@@ -325,3 +325,5 @@ def test_a_rollout_input_places_every_member() -> None:
         SetInput(name="s", members=[member, other], waves=[{"members": [1]}])
     with pytest.raises(ValidationError, match="name every member"):
         SetInput(name="s", members=[member, other], waves=[{"members": [0, 1]}, {"members": [1]}])
+    with pytest.raises(ValidationError, match="pause is for sets without waves"):
+        SetInput(name="s", members=[member], waves=[{"members": [0]}], on_failure="pause")

@@ -93,17 +93,29 @@ class SetActivities:
             return None
         return set(self.backend.resources(stack, revision))
 
+    def _reads(self, stack: StackRef) -> list[str]:
+        """The stacks the latest applied spec of ``stack`` read through ``$stack.``."""
+        release = self.backend.latest_succeeded(stack)
+        if release is None or release.operation == Operation.destroy or not release.spec:
+            return []
+        reads = release.spec.context.get(SET_READS)
+        return [str(r) for r in reads] if isinstance(reads, list) else []
+
     def _prepare(self, inp: SetInput) -> SetPlan:
         loaded = [self._spec(m) for m in inp.members]
         destroy = inp.operation == SetOperation.destroy
+        names = [str(m.stack) for m in inp.members]
+        declared = [m.depends_on for m in inp.members]
+        if destroy:  # what a stack read when it was applied orders the destroy too
+            read = [[r for r in self._reads(m.stack) if r in names] for m in inp.members]
+            declared = [[*d, *r] for d, r in zip(declared, read, strict=True)]
         order, reads = check_set(
             inp.name,
-            [str(m.stack) for m in inp.members],
+            names,
             [None if destroy else spec for spec, _ in loaded],
-            [m.depends_on for m in inp.members],
+            declared,
             lambda stack: self._recorded_ids(_stack(stack)),
         )
-        names = [str(m.stack) for m in inp.members]
         if inp.waves:
             check_waves(inp.name, names, order.deps, [w.members for w in inp.waves])
         if destroy:
@@ -131,11 +143,7 @@ class SetActivities:
         for stack in self.backend.stacks():
             if str(stack) in members:
                 continue
-            release = self.backend.latest_succeeded(stack)
-            if release is None or release.operation == Operation.destroy or not release.spec:
-                continue
-            reads = release.spec.context.get(SET_READS)
-            read = sorted(members.intersection(reads)) if isinstance(reads, list) else []
+            read = sorted(members.intersection(self._reads(stack)))
             if read:
                 raise SpecError(
                     f"set {name}: destroy {read[0]}: {stack} (outside the set) still reads it "

@@ -238,7 +238,10 @@ async def test_a_set_previews_applies_in_order_and_rolls_back(
     gone = _run(env, "destroy", "-f", str(shop.file), "--yes")
     assert {m["phase"] for m in gone["members"]} == {"succeeded"}
     destroyed = {s: all_releases(env, *s.split("/"))[-1] for s in (net, db, svc)}
-    assert destroyed[svc].created_at < destroyed[db].created_at < destroyed[net].created_at
+    # the service read the others: its destroy ended before theirs began (no dependsOn said so)
+    assert destroyed[svc].modified_at < destroyed[db].created_at
+    assert destroyed[db].modified_at < destroyed[net].created_at
+    assert {r.operation for r in destroyed.values()} == {Operation.destroy}
     assert not shop.conf.exists()
     try:
         k8s.CoreV1Api(api).read_namespaced_secret(shop.secret, "default")

@@ -324,6 +324,45 @@ def _steer(name: str, step: str, timeout: float) -> str:
         raise
 
 
+@set_app.command("events")
+def set_events(
+    name: SetOpt,
+    follow: Annotated[bool, typer.Option("--follow", help="Until the set run ends.")] = False,
+    unavailable_timeout: WaitOpt = 600.0,
+) -> None:
+    """The events of every stack's runs in the set's latest run, one JSON line each in time
+    order, the stack named (``stack``); as `stackflow events` prints one run's."""
+    import time
+
+    from stackflow.cli.connection import Temporal
+    from stackflow.state.backend import open_backend
+
+    async def status() -> SetView:
+        temporal = Temporal(unavailable_timeout)
+        client = await temporal.connect()
+        return await _status(temporal, client.get_workflow_handle(set_workflow_id(name)))
+
+    seen: dict[tuple[str, str], int] = {}
+    backend = open_backend()
+    try:
+        while True:
+            view = asyncio.run(status())
+            lines = []
+            for member in view.members:
+                for run_id in member.runs:
+                    after = seen.get((str(member.stack), run_id), 0)
+                    for event in backend.events(member.stack, run_id, after=after):
+                        seen[(str(member.stack), run_id)] = event.seq
+                        lines.append((event.time, {"stack": str(member.stack), **event.wire()}))
+            for _, line in sorted(lines, key=lambda item: item[0]):
+                typer.echo(json.dumps(line, separators=(",", ":"), ensure_ascii=False))
+            if not follow or (view.phase in FINAL and not lines):
+                return
+            time.sleep(0.5)
+    finally:
+        backend.close()
+
+
 @set_app.command("approve")
 def set_approve(name: SetOpt, unavailable_timeout: WaitOpt = 600.0) -> None:
     """Approve the set's run waiting in awaitingApproval (one approval for every stack)."""

@@ -198,8 +198,14 @@ class MemberView(StackFields, BaseModel):
     unknown: list[str] = Field(default_factory=list)
     unknown_count: int = 0
     workflow_id: str | None = None
+    runs: list[str] = Field(default_factory=list)
+    """Run ids of the stack's own runs in this set run (preview, apply, rollback; the last
+    RUNS_KEPT): where its events are (``stackflow set events``)."""
     error: str | None = None
     error_type: str | None = None
+
+
+RUNS_KEPT = 4
 
 
 class SetView(BaseModel):

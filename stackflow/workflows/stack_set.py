@@ -43,6 +43,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from stackflow.temporal.stack_set import (
         ERROR_LIMIT,
+        RUNS_KEPT,
         MemberPhase,
         MemberView,
         ResolveInput,
@@ -134,7 +135,7 @@ class SetWorkflow:
                 line = f"set apply rejected by {who}" + (f": {why}" if why else "")
                 return self._fail(line, "Rejected")
             view.members = [
-                MemberView(project=m.project, workspace=m.workspace, before=m.before)
+                MemberView(project=m.project, workspace=m.workspace, before=m.before, runs=m.runs)
                 for m in view.members
             ]
         view.phase = Phase.applying
@@ -149,10 +150,9 @@ class SetWorkflow:
                 break
             again = [i for i in plan.order if view.members[i].phase in NOT_OK]
             for i in again:
+                was = view.members[i]
                 view.members[i] = MemberView(
-                    project=view.members[i].project,
-                    workspace=view.members[i].workspace,
-                    before=view.members[i].before,
+                    project=was.project, workspace=was.workspace, before=was.before, runs=was.runs
                 )
             view.phase = Phase.applying
             await self._walk(plan, SetOperation.apply, again, deps)
@@ -417,6 +417,8 @@ class SetWorkflow:
         for member in self._view.members:
             if member.stack == stack:
                 member.workflow_id = wid
+                run = handle.first_execution_run_id or ""
+                member.runs = [*member.runs, run][-RUNS_KEPT:]
         result: OperationResult = await handle
         return result
 

@@ -79,6 +79,15 @@ def test_one_approval_covers_the_set_and_status_shows_it(
     assert status.returncode == 0, status.stderr
     shown = cli_json(status)
     assert shown["phase"] == "succeeded" and _by(shown)[b]["revision"] == 1
+    events = run_cli(env, "set", "events", "--set", f"pair-{tag}")
+    assert events.returncode == 0, events.stderr
+    lines = [json.loads(line) for line in events.stdout.splitlines()]
+    assert [e["time"] for e in lines] == sorted(e["time"] for e in lines)
+    ends = [(e["stack"], e["operation"]) for e in lines if e["type"] == "run_start"]
+    assert sorted(ends) == sorted(
+        (f"{p}/prod", op) for p in (a, b) for op in ("preview", "apply")
+    ), ends
+    assert sum(e["type"] == "run_complete" for e in lines) == 4
     late = run_cli(env, "set", "approve", "--set", f"pair-{tag}")
     assert late.returncode == 1 and "no running run to approve" in late.stderr, late.stderr
     # a stack another stack still reads is not destroyed without it

@@ -26,8 +26,9 @@ if TYPE_CHECKING:
 SPEC_REF = r"^sha256:[0-9a-f]{64}$"
 ERROR_LIMIT = 300
 """Characters of a member's error a status or result keeps."""
-UNKNOWN_LIMIT = 20
-"""References known only after apply that a member's line names (the count is complete)."""
+UNKNOWN_LIMIT = 10
+"""References known only after apply that a member's line names (the count is complete),
+each cut to ERROR_LIMIT characters: with MEMBER_LIMIT members a status stays under 1 MB."""
 
 
 def set_workflow_id(name: str) -> str:

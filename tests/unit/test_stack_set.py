@@ -327,3 +327,29 @@ def test_a_rollout_input_places_every_member() -> None:
         SetInput(name="s", members=[member, other], waves=[{"members": [0, 1]}, {"members": [1]}])
     with pytest.raises(ValidationError, match="pause is for sets without waves"):
         SetInput(name="s", members=[member], waves=[{"members": [0]}], on_failure="pause")
+
+
+def test_a_set_status_stays_bounded() -> None:
+    from stackflow.model.stack_set import MEMBER_LIMIT
+    from stackflow.temporal.stack_set import (
+        ERROR_LIMIT,
+        RUNS_KEPT,
+        UNKNOWN_LIMIT,
+        MemberView,
+        SetView,
+    )
+
+    longest = "x" * 200
+    member = MemberView(
+        project=longest,
+        workspace=longest,
+        counts={"Create": 1, "Update": 1, "Delete": 1, "UnChanged": 1},
+        unknown=["u" * ERROR_LIMIT] * UNKNOWN_LIMIT,
+        unknown_count=10**6,
+        workflow_id="w" * 420,
+        runs=["r" * 36] * RUNS_KEPT,
+        error="e" * ERROR_LIMIT,
+        error_type="StackLocked",
+    )
+    view = SetView(name=longest, operation="apply", members=[member] * MEMBER_LIMIT)
+    assert len(view.model_dump_json()) < 1024 * 1024

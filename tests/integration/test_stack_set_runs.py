@@ -158,7 +158,8 @@ def test_a_missing_field_fails_the_reader_before_anything_changes(
     proc = run_cli(env, "set", "apply", "-f", str(path), "-o", "json", input="y\n")
     assert proc.returncode == 2, proc.stderr
     line = proc.stderr.strip().splitlines()[-1]
-    assert f"$stack.{a}/prod.{src['id']}.nope" in line and "nope" in line, line
+    assert line.startswith(f"Error: {b}/prod: $stack.{a}/prod.{src['id']}.nope: "), line
+    assert line.endswith(f"{src['id']!r} of {a}/prod has no field nope"), line
     assert not (tmp_path / "n.txt").exists()
 
 

@@ -116,4 +116,5 @@ class WorkerActivities:
             self.observe.record_drift,
             self.sets.prepare_set,
             self.sets.resolve_member,
+            self.sets.forward_approval,
         ]

@@ -9,9 +9,11 @@ import asyncio
 from collections.abc import Container
 
 from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus
 
 from stackflow.activities.deps import Deps
 from stackflow.activities.errors import temporal_errors
+from stackflow.activities.heartbeat import heartbeating
 from stackflow.core.errors import SpecError
 from stackflow.core.paths import parse_path, touches
 from stackflow.core.refs import StackRef
@@ -27,13 +29,15 @@ from stackflow.engine.stack_set import (
     references,
     resolve,
 )
-from stackflow.model.release import Operation
+from stackflow.model.release import Operation, Phase
 from stackflow.model.spec import Spec
 from stackflow.runtimes.policy import worker_policy
 from stackflow.state.git_sources import git_cache, read_spec_file
+from stackflow.temporal.operation import StatusView
 from stackflow.temporal.stack_set import (
     ERROR_LIMIT,
     UNKNOWN_LIMIT,
+    ForwardInput,
     MemberInput,
     PlannedMember,
     ResolveInput,
@@ -42,6 +46,9 @@ from stackflow.temporal.stack_set import (
     SetOperation,
     SetPlan,
 )
+
+FORWARD_POLL_SECONDS = 1.0
+"""How often ``forward_approval`` asks a member's run whether it waits for approval."""
 
 
 def _stack(text: str) -> StackRef:
@@ -58,6 +65,25 @@ class SetActivities:
     async def prepare_set(self, inp: SetInput) -> SetPlan:
         with temporal_errors():
             return await asyncio.to_thread(self._prepare, inp)
+
+    @activity.defn(name="forward_approval")
+    async def forward_approval(self, inp: ForwardInput) -> bool:
+        """Wait (heartbeating) until the member's run waits for approval, then approve it as
+        the set's approver did; False when it ended without waiting."""
+        with temporal_errors():
+            handle = activity.client().get_workflow_handle(inp.workflow_id, run_id=inp.run_id)
+            async with heartbeating(f"approval of {inp.workflow_id}"):
+                deadline = asyncio.get_running_loop().time() + inp.wait_seconds
+                while asyncio.get_running_loop().time() < deadline:
+                    described = await handle.describe()
+                    if described.status != WorkflowExecutionStatus.RUNNING:
+                        return False
+                    status = await handle.query("status", result_type=StatusView)
+                    if status.phase == Phase.awaitingApproval:
+                        await handle.execute_update("approve", {"by": inp.by, "reason": inp.reason})
+                        return True
+                    await asyncio.sleep(FORWARD_POLL_SECONDS)
+            return False
 
     @activity.defn(name="resolve_member")
     async def resolve_member(self, inp: ResolveInput) -> ResolveResult:
@@ -120,10 +146,12 @@ class SetActivities:
             check_waves(inp.name, names, order.deps, [w.members for w in inp.waves])
         if destroy:
             self._check_no_reader(inp.name, names)
+        policy = worker_policy().approvals
         members = [
             PlannedMember(
                 project=member.project,
                 workspace=member.workspace,
+                four_eyes=policy.four_eyes_for(member.project),
                 spec_ref=ref,
                 deps=deps,
                 upstream=read.upstream,
@@ -134,7 +162,7 @@ class SetActivities:
                 inp.members, loaded, order.deps, reads, strict=True
             )
         ]
-        four_eyes = any(worker_policy().approvals.four_eyes_for(m.project) for m in inp.members)
+        four_eyes = any(m.four_eyes for m in members)
         return SetPlan(members=members, order=order.order, four_eyes=four_eyes)
 
     def _check_no_reader(self, name: str, names: list[str]) -> None:

@@ -145,6 +145,19 @@ class PlannedMember(StackFields, BaseModel):
     """``$stack.`` references of its spec (those to stacks outside the set included)."""
     before: int | None = None
     """The stack's latest succeeded release when the set run began (what rollback restores)."""
+    four_eyes: bool = False
+    """Its project is four-eyes: its run waits for an approver, whom the set's approval
+    gives it (``forward_approval``)."""
+
+
+class ForwardInput(BaseModel):
+    """Give a member's run, once it waits for approval, the set's approval."""
+
+    workflow_id: str
+    run_id: str
+    by: str
+    reason: str | None = None
+    wait_seconds: float
 
 
 class SetPlan(BaseModel):

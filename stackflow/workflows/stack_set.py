@@ -44,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
     from stackflow.temporal.stack_set import (
         ERROR_LIMIT,
         RUNS_KEPT,
+        ForwardInput,
         MemberPhase,
         MemberView,
         ResolveInput,
@@ -363,7 +364,10 @@ class SetWorkflow:
                 brief_result=True,
                 watch=watch,
             )
-            result = await self._child(WORKFLOWS[kind], request, kind)
+            approval = self._gate.approval or {}
+            forward = kind == SetOperation.apply and planned.four_eyes
+            by = approval.get("by") if forward and approval.get("decision") == "approved" else None
+            result = await self._child(WORKFLOWS[kind], request, kind, by)
         except ActivityError as exc:
             raise_if_cancelled(exc)
             view.phase, view.error = MemberPhase.failed, _short(failure_message(exc))
@@ -394,10 +398,16 @@ class SetWorkflow:
         view.phase = MemberPhase.failed if result.error else MemberPhase.succeeded
 
     async def _child(
-        self, name: str, request: OperationInput, kind: SetOperation | str
+        self,
+        name: str,
+        request: OperationInput,
+        kind: SetOperation | str,
+        approved_by: str | None = None,
     ) -> OperationResult:
-        """Run one member's workflow under its stack's id; a busy stack is not waited for."""
-        assert self._view is not None
+        """Run one member's workflow under its stack's id; a busy stack is not waited for.
+        ``approved_by``: the set's approver, whose approval a four-eyes member's run (which
+        waits for an approver whatever auto_approve says) is given once it waits."""
+        assert self._view is not None and self._request is not None
         stack = request.stack
         wid = preview_workflow_id(stack) if kind == SetOperation.preview else workflow_id_for(stack)
         try:
@@ -419,7 +429,30 @@ class SetWorkflow:
                 member.workflow_id = wid
                 run = handle.first_execution_run_id or ""
                 member.runs = [*member.runs, run][-RUNS_KEPT:]
+        forwarding = None
+        if approved_by is not None:
+            wait = self._request.approval_timeout_seconds
+            forwarding = workflow.start_activity_method(
+                SetActivities.forward_approval,
+                ForwardInput(
+                    workflow_id=wid,
+                    run_id=handle.first_execution_run_id or "",
+                    by=approved_by,
+                    reason=f"set {self._view.name}",
+                    wait_seconds=wait,
+                ),
+                start_to_close_timeout=timedelta(seconds=wait + 60),
+                heartbeat_timeout=common.RESOURCE_HEARTBEAT,
+                retry_policy=common.STORE_RETRY,
+                summary=f"forward the set's approval to {stack}",
+            )
         result: OperationResult = await handle
+        if forwarding is not None:
+            try:
+                await forwarding  # it sees the run ended within a second
+            except ActivityError as exc:
+                raise_if_cancelled(exc)
+                workflow.logger.warning("approval not forwarded: %s", failure_message(exc))
         return result
 
     # ---- rollback --------------------------------------------------------------------------

@@ -31,6 +31,7 @@ HISTORY_NAMES = {
     "record_drift",
     "prepare_set",
     "resolve_member",
+    "forward_approval",
 }
 
 

@@ -63,7 +63,7 @@ class SetRunRequest(BaseModel):
     operation: SetOperation
     members: list[SetMemberBody] = Field(min_length=1, max_length=MEMBER_LIMIT)
     auto_approve: bool = False
-    on_failure: Literal["halt", "rollback"] = "halt"
+    on_failure: Literal["halt", "rollback", "pause"] = "halt"
     max_parallel: int = Field(default=4, ge=1, le=50)
     strategy: Strategy | None = None
     """An apply as a rollout: ordered waves, bake times, an error budget (as a set file's)."""
@@ -154,7 +154,8 @@ async def _run(
     """The set run's handle and status, once the caller holds ``role`` on every member."""
     who = _caller(request)
     client = await ctx_of(request).client()
-    handle = client.get_workflow_handle(set_workflow_id(name), run_id=run_id)
+    latest = run_id == "latest"  # the set's latest run
+    handle = client.get_workflow_handle(set_workflow_id(name), run_id=None if latest else run_id)
     try:
         view = await handle.query("status", result_type=SetView)
     except RPCError as exc:
@@ -167,18 +168,24 @@ async def _run(
 
 @router.get("/sets/{name}/runs/{run_id}", response_model=SetView, responses=ERRORS)
 async def get_set_run(request: Request, name: SetPath, run_id: RunIdPath) -> JSONResponse:
-    """The set run's status: per stack its phase, revision, counts and error."""
+    """The set run's status: per stack its phase, revision, counts and error (``run_id``
+    ``latest``: the set's latest run)."""
     _, view = await _run(request, name, run_id, Role.viewer, "reading a set run")
     return JSONResponse(view.model_dump(mode="json"))
 
 
 @router.post("/sets/{name}/runs/{run_id}/{step}", responses=ERRORS)
 async def steer_set_run(
-    request: Request, name: SetPath, run_id: RunIdPath, step: Literal["approve", "reject"]
+    request: Request,
+    name: SetPath,
+    run_id: RunIdPath,
+    step: Literal["approve", "reject", "retry", "abort"],
 ) -> JSONResponse:
     """Approve or reject the set run's approval (or a wave's gate): an approver of every
-    member's project; on a four-eyes project not the set's requester (409)."""
-    handle, _ = await _run(request, name, run_id, Role.approver, f"to {step} a set run")
+    member's project, on a four-eyes project not the set's requester (409); retry or abort
+    a paused set: an operator of every one. ``run_id`` ``latest``: the set's latest run."""
+    role = Role.approver if step in ("approve", "reject") else Role.operator
+    handle, _ = await _run(request, name, run_id, role, f"to {step} a set run")
     try:
         said = await handle.execute_update(step, {"by": _caller(request).name}, result_type=str)
     except WorkflowUpdateFailedError as exc:

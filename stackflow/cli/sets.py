@@ -15,11 +15,13 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from stackflow.cli.api_mode import api_mode, refuse_in_api_mode
 from stackflow.cli.app import EXIT_CODES_HELP, app
 from stackflow.cli.options import FileOpt, OutputOpt, WaitOpt, YesOpt
 from stackflow.cli.output import OutputFormat
 from stackflow.cli.report import BAD_INPUT_TYPES
-from stackflow.cli.runs import RunPaused, console_for, current_user, namespace, ui_link
+from stackflow.cli.runs import console_for, current_user, namespace, ui_link
+from stackflow.cli.sets_api import FINAL, paused, show
 from stackflow.core.errors import OperationFailed, SpecError, StackLockedError
 from stackflow.core.refs import StackRef
 from stackflow.temporal.stack_set import (
@@ -32,7 +34,6 @@ from stackflow.temporal.stack_set import (
 )
 
 if TYPE_CHECKING:
-    from rich.console import Console
     from temporalio.client import WorkflowHandle
 
     from stackflow.cli.connection import Temporal
@@ -58,7 +59,6 @@ ParallelOpt = Annotated[
     int, typer.Option("--max-parallel", min=1, max=50, help="Stacks in flight at once.")
 ]
 SetOpt = Annotated[str, typer.Option("--set", help="The set's name (its file's `name`).")]
-FINAL = ("succeeded", "failed")
 
 
 def set_input(file: str, operation: SetOperation, **options: Any) -> SetInput:
@@ -86,36 +86,6 @@ def set_input(file: str, operation: SetOperation, **options: Any) -> SetInput:
         return checked_set_input(backend, shop.name, operation, members, strategy, **options)
     finally:
         backend.close()
-
-
-def show(console: Console, view: SetView) -> None:
-    """The set as a table: one line per stack."""
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table("Stack", "Phase", "Revision", "Changes / results", "Known after apply", "Error")
-    for m in view.members:
-        counts = ", ".join(f"{k} {v}" for k, v in sorted(m.counts.items()) if v)
-        unknown = "\n".join(m.unknown) + (
-            f"\n(and {m.unknown_count - len(m.unknown)} more)"
-            if m.unknown_count > len(m.unknown)
-            else ""
-        )
-        table.add_row(
-            Text(str(m.stack)),
-            Text(str(m.phase)),
-            "" if m.revision is None else str(m.revision),
-            Text(counts or "-"),
-            Text(unknown),
-            Text(m.error or ""),
-        )
-    console.print(table)
-    line = f"set {view.name}: {view.operation} {view.phase}"
-    if view.wave is not None:
-        line += f" (wave {view.wave + 1})"
-    if view.rolled_back:
-        line += f"; rolled back: {', '.join(view.rolled_back)}"
-    console.print(Text(line))
 
 
 def _failure(exc: BaseException) -> Exception:
@@ -177,11 +147,7 @@ async def _run(request: SetInput, yes: bool, output: OutputFormat, timeout: floa
         await asyncio.sleep(0.5)
     if view.phase == "awaitingDecision":
         show(console, view)
-        raise RunPaused(
-            f"set {request.name} paused: {sum(m.phase == 'failed' for m in view.members)} "
-            f"stack(s) failed; run them again with `stackflow set retry --set {request.name}` "
-            f"or end the run with `stackflow set abort --set {request.name}`"
-        )
+        raise paused(request.name, view)
     try:
         return await temporal.call("the set run", handle.result)
     except WorkflowFailureError as exc:
@@ -196,6 +162,15 @@ def _operate(
     timeout: float,
     **options: Any,
 ) -> None:
+    if api_mode():
+        from stackflow.cli.sets_api import run_through_api
+
+        approve = yes and operation != SetOperation.preview
+        view = run_through_api(
+            file, operation, yes, console_for(output), auto_approve=approve, **options
+        )
+        _print(view, output)
+        return
     request = set_input(file, operation, operator=current_user(), **options)
     if operation == SetOperation.destroy and not yes:
         names = ", ".join(str(m.stack) for m in request.members)
@@ -281,7 +256,12 @@ def set_status(
     from temporalio.service import RPCError, RPCStatusCode
 
     try:
-        view = asyncio.run(status())
+        if api_mode():
+            from stackflow.cli.sets_api import latest_through_api
+
+            view = latest_through_api(name)
+        else:
+            view = asyncio.run(status())
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             raise SpecError(f"set {name}: no run found") from None
@@ -298,6 +278,13 @@ def _steer(name: str, step: str, timeout: float) -> str:
     from temporalio.service import RPCError, RPCStatusCode
 
     from stackflow.cli.connection import Temporal
+
+    if api_mode():
+        if step == "cancel":
+            refuse_in_api_mode("set cancel")
+        from stackflow.cli.sets_api import steer_through_api
+
+        return steer_through_api(name, step)
 
     async def steer() -> str:
         temporal = Temporal(timeout)
@@ -342,6 +329,7 @@ def set_events(
         client = await temporal.connect()
         return await _status(temporal, client.get_workflow_handle(set_workflow_id(name)))
 
+    refuse_in_api_mode("set events")
     seen: dict[tuple[str, str], int] = {}
     backend = open_backend()
     try:

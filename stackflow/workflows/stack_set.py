@@ -119,6 +119,8 @@ class SetWorkflow:
             for i, member in enumerate(plan.members):
                 for d in member.deps:
                     dependents[d].append(i)
+            if not request.auto_approve and not await self._approved(request):
+                return self._rejected()
             view.phase = Phase.destroying
             await self._walk(plan, SetOperation.destroy, list(reversed(plan.order)), dependents)
             return self._end()
@@ -131,10 +133,7 @@ class SetWorkflow:
             if not any(self._changes(m) for m in view.members):
                 return self._end()
             if not await self._approved(request):
-                assert self._gate.approval is not None
-                who, why = self._gate.approval["by"], self._gate.approval.get("reason")
-                line = f"set apply rejected by {who}" + (f": {why}" if why else "")
-                return self._fail(line, "Rejected")
+                return self._rejected()
             view.members = [
                 MemberView(project=m.project, workspace=m.workspace, before=m.before, runs=m.runs)
                 for m in view.members
@@ -234,6 +233,12 @@ class SetWorkflow:
             # bad input fails the run (not its workflow task), saying what and where
             raise ApplicationError(self._view.error or error, type=error_type, non_retryable=True)
         return self._view
+
+    def _rejected(self) -> SetView:
+        assert self._gate.approval is not None and self._request is not None
+        who, why = self._gate.approval["by"], self._gate.approval.get("reason")
+        line = f"set {self._request.operation} rejected by {who}" + (f": {why}" if why else "")
+        return self._fail(line, "Rejected")
 
     def _failed(self) -> list[MemberView]:
         assert self._view is not None

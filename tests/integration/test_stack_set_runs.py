@@ -398,3 +398,42 @@ async def test_a_paused_set_retries_its_failed_stacks(
         assert [r.phase for r in backend.list(StackRef(first, "prod"))] == ["failed", "succeeded"]
     finally:
         backend.close()
+
+
+def test_the_cli_through_the_api(
+    tmp_path: Path, stack_env: dict[str, str], worker_process: WorkerProcess
+) -> None:
+    import hashlib
+
+    from tests.integration.opshelp import DIRECT_ONLY
+    from tests.integration.test_api import ApiServer
+
+    tag = _tag()
+    a, b = f"setu{tag}", f"setv{tag}"
+    tokens = tmp_path / "tokens.json"
+    digest = hashlib.sha256(b"ops-token").hexdigest()
+    tokens.write_text(
+        json.dumps([{"name": "ops", "sha256": digest, "roles": {"set*": "approver"}}])
+    )
+    server = ApiServer({**stack_env, "STACKFLOW_API_TOKENS": str(tokens)}, tmp_path / "api.log")
+    server.start()
+    try:
+        cli = {k: v for k, v in stack_env.items() if k not in DIRECT_ONLY}
+        cli.update(STACKFLOW_API_URL=server.url, STACKFLOW_API_TOKEN="ops-token")
+        src = file_resource(tmp_path / "u.txt", "from u\n")
+        reader = file_resource(tmp_path / "v.txt", f"$stack.{a}/prod.{src['id']}.content")
+        path = _set(tmp_path, f"api-cli-{tag}", {a: [src], b: [reader]})
+        proc = run_cli(cli, "set", "apply", "-f", str(path), "-o", "json", input="y\n")
+        assert proc.returncode == 0, proc.stderr
+        assert [m["phase"] for m in cli_json(proc)["members"]] == ["succeeded", "succeeded"]
+        assert (tmp_path / "v.txt").read_text() == "from u\n"
+        status = run_cli(cli, "set", "status", "--set", f"api-cli-{tag}", "-o", "json")
+        assert status.returncode == 0 and cli_json(status)["phase"] == "succeeded", status.stderr
+        refused = run_cli(cli, "set", "events", "--set", f"api-cli-{tag}")
+        assert refused.returncode == 2 and "does not go through the HTTP API" in refused.stderr
+        gone = run_cli(cli, "set", "destroy", "-f", str(path), "--yes", "-o", "json")
+        assert gone.returncode == 0, gone.stderr
+        assert not (tmp_path / "u.txt").exists() and not (tmp_path / "v.txt").exists()
+    finally:
+        server.stop()
+    assert "Traceback" not in server.tail(), server.tail()

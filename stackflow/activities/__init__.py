@@ -34,6 +34,7 @@ from stackflow.activities.preview import PreviewActivities
 from stackflow.activities.resource_step import ResourceStep
 from stackflow.activities.runs import RunOracle
 from stackflow.activities.stack_guard import StackGuard
+from stackflow.activities.stack_set import SetActivities
 from stackflow.activities.walk import WalkActivities
 from stackflow.runtimes.registry import RuntimeRegistry
 from stackflow.state.backend import StateBackend
@@ -54,6 +55,7 @@ class WorkerActivities:
     observe: ObserveActivities
     notify: NotifyActivities
     policy: PolicyActivities
+    sets: SetActivities
 
     @classmethod
     def create(
@@ -76,6 +78,7 @@ class WorkerActivities:
             observe=ObserveActivities(deps, guard, step),
             notify=NotifyActivities(deps),
             policy=PolicyActivities(deps),
+            sets=SetActivities(deps),
         )
 
     @property
@@ -111,4 +114,7 @@ class WorkerActivities:
             self.notify.deliver_notification,
             self.notify.record_notification_failure,
             self.observe.record_drift,
+            self.sets.prepare_set,
+            self.sets.resolve_member,
+            self.sets.forward_approval,
         ]

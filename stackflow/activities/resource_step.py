@@ -34,6 +34,7 @@ from stackflow.engine.masking import (
     sensitive_values,
     tainted_paths,
 )
+from stackflow.engine.stack_set import SET_SECRETS
 from stackflow.model.spec import Resource
 from stackflow.runtimes.base import ResourceRequest, Runtime, RuntimeOptions
 from stackflow.temporal.activity_io import GroupInput, NodeInput
@@ -107,8 +108,9 @@ def known_secrets(
     context: Mapping[str, Any],
 ) -> set[str]:
     """The plaintext values known sensitive for this resource's run: the sensitive values
-    of the recorded state of what it references (and its own), and ``context.env`` (the
-    rest of the stack's: :class:`StackSecrets`)."""
+    of the recorded state of what it references (and its own), ``context.env`` and what a
+    set's ``$stack.`` references took from secrets (the rest of the stack's:
+    :class:`StackSecrets`)."""
     ids = {resource.id, *referenced_ids(resource, spec_resources)}
     secrets: set[str] = set()
     for rid in ids:
@@ -119,6 +121,9 @@ def known_secrets(
     env = context.get("env")
     if isinstance(env, Mapping):
         secrets |= sensitive_values(dict(env), ["*"])
+    taken = context.get(SET_SECRETS)  # what $stack. references took from another stack's secrets
+    if isinstance(taken, list):
+        secrets |= sensitive_values(taken, ["*"])
     return secrets
 
 

@@ -19,7 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from temporalio.client import Client
 
-from stackflow.api import drift, problems, release_admin
+from stackflow.api import drift, problems, release_admin, sets
 from stackflow.api.auth import TokenTable, bearer, load_tokens
 from stackflow.api.context import MAX_BODY_BYTES, ApiContext
 from stackflow.api.identity import AuthUnavailable
@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("stackflow.api")
 
-PROTECTED = ("/v1/stacks/", "/v1/projects/")
+PROTECTED = ("/v1/stacks/", "/v1/projects/", "/v1/sets/")
 """Paths that need a bearer token (the guard answers 401 before reading a body)."""
 
 
@@ -191,6 +191,7 @@ def create_app(
     app.include_router(router)
     app.include_router(drift.router)
     app.include_router(release_admin.router)
+    app.include_router(sets.router)
     if ui:
         from stackflow.api import ui as web_ui
 

@@ -91,6 +91,12 @@ COMMANDS: tuple[Entry, ...] = (
         "the CLI reaches them).",
     ),
     _table("events"),
+    Entry(
+        "set",
+        "stackflow.cli.sets",
+        "Many stacks as one run: preview, apply or destroy a set file's stacks in dependency "
+        "order, values passed downstream ($stack. references); status of a set's run.",
+    ),
     Entry("release", "stackflow.cli.offline", "Inspect, unlock and import releases of a stack."),
     Entry(
         "state",

@@ -39,6 +39,7 @@ from stackflow.core.paths import (
     touches,
 )
 from stackflow.engine.graph import KUSION_PATH_PREFIX, find_references, match_reference
+from stackflow.engine.stack_set import SET_SECRETS
 from stackflow.model.release import Release
 from stackflow.model.runtime_rules import rules_for
 from stackflow.model.spec import Resource, Spec
@@ -402,12 +403,20 @@ def release_sensitive_paths(spec: Spec | None, state: Iterable[Resource]) -> dic
     secrets: set[str] = set()
     for resource in state:
         secrets |= sensitive_values(resource.attributes, sorted(paths.get(resource.id, ())))
+    taken = _set_secrets(spec)
+    secrets |= taken
     if secrets:
-        for resource in state:
+        for resource in [*state, *(spec.resources if spec is not None and taken else ())]:
             found = equal_value_paths(resource.attributes, secrets)
             if found:
                 paths.setdefault(resource.id, set()).update(found)
     return paths
+
+
+def _set_secrets(spec: Spec | None) -> set[str]:
+    """The values a set's resolved spec took from another stack's secrets (SET_SECRETS)."""
+    taken = spec.context.get(SET_SECRETS) if spec is not None else None
+    return sensitive_values(taken, ["*"]) if taken else set()
 
 
 def _own_and_tainted_paths(spec: Spec | None, state: list[Resource]) -> dict[str, set[str]]:
@@ -469,6 +478,13 @@ def masked_release_data(release: Release) -> dict[str, Any]:
     context = (data.get("spec") or {}).get("context")
     if isinstance(context, dict) and isinstance(context.get("env"), dict):
         context["env"] = dict.fromkeys(context["env"], SENSITIVE_MARKER)
+    taken = _set_secrets(release.spec)
+    if isinstance(context, dict) and SET_SECRETS in context:
+        context[SET_SECRETS] = SENSITIVE_MARKER
+        for raw in data["spec"].get("resources") or []:
+            found = equal_value_paths(raw.get("attributes"), taken)
+            if found:
+                raw["attributes"] = mask_recorded(raw["attributes"], found)
     sensitive = release_sensitive_paths(release.spec, release.state.resources)
     for raw in (data.get("state") or {}).get("resources") or []:
         paths = sensitive.get(str(raw.get("id")))

@@ -40,7 +40,10 @@ from stackflow.engine.masking import (
     masked_value,
     release_sensitive_paths,
 )
+from stackflow.engine.stack_set import SET_SECRETS
 from stackflow.model.spec import Resource, Spec
+
+SET_SECRETS_PATH = f"context.{SET_SECRETS}"
 
 SEALED = "$sealed"  # the envelope of stackflow.state.sealing, left in place without keys
 _SEALED_TOKEN = "\x00sealed\x00"
@@ -282,7 +285,9 @@ def diff_releases(
     ]
     if old_spec is not None and new_spec is not None:
         resources = diff_section(old_spec.resources, new_spec.resources, sensitive)
-        settings = field_changes(_spec_settings(old_spec), _spec_settings(new_spec), [CONTEXT_ENV])
+        settings = field_changes(
+            _spec_settings(old_spec), _spec_settings(new_spec), [CONTEXT_ENV, SET_SECRETS_PATH]
+        )
         spec = SpecDiff(resources=resources.resources, unchanged=resources.unchanged)
         spec.fields = settings
     else:

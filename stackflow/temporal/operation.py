@@ -111,6 +111,9 @@ class OperationInput(StackFields, BaseModel):
     policy_ref: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
     """A policy bundle already in the state backend (``stackflow policy`` or ``--policy
     DIR`` stored it) that this run evaluates besides its project's."""
+    brief_result: bool = False
+    """Return only the summary, the first changed resources (id, action) and what did not
+    succeed: what a parent run (a stack set) keeps of each child in its own history."""
     policy_input: bool = False
     """Keep the policy input document even when no policy applies (``stackflow policy
     eval`` reads it by the decision's ``input_digest``)."""

@@ -67,7 +67,7 @@ with workflow.unsafe.imports_passed_through():
         SLIDING_PREVIEW_WINDOW,
         WORKSPACE_KEY,
     )
-    from stackflow.workflows.lines import PreviewLines, brief_changes, range_size
+    from stackflow.workflows.lines import PreviewLines, brief_changes, range_size, result_brief
     from stackflow.workflows.nodes import (
         Tally,
         batch_indices,
@@ -461,8 +461,10 @@ class OperationWorkflow(SteeredRun):
 
     def _result(self, phase: Phase, tally: Tally) -> OperationResult:
         assert self._request is not None
-        changes = self._changes_view()
+        changes, results = self._changes_view(), fit_errors(tally.results)
         lines = len(self._lines) if self._lines is not None else 0
+        if self._request.brief_result:  # a parent's child (a set's member): summaries only
+            changes, results = result_brief(changes, results)
         return OperationResult(
             project=self._request.project,
             workspace=self._request.workspace,
@@ -470,7 +472,7 @@ class OperationWorkflow(SteeredRun):
             revision=self._revision,
             phase=phase,
             changes=changes,
-            results=fit_errors(tally.results),
+            results=results,
             error=self._error,
             error_type=self._error_type if self._error else None,
             counts=dict(tally.counts),

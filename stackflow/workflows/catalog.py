@@ -10,6 +10,7 @@ from stackflow.workflows.notify import NotifyWorkflow
 from stackflow.workflows.preview import PreviewWorkflow
 from stackflow.workflows.refresh import RefreshWorkflow
 from stackflow.workflows.rollback import RollbackWorkflow
+from stackflow.workflows.stack_set import SetWorkflow
 
 ALL_WORKFLOWS = [
     PreviewWorkflow,
@@ -20,4 +21,5 @@ ALL_WORKFLOWS = [
     DriftWorkflow,
     BatchWorkflow,
     NotifyWorkflow,
+    SetWorkflow,
 ]

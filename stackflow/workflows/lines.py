@@ -12,7 +12,13 @@ from temporalio.exceptions import (
 with workflow.unsafe.imports_passed_through():
     from stackflow.engine.budget import BUDGET, fit_changes
     from stackflow.temporal.activity_io import DescribeInput, PreviewBatchInput, PreviewBatchResult
-    from stackflow.temporal.operation import DETAIL_LIMIT, OperationPlan, references_entry
+    from stackflow.temporal.operation import (
+        DETAIL_LIMIT,
+        NodeResult,
+        NodeStatus,
+        OperationPlan,
+        references_entry,
+    )
     from stackflow.temporal.wire import (
         ActionCode,
         ChangeFlags,
@@ -284,3 +290,25 @@ def brief_changes(view: dict[str, Any]) -> dict[str, Any]:
     if view.get("left_out"):
         brief["left_out"] = view["left_out"]
     return brief
+
+
+RESULT_BRIEF_LIMIT = 50
+"""Changed resources a brief result names (``OperationInput.brief_result``)."""
+
+
+def result_brief(
+    view: dict[str, Any], results: list[NodeResult]
+) -> tuple[dict[str, Any], list[NodeResult]]:
+    """A run's changes and node results as a brief result keeps them: the summary, the
+    first RESULT_BRIEF_LIMIT resources that change (id and action; ``truncated`` when more
+    do) and the first RESULT_BRIEF_LIMIT results that did not succeed."""
+    changed = [
+        {"id": c["id"], "action": c["action"]}
+        for c in view["changes"]
+        if c["action"] != "UnChanged"
+    ]
+    brief: dict[str, Any] = {"changes": changed[:RESULT_BRIEF_LIMIT], "summary": view["summary"]}
+    if len(changed) > RESULT_BRIEF_LIMIT or view.get("truncated"):
+        brief["truncated"] = True
+    not_ok = [r for r in results if r.status != NodeStatus.succeeded]
+    return brief, not_ok[:RESULT_BRIEF_LIMIT]

@@ -77,19 +77,21 @@ INDEX = HERE / "workflow_ids.json"
 RERECORD = "--rerecord" in sys.argv
 
 
-async def save(client: Client, handle: WorkflowHandle[Any, Any], name: str) -> None:
+async def save(
+    client: Client, handle: WorkflowHandle[Any, Any], name: str, children: bool = True
+) -> None:
     if (HERE / f"{name}.json").exists() and not RERECORD:
         return
     index = json.loads(INDEX.read_text()) if INDEX.exists() else {}
     history = await handle.fetch_history()
     (HERE / f"{name}.json").write_text(history.to_json())
     index[f"{name}.json"] = handle.id
-    children = [  # this run's own children (an apply and its destroy share a workflow id)
+    kids = [  # this run's own children (an apply and its destroy share a workflow id)
         event.start_child_workflow_execution_initiated_event_attributes.workflow_id
         for event in history.events
         if event.HasField("start_child_workflow_execution_initiated_event_attributes")
     ]
-    for child_id in children:
+    for child_id in kids if children else []:
         sub = client.get_workflow_handle(child_id)
         suffix = child_id.rsplit("/", 1)[-1]
         (HERE / f"{name}.{suffix}.json").write_text((await sub.fetch_history()).to_json())
@@ -411,6 +413,50 @@ async def main() -> None:
             max_concurrency=2,
             batch_size=16,
         )
+
+        # stack sets (issue 43): a set previewed, approved once and applied, a $stack.
+        # reference resolved between its members (the members' own runs are the ordinary
+        # workflows above); and a rollout of two waves with a bake between them
+        a, b = f"golden-set-a-{tag}", f"golden-set-b-{tag}"
+        [source] = files(root / "sa", 1)
+        [reader] = files(root / "sb", 1)
+        reader["attributes"]["content"] = f"$stack.{a}/default.{source['id']}.content"
+        shop = await client.start_workflow(
+            "SetWorkflow",
+            {
+                "name": f"golden-{tag}",
+                "operator": "golden",
+                "members": [
+                    {"project": a, "spec": {"resources": [source]}},
+                    {"project": b, "spec": {"resources": [reader]}},
+                ],
+            },
+            id=f"stackflow-set/golden-{tag}",
+            task_queue=queue,
+        )
+        await phase(shop, "awaitingApproval")
+        await shop.execute_update("approve", ApprovalInput(by="golden"))
+        await shop.result()
+        await save(client, shop, "set_apply", children=False)
+        rollout = await client.start_workflow(
+            "SetWorkflow",
+            {
+                "name": f"golden-roll-{tag}",
+                "auto_approve": True,
+                "members": [
+                    {
+                        "project": f"golden-roll{n}-{tag}",
+                        "spec": {"resources": files(root / f"r{n}", 2)},
+                    }
+                    for n in (1, 2)
+                ],
+                "waves": [{"members": [0], "bake_seconds": 1}, {"members": [1]}],
+            },
+            id=f"stackflow-set/golden-roll-{tag}",
+            task_queue=queue,
+        )
+        await rollout.result()
+        await save(client, rollout, "set_rollout", children=False)
     await activities.registry.close()
     backend.close()
 

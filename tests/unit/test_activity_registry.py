@@ -29,6 +29,9 @@ HISTORY_NAMES = {
     "run_group",
     "refresh_batch",
     "record_drift",
+    "prepare_set",
+    "resolve_member",
+    "forward_approval",
 }
 
 

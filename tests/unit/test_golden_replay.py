@@ -50,6 +50,8 @@ EXPECTED = {
     "baseline_approval",
     "plan_grouping_apply",
     "plan_grouping_destroy",
+    "set_apply",
+    "set_rollout",
 }
 
 

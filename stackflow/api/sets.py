@@ -1,0 +1,208 @@
+"""``POST /v1/sets/{name}/runs`` and ``GET /v1/sets/{name}/runs/{run_id}``: a stack set's
+run through the API, as ``stackflow set preview|apply|destroy`` and ``stackflow set status``
+start and read it. The caller must be an operator of every member's project (an approver of
+every one for ``auto_approve``), a viewer of every one to read the run; the set is checked
+whole (references, order) before anything starts: one line, problem+json 422."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Path, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from temporalio.client import WorkflowUpdateFailedError
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from stackflow.api.identity import Identity, Role
+from stackflow.api.problems import Problem
+from stackflow.api.routes import ERRORS, RunIdPath, ctx_of
+from stackflow.api.runs import STEP_TIMEOUT
+from stackflow.core.errors import StackLockedError
+from stackflow.core.refs import StackRef
+from stackflow.engine.spec import parse_spec
+from stackflow.model.source import SourceRef
+from stackflow.model.stack_set import MEMBER_LIMIT, NAME, Strategy
+from stackflow.temporal.client import START_TOKEN, TemporalUnreachable
+from stackflow.temporal.operation import NAME_LIMIT, NAME_PATTERN
+from stackflow.temporal.stack_set import (
+    Member,
+    SetOperation,
+    SetView,
+    checked_set_input,
+    set_workflow_id,
+)
+
+router = APIRouter(prefix="/v1")
+SetPath = Annotated[str, Path(min_length=1, max_length=200, pattern=NAME, description="Set")]
+
+
+class SetMemberBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    project: str = Field(min_length=1, max_length=NAME_LIMIT, pattern=NAME_PATTERN)
+    workspace: str = Field(
+        default="default", min_length=1, max_length=NAME_LIMIT, pattern=NAME_PATTERN
+    )
+    spec: dict[str, Any] | None = None
+    """The member's Kusion v1 spec (preview, apply)."""
+    source: SourceRef | None = None
+    """Or its spec file at a git commit (``{url, commit, path}``)."""
+    depends_on: list[str] = Field(default_factory=list, max_length=MEMBER_LIMIT)
+    context: dict[str, Any] = Field(default_factory=dict)
+    """Merged over the spec's ``context`` (this target's kube context, provider env)."""
+
+
+class SetRunRequest(BaseModel):
+    """``POST /v1/sets/{name}/runs``: the set file's stacks with their specs inline."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    operation: SetOperation
+    members: list[SetMemberBody] = Field(min_length=1, max_length=MEMBER_LIMIT)
+    auto_approve: bool = False
+    on_failure: Literal["halt", "rollback", "pause"] = "halt"
+    max_parallel: int = Field(default=4, ge=1, le=50)
+    strategy: Strategy | None = None
+    """An apply as a rollout: ordered waves, bake times, an error budget (as a set file's)."""
+
+
+class SetRunCreated(BaseModel):
+    workflow_id: str
+    run_id: str
+    status_url: str
+
+
+def _caller(request: Request) -> Identity:
+    identity: Identity | None = getattr(request.state, "identity", None)
+    if identity is None:
+        raise Problem(401, "a bearer token is required", "unauthorized")
+    return identity
+
+
+def _check_roles(who: Identity, projects: list[str], role: Role, why: str) -> None:
+    """The caller holds ``role`` on every member's project: a 403 naming the first not."""
+    for project in dict.fromkeys(projects):
+        if not who.allows(project, role):
+            has = who.role_for(project)
+            raise Problem(
+                403,
+                f"{who.name} is {has.name if has else 'no role'} on project {project}; "
+                f"{why} needs {role.name} on every stack's project",
+                "forbidden",
+            )
+
+
+@router.post(
+    "/sets/{name}/runs",
+    status_code=201,
+    response_model=SetRunCreated,
+    responses=ERRORS,
+)
+async def start_set_run(request: Request, name: SetPath, body: SetRunRequest) -> JSONResponse:
+    """Start a set run (as `stackflow set preview|apply|destroy`)."""
+    who = _caller(request)
+    projects = [m.project for m in body.members]
+    _check_roles(who, projects, Role.operator, f"a set {body.operation}")
+    if body.auto_approve:
+        _check_roles(who, projects, Role.approver, "auto_approve")
+    ctx = ctx_of(request)
+    members = [
+        Member(
+            StackRef(m.project, m.workspace),
+            m.depends_on,
+            None if m.spec is None else parse_spec(m.spec, f"{m.project}/{m.workspace}: spec"),
+            m.source,
+            m.context,
+        )
+        for m in body.members
+    ]
+    options = body.model_dump(include={"auto_approve", "on_failure", "max_parallel"})
+    inp = await ctx.state(
+        lambda: checked_set_input(
+            ctx.backend, name, body.operation, members, body.strategy, operator=who.name, **options
+        )
+    )
+    client = await ctx.client()
+    wid = set_workflow_id(name)
+    try:
+        handle = await client.start_workflow(
+            "SetWorkflow",
+            inp,
+            id=wid,
+            task_queue=ctx.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+            memo={START_TOKEN: uuid.uuid4().hex},
+            static_summary=f"set {body.operation} {name} (by {who.name} through the API)",
+        )
+    except WorkflowAlreadyStartedError as exc:
+        raise StackLockedError(f"set {name} already has a run (run {exc.run_id})") from None
+    run_id = handle.result_run_id or ""
+    created = SetRunCreated(
+        workflow_id=wid, run_id=run_id, status_url=f"/v1/sets/{name}/runs/{run_id}"
+    )
+    return JSONResponse(
+        created.model_dump(), status_code=201, headers={"Location": created.status_url}
+    )
+
+
+async def _run(
+    request: Request, name: str, run_id: str, role: Role, why: str
+) -> tuple[Any, SetView]:
+    """The set run's handle and status, once the caller holds ``role`` on every member."""
+    who = _caller(request)
+    client = await ctx_of(request).client()
+    latest = run_id == "latest"  # the set's latest run
+    handle = client.get_workflow_handle(set_workflow_id(name), run_id=None if latest else run_id)
+    try:
+        view = await handle.query("status", result_type=SetView)
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            raise Problem(404, f"set {name} has no run {run_id}", "not-found") from None
+        raise
+    _check_roles(who, [m.project for m in view.members], role, why)
+    return handle, view
+
+
+@router.get("/sets/{name}/runs/{run_id}", response_model=SetView, responses=ERRORS)
+async def get_set_run(request: Request, name: SetPath, run_id: RunIdPath) -> JSONResponse:
+    """The set run's status: per stack its phase, revision, counts and error (``run_id``
+    ``latest``: the set's latest run)."""
+    _, view = await _run(request, name, run_id, Role.viewer, "reading a set run")
+    return JSONResponse(view.model_dump(mode="json"))
+
+
+@router.post("/sets/{name}/runs/{run_id}/{step}", responses=ERRORS)
+async def steer_set_run(
+    request: Request,
+    name: SetPath,
+    run_id: RunIdPath,
+    step: Literal["approve", "reject", "retry", "abort", "cancel"],
+) -> JSONResponse:
+    """Approve or reject the set run's approval (or a wave's gate): an approver of every
+    member's project, on a four-eyes project not the set's requester (409); retry or abort
+    a paused set, or cancel a set run: an operator of every one. ``run_id`` ``latest``: the
+    set's latest run."""
+    role = Role.approver if step in ("approve", "reject") else Role.operator
+    handle, _ = await _run(request, name, run_id, role, f"to {step} a set run")
+    if step == "cancel":
+        await handle.cancel()
+        return JSONResponse(
+            {"run_id": run_id, "step": step, "result": f"cancel requested for set {name}"}
+        )
+    update = handle.execute_update(step, {"by": _caller(request).name}, result_type=str)
+    try:
+        said = await asyncio.wait_for(update, STEP_TIMEOUT.total_seconds())
+    except TimeoutError:
+        raise TemporalUnreachable(
+            f"{step} not answered within {int(STEP_TIMEOUT.total_seconds())} s: no worker is "
+            "taking this set run's tasks (is one running?)"
+        ) from None
+    except WorkflowUpdateFailedError as exc:
+        message = getattr(exc.cause, "message", str(exc.cause))
+        raise Problem(409, f"set {name}: {message}", "refused") from None
+    return JSONResponse({"run_id": run_id, "step": step, "result": said})

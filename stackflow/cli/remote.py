@@ -142,9 +142,9 @@ def start(client: StackflowClient, stack: Stack, body: dict[str, Any], path: str
             parse_spec_text(body["spec_yaml"], spec_source(path))
         detail = exc.detail.removeprefix("invalid option: ")
         field, sep, rest = detail.partition(":")
-        if (sep and field.split(".")[0] in FLAGS) or field in FLAGS:
-            flag = FLAGS.get(field) or FLAGS[field.split(".")[0]]
-            raise ApiInvalid(f"invalid option: {flag}:{rest}", exc.status, exc.kind) from None
+        key = field if field in FLAGS else field.split(".")[0]  # ignore_fields.0: its option
+        if sep and key in FLAGS:
+            raise ApiInvalid(f"invalid option: {FLAGS[key]}:{rest}", exc.status, exc.kind) from None
         raise
 
 

@@ -296,7 +296,7 @@ print(json.dumps({"interceptors": len(found), "new": new, "modules": sorted(sys.
 CLI_PROBE = """
 import json, sys
 import stackflow.cli.main
-import stackflow.cli.connection
+import stackflow.api.local  # what the CLI connects with
 from stackflow.temporal import tracing
 assert tracing.interceptors(tracing.CLI) == []
 print(json.dumps(sorted(sys.modules)))

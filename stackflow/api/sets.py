@@ -18,6 +18,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from stackflow.api.context import ApiContext
 from stackflow.api.identity import Identity, Role
 from stackflow.api.problems import Problem
 from stackflow.api.routes import ERRORS, RunIdPath, ctx_of
@@ -153,9 +154,15 @@ async def start_set_run(request: Request, name: SetPath, body: SetRunRequest) ->
 async def _run(
     request: Request, name: str, run_id: str, role: Role, why: str
 ) -> tuple[Any, SetView]:
-    """The set run's handle and status, once the caller holds ``role`` on every member."""
-    who = _caller(request)
-    client = await ctx_of(request).client()
+    return await set_run(ctx_of(request), _caller(request), name, run_id, role, why)
+
+
+async def set_run(
+    ctx: ApiContext, who: Identity, name: str, run_id: str, role: Role, why: str
+) -> tuple[Any, SetView]:
+    """The set run's handle and status, once ``who`` holds ``role`` on every member (the
+    API's routes and the web UI's set page)."""
+    client = await ctx.client()
     latest = run_id == "latest"  # the set's latest run
     handle = client.get_workflow_handle(set_workflow_id(name), run_id=None if latest else run_id)
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import uuid
 from pathlib import Path
@@ -303,7 +304,11 @@ async def test_the_api_starts_reads_and_approves_a_set(
 
     tag = _tag()
     a, b = f"setx{tag}", f"sety{tag}"
-    roles = {"ann": {f"set?{tag}": "approver"}, "vic": {"*": "operator"}}
+    roles = {
+        "ann": {f"set?{tag}": "approver"},
+        "vic": {"*": "operator"},
+        "zed": {f"setx{tag}": "viewer"},  # a viewer of one member only
+    }
     table = parse_tokens(
         json.dumps(
             [
@@ -331,7 +336,7 @@ async def test_the_api_starts_reads_and_approves_a_set(
     name = f"api-{tag}"
     try:
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://api"
+            transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1"
         ) as http:
             created = await http.post(f"/v1/sets/{name}/runs", json=body, headers=vic)
             assert created.status_code == 201, created.text
@@ -352,6 +357,25 @@ async def test_the_api_starts_reads_and_approves_a_set(
             view = await poll(lambda: phase("succeeded"), timeout=90, what="the set's end")
             assert [m["phase"] for m in view["members"]] == ["succeeded", "succeeded"]
             assert (tmp_path / "y.txt").read_text() == "from x\n"
+
+            # the web UI's set page: the run and its stacks, for a viewer of every member
+            async def ui_page(token: str, path: str) -> httpx.Response:
+                http.cookies.clear()
+                login = await http.get("/ui/login")
+                csrf = re.search(r'name="csrf" value="([^"]+)"', login.text)
+                assert csrf is not None, login.text
+                form = {"csrf": csrf.group(1), "token": token, "next": "/ui/"}
+                assert (await http.post("/ui/login", data=form)).status_code == 303
+                return await http.get(path)
+
+            page = await ui_page("ann", f"/ui/sets/{name}")
+            assert page.status_code == 200, page.text
+            assert f"/ui/s/{a}/default" in page.text and f"/ui/s/{b}/default" in page.text
+            assert page.text.count(">succeeded<") == 3  # the set and its two stacks
+            opened = await http.get(f"/ui/sets?name={name}")
+            assert opened.status_code == 303 and opened.headers["location"].endswith(name)
+            hidden = await ui_page("zed", f"/ui/sets/{name}")
+            assert hidden.status_code == 403 and f"project {b}" in hidden.text
     finally:
         backend.close()
 

@@ -1,6 +1,7 @@
 """The web UI's pages: the stacks a person may view, a stack's runs, a run (its status, the
 preview as a per-resource field diff a page at a time, the policy decision, its live events,
-and the steps the person's role allows), a stack's releases, one release and the diff of two.
+and the steps the person's role allows), a stack's releases, one release and the diff of two,
+and a stack set's latest run with its stacks.
 
 Every read and every step is the API's own function (:mod:`stackflow.api.runs`,
 :mod:`stackflow.api.releases`, :func:`stackflow.api.runs.take_step`) with the person's
@@ -20,7 +21,7 @@ from fastapi import APIRouter, Header, Path, Query
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from stackflow.api import events, releases, runs
+from stackflow.api import events, releases, runs, sets
 from stackflow.api.context import ApiContext
 from stackflow.api.identity import Identity, Role
 from stackflow.api.models import RunOperation
@@ -340,6 +341,22 @@ async def take_step(
     flash = found.model_copy(update={"flash": done.result[:400]})
     session.write(request, response, flash, secret_of(request))
     return response
+
+
+@router.get("/sets")
+async def open_set(name: Annotated[str, Query(min_length=1, max_length=200)]) -> Response:
+    """The home page's "open a set" form: to the set's page."""
+    return RedirectResponse(f"/ui/sets/{quote(name, safe='')}", status_code=303)
+
+
+@router.get("/sets/{name}")
+async def set_page(request: Request, name: Annotated[str, Path(max_length=200)]) -> Response:
+    """The set's latest run: its phase and wave, and each stack's phase, revision and counts
+    (a viewer of every stack's project)."""
+    _, view = await sets.set_run(
+        ctx_of(request), signed_in(request)[1], name, "latest", Role.viewer, "reading a set run"
+    )
+    return render(request, "set.html", view=view, base_of=base_of)
 
 
 @router.get("/s/{project}/{workspace}/releases")

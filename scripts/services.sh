@@ -172,6 +172,8 @@ HBA
     if ! pg_as "$PG_BIN/psql" -X -q -v ON_ERROR_STOP=1 -h "$sock" -p "$PG_PORT" -U "$PG_OWNER" -d postgres >>"$log" 2>&1 <<SQL
 SELECT 'CREATE ROLE stackflow' WHERE NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'stackflow')\gexec
 ALTER ROLE stackflow LOGIN CREATEDB PASSWORD '$pw';
+-- the tests drop their databases WITH (FORCE): an autovacuum worker in one is not stackflow's
+GRANT pg_signal_backend TO stackflow;
 SELECT 'CREATE DATABASE stackflow OWNER stackflow' WHERE NOT EXISTS (SELECT FROM pg_database WHERE datname = 'stackflow')\gexec
 SQL
     then

@@ -310,7 +310,7 @@ def test_state_migrate_imports_an_old_home(home: Path, tmp_path: Path) -> None:
     assert lock is not None and lock.revision == 2 and lock.holder() is None
     store.close()
     again = invoke(home, "state", "migrate", "--from-dir", str(old))
-    assert again.exit_code == 1 and "already has releases" in again.stderr
+    assert again.exit_code == 1 and "already has stackflow releases" in again.stderr
 
 
 def test_help_documents_exit_codes(home: Path) -> None:

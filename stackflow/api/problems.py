@@ -109,6 +109,8 @@ def status_of(err: StackflowError) -> tuple[int, str]:
         return 502, "temporal-refused"
     if isinstance(err, OperationFailed):
         return 409, "refused"
+    if err.exit_code == 2:  # bad input of another kind (a key that is missing or wrong)
+        return 422, "invalid-input"
     return 500, "operation-failed"
 
 

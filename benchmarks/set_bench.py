@@ -111,7 +111,7 @@ def main() -> None:
         failed = [p.args for p in procs if p.wait(timeout=3600) != 0]
         cli_seconds = time.perf_counter() - started
         if failed:
-            raise SystemExit(f"{len(failed)} CLI runs failed, e.g. {failed[0]}")
+            raise SystemExit(f"{len(failed)} CLI runs failed, e.g. {failed[0]!r}")
     rows = [
         ["one set run", f"{set_seconds:.1f}", f"{events} events, {size / 1024:.0f} KB"],
         [f"{args.stacks} CLI runs at once", f"{cli_seconds:.1f}", "-"],

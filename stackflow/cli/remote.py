@@ -7,8 +7,11 @@ refused, in the words of the CLI's options."""
 from __future__ import annotations
 
 import os
+import queue
 import sys
+import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from stackflow.cli.api_mode import api_client, api_mode, not_through_api
@@ -24,7 +27,7 @@ from stackflow.cli.runs import (
     ui_link,
 )
 from stackflow.cli.views import show_changes
-from stackflow.client import StackflowClient
+from stackflow.client import EventStream, StackflowClient
 from stackflow.client.errors import (
     NOT_AWAITING_APPROVAL,
     ApiConflict,
@@ -46,6 +49,8 @@ from stackflow.core.terminal import human_duration
 
 OPERATIONS = {workflow: operation for operation, workflow in WORKFLOWS.items()}
 MOVING = {"applying", "destroying"}
+QUIET = 5.0
+"""Seconds without an event before a run command asks for the run's view."""
 CLOSE_WAIT = 30.0
 """Seconds a finished run's workflow may take to close after its last event."""
 FLAGS = {
@@ -254,12 +259,40 @@ class RemoteRun:
             # decided by someone else meanwhile: the run's end says how
             echo(decided_elsewhere(self.stack, action, exc.detail), err=True)
 
+    def events(self, stream: EventStream) -> Iterator[RunEvent]:
+        """The stream's events, read on a thread of their own; after each ``QUIET`` seconds
+        without one the run's view is asked for, through the API: a Temporal outage is seen
+        there and waited out (``--unavailable-timeout``, said on a terminal), or ends the
+        command saying that the run goes on. A quiet stream never waits for ever."""
+        found: queue.Queue[Any] = queue.Queue()
+
+        def pump() -> None:
+            try:
+                for event in stream:
+                    found.put(event)
+            except BaseException as exc:  # raised here, in the command's thread
+                found.put(exc)
+            found.put(None)
+
+        threading.Thread(target=pump, name="run-events", daemon=True).start()
+        while True:
+            try:
+                item = found.get(timeout=QUIET)
+            except queue.Empty:
+                self.client.get_run(self.stack, self.run_id)
+                continue
+            if item is None:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
     def follow(self, yes: bool, detail: bool) -> None:
         """The events up to ``run_complete``, with a progress bar on a terminal."""
         stream = self.client.events(self.stack, self.run_id)
         if self.output == OutputFormat.json or not self.console.is_terminal:
             with stream:
-                for event in stream:
+                for event in self.events(stream):
                     self.on_event(event, yes, detail)
             return
         from rich.progress import (
@@ -285,7 +318,7 @@ class RemoteRun:
         ):
             task = progress.add_task(self.stack.project, total=None, running="", eta="")
             walking: float | None = None
-            for event in stream:
+            for event in self.events(stream):
                 self.on_event(event, yes, detail)
                 names, done = list(self.running), len(self.results)
                 if walking is None and event.type == "apply_start":

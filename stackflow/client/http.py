@@ -103,10 +103,11 @@ class EventStream:
 
     def __iter__(self) -> Iterator[RunEvent]:
         drops = 0
+        down_since: float | None = None
         while not self._done:
             try:
                 for event in self._read():
-                    drops = 0
+                    drops, down_since = 0, None
                     yield event
                     self._after = event.seq
                     if event.type == "run_complete":
@@ -114,6 +115,13 @@ class EventStream:
                         return
                 self.close()  # the server ended the stream (wait=False, or it went away)
                 return
+            except ApiUnavailable as exc:  # 503 on opening: the API cannot reach Temporal
+                self._discard()
+                now = time.monotonic()
+                down_since = now if down_since is None else down_since
+                if exc.status != 503 or now - down_since >= self._client.patience:
+                    raise
+                time.sleep(min(1.0, down_since + self._client.patience - now))
             except TRANSPORT_ERRORS as exc:
                 self._discard()
                 drops += 1

@@ -84,7 +84,7 @@ CASES: dict[str, tuple[Any, tuple[str, ...], int, tuple[str, ...]]] = {
         lambda t: [onprem(t)],
         ("--ignore-field", "a..b"),
         2,
-        ("ignore_fields", "a..b"),
+        ("--ignore-field", "a..b"),  # the option that set it, as for every refused field
     ),
     "unavailable-timeout-negative": (
         lambda t: [onprem(t)],

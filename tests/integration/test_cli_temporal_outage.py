@@ -42,9 +42,10 @@ from tests.integration.opshelp import (
 )
 
 FILES = 150
-OUTAGE = 12.0
-"""Seconds Temporal stays down: longer than the SDK's own retries of a call (10 s), so the
-CLI's calls fail and the CLI itself must wait the outage out."""
+OUTAGE = 25.0
+"""Seconds Temporal stays down: longer than a quiet stream's wait before the CLI asks for the
+run (``stackflow.cli.remote.QUIET``, 5 s) and the SDK's own retries of that call (10 s)
+together, so the CLI's call fails and the CLI itself must wait the outage out."""
 SEARCH_ATTRIBUTES = (
     "StackflowProject=Keyword",
     "StackflowWorkspace=Keyword",

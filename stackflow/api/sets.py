@@ -196,14 +196,21 @@ async def steer_set_run(
     set's latest run."""
     role = Role.approver if step in ("approve", "reject") else Role.operator
     handle, _ = await _run(request, name, run_id, role, f"to {step} a set run")
-    if step == "cancel":
-        await handle.cancel()
-        return JSONResponse(
-            {"run_id": run_id, "step": step, "result": f"cancel requested for set {name}"}
-        )
-    update = handle.execute_update(step, {"by": _caller(request).name}, result_type=str)
     try:
-        said = await asyncio.wait_for(update, STEP_TIMEOUT.total_seconds())
+        if step == "cancel":
+            await handle.cancel()
+            said = f"cancel requested for set {name}"
+        else:
+            update = handle.execute_update(step, {"by": _caller(request).name}, result_type=str)
+            said = await asyncio.wait_for(update, STEP_TIMEOUT.total_seconds())
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise
+        raise Problem(
+            409,
+            f"set {name}: no running run to {step} (its latest run ended, or it never ran)",
+            "refused",
+        ) from None
     except TimeoutError:
         raise TemporalUnreachable(
             f"{step} not answered within {int(STEP_TIMEOUT.total_seconds())} s: no worker is "

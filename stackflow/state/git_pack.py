@@ -174,6 +174,7 @@ def check_pack(path: str, url: str, sink: PackSink) -> None:
                 if pos >= end:
                     raise bad(f"entry {n + 1} is cut short")
                 chunk = data[pos : min(pos + CHUNK, end)]
+                started, had = pos, seen
                 try:
                     out = inflater.decompress(chunk, CHUNK)
                     while True:
@@ -182,12 +183,19 @@ def check_pack(path: str, url: str, sink: PackSink) -> None:
                             head += out[: 32 - len(head)]
                         if seen > size:
                             raise bad(f"entry {n + 1} inflates past the {size} bytes it declares")
-                        if not inflater.unconsumed_tail:
+                        tail = inflater.unconsumed_tail
+                        if not tail:
                             break
-                        out = inflater.decompress(inflater.unconsumed_tail, CHUNK)
+                        sink.check_time()
+                        out = inflater.decompress(tail, CHUNK)
+                        if not out and inflater.unconsumed_tail == tail:
+                            break  # no progress on this chunk alone: the next one adds to it
                 except zlib.error as err:
                     raise bad(f"entry {n + 1}: {err}") from None
-                pos += len(chunk) - len(inflater.unused_data)
+                # what zlib took of the chunk: not its tail left unread, nor what follows the end
+                pos += len(chunk) - len(inflater.unused_data) - len(inflater.unconsumed_tail)
+                if pos == started and seen == had and not inflater.eof:
+                    raise bad(f"entry {n + 1} does not inflate")
             if kind not in BASE_TYPES:
                 target = _delta_target(head)
                 if target is None:

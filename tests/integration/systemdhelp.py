@@ -55,7 +55,9 @@ mount -t proc proc "$M/proc"
 mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$M/sys"
 mount -t cgroup2 -o nosuid,nodev,noexec cgroup2 "$M/sys/fs/cgroup"
 mount -t tmpfs -o mode=0755,nosuid tmpfs "$M/dev"
-for d in null zero full random urandom tty; do touch "$M/dev/$d"; mount --bind "/dev/$d" "$M/dev/$d"; done
+for d in null zero full random urandom tty; do
+  touch "$M/dev/$d"; mount --bind "/dev/$d" "$M/dev/$d"
+done
 touch "$M/dev/console"; mount --bind /dev/null "$M/dev/console"
 mkdir "$M/dev/pts" "$M/dev/shm"
 mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts "$M/dev/pts"
@@ -213,6 +215,14 @@ class Machine:
         state = self.inside(self.pid, "systemctl", "--no-pager", "status", "ssh.service")
         self.stop()
         pytest.fail(f"sshd under the machine's systemd did not answer in {timeout}s: {state}")
+
+    def env(self, *roots: str) -> dict[str, str]:
+        """The worker policy's settings to reach this machine, allowed ``roots`` on it."""
+        return {
+            "STACKFLOW_ONPREM_HOSTS": ",".join(f"{ADDRESS}:{root}" for root in roots),
+            "STACKFLOW_ONPREM_KNOWN_HOSTS": str(self.known_hosts),
+            "STACKFLOW_ONPREM_SSH_KEYS": str(self.client_key),
+        }
 
     def systemctl(self, *args: str) -> str:
         assert self.proc is not None

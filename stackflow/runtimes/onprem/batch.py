@@ -288,8 +288,10 @@ class FileJob:
             self.unit_verb = "stop" if running else None
         elif not running:
             self.unit_verb = "start"
-        elif self.staged is not None or live is None or live.get("restartOn") != want.get(
-            "restartOn"
+        elif (
+            self.staged is not None
+            or live is None
+            or live.get("restartOn") != want.get("restartOn")
         ):
             self.unit_verb = "restart"
 

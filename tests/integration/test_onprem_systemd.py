@@ -15,6 +15,8 @@ import pytest
 from stackflow.runtimes.base import ResourceRequest, RuntimeOptions
 from stackflow.runtimes.onprem import OnPremRuntime
 from stackflow.runtimes.policy import load_policy
+from tests.integration.conftest import WorkerProcess, run_cli
+from tests.integration.opshelp import cli_json, expect_exit, new_project, write_spec
 from tests.integration.systemdhelp import Machine
 
 
@@ -111,3 +113,61 @@ async def test_a_service_is_started_restarted_once_per_change_stopped_and_destro
     )
     assert m.systemctl("show", "-p", "LoadState", "--value", "demo.service") == "not-found"
     await runtime.close()
+
+
+def test_a_service_through_the_cli_restarts_once_when_its_restart_on_file_changes(
+    tmp_path: Path, stack_env: dict[str, str], machine: Machine
+) -> None:
+    """The engine's part: ``restartOn`` as ``$kusion_path`` references (the file written
+    first, its live state handed to the Service), the preview of the live state, destroy."""
+    m = machine
+    env = {**stack_env, **m.env("/etc/systemd/system", "/etc/demo")}
+    worker = WorkerProcess(tmp_path, env["STACKFLOW_TASK_QUEUE"], env)
+    worker.start()
+    try:
+        _cli_service(tmp_path, env, m)
+    finally:
+        worker.stop()
+
+
+def _cli_service(tmp_path: Path, env: dict[str, str], m: Machine) -> None:
+    conf_id = f"onprem:File:{CONF}"
+
+    def spec(conf: str) -> Path:
+        return write_spec(tmp_path / "spec.yaml", [
+            {"id": conf_id, "type": "OnPrem",
+             "attributes": {"kind": "File", "path": CONF, "content": conf, "host": m.url}},
+            {"id": "onprem:Service:demo", "type": "OnPrem",
+             "attributes": {"kind": "Service", "path": SERVICE_PATH, "host": m.url,
+                            "content": UNIT.format(extra=""), "active": True,
+                            "restartOn": [f"$kusion_path.{conf_id}"]}},
+        ])  # fmt: skip
+
+    def starts() -> int:
+        return len(m.inside(m.pid, "cat", "/var/log/demo.starts").split())
+
+    project = f"s44-{new_project()}"
+    apply = ["apply", "-p", project, "--yes", "-o", "json"]
+    preview = ["preview", "-p", project, "-o", "json"]
+    first = cli_json(expect_exit(run_cli(env, *preview, "-f", str(spec("a=1\n")))))
+    assert first["summary"]["Create"] == 2, first["summary"]
+    done = cli_json(expect_exit(run_cli(env, *apply, "-f", str(spec("a=1\n")))))
+    assert done["phase"] == "succeeded", done
+    assert m.systemctl("is-active", "demo.service") == "active" and starts() == 1
+    again = cli_json(expect_exit(run_cli(env, *preview, "-f", str(spec("a=1\n")))))
+    assert again["summary"]["UnChanged"] == 2, again["summary"]
+    expect_exit(run_cli(env, *apply, "-f", str(spec("a=1\n"))))
+    assert starts() == 1  # nothing changed: not restarted
+
+    m.systemctl("stop", "demo.service")  # drift: the live active beside the desired one
+    shown = cli_json(expect_exit(run_cli(env, *preview, "-f", str(spec("a=1\n")))))
+    assert shown["summary"]["Update"] == 1 and "active" in str(shown), shown
+    expect_exit(run_cli(env, *apply, "-f", str(spec("a=1\n"))))
+    assert m.systemctl("is-active", "demo.service") == "active" and starts() == 2
+
+    expect_exit(run_cli(env, *apply, "-f", str(spec("a=2\n"))))
+    assert m.inside(m.pid, "cat", CONF) == "a=2\n" and starts() == 3  # one restart
+
+    expect_exit(run_cli(env, "destroy", "-p", project, "--yes"))
+    assert m.systemctl("show", "-p", "LoadState", "--value", "demo.service") == "not-found"
+    assert "No such file" in m.inside(m.pid, "ls", CONF)

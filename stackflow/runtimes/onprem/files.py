@@ -48,9 +48,9 @@ class OnPremAttributes(BaseModel):
     active: bool | None = None
     """A Service's unit started (true) or stopped (false) by the host's running systemd;
     None: left as it is (no running systemd needed)."""
-    restart_on: list[Any] | None = Field(default=None, alias="restartOn", max_length=64)
+    restart_on: list[Any] | str | None = Field(default=None, alias="restartOn", max_length=64)
     """``$kusion_path.<resource id>`` of each resource whose change restarts the unit
-    (resolved to its live state: a dependency, written first)."""
+    (resolved to its live state: a dependency, written first); recorded as its digest."""
 
     @field_validator("path")
     @classmethod
@@ -134,9 +134,11 @@ def desired_state(attrs: OnPremAttributes) -> Attributes:
     return state
 
 
-def restart_stamp(resolved: list[Any]) -> str:
+def restart_stamp(resolved: list[Any] | str) -> str:
     """What a Service's ``restartOn`` resources were when it was last applied: a digest of
-    their live states (a change to any restarts the unit once)."""
+    their live states (a change to any restarts the unit once); a recorded one as it is."""
+    if isinstance(resolved, str):
+        return resolved
     text = json.dumps(resolved, sort_keys=True, default=str).encode()
     return "sha256:" + hashlib.sha256(text).hexdigest()[:16]
 

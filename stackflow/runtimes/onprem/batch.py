@@ -123,22 +123,27 @@ class Parents:
         """Parents found missing (read, delete), until a call creates directories."""
         self._changed: dict[str, list[FileJob]] = {}
         self._lock = threading.Lock()  # a host's calls run in several threads
+        self._opening: dict[str, threading.Lock] = {}
 
     def get(self, where: Confined, *, create: bool) -> Dir | None:
         key = where.target.parent
-        with self._lock:
+        with self._lock:  # one opening per directory at once; other directories meanwhile
+            opening = self._opening.setdefault(key, threading.Lock())
+        with opening:
             found = self._open.get(key)
             if found is not None:
                 return found
-            if create:
-                self._missing.clear()
-            elif key in self._missing:
-                return None
+            with self._lock:
+                if create:
+                    self._missing.clear()
+                elif key in self._missing:
+                    return None
             found = where.fs.open_parent(where, create)
-            if found is None:
-                self._missing.add(key)
-            else:
-                self._open[key] = found
+            with self._lock:
+                if found is None:
+                    self._missing.add(key)
+                else:
+                    self._open[key] = found
             return found
 
     def changed(self, job: FileJob) -> None:

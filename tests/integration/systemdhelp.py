@@ -55,10 +55,13 @@ mount -t proc proc "$M/proc"
 mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$M/sys"
 mount -t cgroup2 -o nosuid,nodev,noexec cgroup2 "$M/sys/fs/cgroup"
 mount -t tmpfs -o mode=0755,nosuid tmpfs "$M/dev"
-for d in null zero full random urandom tty; do
-  touch "$M/dev/$d"; mount --bind "/dev/$d" "$M/dev/$d"
-done
-touch "$M/dev/console"; mount --bind /dev/null "$M/dev/console"
+# Device nodes of its own on its own tmpfs, never bind mounts of the host's: systemd makes
+# /dev/console root:tty 0620, and through a bind mount of the host's /dev/null it once did
+# that to the host's (PostgreSQL's initdb, not root, then failed on it).
+mknod -m 666 "$M/dev/null" c 1 3; mknod -m 666 "$M/dev/zero" c 1 5
+mknod -m 666 "$M/dev/full" c 1 7; mknod -m 666 "$M/dev/random" c 1 8
+mknod -m 666 "$M/dev/urandom" c 1 9; mknod -m 666 "$M/dev/tty" c 5 0
+mknod -m 600 "$M/dev/console" c 1 3
 mkdir "$M/dev/pts" "$M/dev/shm"
 mount -t devpts -o newinstance,ptmxmode=0666,mode=0620 devpts "$M/dev/pts"
 ln -s pts/ptmx "$M/dev/ptmx"

@@ -6,6 +6,7 @@ the desired one, destroy."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,8 +23,11 @@ from tests.integration.systemdhelp import Machine
 
 @pytest.fixture
 def machine(tmp_path: Path) -> Iterator[Machine]:
+    before = device_modes()
     with Machine(tmp_path / "machine") as found:
         yield found
+    # its systemd set up its own console and devices, never the host's
+    assert device_modes() == before
 
 
 def test_the_machine_sees_only_its_own_root(tmp_path: Path) -> None:
@@ -33,6 +37,13 @@ def test_the_machine_sees_only_its_own_root(tmp_path: Path) -> None:
     m._prepare()
     m.check_isolated()
     assert not m.cgroup.exists()
+
+
+HOST_DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/tty", "/dev/console")
+
+
+def device_modes() -> dict[str, tuple[int, int, int]]:
+    return {d: (s.st_mode, s.st_uid, s.st_gid) for d in HOST_DEVICES for s in [os.stat(d)]}
 
 
 UNIT = (

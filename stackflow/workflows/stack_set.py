@@ -55,8 +55,10 @@ with workflow.unsafe.imports_passed_through():
         SetView,
     )
     from stackflow.workflows import common
+    from stackflow.workflows.constants import SET_RUN_ON_RELEASES
     from stackflow.workflows.gate import Gate
     from stackflow.workflows.nodes import cause_type, failure_message, raise_if_cancelled
+    from stackflow.workflows.patches import patched
     from stackflow.workflows.steering import approval_input
 
 WORKFLOWS = {
@@ -368,6 +370,7 @@ class SetWorkflow:
                 max_concurrency=self._request.max_concurrency,
                 brief_result=True,
                 watch=watch,
+                set_run=self._set_run(),
             )
             approval = self._gate.approval or {}
             forward = kind == SetOperation.apply and planned.four_eyes
@@ -460,6 +463,12 @@ class SetWorkflow:
                 workflow.logger.warning("approval not forwarded: %s", failure_message(exc))
         return result
 
+    def _set_run(self) -> str | None:
+        """What member runs' releases record as the set run that made them."""
+        if self._view is None or not patched(SET_RUN_ON_RELEASES):
+            return None
+        return f"{self._view.name}/{workflow.info().first_execution_run_id}"
+
     # ---- rollback --------------------------------------------------------------------------
     async def _roll_back(self) -> None:
         """Each member this run changed, in the reverse of the order they started, back to
@@ -479,6 +488,7 @@ class SetWorkflow:
                 operator=self._request.operator,
                 max_concurrency=self._request.max_concurrency,
                 brief_result=True,
+                set_run=self._set_run(),
             )
             name = "RollbackWorkflow" if member.before is not None else "DestroyWorkflow"
             try:

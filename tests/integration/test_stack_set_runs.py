@@ -43,6 +43,29 @@ def _by(view: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {m["project"]: m for m in view["members"]}
 
 
+def _sse(url: str, path: str, token: str, last: int) -> list[tuple[str, str | None]]:
+    """An SSE stream resumed after ``last`` (``Last-Event-ID``): its (event, id) pairs."""
+    import urllib.error
+    import urllib.request
+
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "text/event-stream",
+        "Last-Event-ID": str(last),
+    }
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url + path, headers=headers)) as r:
+            text = r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return [(str(exc.code), None)]
+    found = []
+    for message in text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in message.splitlines() if ": " in line)
+        if "event" in fields:
+            found.append((fields["event"], fields.get("id")))
+    return found
+
+
 def _tag() -> str:
     return uuid.uuid4().hex[:8]
 
@@ -69,13 +92,19 @@ def test_one_approval_covers_the_set_and_status_shows_it(
     view = _by(cli_json(proc))
     assert view[a]["phase"] == view[b]["phase"] == "succeeded"
     assert (tmp_path / "b.txt").read_text() == "from a\n"
+    started = re.search(r"set run: stackflow-set/pair-\S+ \(([0-9a-f-]+)\)", proc.stderr)
+    assert started is not None, proc.stderr
     backend = releases(env)
     try:
         for project in (a, b):
             [release] = backend.list(StackRef(project, "prod"))
             assert release.approval is not None and "(auto_approve)" in release.approval.by
+            assert release.set_run == f"pair-{tag}/{started[1]}"  # the set run that made it
     finally:
         backend.close()
+    listed = run_cli(env, "release", "list", "-p", a, "-w", "prod", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert [r["set_run"] for r in cli_json(listed)] == [f"pair-{tag}/{started[1]}"]
     status = run_cli(env, "set", "status", "--set", f"pair-{tag}", "-o", "json")
     assert status.returncode == 0, status.stderr
     shown = cli_json(status)
@@ -83,12 +112,21 @@ def test_one_approval_covers_the_set_and_status_shows_it(
     events = run_cli(env, "set", "events", "--set", f"pair-{tag}")
     assert events.returncode == 0, events.stderr
     lines = [json.loads(line) for line in events.stdout.splitlines()]
-    assert [e["time"] for e in lines] == sorted(e["time"] for e in lines)
-    ends = [(e["stack"], e["operation"]) for e in lines if e["type"] == "run_start"]
-    assert sorted(ends) == sorted(
+    assert [e["seq"] for e in lines] == list(range(1, len(lines) + 1))  # one numbering
+    starts = [(e["stack"], e["operation"]) for e in lines if e["type"] == "run_start"]
+    assert sorted(starts) == sorted(
         (f"{p}/prod", op) for p in (a, b) for op in ("preview", "apply")
-    ), ends
-    assert sum(e["type"] == "run_complete" for e in lines) == 4
+    ), starts
+    assert sum(e["type"] == "stack_complete" for e in lines) == 4
+    assert lines[-1]["type"] == "run_complete" and lines[-1]["status"] == "succeeded"
+    for stack in (f"{a}/prod", f"{b}/prod"):  # each stack's events in its own order
+        runs = {e["run_id"] for e in lines if e.get("stack") == stack}
+        assert len(runs) == 2
+        for run in runs:  # a run's own end comes after its events
+            assert [e for e in lines if e.get("run_id") == run][-1]["type"] == "stack_complete"
+    again = run_cli(env, "set", "events", "--set", f"pair-{tag}", "--after", "3")
+    assert again.returncode == 0, again.stderr
+    assert [json.loads(x) for x in again.stdout.splitlines()] == lines[3:]  # no gap, no copy
     late = run_cli(env, "set", "approve", "--set", f"pair-{tag}")
     assert late.returncode == 1 and "no running run to approve" in late.stderr, late.stderr
     # a stack another stack still reads is not destroyed without it
@@ -453,8 +491,16 @@ def test_the_cli_through_the_api(
         assert (tmp_path / "v.txt").read_text() == "from u\n"
         status = run_cli(cli, "set", "status", "--set", f"api-cli-{tag}", "-o", "json")
         assert status.returncode == 0 and cli_json(status)["phase"] == "succeeded", status.stderr
-        refused = run_cli(cli, "set", "events", "--set", f"api-cli-{tag}")
-        assert refused.returncode == 2 and "does not go through the HTTP API" in refused.stderr
+        streamed = run_cli(cli, "set", "events", "--set", f"api-cli-{tag}")
+        assert streamed.returncode == 0, streamed.stderr
+        lines = [json.loads(line) for line in streamed.stdout.splitlines()]
+        assert {e["stack"] for e in lines[:-1]} == {f"{a}/prod", f"{b}/prod"}
+        assert lines[-1]["type"] == "run_complete"
+        sse = _sse(server.url, f"/v1/sets/api-cli-{tag}/runs/latest/events", "ops-token", 2)
+        assert sse[0] == ("stream", None)
+        assert [seq for _, seq in sse[1:]] == [str(e["seq"]) for e in lines[2:]]
+        denied = _sse(server.url, f"/v1/sets/api-cli-{tag}/runs/latest/events", "x", 0)
+        assert denied == [("401", None)]
         gone = run_cli(cli, "set", "destroy", "-f", str(path), "--yes", "-o", "json")
         assert gone.returncode == 0, gone.stderr
         assert not (tmp_path / "u.txt").exists() and not (tmp_path / "v.txt").exists()

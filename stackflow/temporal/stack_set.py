@@ -79,7 +79,7 @@ class WaveInput(BaseModel):
     """Indices of ``SetInput.members``."""
     max_parallel: int = Field(default=4, ge=1, le=50)
     bake_seconds: float = Field(default=0.0, ge=0, le=BAKE_LIMIT)
-    gate: Literal["none", "approval", "readiness"] = "none"
+    gate: Literal["none", "approval", "readiness", "policy"] = "none"
 
 
 class SetInput(BaseModel):
@@ -211,6 +211,9 @@ class MemberView(StackFields, BaseModel):
     """The member's run made a release that changed something (rollback's concern)."""
     unknown: list[str] = Field(default_factory=list)
     unknown_count: int = 0
+    policy: str | None = None
+    """What its latest preview's policy gate decided (``pass``, ``warn``,
+    ``require_approval``, ``deny``; None: no policy judged it)."""
     workflow_id: str | None = None
     runs: list[str] = Field(default_factory=list)
     """Run ids of the stack's own runs in this set run (preview, apply, rollback; the last

@@ -59,7 +59,7 @@ with workflow.unsafe.imports_passed_through():
     from stackflow.workflows.gate import Gate
     from stackflow.workflows.nodes import cause_type, failure_message, raise_if_cancelled
     from stackflow.workflows.patches import patched
-    from stackflow.workflows.steering import approval_input
+    from stackflow.workflows.steering import Steered
 
 WORKFLOWS = {
     SetOperation.preview: "PreviewWorkflow",
@@ -77,7 +77,7 @@ def _short(text: str | None) -> str | None:
 
 
 @workflow.defn(name="SetWorkflow")
-class SetWorkflow:
+class SetWorkflow(Steered):
     def __init__(self) -> None:
         self._view: SetView | None = None
         self._request: SetInput | None = None
@@ -197,6 +197,8 @@ class SetWorkflow:
                 if not await self._approved(request):
                     halted = f"wave {w + 1} was not approved"
                 view.phase = Phase.applying
+            if halted is None and wave.gate == "policy":
+                halted = await self._policy_gate(plan, request, order, deps, w)
             if halted is None:
                 await self._walk(
                     plan,
@@ -221,10 +223,47 @@ class SetWorkflow:
                     view.phase = Phase.applying
                 continue
             for i in order:
+                if view.members[i].phase == MemberPhase.failed:
+                    continue  # refused by the wave's policy gate: it says why
                 view.members[i].phase = MemberPhase.skipped
                 view.members[i].error = f"not started: {halted}"
         if halted is not None and view.error is None:
             view.error, view.error_type = halted, "RolloutHalted"
+
+    async def _policy_gate(
+        self, plan: SetPlan, request: SetInput, order: list[int], deps: list[list[int]], w: int
+    ) -> str | None:
+        """``gate: policy``: preview the wave's stacks (their policies judge each) before any
+        starts. A stack denied (or whose preview failed) stays failed and halts the rollout
+        here; one whose policy requires an approval holds the wave for the set's approve
+        Update. Returns why the rollout halts (None: the wave may start)."""
+        assert self._view is not None
+        view = self._view
+        view.phase = Phase.previewing
+        await self._walk(
+            plan, SetOperation.preview, order, deps, parallel=request.waves[w].max_parallel
+        )
+        refused = [i for i in order if view.members[i].phase in NOT_OK]
+        asks = any(view.members[i].policy == "require_approval" for i in order)
+        for i in order:
+            was = view.members[i]
+            if i not in refused:
+                view.members[i] = MemberView(
+                    project=was.project,
+                    workspace=was.workspace,
+                    before=was.before,
+                    runs=was.runs,
+                    policy=was.policy,
+                )
+        if refused:
+            first = view.members[refused[0]]
+            return f"the rollout halted before wave {w + 1}: {first.stack}: {first.error}"
+        if asks:
+            self._gate.decision = self._gate.approval = None
+            if not await self._approved(request):
+                return f"wave {w + 1} was not approved (its policy requires an approval)"
+        view.phase = Phase.applying
+        return None
 
     def _fail(self, error: str, error_type: str | None) -> SetView:
         assert self._view is not None
@@ -393,6 +432,7 @@ class SetWorkflow:
         view.revision = result.revision
         view.error, view.error_type = _short(result.error), result.error_type
         if kind == SetOperation.preview:
+            view.policy = None if result.policy is None else result.policy.outcome.value
             summary = result.changes.get("summary") or {}
             view.counts = {action: n for action, n in summary.items() if n}
             read = sorted({x for m in plan.members for x in m.upstream.get(i, [])})
@@ -522,55 +562,7 @@ class SetWorkflow:
     def status(self) -> SetView:
         return self._view or SetView(name="?", operation=SetOperation.apply)
 
-    @workflow.update
-    async def approve(self, *args: object) -> str:
-        approval = approval_input(args)
-        self._gate.decide("approved", approval)
-        return f"approved by {approval.by}"
-
-    @approve.validator
-    def _validate_approve(self, *args: object) -> None:
-        approval = approval_input(args)
-        self._gate.check_awaiting(self._phase())
-        requester = self._request.operator if self._request is not None else None
-        self._gate.check_approver(approval, requester)
-
-    @workflow.update
-    async def reject(self, *args: object) -> str:
-        approval = approval_input(args)
-        self._gate.decide("rejected", approval)
-        return f"rejected by {approval.by}"
-
-    @reject.validator
-    def _validate_reject(self, *args: object) -> None:
-        approval_input(args)
-        self._gate.check_awaiting(self._phase())
-
-    @workflow.update
-    async def retry(self, *args: object) -> str:
-        """A paused set runs its failed stacks again (and those skipped because of them)."""
-        request = approval_input(args)
-        self._gate.steer("retry", request, self._phase())
-        return f"retry requested by {request.by}"
-
-    @retry.validator
-    def _validate_retry(self, *args: object) -> None:
-        approval_input(args)
-        self._gate.check_paused(self._phase())
-
-    @workflow.update
-    async def abort(self, *args: object) -> str:
-        """A paused set ends failed, as it is."""
-        request = approval_input(args)
-        self._gate.steer("abort", request, self._phase())
-        return f"abort requested by {request.by}"
-
-    @abort.validator
-    def _validate_abort(self, *args: object) -> None:
-        approval_input(args)
-        self._gate.check_paused(self._phase())
-
-    def _phase(self) -> Phase:
+    def _steering_phase(self) -> Phase:
         phase = self._view.phase if self._view is not None else ""
         waits = (Phase.awaitingApproval, Phase.awaitingDecision)
         return Phase(phase) if phase in waits else Phase.generating

@@ -180,6 +180,50 @@ async def test_a_bare_start_is_validated_and_runs_inline_specs(
             assert child["spec"] is None and child["spec_ref"].startswith("sha256:")
 
 
+async def test_a_bad_set_fails_a_bare_start_in_one_line_before_anything_runs(
+    tmp_path: Path,
+    stack_env: dict[str, str],
+    worker_process: WorkerProcess,
+    temporal_client: Client,
+) -> None:
+    tag, queue = _tag(), stack_env["STACKFLOW_TASK_QUEUE"]
+    a, b = f"s43-a{tag}", f"s43-b{tag}"
+
+    def member(project: str, content: str, deps: list[str] | None = None) -> dict[str, Any]:
+        resource = file_resource(tmp_path / project, content)
+        return {"project": project, "spec": {"resources": [resource]}, "depends_on": deps or []}
+
+    bad = {
+        "cycle": [member(a, "a\n", [f"{b}/default"]), member(b, "b\n", [f"{a}/default"])],
+        "unknown stack": [member(a, "a\n", ["s43-nope/default"])],
+        "no resource": [member(a, "a\n"), member(b, f"$stack.{a}/default.onprem:File:/x.content")],
+    }
+    said = {}
+    for what, members in bad.items():
+        name = f"s43-bad-{tag}-{what.replace(' ', '-')}"
+        handle = await temporal_client.start_workflow(
+            "SetWorkflow",
+            {"name": name, "auto_approve": True, "members": members},
+            id=set_workflow_id(name),
+            task_queue=queue,
+        )
+        with pytest.raises(WorkflowFailureError) as err:
+            await handle.result()
+        cause: Any = err.value.cause
+        assert cause.type == "SpecError", (what, cause)
+        said[what] = cause.message
+        assert "\n" not in cause.message
+    assert said["cycle"].startswith(f"set s43-bad-{tag}-cycle: a cycle between stacks: ")
+    assert said["unknown stack"].endswith("dependsOn s43-nope/default: not a stack of the set")
+    assert said["no resource"].endswith(f"stack {a}/default has no such resource"), said
+    assert not (tmp_path / a).exists() and not (tmp_path / b).exists()  # nothing applied
+    backend = releases(stack_env)
+    try:
+        assert backend.list(StackRef(a, "default")) == backend.list(StackRef(b, "default")) == []
+    finally:
+        backend.close()
+
+
 def test_a_missing_field_fails_the_reader_before_anything_changes(
     tmp_path: Path, stack_env: dict[str, str], worker_process: WorkerProcess
 ) -> None:
@@ -501,6 +545,16 @@ def test_the_cli_through_the_api(
         assert [seq for _, seq in sse[1:]] == [str(e["seq"]) for e in lines[2:]]
         denied = _sse(server.url, f"/v1/sets/api-cli-{tag}/runs/latest/events", "x", 0)
         assert denied == [("401", None)]
+        outside = _set(
+            tmp_path, f"api-out-{tag}", {f"s43-x{tag}": [file_resource(tmp_path / "x", "x\n")]}
+        )
+        denied = run_cli(cli, "set", "apply", "-f", str(outside), "--yes")
+        assert denied.returncode == 2, denied.stderr
+        assert denied.stderr.strip().splitlines() == [
+            f"Error: ops is no role on project s43-x{tag}; a set apply needs operator on "
+            "every stack's project"
+        ], denied.stderr
+        assert not (tmp_path / "x").exists()
         gone = run_cli(cli, "set", "destroy", "-f", str(path), "--yes", "-o", "json")
         assert gone.returncode == 0, gone.stderr
         assert not (tmp_path / "u.txt").exists() and not (tmp_path / "v.txt").exists()

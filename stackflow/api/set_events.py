@@ -16,6 +16,7 @@ import contextlib
 from collections.abc import Sequence
 from typing import Any
 
+from temporalio.client import WorkflowExecutionStatus, WorkflowHistoryEventFilterType
 from temporalio.service import RPCError
 
 from stackflow.core.refs import RunRef, StackRef
@@ -23,6 +24,23 @@ from stackflow.model.events import PAGE_LIMIT, EventType, NewEvent, RunEvent
 from stackflow.state.event_follow import Ending, temporal_ending
 from stackflow.state.protocols import RunEventLog
 from stackflow.temporal.stack_set import SetView
+
+CHAIN_LIMIT = 1000
+"""Runs a set run's chain of continue-as-new is followed through at most."""
+
+
+async def newest_run(client: Any, handle: Any) -> Any:
+    """The run that ``handle``'s run continued as (as new, maybe more than once): where the
+    set run's status and steps are now (``handle`` itself when it did not)."""
+    for _ in range(CHAIN_LIMIT):
+        described = await handle.describe()
+        if described.status != WorkflowExecutionStatus.CONTINUED_AS_NEW:
+            return handle
+        close = WorkflowHistoryEventFilterType.CLOSE_EVENT
+        async for event in handle.fetch_history_events(event_filter_type=close):
+            attributes = event.workflow_execution_continued_as_new_event_attributes
+            handle = client.get_workflow_handle(handle.id, run_id=attributes.new_execution_run_id)
+    return handle
 
 
 def set_stack(name: str) -> StackRef:
@@ -88,7 +106,10 @@ class SetRelay:
     async def closed(self) -> Ending | None:
         """Whether the set run has ended (then its members' last events are copied first);
         its members' runs are looked up again meanwhile."""
-        ending = await temporal_ending(self.client, self.run)
+        with contextlib.suppress(RPCError):  # the run it continued as, if it did
+            self.handle = await newest_run(self.client, self.handle)
+        now = RunRef(self.run.workflow_id, self.handle.run_id or self.run.run_id)
+        ending = await temporal_ending(self.client, now)
         with contextlib.suppress(RPCError):  # no worker to answer: read those known so far
             self.watch(await self.handle.query("status", result_type=SetView))
         if ending is not None:

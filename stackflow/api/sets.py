@@ -24,7 +24,7 @@ from stackflow.api.identity import Identity, Role
 from stackflow.api.problems import Problem
 from stackflow.api.routes import ERRORS, RunIdPath, ctx_of
 from stackflow.api.runs import STEP_TIMEOUT
-from stackflow.api.set_events import SetRelay, set_stack
+from stackflow.api.set_events import SetRelay, newest_run, set_stack
 from stackflow.core.errors import StackLockedError
 from stackflow.core.refs import RunRef, StackRef
 from stackflow.engine.spec import parse_spec
@@ -168,6 +168,8 @@ async def set_run(
     latest = run_id == "latest"  # the set's latest run
     handle = client.get_workflow_handle(set_workflow_id(name), run_id=None if latest else run_id)
     try:
+        if not latest:  # the run it continued as new as, if it did: where it is now
+            handle = await newest_run(client, handle)
         view = await handle.query("status", result_type=SetView)
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
@@ -254,9 +256,11 @@ async def set_run_events(
     ctx, who = ctx_of(request), _caller(request)
     start, kind = events.cursor(after, last_event_id), events.media_type(accept)
     handle, view = await set_run(ctx, who, name, run_id, Role.viewer, "reading a set run")
-    if run_id == "latest":
-        run_id = (await handle.describe()).run_id
-    run = RunRef(set_workflow_id(name), run_id)
+    if run_id == "latest":  # keyed by its chain's first run, as its status_url names it
+        described = await handle.describe()
+        run_id = described.raw_description.workflow_execution_info.first_run_id
+        handle = (await ctx.client()).get_workflow_handle(handle.id, run_id=described.run_id)
+    run = RunRef(set_workflow_id(name), run_id or handle.run_id)
     relay = SetRelay(ctx.backend, name, handle, await ctx.client(), run)
     relay.watch(view)
     body = events.stream(

@@ -561,3 +561,107 @@ def test_the_cli_through_the_api(
     finally:
         server.stop()
     assert "Traceback" not in server.tail(), server.tail()
+
+
+async def test_a_set_run_past_its_history_budget_continues_as_new(
+    tmp_path: Path,
+    stack_env: dict[str, str],
+    worker_process: WorkerProcess,
+    temporal_client: Client,
+) -> None:
+    """With a history budget of 0 a set run continues as new at every step it can (before
+    its apply, at a retry): the chain ends as one run would, its first run id names it."""
+    import hashlib
+
+    from temporalio.client import WorkflowExecutionStatus
+
+    from tests.integration.opshelp import DIRECT_ONLY
+    from tests.integration.test_api import ApiServer
+
+    env, tag, queue = stack_env, _tag(), stack_env["STACKFLOW_TASK_QUEUE"]
+    a, b = f"s43-c{tag}", f"s43-d{tag}"
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where a directory must be\n")
+    name = f"s43-can-{tag}"
+    handle = await temporal_client.start_workflow(
+        "SetWorkflow",
+        {
+            "name": name,
+            "history_budget": 0,
+            "on_failure": "pause",
+            "members": [
+                {"project": a, "spec": {"resources": [file_resource(blocker / "a", "a\n")]}},
+                {"project": b, "spec": {"resources": [file_resource(tmp_path / "b", "b\n")]}},
+            ],
+        },
+        id=set_workflow_id(name),
+        task_queue=queue,
+        result_type=SetView,
+    )
+    first = handle.first_execution_run_id or handle.result_run_id
+    assert first is not None
+
+    async def phase(wanted: str) -> SetView | None:
+        latest = temporal_client.get_workflow_handle(set_workflow_id(name))
+        view = await latest.query("status", result_type=SetView)
+        return view if view.phase == wanted else None
+
+    await poll(lambda: phase("awaitingApproval"), timeout=120, what="the set's approval")
+    await handle.execute_update("approve", {"by": "alice"})  # the preview's run approves
+    paused = await poll(lambda: phase("awaitingDecision"), timeout=120, what="the pause")
+    assert [m.phase for m in paused.members] == ["failed", "succeeded"]
+    blocker.unlink()
+    retried = run_cli(env, "set", "retry", "--set", name)
+    assert retried.returncode == 0, retried.stderr
+    view = await handle.result()  # follows the runs it continued as
+    assert view.phase == "succeeded", view.error
+    assert [m.phase for m in view.members] == ["succeeded", "succeeded"]
+    assert (blocker / "a").read_text() == "a\n"
+    chain, run = [], first
+    while True:  # preview + approval | apply + pause | retry
+        described = await temporal_client.get_workflow_handle(
+            set_workflow_id(name), run_id=run
+        ).describe()
+        chain.append(described.status)
+        if described.status != WorkflowExecutionStatus.CONTINUED_AS_NEW:
+            break
+        history = await temporal_client.get_workflow_handle(
+            set_workflow_id(name), run_id=run
+        ).fetch_history()
+        run = history.events[
+            -1
+        ].workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+    assert chain == [WorkflowExecutionStatus.CONTINUED_AS_NEW] * 2 + [
+        WorkflowExecutionStatus.COMPLETED
+    ]
+    backend = releases(env)
+    try:  # one apply each (a: failed, then the retry), each naming the set run by its first id
+        made = {p: backend.list(StackRef(p, "default")) for p in (a, b)}
+    finally:
+        backend.close()
+    assert [r.phase for r in made[a]] == ["failed", "succeeded"] and len(made[b]) == 1
+    assert {r.set_run for rs in made.values() for r in rs} == {f"{name}/{first}"}
+    # the API reads the chain by its first run id; the set's one stream spans it
+    tokens = tmp_path / "tokens.json"
+    digest = hashlib.sha256(b"s43-token").hexdigest()
+    tokens.write_text(json.dumps([{"name": "ops", "sha256": digest, "roles": {"s43-*": "viewer"}}]))
+    server = ApiServer({**env, "STACKFLOW_API_TOKENS": str(tokens)}, tmp_path / "api.log")
+    server.start()
+    try:
+        import httpx
+
+        auth = {"Authorization": "Bearer s43-token"}
+        got = httpx.get(f"{server.url}/v1/sets/{name}/runs/{first}", headers=auth, timeout=30)
+        assert got.status_code == 200 and got.json()["phase"] == "succeeded", got.text
+        cli = {k: v for k, v in env.items() if k not in DIRECT_ONLY}
+        cli.update(STACKFLOW_API_URL=server.url, STACKFLOW_API_TOKEN="s43-token")
+        streamed = run_cli(cli, "set", "events", "--set", name)
+        assert streamed.returncode == 0, streamed.stderr
+        lines = [json.loads(line) for line in streamed.stdout.splitlines()]
+        ends = sorted(e["stack"] for e in lines if e["type"] == "stack_complete")
+        assert ends == sorted([f"{a}/default"] * 3 + [f"{b}/default"] * 2), ends
+        assert lines[-1]["type"] == "run_complete" and lines[-1]["status"] == "succeeded"
+        sse = _sse(server.url, f"/v1/sets/{name}/runs/{first}/events", "s43-token", 0)
+        assert [seq for _, seq in sse[1:]] == [str(e["seq"]) for e in lines]
+    finally:
+        server.stop()

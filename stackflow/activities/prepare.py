@@ -163,6 +163,7 @@ class PrepareActivities:
             run,
             source_revision=request.to_revision if operation == Operation.rollback else None,
             source=request.source if operation in (Operation.apply, Operation.preview) else None,
+            set_run=request.set_run,
         )
         plan = await asyncio.to_thread(self._prepare_walk, operation, spec, ref, release, selection)
         plan.four_eyes = worker_policy().approvals.four_eyes_for(request.project)

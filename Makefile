@@ -23,8 +23,11 @@ status: ## report each service: healthy, unhealthy or stopped
 env: ## print export lines: eval "$$(make -s env)"
 	@scripts/services.sh env
 
-demo: up ## apply examples/ through a real ApplyWorkflow and print the release
-	@scripts/demo.sh
+# The demo needs only Temporal, the state backend, Redis, the codec, a worker and the API: it
+# builds and starts only those (`make up` and `make test` build and start the rest).
+DEMO_SERVICES := postgres redis codec temporal worker api
+demo: ## set up and start only what the demo needs, apply examples/onprem.yaml, list the releases
+	@scripts/setup.sh demo && scripts/services.sh up $(DEMO_SERVICES) && scripts/demo.sh
 
 test: up docs ## build the docs, then run the whole test suite against the real services
 	@eval "$$(scripts/services.sh env)" && $(PY) -m pytest -q tests

@@ -13,11 +13,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # debootstrap: builds the root filesystem the Service tests' systemd runs in (setup_systemd_root).
 APT_PACKAGES=(redis-server postgresql docker-compose openssl ca-certificates chromium
   openssh-server openssh-client rsync debootstrap)
+# What `make demo` needs of them (setup_demo): the state backend, Redis, and the codec's TLS.
+DEMO_APT_PACKAGES=(redis-server postgresql openssl ca-certificates)
 
 setup_apt() {
-  step "Debian packages: ${APT_PACKAGES[*]}"
+  local packages=("${@:-${APT_PACKAGES[@]}}")
+  step "Debian packages: ${packages[*]}"
   local missing=()
-  for p in "${APT_PACKAGES[@]}"; do
+  for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   if [ ${#missing[@]} -eq 0 ]; then ok "already installed"; return; fi
@@ -253,11 +256,21 @@ setup_systemd_root() {
   ok "built in $((SECONDS - t0))s ($(du -sh "$SYSTEMD_ROOT_DIR" | cut -f1))"
 }
 
+# `make demo` on a fresh machine: only what the demo's services need (the Temporal CLI is the one
+# Go build); `make setup`, `make up` and `make test` build everything else.
+setup_demo() {
+  setup_apt "${DEMO_APT_PACKAGES[@]}"
+  setup_python
+  go_env
+  step "Go-built tools in $STACKFLOW_CACHE/tools (the demo needs only the Temporal CLI)"
+  setup_temporal
+}
+
 main() {
   local t0=$SECONDS steps=("$@")
   [ ${#steps[@]} -gt 0 ] || steps=(apt python go_tools terraform_config terraform_providers systemd_root)
   for s in "${steps[@]}"; do
-    declare -F "setup_${s//-/_}" >/dev/null || die "unknown setup step '$s' (apt, python, go-tools or one of temporal, temporal-server, etcd, kubernetes, kwok, opentofu, opa, helm, kubeconform, keda-crds; terraform-config, terraform-providers; systemd-root)"
+    declare -F "setup_${s//-/_}" >/dev/null || die "unknown setup step '$s' (demo, apt, python, go-tools or one of temporal, temporal-server, etcd, kubernetes, kwok, opentofu, opa, helm, kubeconform, keda-crds; terraform-config, terraform-providers; systemd-root)"
     "setup_${s//-/_}"
   done
   step "setup done in $((SECONDS - t0))s"

@@ -9,7 +9,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Query, Request
 
-from stackflow.activities.runs import run_ended, unlock_by_hand
 from stackflow.api.context import ApiContext
 from stackflow.api.models import (
     ReleaseExport,
@@ -33,6 +32,7 @@ from stackflow.core.refs import RunRef, StackRef
 from stackflow.model.release import Unlocked
 from stackflow.state.kusion import check_import, import_stacks, kusion_documents, selected_stacks
 from stackflow.temporal.operation import NAME_LIMIT, NAME_PATTERN
+from stackflow.temporal.runs import run_ended, unlock_by_hand
 
 router = APIRouter(prefix="/v1")
 

@@ -54,6 +54,7 @@ def test_a_wrong_or_missing_key_or_altered_bytes_is_one_clear_error() -> None:
         (f"a:{base64.b64encode(b'short').decode()}", "is 5 bytes; AES-256 needs 32"),
         ("bad id:" + A.split(":")[1], "must be letters"),
     ],
+    ids=["no-key", "not-base64", "short-key", "bad-id"],  # the same on every collection
 )
 def test_malformed_keys(text: str, message: str) -> None:
     with pytest.raises(EncryptionKeyError, match=message):

@@ -158,10 +158,11 @@ def bench_size(
     strict: bool,
     foreground: bool,
     propagation: str | None,
+    prefix: str,
 ) -> tuple[Measured, Measured]:
     tag = uuid.uuid4().hex[:6]
     ours, peer = Measured(), Measured()
-    sf_ns, kc_ns = f"bench-sf-{tag}", f"bench-kc-{tag}"
+    sf_ns, kc_ns = f"{prefix}-sf-{tag}", f"{prefix}-kc-{tag}"
     project = f"k8sbench-{tag}"
     spec_path = sf.work / f"spec-{tag}.json"
     spec_path.write_text(json.dumps(spec_for(manifests(sf_ns, size), propagation)))
@@ -378,6 +379,7 @@ def main() -> None:
         help="the CLI through a `stackflow serve` of the benchmark's own (API mode)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument("--namespace-prefix", default="bench", help="of every namespace made")
     args = parser.parse_args()
     harness.need_env("TEMPORAL_ADDRESS", "KUBECONFIG")
     kubectl = harness.tool("STACKFLOW_KUBECTL", "kubectl")
@@ -400,6 +402,7 @@ def main() -> None:
                     args.strict_peer,
                     args.foreground_peer,
                     args.propagation,
+                    args.namespace_prefix,
                 )
                 found += report(size, ours, peer, run)
         peak = sf.worker.peak_rss_mb()

@@ -22,11 +22,13 @@ from stackflow.runtimes.kubernetes import KubernetesRuntime
 from tests.integration.kubehelp import (
     api_client,
     config_map,
+    crd,
     delete_quietly,
     namespace,
     request,
     suffix,
     wait_for,
+    widget,
 )
 
 HOLD = "stackflow.io/test-hold"
@@ -125,6 +127,39 @@ async def test_deletes_in_one_namespace_return_once_each_object_is_gone(
     await _deletes_wait_for_the_finalizer(rt, opts, api, ns, {"deletionPropagation": "Foreground"})
     # Background propagation too (no garbage-collector finalizer: gone at once when free)
     await _deletes_wait_for_the_finalizer(rt, opts, api, ns, {"deletionPropagation": "Background"})
+
+
+async def test_a_custom_resource_of_a_new_crd_is_deleted_in_the_background_and_waited_for(
+    rt: KubernetesRuntime, opts: RuntimeOptions, api: k8s.ApiClient, ns: str
+) -> None:
+    """The garbage collector learns a new CRD's kind only at its next discovery resync (30 s):
+    a foreground deletion (its ``foregroundDeletion`` finalizer) would wait for that. The
+    custom resource goes in the background, as kubectl deletes it, and its delete still
+    returns only once it is gone."""
+    group = f"g{suffix()}.stackflow.test"
+    definition = crd(group)
+    custom = k8s.CustomObjectsApi(api)
+    try:
+        await rt.apply(request(definition), opts)
+        item = widget(group, ns, "held", "blue")
+        await rt.apply(request(item), opts)
+        where = (group, "v1", ns, "widgets", "held")
+        custom.patch_namespaced_custom_object(*where, {"metadata": {"finalizers": [HOLD]}})
+        task = asyncio.create_task(rt.delete(request(item), opts))
+
+        def deleting() -> Any:
+            live = custom.get_namespaced_custom_object(*where)
+            return live if live["metadata"].get("deletionTimestamp") else None
+
+        live = await asyncio.to_thread(wait_for, deleting, timeout=WAIT, what="held deleting")
+        assert live["metadata"]["finalizers"] == [HOLD]  # no foregroundDeletion
+        await asyncio.sleep(0.5)  # let any wrongly early return happen
+        assert not task.done(), "the delete returned while the custom resource exists"
+        custom.patch_namespaced_custom_object(*where, {"metadata": {"finalizers": None}})
+        await asyncio.wait_for(task, timeout=WAIT)
+        assert await rt.read(request(item), opts) is None
+    finally:
+        delete_quietly(api, crds=[definition["metadata"]["name"]])
 
 
 async def test_delete_needs_no_list_or_watch_permission(

@@ -20,7 +20,9 @@ its version, each tool in a namespace of its own:
 stackflow runs as a user runs it: the ``stackflow`` command against a worker process of the
 benchmark's own (own task queue, home and SQLite state backend; see benchmarks/_lib). Per
 phase it also counts the API server's requests on configmaps and namespaces (from its
-``apiserver_request_total`` metric; other clients of the shared cluster add noise) and,
+``apiserver_request_total`` metric; other clients of the shared cluster add noise) and their
+rate, the CPU of the `make up` services meanwhile (kube-apiserver, etcd, ...: their pids from
+``STACKFLOW_RUN_DIR``, by default .run of this checkout; a worktree names the main one's) and,
 for stackflow, the Temporal workflow and activity tasks of the runs. With ``--api`` the
 ``stackflow`` commands run in API mode, through a ``stackflow serve`` of the benchmark's own
 on the same worker (as a team with the service runs them: the CLI then starts without the
@@ -127,10 +129,11 @@ def delta(before: Counter[str], after: Counter[str]) -> Counter[str]:
     return Counter({k: after[k] - before[k] for k in after if after[k] - before[k] > 0})
 
 
-def describe(counts: Counter[str], size: int) -> str:
+def describe(counts: Counter[str], size: int, seconds: float | None) -> str:
     total = sum(counts.values())
     parts = ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
-    return f"{total} ({total / (size + 1):.2f}/object: {parts})"
+    rate = f", {total / seconds:.0f}/s" if seconds else ""
+    return f"{total} ({total / (size + 1):.2f}/object{rate}: {parts})"
 
 
 class Measured:
@@ -145,7 +148,11 @@ def measure(
     kubectl: str, measured: Measured, name: str, run: Any, *, count_requests: bool = True
 ) -> None:
     before = api_requests(kubectl) if count_requests else Counter()
+    meter = harness.CpuMeter(harness.service_pids(harness.SERVICES))  # the peer's (stats: ours)
+    meter.start()
     measured.seconds[name] = run()
+    meter.stop()
+    measured.cpu[name] = meter.describe(measured.seconds[name])
     if count_requests:
         measured.requests[name] = delta(before, api_requests(kubectl))
 
@@ -338,8 +345,10 @@ def report(size: int, ours: Measured, peer: Measured, run: int) -> list[harness.
     )
     print("API server requests on configmaps+namespaces (other clients of the cluster add noise):")
     for phase in ("apply", "preview", "destroy"):
-        print(f"  {phase:<8} stackflow {describe(ours.requests.get(phase, Counter()), size)}")
-        print(f"  {'':<8} kubectl   {describe(peer.requests.get(phase, Counter()), size)}")
+        for who, measured in (("stackflow", ours), ("kubectl  ", peer)):
+            counts = measured.requests.get(phase, Counter())
+            print(f"  {phase:<8} {who} {describe(counts, size, measured.seconds.get(phase))}")
+        print(f"  {'':<8} kubectl's {peer.cpu.get(phase, '')}")
     print("Temporal, stackflow's runs of each phase:")
     for phase, stats in ours.temporal.items():
         print(f"  {phase:<8} {stats.describe(size + 1)}")

@@ -160,8 +160,8 @@ def run_once(
     rest = [o for o in theirs if o["kind"] != "CustomResourceDefinition"]
     every = str(docs(sf.work / f"all-{tag}.yaml", theirs))
 
-    def kubectl_run(*args: str) -> float:
-        return harness.timed([kubectl, *args], env=sf.env)[0]
+    def kubectl_run(*args: str, ok: tuple[int, ...] = (0,)) -> float:
+        return harness.timed([kubectl, *args], env=sf.env, ok_codes=ok)[0]
 
     try:
         crd_file = str(docs(sf.work / f"crds-{tag}.yaml", crds))
@@ -171,7 +171,7 @@ def run_once(
         kc_apply += kubectl_run("apply", "--server-side", "-f", rest_file)
         kc_destroy = kubectl_run("delete", "--ignore-not-found", "--timeout=600s", "-f", every)
     finally:  # after a failure: nothing left for the next run's CRDs to collide with
-        kubectl_run("delete", "--ignore-not-found", "--wait=false", "-f", every)
+        kubectl_run("delete", "--ignore-not-found", "--wait=false", "-f", every, ok=(0, 1))
     print(
         f"apply {sf_apply:.2f} s (kubectl {kc_apply:.2f} s), "
         f"destroy {sf_destroy:.2f} s (kubectl delete -f {kc_destroy:.2f} s)",

@@ -47,8 +47,11 @@ How it behaves, in one place:
   which spares each one a round through the garbage collector (rate-limited: ~14
   objects/s), and a custom resource the wait until the collector's discovery resync has
   found its kind (every 30 s; none while an aggregated API is unavailable): 20 s of a
-  cert-manager bundle's destroy. ``extensions.deletionPropagation`` (``Foreground``,
-  ``Background``, ``Orphan``) overrides either.
+  cert-manager bundle's destroy. An object in a Namespace the same run deletes (its preview
+  on this worker previewed that deletion) goes in the background too: the Namespace is
+  deleted after it and waited for, and is gone only once all it held is, dependents too.
+  ``extensions.deletionPropagation`` (``Foreground``, ``Background``, ``Orphan``) overrides
+  any of these.
 - **Readiness** (``wait_ready``) polls the object: rollouts, Job completion, PVC bound,
   Namespace active, CRD established, else a ``Ready`` condition; the timeout is
   ``extensions.readinessTimeout`` or the run's ``timeout_seconds``.
@@ -169,6 +172,7 @@ class KubernetesRuntime(Runtime):
     def _read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
         client = self.kube.client_for(resource, options)
         ref = object_ref(resource)
+        self.kube.note_deleting(resource.id, client, ref)
         api = self.kube.api(client, resource, ref)
         if api is None:
             return None  # the kind is not served (yet): no such object can exist
@@ -478,7 +482,12 @@ class KubernetesRuntime(Runtime):
         api = self.kube.api(client, resource, ref)
         if api is None:
             return None  # its kind is gone (CRD deleted), and with it every object
-        propagation = resource.extensions.get("deletionPropagation") or default_propagation(ref)
+        explicit = resource.extensions.get("deletionPropagation")
+        propagation = explicit or default_propagation(ref)
+        if not explicit and self.kube.namespace_goes(client, ref.namespace):
+            # the run deletes its namespace after it and waits until that is gone, which it is
+            # only once everything in it is, dependents too (an owner's are in its namespace)
+            propagation = "Background"
         if propagation not in ("Foreground", "Background", "Orphan"):
             raise InvalidInput(
                 f"{resource.id}: extensions.deletionPropagation {propagation!r}: use "

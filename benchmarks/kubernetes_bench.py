@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import re
 import subprocess
@@ -166,6 +167,7 @@ def bench_size(
     foreground: bool,
     propagation: str | None,
     prefix: str,
+    no_peer: bool = False,
 ) -> tuple[Measured, Measured]:
     tag = uuid.uuid4().hex[:6]
     ours, peer = Measured(), Measured()
@@ -199,6 +201,15 @@ def bench_size(
     # validates (kubernetes/kubernetes#127095, ~35 ms of client CPU per object here), which
     # would make the peer look slow for a reason of its own; stackflow asks for no validation
     # either (the server's default for apply patches applies).
+    if no_peer:  # stackflow alone: its unchanged preview and destroy, no kubectl
+        for phase, args in (
+            ("preview", ["preview", "-f", str(spec_path)]),
+            ("destroy", ["destroy", "--yes", *extra]),
+        ):
+            t0 = time.time()
+            measure(kubectl, ours, phase, functools.partial(sf.cli, *args, *flags))
+            stats(phase, t0)
+        return ours, peer
     measure(
         kubectl,
         peer,
@@ -310,6 +321,11 @@ def samples(size: int, ours: Measured, peer: Measured) -> list[harness.Sample]:
                     f"{phase} {size}", peer_name, ours.seconds.get(phase), theirs, count=size
                 )
             )
+    if not peer.seconds:  # --no-peer
+        found = [
+            harness.Sample(f"{p} {size}", "-", ours.seconds.get(p), None, count=size)
+            for p in ("apply", "preview", "destroy")
+        ]
     if "destroy-ns" in ours.seconds and "destroy" in peer.seconds:
         # the namespace controller's fixed time apart (the issue allows showing it separately)
         found.append(
@@ -389,6 +405,7 @@ def main() -> None:
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
     parser.add_argument("--namespace-prefix", default="bench", help="of every namespace made")
+    parser.add_argument("--no-peer", action="store_true", help="stackflow alone (no kubectl)")
     args = parser.parse_args()
     harness.need_env("TEMPORAL_ADDRESS", "KUBECONFIG")
     kubectl = harness.tool("STACKFLOW_KUBECTL", "kubectl")
@@ -412,6 +429,7 @@ def main() -> None:
                     args.foreground_peer,
                     args.propagation,
                     args.namespace_prefix,
+                    args.no_peer,
                 )
                 found += report(size, ours, peer, run)
         peak = sf.worker.peak_rss_mb()

@@ -20,7 +20,9 @@ its version, each tool in a namespace of its own:
 stackflow runs as a user runs it: the ``stackflow`` command against a worker process of the
 benchmark's own (own task queue, home and SQLite state backend; see benchmarks/_lib). Per
 phase it also counts the API server's requests on configmaps and namespaces (from its
-``apiserver_request_total`` metric; other clients of the shared cluster add noise) and,
+``apiserver_request_total`` metric; other clients of the shared cluster add noise) and their
+rate, the CPU of the `make up` services meanwhile (kube-apiserver, etcd, ...: their pids from
+``STACKFLOW_RUN_DIR``, by default .run of this checkout; a worktree names the main one's) and,
 for stackflow, the Temporal workflow and activity tasks of the runs. With ``--api`` the
 ``stackflow`` commands run in API mode, through a ``stackflow serve`` of the benchmark's own
 on the same worker (as a team with the service runs them: the CLI then starts without the
@@ -39,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import re
 import subprocess
@@ -127,10 +130,11 @@ def delta(before: Counter[str], after: Counter[str]) -> Counter[str]:
     return Counter({k: after[k] - before[k] for k in after if after[k] - before[k] > 0})
 
 
-def describe(counts: Counter[str], size: int) -> str:
+def describe(counts: Counter[str], size: int, seconds: float | None) -> str:
     total = sum(counts.values())
     parts = ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
-    return f"{total} ({total / (size + 1):.2f}/object: {parts})"
+    rate = f", {total / seconds:.0f}/s" if seconds else ""
+    return f"{total} ({total / (size + 1):.2f}/object{rate}: {parts})"
 
 
 class Measured:
@@ -145,7 +149,11 @@ def measure(
     kubectl: str, measured: Measured, name: str, run: Any, *, count_requests: bool = True
 ) -> None:
     before = api_requests(kubectl) if count_requests else Counter()
+    meter = harness.CpuMeter(harness.service_pids(harness.SERVICES))  # the peer's (stats: ours)
+    meter.start()
     measured.seconds[name] = run()
+    meter.stop()
+    measured.cpu[name] = meter.describe(measured.seconds[name])
     if count_requests:
         measured.requests[name] = delta(before, api_requests(kubectl))
 
@@ -158,10 +166,12 @@ def bench_size(
     strict: bool,
     foreground: bool,
     propagation: str | None,
+    prefix: str,
+    no_peer: bool = False,
 ) -> tuple[Measured, Measured]:
     tag = uuid.uuid4().hex[:6]
     ours, peer = Measured(), Measured()
-    sf_ns, kc_ns = f"bench-sf-{tag}", f"bench-kc-{tag}"
+    sf_ns, kc_ns = f"{prefix}-sf-{tag}", f"{prefix}-kc-{tag}"
     project = f"k8sbench-{tag}"
     spec_path = sf.work / f"spec-{tag}.json"
     spec_path.write_text(json.dumps(spec_for(manifests(sf_ns, size), propagation)))
@@ -191,6 +201,15 @@ def bench_size(
     # validates (kubernetes/kubernetes#127095, ~35 ms of client CPU per object here), which
     # would make the peer look slow for a reason of its own; stackflow asks for no validation
     # either (the server's default for apply patches applies).
+    if no_peer:  # stackflow alone: its unchanged preview and destroy, no kubectl
+        for phase, args in (
+            ("preview", ["preview", "-f", str(spec_path)]),
+            ("destroy", ["destroy", "--yes", *extra]),
+        ):
+            t0 = time.time()
+            measure(kubectl, ours, phase, functools.partial(sf.cli, *args, *flags))
+            stats(phase, t0)
+        return ours, peer
     measure(
         kubectl,
         peer,
@@ -302,6 +321,11 @@ def samples(size: int, ours: Measured, peer: Measured) -> list[harness.Sample]:
                     f"{phase} {size}", peer_name, ours.seconds.get(phase), theirs, count=size
                 )
             )
+    if not peer.seconds:  # --no-peer
+        found = [
+            harness.Sample(f"{p} {size}", "-", ours.seconds.get(p), None, count=size)
+            for p in ("apply", "preview", "destroy")
+        ]
     if "destroy-ns" in ours.seconds and "destroy" in peer.seconds:
         # the namespace controller's fixed time apart (the issue allows showing it separately)
         found.append(
@@ -337,8 +361,10 @@ def report(size: int, ours: Measured, peer: Measured, run: int) -> list[harness.
     )
     print("API server requests on configmaps+namespaces (other clients of the cluster add noise):")
     for phase in ("apply", "preview", "destroy"):
-        print(f"  {phase:<8} stackflow {describe(ours.requests.get(phase, Counter()), size)}")
-        print(f"  {'':<8} kubectl   {describe(peer.requests.get(phase, Counter()), size)}")
+        for who, measured in (("stackflow", ours), ("kubectl  ", peer)):
+            counts = measured.requests.get(phase, Counter())
+            print(f"  {phase:<8} {who} {describe(counts, size, measured.seconds.get(phase))}")
+        print(f"  {'':<8} kubectl's {peer.cpu.get(phase, '')}")
     print("Temporal, stackflow's runs of each phase:")
     for phase, stats in ours.temporal.items():
         print(f"  {phase:<8} {stats.describe(size + 1)}")
@@ -378,6 +404,8 @@ def main() -> None:
         help="the CLI through a `stackflow serve` of the benchmark's own (API mode)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    parser.add_argument("--namespace-prefix", default="bench", help="of every namespace made")
+    parser.add_argument("--no-peer", action="store_true", help="stackflow alone (no kubectl)")
     args = parser.parse_args()
     harness.need_env("TEMPORAL_ADDRESS", "KUBECONFIG")
     kubectl = harness.tool("STACKFLOW_KUBECTL", "kubectl")
@@ -400,6 +428,8 @@ def main() -> None:
                     args.strict_peer,
                     args.foreground_peer,
                     args.propagation,
+                    args.namespace_prefix,
+                    args.no_peer,
                 )
                 found += report(size, ours, peer, run)
         peak = sf.worker.peak_rss_mb()

@@ -187,7 +187,11 @@ class PreviewActivities:
         # listing, kept as a snapshot for the run's later preview batches
         run_size, span = sizes
         with read_scope(
-            read_scope_key(), (r.attributes for r in batch), run_size=run_size, span=span
+            read_scope_key(),
+            (r.attributes for r in batch),
+            run_size=run_size,
+            span=span,
+            deleting=delete_ids,
         ):
             jobs = [one(i, False) for i in ids] + [one(i, True) for i in delete_ids]
             return list(await asyncio.gather(*jobs))

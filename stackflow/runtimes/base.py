@@ -142,9 +142,12 @@ class ReadScope:
         lists: bool = True,
         run_size: int = 0,
         span: int = 0,
+        deleting: Iterable[str] = (),
     ) -> None:
         self.run = run
         self.lists = lists
+        self.deleting = frozenset(deleting)
+        """Ids of the batch's resources the run deletes (their reads preview the deletion)."""
         self._attributes = list(attributes)
         self.span = max(span, len(self._attributes))
         """How many of the run's resources this batch's slice of the plan covers (with
@@ -182,11 +185,12 @@ def read_scope(
     lists: bool = True,
     run_size: int = 0,
     span: int = 0,
+    deleting: Iterable[str] = (),
 ) -> Iterator[ReadScope]:
     """Reads made inside (by tasks started inside) belong to one preview batch of ``run``
     (``lists`` False: to a walk of it), a slice of ``span`` of the ``run_size`` resources
     the run's preview reads in all."""
-    scope = ReadScope(run, attributes, lists=lists, run_size=run_size, span=span)
+    scope = ReadScope(run, attributes, lists=lists, run_size=run_size, span=span, deleting=deleting)
     token = READ_SCOPE.set(scope)
     try:
         yield scope

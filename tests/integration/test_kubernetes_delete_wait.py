@@ -17,16 +17,20 @@ import pytest
 import yaml
 from kubernetes import client as k8s
 
-from stackflow.runtimes.base import RuntimeOptions
+from stackflow.runtimes.base import RuntimeOptions, read_scope
 from stackflow.runtimes.kubernetes import KubernetesRuntime
 from tests.integration.kubehelp import (
     api_client,
     config_map,
+    crd,
     delete_quietly,
+    deployment,
+    kusion_id,
     namespace,
     request,
     suffix,
     wait_for,
+    widget,
 )
 
 HOLD = "stackflow.io/test-hold"
@@ -125,6 +129,88 @@ async def test_deletes_in_one_namespace_return_once_each_object_is_gone(
     await _deletes_wait_for_the_finalizer(rt, opts, api, ns, {"deletionPropagation": "Foreground"})
     # Background propagation too (no garbage-collector finalizer: gone at once when free)
     await _deletes_wait_for_the_finalizer(rt, opts, api, ns, {"deletionPropagation": "Background"})
+
+
+async def test_a_custom_resource_of_a_new_crd_is_deleted_in_the_background_and_waited_for(
+    rt: KubernetesRuntime, opts: RuntimeOptions, api: k8s.ApiClient, ns: str
+) -> None:
+    """The garbage collector learns a new CRD's kind only at its next discovery resync (30 s):
+    a foreground deletion (its ``foregroundDeletion`` finalizer) would wait for that. The
+    custom resource goes in the background, as kubectl deletes it, and its delete still
+    returns only once it is gone."""
+    group = f"g{suffix()}.stackflow.test"
+    definition = crd(group)
+    custom = k8s.CustomObjectsApi(api)
+    try:
+        await rt.apply(request(definition), opts)
+        item = widget(group, ns, "held", "blue")
+        await rt.apply(request(item), opts)
+        where = (group, "v1", ns, "widgets", "held")
+        custom.patch_namespaced_custom_object(*where, {"metadata": {"finalizers": [HOLD]}})
+        task = asyncio.create_task(rt.delete(request(item), opts))
+
+        def deleting() -> Any:
+            live = custom.get_namespaced_custom_object(*where)
+            return live if live["metadata"].get("deletionTimestamp") else None
+
+        live = await asyncio.to_thread(wait_for, deleting, timeout=WAIT, what="held deleting")
+        assert live["metadata"]["finalizers"] == [HOLD]  # no foregroundDeletion
+        await asyncio.sleep(0.5)  # let any wrongly early return happen
+        assert not task.done(), "the delete returned while the custom resource exists"
+        custom.patch_namespaced_custom_object(*where, {"metadata": {"finalizers": None}})
+        await asyncio.wait_for(task, timeout=WAIT)
+        assert await rt.read(request(item), opts) is None
+    finally:
+        delete_quietly(api, crds=[definition["metadata"]["name"]])
+
+
+async def test_an_object_whose_namespace_the_run_deletes_goes_without_a_foreground_wait(
+    rt: KubernetesRuntime, opts: RuntimeOptions, api: k8s.ApiClient, ns: str
+) -> None:
+    """A Deployment goes dependents first (its delete waits for its ReplicaSet), unless the
+    run's preview on this worker previewed the deletion of its Namespace: the run deletes
+    that after it and waits until it is gone, with all it held."""
+    apps = k8s.AppsV1Api(api)
+
+    def held_replica_set(name: str) -> str:
+        """The Deployment's ReplicaSet, held by the test's finalizer."""
+
+        def made() -> Any:
+            found = apps.list_namespaced_replica_set(ns).items
+            return next((r for r in found if r.metadata.name.startswith(f"{name}-")), None)
+
+        rs = wait_for(made, timeout=WAIT, what=f"{name}'s ReplicaSet").metadata.name
+        apps.patch_namespaced_replica_set(rs, ns, {"metadata": {"finalizers": [HOLD]}})
+        return str(rs)
+
+    async def delete(name: str, run: str) -> tuple[bool, list[str]]:
+        """Delete the Deployment ``name`` in ``run``'s walk while its ReplicaSet is held:
+        whether the delete returned meanwhile, and the Deployment's finalizers then."""
+        item = deployment(ns, name, replicas=0)
+        await rt.apply(request(item), opts)
+        rs = await asyncio.to_thread(held_replica_set, name)
+        with read_scope(run, lists=False):
+            task = asyncio.create_task(rt.delete(request(item), opts))
+        await asyncio.sleep(3.0)  # the garbage collector's round, and any early return
+        returned = task.done()
+        try:
+            live = apps.read_namespaced_deployment(name, ns)
+            finalizers = list(live.metadata.finalizers or [])
+        except k8s.ApiException as exc:
+            assert exc.status == 404
+            finalizers = []
+        apps.patch_namespaced_replica_set(rs, ns, {"metadata": {"finalizers": None}})
+        await asyncio.wait_for(task, timeout=WAIT)
+        with pytest.raises(k8s.ApiException):
+            apps.read_namespaced_deployment(name, ns)
+        return returned, finalizers
+
+    space = namespace(ns)
+    # a run whose preview read the namespace for its deletion
+    with read_scope("run-deleting-it", [space], deleting=[kusion_id(space)]):
+        assert await rt.read(request(space), opts) is not None
+    assert await delete("kept-apart", "run-keeping-it") == (False, ["foregroundDeletion"])
+    assert await delete("goes-with-it", "run-deleting-it") == (True, [])
 
 
 async def test_delete_needs_no_list_or_watch_permission(

@@ -421,10 +421,13 @@ def test_leaf_kinds_delete_in_the_background_workloads_in_the_foreground() -> No
     assert default_propagation(ref("v1", "ConfigMap")) == "Background"
     assert default_propagation(ref("v1", "Namespace")) == "Background"
     assert default_propagation(ref("rbac.authorization.k8s.io/v1", "Role")) == "Background"
-    # what owns pods or other objects, and every custom kind, goes dependents first
+    # Kubernetes' own kinds that own pods or other objects go dependents first
     assert default_propagation(ref("apps/v1", "Deployment")) == "Foreground"
     assert default_propagation(ref("batch/v1", "Job")) == "Foreground"
-    assert default_propagation(ref("example.com/v1", "Widget")) == "Foreground"
+    assert default_propagation(ref("gateway.networking.k8s.io/v1", "Gateway")) == "Foreground"
+    # custom kinds as kubectl deletes them: the garbage collector may not know them yet
+    assert default_propagation(ref("example.com/v1", "Widget")) == "Background"
+    assert default_propagation(ref("cert-manager.io/v1", "Issuer")) == "Background"
 
 
 def test_a_delete_answered_with_success_for_the_same_uid_needs_no_wait() -> None:

@@ -11,6 +11,7 @@ import functools
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -90,6 +91,8 @@ class KubeConnection:
         self._absent_namespaces: dict[tuple[int, str], float] = {}
         self.fresh_namespaces = FreshNamespaces()
         """Namespaces a run created on this worker (nothing in them predates it)."""
+        self._doomed: OrderedDict[tuple[str, int, str], None] = OrderedDict()
+        """(run, client, namespace): the run's preview on this worker previewed its deletion."""
         self._snapshots = Snapshots()
         # Requests block a thread each: threads of its own, as many as a client's connection
         # pool holds, so API calls are not capped by the event loop's default executor
@@ -266,6 +269,23 @@ class KubeConnection:
             snapshot_key(scope, client, api, namespace),
             lambda: list_objects(client, api, namespace, wanted),
         )
+
+    def note_deleting(self, rid: str, client: KubeClient, ref: ObjectRef) -> None:
+        """A read of the Namespace ``ref`` that previews its deletion by the run: the run's
+        deletes of objects in it may leave their dependents to the namespace controller."""
+        scope = READ_SCOPE.get()
+        if scope is None or rid not in scope.deleting or ref.kind != "Namespace":
+            return
+        with self._lock:
+            self._doomed[(scope.run, id(client), ref.name)] = None
+            while len(self._doomed) > FreshNamespaces.SIZE:
+                self._doomed.popitem(last=False)
+
+    def namespace_goes(self, client: KubeClient, namespace: str | None) -> bool:
+        """Whether this run deletes ``namespace`` (after its objects), as its preview on this
+        worker showed."""
+        scope = READ_SCOPE.get()
+        return bool(namespace and scope and (scope.run, id(client), namespace) in self._doomed)
 
     def previewed(self, client: KubeClient, api: ApiResource, ref: ObjectRef) -> JSON | None:
         """The object as the run's preview listed it on this worker, if it did."""

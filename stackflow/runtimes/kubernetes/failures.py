@@ -263,6 +263,9 @@ LEAF_KINDS = frozenset(
 """Built-in kinds no controller makes dependents of: foreground deletion would only add a
 round through the garbage collector (a Namespace's contents go by its own finalizer)."""
 
+BUILT_IN_GROUPS = frozenset({"", "apps", "batch", "autoscaling", "policy"})
+"""API groups of Kubernetes' own kinds besides ``*.k8s.io`` (``v1`` is the core group)."""
+
 
 def deleted_at_once(answer: JSON, uid: str) -> bool:
     """Whether a DELETE's answer says the object is already gone: when nothing defers the
@@ -275,4 +278,13 @@ def deleted_at_once(answer: JSON, uid: str) -> bool:
 
 
 def default_propagation(ref: ObjectRef) -> str:
-    return "Background" if (ref.api_version, ref.kind) in LEAF_KINDS else "Foreground"
+    """Foreground (dependents first) for Kubernetes' own kinds that own others (Deployment,
+    Job, ...); Background, as ``kubectl delete`` and Helm do, for the leaf kinds and for
+    custom resources: the garbage collector acts on a kind only once its discovery resync
+    has found it (every 30 s, never while an aggregated API is unavailable), so a foreground
+    deletion of a custom resource whose CRD is new waited 20-100 s for nothing."""
+    group = ref.api_version.rpartition("/")[0]
+    built_in = group in BUILT_IN_GROUPS or group.endswith(".k8s.io")
+    if not built_in or (ref.api_version, ref.kind) in LEAF_KINDS:
+        return "Background"
+    return "Foreground"

@@ -39,15 +39,19 @@ How it behaves, in one place:
 - **Delete** reads the object (uid, owner) and deletes it on the condition that it is that
   object (uid precondition), or, when the run's preview listed it on this worker, deletes
   the listed object on the condition that it is unchanged (uid and resourceVersion) with no
-  read. It uses foreground propagation (dependents first) and waits until the object is
-  gone; built-in kinds nothing owns (ConfigMap, Secret, Service, Namespace, RBAC objects, …,
-  see ``LEAF_KINDS``) are deleted with background propagation as kubectl does, which spares
-  each one a round through the garbage collector (rate-limited: ~14 objects/s);
+  read. It waits until the object is gone. Kubernetes' own kinds that own others
+  (Deployment, Job, …) go with foreground propagation (dependents first); built-in kinds
+  nothing owns (ConfigMap, Secret, Service, Namespace, RBAC objects, …, see ``LEAF_KINDS``)
+  and custom resources go with background propagation as ``kubectl delete`` does (their
+  dependents, if a controller made any, are removed by the garbage collector after them),
+  which spares each one a round through the garbage collector (rate-limited: ~14
+  objects/s), and a custom resource the wait until the collector's discovery resync has
+  found its kind (every 30 s; none while an aggregated API is unavailable): 20 s of a
+  cert-manager bundle's destroy. An object in a Namespace the same run deletes (its preview
+  on this worker previewed that deletion) goes in the background too: the Namespace is
+  deleted after it and waited for, and is gone only once all it held is, dependents too.
   ``extensions.deletionPropagation`` (``Foreground``, ``Background``, ``Orphan``) overrides
-  either. Note:
-  the garbage collector learns a new custom kind only at its next discovery resync (up to
-  ~30 s), so foreground deletion of a custom resource whose CRD was created seconds before
-  waits until then.
+  any of these.
 - **Readiness** (``wait_ready``) polls the object: rollouts, Job completion, PVC bound,
   Namespace active, CRD established, else a ``Ready`` condition; the timeout is
   ``extensions.readinessTimeout`` or the run's ``timeout_seconds``.
@@ -168,6 +172,7 @@ class KubernetesRuntime(Runtime):
     def _read(self, resource: ResourceRequest, options: RuntimeOptions) -> Attributes | None:
         client = self.kube.client_for(resource, options)
         ref = object_ref(resource)
+        self.kube.note_deleting(resource.id, client, ref)
         api = self.kube.api(client, resource, ref)
         if api is None:
             return None  # the kind is not served (yet): no such object can exist
@@ -467,7 +472,7 @@ class KubernetesRuntime(Runtime):
                     resource_id=resource.id,
                 )
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            delay = min(delay * 2, 0.5)  # a Namespace takes ~5 s: found gone within 0.5 s
 
     def _start_delete(
         self, resource: ResourceRequest, options: RuntimeOptions
@@ -477,7 +482,12 @@ class KubernetesRuntime(Runtime):
         api = self.kube.api(client, resource, ref)
         if api is None:
             return None  # its kind is gone (CRD deleted), and with it every object
-        propagation = resource.extensions.get("deletionPropagation") or default_propagation(ref)
+        explicit = resource.extensions.get("deletionPropagation")
+        propagation = explicit or default_propagation(ref)
+        if not explicit and self.kube.namespace_goes(client, ref.namespace):
+            # the run deletes its namespace after it and waits until that is gone, which it is
+            # only once everything in it is, dependents too (an owner's are in its namespace)
+            propagation = "Background"
         if propagation not in ("Foreground", "Background", "Orphan"):
             raise InvalidInput(
                 f"{resource.id}: extensions.deletionPropagation {propagation!r}: use "

@@ -18,6 +18,7 @@ from stackflow.api.auth import TokenTable
 from stackflow.api.metrics import Metrics
 from stackflow.api.stream_slots import StreamSlots
 from stackflow.state.event_bell import Listener
+from stackflow.state.event_feed import Feeds
 from stackflow.temporal.client import TemporalUnreachable, connection_error, is_unreachable
 from stackflow.temporal.operation import TASK_QUEUE_DEFAULT
 
@@ -44,6 +45,8 @@ class ApiContext:
     listener: Listener = field(default_factory=lambda: Listener(None))
     """Wakes the event streams this process serves when their run's bell rings (Redis)."""
     streams: StreamSlots = field(default_factory=StreamSlots)
+    feeds: Feeds = field(default_factory=Feeds)
+    """The runs whose events this process's streams follow, one reader each."""
     """The event streams each caller has open here (at most ``streams.limit`` each)."""
     _client: Client | None = field(default=None, init=False, repr=False)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)

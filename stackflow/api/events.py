@@ -138,9 +138,10 @@ async def event_stream(
     wait: bool = True,
 ) -> SlotStream:
     """The run's event stream from ``after``, in one of ``who``'s stream slots."""
-    described = (await find_run(ctx, stack, run_id))[1]
+    known = ctx.known_run(stack, run_id)  # (a run started or seen here: no describe)
+    wid = known[0] if known is not None else (await find_run(ctx, stack, run_id))[1].id
     slot = ctx.streams.take(who.name)  # 429 when the caller has its most open
-    body = stream(ctx, stack, RunRef(described.id, run_id), after=after, kind=kind, wait=wait)
+    body = stream(ctx, stack, RunRef(wid, run_id), after=after, kind=kind, wait=wait)
     return SlotStream(
         body,
         slot,

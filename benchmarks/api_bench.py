@@ -197,7 +197,9 @@ async def followed(
     """``runs`` runs started at once, each followed by ``followers // runs`` streams (half
     of them disconnecting once); the lags and the API's CPU and RSS growth over it."""
     headers = {"Authorization": f"Bearer {TOKEN}"}
-    limits = httpx.Limits(max_connections=followers * 2 + runs + 8)
+    # idle connections dropped before the server's keep-alive (5 s) ends them: a resume on
+    # one the server is closing at that moment fails without a response
+    limits = httpx.Limits(max_connections=followers * 2 + runs + 8, keepalive_expiry=1.0)
     each = max(1, followers // runs)
     async with httpx.AsyncClient(
         base_url=url, headers=headers, timeout=httpx.Timeout(60, read=600), limits=limits

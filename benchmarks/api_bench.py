@@ -8,9 +8,18 @@ line reaching a client following ``…/events`` (one stream per run, all at once
 Prints start latency p50/p99 of each, their ratio, and the event delivery lag p50/p99
 (target: under 1 s). One worker, one API process and the client on this machine.
 
+With ``--followers N`` (issue 46, target 6) it measures the streams instead: ``--runs``
+runs of ``--files`` files started at once, each followed by N / runs streams at once, half
+of which disconnect once midway and resume with ``?after=`` the last seq they read. Every
+stream's seqs must be each of its run's events once, in order (checked against a
+``?wait=false`` read of the whole run). Printed: the delivery lag p50/p99 of every
+``apply_complete``, and the API process's CPU seconds and RSS growth (from /proc) over it,
+beside the same runs followed by one stream each (the peer, in the same run).
+
     eval "$(make -s env)"
     .venv/bin/python benchmarks/api_bench.py                 # 50 runs of 5 files each
     .venv/bin/python benchmarks/api_bench.py --runs 20 --files 10
+    .venv/bin/python benchmarks/api_bench.py --followers 200 --runs 10 --files 200 --repeat 3
 """
 
 from __future__ import annotations
@@ -153,13 +162,158 @@ async def through_temporal(
     return [t for t, _ in started]
 
 
+async def watch(
+    http: httpx.AsyncClient, url: str, lags: list[float], stop_at: int | None
+) -> list[int]:
+    """One follower of a run: the seqs it read, in order; with ``stop_at``, it disconnects
+    after that many events and resumes with ``?after=`` the last seq it read."""
+    seqs: list[int] = []
+    while True:
+        after = f"?after={seqs[-1]}" if seqs else ""
+        async with http.stream("GET", f"{url}/events{after}") as r:
+            r.raise_for_status()
+            lines = r.aiter_lines()
+            await anext(lines)  # the header
+            async for line in lines:
+                if not line:
+                    continue
+                # {"seq":N,"type":"T","time":"…",…}: read without parsing the whole line (the
+                # client's own CPU would be the lag measured, with 200 streams in one process)
+                head = line[:120].split('"', 12)
+                seqs.append(int(head[2].strip(":,")))
+                if head[5] == "apply_complete":
+                    happened = datetime.fromisoformat(head[9])
+                    lags.append((datetime.now(UTC) - happened).total_seconds())
+                if stop_at is not None and len(seqs) >= stop_at:
+                    break
+            else:
+                return seqs
+        stop_at = None
+
+
+async def followed(
+    url: str, root: Path, runs: int, files: int, followers: int, api_pid: int
+) -> dict[str, float]:
+    """``runs`` runs started at once, each followed by ``followers // runs`` streams (half
+    of them disconnecting once); the lags and the API's CPU and RSS growth over it."""
+    headers = {"Authorization": f"Bearer {TOKEN}"}
+    # idle connections dropped before the server's keep-alive (5 s) ends them: a resume on
+    # one the server is closing at that moment fails without a response
+    limits = httpx.Limits(max_connections=followers * 2 + runs + 8, keepalive_expiry=1.0)
+    each = max(1, followers // runs)
+    async with httpx.AsyncClient(
+        base_url=url, headers=headers, timeout=httpx.Timeout(60, read=600), limits=limits
+    ) as http:
+        project = f"bfol{uuid.uuid4().hex[:6]}"
+        cpu0 = harness.cpu_seconds(api_pid) or 0.0
+        own0 = time.process_time()
+        rss0 = harness._proc_kb(api_pid, "VmRSS") or 0
+        began = time.perf_counter()
+        urls = []
+        for i in range(runs):
+            body = {
+                "operation": "apply",
+                "spec": spec_for(root / f"{project}-{i}", files),
+                "auto_approve": True,
+            }
+            r = await http.post(f"/v1/stacks/{project}/w{i}/runs", json=body)
+            if r.status_code != 201:
+                raise SystemExit(f"start {i}: {r.status_code} {r.text}")
+            urls.append(str(r.json()["status_url"]))
+        lags: list[float] = []
+        streams = [
+            watch(http, u, lags, files if n % 2 else None) for u in urls for n in range(each)
+        ]
+        seen = await asyncio.gather(*streams)
+        wall = time.perf_counter() - began
+        cpu = (harness.cpu_seconds(api_pid) or 0.0) - cpu0
+        rss = ((harness._proc_kb(api_pid, "VmRSS") or 0) - rss0) / 1024
+        own = time.process_time() - own0
+        for n, u in enumerate(urls):
+            r = await http.get(f"{u}/events?wait=false")
+            every = [json.loads(line)["seq"] for line in r.text.splitlines()[1:] if line]
+            for got in seen[n * each : (n + 1) * each]:
+                if got != every:
+                    raise SystemExit(f"run {n}: a follower read {len(got)} of {len(every)}")
+        if len(lags) != len(seen) * files:
+            raise SystemExit(f"{len(lags)} apply_complete read, not {len(seen) * files}")
+    return {
+        "wall": wall,
+        "cpu": cpu,
+        "rss": rss,
+        "p50": pct(lags, 0.5),
+        "p99": pct(lags, 0.99),
+        "events": float(sum(len(s) for s in seen)),
+        "client": own,
+    }
+
+
+def followers_main(args: argparse.Namespace, root: Path) -> None:
+    rows: list[list[object]] = []
+    samples: list[harness.Sample] = []
+    env = {"STACKFLOW_API_MAX_STREAMS": str(args.followers * 2)}
+    with harness.stack(args.backend, onprem_root=root, api=True, extra_env=env) as stack:
+        assert stack.api is not None
+        url, pid = stack.api.url, stack.api.pid
+        asyncio.run(through_api(url, root / "warm", 1, 1))
+        for n in range(1, args.repeat + 1):
+            many = asyncio.run(
+                followed(url, root / f"m{n}", args.runs, args.files, args.followers, pid)
+            )
+            one = asyncio.run(followed(url, root / f"o{n}", args.runs, args.files, args.runs, pid))
+            for name, got in ((f"{args.followers} followers", many), ("1 follower a run", one)):
+                rows.append(
+                    [
+                        n,
+                        name,
+                        f"{got['wall']:.1f}",
+                        f"{got['events']:.0f}",
+                        f"{got['p50']:.2f}",
+                        f"{got['p99']:.2f}",
+                        f"{got['cpu']:.2f}",
+                        f"{got['rss']:+.0f}",
+                        f"{got['client']:.1f}",
+                    ]
+                )
+            samples.append(harness.Sample("API CPU s", "1 follower a run", many["cpu"], one["cpu"]))
+            samples.append(
+                harness.Sample(
+                    "apply_complete lag p99 s", "1 follower a run", many["p99"], one["p99"]
+                )
+            )
+            print(f"run {n}: {rows[-2]} / {rows[-1]}", flush=True)
+    print(f"\n== {args.runs} runs of {args.files} files, followed at once ({args.backend})")
+    print(
+        harness.table(
+            [
+                "run",
+                "followers",
+                "wall s",
+                "events read",
+                "lag p50 s",
+                "lag p99 s",
+                "API CPU s",
+                "API RSS MB",
+                "client CPU s",
+            ],
+            rows,
+        )
+    )
+    print(harness.summary(f"{args.followers} followers", samples))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=50)
     parser.add_argument("--files", type=int, default=5)
     parser.add_argument("--backend", choices=["sqlite", "postgresql"], default="sqlite")
+    parser.add_argument("--followers", type=int, default=0, help="streams over the runs")
+    parser.add_argument("--repeat", type=int, default=1, help="--followers: times")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="stackflow-api-bench-"))
+    if args.followers:
+        followers_main(args, root)
+        return
     with harness.stack(args.backend, onprem_root=root, api=True) as stack:
         assert stack.api is not None
         url = stack.api.url

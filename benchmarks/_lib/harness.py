@@ -245,7 +245,13 @@ class ApiServer:
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
                 [PYTHON, "-m", "stackflow.cli.main", "serve", "--port", str(port)],
-                env={**self.env, "STACKFLOW_API_TOKENS": str(tokens)},
+                # one token for every CLI of a benchmark (12 stacks at once): more streams
+                # than a caller's default of 8
+                env={
+                    "STACKFLOW_API_MAX_STREAMS": "256",
+                    **self.env,
+                    "STACKFLOW_API_TOKENS": str(tokens),
+                },
                 cwd=code_root(),
                 stdout=out,
                 stderr=subprocess.STDOUT,

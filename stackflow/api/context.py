@@ -18,10 +18,12 @@ from stackflow.api.auth import TokenTable
 from stackflow.api.metrics import Metrics
 from stackflow.api.stream_slots import StreamSlots
 from stackflow.state.event_bell import Listener
+from stackflow.state.event_feed import Feeds
 from stackflow.temporal.client import TemporalUnreachable, connection_error, is_unreachable
 from stackflow.temporal.operation import TASK_QUEUE_DEFAULT
 
 if TYPE_CHECKING:
+    from stackflow.core.refs import StackRef
     from stackflow.state.backend import StateBackend
 
 T = TypeVar("T")
@@ -30,6 +32,8 @@ MAX_BODY_BYTES = 8 * 1024 * 1024
 """Largest request body by default (``stackflow serve --max-body-bytes``)."""
 FINAL_RESULTS = 64
 """Results of closed runs kept per process (each within the history's byte budget)."""
+KNOWN_RUNS = 1024
+"""Runs whose workflow id (and, once closed, description) a process keeps."""
 
 
 @dataclass
@@ -44,10 +48,15 @@ class ApiContext:
     listener: Listener = field(default_factory=lambda: Listener(None))
     """Wakes the event streams this process serves when their run's bell rings (Redis)."""
     streams: StreamSlots = field(default_factory=StreamSlots)
+    feeds: Feeds = field(default_factory=Feeds)
+    """The runs whose events this process's streams follow, one reader each."""
     """The event streams each caller has open here (at most ``streams.limit`` each)."""
     _client: Client | None = field(default=None, init=False, repr=False)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False, repr=False)
     _finals: OrderedDict[tuple[str, str], Any] = field(
+        default_factory=OrderedDict, init=False, repr=False
+    )
+    _runs: OrderedDict[tuple[str, str, str], tuple[str, Any]] = field(
         default_factory=OrderedDict, init=False, repr=False
     )
 
@@ -84,6 +93,23 @@ class ApiContext:
         while len(self._finals) > FINAL_RESULTS:
             self._finals.popitem(last=False)
         return result
+
+    def known_run(self, stack: StackRef, run_id: str) -> tuple[str, Any] | None:
+        """The workflow id of the stack's run ``run_id`` and, once it has closed, its
+        description (neither ever changes), if this process has seen them."""
+        key = (stack.project, stack.workspace, run_id)
+        found = self._runs.get(key)
+        if found is not None:
+            self._runs.move_to_end(key)
+        return found
+
+    def remember_run(
+        self, stack: StackRef, run_id: str, workflow_id: str, closed: Any = None
+    ) -> None:
+        """Keep the run's workflow id (and ``closed``: its description after it closed)."""
+        self._runs[(stack.project, stack.workspace, run_id)] = (workflow_id, closed)
+        while len(self._runs) > KNOWN_RUNS:
+            self._runs.popitem(last=False)
 
     async def state(self, fn: Callable[[], T]) -> T:
         """``fn()`` (a state backend call, blocking) on a worker thread."""

@@ -9,9 +9,10 @@ per event (``id`` is its ``seq``, ``event`` its type, ``data`` the same JSON as 
 line), and a comment line every :data:`KEEPALIVE_SECONDS` of quiet. Both end after
 ``run_complete``.
 
-Each open stream reads the state backend every ``POLL_SECONDS``, so a caller (a token's
-identity) holds at most ``max_streams`` of them open on one API process at a time
-(:class:`StreamSlots`; ``stackflow serve --max-streams-per-caller`` /
+The streams of one run on one API process share one reader of its events
+(:mod:`stackflow.state.event_feed`), which reads the state backend every ``POLL_SECONDS``; a
+caller (a token's identity) holds at most ``max_streams`` streams open on one API process at
+a time (:class:`StreamSlots`; ``stackflow serve --max-streams-per-caller`` /
 ``STACKFLOW_API_MAX_STREAMS``, :data:`MAX_STREAMS` by default): one more is a 429
 problem+json, and a slot is free again as soon as a stream ends, or its client goes away.
 """
@@ -29,6 +30,7 @@ from stackflow.api.runs import find_run
 from stackflow.api.stream_slots import StreamSlot
 from stackflow.core.refs import RunRef, StackRef
 from stackflow.model.events import StreamHeader
+from stackflow.state.event_feed import Line
 from stackflow.state.event_follow import Closed, Ending, follow_pages, temporal_ending
 
 if TYPE_CHECKING:
@@ -111,28 +113,25 @@ async def stream(
     ).line()
     sse = kind == SSE
     yield (f"event: stream\ndata: {header}\n\n" if sse else header + "\n").encode()
-    with ctx.listener.nudge(run.run_id) as nudge:
-        pages = follow_pages(
-            log or ctx.backend,
-            stack,
-            run,
-            closed or ended,
-            after=after,
-            wait=wait,
-            idle_seconds=KEEPALIVE_SECONDS if sse else None,
-            nudge=nudge,
-        )
-        # a page of events (what one read found) goes out as one chunk: one write, not one
-        # per event (a 1,000-node run has some 3,000 events)
-        async for page in pages:
-            if page is None:
-                yield b": keep-alive\n\n"
-            elif sse:
-                yield "".join(
-                    f"id: {e.seq}\nevent: {e.type.value}\ndata: {e.line()}\n\n" for e in page
-                ).encode()
-            else:
-                yield "".join(e.line() + "\n" for e in page).encode()
+    log_of = log or ctx.backend
+    closed_of = closed or ended
+    if wait:  # the run's followers here share one reader of its events (event_feed)
+        with ctx.feeds.follower(log_of, ctx.listener, stack, run, closed_of, after) as feed:
+            async for lines in feed.follow(after, KEEPALIVE_SECONDS if sse else None):
+                yield chunk(lines, sse)
+        return
+    async for page in follow_pages(log_of, stack, run, closed_of, after=after, wait=False):
+        yield chunk([Line.of(e) for e in page or ()], sse)
+
+
+def chunk(lines: list[Line] | None, sse: bool) -> bytes:
+    """A page of events (what one read found) as one chunk: one write, not one per event (a
+    1,000-node run has some 3,000 events); None: a keep-alive."""
+    if lines is None:
+        return b": keep-alive\n\n"
+    if sse:
+        return "".join(f"id: {e.seq}\nevent: {e.type}\ndata: {e.text}\n\n" for e in lines).encode()
+    return "".join(e.text + "\n" for e in lines).encode()
 
 
 async def event_stream(
@@ -145,13 +144,10 @@ async def event_stream(
     wait: bool = True,
 ) -> SlotStream:
     """The run's event stream from ``after``, in one of ``who``'s stream slots."""
-    described = (await find_run(ctx, stack, run_id))[1]
-    return slot_stream(
-        ctx,
-        who,
-        kind,
-        stream(ctx, stack, RunRef(described.id, run_id), after=after, kind=kind, wait=wait),
-    )
+    known = ctx.known_run(stack, run_id)  # (a run started or seen here: no describe)
+    wid = known[0] if known is not None else (await find_run(ctx, stack, run_id))[1].id
+    body = stream(ctx, stack, RunRef(wid, run_id), after=after, kind=kind, wait=wait)
+    return slot_stream(ctx, who, kind, body)
 
 
 def slot_stream(

@@ -129,6 +129,7 @@ async def start_run(
         ctx.metrics.run_refused(body.operation.value)
         raise
     ctx.metrics.run_started(body.operation.value, started.created)
+    ctx.remember_run(stack, started.run_id, started.handle.id)
     created = types.RunCreated(
         run_id=started.run_id,
         workflow_id=started.handle.id,

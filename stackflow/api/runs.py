@@ -58,6 +58,7 @@ REQUESTED_BY_MEMO = "stackflow-requested-by"
 MESSAGE_MEMO = "stackflow-message"
 IDEMPOTENCY_WINDOW = timedelta(hours=24)
 QUERY_TIMEOUT = timedelta(seconds=10)
+RUNNING = WorkflowExecutionStatus.RUNNING
 CLOSING_WAIT = 2.0
 """How long a ``GET`` of a run whose stream has ended waits for its workflow to close."""
 STEP_TIMEOUT = timedelta(seconds=30)
@@ -235,10 +236,16 @@ async def find_run(
     except ValueError:
         raise NotFoundError(f"stack {stack} has no run {run_id!r}") from None
     client = await ctx.client()
+    known = ctx.known_run(stack, run_id)
+    if known is not None and known[1] is not None:  # closed: its description is final
+        return client.get_workflow_handle(known[0], run_id=run_id), known[1]
     for wid in candidate_ids(stack):
         handle = client.get_workflow_handle(wid, run_id=run_id)
         try:
-            return handle, await handle.describe()
+            described = await handle.describe()
+            running = (described.status or RUNNING) == RUNNING
+            ctx.remember_run(stack, run_id, described.id, None if running else described)
+            return handle, described
         except RPCError as exc:
             if exc.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
                 continue
@@ -284,7 +291,10 @@ async def closed_if_ending(
         return described
     except Exception:
         pass
-    return await handle.describe()
+    described = await handle.describe()
+    if (described.status or RUNNING) != RUNNING:
+        ctx.remember_run(stack, described.run_id, described.id, described)
+    return described
 
 
 async def run_view(

@@ -183,6 +183,14 @@ class RemoteRun:
             return
         show_changes(changes, self.console, detail)
 
+    def show_early(self, detail: bool) -> None:
+        """The preview as the run starts to change things, on a terminal (above the progress
+        bar): off one, nothing is drawn meanwhile, so it is shown with the run's end, from
+        the result already read, not asked of the running workflow (a query: a task on the
+        worker and on Temporal for each run)."""
+        if self.console.is_terminal:
+            self.show_preview(detail)
+
     def on_event(self, event: RunEvent, yes: bool, detail: bool) -> None:
         d = event.data
         rid = (d.get("resource") or {}).get("id", "")
@@ -190,7 +198,7 @@ class RemoteRun:
         if kind == "run_start":
             self.total = int(d.get("total") or 0)
         elif kind == "apply_start":
-            self.show_preview(detail)
+            self.show_early(detail)
             self.running[rid] = None
         elif kind in ("apply_complete", "apply_errored"):
             self.running.pop(rid, None)
@@ -204,7 +212,7 @@ class RemoteRun:
                 "digest": None,
             }
         elif kind == "phase" and d.get("phase") in MOVING:
-            self.show_preview(detail)
+            self.show_early(detail)
         elif kind == "policy_decision":
             from stackflow.cli.runs import policy_requires_approval
 

@@ -9,8 +9,10 @@ test gives the client another object with the same ``send`` and ``close``."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import os
+import socket
 from collections.abc import Iterator
 from typing import Any, Protocol
 from urllib.parse import unquote, urlsplit
@@ -87,6 +89,16 @@ def _proxy_for(scheme: str, host: str) -> str | None:
     return env(f"{scheme}_proxy") or env("all_proxy") or None
 
 
+def _ascii_connection(address: tuple[str, int], *args: Any) -> socket.socket:
+    """``socket.create_connection`` with an ASCII host given as bytes: a ``str`` host is
+    encoded by the ``idna`` codec, whose import (with ``stringprep`` and ``unicodedata``) is
+    a few ms of every command's start; another host is taken as it is."""
+    host: str | bytes = address[0]
+    with contextlib.suppress(UnicodeEncodeError):
+        host = address[0].encode("ascii")
+    return socket.create_connection((host, address[1]), *args)  # type: ignore[arg-type]
+
+
 def tls_context() -> Any:
     import ssl
 
@@ -130,6 +142,7 @@ class HttpTransport:
             conn = http.client.HTTPConnection(host, port, timeout=CONNECT_TIMEOUT)
             if proxy:
                 origin = f"http://{self.host}:{self.port}"
+        setattr(conn, "_create_connection", _ascii_connection)  # noqa: B010 (not in the stubs)
         conn.connect()
         if conn.sock is not None:
             conn.sock.settimeout(timeout)

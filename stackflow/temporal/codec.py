@@ -14,7 +14,7 @@ import logging
 import os
 import zlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import ValidationError
 from temporalio.api.common.v1 import Payload
@@ -283,7 +283,22 @@ class PayloadConverter(PydanticPayloadConverter):
     workflow task, retried forever. Such payloads come from clients that set an encoding of
     their own (``temporal workflow start --input-meta encoding=…``, a protobuf message).
     An encrypted payload a process without the key cannot read is one ``EncryptionKeyError``
-    line (a CLI's exit 2): in a worker that task fails and is retried until it has the keys."""
+    line (a CLI's exit 2): in a worker that task fails and is retried until it has the keys.
+
+    The SDK makes a payload converter for each workflow activation and activity task (it
+    copies the data converter with a serialization context); they all share the parts of
+    the process's first one, the pydantic type adapters it has built among them, instead of
+    building their own for every type they decode."""
+
+    _shared: ClassVar[dict[str, Any] | None] = None
+
+    def __init__(self) -> None:
+        shared = PayloadConverter._shared
+        if shared is None:
+            super().__init__()
+            PayloadConverter._shared = dict(vars(self))
+        else:
+            vars(self).update(shared)
 
     def from_payloads(
         self, payloads: Sequence[Payload], type_hints: list[type] | None = None

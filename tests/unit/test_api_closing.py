@@ -21,7 +21,7 @@ RUNNING = SimpleNamespace(
     status=WorkflowExecutionStatus.RUNNING, run_id="r1", workflow_type="ApplyWorkflow"
 )
 CLOSED = SimpleNamespace(
-    status=WorkflowExecutionStatus.COMPLETED, run_id="r1", workflow_type="ApplyWorkflow"
+    status=WorkflowExecutionStatus.COMPLETED, run_id="r1", workflow_type="ApplyWorkflow", id="w"
 )
 
 
@@ -67,7 +67,9 @@ def ctx(event: RunEvent | None) -> Any:
     def final_result(handle: Handle, result_type: type) -> Any:
         return handle.result(follow_runs=False)  # ApiContext.final_result waits as this
 
-    return SimpleNamespace(backend=backend, state=state, final_result=final_result)
+    return SimpleNamespace(
+        backend=backend, state=state, final_result=final_result, remember_run=lambda *_: None
+    )
 
 
 async def test_a_run_whose_stream_ended_is_answered_once_it_has_closed() -> None:

@@ -10,7 +10,8 @@ real ``sshd`` on its own loopback address (tests/integration/sshhelp.py), writte
 - scp in a loop: one ``scp`` per file, the hosts side by side, each host's copies over one
   shared SSH connection (``ControlMaster``): the per-file copy an Ansible-style tool makes.
 
-Wall seconds of each and stackflow's time over the others'.
+Wall seconds of each (medians) and stackflow's time over the others' (the median and range
+of each run's ratio: the machine is shared).
 
     .venv/bin/python benchmarks/onprem_ssh_bench.py [--files 1000] [--hosts 4] [--repeat 3]
 """
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -120,7 +122,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--files", type=int, default=1000)
     parser.add_argument("--hosts", type=int, default=4)
-    parser.add_argument("--repeat", type=int, default=3, help="best of N (a shared machine)")
+    parser.add_argument(
+        "--repeat", type=int, default=3, help="runs; medians and ranges (a shared machine)"
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="onprem-ssh-bench-"))
     runs: dict[str, list[float]] = {"apply": [], "again": [], "rsync": [], "scp": []}
@@ -132,15 +136,20 @@ def main() -> None:
                 runs["again"].append(again)
                 runs["rsync"].append(rsync(hosts, args.files, work / f"r{n}", f"rsync{n}"))
                 runs["scp"].append(scp_loop(hosts, args.files, work / f"s{n}", f"scp{n}"))
-        best = {name: min(times) for name, times in runs.items()}
+        mid = {name: statistics.median(times) for name, times in runs.items()}
+        ratios = {
+            peer: sorted(a / b for a, b in zip(runs["apply"], runs[peer], strict=True))
+            for peer in ("rsync", "scp")
+        }
         print(f"{args.files} files over {args.hosts} hosts (sshd on loopback), wall seconds, "
-              f"best of {args.repeat} (all: {runs})")  # fmt: skip
-        print(f"  stackflow apply        {best['apply']:7.2f}s")
-        print(f"  stackflow apply again  {best['again']:7.2f}s  (nothing to write)")
-        print(f"  rsync -a, per host     {best['rsync']:7.2f}s")
-        print(f"  scp per file           {best['scp']:7.2f}s")
-        print(f"  stackflow / rsync      {best['apply'] / best['rsync']:7.2f}x")
-        print(f"  stackflow / scp loop   {best['apply'] / best['scp']:7.2f}x")
+              f"median of {args.repeat} (all: {runs})")  # fmt: skip
+        print(f"  stackflow apply        {mid['apply']:7.2f}s")
+        print(f"  stackflow apply again  {mid['again']:7.2f}s  (nothing to write)")
+        print(f"  rsync -a, per host     {mid['rsync']:7.2f}s")
+        print(f"  scp per file           {mid['scp']:7.2f}s")
+        for peer, found in ratios.items():  # each run's apply over the same run's peer
+            print(f"  stackflow / {peer:<10} {statistics.median(found):7.2f}x "
+                  f"({found[0]:.2f}-{found[-1]:.2f})")  # fmt: skip
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

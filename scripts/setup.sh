@@ -10,8 +10,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # 5432, /var/lib/postgresql) is neither started nor used by stackflow.
 # openssh-server, rsync: the OnPrem SSH tests start their own sshd per test host
 # (tests/integration/sshhelp.py); the SSH benchmark compares with rsync and scp.
+# debootstrap: builds the root filesystem the Service tests' systemd runs in (setup_systemd_root).
 APT_PACKAGES=(redis-server postgresql docker-compose openssl ca-certificates chromium
-  openssh-server openssh-client rsync)
+  openssh-server openssh-client rsync debootstrap)
 # What `make demo` needs of them (setup_demo): the state backend, Redis, and the codec's TLS.
 DEMO_APT_PACKAGES=(redis-server postgresql openssl ca-certificates)
 
@@ -231,6 +232,30 @@ setup_terraform_providers() {
   ok "${TF_PROVIDERS[*]}"
 }
 
+# The OnPrem Service tests' machine (tests/integration/systemdhelp.py): a Debian root of its own
+# with systemd and openssh-server, built once by debootstrap and kept under the cache, keyed by
+# its suite and packages. The tests run systemd as PID 1 only inside a copy of it (overlay),
+# in namespaces of their own: it never sees this machine's files. Needs root (debootstrap).
+SYSTEMD_ROOT_VERSION="bookworm-systemd-openssh-1"
+SYSTEMD_ROOT_DIR="$STACKFLOW_CACHE/roots/$SYSTEMD_ROOT_VERSION"
+setup_systemd_root() {
+  step "systemd root for the OnPrem Service tests ($SYSTEMD_ROOT_VERSION)"
+  if [ "$(cat "$SYSTEMD_ROOT_DIR/stamp" 2>/dev/null)" = "$SYSTEMD_ROOT_VERSION" ]; then ok "cached"; return; fi
+  command -v debootstrap >/dev/null 2>&1 || die "debootstrap is missing: run the apt step first"
+  [ "$(id -u)" -eq 0 ] || die "debootstrap needs root"
+  local build="$SYSTEMD_ROOT_DIR.building" log="$STACKFLOW_CACHE/logs/systemd-root.log" t0=$SECONDS
+  rm -rf "$build" "$SYSTEMD_ROOT_DIR"; mkdir -p "$build" "$STACKFLOW_CACHE/logs"
+  printf '    debootstrap bookworm (log: %s)…\n' "$log"
+  if ! debootstrap --variant=minbase --include=systemd,systemd-sysv,openssh-server \
+      bookworm "$build/root" http://deb.debian.org/debian >"$log" 2>&1; then
+    tail -n 20 "$log" >&2; die "debootstrap failed; full log: $log"
+  fi
+  rm -f "$build"/root/etc/ssh/ssh_host_*  # each test machine makes its own host keys
+  printf '%s' "$SYSTEMD_ROOT_VERSION" > "$build/stamp"
+  mv "$build" "$SYSTEMD_ROOT_DIR"
+  ok "built in $((SECONDS - t0))s ($(du -sh "$SYSTEMD_ROOT_DIR" | cut -f1))"
+}
+
 # `make demo` on a fresh machine: only what the demo's services need (the Temporal CLI is the one
 # Go build); `make setup`, `make up` and `make test` build everything else.
 setup_demo() {
@@ -243,9 +268,9 @@ setup_demo() {
 
 main() {
   local t0=$SECONDS steps=("$@")
-  [ ${#steps[@]} -gt 0 ] || steps=(apt python go_tools terraform_config terraform_providers)
+  [ ${#steps[@]} -gt 0 ] || steps=(apt python go_tools terraform_config terraform_providers systemd_root)
   for s in "${steps[@]}"; do
-    declare -F "setup_${s//-/_}" >/dev/null || die "unknown setup step '$s' (demo, apt, python, go-tools or one of temporal, temporal-server, etcd, kubernetes, kwok, opentofu, opa, helm, kubeconform, keda-crds; terraform-config, terraform-providers)"
+    declare -F "setup_${s//-/_}" >/dev/null || die "unknown setup step '$s' (demo, apt, python, go-tools or one of temporal, temporal-server, etcd, kubernetes, kwok, opentofu, opa, helm, kubeconform, keda-crds; terraform-config, terraform-providers; systemd-root)"
     "setup_${s//-/_}"
   done
   step "setup done in $((SECONDS - t0))s"

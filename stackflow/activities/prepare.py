@@ -40,7 +40,7 @@ from stackflow.temporal.operation import (
     OperationPlan,
     check_request,
 )
-from stackflow.temporal.runtime_queues import plan_queues, queue_wait, runtime_queues
+from stackflow.temporal.runtime_queues import plan_queues, queue_wait, route, runtime_queues
 
 GATED = (Operation.apply, Operation.destroy, Operation.rollback)
 """Operations with a walk that the policy gate judges (and preview, which shows it)."""
@@ -56,6 +56,20 @@ def plan_grouping(types: Iterable[str]) -> dict[str, GroupSizing]:
             sizing = rules.grouping
             out[type_name] = GroupSizing(limit=sizing.limit, rounds=sizing.rounds)
     return out
+
+
+def pin(nodes: list[PlannedNode], resources: Mapping[str, Resource]) -> None:
+    """Each node whose place (an OnPrem host) the worker's routing pins to a task queue of
+    its own routed there (``PlannedNode.route``)."""
+    main = activity.info().task_queue if activity.in_activity() else TASK_QUEUE_DEFAULT
+    queues = runtime_queues(main)
+    if not any("@" in key for key in queues):
+        return
+    for node in nodes:
+        rules = rules_for(node.type)
+        if rules is not None and node.id in resources:
+            place = rules.place(resources[node.id].attributes)
+            node.route = route(node.type, place, queues)
 
 
 def state_by_id(release: Release | None) -> dict[str, Resource]:
@@ -149,6 +163,7 @@ class PrepareActivities:
             run,
             source_revision=request.to_revision if operation == Operation.rollback else None,
             source=request.source if operation in (Operation.apply, Operation.preview) else None,
+            set_run=request.set_run,
         )
         plan = await asyncio.to_thread(self._prepare_walk, operation, spec, ref, release, selection)
         plan.four_eyes = worker_policy().approvals.four_eyes_for(request.project)
@@ -265,6 +280,7 @@ class PrepareActivities:
             check_patterns(selection, graph.ids)
             chosen = select(graph, selection, deleting=operation == Operation.destroy)
             nodes = [n for n in planned(graph, types, reverse=True) if n.id in chosen.kept]
+            pin(nodes, state)
             if operation == Operation.refresh:
                 return self._store_plan(ref, release.revision, nodes, [], chosen)
             return self._store_plan(ref, release.revision, [], nodes, chosen)
@@ -297,6 +313,8 @@ class PrepareActivities:
             refs = find_references(by_id[node.id].attributes, types)
             node.refs = sorted({(ref.resource_id, ref.path) for ref in refs})
         deletions = [n for n in planned(gone_graph, gone_types, reverse=True) if n.id in gone.kept]
+        pin(nodes, by_id)
+        pin(deletions, state)
         left = Selected(
             kept=chosen.kept | gone.kept,
             left_out=[*chosen.left_out, *gone.left_out][:LEFT_OUT_LIMIT],
@@ -317,7 +335,7 @@ class PrepareActivities:
         inline = len(nodes) + len(deletions) <= PLAN_INLINE_LIMIT
         main = activity.info().task_queue if activity.in_activity() else TASK_QUEUE_DEFAULT
         return OperationPlan(
-            queues=plan_queues((n.type for n in [*nodes, *deletions]), runtime_queues(main)),
+            queues=plan_queues((n.route_key for n in [*nodes, *deletions]), runtime_queues(main)),
             grouping=plan_grouping(n.type for n in [*nodes, *deletions]),
             queue_wait_seconds=queue_wait(),
             spec_ref=spec_ref,

@@ -73,7 +73,7 @@ async def batch_result(
 
 def owned(nodes: list[PlannedNode], runtimes: list[str] | None) -> list[int]:
     """Offsets of the nodes a batch for ``runtimes`` previews (every one when None)."""
-    return [i for i, node in enumerate(nodes) if runtimes is None or node.type in runtimes]
+    return [i for i, node in enumerate(nodes) if runtimes is None or node.route_key in runtimes]
 
 
 class PreviewActivities:

@@ -67,6 +67,7 @@ class StackGuard:
         run: RunRef,
         source_revision: int | None = None,
         source: SourceRef | None = None,
+        set_run: str | None = None,
     ) -> Release:
         """Create the next release for ``run``, or find the one this very run created before
         a retry. A stack held by a run that has closed is recovered first."""
@@ -87,6 +88,7 @@ class StackGuard:
                         run=run,
                         source_revision=source_revision,
                         source=source,
+                        set_run=set_run,
                     )
                 )
             except StackLockedError:

@@ -29,11 +29,12 @@ from stackflow.api.runs import find_run
 from stackflow.api.stream_slots import StreamSlot
 from stackflow.core.refs import RunRef, StackRef
 from stackflow.model.events import StreamHeader
-from stackflow.state.event_follow import Ending, follow_pages, temporal_ending
+from stackflow.state.event_follow import Closed, Ending, follow_pages, temporal_ending
 
 if TYPE_CHECKING:
     from stackflow.api.context import ApiContext
     from stackflow.api.identity import Identity
+    from stackflow.state.protocols import RunEventLog
 
 NDJSON = "application/x-ndjson"
 SSE = "text/event-stream"
@@ -92,11 +93,14 @@ async def stream(
     after: int,
     kind: str,
     wait: bool = True,
+    log: RunEventLog | None = None,
+    closed: Closed | None = None,
 ) -> AsyncIterator[bytes]:
-    """The stream's bytes, header first."""
+    """The stream's bytes, header first (``log``, ``closed``: a set run's relay, else the
+    run's own log and Temporal's word on its end)."""
     client = await ctx.client()
 
-    async def closed() -> Ending | None:
+    async def ended() -> Ending | None:
         return await temporal_ending(client, run)
 
     header = StreamHeader(
@@ -109,10 +113,10 @@ async def stream(
     yield (f"event: stream\ndata: {header}\n\n" if sse else header + "\n").encode()
     with ctx.listener.nudge(run.run_id) as nudge:
         pages = follow_pages(
-            ctx.backend,
+            log or ctx.backend,
             stack,
             run,
-            closed,
+            closed or ended,
             after=after,
             wait=wait,
             idle_seconds=KEEPALIVE_SECONDS if sse else None,
@@ -142,8 +146,20 @@ async def event_stream(
 ) -> SlotStream:
     """The run's event stream from ``after``, in one of ``who``'s stream slots."""
     described = (await find_run(ctx, stack, run_id))[1]
-    slot = ctx.streams.take(who.name)  # 429 when the caller has its most open
-    body = stream(ctx, stack, RunRef(described.id, run_id), after=after, kind=kind, wait=wait)
+    return slot_stream(
+        ctx,
+        who,
+        kind,
+        stream(ctx, stack, RunRef(described.id, run_id), after=after, kind=kind, wait=wait),
+    )
+
+
+def slot_stream(
+    ctx: ApiContext, who: Identity, kind: str, body: AsyncIterator[bytes]
+) -> SlotStream:
+    """``body`` as the response, in one of ``who``'s stream slots (429 when the caller has
+    its most open)."""
+    slot = ctx.streams.take(who.name)
     return SlotStream(
         body,
         slot,

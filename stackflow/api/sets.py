@@ -10,21 +10,23 @@ import asyncio
 import uuid
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Path, Request
-from fastapi.responses import JSONResponse
+from fastapi import APIRouter, Header, Path, Query, Request
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from stackflow.api import events
 from stackflow.api.context import ApiContext
 from stackflow.api.identity import Identity, Role
 from stackflow.api.problems import Problem
 from stackflow.api.routes import ERRORS, RunIdPath, ctx_of
 from stackflow.api.runs import STEP_TIMEOUT
+from stackflow.api.set_events import SetRelay, newest_run, set_stack
 from stackflow.core.errors import StackLockedError
-from stackflow.core.refs import StackRef
+from stackflow.core.refs import RunRef, StackRef
 from stackflow.engine.spec import parse_spec
 from stackflow.model.source import SourceRef
 from stackflow.model.stack_set import MEMBER_LIMIT, NAME, Strategy
@@ -166,6 +168,8 @@ async def set_run(
     latest = run_id == "latest"  # the set's latest run
     handle = client.get_workflow_handle(set_workflow_id(name), run_id=None if latest else run_id)
     try:
+        if not latest:  # the run it continued as new as, if it did: where it is now
+            handle = await newest_run(client, handle)
         view = await handle.query("status", result_type=SetView)
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
@@ -220,3 +224,46 @@ async def steer_set_run(
         message = getattr(exc.cause, "message", str(exc.cause))
         raise Problem(409, f"set {name}: {message}", "refused") from None
     return JSONResponse({"run_id": run_id, "step": step, "result": said})
+
+
+@router.get(
+    "/sets/{name}/runs/{run_id}/events",
+    response_class=StreamingResponse,
+    responses={
+        **ERRORS,
+        200: {
+            "description": "Every stack's events of the set run, one per line (NDJSON) or per "
+            "message (SSE), each naming its `stack` and `run_id`; ends after run_complete",
+            "content": {events.NDJSON: {}, events.SSE: {}},
+        },
+    },
+)
+async def set_run_events(
+    request: Request,
+    name: SetPath,
+    run_id: RunIdPath,
+    after: Annotated[
+        int | None, Query(ge=0, le=10**12, description="Resume after this seq")
+    ] = None,
+    wait: Annotated[bool, Query(description="Wait for events until run_complete")] = True,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+    accept: Annotated[str | None, Header()] = None,
+) -> StreamingResponse:
+    """The set run's one event stream, as a run's (`?after=SEQ`, `Last-Event-ID`, SSE with
+    `Accept: text/event-stream`): each member run's events with its `stack` and `run_id` (a
+    member run's end is `stack_complete`), numbered in the set run's own order; a viewer of
+    every member. `run_id` `latest`: the set's latest run."""
+    ctx, who = ctx_of(request), _caller(request)
+    start, kind = events.cursor(after, last_event_id), events.media_type(accept)
+    handle, view = await set_run(ctx, who, name, run_id, Role.viewer, "reading a set run")
+    if run_id == "latest":  # keyed by its chain's first run, as its status_url names it
+        described = await handle.describe()
+        run_id = described.raw_description.workflow_execution_info.first_run_id
+        handle = (await ctx.client()).get_workflow_handle(handle.id, run_id=described.run_id)
+    run = RunRef(set_workflow_id(name), run_id or handle.run_id)
+    relay = SetRelay(ctx.backend, name, handle, await ctx.client(), run)
+    relay.watch(view)
+    body = events.stream(
+        ctx, set_stack(name), run, after=start, kind=kind, wait=wait, log=relay, closed=relay.closed
+    )
+    return events.slot_stream(ctx, who, kind, body)

@@ -107,6 +107,7 @@ def _release_summary(r: Release) -> dict[str, Any]:
         "created_at": r.created_at.isoformat(),
         "modified_at": r.modified_at.isoformat(),
         "error": r.error,
+        "set_run": r.set_run,
     }
 
 
@@ -123,6 +124,9 @@ def release_list(
         t = Table()
         for name in ("Rev", "Operation", "Phase", "Resources", "Modified"):
             t.add_column(name, no_wrap=True)
+        by_sets = any(r.set_run for r in releases)
+        if by_sets:  # the set run that made it (`stackflow set status`)
+            t.add_column("Set run", no_wrap=True)
         with_errors = any(r.error for r in releases)
         if with_errors:
             # One line per release: the whole error is in `release show` and the JSON form.
@@ -136,6 +140,8 @@ def release_list(
                 operation += f" @{r.source.commit[:12]}"
             row = [str(r.revision), operation, r.phase.value, str(count)]
             row.append(r.modified_at.strftime("%Y-%m-%d %H:%M"))
+            if by_sets:
+                row.append(r.set_run or "")
             error = " ".join((r.error or "").split())
             room = max(12, console.width - 66)  # what the other columns leave on this terminal
             error = error if len(error) <= room else error[: room - 1] + "…"

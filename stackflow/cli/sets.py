@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from stackflow.cli.api_mode import api_client, refuse_in_api_mode
+from stackflow.cli.api_mode import api_client
 from stackflow.cli.app import EXIT_CODES_HELP, app
 from stackflow.cli.options import FileOpt, OutputOpt, WaitOpt, YesOpt
 from stackflow.cli.output import OutputFormat
@@ -240,32 +240,18 @@ def _steer(name: str, step: str, patience: float) -> None:
 def set_events(
     name: SetOpt,
     follow: Annotated[bool, typer.Option("--follow", help="Until the set run ends.")] = False,
+    after: Annotated[int, typer.Option("--after", min=0, help="Resume after this seq.")] = 0,
     unavailable_timeout: WaitOpt = 600.0,
 ) -> None:
-    """The events of every stack's runs in the set's latest run, one JSON line each in time
-    order, the stack named (``stack``); as `stackflow events` prints one run's."""
-    from stackflow.state.backend import open_backend
-
-    refuse_in_api_mode("set events")
-    seen: dict[tuple[str, str], int] = {}
-    backend = open_backend()
-    try:
-        while True:
-            view = _latest(name, unavailable_timeout)
-            lines = []
-            for member in view.members:
-                for run_id in member.runs:
-                    after = seen.get((str(member.stack), run_id), 0)
-                    for event in backend.events(member.stack, run_id, after=after):
-                        seen[(str(member.stack), run_id)] = event.seq
-                        lines.append((event.time, {"stack": str(member.stack), **event.wire()}))
-            for _, line in sorted(lines, key=lambda item: item[0]):
-                typer.echo(json.dumps(line, separators=(",", ":"), ensure_ascii=False))
-            if not follow or (view.phase in FINAL and not lines):
-                return
-            time.sleep(0.5)
-    finally:
-        backend.close()
+    """The set's latest run's one event stream (``GET /v1/sets/{name}/runs/latest/events``):
+    every stack's events, one JSON line each, the stack named (``stack``, ``run_id``); a
+    stack's run ends with ``stack_complete``, the set run with ``run_complete``."""
+    with (
+        api_client(unavailable_timeout) as api,
+        api.set_events(name, after=after, wait=follow) as stream,
+    ):
+        for event in stream:
+            typer.echo(event.line())
 
 
 @set_app.command("approve")

@@ -17,7 +17,8 @@ def worker(
         typer.Option(
             "--runtimes",
             help="What this worker serves: 'all' (default), or a comma list of main (workflows "
-            "and bookkeeping), kubernetes, terraform, onprem; a list needs "
+            "and bookkeeping), kubernetes, terraform, onprem, or a pinned queue such as "
+            "onprem@dc1-* (STACKFLOW_RUNTIME_QUEUES onprem@<host glob>=<queue>); a list needs "
             "STACKFLOW_RUNTIME_QUEUES=on on every worker. Env: STACKFLOW_WORKER_RUNTIMES.",
         ),
     ] = None,

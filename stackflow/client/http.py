@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from http.client import HTTPException
 from typing import Any, TypeVar, cast
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from stackflow.client.errors import (
     ApiInvalid,
@@ -39,6 +39,7 @@ from stackflow.client.types import (
     RunPage,
     RunView,
     SourceView,
+    Stack,
     StackLike,
     StepResult,
     StreamHeader,
@@ -83,9 +84,16 @@ class EventStream:
     early."""
 
     def __init__(
-        self, client: StackflowClient, stack: StackLike, run_id: str, after: int, wait: bool
+        self,
+        client: StackflowClient,
+        stack: StackLike,
+        run_id: str,
+        after: int,
+        wait: bool,
+        path: str | None = None,
     ) -> None:
         self._client, self._stack, self._run_id = client, stack, run_id
+        self._path = path or f"{client.stack_path(stack)}/runs/{run_id}/events"
         self._after, self._wait = after, wait
         self.header: StreamHeader | None = None
         self._answer: Answer | None = None
@@ -141,10 +149,9 @@ class EventStream:
         params: dict[str, Any] = {"after": self._after}
         if not self._wait:
             params["wait"] = "false"
-        path = f"{self._client.stack_path(self._stack)}/runs/{self._run_id}/events"
         answer = self._client.transport.send(
             "GET",
-            f"{path}?{urlencode(params)}",
+            f"{self._path}?{urlencode(params)}",
             self._client.headers({"Accept": "application/x-ndjson"}),
             None,
             timeout=None if self._wait else self._client.timeout,
@@ -395,6 +402,14 @@ class StackflowClient:
     ) -> EventStream:
         """The run's event stream after ``after`` (see :class:`EventStream`)."""
         return EventStream(self, stack, run_id, after, wait)
+
+    def set_events(
+        self, name: str, run_id: str = "latest", after: int = 0, wait: bool = True
+    ) -> EventStream:
+        """A set run's one stream: every member run's events, each naming its ``stack`` and
+        ``run_id`` (a member run's end is ``stack_complete``)."""
+        path = f"/v1/sets/{quote(name, safe='')}/runs/{quote(run_id, safe='')}/events"
+        return EventStream(self, Stack("@set", name), run_id, after, wait, path)
 
     # ---- releases ------------------------------------------------------------------------
     def releases(self, stack: StackLike) -> list[dict[str, Any]]:

@@ -44,6 +44,7 @@ EVENT_TYPES = (
     "apply_complete",
     "apply_errored",
     "run_complete",
+    "stack_complete",
 )
 """``stackflow.model.events.EventType``'s values."""
 STREAM_NAME = "stackflow.events"

@@ -47,6 +47,8 @@ class EventType(StrEnum):
     apply_complete = "apply_complete"
     apply_errored = "apply_errored"
     run_complete = "run_complete"
+    stack_complete = "stack_complete"
+    """A set run's stream only: one member run's ``run_complete`` (its ``stack`` named)."""
 
 
 class NewEvent(BaseModel):

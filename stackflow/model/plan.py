@@ -17,3 +17,11 @@ class PlannedNode(BaseModel):
     """Nodes that must succeed first (for deletes: the dependents of the original graph)."""
     refs: list[tuple[str, str]] = Field(default_factory=list)
     """(resource id, dotted path) of each ``$kusion_path`` reference in the attributes."""
+    route: str | None = None
+    """``<type>@<place glob>``: the node's activities go to that pinned task queue (a host
+    pinned to a worker near it, :mod:`stackflow.temporal.runtime_queues`); None: its type's."""
+
+    @property
+    def route_key(self) -> str:
+        """The key of the run's routing (``OperationPlan.queues``) for this node."""
+        return self.route or self.type

@@ -111,6 +111,8 @@ class Release(BaseModel):
     """For a rollback: the revision whose spec it applied."""
     source: SourceRef | None = None
     """For a run of a git source: the repository, commit and file it applied."""
+    set_run: str | None = None
+    """The set run (``<set>/<run id>``) that made it, when a stack set's member run did."""
     policy: PolicyDecision | None = None
     """What the policy gate decided before the run changed anything (None: no policies)."""
     spec_ref: str | None = Field(default=None, exclude=True)

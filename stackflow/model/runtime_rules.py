@@ -111,6 +111,12 @@ class RuntimeRules:
         masked anyway, see :func:`stackflow.engine.masking.sensitive_paths_for`)."""
         return []
 
+    def place(self, attributes: Mapping[str, Any]) -> str | None:
+        """Where a resource lives, as ``<runtime>@<glob>`` entries of the worker's
+        ``STACKFLOW_RUNTIME_QUEUES`` match it to pin it to a task queue (OnPrem: its host);
+        None: nowhere in particular."""
+        return None
+
     def implicit_dependencies(self, resources: Sequence[Described]) -> dict[str, list[str]]:
         """Edges ``resources`` imply without saying (``{dependent id: [dependency ids]}``),
         among this runtime's resources (a spec's, or a release's recorded ones: destroy

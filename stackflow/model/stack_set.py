@@ -89,14 +89,16 @@ class Wave(BaseModel):
     """One wave of a rollout: the stacks it applies (``project/workspace`` globs), at most
     ``max_parallel`` at once; ``bake``: how long it must stay applied before the next wave
     starts (a durable timer); ``gate``: ``approval`` (wait for the set's approve Update
-    before the wave) or ``readiness`` (each stack waits until its resources are ready)."""
+    before the wave), ``readiness`` (each stack waits until its resources are ready) or
+    ``policy`` (the wave's stacks previewed with their policies before any starts: a denial
+    halts the rollout there, a required approval waits for the set's approve Update)."""
 
     model_config = ConfigDict(extra="forbid")
 
     targets: list[str] = Field(min_length=1, max_length=MEMBER_LIMIT)
     max_parallel: int = Field(default=4, ge=1, le=50)
     bake: float = Field(default=0.0, ge=0, le=BAKE_LIMIT)
-    gate: Literal["none", "approval", "readiness"] = "none"
+    gate: Literal["none", "approval", "readiness", "policy"] = "none"
 
     _bake = field_validator("bake", mode="before")(classmethod(lambda cls, v: seconds(v)))
 

@@ -118,6 +118,7 @@ class SqlCore:
             source_revision=row.source_revision,
             source=SourceRef.model_validate(row.source) if row.source else None,
             policy=PolicyDecision.model_validate(row.policy) if row.policy else None,
+            set_run=row.set_run,
         )
         if with_spec and row.spec_ref:
             release.spec = self.get_spec(row.spec_ref)

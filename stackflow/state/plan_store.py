@@ -39,7 +39,8 @@ class StoredPlan:
 
 
 def _row(node: PlannedNode) -> list[object]:
-    return [node.id, node.type, node.deps, [list(r) for r in node.refs]]
+    row: list[object] = [node.id, node.type, node.deps, [list(r) for r in node.refs]]
+    return [*row, node.route] if node.route else row
 
 
 class PlanStore:
@@ -70,6 +71,7 @@ def _nodes(rows: list[list[Any]]) -> list[PlannedNode]:
             action="Apply",
             deps=list(row[2]),
             refs=[(str(rid), str(path)) for rid, path in row[3]],
+            route=row[4] if len(row) > 4 else None,
         )
         for row in rows
     ]

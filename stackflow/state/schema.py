@@ -10,7 +10,7 @@ import sqlalchemy as sa
 
 metadata = sa.MetaData()
 
-HEAD_REVISION = "0011"
+HEAD_REVISION = "0012"
 """The newest migration under ``migrations/versions`` (a test holds it to Alembic's head):
 a database at it needs no migration, and opening one checks it without loading Alembic."""
 VERSION_TABLE = "alembic_version"
@@ -45,6 +45,7 @@ releases = sa.Table(
     sa.Column("source_revision", sa.Integer),
     sa.Column("source", sa.JSON),
     sa.Column("policy", sa.JSON),
+    sa.Column("set_run", sa.String(300)),
 )
 """One row per release (Kusion's fields); the spec lives in ``blobs`` by ``spec_ref``."""
 

@@ -49,6 +49,7 @@ class ReleaseWrites(SqlCore):
         run: RunRef | None = None,
         source_revision: int | None = None,
         source: SourceRef | None = None,
+        set_run: str | None = None,
     ) -> Release:
         """Take the stack's lock for ``run`` and open the next revision, whose state starts as
         a copy of the latest release's (whatever its phase). StackLockedError while another
@@ -100,6 +101,7 @@ class ReleaseWrites(SqlCore):
                     modified_at=stamp,
                     source_revision=source_revision,
                     source=source.model_dump(mode="json") if source else None,
+                    set_run=set_run,
                 )
             )
             if previous is not None:
@@ -401,6 +403,7 @@ class ReleaseWrites(SqlCore):
                     source_revision=release.source_revision,
                     source=release.source.model_dump(mode="json") if release.source else None,
                     policy=release.policy.model_dump(mode="json") if release.policy else None,
+                    set_run=release.set_run,
                 )
             )
             rows = [

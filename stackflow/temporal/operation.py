@@ -114,6 +114,8 @@ class OperationInput(StackFields, BaseModel):
     brief_result: bool = False
     """Return only the summary, the first changed resources (id, action) and what did not
     succeed: what a parent run (a stack set) keeps of each child in its own history."""
+    set_run: str | None = Field(default=None, max_length=300)
+    """The set run (``<set>/<run id>``) whose member this run is: the release records it."""
     policy_input: bool = False
     """Keep the policy input document even when no policy applies (``stackflow policy
     eval`` reads it by the decision's ``input_digest``)."""

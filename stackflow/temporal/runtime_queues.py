@@ -18,6 +18,7 @@ a worker to pick it up, then the node fails naming the queue nobody polls.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -50,24 +51,40 @@ def _name_of(type_name: str) -> str:
 
 
 def runtime_queues(main_queue: str, environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Resource type -> task queue of its activities (empty: everything on the main queue)."""
+    """Routing key -> task queue (empty: everything on the main queue). A key is a resource
+    type, or ``<type>@<glob>`` for the resources of that type whose place (``RuntimeRules.
+    place``: an OnPrem host's name) the glob matches: a host pinned to a worker near it."""
     env = os.environ if environ is None else environ
     raw = env.get(QUEUES_VAR, "").strip()
     if raw.lower() in ("", "off", "0", "no", "false"):
         return {}
     known = runtime_names()
-    if raw.lower() in ("on", "1", "yes", "true"):
-        return {type_name: f"{main_queue}-{name}" for name, type_name in known.items()}
     queues: dict[str, str] = {}
     for item in raw.split(","):
-        name, sep, queue = item.strip().partition("=")
-        if not sep or name.strip().lower() not in known or not queue.strip():
+        if item.strip().lower() in ("on", "1", "yes", "true"):
+            queues.update({t: f"{main_queue}-{name}" for name, t in known.items()})
+            continue
+        key, sep, queue = item.strip().partition("=")
+        name, at, glob = key.strip().lower().partition("@")
+        if not sep or name not in known or not queue.strip() or (at and not glob):
             raise RoutingError(
-                f"{QUEUES_VAR}={raw!r}: expected 'on' or '<runtime>=<queue>,...' "
+                f"{QUEUES_VAR}={raw!r}: expected 'on' or '<runtime>[@<host glob>]=<queue>,...' "
                 f"(runtimes: {', '.join(known)})"
             )
-        queues[known[name.strip().lower()]] = queue.strip()
+        queues[known[name] + (f"@{key.strip().partition('@')[2]}" if at else "")] = queue.strip()
     return queues
+
+
+def route(type_name: str, place: str | None, queues: Mapping[str, str]) -> str | None:
+    """The pinned routing key (``<type>@<glob>``) of a resource at ``place``, the first
+    glob matching it; None: its type's queue."""
+    if place is None:
+        return None
+    for key in queues:
+        found, at, glob = key.partition("@")
+        if at and found == type_name and fnmatch.fnmatchcase(place, glob):
+            return key
+    return None
 
 
 def queue_wait(environ: Mapping[str, str] | None = None) -> float:
@@ -82,12 +99,13 @@ def queue_wait(environ: Mapping[str, str] | None = None) -> float:
     return value
 
 
-def plan_queues(types: Iterable[str], queues: Mapping[str, str]) -> dict[str, str]:
-    """The routing a plan carries: each of its types -> its runtime's queue ("": the main
-    queue, a runtime without one of its own); empty when routing is off."""
+def plan_queues(keys: Iterable[str], queues: Mapping[str, str]) -> dict[str, str]:
+    """The routing a plan carries: each of its nodes' routing keys (types, pinned keys) ->
+    its queue ("": the main queue, a runtime without one of its own); empty when routing
+    is off."""
     if not queues:
         return {}
-    return {t: queues.get(t, "") for t in sorted(set(types))}
+    return {t: queues.get(t, "") for t in sorted(set(keys))}
 
 
 def parts(queues: Mapping[str, str]) -> list[tuple[str | None, list[str] | None]]:
@@ -128,22 +146,34 @@ def serving(
     queues = runtime_queues(main_queue, env)
     known = runtime_names()
     every = set(known) | {MAIN}
-    wanted = every if raw in ("", "all") else {n.strip() for n in raw.split(",") if n.strip()}
-    unknown = wanted - every
-    if unknown or not wanted:
+    items = every if raw in ("", "all") else {n.strip() for n in raw.split(",") if n.strip()}
+    # <runtime>@<glob>: that pinned queue only (all: every pinned queue too)
+    pinned = {_pin_name(key, known): key for key in queues if "@" in key}
+    wanted = {n for n in items if "@" not in n}
+    chosen = set(pinned) if raw in ("", "all") else items - wanted
+    unknown = (wanted - every) | (chosen - set(pinned))
+    if unknown or not items:
         raise RoutingError(
-            f"--runtimes {raw!r}: expected 'all' or a comma list of {', '.join(sorted(every))}"
+            f"--runtimes {raw!r}: expected 'all' or a comma list of {', '.join(sorted(every))} "
+            f"or pinned queues of {QUEUES_VAR} ({', '.join(sorted(pinned)) or 'none'})"
         )
     if wanted != every and not queues:
         raise RoutingError(
             f"--runtimes {raw}: a worker for some runtimes needs per-runtime task queues; set "
             f"{QUEUES_VAR}=on on every worker (else every activity is on the main queue)"
         )
-    types = frozenset(known[n] for n in wanted if n in known)
-    polled = {queues[t]: t for t in types if t in queues}
     if not queues:
         return Serving(main=True, types=None, queues={})
+    polled = {queues[known[n]]: known[n] for n in wanted if n in known and known[n] in queues}
+    polled.update({queues[pinned[n]]: pinned[n].partition("@")[0] for n in chosen})
+    types = frozenset(known[n] for n in wanted if n in known) | frozenset(polled.values())
     return Serving(main=MAIN in wanted, types=types, queues=polled)
+
+
+def _pin_name(key: str, known: Mapping[str, str]) -> str:
+    """``OnPrem@db1`` as ``--runtimes`` names it: ``onprem@db1``."""
+    type_name, _, glob = key.partition("@")
+    return f"{_name_of(type_name)}@{glob}".lower()
 
 
 def no_worker_message(queue: str, type_name: str, wait: float) -> str:

@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from stackflow.state.backend import StateBackend
 
 SPEC_REF = r"^sha256:[0-9a-f]{64}$"
+HISTORY_BUDGET = 2_000_000
+"""Bytes of a set run's history past which it continues as new at its next step: a set of
+MEMBER_LIMIT stacks keeps about 3 KB a stack per phase (a preview, an apply, each retry, a
+rollback), so a long-paused set retried many times stays far under Temporal's limits."""
 ERROR_LIMIT = 300
 """Characters of a member's error a status or result keeps."""
 UNKNOWN_LIMIT = 10
@@ -79,7 +83,7 @@ class WaveInput(BaseModel):
     """Indices of ``SetInput.members``."""
     max_parallel: int = Field(default=4, ge=1, le=50)
     bake_seconds: float = Field(default=0.0, ge=0, le=BAKE_LIMIT)
-    gate: Literal["none", "approval", "readiness"] = "none"
+    gate: Literal["none", "approval", "readiness", "policy"] = "none"
 
 
 class SetInput(BaseModel):
@@ -110,6 +114,11 @@ class SetInput(BaseModel):
     and baked before the next starts. None: one pass in dependency order."""
     error_budget: int = Field(default=0, ge=0, le=MEMBER_LIMIT)
     """A rollout's failed stacks tolerated; one more halts it (no later stack starts)."""
+    history_budget: int = Field(default=HISTORY_BUDGET, ge=0, le=HISTORY_BUDGET)
+    """Bytes of history past which the set run continues as new at its next step (before
+    its apply, a retry, its rollback), carrying what it knows in ``resume``."""
+    resume: SetResume | None = None
+    """Set by the set run itself when it continues as new: where it goes on."""
 
     @model_validator(mode="after")
     def _once(self) -> SetInput:
@@ -211,6 +220,9 @@ class MemberView(StackFields, BaseModel):
     """The member's run made a release that changed something (rollback's concern)."""
     unknown: list[str] = Field(default_factory=list)
     unknown_count: int = 0
+    policy: str | None = None
+    """What its latest preview's policy gate decided (``pass``, ``warn``,
+    ``require_approval``, ``deny``; None: no policy judged it)."""
     workflow_id: str | None = None
     runs: list[str] = Field(default_factory=list)
     """Run ids of the stack's own runs in this set run (preview, apply, rollback; the last
@@ -239,6 +251,21 @@ class SetView(BaseModel):
     (``SpecError``, ``InvalidInput``: the set itself was refused, nothing ran)."""
     rolled_back: list[str] = Field(default_factory=list)
     """Stacks rollback returned to their earlier release (or destroyed: none before)."""
+
+
+class SetResume(BaseModel):
+    """What a set run continued as new goes on with: the step it was about to take, its plan
+    and view (every member's line: bounded by MEMBER_LIMIT), the members whose apply it
+    started (rollback's order) and the set's approval (given to four-eyes members)."""
+
+    step: Literal["apply", "retry", "rollback"]
+    plan: SetPlan
+    view: SetView
+    ran: list[int] = Field(default_factory=list)
+    approval: dict[str, Any] | None = None
+
+
+SetInput.model_rebuild()
 
 
 class Member(NamedTuple):

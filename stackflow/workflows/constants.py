@@ -77,6 +77,13 @@ PLAN_GROUPING = "grouping-from-plan"
 decided by the prepare activity from each runtime's ``RuntimeRules.grouped``/``grouping``),
 groups keyed by runtime, instead of the workflows' own list of grouped types (which a
 plug-in runtime was not on); runs whose plan carries no grouping keep that list."""
+SET_RUN_ON_RELEASES = "set-run-on-releases"
+"""Patch: a set run's member runs are told the set run (``OperationInput.set_run``), which
+their releases record; members of set runs started before record none."""
+SET_CONTINUE_AS_NEW = "set-continue-as-new"
+"""Patch: a set run whose history is past its ``history_budget`` (or that Temporal suggests
+continue as new) continues as new before its apply, a retry or its rollback, carrying its
+plan and view; set runs started before keep one history."""
 
 BASELINE = "baseline-2026-11-29"
 """Patch: the run started on a build that knows every patch in :data:`BASELINED`, and records

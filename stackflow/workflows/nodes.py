@@ -122,7 +122,7 @@ async def run_resource_node(node: PlannedNode, batch: BatchInput) -> NodeResult:
             ),
             **common.resource_call(
                 f"{node.action} {node.id}",
-                batch.queues.get(node.type),
+                batch.queues.get(node.route_key),
                 batch.queue_wait_seconds,
                 settle=patches.patched(SETTLE_CANCELLED_NODES),
             ),
@@ -130,7 +130,7 @@ async def run_resource_node(node: PlannedNode, batch: BatchInput) -> NodeResult:
         return result
     except ActivityError as exc:
         raise_if_cancelled(exc)
-        stranded = stranded_line(exc, batch, node.type)
+        stranded = stranded_line(exc, batch, node.route_key)
         return NodeResult(
             id=node.id,
             action=node.action,
@@ -163,7 +163,7 @@ async def run_resource_group(
             ),
             **common.resource_call(
                 f"{verb} {len(nodes)} resources: {nodes[0].id} …",
-                batch.queues.get(nodes[0].type),
+                batch.queues.get(nodes[0].route_key),
                 batch.queue_wait_seconds,
                 settle=patches.patched(SETTLE_CANCELLED_NODES),
             ),
@@ -171,7 +171,7 @@ async def run_resource_group(
         return results
     except ActivityError as exc:
         raise_if_cancelled(exc)
-        stranded = stranded_line(exc, batch, nodes[0].type)
+        stranded = stranded_line(exc, batch, nodes[0].route_key)
         error = stranded or failure_message(exc)
         kind = "NoWorker" if stranded else cause_type(exc)
         return [
@@ -213,7 +213,7 @@ def group_key(
             return None
         verb = "delete" if node.action == "Delete" else "apply"
         # routed runs group per runtime: a group's activity goes to its runtime's queue
-        return f"{node.type}/{verb}" if batch.queues or by_runtime else verb
+        return f"{node.route_key}/{verb}" if batch.queues or by_runtime else verb
 
     return key
 

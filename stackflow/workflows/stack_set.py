@@ -52,19 +52,22 @@ with workflow.unsafe.imports_passed_through():
         SetInput,
         SetOperation,
         SetPlan,
+        SetResume,
         SetView,
     )
     from stackflow.workflows import common
+    from stackflow.workflows.constants import SET_CONTINUE_AS_NEW, SET_RUN_ON_RELEASES
     from stackflow.workflows.gate import Gate
     from stackflow.workflows.nodes import cause_type, failure_message, raise_if_cancelled
-    from stackflow.workflows.steering import approval_input
+    from stackflow.workflows.patches import patched
+    from stackflow.workflows.set_waves import NOT_OK, SetWaves
+    from stackflow.workflows.steering import Steered
 
 WORKFLOWS = {
     SetOperation.preview: "PreviewWorkflow",
     SetOperation.apply: "ApplyWorkflow",
     SetOperation.destroy: "DestroyWorkflow",
 }
-NOT_OK = (MemberPhase.failed, MemberPhase.skipped)
 DETAIL_MEMBERS = 50
 """Stacks the UI's current details name (then the status query has them all)."""
 BAD_INPUT = ("InvalidInput", "SpecError", "NotFound", "PolicyDenied")
@@ -75,7 +78,7 @@ def _short(text: str | None) -> str | None:
 
 
 @workflow.defn(name="SetWorkflow")
-class SetWorkflow:
+class SetWorkflow(Steered, SetWaves):
     def __init__(self) -> None:
         self._view: SetView | None = None
         self._request: SetInput | None = None
@@ -96,6 +99,11 @@ class SetWorkflow:
             )
             raise
         self._request = request
+        if request.resume is not None:  # continued as new: go on where the run before was
+            resume = request.resume
+            self._view, self._ran, self._gate.approval = resume.view, resume.ran, resume.approval
+            self._gate.four_eyes = resume.plan.four_eyes
+            return await self._apply(resume.plan, request, resume.step)
         view = self._view = SetView(
             name=request.name,
             operation=request.operation,
@@ -138,16 +146,29 @@ class SetWorkflow:
                 MemberView(project=m.project, workspace=m.workspace, before=m.before, runs=m.runs)
                 for m in view.members
             ]
-        view.phase = Phase.applying
-        if request.waves:
-            await self._rollout(plan, request, deps)
-        else:
-            await self._walk(plan, SetOperation.apply, plan.order, deps)
-        while self._failed() and request.on_failure == "pause":
-            if await self._decision(request) != "retry":
+        await self._continue_if_long(plan, "apply")
+        return await self._apply(plan, request, "apply")
+
+    async def _apply(self, plan: SetPlan, request: SetInput, step: str) -> SetView:
+        """The set's apply from ``step`` on (``apply``; ``retry``: a retry was asked for;
+        ``rollback``), then its pauses and rollback as ``on_failure`` says."""
+        assert self._view is not None
+        view, deps = self._view, [m.deps for m in plan.members]
+        if step == "apply":
+            view.phase = Phase.applying
+            if request.waves:
+                await self._rollout(plan, request, deps)
+            else:
+                await self._walk(plan, SetOperation.apply, plan.order, deps)
+        retrying = step == "retry"
+        while step != "rollback" and self._failed() and request.on_failure == "pause":
+            if not retrying and await self._decision(request) != "retry":
                 by = self._gate.step_by
                 view.error, view.error_type = f"set apply aborted by {by}", "Aborted"
                 break
+            if not retrying:
+                await self._continue_if_long(plan, "retry")
+            retrying = False
             again = [i for i in plan.order if view.members[i].phase in NOT_OK]
             for i in again:
                 was = view.members[i]
@@ -157,8 +178,33 @@ class SetWorkflow:
             view.phase = Phase.applying
             await self._walk(plan, SetOperation.apply, again, deps)
         if self._failed() and request.on_failure == "rollback":
+            if step != "rollback":
+                await self._continue_if_long(plan, "rollback")
             await self._roll_back()
         return self._end()
+
+    async def _continue_if_long(self, plan: SetPlan, step: str) -> None:
+        """Past the history budget, continue as new at ``step`` with what this run knows
+        (between steps: no member run is in flight)."""
+        assert self._request is not None and self._view is not None
+        info = workflow.info()
+        long = info.get_current_history_size() > self._request.history_budget
+        if not (long or info.is_continue_as_new_suggested()):
+            return
+        if not patched(SET_CONTINUE_AS_NEW):
+            return
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        resume = SetResume.model_validate(
+            {
+                "step": step,
+                "plan": plan,
+                "view": self._view,
+                "ran": self._ran,
+                "approval": self._gate.approval,
+            }
+        )
+        self._show()
+        workflow.continue_as_new(self._request.model_copy(update={"resume": resume}))
 
     async def _decision(self, request: SetInput) -> str:
         """Paused on failed stacks: the retry or abort Update (abort on timeout)."""
@@ -175,54 +221,6 @@ class SetWorkflow:
             self._gate.step, self._gate.step_by = "abort", "timeout"
         assert self._gate.step is not None
         return self._gate.step
-
-    async def _rollout(self, plan: SetPlan, request: SetInput, deps: list[list[int]]) -> None:
-        """The waves in order: each starts once the one before is recorded (and baked); past
-        the error budget no later stack starts."""
-        assert self._view is not None
-        view = self._view
-
-        def over_budget() -> bool:
-            return len(self._failed()) > request.error_budget
-
-        halted: str | None = None
-        for w, wave in enumerate(request.waves):
-            view.wave = w
-            order = [i for i in plan.order if i in set(wave.members)]
-            approved_now = w == 0 and not request.auto_approve  # the set's own approval
-            if halted is None and wave.gate == "approval" and not approved_now:
-                self._gate.decision = self._gate.approval = None
-                if not await self._approved(request):
-                    halted = f"wave {w + 1} was not approved"
-                view.phase = Phase.applying
-            if halted is None:
-                await self._walk(
-                    plan,
-                    SetOperation.apply,
-                    order,
-                    deps,
-                    parallel=wave.max_parallel,
-                    watch=wave.gate == "readiness",
-                    stop=over_budget,
-                )
-                if over_budget():
-                    failed = len(self._failed())
-                    halted = (
-                        f"the rollout halted in wave {w + 1}: {failed} stack(s) failed, "
-                        f"over its error budget of {request.error_budget}"
-                    )
-                    view.error, view.error_type = halted, "RolloutHalted"
-                elif wave.bake_seconds and w < len(request.waves) - 1:
-                    view.phase = "baking"
-                    self._show()
-                    await workflow.sleep(timedelta(seconds=wave.bake_seconds))
-                    view.phase = Phase.applying
-                continue
-            for i in order:
-                view.members[i].phase = MemberPhase.skipped
-                view.members[i].error = f"not started: {halted}"
-        if halted is not None and view.error is None:
-            view.error, view.error_type = halted, "RolloutHalted"
 
     def _fail(self, error: str, error_type: str | None) -> SetView:
         assert self._view is not None
@@ -368,6 +366,7 @@ class SetWorkflow:
                 max_concurrency=self._request.max_concurrency,
                 brief_result=True,
                 watch=watch,
+                set_run=self._set_run(),
             )
             approval = self._gate.approval or {}
             forward = kind == SetOperation.apply and planned.four_eyes
@@ -390,6 +389,7 @@ class SetWorkflow:
         view.revision = result.revision
         view.error, view.error_type = _short(result.error), result.error_type
         if kind == SetOperation.preview:
+            view.policy = None if result.policy is None else result.policy.outcome.value
             summary = result.changes.get("summary") or {}
             view.counts = {action: n for action, n in summary.items() if n}
             read = sorted({x for m in plan.members for x in m.upstream.get(i, [])})
@@ -460,6 +460,12 @@ class SetWorkflow:
                 workflow.logger.warning("approval not forwarded: %s", failure_message(exc))
         return result
 
+    def _set_run(self) -> str | None:
+        """What member runs' releases record as the set run that made them."""
+        if self._view is None or not patched(SET_RUN_ON_RELEASES):
+            return None
+        return f"{self._view.name}/{workflow.info().first_execution_run_id}"
+
     # ---- rollback --------------------------------------------------------------------------
     async def _roll_back(self) -> None:
         """Each member this run changed, in the reverse of the order they started, back to
@@ -479,6 +485,7 @@ class SetWorkflow:
                 operator=self._request.operator,
                 max_concurrency=self._request.max_concurrency,
                 brief_result=True,
+                set_run=self._set_run(),
             )
             name = "RollbackWorkflow" if member.before is not None else "DestroyWorkflow"
             try:
@@ -512,55 +519,7 @@ class SetWorkflow:
     def status(self) -> SetView:
         return self._view or SetView(name="?", operation=SetOperation.apply)
 
-    @workflow.update
-    async def approve(self, *args: object) -> str:
-        approval = approval_input(args)
-        self._gate.decide("approved", approval)
-        return f"approved by {approval.by}"
-
-    @approve.validator
-    def _validate_approve(self, *args: object) -> None:
-        approval = approval_input(args)
-        self._gate.check_awaiting(self._phase())
-        requester = self._request.operator if self._request is not None else None
-        self._gate.check_approver(approval, requester)
-
-    @workflow.update
-    async def reject(self, *args: object) -> str:
-        approval = approval_input(args)
-        self._gate.decide("rejected", approval)
-        return f"rejected by {approval.by}"
-
-    @reject.validator
-    def _validate_reject(self, *args: object) -> None:
-        approval_input(args)
-        self._gate.check_awaiting(self._phase())
-
-    @workflow.update
-    async def retry(self, *args: object) -> str:
-        """A paused set runs its failed stacks again (and those skipped because of them)."""
-        request = approval_input(args)
-        self._gate.steer("retry", request, self._phase())
-        return f"retry requested by {request.by}"
-
-    @retry.validator
-    def _validate_retry(self, *args: object) -> None:
-        approval_input(args)
-        self._gate.check_paused(self._phase())
-
-    @workflow.update
-    async def abort(self, *args: object) -> str:
-        """A paused set ends failed, as it is."""
-        request = approval_input(args)
-        self._gate.steer("abort", request, self._phase())
-        return f"abort requested by {request.by}"
-
-    @abort.validator
-    def _validate_abort(self, *args: object) -> None:
-        approval_input(args)
-        self._gate.check_paused(self._phase())
-
-    def _phase(self) -> Phase:
+    def _steering_phase(self) -> Phase:
         phase = self._view.phase if self._view is not None else ""
         waits = (Phase.awaitingApproval, Phase.awaitingDecision)
         return Phase(phase) if phase in waits else Phase.generating

@@ -51,7 +51,72 @@ def approval_input(args: tuple[object, ...]) -> ApprovalInput:
     return common.checked_input(ApprovalInput, args, what="update input", empty=ApprovalInput())
 
 
-class SteeredRun:
+class Steered:
+    """The ``approve``/``reject``/``retry``/``abort`` updates and their validators, shared by
+    every run steered through a :class:`~stackflow.workflows.gate.Gate` (an operation run, a
+    set run): approve/reject while awaiting approval, retry/abort while paused."""
+
+    _gate: Gate
+    _request: Any
+    """What the run was asked (its ``operator`` requested it)."""
+
+    def _steering_phase(self) -> Phase:
+        """The run's phase as the gate's checks read it."""
+        raise NotImplementedError
+
+    # Update arguments come undecoded and are checked by the validators (and again by the
+    # handlers, which replays run without validators): a malformed argument rejects the
+    # update with one line, never the workflow task. No argument is ApprovalInput().
+    @workflow.update
+    async def approve(self, *args: object) -> str:
+        approval = approval_input(args)
+        self._gate.decide("approved", approval)
+        return f"approved by {approval.by}"
+
+    @approve.validator
+    def _validate_approve(self, *args: object) -> None:
+        approval = approval_input(args)
+        self._gate.check_awaiting(self._steering_phase())
+        requester = self._request.operator if self._request is not None else None
+        self._gate.check_approver(approval, requester)
+
+    @workflow.update
+    async def reject(self, *args: object) -> str:
+        approval = approval_input(args)
+        self._gate.decide("rejected", approval)
+        return f"rejected by {approval.by}"
+
+    @reject.validator
+    def _validate_reject(self, *args: object) -> None:
+        approval_input(args)
+        self._gate.check_awaiting(self._steering_phase())
+
+    @workflow.update
+    async def retry(self, *args: object) -> str:
+        """A paused run re-runs what failed and what was skipped because of it."""
+        request = approval_input(args)
+        self._gate.steer("retry", request, self._steering_phase())
+        return f"retry requested by {request.by}"
+
+    @retry.validator
+    def _validate_retry(self, *args: object) -> None:
+        approval_input(args)
+        self._gate.check_paused(self._steering_phase())
+
+    @workflow.update
+    async def abort(self, *args: object) -> str:
+        """A paused run ends failed, as it is."""
+        request = approval_input(args)
+        self._gate.steer("abort", request, self._steering_phase())
+        return f"abort requested by {request.by}"
+
+    @abort.validator
+    def _validate_abort(self, *args: object) -> None:
+        approval_input(args)
+        self._gate.check_paused(self._steering_phase())
+
+
+class SteeredRun(Steered):
     """The state every operation run keeps, what the Temporal UI and ``status`` show of it,
     and the updates that steer it (approve/reject while awaiting approval, retry/abort while
     paused on failed nodes). The steps that change it are in :class:`OperationWorkflow`."""
@@ -83,6 +148,9 @@ class SteeredRun:
         self._held: list[SearchAttributeUpdate[Any]] = []
         """Search attributes held back to go out with the next upsert (the stack's, with the
         first phase: one visibility write instead of two)."""
+
+    def _steering_phase(self) -> Phase:
+        return self._phase
 
     def _attributes(self, *updates: SearchAttributeUpdate[Any]) -> None:
         """Upsert ``updates`` with any held back."""
@@ -191,54 +259,3 @@ class SteeredRun:
     def preview(self) -> dict[str, Any]:
         """The preview (with per-field diffs) once it is computed (capped at DETAIL_LIMIT)."""
         return self._changes_view()
-
-    # Update arguments come undecoded and are checked by the validators (and again by the
-    # handlers, which replays run without validators): a malformed argument rejects the
-    # update with one line, never the workflow task. No argument is ApprovalInput().
-    @workflow.update
-    async def approve(self, *args: object) -> str:
-        approval = approval_input(args)
-        self._gate.decide("approved", approval)
-        return f"approved by {approval.by}"
-
-    @approve.validator
-    def _validate_approve(self, *args: object) -> None:
-        approval = approval_input(args)
-        self._gate.check_awaiting(self._phase)
-        requester = self._request.operator if self._request is not None else None
-        self._gate.check_approver(approval, requester)
-
-    @workflow.update
-    async def reject(self, *args: object) -> str:
-        approval = approval_input(args)
-        self._gate.decide("rejected", approval)
-        return f"rejected by {approval.by}"
-
-    @reject.validator
-    def _validate_reject(self, *args: object) -> None:
-        approval_input(args)
-        self._gate.check_awaiting(self._phase)
-
-    @workflow.update
-    async def retry(self, *args: object) -> str:
-        """A paused run re-runs its failed nodes and the ones skipped because of them."""
-        request = approval_input(args)
-        self._gate.steer("retry", request, self._phase)
-        return f"retry requested by {request.by}"
-
-    @retry.validator
-    def _validate_retry(self, *args: object) -> None:
-        approval_input(args)
-        self._gate.check_paused(self._phase)
-
-    @workflow.update
-    async def abort(self, *args: object) -> str:
-        """A paused run ends failed, as it is."""
-        request = approval_input(args)
-        self._gate.steer("abort", request, self._phase)
-        return f"abort requested by {request.by}"
-
-    @abort.validator
-    def _validate_abort(self, *args: object) -> None:
-        approval_input(args)
-        self._gate.check_paused(self._phase)

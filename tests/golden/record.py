@@ -457,6 +457,41 @@ async def main() -> None:
         )
         await rollout.result()
         await save(client, rollout, "set_rollout", children=False)
+
+        # set-continue-as-new and set-run-on-releases: a set run past its history budget
+        # continues as new before its apply and again before its rollback (a member fails);
+        # its members' releases name the set run
+        blocker = root / "blocker"
+        blocker.parent.mkdir(parents=True, exist_ok=True)
+        blocker.write_text("a file where a directory must be\n")
+        [good] = files(root / "c1", 1)
+        [bad] = files(blocker, 1)
+        chained = await client.start_workflow(
+            "SetWorkflow",
+            {
+                "name": f"golden-chain-{tag}",
+                "auto_approve": True,
+                "history_budget": 0,
+                "on_failure": "rollback",
+                "members": [
+                    {"project": f"golden-chain1-{tag}", "spec": {"resources": [good]}},
+                    {
+                        "project": f"golden-chain2-{tag}",
+                        "spec": {"resources": [bad]},
+                        "depends_on": [f"golden-chain1-{tag}/default"],
+                    },
+                ],
+            },
+            id=f"stackflow-set/golden-chain-{tag}",
+            task_queue=queue,
+        )
+        await chained.result()
+        run: str | None = chained.first_execution_run_id or chained.result_run_id
+        for n in (1, 2, 3):
+            link = client.get_workflow_handle(chained.id, run_id=run)
+            await save(client, link, f"set_continued_{n}", children=False)
+            last = (await link.fetch_history()).events[-1]
+            run = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
     await activities.registry.close()
     backend.close()
 

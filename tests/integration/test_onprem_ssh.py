@@ -211,3 +211,48 @@ async def test_a_service_unit_is_written_enabled_disabled_and_removed_with_syste
     await runtime.delete(service(), options)
     assert not unit.exists() and not wants.exists()
     await runtime.close()
+
+
+def test_hosts_pinned_to_task_queues_are_written_by_their_own_workers(
+    tmp_path: Path, ssh_env: dict[str, str], hosts: SshHosts
+) -> None:
+    """Each host's alias pinned to a queue (``STACKFLOW_RUNTIME_QUEUES=onprem@host0=...``);
+    a worker per queue that can reach its own host only (its known-hosts file pins that
+    host's key alone), a main worker with no runtime: the apply succeeds only if each
+    host's calls went to its own worker."""
+    queue = ssh_env["STACKFLOW_TASK_QUEUE"]
+    zones = {h.alias: f"{queue}-zone{h.n}" for h in hosts.hosts}
+    routing = ",".join(f"onprem@{alias}={zone}" for alias, zone in zones.items())
+    env = {**ssh_env, "STACKFLOW_RUNTIME_QUEUES": routing}
+    workers = [WorkerProcess(tmp_path, queue, {**env, "STACKFLOW_WORKER_RUNTIMES": "main"})]
+    lines = hosts.known_hosts.read_text().splitlines()
+    for h in hosts.hosts:
+        known = tmp_path / f"known_hosts{h.n}"
+        known.write_text("".join(line + "\n" for line in lines if h.address in line))
+        zone_env = {**env, "STACKFLOW_WORKER_RUNTIMES": f"onprem@{h.alias}",
+                    "STACKFLOW_ONPREM_KNOWN_HOSTS": str(known)}  # fmt: skip
+        workers.append(WorkerProcess(tmp_path, zones[h.alias], zone_env))
+    for worker in workers:
+        worker.start()
+    try:
+        resources = [
+            on_host(h.alias, "File", h.root / f"z{i}.conf", f"{h.alias}:{i}\n")
+            for h in hosts.hosts
+            for i in range(3)
+        ]
+        spec = write_spec(tmp_path / "spec.yaml", resources)
+        project = f"s44-{new_project()}"
+        done = cli_json(expect_exit(run_cli(env, "apply", "-f", str(spec), "-p", project,
+                                            "--yes", "-o", "json")))  # fmt: skip
+        assert done["phase"] == "succeeded", done
+        for h in hosts.hosts:
+            for i in range(3):
+                assert (h.root / f"z{i}.conf").read_text() == f"{h.alias}:{i}\n"
+        again = cli_json(expect_exit(run_cli(env, "preview", "-f", str(spec), "-p", project,
+                                             "-o", "json")))  # fmt: skip
+        assert again["summary"]["UnChanged"] == 6, again["summary"]
+        expect_exit(run_cli(env, "destroy", "-p", project, "--yes"))
+        assert not [p for h in hosts.hosts for p in h.root.glob("z*.conf")]
+    finally:
+        for worker in workers:
+            worker.stop()

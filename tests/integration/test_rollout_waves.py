@@ -15,7 +15,7 @@ from kubernetes import client as k8s
 
 from stackflow.model.release import Operation, Phase
 from tests.integration.conftest import WorkerProcess, run_cli
-from tests.integration.opshelp import all_releases, cli_json
+from tests.integration.opshelp import all_releases, cli_json, file_resource
 
 BAKE = 10.0
 
@@ -127,3 +127,55 @@ def test_waves_in_order_with_bake_and_a_halt_that_rolls_back(
         assert len(all_releases(env, rollout.project, target)) == 1
     gone = run_cli(env, "set", "destroy", "-f", str(rollout.file), "--yes", timeout=300)
     assert gone.returncode == 0, gone.stderr
+
+
+DENY = """package stackflow
+
+import rego.v1
+
+deny contains {"msg": "content says forbidden", "resource": c.id} if {
+	some c in input.changes
+	contains(c.after.content, "forbidden")
+}
+"""
+
+
+def test_a_policy_gate_holds_a_whole_wave_and_a_halt_rolls_back(
+    tmp_path: Path, stack_env: dict[str, str], worker_process: WorkerProcess
+) -> None:
+    env, project = stack_env, f"s43-{uuid.uuid4().hex[:8]}"
+    bundle = tmp_path / "policy"
+    bundle.mkdir()
+    (bundle / "gate.rego").write_text(DENY)
+    pushed = run_cli(env, "policy", "push", "-p", project, str(bundle))
+    assert pushed.returncode == 0, pushed.stderr
+    files = {w: tmp_path / f"{w}.txt" for w in ("w1", "w2", "w3")}
+    stacks = []
+    for w, path in files.items():
+        content = "forbidden\n" if w == "w3" else f"{w}\n"
+        (tmp_path / f"{w}.yaml").write_text(
+            yaml.safe_dump({"resources": [file_resource(path, content)]})
+        )
+        stacks.append({"project": project, "workspace": w, "spec": f"{w}.yaml"})
+    waves = [{"targets": [f"{project}/w1"]}, {"targets": [f"{project}/w[23]"], "gate": "policy"}]
+    set_file = tmp_path / "gated.yaml"
+    name = f"gated-{project}"
+    set_file.write_text(
+        yaml.safe_dump({"name": name, "stacks": stacks, "strategy": {"waves": waves}})
+    )
+    proc = run_cli(
+        env, "set", "apply", "-f", str(set_file), "--yes", "-o", "json", "--on-failure", "rollback"
+    )
+    assert proc.returncode == 1, f"{proc.stdout}\n{proc.stderr}"
+    view = cli_json(proc)
+    by = {m["workspace"]: m for m in view["members"]}
+    assert view["error_type"] == "RolloutHalted", view
+    assert view["error"].startswith(f"the rollout halted before wave 2: {project}/w3: "), view
+    assert "policy denied" in view["error"] and "content says forbidden" in view["error"]
+    assert by["w3"]["phase"] == "failed" and by["w3"]["error_type"] == "PolicyDenied", by["w3"]
+    assert by["w2"]["phase"] == "skipped"  # allowed, but its wave never started
+    assert view["rolled_back"] == [f"{project}/w1"]
+    assert not any(path.exists() for path in files.values())
+    kinds = [(r.operation, r.phase) for r in all_releases(env, project, "w1")]
+    assert kinds == [(Operation.apply, Phase.succeeded), (Operation.destroy, Phase.succeeded)]
+    assert all_releases(env, project, "w2") == all_releases(env, project, "w3") == []

@@ -43,6 +43,29 @@ def _by(view: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {m["project"]: m for m in view["members"]}
 
 
+def _sse(url: str, path: str, token: str, last: int) -> list[tuple[str, str | None]]:
+    """An SSE stream resumed after ``last`` (``Last-Event-ID``): its (event, id) pairs."""
+    import urllib.error
+    import urllib.request
+
+    headers = {
+        "Authorization": f"Bearer {token}",
+        "Accept": "text/event-stream",
+        "Last-Event-ID": str(last),
+    }
+    try:
+        with urllib.request.urlopen(urllib.request.Request(url + path, headers=headers)) as r:
+            text = r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return [(str(exc.code), None)]
+    found = []
+    for message in text.split("\n\n"):
+        fields = dict(line.split(": ", 1) for line in message.splitlines() if ": " in line)
+        if "event" in fields:
+            found.append((fields["event"], fields.get("id")))
+    return found
+
+
 def _tag() -> str:
     return uuid.uuid4().hex[:8]
 
@@ -69,13 +92,19 @@ def test_one_approval_covers_the_set_and_status_shows_it(
     view = _by(cli_json(proc))
     assert view[a]["phase"] == view[b]["phase"] == "succeeded"
     assert (tmp_path / "b.txt").read_text() == "from a\n"
+    started = re.search(r"set run: stackflow-set/pair-\S+ \(([0-9a-f-]+)\)", proc.stderr)
+    assert started is not None, proc.stderr
     backend = releases(env)
     try:
         for project in (a, b):
             [release] = backend.list(StackRef(project, "prod"))
             assert release.approval is not None and "(auto_approve)" in release.approval.by
+            assert release.set_run == f"pair-{tag}/{started[1]}"  # the set run that made it
     finally:
         backend.close()
+    listed = run_cli(env, "release", "list", "-p", a, "-w", "prod", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert [r["set_run"] for r in cli_json(listed)] == [f"pair-{tag}/{started[1]}"]
     status = run_cli(env, "set", "status", "--set", f"pair-{tag}", "-o", "json")
     assert status.returncode == 0, status.stderr
     shown = cli_json(status)
@@ -83,12 +112,21 @@ def test_one_approval_covers_the_set_and_status_shows_it(
     events = run_cli(env, "set", "events", "--set", f"pair-{tag}")
     assert events.returncode == 0, events.stderr
     lines = [json.loads(line) for line in events.stdout.splitlines()]
-    assert [e["time"] for e in lines] == sorted(e["time"] for e in lines)
-    ends = [(e["stack"], e["operation"]) for e in lines if e["type"] == "run_start"]
-    assert sorted(ends) == sorted(
+    assert [e["seq"] for e in lines] == list(range(1, len(lines) + 1))  # one numbering
+    starts = [(e["stack"], e["operation"]) for e in lines if e["type"] == "run_start"]
+    assert sorted(starts) == sorted(
         (f"{p}/prod", op) for p in (a, b) for op in ("preview", "apply")
-    ), ends
-    assert sum(e["type"] == "run_complete" for e in lines) == 4
+    ), starts
+    assert sum(e["type"] == "stack_complete" for e in lines) == 4
+    assert lines[-1]["type"] == "run_complete" and lines[-1]["status"] == "succeeded"
+    for stack in (f"{a}/prod", f"{b}/prod"):  # each stack's events in its own order
+        runs = {e["run_id"] for e in lines if e.get("stack") == stack}
+        assert len(runs) == 2
+        for run in runs:  # a run's own end comes after its events
+            assert [e for e in lines if e.get("run_id") == run][-1]["type"] == "stack_complete"
+    again = run_cli(env, "set", "events", "--set", f"pair-{tag}", "--after", "3")
+    assert again.returncode == 0, again.stderr
+    assert [json.loads(x) for x in again.stdout.splitlines()] == lines[3:]  # no gap, no copy
     late = run_cli(env, "set", "approve", "--set", f"pair-{tag}")
     assert late.returncode == 1 and "no running run to approve" in late.stderr, late.stderr
     # a stack another stack still reads is not destroyed without it
@@ -140,6 +178,50 @@ async def test_a_bare_start_is_validated_and_runs_inline_specs(
 
             child = await payload_json_async(attrs.input.payloads[0])
             assert child["spec"] is None and child["spec_ref"].startswith("sha256:")
+
+
+async def test_a_bad_set_fails_a_bare_start_in_one_line_before_anything_runs(
+    tmp_path: Path,
+    stack_env: dict[str, str],
+    worker_process: WorkerProcess,
+    temporal_client: Client,
+) -> None:
+    tag, queue = _tag(), stack_env["STACKFLOW_TASK_QUEUE"]
+    a, b = f"s43-a{tag}", f"s43-b{tag}"
+
+    def member(project: str, content: str, deps: list[str] | None = None) -> dict[str, Any]:
+        resource = file_resource(tmp_path / project, content)
+        return {"project": project, "spec": {"resources": [resource]}, "depends_on": deps or []}
+
+    bad = {
+        "cycle": [member(a, "a\n", [f"{b}/default"]), member(b, "b\n", [f"{a}/default"])],
+        "unknown stack": [member(a, "a\n", ["s43-nope/default"])],
+        "no resource": [member(a, "a\n"), member(b, f"$stack.{a}/default.onprem:File:/x.content")],
+    }
+    said = {}
+    for what, members in bad.items():
+        name = f"s43-bad-{tag}-{what.replace(' ', '-')}"
+        handle = await temporal_client.start_workflow(
+            "SetWorkflow",
+            {"name": name, "auto_approve": True, "members": members},
+            id=set_workflow_id(name),
+            task_queue=queue,
+        )
+        with pytest.raises(WorkflowFailureError) as err:
+            await handle.result()
+        cause: Any = err.value.cause
+        assert cause.type == "SpecError", (what, cause)
+        said[what] = cause.message
+        assert "\n" not in cause.message
+    assert said["cycle"].startswith(f"set s43-bad-{tag}-cycle: a cycle between stacks: ")
+    assert said["unknown stack"].endswith("dependsOn s43-nope/default: not a stack of the set")
+    assert said["no resource"].endswith(f"stack {a}/default has no such resource"), said
+    assert not (tmp_path / a).exists() and not (tmp_path / b).exists()  # nothing applied
+    backend = releases(stack_env)
+    try:
+        assert backend.list(StackRef(a, "default")) == backend.list(StackRef(b, "default")) == []
+    finally:
+        backend.close()
 
 
 def test_a_missing_field_fails_the_reader_before_anything_changes(
@@ -453,11 +535,133 @@ def test_the_cli_through_the_api(
         assert (tmp_path / "v.txt").read_text() == "from u\n"
         status = run_cli(cli, "set", "status", "--set", f"api-cli-{tag}", "-o", "json")
         assert status.returncode == 0 and cli_json(status)["phase"] == "succeeded", status.stderr
-        refused = run_cli(cli, "set", "events", "--set", f"api-cli-{tag}")
-        assert refused.returncode == 2 and "does not go through the HTTP API" in refused.stderr
+        streamed = run_cli(cli, "set", "events", "--set", f"api-cli-{tag}")
+        assert streamed.returncode == 0, streamed.stderr
+        lines = [json.loads(line) for line in streamed.stdout.splitlines()]
+        assert {e["stack"] for e in lines[:-1]} == {f"{a}/prod", f"{b}/prod"}
+        assert lines[-1]["type"] == "run_complete"
+        sse = _sse(server.url, f"/v1/sets/api-cli-{tag}/runs/latest/events", "ops-token", 2)
+        assert sse[0] == ("stream", None)
+        assert [seq for _, seq in sse[1:]] == [str(e["seq"]) for e in lines[2:]]
+        denied = _sse(server.url, f"/v1/sets/api-cli-{tag}/runs/latest/events", "x", 0)
+        assert denied == [("401", None)]
+        outside = _set(
+            tmp_path, f"api-out-{tag}", {f"s43-x{tag}": [file_resource(tmp_path / "x", "x\n")]}
+        )
+        denied = run_cli(cli, "set", "apply", "-f", str(outside), "--yes")
+        assert denied.returncode == 2, denied.stderr
+        assert denied.stderr.strip().splitlines() == [
+            f"Error: ops is no role on project s43-x{tag}; a set apply needs operator on "
+            "every stack's project"
+        ], denied.stderr
+        assert not (tmp_path / "x").exists()
         gone = run_cli(cli, "set", "destroy", "-f", str(path), "--yes", "-o", "json")
         assert gone.returncode == 0, gone.stderr
         assert not (tmp_path / "u.txt").exists() and not (tmp_path / "v.txt").exists()
     finally:
         server.stop()
     assert "Traceback" not in server.tail(), server.tail()
+
+
+async def test_a_set_run_past_its_history_budget_continues_as_new(
+    tmp_path: Path,
+    stack_env: dict[str, str],
+    worker_process: WorkerProcess,
+    temporal_client: Client,
+) -> None:
+    """With a history budget of 0 a set run continues as new at every step it can (before
+    its apply, at a retry): the chain ends as one run would, its first run id names it."""
+    import hashlib
+
+    from temporalio.client import WorkflowExecutionStatus
+
+    from tests.integration.opshelp import DIRECT_ONLY
+    from tests.integration.test_api import ApiServer
+
+    env, tag, queue = stack_env, _tag(), stack_env["STACKFLOW_TASK_QUEUE"]
+    a, b = f"s43-c{tag}", f"s43-d{tag}"
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file where a directory must be\n")
+    name = f"s43-can-{tag}"
+    handle = await temporal_client.start_workflow(
+        "SetWorkflow",
+        {
+            "name": name,
+            "history_budget": 0,
+            "on_failure": "pause",
+            "members": [
+                {"project": a, "spec": {"resources": [file_resource(blocker / "a", "a\n")]}},
+                {"project": b, "spec": {"resources": [file_resource(tmp_path / "b", "b\n")]}},
+            ],
+        },
+        id=set_workflow_id(name),
+        task_queue=queue,
+        result_type=SetView,
+    )
+    first = handle.first_execution_run_id or handle.result_run_id
+    assert first is not None
+
+    async def phase(wanted: str) -> SetView | None:
+        latest = temporal_client.get_workflow_handle(set_workflow_id(name))
+        view = await latest.query("status", result_type=SetView)
+        return view if view.phase == wanted else None
+
+    await poll(lambda: phase("awaitingApproval"), timeout=120, what="the set's approval")
+    await handle.execute_update("approve", {"by": "alice"})  # the preview's run approves
+    paused = await poll(lambda: phase("awaitingDecision"), timeout=120, what="the pause")
+    assert [m.phase for m in paused.members] == ["failed", "succeeded"]
+    blocker.unlink()
+    retried = run_cli(env, "set", "retry", "--set", name)
+    assert retried.returncode == 0, retried.stderr
+    view = await handle.result()  # follows the runs it continued as
+    assert view.phase == "succeeded", view.error
+    assert [m.phase for m in view.members] == ["succeeded", "succeeded"]
+    assert (blocker / "a").read_text() == "a\n"
+    chain, run = [], first
+    while True:  # preview + approval | apply + pause | retry
+        described = await temporal_client.get_workflow_handle(
+            set_workflow_id(name), run_id=run
+        ).describe()
+        chain.append(described.status)
+        if described.status != WorkflowExecutionStatus.CONTINUED_AS_NEW:
+            break
+        history = await temporal_client.get_workflow_handle(
+            set_workflow_id(name), run_id=run
+        ).fetch_history()
+        run = history.events[
+            -1
+        ].workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+    assert chain == [WorkflowExecutionStatus.CONTINUED_AS_NEW] * 2 + [
+        WorkflowExecutionStatus.COMPLETED
+    ]
+    backend = releases(env)
+    try:  # one apply each (a: failed, then the retry), each naming the set run by its first id
+        made = {p: backend.list(StackRef(p, "default")) for p in (a, b)}
+    finally:
+        backend.close()
+    assert [r.phase for r in made[a]] == ["failed", "succeeded"] and len(made[b]) == 1
+    assert {r.set_run for rs in made.values() for r in rs} == {f"{name}/{first}"}
+    # the API reads the chain by its first run id; the set's one stream spans it
+    tokens = tmp_path / "tokens.json"
+    digest = hashlib.sha256(b"s43-token").hexdigest()
+    tokens.write_text(json.dumps([{"name": "ops", "sha256": digest, "roles": {"s43-*": "viewer"}}]))
+    server = ApiServer({**env, "STACKFLOW_API_TOKENS": str(tokens)}, tmp_path / "api.log")
+    server.start()
+    try:
+        import httpx
+
+        auth = {"Authorization": "Bearer s43-token"}
+        got = httpx.get(f"{server.url}/v1/sets/{name}/runs/{first}", headers=auth, timeout=30)
+        assert got.status_code == 200 and got.json()["phase"] == "succeeded", got.text
+        cli = {k: v for k, v in env.items() if k not in DIRECT_ONLY}
+        cli.update(STACKFLOW_API_URL=server.url, STACKFLOW_API_TOKEN="s43-token")
+        streamed = run_cli(cli, "set", "events", "--set", name)
+        assert streamed.returncode == 0, streamed.stderr
+        lines = [json.loads(line) for line in streamed.stdout.splitlines()]
+        ends = sorted(e["stack"] for e in lines if e["type"] == "stack_complete")
+        assert ends == sorted([f"{a}/default"] * 3 + [f"{b}/default"] * 2), ends
+        assert lines[-1]["type"] == "run_complete" and lines[-1]["status"] == "succeeded"
+        sse = _sse(server.url, f"/v1/sets/{name}/runs/{first}/events", "s43-token", 0)
+        assert [seq for _, seq in sse[1:]] == [str(e["seq"]) for e in lines]
+    finally:
+        server.stop()

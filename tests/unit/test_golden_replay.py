@@ -50,6 +50,9 @@ EXPECTED = {
     "baseline_approval",
     "plan_grouping_apply",
     "plan_grouping_destroy",
+    "set_continued_1",
+    "set_continued_2",
+    "set_continued_3",
     "set_apply",
     "set_rollout",
 }

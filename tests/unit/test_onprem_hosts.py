@@ -91,6 +91,11 @@ def test_no_permission_is_bad_input_and_a_file_in_the_way_a_conflict() -> None:
         ({"kind": "Service", "path": "/etc/systemd/system/a.conf"}, "path: a Service's unit"),
         ({"kind": "File", "path": "/srv/a", "enabled": True}, "enabled: only a Service"),
         ({"kind": "Service", "path": "/r/etc/systemd/system/a.service", "active": True}, "active"),
+        ({"kind": "File", "path": "/srv/a", "active": True}, "active: only a Service"),
+        (
+            {"kind": "Service", "path": "/etc/systemd/system/a.service", "restartOn": [{}]},
+            "restartOn: restarts need active: true",
+        ),
     ],
 )
 def test_a_service_is_a_unit_file_under_etc_systemd_system(

@@ -90,3 +90,30 @@ def test_the_line_of_a_queue_nobody_polls_names_it() -> None:
     line = no_worker_message("q-terraform", "Terraform", 5)
     assert "'q-terraform'" in line and "within 5s" in line
     assert "stackflow worker --runtimes terraform" in line
+
+
+def test_hosts_pinned_to_queues_route_their_nodes_and_their_workers_poll_only_them() -> None:
+    from stackflow.runtimes.onprem.rules import RULES
+    from stackflow.temporal.runtime_queues import route
+
+    env = {"STACKFLOW_RUNTIME_QUEUES": "on,onprem@dc1-*=zone1,onprem@db9=zone2"}
+    queues = runtime_queues("sf", env)
+    assert queues["OnPrem@dc1-*"] == "zone1" and queues["OnPrem"] == "sf-onprem"
+    place = RULES.place
+    assert place({"host": "ssh://deploy@dc1-web:2222"}) == "dc1-web" and place({}) is None
+    assert route("OnPrem", place({"host": "dc1-db"}), queues) == "OnPrem@dc1-*"
+    assert route("OnPrem", place({"host": "db9"}), queues) == "OnPrem@db9"
+    assert route("OnPrem", place({"host": "web"}), queues) is None
+    assert route("Kubernetes", "dc1-x", queues) is None
+    assert plan_queues(["OnPrem", "OnPrem@db9"], queues) == {
+        "OnPrem": "sf-onprem",
+        "OnPrem@db9": "zone2",
+    }
+    zone = serving("sf", "onprem@dc1-*", env)
+    assert zone.queues == {"zone1": "OnPrem"} and not zone.main
+    assert zone.types == frozenset({"OnPrem"})
+    assert set(serving("sf", None, env).queues) >= {"zone1", "zone2", "sf-onprem"}
+    with pytest.raises(RoutingError, match="onprem@dc1-"):
+        serving("sf", "onprem@dc2-*", env)
+    with pytest.raises(RoutingError, match="STACKFLOW_RUNTIME_QUEUES"):
+        runtime_queues("sf", {"STACKFLOW_RUNTIME_QUEUES": "onprem@=q"})

@@ -123,22 +123,27 @@ class Parents:
         """Parents found missing (read, delete), until a call creates directories."""
         self._changed: dict[str, list[FileJob]] = {}
         self._lock = threading.Lock()  # a host's calls run in several threads
+        self._opening: dict[str, threading.Lock] = {}
 
     def get(self, where: Confined, *, create: bool) -> Dir | None:
         key = where.target.parent
-        with self._lock:
+        with self._lock:  # one opening per directory at once; other directories meanwhile
+            opening = self._opening.setdefault(key, threading.Lock())
+        with opening:
             found = self._open.get(key)
             if found is not None:
                 return found
-            if create:
-                self._missing.clear()
-            elif key in self._missing:
-                return None
+            with self._lock:
+                if create:
+                    self._missing.clear()
+                elif key in self._missing:
+                    return None
             found = where.fs.open_parent(where, create)
-            if found is None:
-                self._missing.add(key)
-            else:
-                self._open[key] = found
+            with self._lock:
+                if found is None:
+                    self._missing.add(key)
+                else:
+                    self._open[key] = found
             return found
 
     def changed(self, job: FileJob) -> None:
@@ -183,6 +188,10 @@ class FileJob:
     staged: Staged | None = field(default=None, repr=False)
     enable: bool | None = None
     """A Service's enablement to set once its unit file is written."""
+    reload: bool = False
+    """A Service's unit file changed under a running systemd: ``daemon-reload`` first."""
+    unit_verb: str | None = None
+    """``start``, ``stop`` or ``restart`` of a Service's unit, once its files are written."""
 
     @property
     def key(self) -> str:
@@ -258,8 +267,8 @@ class FileJob:
                 self.staged = where.stage(parent, want["content"], mode)
             elif live["mode"] != want["mode"]:
                 parent.chmod(where.target.name, mode, directory=False)
-            if attrs.kind == "Service" and (live is None or live["enabled"] != want["enabled"]):
-                self.enable = want["enabled"]
+            if attrs.kind == "Service":
+                self._plan_service(live, want)
         else:
             if live is None:
                 parent.mkdir(where.target.name)
@@ -268,6 +277,28 @@ class FileJob:
         # what is there once the batch is durable: exactly what was asked (written or
         # found), so it is not read back
         self.result = want
+
+    def _plan_service(self, live: Attributes | None, want: Attributes) -> None:
+        """What :meth:`settle` does to a Service once its unit file is in place: enablement,
+        and under a running systemd a reload, then a start, stop, or one restart when its
+        unit or a ``restartOn`` resource changed."""
+        assert self.attrs is not None
+        if live is None or live["enabled"] != want["enabled"]:
+            self.enable = want["enabled"]
+        if self.attrs.active is None:
+            return
+        running = live is not None and live.get("active") is True
+        self.reload = self.staged is not None
+        if not self.attrs.active:
+            self.unit_verb = "stop" if running else None
+        elif not running:
+            self.unit_verb = "start"
+        elif (
+            self.staged is not None
+            or live is None
+            or live.get("restartOn") != want.get("restartOn")
+        ):
+            self.unit_verb = "restart"
 
     def _delete(self, parents: Parents) -> None:
         where, attrs = self.where, self.attrs
@@ -281,6 +312,9 @@ class FileJob:
             return
         if attrs.kind == "Service" and live["kind"] == "File":
             live["kind"] = "Service"
+            if attrs.active is not None:
+                self._unit("stop")
+                self.reload = True
             self._systemctl("disable")
         if live["kind"] != attrs.kind:
             raise Conflict(
@@ -311,18 +345,42 @@ class FileJob:
             raise Conflict(f"{rid}: systemctl {verb} {unit}: {out[-300:]}", resource_id=rid)
         return out.splitlines()[-1] if out else ""
 
+    def _unit(self, verb: str) -> str:
+        """``systemctl <verb> <unit>`` to the running systemd where the Service lives."""
+        assert self.where is not None
+        _, unit = systemctl_args(self.where.target.path)
+        args = ("daemon-reload",) if verb == "daemon-reload" else (verb, unit)
+        code, out = self.where.fs.systemctl(*args)
+        if code != 0 and verb != "is-active":
+            rid = self.request.id
+            raise Conflict(f"{rid}: systemctl {' '.join(args)}: {out[-300:]}", resource_id=rid)
+        return out.splitlines()[-1] if out else ""
+
     def _as_service(self, live: Attributes | None) -> Attributes | None:
-        """A Service's unit file as the Service: whether its unit is enabled beside it."""
-        assert self.attrs is not None
-        if self.attrs.kind == "Service" and live is not None and live["kind"] == "File":
+        """A Service's unit file as the Service: whether its unit is enabled (and, when
+        managed, active) beside it; ``restartOn`` as its last apply recorded it."""
+        attrs = self.attrs
+        assert attrs is not None
+        if attrs.kind == "Service" and live is not None and live["kind"] == "File":
             live.update(kind="Service", enabled=self._systemctl("is-enabled") == "enabled")
+            if attrs.active is not None:
+                live["active"] = self._unit("is-active") == "active"
+            if attrs.restart_on:
+                live["restartOn"] = (self.request.prior_state or {}).get("restartOn")
         return live
 
     def settle(self) -> None:
-        """A Service enabled or disabled, once its unit file is in place."""
+        """A Service's unit reloaded, enabled or disabled, started, stopped or restarted (once),
+        once its files are in place."""
+        if self.reload:
+            self._unit("daemon-reload")
+            self.reload = False
         if self.enable is not None:
             self._systemctl("enable" if self.enable else "disable")
             self.enable = None
+        if self.unit_verb is not None:
+            verb, self.unit_verb = self.unit_verb, None
+            self._unit(verb)
 
     def commit(self, parents: Parents) -> None:
         """The durable new content renamed over the target."""

@@ -14,13 +14,14 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import json
 import os
 import re
 import stat
 from collections.abc import Iterator
-from typing import Literal, NamedTuple, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from stackflow.runtimes.base import Attributes, Conflict, InvalidInput, ResourceRequest, Unavailable
 from stackflow.runtimes.file_roots import OnPremTarget, check_size
@@ -35,7 +36,7 @@ LOCAL_HOSTS = {None, "", "localhost", "127.0.0.1"}
 class OnPremAttributes(BaseModel):
     """The accepted attribute shape; unknown keys are refused so typos never pass silently."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     kind: Literal["File", "Directory", "Service"]
     path: str
@@ -44,6 +45,12 @@ class OnPremAttributes(BaseModel):
     host: str | None = None
     enabled: bool | None = None
     """A Service's unit enabled (default) or not."""
+    active: bool | None = None
+    """A Service's unit started (true) or stopped (false) by the host's running systemd;
+    None: left as it is (no running systemd needed)."""
+    restart_on: list[Any] | str | None = Field(default=None, alias="restartOn", max_length=64)
+    """``$kusion_path.<resource id>`` of each resource whose change restarts the unit
+    (resolved to its live state: a dependency, written first); recorded as its digest."""
 
     @field_validator("path")
     @classmethod
@@ -85,8 +92,14 @@ def parse_attributes(resource: ResourceRequest) -> OnPremAttributes:
         problem = "content: a Directory has no content"
     elif attrs.kind != "Service" and attrs.enabled is not None:
         problem = "enabled: only a Service is enabled"
+    elif attrs.kind != "Service" and (attrs.active is not None or attrs.restart_on):
+        problem = "active: only a Service is started, stopped or restarted"
     elif attrs.kind == "Service" and not _UNIT_PATH.match(attrs.path):
         problem = "path: a Service's unit file is <root>/etc/systemd/system/<name>.<unit type>"
+    elif attrs.restart_on and attrs.active is None:
+        problem = "restartOn: restarts need active: true (a running systemd)"
+    elif attrs.active is not None and systemctl_args(attrs.path)[0] != "--root=/":
+        problem = "active: a running systemd's units are under /etc/systemd/system"
     if problem:
         raise InvalidInput(f"{resource.id}: attributes.{problem}", resource_id=resource.id)
     return attrs
@@ -112,9 +125,22 @@ def desired_state(attrs: OnPremAttributes) -> Attributes:
         state["content"] = attrs.content or ""
     if attrs.kind == "Service":
         state["enabled"] = attrs.enabled is not False
+        if attrs.active is not None:
+            state["active"] = attrs.active
+        if attrs.restart_on:
+            state["restartOn"] = restart_stamp(attrs.restart_on)
     if attrs.host:
         state["host"] = attrs.host
     return state
+
+
+def restart_stamp(resolved: list[Any] | str) -> str:
+    """What a Service's ``restartOn`` resources were when it was last applied: a digest of
+    their live states (a change to any restarts the unit once); a recorded one as it is."""
+    if isinstance(resolved, str):
+        return resolved
+    text = json.dumps(resolved, sort_keys=True, default=str).encode()
+    return "sha256:" + hashlib.sha256(text).hexdigest()[:16]
 
 
 class Stat(NamedTuple):

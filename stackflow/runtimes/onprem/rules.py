@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Sequence
-from typing import ClassVar
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 from stackflow.engine.graph import KUSION_PATH_PREFIX
 from stackflow.model.runtime_rules import Described, Grouping, RuntimeRules
@@ -65,6 +65,19 @@ class OnPremRules(RuntimeRules):
 
     def implicit_dependencies(self, resources: Sequence[Described]) -> dict[str, list[str]]:
         return containment(resources)
+
+    def place(self, attributes: Mapping[str, Any]) -> str | None:
+        """The host's name (an alias, or an ``ssh://`` address's host), as the policy's host
+        globs match it; None: this machine."""
+        host = attributes.get("host")
+        if not isinstance(host, str) or host in ("", "localhost", "127.0.0.1"):
+            return None
+        from stackflow.runtimes.onprem.hosts import parse_host  # the policy's, when needed
+
+        try:
+            return parse_host(host).name
+        except ValueError:
+            return None  # refused by the runtime's own check
 
 
 RULES = OnPremRules()

@@ -269,12 +269,13 @@ class SshHost:
 
     def open_parent(self, where: Confined, create: bool) -> SftpDir | None:
         parent = where.target.parent
-        if create:
-            self.run(lambda sftp: sftp.makedirs(parent, exist_ok=True), parent)
-        else:
-            st = self.run(_lstat(parent), parent)
-            if st is None or not st.mode & 0o40000:
+        st = self.run(_lstat(parent), parent)
+        if st is None or not st.mode & 0o40000:
+            if not create:
                 return None
+            # asyncssh's makedirs tries each component from "/" (two round trips each):
+            # only when the directory is not there already
+            self.run(lambda sftp: sftp.makedirs(parent, exist_ok=True), parent)
         return SftpDir(self, parent)
 
     def close(self) -> None:
@@ -364,7 +365,12 @@ class SftpDir:
             except asyncssh.SFTPNoSuchFile:
                 return None
             try:
-                data = await handle.read(limit + 1)
+                # the size lstat saw and one byte more (asyncssh reads a larger size as many
+                # requests at once); the rest up to the limit only if it grew meanwhile
+                want = found.size + 1
+                data = await handle.read(want)
+                if len(data) >= want:
+                    data += await handle.read(limit + 1 - len(data), len(data))
             finally:
                 await handle.close()
             return found, data if isinstance(data, bytes) else data.encode()

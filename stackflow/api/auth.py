@@ -21,7 +21,6 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import jwt
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from starlette.concurrency import run_in_threadpool
@@ -59,6 +58,8 @@ def looks_like_jwt(token: str) -> bool:
     """Two dots and a header that decodes as a JWT's (the signature is not looked at)."""
     if token.count(".") != 2:
         return False
+    import jwt  # only a server with OIDC asks: the CLI's in-process API never imports it
+
     try:
         jwt.get_unverified_header(token)
     except (jwt.PyJWTError, ValueError):  # ValueError: not UTF-8

@@ -22,12 +22,14 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterator, Sequence
-
-import redis
+from typing import TYPE_CHECKING
 
 from stackflow.core.refs import RunRef, StackRef
 from stackflow.model.events import PAGE_LIMIT, NewEvent, RunEvent
 from stackflow.state.protocols import RunEventLog
+
+if TYPE_CHECKING:
+    import redis
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +44,9 @@ class Bell:
     a worker thread, as the append itself)."""
 
     def __init__(self, redis_url: str | None) -> None:
+        import redis  # a worker's (the API in the CLI's process needs no bell)
+
+        self._error = redis.RedisError
         self._client: redis.Redis | None = (
             redis.Redis.from_url(
                 redis_url, socket_timeout=SOCKET_TIMEOUT, socket_connect_timeout=SOCKET_TIMEOUT
@@ -57,7 +62,7 @@ class Bell:
             return
         try:
             self._client.publish(CHANNEL + run_id, b"")
-        except redis.RedisError as exc:
+        except self._error as exc:
             self._down_until = time.monotonic() + RETRY_AFTER_SECONDS
             if not self._warned:
                 self._warned = True

@@ -1,4 +1,5 @@
-"""The resource DAG: edges from ``dependsOn``, ``$kusion_path`` references and containment.
+"""The resource DAG: edges from ``dependsOn``, ``$kusion_path`` references (and the resource
+ids a runtime's rules read as such) and implicit ones (containment).
 
 Pure and deterministic (no I/O, no iteration over sets to decide order) so that Temporal
 workflow code may call it. Edges point from the dependency to the dependent.
@@ -207,6 +208,32 @@ def implicit_dependencies(resources: Sequence[Described]) -> dict[str, list[str]
         for rid, deps in rules.implicit_dependencies(resources).items():
             found.setdefault(rid, []).extend(deps)
     return found
+
+
+def expand_id_references(spec: Spec) -> None:
+    """Each resource id listed in an attribute its runtime names in
+    :attr:`RuntimeRules.id_reference_fields`, rewritten in place as the ``$kusion_path.<id>``
+    reference it means (an entry that is a reference already stays), so the graph, the
+    resolution and the plan are the reference form's. GraphError for an id of no resource."""
+    fields = {t: r.id_reference_fields for t, r in all_rules().items() if r.id_reference_fields}
+    ids: set[str] = set()
+    for index, resource in enumerate(spec.resources):
+        for name in fields.get(resource.type, ()):
+            listed = resource.attributes.get(name)
+            if not isinstance(listed, list):
+                continue
+            ids = ids or {r.id for r in spec.resources}
+            expanded = []
+            for n, entry in enumerate(listed):
+                if isinstance(entry, str) and not entry.startswith(KUSION_PATH_PREFIX):
+                    if entry not in ids:
+                        raise GraphError(
+                            f"resources[{index}] (id {resource.id!r}): attributes.{name}[{n}]: "
+                            f"unknown resource {entry!r}"
+                        )
+                    entry = KUSION_PATH_PREFIX + entry
+                expanded.append(entry)
+            resource.attributes[name] = expanded
 
 
 def build_graph(spec: Spec) -> Graph:

@@ -21,7 +21,7 @@ import yaml
 from pydantic import ValidationError
 
 from stackflow.core.errors import SpecError
-from stackflow.engine.graph import build_graph
+from stackflow.engine.graph import build_graph, expand_id_references
 from stackflow.model.runtime_rules import known_types, rules_for
 from stackflow.model.spec import MAX_RESOURCE_BYTES, Resource, Spec, canonical_json
 
@@ -269,13 +269,19 @@ def parse_spec(data: Any, source: str = "<input>") -> Spec:
 def load_stored_spec(data: Any, source: str) -> Spec:
     """A spec the state backend stored (by content ref, hash checked): :func:`parse_spec`
     checked it (ids, types, sizes, the graph) before it was stored, so only its shape is
-    validated again. A run given a stored spec by ref checks it whole once
-    (:func:`check_spec`, in ``prepare_operation``); its other activities load it as is."""
+    validated again (and ids a runtime reads as references are written as such, as parsing
+    does). A run given a stored spec by ref checks it whole once (:func:`check_spec`, in
+    ``prepare_operation``); its other activities load it as is."""
     with gc_paused():
         try:
-            return Spec.model_validate(data)
+            spec = Spec.model_validate(data)
         except ValidationError as err:
             raise SpecError(f"{source}: {_validation_message(data, err)}") from err
+        try:
+            expand_id_references(spec)
+        except SpecError as err:
+            raise type(err)(f"{source}: {err}") from err
+        return spec
 
 
 def _validate(data: dict[str, Any], source: str) -> Spec:
@@ -288,7 +294,8 @@ def _validate(data: dict[str, Any], source: str) -> Spec:
 
 
 def check_spec(spec: Spec, source: str) -> None:
-    """What a valid shape does not say: known types, id conventions, sizes, a sound graph."""
+    """What a valid shape does not say: known types, id conventions, sizes, a sound graph
+    (resource ids listed where a runtime reads references written as ``$kusion_path``)."""
     for index, resource in enumerate(spec.resources):
         where = f"{source}: resources[{index}] (id {resource.id!r})"
         problem = unknown_type(resource.type)
@@ -315,6 +322,7 @@ def check_spec(spec: Spec, source: str) -> None:
                 f"the limit is {MAX_RESOURCE_BYTES} bytes per resource"
             )
     try:
+        expand_id_references(spec)
         build_graph(spec)
     except SpecError as err:
         raise type(err)(f"{source}: {err}") from err

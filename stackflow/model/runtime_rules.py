@@ -8,13 +8,14 @@ its ``pyproject.toml`` the same way)::
     mycloud = "mycloud_runtime.rules:RULES"
 
 The rules say which ``type`` a resource names to reach the runtime, what a valid id of that
-type looks like, which of its attributes are secret, which edges its resources imply, and,
-as data, where the runtime and its worker-policy section are (class paths
-``"package.module:Class"`` that :mod:`stackflow.runtimes.registry` and
-:mod:`stackflow.runtimes.policy` import on a worker), its task queue's name and how its nodes
-are grouped in a walk. The rules module must be cheap to import (no client libraries, not
-its own runtime): spec validation and masking load it in the CLI. Policy checks belong to
-the runtime (:meth:`runtimes.base.Runtime.check_policy`), which reads the worker policy of
+type looks like, which of its attributes are secret, which edges its resources imply, which
+attributes list the ids of resources they read, and, as data, where the runtime and its
+worker-policy section are (class paths ``"package.module:Class"`` that
+:mod:`stackflow.runtimes.registry` and :mod:`stackflow.runtimes.policy` import on a worker),
+its task queue's name and how its nodes are grouped in a walk. The rules module must be
+cheap to import (no client libraries, not its own runtime): spec validation and masking
+load it in the CLI. Policy checks belong to the runtime
+(:meth:`runtimes.base.Runtime.check_policy`), which reads the worker policy of
 :mod:`stackflow.runtimes.policy` and keeps its own checks in its own package.
 
 This module finds runtimes by entry point only, so ``stackflow`` imports no runtime module,
@@ -96,6 +97,12 @@ class RuntimeRules:
     """How large a group of its nodes grows (when :attr:`grouped`). The prepare activity puts
     the run's grouping on its plan (``OperationPlan.grouping``), and the walk reads it from
     there, so a run groups the same way on every worker and on replay."""
+
+    id_reference_fields: ClassVar[tuple[str, ...]] = ()
+    """Attributes that list resource ids, each meaning what ``$kusion_path.<id>`` means: a
+    dependency, whose live state the runtime is given in its place (OnPrem: a Service's
+    ``restartOn``). :func:`stackflow.engine.graph.expand_id_references` writes them so
+    when a spec is loaded; an entry written as a reference already stays as it is."""
 
     @property
     def runtime_name(self) -> str:

@@ -1,7 +1,13 @@
-"""DAG rules: dependsOn and $kusion_path edges, rejections, layers and orders."""
+"""DAG rules: dependsOn and $kusion_path edges (and ids a runtime reads as references),
+rejections, layers and orders."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +21,7 @@ from stackflow.engine.graph import (
     match_reference,
     resolve_references,
 )
-from stackflow.engine.spec import parse_spec
+from stackflow.engine.spec import load_stored_spec, parse_spec
 from stackflow.model.spec import Resource, ResourceType, Spec
 
 DEPLOY = "apps/v1:Deployment:ns:web"
@@ -230,3 +236,77 @@ def test_recorded_directories_are_deleted_after_their_files_even_without_recorde
     # a recorded edge the other way round (written by hand) wins over the implicit one
     graph, _ = deletion_graph([recorded("File", "/d/a"), recorded("Directory", "/d", ["/d/a"])])
     assert graph.reverse_topological_order() == ["/d", "/d/a"]
+
+
+CONF = "onprem:File:/etc/demo/demo.conf"
+UNIT = "/etc/systemd/system/demo.service"
+
+
+def service_spec(*restart_on: Any, kind: str = "Service") -> dict[str, Any]:
+    """A File and a Service restarted when listed resources change (as written by hand)."""
+    return {
+        "resources": [
+            {"id": CONF, "type": "OnPrem", "attributes": {"kind": "File", "path": "/etc/a"}},
+            {"id": "v1:ConfigMap:ns:x", "type": "Kubernetes", "attributes": {"restartOn": ["x"]}},
+            {
+                "id": "svc",
+                "type": "OnPrem",
+                "attributes": {"kind": kind, "path": UNIT, "restartOn": list(restart_on)},
+            },
+        ]
+    }
+
+
+def test_ids_a_runtime_reads_as_references_are_the_reference_form() -> None:
+    """OnPrem's ``restartOn`` lists ids: each means ``$kusion_path.<id>`` (an edge, the whole
+    live state in its place), so both forms make the same spec, graph and resolution; an
+    attribute of that name of another runtime's resource is left as written."""
+    bare = parse_spec(service_spec(CONF, {"kept": 1}))
+    as_reference = parse_spec(service_spec(f"$kusion_path.{CONF}", {"kept": 1}))
+    assert bare == as_reference
+    attrs = bare.resources[2].attributes
+    assert attrs["restartOn"] == [f"$kusion_path.{CONF}", {"kept": 1}]
+    assert bare.resources[1].attributes["restartOn"] == ["x"]
+    g = build_graph(bare)
+    assert g.edges == build_graph(as_reference).edges == [(CONF, "svc")]
+    assert find_references(attrs, g.ids) == [Reference(CONF, "")]
+    live = {CONF: {"kind": "File", "path": "/etc/a", "content": "a=1\n"}}
+    assert resolve_references(attrs["restartOn"], live) == [live[CONF], {"kept": 1}]
+    # loading it again (a stored spec) changes nothing; one stored raw is expanded the same
+    assert load_stored_spec(bare.model_dump(by_alias=True), "ref") == bare
+    assert load_stored_spec(service_spec(CONF, {"kept": 1}), "ref") == bare
+
+
+@pytest.mark.parametrize("loader", [parse_spec, load_stored_spec])
+def test_an_unknown_id_where_a_runtime_reads_references_is_one_line(loader: Any) -> None:
+    with pytest.raises(GraphError) as err:
+        loader(service_spec(CONF, "onprem:File:/etc/nope"), "spec.yaml")
+    assert str(err.value) == (
+        "spec.yaml: resources[2] (id 'svc'): attributes.restartOn[1]: "
+        "unknown resource 'onprem:File:/etc/nope'"
+    )
+    assert err.value.exit_code == 2
+    with pytest.raises(GraphError, match="dependency cycle: svc -> svc"):
+        parse_spec(service_spec("svc"))
+
+
+def test_the_cli_validates_and_graphs_restart_on_ids(tmp_path: Path) -> None:
+    """``stackflow validate`` refuses an unknown id (exit 2, one line); ``graph`` shows the
+    edge of a listed id."""
+    spec = tmp_path / "spec.yaml"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "stackflow.cli.main", *args, "-f", str(spec)]
+        return subprocess.run(command, capture_output=True, text=True, env=env, timeout=60)
+
+    spec.write_text(json.dumps(service_spec(CONF)))
+    shown = run("graph", "-o", "json")
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["edges"] == [[CONF, "svc"]]
+    spec.write_text(json.dumps(service_spec("nope")))
+    bad = run("validate")
+    assert bad.returncode == 2, bad
+    assert bad.stderr.strip().splitlines() == [
+        f"Error: {spec}: resources[2] (id 'svc'): attributes.restartOn[0]: unknown resource 'nope'"
+    ]

@@ -49,8 +49,9 @@ class OnPremAttributes(BaseModel):
     """A Service's unit started (true) or stopped (false) by the host's running systemd;
     None: left as it is (no running systemd needed)."""
     restart_on: list[Any] | str | None = Field(default=None, alias="restartOn", max_length=64)
-    """``$kusion_path.<resource id>`` of each resource whose change restarts the unit
-    (resolved to its live state: a dependency, written first); recorded as its digest."""
+    """The id (or ``$kusion_path.<id>``) of each resource whose change restarts the unit
+    (resolved by the engine to its live state: a dependency, written first); recorded as
+    its digest."""
 
     @field_validator("path")
     @classmethod

@@ -57,6 +57,7 @@ class OnPremRules(RuntimeRules):
     runtime: ClassVar[str] = "stackflow.runtimes.onprem.runtime:OnPremRuntime"
     policy_section: ClassVar[str | None] = "stackflow.runtimes.policy:OnPremPolicy"
     backend_argument: ClassVar[str | None] = "claims"
+    id_reference_fields: ClassVar[tuple[str, ...]] = ("restartOn",)
     grouped: ClassVar[bool] = True
     grouping: ClassVar[Grouping] = Grouping(limit=128, rounds=32)
     """A group takes up to 32 nodes per call of its share of the concurrency (a run asked

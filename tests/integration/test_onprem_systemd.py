@@ -129,8 +129,10 @@ async def test_a_service_is_started_restarted_once_per_change_stopped_and_destro
 def test_a_service_through_the_cli_restarts_once_when_its_restart_on_file_changes(
     tmp_path: Path, stack_env: dict[str, str], machine: Machine
 ) -> None:
-    """The engine's part: ``restartOn`` as ``$kusion_path`` references (the file written
-    first, its live state handed to the Service), the preview of the live state, destroy."""
+    """The engine's part: ``restartOn`` listing resource ids (each read as the
+    ``$kusion_path`` reference it means, which previews the same: the file written first,
+    its live state handed to the Service), the preview of the live state, destroy; an
+    unknown id refused at preview."""
     m = machine
     env = {**stack_env, **m.env("/etc/systemd/system", "/etc/demo")}
     worker = WorkerProcess(tmp_path, env["STACKFLOW_TASK_QUEUE"], env)
@@ -144,14 +146,14 @@ def test_a_service_through_the_cli_restarts_once_when_its_restart_on_file_change
 def _cli_service(tmp_path: Path, env: dict[str, str], m: Machine) -> None:
     conf_id = f"onprem:File:{CONF}"
 
-    def spec(conf: str) -> Path:
+    def spec(conf: str, listed: str = conf_id) -> Path:
         return write_spec(tmp_path / "spec.yaml", [
             {"id": conf_id, "type": "OnPrem",
              "attributes": {"kind": "File", "path": CONF, "content": conf, "host": m.url}},
             {"id": "onprem:Service:demo", "type": "OnPrem",
              "attributes": {"kind": "Service", "path": SERVICE_PATH, "host": m.url,
                             "content": UNIT.format(extra=""), "active": True,
-                            "restartOn": [f"$kusion_path.{conf_id}"]}},
+                            "restartOn": [listed]}},
         ])  # fmt: skip
 
     def starts() -> int:
@@ -162,6 +164,18 @@ def _cli_service(tmp_path: Path, env: dict[str, str], m: Machine) -> None:
     preview = ["preview", "-p", project, "-o", "json"]
     first = cli_json(expect_exit(run_cli(env, *preview, "-f", str(spec("a=1\n")))))
     assert first["summary"]["Create"] == 2, first["summary"]
+    # the Service reads the file's state once it is written: a dependency, as the reference
+    restart_on = next(c for c in first["changes"] if c["id"] == "onprem:Service:demo")["diff"]
+    assert {"path": "restartOn[0]", "old": None, "new": "(known after apply)"} in restart_on
+    written = cli_json(
+        expect_exit(run_cli(env, *preview, "-f", str(spec("a=1\n", f"$kusion_path.{conf_id}"))))
+    )
+    assert written["changes"] == first["changes"], (written, first)
+    unknown = expect_exit(run_cli(env, *preview, "-f", str(spec("a=1\n", "onprem:File:/x"))), 2)
+    assert unknown.stderr.strip().endswith(
+        "resources[1] (id 'onprem:Service:demo'): attributes.restartOn[0]: "
+        "unknown resource 'onprem:File:/x'"
+    ), unknown.stderr
     done = cli_json(expect_exit(run_cli(env, *apply, "-f", str(spec("a=1\n")))))
     assert done["phase"] == "succeeded", done
     assert m.systemctl("is-active", "demo.service") == "active" and starts() == 1

@@ -51,7 +51,8 @@ def containment(resources: Sequence[Described]) -> dict[str, list[str]]:
 
 
 class OnPremRules(RuntimeRules):
-    """Any unique id; file content is not secret by name; nodes share activities."""
+    """Any unique id; file content is not secret by name; a Service's ``restartOn`` lists the
+    ids of resources it reads; nodes share activities."""
 
     type_name: ClassVar[str] = TYPE_NAME
     runtime: ClassVar[str] = "stackflow.runtimes.onprem.runtime:OnPremRuntime"

@@ -34,8 +34,7 @@ from stackflow.engine.masking import (
     sensitive_values,
     tainted_paths,
 )
-from stackflow.engine.stack_set import SET_SECRETS
-from stackflow.model.spec import Resource
+from stackflow.model.spec import SET_SECRETS, Resource
 from stackflow.runtimes.base import ResourceRequest, Runtime, RuntimeOptions
 from stackflow.temporal.activity_io import GroupInput, NodeInput
 

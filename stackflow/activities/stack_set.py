@@ -21,7 +21,6 @@ from stackflow.engine.masking import sensitive_paths_for
 from stackflow.engine.spec import check_spec, parse_spec, parse_spec_text
 from stackflow.engine.stack_set import (
     SET_READS,
-    SET_SECRETS,
     UNKNOWN_UNTIL_APPLY,
     check_set,
     check_waves,
@@ -30,7 +29,7 @@ from stackflow.engine.stack_set import (
     resolve,
 )
 from stackflow.model.release import Operation, Phase
-from stackflow.model.spec import Spec
+from stackflow.model.spec import SET_SECRETS, Spec
 from stackflow.runtimes.policy import worker_policy
 from stackflow.state.git_sources import git_cache, read_spec_file
 from stackflow.temporal.operation import StatusView

@@ -35,8 +35,6 @@ from stackflow.engine.graph import Graph, build_graph
 from stackflow.engine.masking import masked_release_data
 from stackflow.engine.spec import load_spec
 from stackflow.model.release import Release, Unlocked
-from stackflow.state.backend import open_backend
-from stackflow.state.kusion import export_kusion_releases
 
 
 class GraphFormat(StrEnum):
@@ -274,8 +272,12 @@ def release_export(
             "(give --project, and --workspace for one stack)"
         )
     else:  # every project: the state backend of this machine
+        from stackflow.state.backend import open_backend  # this machine's only
+
         store = open_backend()
         try:
+            from stackflow.state.kusion import export_kusion_releases
+
             written = export_kusion_releases(store, kusion_layout.expanduser(), project, workspace)
         finally:
             store.close()
@@ -423,6 +425,7 @@ def output(
         raise not_through_api("--show-sensitive")
     if show_sensitive:  # the state backend's values: this machine's, never the API's
         from stackflow.api.releases import readable
+        from stackflow.state.backend import open_backend  # this machine's only
 
         store = open_backend()
         try:

@@ -39,10 +39,9 @@ from stackflow.core.paths import (
     touches,
 )
 from stackflow.engine.graph import KUSION_PATH_PREFIX, find_references, match_reference
-from stackflow.engine.stack_set import SET_SECRETS
 from stackflow.model.release import Release
 from stackflow.model.runtime_rules import rules_for
-from stackflow.model.spec import Resource, Spec
+from stackflow.model.spec import SET_SECRETS, Resource, Spec
 
 SENSITIVE_MARKER = "(sensitive value)"
 CONTEXT_ENV = "context.env"

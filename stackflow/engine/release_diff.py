@@ -40,8 +40,7 @@ from stackflow.engine.masking import (
     masked_value,
     release_sensitive_paths,
 )
-from stackflow.engine.stack_set import SET_SECRETS
-from stackflow.model.spec import Resource, Spec
+from stackflow.model.spec import SET_SECRETS, Resource, Spec
 
 SET_SECRETS_PATH = f"context.{SET_SECRETS}"
 

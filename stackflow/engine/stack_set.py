@@ -30,10 +30,6 @@ UNKNOWN_UNTIL_APPLY = "(known after apply)"
 SET_READS = "_stackflow_set_reads"
 """A resolved spec's ``context`` key: the stacks its ``$stack.`` references read (a set's
 destroy refuses to destroy a stack that a stack outside the set still reads)."""
-SET_SECRETS = "_stackflow_set_secrets"
-"""A resolved spec's ``context`` key: the sensitive values its ``$stack.`` references took
-(from another stack's secret fields). The member's run knows them as its stack's secrets, so
-wherever they turn up they are masked and recorded sensitive; release views mask the key."""
 
 IdsOf = Callable[[str], Container[str] | None]
 """A stack (``project/workspace``) -> its resource ids, or None when there is no such stack."""

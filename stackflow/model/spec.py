@@ -14,6 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field, StrictStr, field_validator
 MAX_RESOURCE_BYTES = 1024 * 1024
 """Serialised attributes of one resource may not exceed this (1 MiB)."""
 
+SET_SECRETS = "_stackflow_set_secrets"
+"""A resolved spec's ``context`` key: the sensitive values its ``$stack.`` references took
+(from another stack's secret fields). The member's run knows them as its stack's secrets, so
+wherever they turn up they are masked and recorded sensitive; release views mask the key."""
+
 
 class ResourceType(StrEnum):
     """The types of the runtimes stackflow ships (names for callers and tests). A resource's

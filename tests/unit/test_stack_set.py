@@ -218,8 +218,8 @@ def test_a_value_taken_from_a_secret_is_masked_in_release_views() -> None:
     from stackflow.core.refs import StackRef
     from stackflow.engine.masking import SENSITIVE_MARKER, masked_release_data
     from stackflow.engine.release_diff import diff_releases
-    from stackflow.engine.stack_set import SET_SECRETS
     from stackflow.model.release import Phase, Release
+    from stackflow.model.spec import SET_SECRETS
 
     def spec(password: str) -> Spec:
         resource = {"kind": "File", "path": "/tmp/p", "content": password, "mode": "0600"}

@@ -90,7 +90,7 @@ def graph_members(
 ) -> tuple[list[Member], Strategy | None]:
     """The set file at ``commit``: its stacks, each spec file (beside it) read at that commit
     too, so the set is checked whole (references, cycles) before anything starts."""
-    cache, where = git_cache(), f"{source.url}@{commit[:12]}"
+    cache, where = git_cache(), f"set {name}: {source.url}@{commit[:12]}"
 
     def read(path: str) -> str:
         return read_spec_file(
@@ -139,10 +139,8 @@ async def start_pushed_set(
             summary=f"git push of {commit[:12]} to {source.branch_ref}",
             auto_approve=apply and source.auto_approve,
         )
-    except (SpecError, StackLockedError) as err:
+    except (SpecError, StackLockedError):
         await ctx.state(lambda: ctx.backend.drop_run_key(stack, key))
-        if isinstance(err, SpecError):
-            raise SpecError(f"set {name}: {err}") from None
         raise
     rid = started.run_id
     await ctx.state(lambda: ctx.backend.record_run_key(stack, key, started.workflow_id, rid))

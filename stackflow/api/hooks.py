@@ -11,6 +11,8 @@ redelivery of the same delivery, concurrent or later, and the same commit pushed
 that one run (within the API's 24-hour key window). A delivery whose commit is neither the
 branch's head nor newer than the last one a delivery ran for the stack (a captured delivery
 replayed later) starts nothing: :mod:`stackflow.api.hook_replay`, a 409 ``stale-delivery``.
+A set bound to the repository (kept as the binding of its stack ``@set/<name>``) starts one
+set run of its set file at the commit instead: :mod:`stackflow.api.set_start`.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from stackflow.api import hook_replay, run_start
+from stackflow.api import hook_replay, run_start, set_start
 from stackflow.api.context import ApiContext
 from stackflow.api.identity import Role
 from stackflow.api.models import RunOperation, RunRequest
@@ -224,7 +226,7 @@ async def start_pushed(
     result.commit = commit
     stale: list[str] = []
     for stack, source in sorted(signed.items(), key=lambda item: str(item[0])):
-        reason = _skip(push, source)
+        reason = _skip(push, source, set_start.set_name(stack) is not None)
         if reason is not None:
             result.ignored.append(HookSkip(**_names(stack), reason=reason))
             continue
@@ -233,6 +235,30 @@ async def start_pushed(
             stale.append(f"stack {stack}: {refused}")
             result.ignored.append(HookSkip(**_names(stack), reason=refused))
             continue
+        # The run's requester is who bound the stack (an approver: binding needs the role,
+        # and so does auto_approve), not the pusher the delivery names: four-eyes holds.
+        by = (source.bound_by if isinstance(source, BoundSource) else None) or push.who
+        name = set_start.set_name(stack)
+        if name is not None and isinstance(source, BoundSource):
+            try:
+                made, new = await set_start.start_pushed_set(ctx, name, source, commit, by)
+            except StackLockedError as err:
+                result.ignored.append(HookSkip(**_names(stack), reason=str(err)))
+                continue
+            if new:
+                await hook_replay.record_push(ctx, stack, source, commit)
+            result.runs.append(
+                HookRun(
+                    **_names(stack),
+                    run_id=made.run_id,
+                    workflow_id=made.workflow_id,
+                    operation=RunOperation(source.on_push.value),
+                    created=new,
+                    status_url=made.status_url,
+                    events_url=made.status_url + "/events",
+                )
+            )
+            continue
         request = RunRequest(
             operation=RunOperation(source.on_push.value),
             commit=commit,
@@ -240,9 +266,6 @@ async def start_pushed(
         )
         if source.on_push == SourceMode.apply and source.auto_approve:
             request.auto_approve = True
-        # The run's requester is who bound the stack (an approver: binding needs the role,
-        # and so does auto_approve), not the pusher the delivery names: four-eyes holds.
-        by = (source.bound_by if isinstance(source, BoundSource) else None) or push.who
         try:
             started = await run_start.start_run(
                 ctx, stack, request, by, f"git:{commit}", role=Role.approver
@@ -275,11 +298,12 @@ def _names(stack: StackRef) -> dict[str, str]:
     return {"project": stack.project, "workspace": stack.workspace}
 
 
-def _skip(push: Push, source: GitSource) -> str | None:
+def _skip(push: Push, source: GitSource, set_file: bool) -> str | None:
+    """Why the push starts nothing (a set's member files may change without its file)."""
     if push.ref != source.branch_ref:
         return f"a push to {str(push.ref)[:200]}, not {source.branch_ref}"
     if push.deleted or push.commit == ZERO:
         return f"{source.branch_ref} was deleted"
-    if push.changed is not None and source.path not in push.changed:
+    if push.changed is not None and source.path not in push.changed and not set_file:
         return f"the pushed commits do not change {source.path}"
     return None

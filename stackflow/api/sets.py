@@ -7,38 +7,30 @@ whole (references, order) before anything starts: one line, problem+json 422."""
 from __future__ import annotations
 
 import asyncio
-import uuid
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.client import WorkflowUpdateFailedError
-from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from stackflow.api import events
+from stackflow.api import events, models
 from stackflow.api.context import ApiContext
 from stackflow.api.identity import Identity, Role
 from stackflow.api.problems import Problem
 from stackflow.api.routes import ERRORS, RunIdPath, ctx_of
 from stackflow.api.runs import STEP_TIMEOUT
 from stackflow.api.set_events import SetRelay, newest_run, set_stack
-from stackflow.core.errors import StackLockedError
+from stackflow.api.set_start import SetRunCreated, launch_set
+from stackflow.client.types import SourceView, parse
 from stackflow.core.refs import RunRef, StackRef
 from stackflow.engine.spec import parse_spec
-from stackflow.model.source import SourceRef
+from stackflow.model.source import GitSource, SourceRef
 from stackflow.model.stack_set import MEMBER_LIMIT, NAME, Strategy
-from stackflow.temporal.client import START_TOKEN, TemporalUnreachable
+from stackflow.temporal.client import TemporalUnreachable
 from stackflow.temporal.operation import NAME_LIMIT, NAME_PATTERN
-from stackflow.temporal.stack_set import (
-    Member,
-    SetOperation,
-    SetView,
-    checked_set_input,
-    set_workflow_id,
-)
+from stackflow.temporal.stack_set import Member, SetOperation, SetView, set_workflow_id
 
 router = APIRouter(prefix="/v1")
 SetPath = Annotated[str, Path(min_length=1, max_length=200, pattern=NAME, description="Set")]
@@ -72,12 +64,6 @@ class SetRunRequest(BaseModel):
     max_parallel: int = Field(default=4, ge=1, le=50)
     strategy: Strategy | None = None
     """An apply as a rollout: ordered waves, bake times, an error budget (as a set file's)."""
-
-
-class SetRunCreated(BaseModel):
-    workflow_id: str
-    run_id: str
-    status_url: str
 
 
 def _caller(request: Request) -> Identity:
@@ -125,32 +111,53 @@ async def start_set_run(request: Request, name: SetPath, body: SetRunRequest) ->
         for m in body.members
     ]
     options = body.model_dump(include={"auto_approve", "on_failure", "max_parallel"})
-    inp = await ctx.state(
-        lambda: checked_set_input(
-            ctx.backend, name, body.operation, members, body.strategy, operator=who.name, **options
-        )
-    )
-    client = await ctx.client()
-    wid = set_workflow_id(name)
-    try:
-        handle = await client.start_workflow(
-            "SetWorkflow",
-            inp,
-            id=wid,
-            task_queue=ctx.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-            memo={START_TOKEN: uuid.uuid4().hex},
-            static_summary=f"set {body.operation} {name} (by {who.name} through the API)",
-        )
-    except WorkflowAlreadyStartedError as exc:
-        raise StackLockedError(f"set {name} already has a run (run {exc.run_id})") from None
-    run_id = handle.result_run_id or ""
-    created = SetRunCreated(
-        workflow_id=wid, run_id=run_id, status_url=f"/v1/sets/{name}/runs/{run_id}"
+    created = await launch_set(
+        ctx,
+        name,
+        body.operation,
+        members,
+        body.strategy,
+        operator=who.name,
+        summary=f"by {who.name} through the API",
+        **options,
     )
     return JSONResponse(
         created.model_dump(), status_code=201, headers={"Location": created.status_url}
     )
+
+
+@router.put("/sets/{name}/source", response_model=models.SourceView, responses=ERRORS)
+async def bind_set_source(request: Request, name: SetPath, body: GitSource) -> SourceView:
+    """Bind the set to a set file in a git repository (`path`): pushes to `ref` signed with
+    `secret` (POST /v1/hooks/github or /v1/hooks/generic) start one set run (apply or
+    preview, per `on_push`) of the file at the pushed commit. Needs the approver role on
+    every project (a `*` glob): a push may name any stack in the set file."""
+    who = _caller(request)
+    _check_roles(who, [set_stack(name).project], Role.approver, "binding a set to git")
+    ctx = ctx_of(request)
+    await ctx.state(lambda: ctx.backend.bind_source(set_stack(name), body, by=who.name))
+    return parse(SourceView, body.public())
+
+
+@router.get("/sets/{name}/source", response_model=models.SourceView, responses=ERRORS)
+async def get_set_source(request: Request, name: SetPath) -> SourceView:
+    """The set's git source (without its secret)."""
+    _check_roles(_caller(request), [set_stack(name).project], Role.viewer, "reading it")
+    ctx = ctx_of(request)
+    bound = await ctx.state(lambda: ctx.backend.source_of(set_stack(name)))
+    if bound is None:
+        raise Problem(404, f"set {name} has no git source", "not-found")
+    return parse(SourceView, bound.public())
+
+
+@router.delete("/sets/{name}/source", status_code=204, responses=ERRORS)
+async def unbind_set_source(request: Request, name: SetPath) -> None:
+    """Unbind the set from its git source (pushes start nothing any more)."""
+    who = _caller(request)
+    _check_roles(who, [set_stack(name).project], Role.approver, "unbinding a set from git")
+    ctx = ctx_of(request)
+    if not await ctx.state(lambda: ctx.backend.unbind_source(set_stack(name))):
+        raise Problem(404, f"set {name} has no git source", "not-found")
 
 
 async def _run(

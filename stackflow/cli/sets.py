@@ -19,10 +19,21 @@ import typer
 
 from stackflow.cli.api_mode import api_client
 from stackflow.cli.app import EXIT_CODES_HELP, app
+from stackflow.cli.binding_input import exit_codes
 from stackflow.cli.options import FileOpt, OutputOpt, WaitOpt, YesOpt
-from stackflow.cli.output import OutputFormat
+from stackflow.cli.output import OutputFormat, echo_safe, print_json
 from stackflow.cli.report import BAD_INPUT_TYPES
 from stackflow.cli.runs import RunPaused, console_for
+from stackflow.cli.sources import (
+    BAD_SOURCE,
+    AutoApproveOpt,
+    OnPushOpt,
+    RefOpt,
+    SecretFileOpt,
+    UrlOpt,
+    show_view,
+    source_input,
+)
 from stackflow.core.errors import OperationFailed, SpecError, StackflowError
 from stackflow.temporal.stack_set import SetOperation, SetView
 
@@ -283,3 +294,56 @@ def set_cancel(name: SetOpt, unavailable_timeout: WaitOpt = 600.0) -> None:
     """Cancel the set's run: its running stacks' runs are cancelled too (their releases end
     failed, saying so)."""
     _steer(name, "cancel", unavailable_timeout)
+
+
+set_source_app = typer.Typer(
+    help="A set's git source: signed pushes to its branch start one set run (apply or "
+    "preview) of the set file at the pushed commit.",
+    epilog=exit_codes("no git source bound", "a bad URL, path, branch, secret or set name"),
+    no_args_is_help=True,
+)
+set_app.add_typer(set_source_app, name="source")
+NO_SET_SOURCE = "the set has no git source"
+
+
+@set_source_app.command(
+    "bind",
+    help="Bind the set to a set file in a git repository (replacing its binding). The "
+    "webhook secret is read from --secret-file or stdin, stored sealed and never shown. "
+    "Needs the approver role on every project (a `*` role).",
+    epilog=exit_codes(None, BAD_SOURCE),
+)
+def bind_set_source(
+    name: SetOpt,
+    url: UrlOpt,
+    path: Annotated[str, typer.Option("--path", help="The set file's path in the repository.")],
+    ref: RefOpt = "main",
+    on_push: OnPushOpt = "apply",
+    auto_approve: AutoApproveOpt = False,
+    secret_file: SecretFileOpt = None,
+    output: OutputOpt = OutputFormat.table,
+) -> None:
+    """Bind the set to a set file in a git repository (help: the decorator's)."""
+    source = source_input(url, path, ref, on_push, auto_approve, secret_file)
+    with api_client() as api:
+        view = api.set_source(name, source)
+    show_view({"set": name}, view, output, "set file")
+
+
+@set_source_app.command("show", epilog=exit_codes(NO_SET_SOURCE, "a bad name"))
+def show_set_source(name: SetOpt, output: OutputOpt = OutputFormat.table) -> None:
+    """The set's git source (never its secret)."""
+    with api_client() as api:
+        view = api.source(name)
+    show_view({"set": name}, view, output, "set file")
+
+
+@set_source_app.command("unbind", epilog=exit_codes(NO_SET_SOURCE, "a bad name"))
+def unbind_set_source(name: SetOpt, output: OutputOpt = OutputFormat.table) -> None:
+    """Unbind the set from its git source (an approver's of every project)."""
+    with api_client() as api:
+        api.unset_source(name)
+    if output is OutputFormat.json:
+        print_json({"set": name, "removed": True})
+    else:
+        echo_safe(f"set {name}: git source removed (pushes start nothing any more)")

@@ -55,19 +55,45 @@ SecretFileOpt = Annotated[
 ]
 
 
-def _view(stack: StackRef, view: SourceView, output: OutputFormat) -> None:
+UrlOpt = Annotated[
+    str, typer.Option("--url", help="The repository's http(s) URL (smart HTTP), no credentials.")
+]
+RefOpt = Annotated[str, typer.Option("--ref", help="The branch whose pushes start runs.")]
+OnPushOpt = Annotated[
+    str,
+    typer.Option(
+        "--on-push", metavar="apply|preview", help="What a push starts: apply or preview."
+    ),
+]
+AutoApproveOpt = Annotated[
+    bool, typer.Option("--auto-approve", help="A push's apply is approved up front.")
+]
+
+
+def source_input(
+    url: str, path: str, ref: str, on_push: str, auto_approve: bool, secret_file: Path | None
+) -> GitSource:
+    """The binding the options give, checked before the secret is asked for."""
+    if on_push not in {m.value for m in SourceMode}:
+        raise SpecError(f"--on-push: apply or preview, not {on_push!r}")
+    data = {"url": url, "ref": ref, "path": path, "on_push": on_push, "auto_approve": auto_approve}
+    checked(GitSource, {**data, "secret": PLACEHOLDER}, OPTIONS)  # before asking for it
+    return checked(GitSource, {**data, "secret": read_secret(secret_file)}, OPTIONS)
+
+
+def show_view(names: dict[str, str], view: SourceView, output: OutputFormat, file: str) -> None:
     def data() -> dict[str, Any]:
-        return {"project": stack.project, "workspace": stack.workspace, **to_json(view)}
+        return {**names, **to_json(view)}
 
     def table(console: Console) -> None:
         t = Table(show_header=False)
         t.add_column(style="bold")
         t.add_column(overflow="fold")
         for field, value in (
-            ("stack", str(stack)),
+            *names.items(),
             ("repository", view.url),
             ("branch", view.ref),
-            ("spec file", view.path),
+            (file, view.path),
             ("on push", str(view.on_push)),
             ("auto-approve", "yes" if view.auto_approve else "no"),
         ):
@@ -75,6 +101,10 @@ def _view(stack: StackRef, view: SourceView, output: OutputFormat) -> None:
         console.print(t)
 
     emit(output, data, table)
+
+
+def _stack_view(stack: StackRef, view: SourceView, output: OutputFormat) -> None:
+    show_view({"project": stack.project, "workspace": stack.workspace}, view, output, "spec file")
 
 
 BAD_SOURCE = "a bad --url, --path, --ref or --on-push, an empty or short secret, a bad name"
@@ -91,37 +121,22 @@ NO_SOURCE = "the stack has no git source"
 )
 def set_source(
     project: ProjectOpt,
-    url: Annotated[
-        str,
-        typer.Option("--url", help="The repository's http(s) URL (smart HTTP), no credentials."),
-    ],
+    url: UrlOpt,
     path: Annotated[str, typer.Option("--path", help="The spec file's path in the repository.")],
     workspace: WorkspaceOpt = "default",
-    ref: Annotated[str, typer.Option("--ref", help="The branch whose pushes start runs.")] = "main",
-    on_push: Annotated[
-        str,
-        typer.Option(
-            "--on-push", metavar="apply|preview", help="What a push starts: apply or preview."
-        ),
-    ] = SourceMode.apply.value,
-    auto_approve: Annotated[
-        bool,
-        typer.Option("--auto-approve", help="A push's apply is approved up front."),
-    ] = False,
+    ref: RefOpt = "main",
+    on_push: OnPushOpt = SourceMode.apply.value,
+    auto_approve: AutoApproveOpt = False,
     secret_file: SecretFileOpt = None,
     output: OutputOpt = OutputFormat.table,
 ) -> None:
     """Bind the stack to a spec file in a git repository (help: the decorator's)."""
     check_names(project=project, workspace=workspace)
-    if on_push not in {m.value for m in SourceMode}:
-        raise SpecError(f"--on-push: apply or preview, not {on_push!r}")
     stack = StackRef(project, workspace)
-    data = {"url": url, "ref": ref, "path": path, "on_push": on_push, "auto_approve": auto_approve}
-    checked(GitSource, {**data, "secret": PLACEHOLDER}, OPTIONS)  # before asking for it
-    source = checked(GitSource, {**data, "secret": read_secret(secret_file)}, OPTIONS)
+    source = source_input(url, path, ref, on_push, auto_approve, secret_file)
     with api_client() as api:
         view = api.set_source(stack, source)
-    _view(stack, view, output)
+    _stack_view(stack, view, output)
 
 
 @source_app.command("show", epilog=exit_codes(NO_SOURCE, "a bad name"))
@@ -135,7 +150,7 @@ def show_source(
     stack = StackRef(project, workspace)
     with api_client() as api:
         view = api.source(stack)
-    _view(stack, view, output)
+    _stack_view(stack, view, output)
 
 
 @source_app.command("unset", epilog=exit_codes(NO_SOURCE, "a bad name"))

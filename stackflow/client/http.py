@@ -463,19 +463,25 @@ class StackflowClient:
         return self._object(f"{self.stack_path(stack)}/drift")
 
     # ---- git sources and notification destinations -----------------------------------------
-    def set_source(self, stack: StackLike, source: Any) -> SourceView:
-        """Bind the stack to a git source (replacing its binding); the answer has no secret.
-        Needs the approver role."""
-        data = self.request("PUT", f"{self.stack_path(stack)}/source", json=_json_of(source))
+    def set_source(self, target: StackLike | str, source: Any) -> SourceView:
+        """Bind the stack (or the set ``target`` names) to a git source (replacing its
+        binding); the answer has no secret. Needs the approver role (of every project, for a
+        set)."""
+        data = self.request("PUT", self._source_path(target), json=_json_of(source))
         return self.model(SourceView, data)
 
-    def source(self, stack: StackLike) -> SourceView:
-        """The stack's git source (ApiNotFound when it has none)."""
-        return self.model(SourceView, self.request("GET", f"{self.stack_path(stack)}/source"))
+    def source(self, target: StackLike | str) -> SourceView:
+        """The stack's (or the named set's) git source (ApiNotFound when it has none)."""
+        return self.model(SourceView, self.request("GET", self._source_path(target)))
 
-    def unset_source(self, stack: StackLike) -> None:
-        """Unbind the stack from its git source (ApiNotFound when it has none)."""
-        self.request("DELETE", f"{self.stack_path(stack)}/source")
+    def unset_source(self, target: StackLike | str) -> None:
+        """Unbind the stack (or the named set) from its git source (ApiNotFound: none)."""
+        self.request("DELETE", self._source_path(target))
+
+    def _source_path(self, target: StackLike | str) -> str:
+        if isinstance(target, str):  # a set's name
+            return f"/v1/sets/{quote(target, safe='')}/source"
+        return f"{self.stack_path(target)}/source"
 
     def set_notification(self, project: str, name: str, destination: Any) -> NotificationTargetView:
         """Add the project's destination ``name``, or replace the one of that name; the

@@ -43,6 +43,11 @@ KeyHeader = Annotated[
     str | None,
     Header(alias="Idempotency-Key", description="Makes the call exactly-once (same key)."),
 ]
+# An event stream's parameters (a run's, a set run's): where it resumes, whether it waits.
+AfterSeq = Annotated[int | None, Query(ge=0, le=10**12, description="Resume after this seq")]
+WaitForEvents = Annotated[bool, Query(description="Wait for events until run_complete")]
+LastEventId = Annotated[str | None, Header(alias="Last-Event-ID")]
+AcceptHeader = Annotated[str | None, Header()]
 STACK = "/stacks/{project}/{workspace}"
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"description": text, "content": {PROBLEM_JSON: {}}}
@@ -202,12 +207,10 @@ async def run_events(
     workspace: WorkspacePath,
     run_id: RunIdPath,
     who: Viewer,
-    after: Annotated[
-        int | None, Query(ge=0, le=10**12, description="Resume after this seq")
-    ] = None,
-    wait: Annotated[bool, Query(description="Wait for events until run_complete")] = True,
-    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
-    accept: Annotated[str | None, Header()] = None,
+    after: AfterSeq = None,
+    wait: WaitForEvents = True,
+    last_event_id: LastEventId = None,
+    accept: AcceptHeader = None,
 ) -> StreamingResponse:
     """The run's event stream (NDJSON, or SSE with `Accept: text/event-stream`): first a
     header line, then `{seq, type, time, ...}` events; resume with `?after=SEQ` or

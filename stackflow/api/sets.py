@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Header, Path, Query, Request
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from temporalio.client import WorkflowUpdateFailedError
@@ -19,7 +19,15 @@ from stackflow.api import events, models
 from stackflow.api.context import ApiContext
 from stackflow.api.identity import Identity, Role
 from stackflow.api.problems import Problem
-from stackflow.api.routes import ERRORS, RunIdPath, ctx_of
+from stackflow.api.routes import (
+    ERRORS,
+    AcceptHeader,
+    AfterSeq,
+    LastEventId,
+    RunIdPath,
+    WaitForEvents,
+    ctx_of,
+)
 from stackflow.api.runs import STEP_TIMEOUT
 from stackflow.api.set_events import SetRelay, newest_run, set_stack
 from stackflow.api.set_start import SetRunCreated, launch_set
@@ -249,12 +257,10 @@ async def set_run_events(
     request: Request,
     name: SetPath,
     run_id: RunIdPath,
-    after: Annotated[
-        int | None, Query(ge=0, le=10**12, description="Resume after this seq")
-    ] = None,
-    wait: Annotated[bool, Query(description="Wait for events until run_complete")] = True,
-    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
-    accept: Annotated[str | None, Header()] = None,
+    after: AfterSeq = None,
+    wait: WaitForEvents = True,
+    last_event_id: LastEventId = None,
+    accept: AcceptHeader = None,
 ) -> StreamingResponse:
     """The set run's one event stream, as a run's (`?after=SEQ`, `Last-Event-ID`, SSE with
     `Accept: text/event-stream`): each member run's events with its `stack` and `run_id` (a

@@ -244,7 +244,12 @@ class ApiServer:
         log = self.work / "api.log"
         with log.open("wb") as out:
             self.proc = subprocess.Popen(
-                [PYTHON, "-m", "stackflow.cli.main", "serve", "--port", str(port)],
+                # a 50,000-file spec is over the default 8 MB body: a team with such stacks
+                # raises it the same way
+                [
+                    *(PYTHON, "-m", "stackflow.cli.main", "serve", "--port", str(port)),
+                    *("--max-body-bytes", str(64 << 20)),
+                ],
                 # one token for every CLI of a benchmark (12 stacks at once): more streams
                 # than a caller's default of 8
                 env={

@@ -23,6 +23,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import errno
+import functools
 import os
 import posixpath
 import shlex
@@ -374,16 +375,22 @@ class SftpDir:
             if found is None or not found.mode & 0o100000 or found.size > limit:
                 return None if found is None else (found, b"")
             try:
-                handle = await sftp.open(path, asyncssh.FXF_READ, encoding=None)
+                # one read request (no reader tasks) when the server answers it whole
+                block = 0 if found.size < sftp.limits.max_read_len else -1
+                handle = await sftp.open(path, asyncssh.FXF_READ, encoding=None, block_size=block)
             except asyncssh.SFTPNoSuchFile:
                 return None
             try:
                 # the size lstat saw and one byte more (asyncssh reads a larger size as many
-                # requests at once); the rest up to the limit only if it grew meanwhile
+                # requests at once); the rest up to the limit only if it grew meanwhile (a
+                # server answers a read with at most its own maximum: until one reads nothing)
                 want = found.size + 1
                 data = await handle.read(want)
-                if len(data) >= want:
-                    data += await handle.read(limit + 1 - len(data), len(data))
+                while want <= len(data) <= limit:
+                    more = await handle.read(limit + 1 - len(data), len(data))
+                    if not more:
+                        break
+                    data += more
             finally:
                 await handle.close()
             return found, data if isinstance(data, bytes) else data.encode()
@@ -396,14 +403,21 @@ class SftpDir:
 
         async def call(sftp: asyncssh.SFTPClient) -> asyncssh.SFTPClientFile:
             attrs = asyncssh.SFTPAttrs(permissions=0o600)
+            # block_size=0: each write below is one request, sent when its task starts
+            opening = functools.partial(sftp.open, at, flags, attrs, encoding=None, block_size=0)
             try:
-                handle = await sftp.open(at, flags, attrs, encoding=None)
+                handle = await opening()
             except asyncssh.SFTPFailure:  # left by a write that was killed mid-way
                 await sftp.remove(at)
-                handle = await sftp.open(at, flags, attrs, encoding=None)
-            try:  # both sent at once, then the disk waited for
-                await asyncio.gather(handle.write(data, 0), handle.chmod(mode))
-                await handle.fsync()
+                handle = await opening()
+            size = sftp.limits.max_write_len
+            writes = [handle.write(data[i : i + size], i) for i in range(0, len(data), size)]
+            try:
+                # the writes, the mode and the fsync sent at once, in this order (gather
+                # starts its tasks in order): a server processes the requests on one file in
+                # the order received, as if each waited for the one before (the SFTP draft's
+                # "request synchronization"), so the fsync finds every write done
+                await asyncio.gather(*writes, handle.chmod(mode), handle.fsync())
             except BaseException:
                 await handle.close()
                 raise

@@ -127,6 +127,8 @@ class Parents:
 
     async def get(self, where: Confined, *, create: bool) -> Dir | None:
         key = where.target.parent
+        if key in self._open:
+            return self._open[key]
         async with self._opening.setdefault(key, asyncio.Lock()):
             found = self._open.get(key)
             if found is not None:

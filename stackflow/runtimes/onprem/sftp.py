@@ -255,13 +255,13 @@ class SshHost:
         ``concurrency`` of them run at once."""
 
         async def run_all() -> None:
-            limit = asyncio.Semaphore(self.concurrency)
+            todo = iter(calls)
 
-            async def one(call: Call) -> None:
-                async with limit:
+            async def next_ones() -> None:
+                for call in todo:
                     await call()
 
-            await asyncio.gather(*(one(call) for call in calls))
+            await asyncio.gather(*(next_ones() for _ in range(min(self.concurrency, len(calls)))))
 
         asyncio.run_coroutine_threadsafe(run_all(), _ssh_loop()).result()
 

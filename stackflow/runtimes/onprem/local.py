@@ -14,9 +14,9 @@ import os
 import shutil
 import stat
 import subprocess
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING
 
 from stackflow.runtimes.onprem.files import Call, Stat
 from stackflow.runtimes.policy import PolicyViolation
@@ -24,7 +24,6 @@ from stackflow.runtimes.policy import PolicyViolation
 if TYPE_CHECKING:
     from stackflow.runtimes.onprem.files import Confined
 
-T = TypeVar("T")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _TEMP_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -146,8 +145,15 @@ class LocalFilesystem:
     concurrency = 1
 
     def each(self, calls: Sequence[Call]) -> None:
+        """Each call run to its end in this thread (plain system calls: none waits on a loop)."""
         for call in calls:
-            run_now(call())
+            step = call()
+            try:
+                step.send(None)
+            except StopIteration:
+                continue
+            step.close()
+            raise RuntimeError("a step on this machine's files waited on an event loop")
 
     async def systemctl(self, *args: str) -> tuple[int, str]:
         if shutil.which("systemctl") is None:
@@ -194,17 +200,6 @@ class LocalFilesystem:
 
 
 LOCAL = LocalFilesystem()
-
-
-def run_now(call: Coroutine[object, None, T]) -> T:
-    """A coroutine that never waits (this machine's steps: plain system calls), run to its
-    end in this thread."""
-    try:
-        call.send(None)
-    except StopIteration as done:
-        return cast(T, done.value)
-    call.close()
-    raise RuntimeError("a call on this machine's files waited on an event loop")
 
 
 def _open_dir(where: Confined, name: str, dir_fd: int) -> int:

@@ -208,6 +208,32 @@ async def test_a_call_that_fails_in_a_hosts_step_fails_alone(hosts: SshHosts) ->
     assert not (d / "blocked.conf").exists() and (taken / "x").exists()
 
 
+async def test_a_file_larger_than_one_sftp_request_is_written_and_read_whole(
+    hosts: SshHosts,
+) -> None:
+    """Content over the server's largest write and read (OpenSSH: 255 KiB) goes as several
+    requests sent at once, and is read back whole; a small file beside it in one request."""
+    env = {**hosts.env(), "STACKFLOW_ONPREM_ROOTS": str(hosts.base)}
+    runtime = OnPremRuntime(load_policy(env))
+    h = hosts.hosts[1]
+    big = "".join(f"line {i:07d}\n" for i in range(60_000))  # 780 KB
+    files = {h.root / "big" / "big.conf": big, h.root / "big" / "small.conf": "small\n"}
+    requests = [
+        ResourceRequest(id=str(p), type="OnPrem", attributes=on_host(h.url, "File", p, c)[
+            "attributes"])
+        for p, c in files.items()
+    ]  # fmt: skip
+    options = RuntimeOptions(project=new_project(), workspace="default")
+    try:
+        await asyncio.gather(*(runtime.apply(r, options) for r in requests))
+        lives = await asyncio.gather(*(runtime.read(r, options) for r in requests))
+    finally:
+        await runtime.close()
+    for (path, content), live in zip(files.items(), lives, strict=True):
+        assert path.read_text() == content
+        assert live is not None and live["content"] == content
+
+
 UNIT = "[Service]\nExecStart=/bin/sleep 9\n[Install]\nWantedBy=multi-user.target\n"
 
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import os
 import time
 from collections.abc import Iterator
@@ -172,6 +174,64 @@ async def _kill_and_finish(
     for h in three.hosts:  # nothing partial, no temporary file left behind
         names = sorted(p.name for p in (h.root / "srv").iterdir())
         assert names == sorted(p.name for hh, p in where if hh is h)
+
+
+async def test_a_call_that_fails_in_a_hosts_step_fails_alone(hosts: SshHosts) -> None:
+    """A host's calls of a step run together on its connection: a path that is a directory
+    (refused when read) and one whose temporary name a directory holds (failing when
+    written) fail alone; the calls beside them in the same steps write their files."""
+    env = {**hosts.env(), "STACKFLOW_ONPREM_ROOTS": str(hosts.base)}
+    runtime = OnPremRuntime(load_policy(env))
+    h, d = hosts.hosts[0], hosts.hosts[0].root / "step"
+    (d / "a-dir").mkdir(parents=True)
+    taken = d / f".stackflow-{hashlib.sha256(b'blocked.conf').hexdigest()[:16]}"
+    taken.mkdir()
+    (taken / "x").write_text("")
+    names = [*(f"f{i}.conf" for i in range(20)), "a-dir", "blocked.conf"]
+    requests = [
+        ResourceRequest(id=name, type="OnPrem", attributes=on_host(h.url, "File", d / name, name)[
+            "attributes"])
+        for name in names
+    ]  # fmt: skip
+    options = RuntimeOptions(project=new_project(), workspace="default")
+    try:
+        results = await asyncio.gather(
+            *(runtime.apply(r, options) for r in requests), return_exceptions=True
+        )
+    finally:
+        await runtime.close()
+    for name, result in zip(names[:20], results, strict=False):
+        assert isinstance(result, dict), result
+        assert (d / name).read_text() == name
+    assert type(results[20]).__name__ == "Conflict" and "a-dir" in str(results[20])
+    assert type(results[21]).__name__ == "Unavailable" and taken.name in str(results[21])
+    assert not (d / "blocked.conf").exists() and (taken / "x").exists()
+
+
+async def test_a_file_larger_than_one_sftp_request_is_written_and_read_whole(
+    hosts: SshHosts,
+) -> None:
+    """Content over the server's largest write and read (OpenSSH: 255 KiB) goes as several
+    requests sent at once, and is read back whole; a small file beside it in one request."""
+    env = {**hosts.env(), "STACKFLOW_ONPREM_ROOTS": str(hosts.base)}
+    runtime = OnPremRuntime(load_policy(env))
+    h = hosts.hosts[1]
+    big = "".join(f"line {i:07d}\n" for i in range(60_000))  # 780 KB
+    files = {h.root / "big" / "big.conf": big, h.root / "big" / "small.conf": "small\n"}
+    requests = [
+        ResourceRequest(id=str(p), type="OnPrem", attributes=on_host(h.url, "File", p, c)[
+            "attributes"])
+        for p, c in files.items()
+    ]  # fmt: skip
+    options = RuntimeOptions(project=new_project(), workspace="default")
+    try:
+        await asyncio.gather(*(runtime.apply(r, options) for r in requests))
+        lives = await asyncio.gather(*(runtime.read(r, options) for r in requests))
+    finally:
+        await runtime.close()
+    for (path, content), live in zip(files.items(), lives, strict=True):
+        assert path.read_text() == content
+        assert live is not None and live["content"] == content
 
 
 UNIT = "[Service]\nExecStart=/bin/sleep 9\n[Install]\nWantedBy=multi-user.target\n"

@@ -14,10 +14,10 @@ connection, up to its ``concurrency`` calls at once; each host's calls run besid
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
@@ -115,47 +115,44 @@ def place(
 
 
 class Parents:
-    """The batch's parent directories: each opened once, each that changed synced once."""
+    """The round's parent directories: each opened once, each that changed synced once."""
 
     def __init__(self) -> None:
         self._open: dict[str, Dir] = {}
         self._missing: set[str] = set()
         """Parents found missing (read, delete), until a call creates directories."""
         self._changed: dict[str, list[FileJob]] = {}
-        self._lock = threading.Lock()  # a host's calls run in several threads
-        self._opening: dict[str, threading.Lock] = {}
+        self._opening: dict[str, asyncio.Lock] = {}
+        """One opening per directory at once (a host's calls of a step run together)."""
 
-    def get(self, where: Confined, *, create: bool) -> Dir | None:
+    async def get(self, where: Confined, *, create: bool) -> Dir | None:
         key = where.target.parent
-        with self._lock:  # one opening per directory at once; other directories meanwhile
-            opening = self._opening.setdefault(key, threading.Lock())
-        with opening:
+        if key in self._open:
+            return self._open[key]
+        async with self._opening.setdefault(key, asyncio.Lock()):
             found = self._open.get(key)
             if found is not None:
                 return found
-            with self._lock:
-                if create:
-                    self._missing.clear()
-                elif key in self._missing:
-                    return None
-            found = where.fs.open_parent(where, create)
-            with self._lock:
-                if found is None:
-                    self._missing.add(key)
-                else:
-                    self._open[key] = found
+            if create:
+                self._missing.clear()
+            elif key in self._missing:
+                return None
+            found = await where.fs.open_parent(where, create)
+            if found is None:
+                self._missing.add(key)
+            else:
+                self._open[key] = found
             return found
 
     def changed(self, job: FileJob) -> None:
         assert job.where is not None
-        with self._lock:
-            self._changed.setdefault(job.where.target.parent, []).append(job)
+        self._changed.setdefault(job.where.target.parent, []).append(job)
 
-    def sync(self) -> None:
+    async def sync(self) -> None:
         """Each changed directory synced once; a directory that cannot be fails its jobs."""
         for key, jobs in self._changed.items():
             try:
-                self._open[key].sync()
+                await self._open[key].sync()
             except Exception as exc:  # each job's failure is its own
                 for job in jobs:
                     job.fail(exc)
@@ -199,15 +196,14 @@ class FileJob:
         return self.where.fs.key + self.where.target.real
 
     def fail(self, exc: BaseException) -> None:
+        """``exc`` (classified) is the job's outcome (what it staged is discarded at the end
+        of its round)."""
         if self.error is None:
             try:
                 with os_errors(self.request.id, self.verb):
                     raise exc
             except BaseException as classified:  # kept as the job's outcome
                 self.error = classified
-        if self.staged is not None:
-            self.staged.discard()
-            self.staged = None
 
     @contextlib.contextmanager
     def step(self) -> Iterator[bool]:
@@ -231,31 +227,32 @@ class FileJob:
             hosts=hosts,
         )
 
-    def start(self, parents: Parents) -> None:
+    async def start(self, parents: Parents) -> None:
         """Reads, deletes, or writes the new content under its temporary name."""
         where, attrs = self.where, self.attrs
         assert where is not None and attrs is not None
         if self.verb == "check":
             return
         if self.verb == "read":
-            parent = parents.get(where, create=False)
-            self.result = None if parent is None else self._as_service(where.read_in(parent))
+            parent = await parents.get(where, create=False)
+            if parent is not None:
+                self.result = await self._as_service(await where.read_in(parent))
             if self.result is not None and attrs.host:
                 self.result["host"] = attrs.host
         elif self.verb == "delete":
-            self._delete(parents)
+            await self._delete(parents)
         else:
-            self._apply(parents)
+            await self._apply(parents)
 
-    def _apply(self, parents: Parents) -> None:
+    async def _apply(self, parents: Parents) -> None:
         where, attrs = self.where, self.attrs
         assert where is not None and attrs is not None
         rid = self.request.id
         want = desired_state(attrs)
         mode = int(want["mode"], 8)
-        parent = parents.get(where, create=True)
+        parent = await parents.get(where, create=True)
         assert parent is not None
-        live = self._as_service(where.read_in(parent))
+        live = await self._as_service(await where.read_in(parent))
         if live is not None and live["kind"] != attrs.kind:
             raise Conflict(
                 f"{rid}: {attrs.path} exists as a {live['kind']}, not a {attrs.kind}; "
@@ -264,16 +261,16 @@ class FileJob:
             )
         if attrs.kind != "Directory":
             if live is None or live.get("content") != want["content"]:
-                self.staged = where.stage(parent, want["content"], mode)
+                self.staged = await where.stage(parent, want["content"], mode)
             elif live["mode"] != want["mode"]:
-                parent.chmod(where.target.name, mode, directory=False)
+                await parent.chmod(where.target.name, mode, directory=False)
             if attrs.kind == "Service":
                 self._plan_service(live, want)
         else:
             if live is None:
-                parent.mkdir(where.target.name)
+                await parent.mkdir(where.target.name)
                 parents.changed(self)
-            parent.chmod(where.target.name, mode, directory=True)
+            await parent.chmod(where.target.name, mode, directory=True)
         # what is there once the batch is durable: exactly what was asked (written or
         # found), so it is not read back
         self.result = want
@@ -300,22 +297,22 @@ class FileJob:
         ):
             self.unit_verb = "restart"
 
-    def _delete(self, parents: Parents) -> None:
+    async def _delete(self, parents: Parents) -> None:
         where, attrs = self.where, self.attrs
         assert where is not None and attrs is not None
         rid = self.request.id
-        parent = parents.get(where, create=False)
+        parent = await parents.get(where, create=False)
         if parent is None:
             return
-        live = where.read_in(parent, content=False)
+        live = await where.read_in(parent, content=False)
         if live is None:
             return
         if attrs.kind == "Service" and live["kind"] == "File":
             live["kind"] = "Service"
             if attrs.active is not None:
-                self._unit("stop")
+                await self._unit("stop")
                 self.reload = True
-            self._systemctl("disable")
+            await self._systemctl("disable")
         if live["kind"] != attrs.kind:
             raise Conflict(
                 f"{rid}: {attrs.path} is a {live['kind']}, not the {attrs.kind} "
@@ -323,10 +320,10 @@ class FileJob:
                 resource_id=rid,
             )
         if attrs.kind != "Directory":
-            parent.unlink(where.target.name)
+            await parent.unlink(where.target.name)
         else:
             try:
-                parent.rmdir(where.target.name)
+                await parent.rmdir(where.target.name)
             except OSError as exc:
                 raise Conflict(
                     f"{rid}: directory {attrs.path} is not empty (it holds files no "
@@ -335,61 +332,66 @@ class FileJob:
                 ) from None
         parents.changed(self)
 
-    def _systemctl(self, verb: str) -> str:
+    async def _systemctl(self, verb: str) -> str:
         """``systemctl --root=<root> <verb> <unit>`` where the Service lives."""
         assert self.where is not None
         root, unit = systemctl_args(self.where.target.path)
-        code, out = self.where.fs.systemctl(root, verb, unit)
+        code, out = await self.where.fs.systemctl(root, verb, unit)
         if code != 0 and verb != "is-enabled":
             rid = self.request.id
             raise Conflict(f"{rid}: systemctl {verb} {unit}: {out[-300:]}", resource_id=rid)
         return out.splitlines()[-1] if out else ""
 
-    def _unit(self, verb: str) -> str:
+    async def _unit(self, verb: str) -> str:
         """``systemctl <verb> <unit>`` to the running systemd where the Service lives."""
         assert self.where is not None
         _, unit = systemctl_args(self.where.target.path)
         args = ("daemon-reload",) if verb == "daemon-reload" else (verb, unit)
-        code, out = self.where.fs.systemctl(*args)
+        code, out = await self.where.fs.systemctl(*args)
         if code != 0 and verb != "is-active":
             rid = self.request.id
             raise Conflict(f"{rid}: systemctl {' '.join(args)}: {out[-300:]}", resource_id=rid)
         return out.splitlines()[-1] if out else ""
 
-    def _as_service(self, live: Attributes | None) -> Attributes | None:
+    async def _as_service(self, live: Attributes | None) -> Attributes | None:
         """A Service's unit file as the Service: whether its unit is enabled (and, when
         managed, active) beside it; ``restartOn`` as its last apply recorded it."""
         attrs = self.attrs
         assert attrs is not None
         if attrs.kind == "Service" and live is not None and live["kind"] == "File":
-            live.update(kind="Service", enabled=self._systemctl("is-enabled") == "enabled")
+            live.update(kind="Service", enabled=await self._systemctl("is-enabled") == "enabled")
             if attrs.active is not None:
-                live["active"] = self._unit("is-active") == "active"
+                live["active"] = await self._unit("is-active") == "active"
             if attrs.restart_on:
                 live["restartOn"] = (self.request.prior_state or {}).get("restartOn")
         return live
 
-    def settle(self) -> None:
+    @property
+    def settling(self) -> bool:
+        """A Service has something to do once its files are in place."""
+        return self.reload or self.enable is not None or self.unit_verb is not None
+
+    async def settle(self) -> None:
         """A Service's unit reloaded, enabled or disabled, started, stopped or restarted (once),
         once its files are in place."""
         if self.reload:
-            self._unit("daemon-reload")
+            await self._unit("daemon-reload")
             self.reload = False
         if self.enable is not None:
-            self._systemctl("enable" if self.enable else "disable")
+            await self._systemctl("enable" if self.enable else "disable")
             self.enable = None
         if self.unit_verb is not None:
             verb, self.unit_verb = self.unit_verb, None
-            self._unit(verb)
+            await self._unit(verb)
 
-    def commit(self, parents: Parents) -> None:
+    async def commit(self, parents: Parents) -> None:
         """The durable new content renamed over the target."""
         if self.staged is not None:
             staged, self.staged = self.staged, None
             try:
-                staged.commit()
+                await staged.commit()
             except BaseException:
-                staged.discard()
+                await staged.discard()
                 raise
             parents.changed(self)
 
@@ -455,22 +457,19 @@ def _rounds(queue: list[FileJob]) -> None:
         queue = later
 
 
-def _each(jobs: list[FileJob], step: Callable[[FileJob], None]) -> None:
-    """``step`` of each job still going, up to its filesystem's concurrency at once."""
+def _each(jobs: list[FileJob], step: Callable[[FileJob], Awaitable[object]]) -> None:
+    """``step`` of each job still going, on their filesystem (up to its concurrency at once);
+    a failure is that job's own."""
 
-    def one(job: FileJob) -> None:
+    async def one(job: FileJob) -> None:
         with job.step() as going:
             if going:
-                step(job)
+                await step(job)
 
-    assert jobs[0].where is not None
-    width = min(jobs[0].where.fs.concurrency, len(jobs))
-    if width <= 1:
-        for job in jobs:
-            one(job)
-        return
-    with ThreadPoolExecutor(width, thread_name_prefix="onprem-call") as pool:
-        list(pool.map(one, jobs))
+    going = [job for job in jobs if job.error is None]
+    if going:
+        assert going[0].where is not None
+        going[0].where.fs.each([functools.partial(one, job) for job in going])
 
 
 def _round(jobs: list[FileJob]) -> None:
@@ -478,13 +477,25 @@ def _round(jobs: list[FileJob]) -> None:
     parents = Parents()
     try:
         _each(jobs, lambda job: job.start(parents))
-        _each(jobs, lambda job: job.staged.durable() if job.staged is not None else None)
-        _each(jobs, lambda job: job.commit(parents))
-        parents.sync()
-        _each(jobs, lambda job: job.settle())
+        _each([job for job in jobs if job.staged], lambda job: _staged(job).durable())
+        _each([job for job in jobs if job.staged], lambda job: job.commit(parents))
+        assert jobs[0].where is not None
+        jobs[0].where.fs.each([parents.sync])
+        _each([job for job in jobs if job.settling], lambda job: job.settle())
     finally:
-        for job in jobs:
-            if job.staged is not None:
-                job.staged.discard()
-                job.staged = None
+        left = [job for job in jobs if job.staged is not None]
+        if left:
+            assert left[0].where is not None
+            left[0].where.fs.each([functools.partial(_discard, job) for job in left])
         parents.close()
+
+
+def _staged(job: FileJob) -> Staged:
+    assert job.staged is not None
+    return job.staged
+
+
+async def _discard(job: FileJob) -> None:
+    staged, job.staged = _staged(job), None
+    with contextlib.suppress(Exception):  # the job failed already; a host gone keeps it
+        await staged.discard()

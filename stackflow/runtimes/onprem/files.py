@@ -18,7 +18,7 @@ import json
 import os
 import re
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from typing import Any, Literal, NamedTuple, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -144,6 +144,10 @@ def restart_stamp(resolved: list[Any] | str) -> str:
     return "sha256:" + hashlib.sha256(text).hexdigest()[:16]
 
 
+Call = Callable[[], Coroutine[Any, Any, None]]
+"""One job's step, as :meth:`Filesystem.each` runs it."""
+
+
 class Stat(NamedTuple):
     mode: int
     size: int
@@ -155,25 +159,25 @@ class Staged(Protocol):
     same file completes). :meth:`durable` waits for it to be on disk, :meth:`commit` renames
     it over the target."""
 
-    def durable(self) -> None: ...
-    def commit(self) -> None: ...
-    def discard(self) -> None: ...
+    async def durable(self) -> None: ...
+    async def commit(self) -> None: ...
+    async def discard(self) -> None: ...
 
 
 class Dir(Protocol):
     """A checked path's parent directory, opened once per batch (names are its entries)."""
 
-    def stat(self, name: str) -> Stat | None: ...
-    def read(self, name: str, limit: int) -> tuple[Stat, bytes] | None:
+    async def stat(self, name: str) -> Stat | None: ...
+    async def read(self, name: str, limit: int) -> tuple[Stat, bytes] | None:
         """The object there (a symlink not followed) and, if a regular file of at most
         ``limit`` bytes, up to ``limit + 1`` of its bytes; None: nothing is there."""
 
-    def stage(self, name: str, tmp: str, data: bytes, mode: int) -> Staged: ...
-    def chmod(self, name: str, mode: int, *, directory: bool) -> None: ...
-    def mkdir(self, name: str) -> None: ...
-    def unlink(self, name: str) -> None: ...
-    def rmdir(self, name: str) -> None: ...
-    def sync(self) -> None: ...
+    async def stage(self, name: str, tmp: str, data: bytes, mode: int) -> Staged: ...
+    async def chmod(self, name: str, mode: int, *, directory: bool) -> None: ...
+    async def mkdir(self, name: str) -> None: ...
+    async def unlink(self, name: str) -> None: ...
+    async def rmdir(self, name: str) -> None: ...
+    async def sync(self) -> None: ...
     def close(self) -> None: ...
 
 
@@ -185,11 +189,17 @@ class Filesystem(Protocol):
     concurrency: int
     """How many calls of a batch may wait on it at once."""
 
-    def open_parent(self, where: Confined, create: bool) -> Dir | None:
+    def each(self, calls: Sequence[Call]) -> None:
+        """Each call (each catches its own failure), up to ``concurrency`` at once; returns
+        when all are done. The steps of a batch are coroutines, so that a host's calls of a
+        step are one hop to its connection's event loop (:mod:`.sftp`); this machine's never
+        wait on a loop and run in this thread (:mod:`.local`)."""
+
+    async def open_parent(self, where: Confined, create: bool) -> Dir | None:
         """The real parent directory (None: it does not exist and ``create`` is false; with
         ``create``, missing directories are made)."""
 
-    def systemctl(self, *args: str) -> tuple[int, str]:
+    async def systemctl(self, *args: str) -> tuple[int, str]:
         """``systemctl`` run there: its exit status and output."""
 
 
@@ -209,15 +219,15 @@ class Confined:
             self.resource_id, "attributes.path", f"{self.target.path}: {problem}"
         )
 
-    def read_in(self, parent: Dir, *, content: bool = True) -> Attributes | None:
+    async def read_in(self, parent: Dir, *, content: bool = True) -> Attributes | None:
         """The object there (``content=False``: its kind and mode only, nothing read)."""
         path, name = self.target.path, self.target.name
         if not content:
-            st = parent.stat(name)
+            st = await parent.stat(name)
             if st is None:
                 return None
             return {"kind": _kind(st.mode), "path": path, "mode": f"{stat.S_IMODE(st.mode):04o}"}
-        found = parent.read(name, int(self.policy.onprem.max_bytes))
+        found = await parent.read(name, int(self.policy.onprem.max_bytes))
         if found is None:
             return None
         st, data = found
@@ -230,11 +240,11 @@ class Confined:
         text = data.decode("utf-8", errors="replace")
         return {"kind": "File", "path": path, "mode": mode, "content": text}
 
-    def stage(self, parent: Dir, content: str, mode: int) -> Staged:
+    async def stage(self, parent: Dir, content: str, mode: int) -> Staged:
         """The new content under the temporary name, on its way to the disk."""
         name = self.target.name
         tmp = f".stackflow-{hashlib.sha256(name.encode()).hexdigest()[:16]}"
-        return parent.stage(name, tmp, content.encode("utf-8"), mode)
+        return await parent.stage(name, tmp, content.encode("utf-8"), mode)
 
 
 def _kind(mode: int) -> str:

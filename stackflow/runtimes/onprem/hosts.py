@@ -9,6 +9,7 @@ lists the hosts (globs on the name or the alias) and a project's roots on each
 
 from __future__ import annotations
 
+import functools
 import posixpath
 import re
 from dataclasses import dataclass
@@ -31,8 +32,10 @@ class Host:
     alias: bool = False
 
 
+@functools.lru_cache(maxsize=1024)
 def parse_host(text: str) -> Host:
-    """``text`` as a host; ValueError says why it is not one."""
+    """``text`` as a host (remembered: every call of a batch names one); ValueError says why
+    it is not one."""
     if text.startswith("ssh://"):
         try:
             url = urlsplit(text)

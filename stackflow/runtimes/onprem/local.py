@@ -14,10 +14,11 @@ import os
 import shutil
 import stat
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from stackflow.runtimes.onprem.files import Stat
+from stackflow.runtimes.onprem.files import Call, Stat
 from stackflow.runtimes.policy import PolicyViolation
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ class LocalStaged:
     name: str
     fd: int | None
 
-    def durable(self) -> None:
+    async def durable(self) -> None:
         if self.fd is not None:
             fd, self.fd = self.fd, None
             try:
@@ -45,11 +46,11 @@ class LocalStaged:
             finally:
                 os.close(fd)
 
-    def commit(self) -> None:
-        self.durable()
+    async def commit(self) -> None:
+        await self.durable()
         os.replace(self.tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
 
-    def discard(self) -> None:
+    async def discard(self) -> None:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
@@ -64,15 +65,15 @@ class LocalDir:
         self.fd = fd
         self.where = where
 
-    def stat(self, name: str) -> Stat | None:
+    async def stat(self, name: str) -> Stat | None:
         try:
             st = os.stat(name, dir_fd=self.fd, follow_symlinks=False)
         except (FileNotFoundError, NotADirectoryError):
             return None
         return Stat(st.st_mode, st.st_size)
 
-    def read(self, name: str, limit: int) -> tuple[Stat, bytes] | None:
-        there = self.stat(name)
+    async def read(self, name: str, limit: int) -> tuple[Stat, bytes] | None:
+        there = await self.stat(name)
         if there is None or not stat.S_ISREG(there.mode):
             return None if there is None else (there, b"")
         try:
@@ -90,7 +91,7 @@ class LocalDir:
                 return found, b""
             return found, handle.read(limit + 1)
 
-    def stage(self, name: str, tmp: str, data: bytes, mode: int) -> LocalStaged:
+    async def stage(self, name: str, tmp: str, data: bytes, mode: int) -> LocalStaged:
         try:
             fd = os.open(tmp, _TEMP_FLAGS, 0o600, dir_fd=self.fd)
         except FileExistsError:  # left by a write that was killed mid-way
@@ -105,11 +106,11 @@ class LocalDir:
             # start the write-back now: the batch's fsyncs then find most of it done
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         except BaseException:
-            staged.discard()
+            await staged.discard()
             raise
         return staged
 
-    def chmod(self, name: str, mode: int, *, directory: bool) -> None:
+    async def chmod(self, name: str, mode: int, *, directory: bool) -> None:
         fd = (
             _open_dir(self.where, name, self.fd)
             if directory
@@ -120,17 +121,17 @@ class LocalDir:
         finally:
             os.close(fd)
 
-    def mkdir(self, name: str) -> None:
+    async def mkdir(self, name: str) -> None:
         with contextlib.suppress(FileExistsError):
             os.mkdir(name, 0o777, dir_fd=self.fd)
 
-    def unlink(self, name: str) -> None:
+    async def unlink(self, name: str) -> None:
         os.unlink(name, dir_fd=self.fd)
 
-    def rmdir(self, name: str) -> None:
+    async def rmdir(self, name: str) -> None:
         os.rmdir(name, dir_fd=self.fd)
 
-    def sync(self) -> None:
+    async def sync(self) -> None:
         os.fsync(self.fd)
 
     def close(self) -> None:
@@ -143,7 +144,18 @@ class LocalFilesystem:
     key = ""
     concurrency = 1
 
-    def systemctl(self, *args: str) -> tuple[int, str]:
+    def each(self, calls: Sequence[Call]) -> None:
+        """Each call run to its end in this thread (plain system calls: none waits on a loop)."""
+        for call in calls:
+            step = call()
+            try:
+                step.send(None)
+            except StopIteration:
+                continue
+            step.close()
+            raise RuntimeError("a step on this machine's files waited on an event loop")
+
+    async def systemctl(self, *args: str) -> tuple[int, str]:
         if shutil.which("systemctl") is None:
             raise OSError(errno.ENOENT, "no systemctl on this machine", "systemctl")
         done = subprocess.run(
@@ -151,7 +163,7 @@ class LocalFilesystem:
         )
         return done.returncode, (done.stdout + done.stderr).strip()
 
-    def open_parent(self, where: Confined, create: bool) -> LocalDir | None:
+    async def open_parent(self, where: Confined, create: bool) -> LocalDir | None:
         target = where.target
         rel = os.path.relpath(target.parent, target.anchor)
         parts = [] if rel == "." else rel.split(os.sep)

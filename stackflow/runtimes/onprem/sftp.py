@@ -23,11 +23,12 @@ import asyncio
 import concurrent.futures
 import contextlib
 import errno
+import functools
 import os
 import posixpath
 import shlex
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -35,7 +36,7 @@ import asyncssh
 
 from stackflow.runtimes.base import InvalidInput, RuntimeFailure, Unavailable
 from stackflow.runtimes.file_roots import OnPremTarget
-from stackflow.runtimes.onprem.files import Confined, Stat
+from stackflow.runtimes.onprem.files import Call, Confined, Stat
 from stackflow.runtimes.onprem.hosts import Host, host_roots, parse_host
 from stackflow.runtimes.policy import PolicyViolation, WorkerPolicy
 from stackflow.runtimes.policy_paths import within
@@ -167,20 +168,21 @@ class SshHost:
                 acquired = _acquire(self._link_key, self._connect)
                 self._pending = asyncio.run_coroutine_threadsafe(acquired, _ssh_loop())
 
-    def _client(self) -> asyncssh.SFTPClient:
-        self.connect_soon()
-        with self._lock:
-            if self._sftp is None and self._failed is None:
-                assert self._pending is not None
-                try:
-                    self._conn, self._sftp = self._pending.result(CONNECT_TIMEOUT * 2)
-                except Exception as exc:  # classified, kept for the batch's other calls
-                    self._failed = self._classify(exc)
-            if self._failed is not None:
-                kind, message = self._failed
-                raise kind(message)
-            assert self._sftp is not None
-            return self._sftp
+    async def _session(self) -> asyncssh.SFTPClient:
+        """The SFTP session (on the SSH loop), the connection waited for on first use."""
+        if self._sftp is None and self._failed is None:
+            self.connect_soon()
+            assert self._pending is not None
+            pending = asyncio.shield(asyncio.wrap_future(self._pending))
+            try:
+                self._conn, self._sftp = await asyncio.wait_for(pending, CONNECT_TIMEOUT * 2)
+            except Exception as exc:  # classified, kept for the batch's other calls
+                self._failed = self._classify(exc)
+        if self._failed is not None:
+            kind, message = self._failed
+            raise kind(message)
+        assert self._sftp is not None
+        return self._sftp
 
     async def _connect(self) -> Connected:
         onprem, host = self._policy.onprem, self.host
@@ -220,32 +222,48 @@ class SshHost:
         reason = exc.reason if isinstance(exc, asyncssh.Error) else str(exc) or type(exc).__name__
         return Unavailable, f"{where} is unreachable: {reason}"
 
-    def systemctl(self, *args: str) -> tuple[int, str]:
-        self._client()
-        conn = self._conn
-        assert conn is not None
-
-        async def call() -> tuple[int, str]:
-            done = await conn.run(shlex.join(["systemctl", *args]), check=False)
+    async def systemctl(self, *args: str) -> tuple[int, str]:
+        async def call(_: asyncssh.SFTPClient) -> tuple[int, str]:
+            assert self._conn is not None
+            done = await self._conn.run(shlex.join(["systemctl", *args]), check=False)
             out = f"{done.stdout!s}{done.stderr!s}" if done.stdout is not None else ""
             return done.exit_status or 0, out.strip()
 
-        return self.run(lambda _: call(), "systemctl")
+        return await self.call(call, "systemctl")
 
-    def run(self, call: Callable[[asyncssh.SFTPClient], Awaitable[T]], path: str) -> T:
-        """``call`` on this host's SFTP session; its errors as OSError (paths) or a runtime
-        failure naming the host (the connection)."""
-        sftp = self._client()
-        future = asyncio.run_coroutine_threadsafe(_awaited(call(sftp)), _ssh_loop())
+    async def call(self, call: Callable[[asyncssh.SFTPClient], Awaitable[T]], path: str) -> T:
+        """``call`` on this host's SFTP session (on the SSH loop); its errors as OSError
+        (paths) or a runtime failure naming the host (the connection)."""
+        sftp = await self._session()
         try:
-            return future.result(CALL_TIMEOUT)
+            async with asyncio.timeout(CALL_TIMEOUT):
+                return await call(sftp)
         except asyncssh.SFTPError as exc:
             code = _ERRNOS.get(exc.code, errno.EIO)
             raise OSError(code, f"{exc.reason} (on {self.host.text})", path) from None
         except (asyncssh.Error, OSError, TimeoutError) as exc:
-            future.cancel()
             kind, message = self._classify(exc)
             raise kind(message) from None
+
+    def run(self, call: Callable[[asyncssh.SFTPClient], Awaitable[T]], path: str) -> T:
+        """:meth:`call`, from a batch's thread."""
+        future = asyncio.run_coroutine_threadsafe(self.call(call, path), _ssh_loop())
+        return future.result()
+
+    def each(self, calls: Sequence[Call]) -> None:
+        """A step of a batch's jobs on this host: one hop to the SSH loop, where up to
+        ``concurrency`` of them run at once."""
+
+        async def run_all() -> None:
+            todo = iter(calls)
+
+            async def next_ones() -> None:
+                for call in todo:
+                    await call()
+
+            await asyncio.gather(*(next_ones() for _ in range(min(self.concurrency, len(calls)))))
+
+        asyncio.run_coroutine_threadsafe(run_all(), _ssh_loop()).result()
 
     def realpath(self, path: str) -> str:
         """``path`` resolved on the host (through symlinks; what does not exist yet kept as
@@ -267,15 +285,15 @@ class SshHost:
             found = self._real[path] = posixpath.normpath(posixpath.join(str(real), rest))
         return found
 
-    def open_parent(self, where: Confined, create: bool) -> SftpDir | None:
+    async def open_parent(self, where: Confined, create: bool) -> SftpDir | None:
         parent = where.target.parent
-        st = self.run(_lstat(parent), parent)
+        st = await self.call(_lstat(parent), parent)
         if st is None or not st.mode & 0o40000:
             if not create:
                 return None
             # asyncssh's makedirs tries each component from "/" (two round trips each):
             # only when the directory is not there already
-            self.run(lambda sftp: sftp.makedirs(parent, exist_ok=True), parent)
+            await self.call(lambda sftp: sftp.makedirs(parent, exist_ok=True), parent)
         return SftpDir(self, parent)
 
     def close(self) -> None:
@@ -285,10 +303,6 @@ class SshHost:
         usable = conn is not None and link is not None and link.task.done() and link.usable()
         if usable and link is not None and link.task.result()[0] is conn:  # not made anew
             _ssh_loop().call_soon_threadsafe(_release, self._link_key, link)
-
-
-async def _awaited(aw: Awaitable[T]) -> T:
-    return await aw
 
 
 def _realpath(path: str) -> Callable[[asyncssh.SFTPClient], Awaitable[object]]:
@@ -313,20 +327,20 @@ class SftpStaged:
     path: str
     handle: asyncssh.SFTPClientFile | None
 
-    def durable(self) -> None:
+    async def durable(self) -> None:
         """Durable already: the host waited for the disk before the batch's next step
         (``fsync@openssh.com`` right after the write, in the same exchange)."""
 
-    def commit(self) -> None:
+    async def commit(self) -> None:
         handle, self.handle = self.handle, None
 
         async def rename(sftp: asyncssh.SFTPClient) -> None:
             closing = handle.close() if handle is not None else asyncio.sleep(0)
             await asyncio.gather(closing, sftp.posix_rename(self.tmp, self.path))
 
-        self.host.run(rename, self.path)
+        await self.host.call(rename, self.path)
 
-    def discard(self) -> None:
+    async def discard(self) -> None:
         handle, self.handle = self.handle, None
 
         async def drop(sftp: asyncssh.SFTPClient) -> None:
@@ -337,7 +351,7 @@ class SftpStaged:
 
         # the host gone: the next write of this file replaces what is left
         with contextlib.suppress(OSError, RuntimeFailure):
-            self.host.run(drop, self.tmp)
+            await self.host.call(drop, self.tmp)
 
 
 class SftpDir:
@@ -350,10 +364,10 @@ class SftpDir:
     def _at(self, name: str) -> str:
         return posixpath.join(self.path, name)
 
-    def stat(self, name: str) -> Stat | None:
-        return self.host.run(_lstat(self._at(name)), self._at(name))
+    async def stat(self, name: str) -> Stat | None:
+        return await self.host.call(_lstat(self._at(name)), self._at(name))
 
-    def read(self, name: str, limit: int) -> tuple[Stat, bytes] | None:
+    async def read(self, name: str, limit: int) -> tuple[Stat, bytes] | None:
         path = self._at(name)
 
         async def call(sftp: asyncssh.SFTPClient) -> tuple[Stat, bytes] | None:
@@ -361,68 +375,81 @@ class SftpDir:
             if found is None or not found.mode & 0o100000 or found.size > limit:
                 return None if found is None else (found, b"")
             try:
-                handle = await sftp.open(path, asyncssh.FXF_READ, encoding=None)
+                # one read request (no reader tasks) when the server answers it whole
+                block = 0 if found.size < sftp.limits.max_read_len else -1
+                handle = await sftp.open(path, asyncssh.FXF_READ, encoding=None, block_size=block)
             except asyncssh.SFTPNoSuchFile:
                 return None
             try:
                 # the size lstat saw and one byte more (asyncssh reads a larger size as many
-                # requests at once); the rest up to the limit only if it grew meanwhile
+                # requests at once); the rest up to the limit only if it grew meanwhile (a
+                # server answers a read with at most its own maximum: until one reads nothing)
                 want = found.size + 1
                 data = await handle.read(want)
-                if len(data) >= want:
-                    data += await handle.read(limit + 1 - len(data), len(data))
+                while want <= len(data) <= limit:
+                    more = await handle.read(limit + 1 - len(data), len(data))
+                    if not more:
+                        break
+                    data += more
             finally:
                 await handle.close()
             return found, data if isinstance(data, bytes) else data.encode()
 
-        return self.host.run(call, path)
+        return await self.host.call(call, path)
 
-    def stage(self, name: str, tmp: str, data: bytes, mode: int) -> SftpStaged:
+    async def stage(self, name: str, tmp: str, data: bytes, mode: int) -> SftpStaged:
         path, at = self._at(name), self._at(tmp)
         flags = asyncssh.FXF_WRITE | asyncssh.FXF_CREAT | asyncssh.FXF_EXCL
 
         async def call(sftp: asyncssh.SFTPClient) -> asyncssh.SFTPClientFile:
             attrs = asyncssh.SFTPAttrs(permissions=0o600)
+            # block_size=0: each write below is one request, sent when its task starts
+            opening = functools.partial(sftp.open, at, flags, attrs, encoding=None, block_size=0)
             try:
-                handle = await sftp.open(at, flags, attrs, encoding=None)
+                handle = await opening()
             except asyncssh.SFTPFailure:  # left by a write that was killed mid-way
                 await sftp.remove(at)
-                handle = await sftp.open(at, flags, attrs, encoding=None)
-            try:  # both sent at once, then the disk waited for
-                await asyncio.gather(handle.write(data, 0), handle.chmod(mode))
-                await handle.fsync()
+                handle = await opening()
+            size = sftp.limits.max_write_len
+            writes = [handle.write(data[i : i + size], i) for i in range(0, len(data), size)]
+            try:
+                # the writes, the mode and the fsync sent at once, in this order (gather
+                # starts its tasks in order): a server processes the requests on one file in
+                # the order received, as if each waited for the one before (the SFTP draft's
+                # "request synchronization"), so the fsync finds every write done
+                await asyncio.gather(*writes, handle.chmod(mode), handle.fsync())
             except BaseException:
                 await handle.close()
                 raise
             return handle
 
-        return SftpStaged(self.host, at, path, self.host.run(call, at))
+        return SftpStaged(self.host, at, path, await self.host.call(call, at))
 
-    def chmod(self, name: str, mode: int, *, directory: bool) -> None:
+    async def chmod(self, name: str, mode: int, *, directory: bool) -> None:
         path = self._at(name)
         # lsetstat@openssh.com: a symlink swapped in is not followed
-        self.host.run(lambda sftp: sftp.chmod(path, mode, follow_symlinks=False), path)
+        await self.host.call(lambda sftp: sftp.chmod(path, mode, follow_symlinks=False), path)
 
-    def mkdir(self, name: str) -> None:
+    async def mkdir(self, name: str) -> None:
         path = self._at(name)
         try:
-            self.host.run(lambda sftp: sftp.mkdir(path), path)
+            await self.host.call(lambda sftp: sftp.mkdir(path), path)
         except OSError:
-            st = self.stat(name)
+            st = await self.stat(name)
             if st is None or not st.mode & 0o40000:
                 raise
 
-    def unlink(self, name: str) -> None:
-        self.host.run(lambda sftp: sftp.remove(self._at(name)), self._at(name))
+    async def unlink(self, name: str) -> None:
+        await self.host.call(lambda sftp: sftp.remove(self._at(name)), self._at(name))
 
-    def rmdir(self, name: str) -> None:
+    async def rmdir(self, name: str) -> None:
         path = self._at(name)
         try:
-            self.host.run(lambda sftp: sftp.rmdir(path), path)
+            await self.host.call(lambda sftp: sftp.rmdir(path), path)
         except OSError as exc:  # OpenSSH says only "Failure" for a directory not empty
             raise OSError(errno.ENOTEMPTY, exc.strerror, path) from None
 
-    def sync(self) -> None:
+    async def sync(self) -> None:
         """The directory's entries made durable: ``fsync@openssh.com`` on the directory,
         opened read-only (as ``open(2)`` allows on Linux)."""
 
@@ -433,7 +460,7 @@ class SftpDir:
             finally:
                 await handle.close()
 
-        self.host.run(call, self.path)
+        await self.host.call(call, self.path)
 
     def close(self) -> None:
         """Nothing held open on the host."""

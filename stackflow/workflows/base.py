@@ -3,8 +3,7 @@ share: prepare, preview, approval, walk, finish, and closing the release on ever
 Thin and deterministic: every read or write goes through an activity (called by method
 reference; its name in history is the one in ``@activity.defn``). The workflow's state is
 the release phase; each phase change is persisted by an activity and mirrored to search
-attributes.
-"""
+attributes."""
 
 from __future__ import annotations
 
@@ -130,11 +129,12 @@ class OperationWorkflow(SteeredRun):
         self._gate.takes_over = plan.takes_over
         return plan
 
-    async def _set_phase(self, phase: Phase, **extra: Any) -> None:
+    async def _set_phase(self, phase: Phase, hold: bool = False, **extra: Any) -> None:
         self._phase = phase
         if phase in WALKING:
             self._progress.started = workflow.now()
-        self._attributes(PHASE_KEY.value_set(phase))
+        if not hold:  # held: the next phase's upsert, in this workflow task, is the one seen
+            self._attributes(PHASE_KEY.value_set(phase))
         self._show()
         if self._revision is None:
             return
@@ -530,9 +530,10 @@ class OperationWorkflow(SteeredRun):
     async def _execute(self, request: OperationInput) -> OperationResult:
         plan = await self._prepare(request)
         self._total = plan.node_count + plan.deletion_count
+        local = self._gate.local_preview(request, self.operation, plan)
         try:
-            await self._set_phase(Phase.previewing)
-            await self._preview(plan, local=self._gate.local_preview(request, self.operation, plan))
+            await self._set_phase(Phase.previewing, hold=local)
+            await self._preview(plan, local=local)
         except ActivityError as exc:
             raise_if_cancelled(exc)
             self._error = f"preview failed: {self._no_worker or failure_message(exc)}"

@@ -87,10 +87,12 @@ plan and view; set runs started before keep one history."""
 
 LOCAL_SMALL_PREVIEW = "local-small-preview"
 """Patch: a run that nothing can stop between its preview and its walk (``auto_approve``, no
-policy bundle, no approver to wait for) and whose preview is one small batch on the run's own
-task queue previews in a local activity, in the workflow task after ``prepare``: that task
-goes on to the walk, so such a run is two workflow tasks and one activity, not three and two.
-The preview, its events, the gate and the apply of what it found are the same code."""
+policy bundle, no approver to wait for) and whose preview is one batch of at most
+LOCAL_PREVIEW_LIMIT on the run's own task queue previews in a local activity, in the workflow
+task after ``prepare``: that task goes on to the walk, so such a run is two workflow tasks and
+one activity, not three and two (and its previewing phase is not upserted apart). The
+preview, its events, the gate and the apply of what it found are the same code. Runs started
+before preview as an activity."""
 
 BASELINE = "baseline-2026-11-29.2"
 """Patch: the run started on a build that knows every patch in :data:`BASELINED`, and records

@@ -1,7 +1,8 @@
 """The local-small-preview patch: a small apply or destroy that nothing can stop between its
 preview and its walk previews in a local activity, so the run is two workflow tasks and one
 activity; its preview is recorded as before (events, release). A run that waits for an
-approver previews as an activity and applies nothing before the approval."""
+approver (or has a policy bundle, which may ask for one) previews as an activity and applies
+nothing before the approval."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from stackflow.core.refs import StackRef
 from stackflow.model.events import EventType
+from stackflow.policy_gate.bundle import PolicyBundle, store_bundle
 from stackflow.temporal.operation import ApprovalInput, OperationInput, OperationResult
 from tests.integration.conftest import WorkerProcess
 from tests.integration.opshelp import (
@@ -24,6 +26,13 @@ from tests.integration.opshelp import (
     wait_phase,
 )
 from tests.integration.test_replay import _patch_events
+
+ASK = """package stackflow
+
+import rego.v1
+
+require_approval contains {"msg": "a person looks", "resource": "*"} if input.summary.Create > 0
+"""
 
 
 async def _shape(handle: WorkflowHandle[object, object]) -> tuple[int, list[str]]:
@@ -106,3 +115,27 @@ async def test_a_run_that_waits_for_an_approver_previews_as_an_activity(
     assert result.phase == "succeeded" and target.read_text() == "a\n"
     assert (await _shape(handle))[1] == ["preview_batch", "apply_resource"]
     assert await assert_histories_replay(temporal_client, project, at_least=1) == 1
+
+
+async def test_a_run_with_a_policy_bundle_previews_as_an_activity_and_is_judged(
+    tmp_path: Path,
+    stack_env: dict[str, str],
+    worker_process: WorkerProcess,
+    temporal_client: Client,
+) -> None:
+    env, project = stack_env, new_project()
+    backend = releases(env)
+    try:
+        ask = store_bundle(backend, PolicyBundle(modules={"ask.rego": ASK}))
+    finally:
+        backend.close()
+    target = tmp_path / "site" / "a.txt"
+    spec = {"resources": [file_resource(target, "a\n")]}
+    request = OperationInput(project=project, spec=spec, auto_approve=True, policy_ref=ask)
+    handle = await start_run(temporal_client, env, request)
+    await wait_phase(handle, "awaitingApproval")  # the bundle asked, despite auto_approve
+    assert not target.exists()
+    assert (await _shape(handle))[1] == ["preview_batch", "evaluate_policy"]
+    await handle.execute_update("approve", ApprovalInput(by="approver"))
+    result: OperationResult = await handle.result()
+    assert result.phase == "succeeded" and target.read_text() == "a\n"

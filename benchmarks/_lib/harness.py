@@ -420,6 +420,8 @@ def base_env() -> dict[str, str]:
     if code_root() != REPO:
         env["PYTHONPATH"] = str(code_root())  # ahead of the venv's editable install
     env.setdefault("PYTHONUNBUFFERED", "1")
+    # an installed stackflow has its bytecode; without it every CLI start compiles its modules
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
 

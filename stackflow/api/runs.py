@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import hashlib
+import json
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -106,6 +107,10 @@ def parse_body_spec(body: RunRequest) -> Spec | None:
     return None
 
 
+PAYLOAD_SLACK = 4096
+"""Bytes a payload may take besides its JSON (metadata, the encryption's nonce and tag)."""
+
+
 async def spec_fields(ctx: ApiContext, spec: Spec | None) -> dict[str, Any]:
     """How the workflow input carries the spec, as the CLI with the state backend does:
     inline, or stored first and passed as ``spec_ref`` when it is over the byte budget
@@ -113,7 +118,9 @@ async def spec_fields(ctx: ApiContext, spec: Spec | None) -> dict[str, Any]:
     if spec is None:
         return {}
     data = spec.model_dump(mode="json", by_alias=True)
-    if await encoded_size(data) > BUDGET:
+    # its payload is at most its JSON (compressed or not) and the codec's few hundred bytes:
+    # only a spec that may be over is encoded to measure it
+    if len(json.dumps(data)) + PAYLOAD_SLACK > BUDGET and await encoded_size(data) > BUDGET:
         return {"spec_ref": await ctx.state(lambda: ctx.backend.put_spec(spec))}
     return {"spec": data}
 

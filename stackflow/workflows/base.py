@@ -3,8 +3,7 @@ share: prepare, preview, approval, walk, finish, and closing the release on ever
 Thin and deterministic: every read or write goes through an activity (called by method
 reference; its name in history is the one in ``@activity.defn``). The workflow's state is
 the release phase; each phase change is persisted by an activity and mirrored to search
-attributes.
-"""
+attributes."""
 
 from __future__ import annotations
 
@@ -130,11 +129,12 @@ class OperationWorkflow(SteeredRun):
         self._gate.takes_over = plan.takes_over
         return plan
 
-    async def _set_phase(self, phase: Phase, **extra: Any) -> None:
+    async def _set_phase(self, phase: Phase, hold: bool = False, **extra: Any) -> None:
         self._phase = phase
         if phase in WALKING:
             self._progress.started = workflow.now()
-        self._attributes(PHASE_KEY.value_set(phase))
+        if not hold:  # held: the next phase's upsert, in this workflow task, is the one seen
+            self._attributes(PHASE_KEY.value_set(phase))
         self._show()
         if self._revision is None:
             return
@@ -187,12 +187,12 @@ class OperationWorkflow(SteeredRun):
             workflow.logger.warning("events not appended: %s", failure_message(exc))
 
     async def _preview(
-        self, plan: OperationPlan, refresh: bool = False, record: bool = False
+        self, plan: OperationPlan, refresh: bool = False, record: bool = False, local: bool = False
     ) -> None:
         """Preview batches of plan ranges, then settle references; large runs also fetch
         the lines they show but hold only as codes. With ``refresh``, ``refresh_batch``
         instead diffs each recorded resource against its live object (and with ``record``
-        writes it)."""
+        writes it). ``local``: the one batch is a local activity (``Gate.local_preview``)."""
         assert self._request is not None and plan.plan_ref is not None
         request = self._request
         step = common.PREVIEW_BATCH
@@ -226,6 +226,10 @@ class OperationWorkflow(SteeredRun):
         verb = "record" if record else "refresh" if refresh else "preview"
 
         def start(call: Any) -> Coroutine[Any, Any, PreviewBatchResult]:
+            what = f"{verb} {range_size(call, plan)} resources"
+            if local:  # one small batch, in this workflow task
+                options = common.local_resource_call(what)
+                return workflow.execute_local_activity_method(batch_activity, call, **options)
             handles = [
                 (
                     queue,
@@ -233,11 +237,7 @@ class OperationWorkflow(SteeredRun):
                     workflow.start_activity_method(
                         batch_activity,
                         call if types is None else call.model_copy(update={"runtimes": types}),
-                        **common.resource_call(
-                            f"{verb} {range_size(call, plan)} resources",
-                            queue,
-                            plan.queue_wait_seconds,
-                        ),
+                        **common.resource_call(what, queue, plan.queue_wait_seconds),
                     ),
                 )
                 for queue, types in routes
@@ -530,9 +530,10 @@ class OperationWorkflow(SteeredRun):
     async def _execute(self, request: OperationInput) -> OperationResult:
         plan = await self._prepare(request)
         self._total = plan.node_count + plan.deletion_count
+        local = self._gate.local_preview(request, self.operation, plan)
         try:
-            await self._set_phase(Phase.previewing)
-            await self._preview(plan)
+            await self._set_phase(Phase.previewing, hold=local)
+            await self._preview(plan, local=local)
         except ActivityError as exc:
             raise_if_cancelled(exc)
             self._error = f"preview failed: {self._no_worker or failure_message(exc)}"

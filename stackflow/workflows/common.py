@@ -54,6 +54,10 @@ PREVIEW_BATCH = 200
 """Resources one preview activity reads and diffs."""
 PREVIEW_WINDOW = 4
 """Preview activities of a run in flight at once."""
+LOCAL_PREVIEW_LIMIT = 100
+"""Resources at most of a preview run as a local activity (``Gate.local_preview``): one
+batch of runtime calls, within a workflow task (the SDK extends a longer one). Part of what
+the local-small-preview patch means: another limit is another patch."""
 CLOSE_SCHEDULE_TO_CLOSE = timedelta(minutes=10)
 """Closing a release on the way out: bounded, the next operation's recovery covers the rest."""
 
@@ -94,6 +98,14 @@ def resource_call(
         options["task_queue"] = queue
         if wait_seconds is not None:
             options["schedule_to_start_timeout"] = timedelta(seconds=wait_seconds)
+    return options
+
+
+def local_resource_call(summary: str) -> dict[str, Any]:
+    """``resource_call``'s bounds and retries for a local activity (in the workflow task, on
+    the run's own worker: no task queue, no heartbeat)."""
+    options = resource_call(summary)
+    del options["heartbeat_timeout"]
     return options
 
 

@@ -85,9 +85,19 @@ SET_CONTINUE_AS_NEW = "set-continue-as-new"
 continue as new) continues as new before its apply, a retry or its rollback, carrying its
 plan and view; set runs started before keep one history."""
 
-BASELINE = "baseline-2026-11-29"
+LOCAL_SMALL_PREVIEW = "local-small-preview"
+"""Patch: a run that nothing can stop between its preview and its walk (``auto_approve``, no
+policy bundle, no approver to wait for) and whose preview is one batch of at most
+LOCAL_PREVIEW_LIMIT on the run's own task queue previews in a local activity, in the workflow
+task after ``prepare``: that task goes on to the walk, so such a run is two workflow tasks and
+one activity, not three and two (and its previewing phase is not upserted apart). The
+preview, its events, the gate and the apply of what it found are the same code. Runs started
+before preview as an activity."""
+
+BASELINE = "baseline-2026-11-29.2"
 """Patch: the run started on a build that knows every patch in :data:`BASELINED`, and records
 this one marker for all of them (:mod:`stackflow.workflows.patches`)."""
+BASELINE_2026_11_29 = "baseline-2026-11-29"
 BASELINE_2026_11_26 = "baseline-2026-11-26"
 """The baseline before :data:`BASELINE`: runs that recorded it replay through
 :data:`EARLIER_BASELINES`."""
@@ -112,9 +122,13 @@ BASELINED_2026_11_26 = frozenset(
         HELD_ATTRIBUTES,
     }
 )
-BASELINED = BASELINED_2026_11_26 | {PLAN_GROUPING}
+BASELINED_2026_11_29 = BASELINED_2026_11_26 | {PLAN_GROUPING}
+BASELINED = BASELINED_2026_11_29 | {LOCAL_SMALL_PREVIEW}
 """Every patch id the workflows knew when :data:`BASELINE` was made. A later patch is asked
 alone (its own marker) until a new baseline takes it in."""
-EARLIER_BASELINES = ((BASELINE_2026_11_26, BASELINED_2026_11_26),)
+EARLIER_BASELINES = (
+    (BASELINE_2026_11_29, BASELINED_2026_11_29),
+    (BASELINE_2026_11_26, BASELINED_2026_11_26),
+)
 """Earlier baselines, newest first, with the patches each stands for: a run that recorded
 one of them still replays (each is asked only when the newer ones are false)."""

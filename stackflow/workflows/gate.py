@@ -31,11 +31,13 @@ with workflow.unsafe.imports_passed_through():
         OperationInput,
         OperationPlan,
     )
+    from stackflow.temporal.runtime_queues import parts
     from stackflow.workflows import common, patches
     from stackflow.workflows.constants import (
         APPROVER_DECIDES,
         AWAITING_APPROVAL,
         AWAITING_DECISION,
+        LOCAL_SMALL_PREVIEW,
         POLICY_GATE,
     )
 
@@ -102,6 +104,23 @@ class Gate:
         return self.policy.denial_line()
 
     # ---- the approval wait -----------------------------------------------------------------
+
+    def local_preview(
+        self, request: OperationInput, operation: Operation, plan: OperationPlan
+    ) -> bool:
+        """Whether an apply or destroy previews in a local activity (LOCAL_SMALL_PREVIEW):
+        nothing can stop it between its preview and its walk (``auto_approve``, no policy
+        bundle, which may ask for a person, no approver to wait for) and its preview is one
+        small batch on the run's own task queue. The gate still judges the preview after."""
+        return (
+            operation in (Operation.apply, Operation.destroy)
+            and request.auto_approve
+            and not (plan.policies or request.policy_input)
+            and max(plan.node_count, plan.deletion_count) <= common.LOCAL_PREVIEW_LIMIT
+            and parts(plan.queues) == [(None, None)]
+            and patches.patched(LOCAL_SMALL_PREVIEW)
+            and not self.held_for_approver(request)
+        )
 
     def held_for_approver(self, request: OperationInput) -> bool:
         """Whether ``auto_approve`` may not skip the wait: on a four-eyes project another

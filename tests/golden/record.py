@@ -492,6 +492,12 @@ async def main() -> None:
             await save(client, link, f"set_continued_{n}", children=False)
             last = (await link.fetch_history()).events[-1]
             run = last.workflow_execution_continued_as_new_event_attributes.new_execution_run_id
+
+        # local-small-preview (baseline-2026-11-29.2): a small auto-approved apply and its
+        # destroy preview in a local activity, so each is two workflow tasks and one activity
+        await apply_then_destroy(
+            f"golden-localpreview-{tag}", "local_preview", spec={"resources": files(root / "lp", 2)}
+        )
     await activities.registry.close()
     backend.close()
 

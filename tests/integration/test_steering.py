@@ -156,9 +156,7 @@ class BrokenApply(ApplyWorkflow):
     async def run(self, request: OperationInput) -> OperationResult:
         return await super().run(request)
 
-    async def _preview(
-        self, plan: OperationPlan, activity: str = "preview_batch", record: bool = False
-    ) -> None:
+    async def _preview(self, plan: OperationPlan, *args: object, **options: object) -> None:
         raise KeyError("planted bug")
 
 

@@ -55,6 +55,8 @@ EXPECTED = {
     "set_continued_3",
     "set_apply",
     "set_rollout",
+    "local_preview_apply",
+    "local_preview_destroy",
 }
 
 

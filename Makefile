@@ -29,8 +29,13 @@ DEMO_SERVICES := postgres redis codec temporal worker api
 demo: ## set up and start only what the demo needs, apply examples/onprem.yaml, list the releases
 	@scripts/setup.sh demo && scripts/services.sh up $(DEMO_SERVICES) && scripts/demo.sh
 
+# The suite mostly waits on the services: two pytest processes (pytest-xdist) take a test file
+# each at a time; then the tests marked `serial` (they stop a service the others share), alone.
+TEST_JOBS ?= 2
 test: up docs ## build the docs, then run the whole test suite against the real services
-	@eval "$$(scripts/services.sh env)" && $(PY) -m pytest -q tests
+	@eval "$$(scripts/services.sh env)" && \
+	  $(PY) -m pytest -q -n $(TEST_JOBS) --dist loadfile -m "not serial" tests && \
+	  $(PY) -m pytest -q -m serial tests
 
 # The Kubernetes integration tests on the oldest supported minor (KUBE_COMPAT, default 1.35):
 # builds that control plane once (its own cache dir), restarts the dev cluster's kube services on

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import uuid
@@ -22,10 +23,12 @@ DEV_API = {
     name: os.environ.pop(name)
     for name in ("STACKFLOW_API_URL", "STACKFLOW_API_TOKEN")
     if name in os.environ
-}
+} or json.loads(os.environ.get("_STACKFLOW_TESTS_DEV_API", "{}"))
 """The dev API's address and token (`make env`), kept for the tests of that service and taken
 out of the environment every other test inherits: with them, a CLI the tests run would go
 through the dev API (its worker, queue and database) instead of the test's own."""
+os.environ["_STACKFLOW_TESTS_DEV_API"] = json.dumps(DEV_API)  # for pytest-xdist's workers,
+# which start with this process's environment, after the pop
 
 BACKENDS = ["sqlite", pytest.param("postgresql", marks=pytest.mark.integration)]
 

@@ -198,6 +198,7 @@ async def test_ownership_adoption_and_invalid_manifest_through_the_cli(
         delete_quietly(api, namespaces=[ns])
 
 
+@pytest.mark.serial
 async def test_api_server_outage_is_retried_and_the_apply_resumes(
     tmp_path: Path,
     stack_env: dict[str, str],

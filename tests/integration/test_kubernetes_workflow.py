@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client as k8s
 from temporalio.client import Client
 

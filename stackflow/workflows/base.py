@@ -228,8 +228,7 @@ class OperationWorkflow(SteeredRun):
         def start(call: Any) -> Coroutine[Any, Any, PreviewBatchResult]:
             what = f"{verb} {range_size(call, plan)} resources"
             if local:  # one small batch, in this workflow task
-                options = common.local_resource_call(what)
-                return workflow.execute_local_activity_method(batch_activity, call, **options)
+                return common.local_resource_call(batch_activity, call, what)
             handles = [
                 (
                     queue,

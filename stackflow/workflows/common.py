@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 from temporalio.workflow import ActivityCancellationType
 
 NON_RETRYABLE = [
@@ -101,12 +102,33 @@ def resource_call(
     return options
 
 
-def local_resource_call(summary: str) -> dict[str, Any]:
-    """``resource_call``'s bounds and retries for a local activity (in the workflow task, on
-    the run's own worker: no task queue, no heartbeat)."""
+R = TypeVar("R")
+
+
+async def local_resource_call(
+    method: Callable[[Any, Any], Coroutine[Any, Any, R]], arg: Any, summary: str
+) -> R:
+    """``method`` as a local activity (in the workflow task, on the run's own worker: no task
+    queue, no heartbeat) with ``resource_call``'s bounds and retries. Its failure is raised
+    as an activity's: the SDK raises a local activity's own failure (the activity's
+    ApplicationError, a timeout) bare, where the callers catch ``ActivityError`` with it as
+    the cause; a bare one would fail the run instead of ending it with its error."""
     options = resource_call(summary)
     del options["heartbeat_timeout"]
-    return options
+    try:
+        return await workflow.execute_local_activity_method(method, arg, **options)
+    except FailureError as exc:
+        if isinstance(exc, ActivityError):
+            raise
+        raise ActivityError(
+            str(exc),
+            scheduled_event_id=0,
+            started_event_id=0,
+            identity="",
+            activity_type=getattr(method, "__name__", "local activity"),
+            activity_id="",
+            retry_state=None,
+        ) from exc
 
 
 # ---- inputs ---------------------------------------------------------------------------------

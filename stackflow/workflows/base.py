@@ -12,11 +12,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from temporalio import workflow
-from temporalio.exceptions import (
-    ActivityError,
-    ApplicationError,
-    ChildWorkflowError,
-)
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import BaseModel
@@ -189,10 +185,9 @@ class OperationWorkflow(SteeredRun):
     async def _preview(
         self, plan: OperationPlan, refresh: bool = False, record: bool = False, local: bool = False
     ) -> None:
-        """Preview batches of plan ranges, then settle references; large runs also fetch
-        the lines they show but hold only as codes. With ``refresh``, ``refresh_batch``
-        instead diffs each recorded resource against its live object (and with ``record``
-        writes it). ``local``: the one batch is a local activity (``Gate.local_preview``)."""
+        """Preview batches of plan ranges, then settle references (large runs fetch the lines
+        they show, held as codes). ``refresh``: ``refresh_batch`` diffs each recorded resource
+        against its live object (``record``: and writes it). ``local``: see ``local_first``."""
         assert self._request is not None and plan.plan_ref is not None
         request = self._request
         step = common.PREVIEW_BATCH
@@ -226,9 +221,12 @@ class OperationWorkflow(SteeredRun):
         verb = "record" if record else "refresh" if refresh else "preview"
 
         def start(call: Any) -> Coroutine[Any, Any, PreviewBatchResult]:
-            what = f"{verb} {range_size(call, plan)} resources"
-            if local:  # one small batch, in this workflow task
-                return common.local_resource_call(batch_activity, call, what)
+            what = f"{verb} {range_size(call, plan)} resources"  # local: one small batch
+            if not local:
+                return started(call, what)
+            return common.local_first(batch_activity, call, what, lambda: started(call, what))
+
+        def started(call: Any, what: str) -> Coroutine[Any, Any, PreviewBatchResult]:
             handles = [
                 (
                     queue,

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import difflib
 import json
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, FailureError
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError, FailureError
 from temporalio.workflow import ActivityCancellationType
 
 NON_RETRYABLE = [
@@ -103,21 +103,38 @@ def resource_call(
 
 
 R = TypeVar("R")
+LOCAL_ATTEMPT = RetryPolicy(maximum_attempts=1)
+LOCAL_START_TO_CLOSE = timedelta(seconds=60)
+"""The one attempt of a local activity (``local_first``); what may pass goes to the activity."""
 
 
-async def local_resource_call(
-    method: Callable[[Any, Any], Coroutine[Any, Any, R]], arg: Any, summary: str
+async def local_first(
+    method: Callable[[Any, Any], Coroutine[Any, Any, R]],
+    arg: Any,
+    summary: str,
+    otherwise: Callable[[], Awaitable[R]],
 ) -> R:
-    """``method`` as a local activity (in the workflow task, on the run's own worker: no task
-    queue, no heartbeat) with ``resource_call``'s bounds and retries. Its failure is raised
-    as an activity's: the SDK raises a local activity's own failure (the activity's
-    ApplicationError, a timeout) bare, where the callers catch ``ActivityError`` with it as
-    the cause; a bare one would fail the run instead of ending it with its error."""
-    options = resource_call(summary)
-    del options["heartbeat_timeout"]
+    """``method`` once as a local activity (in the workflow task, on the run's own worker).
+    A failure that may pass (a cluster or host unavailable, a timeout) goes to ``otherwise``:
+    the activity as usual, retried within its bounds and seen retrying in the Temporal UI
+    (a local activity's retries are not). One that will not pass is raised as an activity's:
+    the SDK raises a local activity's own failure bare, where the callers catch
+    ``ActivityError`` with it as the cause (a bare one would fail the run, not end it)."""
     try:
-        return await workflow.execute_local_activity_method(method, arg, **options)
+        return await workflow.execute_local_activity_method(
+            method,
+            arg,
+            start_to_close_timeout=LOCAL_START_TO_CLOSE,
+            retry_policy=LOCAL_ATTEMPT,
+            summary=summary,
+        )
     except FailureError as exc:
+        cause = exc.cause if isinstance(exc, ActivityError) else exc
+        final = isinstance(cause, ApplicationError) and (
+            cause.non_retryable or cause.type in NON_RETRYABLE
+        )
+        if not final and not isinstance(cause, CancelledError):
+            return await otherwise()
         if isinstance(exc, ActivityError):
             raise
         raise ActivityError(

@@ -227,6 +227,8 @@ class OperationWorkflow(SteeredRun):
             return common.local_first(batch_activity, call, what, lambda: started(call, what))
 
         def started(call: Any, what: str) -> Coroutine[Any, Any, PreviewBatchResult]:
+            if local:  # the local attempt's fallback may retry a while: its phase is seen
+                self._attributes(PHASE_KEY.value_set(Phase.previewing))
             handles = [
                 (
                     queue,

@@ -16,6 +16,7 @@ import pytest
 from kubernetes import client as k8s
 from temporalio.client import Client
 
+from stackflow.workflows.constants import PHASE_KEY
 from tests.integration.conftest import REPO, WorkerProcess, run_cli
 from tests.integration.kubehelp import (
     config_map,
@@ -232,6 +233,9 @@ async def test_api_server_outage_is_retried_and_the_apply_resumes(
         # the workflow may not exist yet: poll() retries until the deadline
         failure = await poll(retrying, timeout=60, what="an activity retrying Unavailable")
         assert proc.poll() is None  # the apply is still running, waiting for the cluster
+        # visibility says what it waits in (a small run's preview falls back to the activity)
+        attributes = (await handle.describe()).typed_search_attributes
+        assert attributes.get(PHASE_KEY) == "previewing"
     finally:
         services("up", "kube-apiserver")
     assert proc is not None

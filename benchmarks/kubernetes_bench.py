@@ -143,6 +143,7 @@ class Measured:
         self.requests: dict[str, Counter[str]] = {}
         self.temporal: dict[str, RunStats] = {}
         self.cpu: dict[str, str] = {}
+        self.rss: dict[str, float | None] = {}  # the worker's peak RSS during each phase, MB
 
 
 def measure(
@@ -182,6 +183,7 @@ def bench_size(
     flags = ["--project", project]
 
     def stats(phase: str, since: float) -> None:
+        ours.rss[phase] = sf.worker.phase_peak_rss_mb()
         if sf.meter is not None:
             ours.cpu[phase] = sf.meter.describe(ours.seconds[phase])
         ours.temporal[phase] = asyncio.run(
@@ -189,6 +191,7 @@ def bench_size(
         )
 
     # apply
+    sf.worker.phase_peak_rss_mb()  # what came before is not the apply's
     t0 = time.time()
     measure(
         kubectl,
@@ -365,6 +368,8 @@ def report(size: int, ours: Measured, peer: Measured, run: int) -> list[harness.
             counts = measured.requests.get(phase, Counter())
             print(f"  {phase:<8} {who} {describe(counts, size, measured.seconds.get(phase))}")
         print(f"  {'':<8} kubectl's {peer.cpu.get(phase, '')}")
+    peaks = [f"{phase} {mb:.0f} MB" for phase, mb in ours.rss.items() if mb]
+    print("worker peak RSS in each phase: " + (", ".join(peaks) or "-"))
     print("Temporal, stackflow's runs of each phase:")
     for phase, stats in ours.temporal.items():
         print(f"  {phase:<8} {stats.describe(size + 1)}")

@@ -28,6 +28,10 @@ its CPU and peak RSS are those of the N together.
 After the one stack, the same number of files as ``--stacks`` (default 12) stacks applied at
 once by as many ``stackflow apply`` processes on the same worker: their aggregate res/s,
 and the single stack's res/s over it (at most 1.0x: the stacks together are no slower).
+
+With ``--preview-destroy``, the one stack's unchanged ``stackflow preview`` and then its
+``stackflow destroy --yes`` are timed too (ms a file, to compare sizes; the destroy must leave
+no file), with the worker's peak RSS in each of the three phases.
 """
 
 from __future__ import annotations
@@ -138,6 +142,31 @@ def many_stacks(
     return seconds, meter.describe(seconds)
 
 
+def then_preview_destroy(
+    sf: harness.Stack, spec: Path, project: str, root: Path, size: int, extra: list[str]
+) -> str:
+    """The applied stack's unchanged preview, then its destroy, each timed (ms a file), and the
+    worker's peak RSS in the apply before them and in each of them."""
+    peaks = [sf.worker.phase_peak_rss_mb()]
+    preview = sf.cli("preview", "-f", str(spec), "--project", project)
+    peaks.append(sf.worker.phase_peak_rss_mb())
+    destroy = sf.cli("destroy", "--project", project, "--yes", *extra)
+    peaks.append(sf.worker.phase_peak_rss_mb())
+    left = sum(1 for _ in root.iterdir()) if root.exists() else 0
+    if left:
+        raise SystemExit(f"stackflow destroy left {left} of {size} files")
+    rss = ", ".join(
+        f"{phase} {mb:.0f} MB"
+        for phase, mb in zip(("apply", "preview", "destroy"), peaks, strict=True)
+        if mb
+    )
+    return (
+        f"unchanged preview {preview:.2f} s ({preview / size * 1000:.2f} ms a file), "
+        f"destroy {destroy:.2f} s ({destroy / size * 1000:.2f} ms a file); "
+        f"worker peak RSS: {rss or '-'}"
+    )
+
+
 def bench_size(
     size: int, args: argparse.Namespace, files: Path
 ) -> tuple[list[object], list[harness.Sample], str, str]:
@@ -176,6 +205,11 @@ def bench_size(
         if written != size:
             raise SystemExit(f"stackflow apply wrote {written} of {size} files")
         cpu = sf.meter.describe(seconds) if sf.meter else ""
+        phases = (
+            then_preview_destroy(sf, spec_path, project, root, size, extra)
+            if args.preview_destroy
+            else ""
+        )
         many, many_cpu = (
             many_stacks(sf, files, size, args.stacks, extra) if args.stacks > 1 else (None, "")
         )
@@ -221,6 +255,8 @@ def bench_size(
         )
     if many_cpu:
         cpu += f"\n  {args.stacks} stacks at once: {many_cpu}"
+    if phases:
+        cpu += f"\n  {phases}"
     return row, found, f"{stats.describe(size)}\n  {cpu}", server_log.report()
 
 
@@ -244,6 +280,11 @@ def main() -> None:
         "--api",
         action="store_true",
         help="the CLI through a `stackflow serve` of the benchmark's own (API mode)",
+    )
+    parser.add_argument(
+        "--preview-destroy",
+        action="store_true",
+        help="then time the one stack's unchanged preview and its destroy",
     )
     parser.add_argument(
         "--worker-processes",

@@ -124,7 +124,14 @@ class Worker:
     def start(self, timeout: float = 90.0) -> None:
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
-                [PYTHON, "-m", "stackflow.worker"],
+                # BENCH_WORKER_PREFIX: arguments before ``-m stackflow.worker``, e.g.
+                # "-m memray run --aggregate -o worker.bin" for where the peak memory goes
+                [
+                    PYTHON,
+                    *os.environ.get("BENCH_WORKER_PREFIX", "").split(),
+                    "-m",
+                    "stackflow.worker",
+                ],
                 env=self.env,
                 cwd=code_root(),
                 stdout=out,
@@ -183,8 +190,24 @@ class Worker:
             for pid in self.pids:
                 kb = _proc_kb(pid, "VmHWM")
                 if kb is not None:
-                    self.peak_kb[pid] = kb
+                    self.peak_kb[pid] = max(kb, self.peak_kb.get(pid, 0))
         return sum(self.peak_kb.values()) / 1024 if self.peak_kb else None
+
+    def phase_peak_rss_mb(self) -> float | None:
+        """Peak resident set size since the last call (the whole run's peak is kept for
+        ``peak_rss_mb``): reads each process's ``VmHWM``, then resets it to the current RSS
+        (``clear_refs`` 5), so the next phase's peak is its own."""
+        peak = None
+        if self.proc and self.proc.poll() is None:
+            for pid in self.pids:
+                kb = _proc_kb(pid, "VmHWM")
+                if kb is None:
+                    continue
+                self.peak_kb[pid] = max(kb, self.peak_kb.get(pid, 0))
+                peak = (peak or 0) + kb / 1024
+                with contextlib.suppress(OSError):
+                    Path(f"/proc/{pid}/clear_refs").write_text("5")
+        return peak
 
     def tail(self, lines: int = 30) -> str:
         try:

@@ -248,23 +248,33 @@ class PrepareActivities:
         """The last spec against the latest release's state, limited to the resources that
         state records (no lock, no release): what a drift check previews."""
         stack = request.stack
-        latest = self.backend.latest(stack, with_spec=False)
-        if latest is None:
+        revisions = self.backend.revisions(stack)
+        if not revisions:
             raise NotFoundError(f"drift: stack {stack} has no releases; apply it first")
+        latest = self.backend.get(stack, revisions[-1], with_spec=False, with_state=False)
         ref = self.backend.latest_spec_ref(stack)
-        state = state_by_id(latest)
+        recorded = set(self.backend.resource_ids(stack, latest.revision))
         if ref is None or latest.operation == Operation.destroy:
             spec = Spec(resources=[])
         else:
             spec = self.specs.get(ref)
-        return self._plan(spec, ref, latest.revision, {}, Selection(), only=set(state))
+        return self._plan(spec, ref, latest.revision, {}, Selection(), only=recorded)
 
     def _prepare_preview(
         self, inp: PrepareInput, spec: Spec, ref: str | None, selection: Selection
     ) -> OperationPlan:
-        request = inp.request
-        latest = self.backend.latest(request.stack, with_spec=False)
-        return self._plan(spec, ref, None, state_by_id(latest), selection)
+        """The plan of ``spec`` over the latest release's state, of which it reads only the
+        resources the spec no longer has (those it plans to delete), in the state's order: a
+        large unchanged stack's state is never read whole here."""
+        stack = inp.request.stack
+        revisions = self.backend.revisions(stack)
+        gone: dict[str, Resource] = {}
+        if revisions:
+            kept = {r.id for r in spec.resources}
+            ids = [i for i in self.backend.resource_ids(stack, revisions[-1]) if i not in kept]
+            found = self.backend.resources(stack, revisions[-1], ids)
+            gone = {i: found[i] for i in ids if i in found}
+        return self._plan(spec, ref, None, gone, selection)
 
     def _prepare_walk(
         self,

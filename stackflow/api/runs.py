@@ -39,7 +39,6 @@ from stackflow.model.source import SourceRef
 from stackflow.model.spec import Spec
 from stackflow.policy_gate.bundle import store_bundle
 from stackflow.temporal.client import TemporalUnreachable, is_unreachable
-from stackflow.temporal.codec import encoded_size
 from stackflow.temporal.operation import (
     NOT_AWAITING_APPROVAL,
     ApprovalInput,
@@ -112,15 +111,15 @@ PAYLOAD_SLACK = 4096
 
 
 async def spec_fields(ctx: ApiContext, spec: Spec | None) -> dict[str, Any]:
-    """How the workflow input carries the spec, as the CLI with the state backend does:
-    inline, or stored first and passed as ``spec_ref`` when it is over the byte budget
-    even compressed."""
+    """How the workflow input carries the spec: inline when its JSON is within the byte
+    budget, or else stored first and passed as ``spec_ref``. Its JSON, not its compressed
+    payload, is what counts: the workflow and its first activity each decode the input
+    whole, so a repetitive spec that compresses under the budget would still cost the worker
+    ten times its JSON in memory (about 100 MB for 20,000 ConfigMaps)."""
     if spec is None:
         return {}
     data = spec.model_dump(mode="json", by_alias=True)
-    # its payload is at most its JSON (compressed or not) and the codec's few hundred bytes:
-    # only a spec that may be over is encoded to measure it
-    if len(json.dumps(data)) + PAYLOAD_SLACK > BUDGET and await encoded_size(data) > BUDGET:
+    if len(json.dumps(data)) + PAYLOAD_SLACK > BUDGET:
         return {"spec_ref": await ctx.state(lambda: ctx.backend.put_spec(spec))}
     return {"spec": data}
 

@@ -131,6 +131,18 @@ class ReleaseReads(SqlCore):
                     found[resource.id] = resource
             return found
 
+    def resource_ids(self, stack: StackRef, revision: int) -> builtins.list[str]:
+        """The ids of every resource of a release's state, in the state's order (no body is
+        read: what a plan needs to know of a large state before it reads a few)."""
+        t = release_resources.c
+        with self._tx() as conn:
+            rows = conn.execute(
+                sa.select(t.resource_id)
+                .where(*self._where_state(stack, revision))
+                .order_by(t.position, t.resource_id)
+            )
+            return [row.resource_id for row in rows]
+
     def sealed_resources(self, stack: StackRef, revision: int) -> dict[str, str]:
         """The recorded state of every resource of a release as stored: each resource's JSON
         body by id, sensitive values still sealed (:meth:`Sealer.open` reads one). What a

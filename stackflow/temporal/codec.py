@@ -363,10 +363,3 @@ def data_converter(
         payload_converter_class=PayloadConverter,
         payload_codec=payload_codec(keys, require_encrypted, warn_no_key=not command),
     )
-
-
-async def encoded_size(value: object) -> int:
-    """Bytes ``value`` takes as a payload once encoded and compressed."""
-    converter = data_converter()
-    payloads = await converter.encode([value])
-    return sum(p.ByteSize() for p in payloads)

@@ -521,9 +521,14 @@ def test_runs_listing_and_release_diff(http: httpx.Client, tmp_path: Path) -> No
     is_problem(http.get(f"{base}/releases/1/diff/9", headers=auth("viewer")), 404)
 
 
-async def test_a_big_spec_goes_by_reference(http: httpx.Client, tmp_path: Path) -> None:
-    """Over the history budget even compressed, the spec is stored in the state backend
-    first and the run's input names it (``spec_ref``), as the CLI does with the backend."""
+@pytest.mark.parametrize("content", ["random", "repeated"])
+async def test_a_big_spec_goes_by_reference(
+    http: httpx.Client, tmp_path: Path, content: str
+) -> None:
+    """Over the history budget, the spec is stored in the state backend first and the run's
+    input names it (``spec_ref``), as the CLI does with the backend: a spec that would
+    compress far under the budget too (the workflow and its first activity would each
+    decode it whole)."""
     import base64
 
     from temporalio.client import Client
@@ -531,10 +536,11 @@ async def test_a_big_spec_goes_by_reference(http: httpx.Client, tmp_path: Path) 
     from stackflow.temporal.codec import data_converter
     from tests.integration.opshelp import payload_json_async
 
-    resources = [
-        file_resource(tmp_path / f"big{i}", base64.b64encode(os.urandom(120_000)).decode())
-        for i in range(3)
-    ]
+    if content == "random":
+        texts = [base64.b64encode(os.urandom(120_000)).decode() for _ in range(3)]
+    else:  # 400 KB of JSON, a few KB compressed
+        texts = [f"line {i}\n" * 120 for i in range(400)]
+    resources = [file_resource(tmp_path / f"big{i}", text) for i, text in enumerate(texts)]
     project = new_project()
     r = http.post(
         f"/v1/stacks/{project}/default/runs",
@@ -556,7 +562,7 @@ async def test_a_big_spec_goes_by_reference(http: httpx.Client, tmp_path: Path) 
         break
     assert started["spec_ref"].startswith("sha256:") and started.get("spec") is None
     changes = http.get(f"{r.json()['status_url']}/preview", headers=auth("viewer")).json()
-    assert changes["summary"]["Create"] == 3
+    assert changes["summary"]["Create"] == len(texts)
 
 
 def test_every_operation_through_the_api(http: httpx.Client, tmp_path: Path) -> None:

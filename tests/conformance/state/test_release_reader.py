@@ -34,6 +34,22 @@ def test_latest_succeeded_and_spec_refs(backend: StateBackend) -> None:
     assert backend.stacks() == [STACK]
 
 
+def test_resource_ids_are_the_state_in_its_order(backend: Any) -> None:
+    """``resource_ids``: the ids of every resource of a release's state (carried over from the
+    release before, and recorded by this one), in the order ``resources`` gives them."""
+    backend.create(STACK, Operation.apply, run=R1)
+    backend.record_resource(STACK, 1, res("b", v=1), run=R1)
+    backend.record_resource(STACK, 1, res("a", v=1), run=R1)
+    backend.set_phase(STACK, 1, Phase.succeeded, run=R1)
+    backend.create(STACK, Operation.apply, run=R2)
+    backend.record_resource(STACK, 2, res("c", v=1), run=R2)
+    backend.record_resource(STACK, 2, res("a", v=2), run=R2)
+    assert backend.resource_ids(STACK, 2) == list(backend.resources(STACK, 2))
+    assert sorted(backend.resource_ids(STACK, 2)) == ["a", "b", "c"]
+    assert backend.resource_ids(STACK, 1) == list(backend.resources(STACK, 1))
+    assert backend.resource_ids(STACK, 9) == []
+
+
 def test_sealed_resources_are_the_state_as_stored(backend: Any) -> None:
     """``sealed_resources``: every resource of a release (the state carried over from the
     release before, and what this one recorded), by id in the state's order, as stored:

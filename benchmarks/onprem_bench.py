@@ -198,7 +198,11 @@ def bench_size(
         # stopped: the faster of the two, so a load that changes between the two moments on
         # a shared machine does not favour stackflow
         os.environ["STACKFLOW_ONPREM_ROOTS"] = str(files)
-        before = asyncio.run(direct(spec_for(files / f"direct0-{tag}", size), with_reads=False))
+        before = (
+            asyncio.run(direct(spec_for(files / f"direct0-{tag}", size), with_reads=False))
+            if args.direct
+            else None
+        )
         t0 = time.time()
         seconds = sf.cli("apply", "-f", str(spec_path), "--project", project, "--yes", *extra)
         written = sum(1 for _ in root.iterdir()) if root.exists() else 0
@@ -216,15 +220,22 @@ def bench_size(
         peak = sf.worker.peak_rss_mb()
     stats = asyncio.run(stack_stats(f"stackflow/{project}/default", t0))
     # direct calls: the same files in another directory (the policy's roots allow it)
-    plain = asyncio.run(direct(spec_for(files / f"direct-{tag}", size), with_reads=False))
-    plain = min(plain, before)
-    reads = asyncio.run(direct(spec_for(files / f"direct-reads-{tag}", size), with_reads=True))
-    overhead_ms = (seconds - plain) / size * 1000
+    plain: float | None = None
+    reads: float | None = None
+    if args.direct and before is not None:
+        plain = asyncio.run(direct(spec_for(files / f"direct-{tag}", size), with_reads=False))
+        plain = min(plain, before)
+        reads = asyncio.run(direct(spec_for(files / f"direct-reads-{tag}", size), with_reads=True))
+    overhead = "-" if plain is None else f"{(seconds - plain) / size * 1000:.1f}"
     work = f"apply {size} files"
-    found = [
-        harness.Sample(work, "direct apply", seconds, plain, count=size),
-        harness.Sample(work, "direct read+preview+apply", seconds, reads, count=size),
-    ]
+    found = (
+        [
+            harness.Sample(work, "direct apply", seconds, plain, count=size),
+            harness.Sample(work, "direct read+preview+apply", seconds, reads, count=size),
+        ]
+        if args.direct
+        else []
+    )
     row: list[object] = [
         size,
         harness.fmt_s(seconds),
@@ -232,7 +243,7 @@ def bench_size(
         harness.fmt_s(plain),
         harness.fmt_s(reads),
         harness.ratio(seconds, plain),
-        f"{overhead_ms:.1f}",
+        overhead,
         f"{peak:.0f}" if peak else "-",
     ]
     if many is not None:
@@ -280,6 +291,12 @@ def main() -> None:
         "--api",
         action="store_true",
         help="the CLI through a `stackflow serve` of the benchmark's own (API mode)",
+    )
+    parser.add_argument(
+        "--no-direct",
+        dest="direct",
+        action="store_false",
+        help="stackflow alone: no in-process runtime peer (a quicker look at large sizes)",
     )
     parser.add_argument(
         "--preview-destroy",

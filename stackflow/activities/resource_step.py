@@ -206,26 +206,42 @@ class StackSecrets:
         self.backend = deps.backend
         self.cache = deps.cache
         self._known: dict[StackRef, tuple[int, SecretSet]] = {}
+        self._reading: dict[StackRef, threading.Lock] = {}
         self._lock = threading.Lock()
 
     def of(self, stack: StackRef) -> SecretSet:
         revision = self.backend.latest_succeeded_revision(stack)
         if revision is None:
             return SecretSet()
+        known = self._remembered(stack, revision)
+        if known is not None:
+            return known
+        with self._lock:
+            reading = self._reading.setdefault(stack, threading.Lock())
+        # one reader of a stack's state at a time: the batches of a run that start together
+        # wait for the first one's reading (each read the whole state: 50,000 files, 156 MB
+        # at once per batch) and then find it remembered
+        with reading:
+            known = self._remembered(stack, revision)
+            if known is not None:
+                return known
+            values: set[str] = set()
+            for resource in self.cache.each_prior(stack):  # one opened at a time
+                paths = sensitive_paths_for(str(resource.type), resource.attributes)
+                values |= sensitive_values(resource.attributes, paths)
+            secrets = SecretSet(values)
+            with self._lock:
+                if len(self._known) >= STACK_SECRETS_KEPT and stack not in self._known:
+                    dropped = next(iter(self._known))
+                    self._known.pop(dropped)
+                    self._reading.pop(dropped, None)
+                self._known[stack] = (revision, secrets)
+        return secrets
+
+    def _remembered(self, stack: StackRef, revision: int) -> SecretSet | None:
         with self._lock:
             known = self._known.get(stack)
-        if known is not None and known[0] == revision:
-            return known[1]
-        values: set[str] = set()
-        for resource in self.cache.each_prior(stack):  # one opened at a time
-            paths = sensitive_paths_for(str(resource.type), resource.attributes)
-            values |= sensitive_values(resource.attributes, paths)
-        secrets = SecretSet(values)
-        with self._lock:
-            if len(self._known) >= STACK_SECRETS_KEPT and stack not in self._known:
-                self._known.pop(next(iter(self._known)))
-            self._known[stack] = (revision, secrets)
-        return secrets
+        return known[1] if known is not None and known[0] == revision else None
 
 
 class ResourceStep:

@@ -82,6 +82,56 @@ def test_each_prior_opens_one_resource_at_a_time(
     assert list(PriorStateCache(None, releases).each_prior(StackRef(P, "none"))) == []
 
 
+def test_each_prior_reads_redis_a_page_at_a_time(
+    redis_server: Any, releases: StateBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole state from Redis in pages (never one ``HGETALL``), storage untouched."""
+    import stackflow.state.cache as cache_module
+
+    state = [res(f"r{i}", v=i) for i in range(7)]
+    succeed(releases, *state)
+    cache = PriorStateCache(redis_server.url, releases)
+    cache.prior_of(STACK, ["r0"])  # fills Redis
+    monkeypatch.setattr(cache_module, "_SCAN_PAGE", 2)
+    assert cache._client is not None
+    monkeypatch.setattr(cache._client, "hgetall", lambda *a: pytest.fail("read whole"))
+    monkeypatch.setattr(releases, "sealed_resources", lambda *a: pytest.fail("storage read"))
+    scans: list[int] = []
+    real_hscan = cache._client.hscan
+
+    def counting_hscan(*args: Any, **kwargs: Any) -> Any:
+        scans.append(1)
+        return real_hscan(*args, **kwargs)
+
+    monkeypatch.setattr(cache._client, "hscan", counting_hscan)
+    assert {r.id: r for r in cache.each_prior(STACK)} == {r.id: r for r in state}
+    assert len(scans) >= 2
+
+
+@pytest.mark.parametrize("midway", ["dropped", "written again"])
+def test_each_prior_misses_nothing_when_the_key_changes_midway(
+    redis_server: Any, releases: StateBackend, monkeypatch: pytest.MonkeyPatch, midway: str
+) -> None:
+    """A key dropped (a newer release) or filled again while its pages are read: storage
+    gives the state again, and every resource comes (one may come twice)."""
+    import stackflow.state.cache as cache_module
+
+    state = [res(f"r{i}", v=i) for i in range(9)]
+    succeed(releases, *state)
+    cache = PriorStateCache(redis_server.url, releases)
+    cache.prior_of(STACK, ["r0"])
+    monkeypatch.setattr(cache_module, "_SCAN_PAGE", 2)
+    each = cache.each_prior(STACK)
+    seen = [next(each)]
+    key = f"stackflow:prior:{P}/{W}:1"
+    if midway == "dropped":
+        redis_server.client.delete(key)
+    else:
+        cache.remember(STACK, 1)
+    seen += list(each)
+    assert {r.id: r for r in seen} == {r.id: r for r in state}
+
+
 def test_prior_resource_fills_on_miss(redis_server: Any, releases: StateBackend) -> None:
     succeed(releases, res("a", v=1))
     cache = PriorStateCache(redis_server.url, releases)

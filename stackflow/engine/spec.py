@@ -271,18 +271,12 @@ def load_stored_spec(data: Any, source: str) -> Spec:
     checked it (ids, types, sizes, the graph) before it was stored, so only its shape is
     validated again (and ids a runtime reads as references are written as such, as parsing
     does). A run given a stored spec by ref checks it whole once (:func:`check_spec`, in
-    ``prepare_operation``); its other activities load it as is. ``data``: its JSON text (read
-    straight into the model, never held as dicts beside it: they took as much memory as the
-    spec) or the parsed JSON."""
+    ``prepare_operation``); its other activities load it as is."""
     with gc_paused():
         try:
-            if isinstance(data, bytes | str):
-                spec = Spec.model_validate_json(data)
-            else:
-                spec = Spec.model_validate(data)
+            spec = Spec.model_validate(data)
         except ValidationError as err:
-            parsed = json.loads(data) if isinstance(data, bytes | str) else data
-            raise SpecError(f"{source}: {_validation_message(parsed, err)}") from err
+            raise SpecError(f"{source}: {_validation_message(data, err)}") from err
         try:
             expand_id_references(spec)
         except SpecError as err:

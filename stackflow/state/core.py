@@ -281,4 +281,4 @@ class SqlCore:
         return self.put_blob("spec_ref", body)
 
     def get_spec(self, ref: str) -> Spec:
-        return load_stored_spec(self.get_blob("spec_ref", ref), source=ref)
+        return load_stored_spec(json.loads(self.get_blob("spec_ref", ref)), source=ref)

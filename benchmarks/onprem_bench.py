@@ -222,7 +222,7 @@ def bench_size(
     # direct calls: the same files in another directory (the policy's roots allow it)
     plain: float | None = None
     reads: float | None = None
-    if args.direct and before is not None:
+    if before is not None:
         plain = asyncio.run(direct(spec_for(files / f"direct-{tag}", size), with_reads=False))
         plain = min(plain, before)
         reads = asyncio.run(direct(spec_for(files / f"direct-reads-{tag}", size), with_reads=True))
@@ -233,7 +233,7 @@ def bench_size(
             harness.Sample(work, "direct apply", seconds, plain, count=size),
             harness.Sample(work, "direct read+preview+apply", seconds, reads, count=size),
         ]
-        if args.direct
+        if plain is not None
         else []
     )
     row: list[object] = [

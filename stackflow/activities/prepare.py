@@ -72,10 +72,6 @@ def pin(nodes: list[PlannedNode], resources: Mapping[str, Resource]) -> None:
             node.route = route(node.type, place, queues)
 
 
-def state_by_id(release: Release | None) -> dict[str, Resource]:
-    return {} if release is None else {r.id: r for r in release.state.resources}
-
-
 def planned(graph: Graph, types: Mapping[str, str], reverse: bool = False) -> list[PlannedNode]:
     """Nodes in walk order; for deletes, a node waits for its dependents instead."""
     if reverse:
@@ -284,7 +280,7 @@ class PrepareActivities:
         release: Release,
         selection: Selection,
     ) -> OperationPlan:
-        state = state_by_id(release)
+        state = {r.id: r for r in release.state.resources}
         if operation in (Operation.destroy, Operation.refresh):
             graph, types = deletion_graph(list(state.values()))
             check_patterns(selection, graph.ids)

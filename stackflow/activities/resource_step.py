@@ -89,28 +89,27 @@ def recorded_request(recorded: Resource) -> ResourceRequest:
 
 
 def taint(
-    resource: Resource, spec_resources: Mapping[str, Resource], state: Mapping[str, Resource]
+    resource: Resource, referenced: Iterable[str], state: Mapping[str, Resource]
 ) -> list[str]:
-    """Paths of ``resource`` that take a sensitive value of a recorded dependency."""
+    """Paths of ``resource`` that take a sensitive value of a recorded dependency
+    (``referenced``: the ids it references, :func:`referenced_ids`)."""
     deps = {
-        rid: (str(state[rid].type), state[rid].attributes)
-        for rid in referenced_ids(resource, spec_resources)
-        if rid in state
+        rid: (str(state[rid].type), state[rid].attributes) for rid in referenced if rid in state
     }
     return tainted_paths(resource.attributes, deps) if deps else []
 
 
 def known_secrets(
     resource: Resource,
-    spec_resources: Mapping[str, Resource],
+    referenced: Iterable[str],
     state: Mapping[str, Resource],
     context: Mapping[str, Any],
 ) -> set[str]:
     """The plaintext values known sensitive for this resource's run: the sensitive values
-    of the recorded state of what it references (and its own), ``context.env`` and what a
-    set's ``$stack.`` references took from secrets (the rest of the stack's:
-    :class:`StackSecrets`)."""
-    ids = {resource.id, *referenced_ids(resource, spec_resources)}
+    of the recorded state of what it references (``referenced``, :func:`referenced_ids`) and
+    its own, ``context.env`` and what a set's ``$stack.`` references took from secrets (the
+    rest of the stack's: :class:`StackSecrets`)."""
+    ids = {resource.id, *referenced}
     secrets: set[str] = set()
     for rid in ids:
         recorded = state.get(rid)
@@ -296,7 +295,8 @@ class ResourceStep:
             live_deps = {rid: r.attributes for rid, r in state.items() if rid != resource.id}
             attributes = resolve_references(attributes, live_deps)
         recorded = state.get(resource.id)
-        tainted = taint(resource, spec_resources, state)
+        referenced = sorted({ref.resource_id for ref in references})
+        tainted = taint(resource, referenced, state)
         request = ResourceRequest(
             id=resource.id,
             type=str(resource.type),
@@ -311,9 +311,9 @@ class ResourceStep:
             runtime=self.registry.get(str(resource.type)),
             options=options,
             # dependsOn plus the $kusion_path edges: destroy and deletions walk them in reverse
-            depends=sorted({*resource.depends_on, *(ref.resource_id for ref in references)}),
+            depends=sorted({*resource.depends_on, *referenced}),
             tainted=tainted,
-            secrets=SecretSet(known_secrets(resource, spec_resources, state, options.context))
+            secrets=SecretSet(known_secrets(resource, referenced, state, options.context))
             | stack_secrets,
         )
 
@@ -359,8 +359,9 @@ class ResourceStep:
         """The change applying ``resource`` would make, masked as the apply will record it."""
         runtime = self.registry.get(str(resource.type))
         recorded = current.get(resource.id)
-        attributes, resolved = self.resolve_for_preview(resource, spec_resources, current)
-        tainted = taint(resource, spec_resources, current)
+        referenced = referenced_ids(resource, spec_resources)
+        attributes, resolved = self.resolve_for_preview(resource, referenced, current)
+        tainted = taint(resource, referenced, current)
         request = ResourceRequest(
             id=resource.id,
             type=str(resource.type),
@@ -385,8 +386,7 @@ class ResourceStep:
         # they turn up, are masked as the apply will record them
         inputs = sensitive_inputs(str(resource.type), attributes, tainted, reported)
         secrets = (
-            SecretSet(known_secrets(resource, spec_resources, current, options.context))
-            | stack_secrets
+            SecretSet(known_secrets(resource, referenced, current, options.context)) | stack_secrets
         )
         for side, computed_only in ((would_be, False), (live, True)):
             sensitive += derived_sensitive_paths(
@@ -415,13 +415,11 @@ class ResourceStep:
 
     @staticmethod
     def resolve_for_preview(
-        resource: Resource,
-        spec_resources: Mapping[str, Resource],
-        current: Mapping[str, Resource],
+        resource: Resource, referenced: list[str], current: Mapping[str, Resource]
     ) -> tuple[dict[str, Any], bool]:
-        """Attributes with references resolved from the recorded state of the dependencies,
-        and whether that was possible (not when a dependency is not applied yet)."""
-        referenced = referenced_ids(resource, spec_resources)
+        """Attributes with references resolved from the recorded state of the dependencies
+        (``referenced``: their ids, :func:`referenced_ids`), and whether that was possible
+        (not when a dependency is not applied yet)."""
         if not referenced:
             return resource.attributes, True
         if any(rid not in current for rid in referenced):

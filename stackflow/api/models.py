@@ -14,7 +14,7 @@ from stackflow.client import types
 from stackflow.model.drift import DriftReport
 from stackflow.model.release import Release
 from stackflow.policy_gate.bundle import PolicyBundle
-from stackflow.temporal.operation import REVISION_LIMIT, Pattern
+from stackflow.temporal.operation import MAX_CONCURRENCY_DEFAULT, REVISION_LIMIT, Pattern
 
 RunOperation = types.RunOperation
 WORKFLOWS = types.WORKFLOWS
@@ -42,7 +42,7 @@ class RunRequest(BaseModel):
     targets: list[Pattern] = Field(default_factory=list, max_length=100)
     excludes: list[Pattern] = Field(default_factory=list, max_length=100)
     on_failure: Literal["fail", "pause"] = "fail"
-    max_concurrency: int = Field(default=8, ge=1, le=500)
+    max_concurrency: int = Field(default=MAX_CONCURRENCY_DEFAULT, ge=1, le=500)
     fail_fast: bool = False
     """Stop starting nodes once one failed (``--fail-fast``)."""
     ignore_fields: list[Pattern] = Field(default_factory=list, max_length=1000)

@@ -81,7 +81,9 @@ YES = Opt(
     "and follows it.",
     False,
 )
-CONCURRENCY = Opt(("--max-concurrency",), "max_concurrency", int, "Resources in flight.", 8)
+CONCURRENCY = Opt(("--max-concurrency",), "max_concurrency", int, "Resources in flight.", 16)
+"""Its default is the runs' own (``temporal.operation.MAX_CONCURRENCY_DEFAULT``; this module
+imports nothing of stackflow, for the CLI's start-up)."""
 IGNORE = Opt(("--ignore-field",), "ignore_field", list, "Dotted path never diffed (repeat).")
 WATCH = Opt(("--watch",), "watch", bool, "Wait until each resource is ready.", False)
 FAIL_FAST = Opt(("--fail-fast",), "fail_fast", bool, "Stop starting nodes on failure.", False)

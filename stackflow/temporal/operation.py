@@ -22,6 +22,10 @@ from stackflow.model.source import SourceRef
 TASK_QUEUE_DEFAULT = "stackflow"
 BATCH_SIZE_DEFAULT = 800
 """Nodes one workflow run walks itself; larger graphs go to one child workflow per batch."""
+MAX_CONCURRENCY_DEFAULT = 16
+"""Runtime calls in flight in a run that sets no ``max_concurrency`` (``--max-concurrency``):
+about what peers use (Terraform's ``-parallelism`` 10, Argo CD's kubectl parallelism 20). A
+group of ready nodes makes half of them at once (two groups overlap)."""
 PLAN_INLINE_LIMIT = 1000
 """Plans up to this many nodes and deletions also travel inline in ``OperationPlan``."""
 NOT_OK_LIMIT = 2000
@@ -80,7 +84,7 @@ class OperationInput(StackFields, BaseModel):
     spec_ref: str | None = Field(default=None, pattern=r"^sha256:[0-9a-f]{64}$")
     """A spec already in the state backend (``sha256:<hex>``), instead of ``spec``."""
     auto_approve: bool = False
-    max_concurrency: int = Field(default=8, ge=1, le=500)
+    max_concurrency: int = Field(default=MAX_CONCURRENCY_DEFAULT, ge=1, le=500)
     ignore_fields: list[Pattern] = Field(default_factory=list, max_length=1000)
     watch: bool = False
     fail_fast: bool = False
@@ -336,7 +340,7 @@ class BatchInput(StackFields, BaseModel):
     full_results: bool = True
     """Return every result; else only counts, the first DETAIL_LIMIT results that did not
     succeed and the first failure."""
-    max_concurrency: int = 8
+    max_concurrency: int = MAX_CONCURRENCY_DEFAULT
     fail_fast: bool = False
     watch: bool = False
     force: bool = False

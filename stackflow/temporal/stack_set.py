@@ -17,7 +17,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from stackflow.core.refs import StackFields, StackRef
 from stackflow.model.source import SourceRef
 from stackflow.model.stack_set import BAKE_LIMIT, MEMBER_LIMIT, NAME, STACK, WAVE_LIMIT, Strategy
-from stackflow.temporal.operation import NAME_LIMIT, NAME_PATTERN, WAIT_LIMIT
+from stackflow.temporal.operation import (
+    MAX_CONCURRENCY_DEFAULT,
+    NAME_LIMIT,
+    NAME_PATTERN,
+    WAIT_LIMIT,
+)
 
 if TYPE_CHECKING:
     from stackflow.model.spec import Spec
@@ -107,7 +112,7 @@ class SetInput(BaseModel):
     """How long a paused set waits for retry/abort before it aborts."""
     operator: str = Field(default="temporal", max_length=200)
     approval_timeout_seconds: float = Field(default=3600.0, gt=0, le=WAIT_LIMIT)
-    max_concurrency: int = Field(default=8, ge=1, le=500)
+    max_concurrency: int = Field(default=MAX_CONCURRENCY_DEFAULT, ge=1, le=500)
     """Each member run's resources in flight."""
     waves: list[WaveInput] = Field(default_factory=list, max_length=WAVE_LIMIT)
     """An apply as a rollout: these waves in order (every member in one), each recorded

@@ -77,6 +77,19 @@ def test_the_static_table_is_what_the_command_modules_register() -> None:
         assert entry.module in {c.__module__ for c in callbacks if c is not None}, entry.name
 
 
+def test_the_cli_default_concurrency_is_the_runs_own() -> None:
+    """`--max-concurrency` unset sends the table's default; a run started any other way (the
+    API, a bare Temporal client) takes the model's: the two are one number."""
+    from stackflow.api.models import RunRequest
+    from stackflow.temporal.operation import MAX_CONCURRENCY_DEFAULT, OperationInput
+    from stackflow.temporal.stack_set import SetInput
+
+    assert table.CONCURRENCY.default == MAX_CONCURRENCY_DEFAULT
+    assert OperationInput(project="p").max_concurrency == MAX_CONCURRENCY_DEFAULT
+    assert SetInput.model_fields["max_concurrency"].default == MAX_CONCURRENCY_DEFAULT
+    assert RunRequest.model_fields["max_concurrency"].default == MAX_CONCURRENCY_DEFAULT
+
+
 def test_the_app_lists_and_loads_commands_from_the_table() -> None:
     result = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0

@@ -162,8 +162,12 @@ def desired_object(resource: ResourceRequest, options: RuntimeOptions) -> JSON:
 
 
 def normalise(obj: Mapping[str, Any]) -> JSON:
-    """A live object without what the server writes for itself (status, bookkeeping)."""
-    out = {k: copy.deepcopy(v) for k, v in obj.items() if k != "status"}
+    """A live object without what the server writes for itself (status, bookkeeping).
+
+    A new top-level map and ``metadata``; the values below them are ``obj``'s own, not
+    copies: every object passed here is one the caller just decoded from an answer of the
+    server (or a listing) and owns alone."""
+    out = {k: v for k, v in obj.items() if k != "status"}
     metadata = dict(out.get("metadata") or {})
     for key in _SERVER_METADATA:
         metadata.pop(key, None)

@@ -345,7 +345,8 @@ async def run_view(
             view.error, view.error_type = failure_message(exc)
         except Exception as exc:
             view.error = str(exc) or status.name.lower()
-    if view.revision is not None and not drift:
+    if view.revision is not None and not drift and view.approved_by is None:
+        # an ended run (or one of a worker whose status query does not say): the release's
         view.approved_by = await approver(ctx, stack, view.revision, described.run_id)
     return view
 
@@ -374,6 +375,7 @@ async def _running(handle: WorkflowHandle[Any, Any], view: RunView) -> None:
     view.summary = dict(status.changes.get("summary") or {})
     view.eta_seconds = status.eta_seconds
     view.error = status.error
+    view.approved_by = status.approved_by
 
 
 async def approver(ctx: ApiContext, stack: StackRef, revision: int, run_id: str) -> str | None:

@@ -296,6 +296,9 @@ class StatusView(BaseModel):
     error: str | None = None
     eta_seconds: float | None = None
     """Time left at the rate nodes finished so far in this walk (None before the first)."""
+    approved_by: str | None = None
+    """Who approved the run (``<operator> (auto_approve)`` when approved up front); None
+    before a decision or after a rejection. The release records it when the run ends."""
 
 
 class OperationResult(StackFields, BaseModel):

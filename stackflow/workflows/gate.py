@@ -197,6 +197,11 @@ class Gate:
             "at": workflow.now().isoformat(),
         }
 
+    def approver(self) -> str | None:
+        """Who approved the run, None before a decision or after a rejection."""
+        approval = self.approval
+        return str(approval["by"]) if approval and approval["decision"] == "approved" else None
+
     # ---- the retry/abort decision ----------------------------------------------------------
 
     async def await_decision(self, request: OperationInput, show: ShowWait) -> str:

@@ -253,6 +253,7 @@ class SteeredRun(Steered):
             eta_seconds=self._progress.eta_seconds(workflow.now(), self._total)
             if self._phase in WALKING
             else None,
+            approved_by=self._gate.approver(),
         )
 
     @workflow.query

@@ -619,7 +619,10 @@ def test_retry_of_a_paused_run_and_an_idempotent_approve(
     again = http.post(f"{url}/approve", headers=auth("admin") | key)  # the same Update
     assert first.status_code == again.status_code == 200, (first.text, again.text)
     assert again.json()["result"] == first.json()["result"] == "approved by admin"
-    wait_run(http, url, lambda v: v["phase"] == "awaitingDecision")
+    paused = wait_run(http, url, lambda v: v["phase"] == "awaitingDecision")
+    # the run goes on after its approval: its view names the approver before the release
+    # (written when the run ends) does
+    assert paused["status"] == "running" and paused["approved_by"] == "admin", paused
     blocker.unlink()  # the fix
     r = http.post(f"{url}/retry", json={"comment": "fixed"}, headers=auth("operator"))
     assert r.status_code == 200 and r.json()["result"] == "retry requested by operator", r.text

@@ -25,7 +25,7 @@ BATCH_SIZE_DEFAULT = 1000
 one batch after another. Each boundary costs a child's start, its ``load_batch`` and the
 wait for the batch's last group: a stack of up to a thousand resources walks in one run
 (at 800, 1,000 OnPrem files took 6-8% longer as two batches); a child of 1,000 Kubernetes
-nodes keeps its history near 300 KB."""
+nodes keeps its history near 230 KB."""
 MAX_CONCURRENCY_DEFAULT = 16
 """Runtime calls in flight in a run that sets no ``max_concurrency`` (``--max-concurrency``):
 about what peers use (Terraform's ``-parallelism`` 10, Argo CD's kubectl parallelism 20). A

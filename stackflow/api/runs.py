@@ -357,11 +357,21 @@ def result_type_of(described: Any) -> type[OperationResult] | type[DriftResult]:
     return DriftResult if drift else OperationResult
 
 
+UNANSWERED = (
+    RPCStatusCode.CANCELLED,
+    RPCStatusCode.DEADLINE_EXCEEDED,
+    RPCStatusCode.FAILED_PRECONDITION,
+)
+"""A status query no worker answered: it timed out, or Temporal refused it at once because
+no worker polled the run's task queue lately (``FAILED_PRECONDITION``, as for a while after
+Temporal restarts). The run itself goes on: its view says so, not a refused call."""
+
+
 async def _running(handle: WorkflowHandle[Any, Any], view: RunView) -> None:
     try:
         status = await handle.query("status", result_type=StatusView, rpc_timeout=QUERY_TIMEOUT)
     except RPCError as exc:
-        if exc.status in (RPCStatusCode.CANCELLED, RPCStatusCode.DEADLINE_EXCEEDED):
+        if exc.status in UNANSWERED:
             view.error = (
                 f"the run did not answer the status query ({exc.message}): is a worker "
                 "running on its task queue?"

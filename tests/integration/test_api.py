@@ -631,6 +631,51 @@ def test_retry_of_a_paused_run_and_an_idempotent_approve(
     assert (blocker / "x").read_text() == "x\n"
 
 
+def test_a_run_no_worker_polls_for_is_running_with_why(
+    http: httpx.Client, api_env: dict[str, str], tmp_path: Path
+) -> None:
+    """A run on a task queue no worker polls: its status query gets no answer (here it times
+    out; Temporal may also refuse it at once, see test_api_closing). Its view still answers:
+    running, and why it says no more."""
+    import asyncio
+
+    from temporalio.client import Client
+
+    from stackflow.temporal.codec import data_converter
+    from stackflow.temporal.operation import OperationInput
+    from tests.integration.opshelp import start_run
+
+    project = new_project()
+
+    async def start() -> str:
+        client = await Client.connect(
+            api_env["TEMPORAL_ADDRESS"],
+            namespace=api_env.get("TEMPORAL_NAMESPACE", "default"),
+            data_converter=data_converter(),
+        )
+        request = OperationInput(project=project, spec=small_spec(tmp_path))
+        handle = await start_run(client, api_env, request, queue=f"nobody-{uuid.uuid4().hex}")
+        assert handle.result_run_id is not None
+        return handle.result_run_id
+
+    async def terminate() -> None:
+        client = await Client.connect(
+            api_env["TEMPORAL_ADDRESS"], namespace=api_env.get("TEMPORAL_NAMESPACE", "default")
+        )
+        await client.get_workflow_handle(f"stackflow/{project}/default").terminate("test done")
+
+    run_id = asyncio.run(start())
+    try:
+        r = http.get(f"/v1/stacks/{project}/default/runs/{run_id}", headers=auth("viewer"))
+        assert r.status_code == 200, r.text
+        view = r.json()
+        assert view["status"] == "running", view
+        assert "did not answer the status query" in view["error"], view
+        assert "worker" in view["error"], view
+    finally:
+        asyncio.run(terminate())
+
+
 def test_the_api_make_up_starts(tmp_path: Path) -> None:
     """The `api` service of `make up`, as `make -s env` names it: ready, guarded, and a
     preview run through it to its end."""

@@ -108,3 +108,40 @@ async def test_the_wait_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
         runs.closed_if_ending(ctx(last(EventType.run_complete)), STACK, handle, RUNNING), 5
     )
     assert got is RUNNING and handle.waited == 1
+
+
+@pytest.mark.parametrize(
+    "status",
+    [
+        runs.RPCStatusCode.FAILED_PRECONDITION,  # no worker polled the queue lately
+        runs.RPCStatusCode.DEADLINE_EXCEEDED,
+        runs.RPCStatusCode.CANCELLED,
+    ],
+)
+def test_a_status_query_no_worker_answers_leaves_the_run_running_with_why(
+    status: runs.RPCStatusCode,
+) -> None:
+    """Right after Temporal restarts, before the workers poll again, it refuses a query with
+    FAILED_PRECONDITION: the view says the run did not answer (a following CLI asks again)
+    instead of failing the request."""
+
+    class Handle:
+        async def query(self, *args: Any, **kwargs: Any) -> Any:
+            raise runs.RPCError(
+                "no poller seen for task queue recently, worker may be down", status, b""
+            )
+
+    view = runs.RunView(run_id="r1", workflow_id="w", operation="apply", status="running")
+    asyncio.run(runs._running(Handle(), view))  # type: ignore[arg-type]
+    assert view.error is not None and "did not answer the status query" in view.error
+    assert "no poller seen" in view.error and view.phase is None
+
+
+def test_a_status_query_refused_otherwise_is_an_error() -> None:
+    class Handle:
+        async def query(self, *args: Any, **kwargs: Any) -> Any:
+            raise runs.RPCError("denied", runs.RPCStatusCode.PERMISSION_DENIED, b"")
+
+    view = runs.RunView(run_id="r1", workflow_id="w", operation="apply", status="running")
+    with pytest.raises(runs.RPCError):
+        asyncio.run(runs._running(Handle(), view))  # type: ignore[arg-type]

@@ -345,8 +345,8 @@ async def run_view(
             view.error, view.error_type = failure_message(exc)
         except Exception as exc:
             view.error = str(exc) or status.name.lower()
-    if view.revision is not None and not drift and view.approved_by is None:
-        # an ended run (or one of a worker whose status query does not say): the release's
+    if view.revision is not None and not drift and status != WorkflowExecutionStatus.RUNNING:
+        # an ended run's approver is its release's (a running one's came with its status)
         view.approved_by = await approver(ctx, stack, view.revision, described.run_id)
     return view
 
